@@ -1,0 +1,61 @@
+"""agctl: the context of LLM conversations as data.
+
+The public library API is imported lazily so that `agctl --help` stays on the
+click-only start-up path; `from agctl import Store` works as usual.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Store": "agctl.store",
+    "Message": "agctl.models",
+    "Slot": "agctl.models",
+    "SlotConfig": "agctl.models",
+    "FocusedConfig": "agctl.models",
+    "ContextBudget": "agctl.models",
+    "Session": "agctl.models",
+    "slot_view": "agctl.view",
+    "request_view": "agctl.view",
+    "estimate_tokens": "agctl.tokens",
+}
+
+if TYPE_CHECKING:
+    from agctl.models import (
+        ContextBudget,
+        FocusedConfig,
+        Message,
+        Session,
+        Slot,
+        SlotConfig,
+    )
+    from agctl.store import Store
+    from agctl.tokens import estimate_tokens
+    from agctl.view import request_view, slot_view
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agctl' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "ContextBudget",
+    "FocusedConfig",
+    "Message",
+    "Session",
+    "Slot",
+    "SlotConfig",
+    "Store",
+    "__version__",
+    "estimate_tokens",
+    "request_view",
+    "slot_view",
+]

@@ -1,0 +1,3 @@
+from agctl.cli import main
+
+main(prog_name="agctl")

@@ -1,0 +1,373 @@
+"""`agctl msg`: read and edit the messages of a slot's incremental zone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from agctl.cli.app import (
+    NEGATIVE_INDEX,
+    App,
+    command_options,
+    pass_app,
+    read_input_file,
+    slot_option,
+    text_argument,
+)
+
+if TYPE_CHECKING:
+    from agctl.models import Message, Slot
+
+ROLES = ("system", "user", "assistant", "tool")
+LIST_COLUMNS = [("index", "#"), ("role", "ROLE"), ("tokens", "TOKENS"), ("text", "CONTENT")]
+
+
+def message_row(index: int, message: Message) -> dict[str, Any]:
+    return {"index": index, **message.model_dump(mode="json")}
+
+
+def _list_rows(slot: Slot, indices: list[int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    rows = [message_row(i, slot.messages[i]) for i in indices]
+    display = [
+        {
+            "index": i,
+            "role": slot.messages[i].role,
+            "tokens": slot.messages[i].token_count(),
+            "text": slot.messages[i].text()
+            or ", ".join(c.function.name + "()" for c in slot.messages[i].tool_calls or ()),
+        }
+        for i in indices
+    ]
+    return rows, display
+
+
+def _change_message(
+    app: App,
+    slot: str | None,
+    verb: str,
+    change: Callable[[Slot], tuple[int, Message]],
+    text_only: bool = False,
+) -> None:
+    """Run one message edit under the session lock and report the message it touched."""
+
+    def run(target: Slot) -> tuple[str, int, Message]:
+        position, message = change(target)
+        return target.id, position, message
+
+    slot_id, position, message = app.store.update_slot(app.session_id(), slot, run)
+    text = (
+        message.text()
+        if text_only
+        else f"{verb} message {position} ({message.role}) in slot {slot_id}"
+    )
+    app.emit(message_row(position, message), text=text)
+
+
+def _new_message(role: str, text: str, name: str | None, tool_call_id: str | None) -> Message:
+    from agctl.errors import UsageError
+    from agctl.models import Message, utcnow
+
+    try:
+        return Message(
+            role=role, content=text, name=name, tool_call_id=tool_call_id, created_at=utcnow()
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc).splitlines()[-1].strip()) from None
+
+
+def message_options(fn: Any) -> Any:
+    fn = click.option(
+        "--tool-call-id", metavar="ID", help="For a tool message: the call it answers."
+    )(fn)
+    return click.option("--name", metavar="NAME", help="Optional participant name.")(fn)
+
+
+@click.group("msg")
+def command() -> None:
+    """Read and edit a slot's messages (its incremental zone).
+
+    Indexes count from 0; negative ones count from the end (-1 is the last).
+
+    \b
+    Examples:
+      agctl msg append user "Summarise this file" < notes.txt
+      agctl msg list
+      agctl msg get -1
+      agctl msg export --format jsonl > backup.jsonl
+    """
+
+
+@command.command("list")
+@click.option("--role", "roles", multiple=True, type=click.Choice(ROLES), help="Only these roles.")
+@slot_option
+@command_options
+@pass_app
+def list_(app: App, roles: tuple[str, ...], slot: str | None) -> None:
+    """List the messages of a slot.
+
+    \b
+    Examples:
+      agctl msg list
+      agctl msg list --slot plan-b --role user --json
+    """
+    target = app.store.load_slot(app.session_id(), slot)
+    indices = target.find(set(roles)) if roles else list(range(len(target.messages)))
+    rows, display = _list_rows(target, indices)
+    app.emit_rows(rows, LIST_COLUMNS, empty=f"slot {target.id} has no messages", display=display)
+
+
+@command.command("find")
+@click.argument("roles", nargs=-1, required=True, type=click.Choice(ROLES))
+@slot_option
+@command_options
+@pass_app
+def find(app: App, roles: tuple[str, ...], slot: str | None) -> None:
+    """Print the indexes of the messages with one of ROLES.
+
+    \b
+    Examples:
+      agctl msg find assistant
+      agctl msg find user system --json
+    """
+    target = app.store.load_slot(app.session_id(), slot)
+    indices = target.find(set(roles))
+    app.emit(indices, text="\n".join(str(i) for i in indices))
+
+
+@command.command("get", context_settings=NEGATIVE_INDEX)
+@click.argument("index", type=int)
+@slot_option
+@command_options
+@pass_app
+def get(app: App, index: int, slot: str | None) -> None:
+    """Print one message's text (the whole message with --json).
+
+    \b
+    Examples:
+      agctl msg get 0
+      agctl msg get -1 --json
+    """
+    target = app.store.load_slot(app.session_id(), slot)
+    message = target.get(index)
+    app.emit(message_row(target.position(index), message), text=message.text())
+
+
+@command.command("append")
+@click.argument("role", type=click.Choice(ROLES))
+@click.argument("text", required=False)
+@message_options
+@slot_option
+@command_options
+@pass_app
+def append(
+    app: App,
+    role: str,
+    text: str | None,
+    name: str | None,
+    tool_call_id: str | None,
+    slot: str | None,
+) -> None:
+    """Append a message; TEXT comes from stdin when absent or '-'.
+
+    \b
+    Examples:
+      agctl msg append user "Hello"
+      git diff | agctl msg append user -
+      agctl msg append tool '{"ok": true}' --tool-call-id call_1
+    """
+    message = _new_message(role, text_argument(text), name, tool_call_id)
+    _change_message(app, slot, "appended", lambda s: (s.append(message), message))
+
+
+@command.command("insert", context_settings=NEGATIVE_INDEX)
+@click.argument("index", type=int)
+@click.argument("role", type=click.Choice(ROLES))
+@click.argument("text", required=False)
+@message_options
+@slot_option
+@command_options
+@pass_app
+def insert(
+    app: App,
+    index: int,
+    role: str,
+    text: str | None,
+    name: str | None,
+    tool_call_id: str | None,
+    slot: str | None,
+) -> None:
+    """Insert a message before INDEX (INDEX may equal the length to append).
+
+    \b
+    Examples:
+      agctl msg insert 0 system "Answer in French."
+    """
+    message = _new_message(role, text_argument(text), name, tool_call_id)
+    _change_message(app, slot, "inserted", lambda s: (s.insert(index, message), message))
+
+
+@command.command("edit", context_settings=NEGATIVE_INDEX)
+@click.argument("index", type=int)
+@click.argument("text", required=False)
+@slot_option
+@command_options
+@pass_app
+def edit(app: App, index: int, text: str | None, slot: str | None) -> None:
+    """Replace the text of the message at INDEX.
+
+    \b
+    Examples:
+      agctl msg edit -1 "A shorter answer."
+      sed s/foo/bar/ draft.txt | agctl msg edit 2 -
+    """
+    content = text_argument(text)
+    _change_message(app, slot, "edited", lambda s: (s.position(index), s.edit(index, content)))
+
+
+@command.command("rm", context_settings=NEGATIVE_INDEX)
+@click.argument("index", type=int)
+@slot_option
+@command_options
+@pass_app
+def rm(app: App, index: int, slot: str | None) -> None:
+    """Remove the message at INDEX.
+
+    \b
+    Examples:
+      agctl msg rm 3
+      agctl msg rm -1 --slot plan-b
+    """
+    _change_message(app, slot, "removed", lambda s: (s.position(index), s.remove(index)))
+
+
+@command.command("pop", context_settings=NEGATIVE_INDEX)
+@click.argument("index", type=int, default=-1)
+@slot_option
+@command_options
+@pass_app
+def pop(app: App, index: int, slot: str | None) -> None:
+    """Remove the message at INDEX (default: the last) and print its text.
+
+    \b
+    Examples:
+      agctl msg pop
+      agctl msg pop 0 --json
+    """
+    _change_message(
+        app, slot, "popped", lambda s: (s.position(index), s.pop(index)), text_only=True
+    )
+
+
+@command.command("retain")
+@click.argument("roles", nargs=-1, required=True, type=click.Choice(ROLES))
+@slot_option
+@command_options
+@pass_app
+def retain(app: App, roles: tuple[str, ...], slot: str | None) -> None:
+    """Keep only the messages with one of ROLES; drop the rest.
+
+    \b
+    Examples:
+      agctl msg retain user assistant
+    """
+    sid = app.session_id()
+    dropped = app.store.update_slot(sid, slot, lambda s: s.retain(set(roles)))
+    app.emit({"dropped": dropped}, text=f"dropped {dropped} message{'s' * (dropped != 1)}")
+
+
+@command.command("clear")
+@slot_option
+@command_options
+@pass_app
+def clear(app: App, slot: str | None) -> None:
+    """Remove every message of the slot's incremental zone.
+
+    \b
+    Examples:
+      agctl msg clear --slot scratchpad
+    """
+    dropped = app.store.update_slot(app.session_id(), slot, lambda s: s.clear())
+    app.emit({"dropped": dropped}, text=f"dropped {dropped} message{'s' * (dropped != 1)}")
+
+
+@command.command("export")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["openai", "jsonl"]),
+    default="openai",
+    show_default=True,
+    help="openai: a JSON array of chat messages; jsonl: one message a line with metadata.",
+)
+@click.option("--view", is_flag=True, help="Export the request view instead of the messages.")
+@click.option(
+    "--output", "-o", metavar="FILE", default="-", help="Write to FILE instead of stdout."
+)
+@slot_option
+@command_options
+@pass_app
+def export(app: App, fmt: str, view: bool, output: str, slot: str | None) -> None:
+    """Export a slot's messages (or its view) as OpenAI JSON or JSON lines.
+
+    \b
+    Examples:
+      agctl msg export > chat.json
+      agctl msg export --view --format jsonl -o view.jsonl
+    """
+    from agctl.interchange import export_messages
+
+    sid = app.session_id()
+    target = app.store.load_slot(sid, slot)
+    if view:
+        from agctl.view import request_view
+
+        messages = request_view(app.store.load_session(sid), target)
+    else:
+        messages = target.messages
+    data = export_messages(messages, fmt)
+    if output == "-":
+        click.get_binary_stream("stdout").write(data)
+    else:
+        from pathlib import Path
+
+        from agctl.fsio import write_atomic
+
+        write_atomic(Path(output).absolute(), data)
+
+
+@command.command("import")
+@click.argument("source", metavar="FILE")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "openai", "jsonl"]),
+    default="auto",
+    show_default=True,
+)
+@click.option("--replace", is_flag=True, help="Replace the slot's messages instead of appending.")
+@slot_option
+@command_options
+@pass_app
+def import_(app: App, source: str, fmt: str, replace: bool, slot: str | None) -> None:
+    """Import messages from FILE ('-' for stdin); all are validated before any is written.
+
+    \b
+    Examples:
+      agctl msg import chat.json
+      agctl msg export --slot a | agctl msg import - --slot b --replace
+    """
+    from agctl.interchange import parse_messages
+
+    data, name = read_input_file(source)
+    messages = parse_messages(data, fmt, name)
+    sid = app.session_id()
+
+    def change(target: Slot) -> tuple[str, int]:
+        target.extend(messages, replace=replace)
+        return target.id, len(target.messages)
+
+    slot_id, total = app.store.update_slot(sid, slot, change)
+    payload = {"slot": slot_id, "imported": len(messages), "message_count": total}
+    app.emit(payload, text=f"imported {len(messages)} messages into slot {slot_id} ({total} now)")

@@ -1,0 +1,207 @@
+"""`agctl session`: create, list, show, select and destroy sessions."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from agctl.cli.app import App, json_option, pass_app, text_argument
+
+if TYPE_CHECKING:
+    from agctl.models import Session
+    from agctl.store import SessionInfo
+
+
+def session_row(info: SessionInfo, current: str | None) -> dict[str, Any]:
+    from agctl.models import isoformat
+
+    session = info.session
+    return {
+        "id": session.id,
+        "current": session.id == current,
+        "parent_id": session.parent_id,
+        "orphan": info.orphan,
+        "children": info.children,
+        "title": session.title,
+        "created_at": isoformat(session.created_at),
+        "turn_count": session.turn_count,
+        "current_slot": session.current_slot,
+    }
+
+
+def session_document(session: Session) -> dict[str, Any]:
+    return session.model_dump(mode="json")
+
+
+@click.group("session")
+def command() -> None:
+    """Create, list, select and destroy sessions.
+
+    \b
+    Examples:
+      agctl session new --system "You are a careful reviewer."
+      agctl session list
+      agctl session use 1q2w
+    """
+
+
+@command.command("new")
+@click.argument("session_id", metavar="[ID]", required=False)
+@click.option("--system", "system_prompt", metavar="TEXT", help="System prompt ('-' for stdin).")
+@click.option("--title", metavar="TEXT", help="A title shown in listings and completion.")
+@click.option("--parent", metavar="ID", help="Record this session as a child of ID.")
+@click.option(
+    "--use/--no-use",
+    "make_current",
+    default=True,
+    show_default=True,
+    help="Make the new session the current one.",
+)
+@json_option
+@pass_app
+def new(
+    app: App,
+    session_id: str | None,
+    system_prompt: str | None,
+    title: str | None,
+    parent: str | None,
+    make_current: bool,
+) -> None:
+    """Create a session (with its 'default' slot) and print its id.
+
+    Without ID a short id that sorts by creation time is generated.
+
+    \b
+    Examples:
+      agctl session new
+      agctl session new review --system "You review Python code." --title "PR 42"
+      sid=$(agctl session new --no-use)
+    """
+    if system_prompt == "-":
+        system_prompt = text_argument("-", "the system prompt")
+    session = app.store.create_session(
+        session_id, system_prompt=system_prompt, parent_id=parent, title=title
+    )
+    if make_current:
+        app.store.set_current_session(session.id)
+    app.emit(session_document(session), text=session.id)
+
+
+@command.command("list")
+@json_option
+@pass_app
+def list_(app: App) -> None:
+    """List sessions, oldest first, with parents and orphans.
+
+    \b
+    Examples:
+      agctl session list
+      agctl session list --json | jq -r '.[].id'
+    """
+    from agctl.errors import AgctlError
+
+    problems: list[AgctlError] = []
+    infos = app.store.list_sessions(problems=problems)
+    current = app.store.current_session_id()
+    for problem in problems:
+        click.echo(f"agctl: warning: skipped {problem}", err=True)
+    rows = [session_row(info, current) for info in infos]
+    display = [
+        {
+            **row,
+            "mark": "*" if row["current"] else "",
+            "created_at": row["created_at"][:16].replace("T", " "),
+            "parent": f"{row['parent_id']} (gone)" if row["orphan"] else row["parent_id"],
+        }
+        for row in rows
+    ]
+    columns = [
+        ("mark", ""),
+        ("id", "ID"),
+        ("created_at", "CREATED"),
+        ("turn_count", "TURNS"),
+        ("current_slot", "SLOT"),
+        ("parent", "PARENT"),
+        ("title", "TITLE"),
+    ]
+    app.emit_rows(
+        rows, columns, empty="no sessions (create one with 'agctl session new')", display=display
+    )
+
+
+@command.command("show")
+@click.argument("session_id", metavar="[ID]", required=False)
+@json_option
+@pass_app
+def show(app: App, session_id: str | None) -> None:
+    """Show a session (default: the selected one) and its slots.
+
+    \b
+    Examples:
+      agctl session show
+      agctl session show 1q2w --json
+    """
+    from agctl.cli.slot import slot_row
+
+    if session_id is not None:
+        app.session_arg = session_id
+    sid = app.session_id()
+    session = app.store.load_session(sid)
+    payload = session_document(session)
+    payload["children"] = app.store.children(sid)
+    payload["slots"] = [slot_row(s, session.current_slot) for s in app.store.list_slots(sid)]
+    if app.json:
+        app.emit(payload)
+        return
+    from agctl.models import isoformat
+
+    summary = {
+        "id": session.id,
+        "title": session.title,
+        "parent": session.parent_id,
+        "children": ", ".join(payload["children"]) or None,
+        "created": isoformat(session.created_at),
+        "system prompt": session.system_prompt,
+        "current slot": session.current_slot,
+        "turns": session.turn_count,
+        "memory keys": len(session.memory),
+        "slots": ", ".join(s["id"] for s in payload["slots"]),
+    }
+    app.emit(summary)
+
+
+@command.command("use")
+@click.argument("session_id", metavar="ID")
+@json_option
+@pass_app
+def use(app: App, session_id: str) -> None:
+    """Select the session that commands act on when no --session is given.
+
+    \b
+    Examples:
+      agctl session use 1q2w
+    """
+    sid = app.store.resolve_session(session_id)
+    app.store.set_current_session(sid)
+    app.emit({"current_session": sid}, text=f"current session: {sid}")
+
+
+@command.command("rm")
+@click.argument("session_ids", metavar="ID...", nargs=-1, required=True)
+@click.option("--recursive", "-r", is_flag=True, help="Also destroy the session's descendants.")
+@json_option
+@pass_app
+def rm(app: App, session_ids: tuple[str, ...], recursive: bool) -> None:
+    """Destroy sessions. A session with children is refused unless --recursive.
+
+    \b
+    Examples:
+      agctl session rm 1q2w
+      agctl session rm --recursive experiment-root
+    """
+    destroyed: list[str] = []
+    for prefix in session_ids:
+        sid = app.store.resolve_session(prefix)
+        destroyed += app.store.destroy_session(sid, recursive=recursive)
+    app.emit({"destroyed": destroyed}, text="\n".join(f"destroyed {s}" for s in destroyed))

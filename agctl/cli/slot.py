@@ -1,0 +1,337 @@
+"""`agctl slot`: create, derive, switch, inspect, re-mode and delete context slots."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from agctl.cli.app import App, command_options, pass_app, read_input_file
+
+if TYPE_CHECKING:
+    from agctl.models import Message, Slot
+
+F = TypeVar("F", bound=Callable[..., Any])
+MODES = ("full", "focused", "readonly")
+
+
+def slot_row(slot: Slot, current_slot: str | None = None) -> dict[str, Any]:
+    from agctl.models import isoformat
+
+    return {
+        "id": slot.id,
+        "current": slot.id == current_slot,
+        "mode": slot.config.mode,
+        "source": slot.config.source.kind,
+        "parent_id": slot.meta.parent_id,
+        "message_count": slot.meta.message_count,
+        "total_tokens": slot.meta.total_tokens,
+        "updated_at": isoformat(slot.meta.updated_at),
+    }
+
+
+def focus_options(fn: F) -> F:
+    """The focused-mode settings, shared by `slot new`, `slot derive` and `slot mode`."""
+    fn = click.option(
+        "--summary",
+        metavar="TEXT",
+        help="Summary shown in place of older messages ('' clears it).",
+    )(fn)
+    fn = click.option(
+        "--recent",
+        type=click.IntRange(min=0),
+        metavar="N",
+        help="Focused: keep the last N messages.",
+    )(fn)
+    return click.option(
+        "--keep-system/--no-keep-system",
+        default=None,
+        help="Focused: keep the first system message.",
+    )(fn)
+
+
+def focus_changes(
+    keep_system: bool | None, recent: int | None, summary: str | None
+) -> dict[str, Any]:
+    return {"keep_system": keep_system, "recent_messages": recent, "summary_override": summary}
+
+
+def transcript(messages: list[Message]) -> str:
+    """Messages as people read them: a header line per message, then its text."""
+    blocks = []
+    for index, message in enumerate(messages):
+        header = f"[{index}] {message.role}"
+        if message.name:
+            header += f" ({message.name})"
+        header += f"  ~{message.token_count()} tokens"
+        body = message.text()
+        for call in message.tool_calls or ():
+            body += f"\n→ {call.function.name}({call.function.arguments}) id={call.id}"
+        if message.tool_call_id:
+            header += f"  for {message.tool_call_id}"
+        blocks.append(f"{header}\n{body}")
+    return "\n\n".join(blocks)
+
+
+@click.group("slot")
+def command() -> None:
+    """Context slots: independent, branchable message lists inside a session.
+
+    \b
+    Examples:
+      agctl slot new scratchpad
+      agctl slot derive plan-b --from default --use
+      agctl slot mode focused --recent 6
+      agctl slot show --view
+    """
+
+
+@command.command("new")
+@click.argument("slot_id", metavar="NAME")
+@click.option("--mode", type=click.Choice(MODES), default="full", show_default=True)
+@focus_options
+@click.option(
+    "--static",
+    "static_file",
+    metavar="FILE",
+    help="Make a static slot whose immutable zone holds the messages in FILE ('-' for stdin).",
+)
+@click.option("--use", "make_current", is_flag=True, help="Switch to the new slot.")
+@command_options
+@pass_app
+def new(
+    app: App,
+    slot_id: str,
+    mode: str,
+    keep_system: bool | None,
+    recent: int | None,
+    summary: str | None,
+    static_file: str | None,
+    make_current: bool,
+) -> None:
+    """Create an empty slot, or a static one with preset messages.
+
+    \b
+    Examples:
+      agctl slot new notes
+      agctl slot new recent --mode focused --recent 4
+      agctl slot new rules --static rules.json --mode readonly
+    """
+    immutable: list[Message] = []
+    if static_file is not None:
+        from agctl.interchange import parse_messages
+
+        data, source = read_input_file(static_file)
+        immutable = parse_messages(data, source=source)
+    slot = app.store.create_slot(
+        app.session_id(),
+        slot_id,
+        mode=mode,
+        focus=focus_changes(keep_system, recent, summary),
+        immutable=immutable,
+        make_current=make_current,
+    )
+    app.emit(slot_row(slot, slot.id if make_current else None), text=f"created slot {slot.id}")
+
+
+@command.command("derive")
+@click.argument("slot_id", metavar="NAME")
+@click.option("--from", "source", metavar="SLOT", help="Parent slot (default: the current slot).")
+@click.option(
+    "--strategy",
+    type=click.Choice(["full", "focused"]),
+    default="full",
+    show_default=True,
+    help="full: copy every message; focused: copy the parent's focused view.",
+)
+@focus_options
+@click.option("--use", "make_current", is_flag=True, help="Switch to the new slot.")
+@command_options
+@pass_app
+def derive(
+    app: App,
+    slot_id: str,
+    source: str | None,
+    strategy: str,
+    keep_system: bool | None,
+    recent: int | None,
+    summary: str | None,
+    make_current: bool,
+) -> None:
+    """Branch a new slot off an existing one; the parent is recorded and left untouched.
+
+    \b
+    Examples:
+      agctl slot derive plan-b --use
+      agctl slot derive short --from default --strategy focused --recent 4
+    """
+    slot = app.store.derive_slot(
+        app.session_id(),
+        slot_id,
+        source=source,
+        strategy=strategy,  # type: ignore[arg-type]
+        focus=focus_changes(keep_system, recent, summary),
+        make_current=make_current,
+    )
+    text = f"derived slot {slot.id} from {slot.meta.parent_id} ({strategy})"
+    app.emit(slot_row(slot, slot.id if make_current else None), text=text)
+
+
+@command.command("use")
+@click.argument("slot_id", metavar="NAME")
+@command_options
+@pass_app
+def use(app: App, slot_id: str) -> None:
+    """Switch the session's current slot.
+
+    \b
+    Examples:
+      agctl slot use plan-b
+    """
+    session = app.store.use_slot(app.session_id(), slot_id)
+    payload = {"session": session.id, "current_slot": session.current_slot}
+    app.emit(payload, text=f"current slot: {session.current_slot}")
+
+
+@command.command("list")
+@command_options
+@pass_app
+def list_(app: App) -> None:
+    """List the session's slots; '*' marks the current one.
+
+    \b
+    Examples:
+      agctl slot list
+      agctl -s 1q2w slot list --json
+    """
+    sid = app.session_id()
+    current = app.store.load_session(sid).current_slot
+    rows = [slot_row(s, current) for s in app.store.list_slots(sid)]
+    display = [{**r, "mark": "*" if r["current"] else ""} for r in rows]
+    columns = [
+        ("mark", ""),
+        ("id", "SLOT"),
+        ("mode", "MODE"),
+        ("source", "SOURCE"),
+        ("parent_id", "PARENT"),
+        ("message_count", "MSGS"),
+        ("total_tokens", "TOKENS"),
+    ]
+    app.emit_rows(rows, columns, display=display)
+
+
+@command.command("show")
+@click.argument("slot_id", metavar="[NAME]", required=False)
+@click.option(
+    "--view",
+    is_flag=True,
+    help="Print the exact messages a model would receive (system prompt, zones, mode's view).",
+)
+@command_options
+@pass_app
+def show(app: App, slot_id: str | None, view: bool) -> None:
+    """Show a slot's config and zones, or with --view what the model would see.
+
+    \b
+    Examples:
+      agctl slot show
+      agctl slot show plan-b --view
+      agctl slot show --view --json | jq '.messages'
+    """
+    sid = app.session_id()
+    session = app.store.load_session(sid)
+    slot = app.store.load_slot(sid, slot_id)
+    if view:
+        from agctl.view import request_view
+
+        messages = request_view(session, slot)
+        tokens = sum(m.token_count() for m in messages)
+        payload = {
+            "session": sid,
+            "slot": slot.id,
+            "mode": slot.config.mode,
+            "tokens": tokens,
+            "messages": [m.to_openai() for m in messages],
+        }
+        app.emit(payload, text=transcript(messages) or "(the view is empty)")
+        return
+    if app.json:
+        app.emit({**slot.model_dump(mode="json"), "current": slot.id == session.current_slot})
+        return
+    from agctl.models import isoformat
+
+    config = slot.config
+    summary: dict[str, Any] = {
+        "slot": slot.id + ("  (current)" if slot.id == session.current_slot else ""),
+        "mode": config.mode,
+        "source": config.source.kind
+        + (
+            f" from {config.source.parent_id} ({config.source.strategy})"
+            if config.source.parent_id
+            else ""
+        ),
+    }
+    if config.mode == "focused":
+        focus = config.focused
+        summary["focused"] = (
+            f"keep_system={focus.keep_system} recent_messages={focus.recent_messages}"
+            f" summary={'set' if focus.summary_override else 'none'}"
+        )
+    summary.update(
+        {
+            "immutable": len(slot.immutable),
+            "compressed": len(slot.compressed),
+            "messages": len(slot.messages),
+            "tokens": slot.meta.total_tokens,
+            "created": isoformat(slot.meta.created_at),
+            "updated": isoformat(slot.meta.updated_at),
+        }
+    )
+    app.emit(summary)
+
+
+@command.command("mode")
+@click.argument("mode", type=click.Choice(MODES))
+@click.argument("slot_id", metavar="[NAME]", required=False)
+@focus_options
+@command_options
+@pass_app
+def mode(
+    app: App,
+    mode: str,
+    slot_id: str | None,
+    keep_system: bool | None,
+    recent: int | None,
+    summary: str | None,
+) -> None:
+    """Change a slot's mode; messages are kept, the view is filtered when read.
+
+    \b
+    Examples:
+      agctl slot mode focused --recent 6 --summary "We agreed on plan B."
+      agctl slot mode readonly reference
+      agctl slot mode full
+    """
+    slot = app.store.set_mode(
+        app.session_id(), slot_id, mode, focus=focus_changes(keep_system, recent, summary)
+    )
+    app.emit(slot_row(slot), text=f"slot {slot.id} is now {slot.config.mode}")
+
+
+@command.command("rm")
+@click.argument("slot_id", metavar="NAME")
+@command_options
+@pass_app
+def rm(app: App, slot_id: str) -> None:
+    """Delete a slot. 'default' and the last slot are protected.
+
+    Deleting the current slot switches the session to 'default'.
+
+    \b
+    Examples:
+      agctl slot rm plan-b
+    """
+    session = app.store.delete_slot(app.session_id(), slot_id)
+    payload = {"deleted": slot_id, "current_slot": session.current_slot}
+    app.emit(payload, text=f"deleted slot {slot_id}; current slot: {session.current_slot}")

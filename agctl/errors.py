@@ -1,0 +1,120 @@
+"""Errors raised by the agctl library; the CLI maps `exit_code` to the process status.
+
+This module imports nothing heavy: the CLI catches these on its start-up path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_CONFLICT = 4
+EXIT_DATA = 5
+
+
+class AgctlError(Exception):
+    """Base of every error the library raises on purpose."""
+
+    exit_code = EXIT_ERROR
+
+
+class UsageError(AgctlError):
+    """The request itself is malformed: a bad id, an ambiguous prefix, a bad index."""
+
+    exit_code = EXIT_USAGE
+
+
+class InvalidId(UsageError):
+    pass
+
+
+class AmbiguousId(UsageError):
+    def __init__(self, kind: str, prefix: str, candidates: list[str]) -> None:
+        self.candidates = candidates
+        shown = ", ".join(candidates[:10]) + (" …" if len(candidates) > 10 else "")
+        super().__init__(f"{kind} id prefix {prefix!r} is ambiguous: {shown}")
+
+
+class NoSessionSelected(UsageError):
+    def __init__(self) -> None:
+        super().__init__(
+            "no session selected: pass --session ID, set AGCTL_SESSION, "
+            "or run 'agctl session use ID'"
+        )
+
+
+class NotFound(AgctlError):
+    exit_code = EXIT_NOT_FOUND
+
+
+class Conflict(AgctlError):
+    """The operation clashes with the current state: exists, protected, has children."""
+
+    exit_code = EXIT_CONFLICT
+
+
+class AlreadyExists(Conflict):
+    pass
+
+
+class ProtectedSlot(Conflict):
+    pass
+
+
+class HasChildren(Conflict):
+    def __init__(self, session_id: str, children: list[str]) -> None:
+        self.children = children
+        super().__init__(
+            f"session {session_id!r} has children ({', '.join(children)}); "
+            "destroy it with recursive=True (--recursive) to remove them too"
+        )
+
+
+class ReadonlySlot(Conflict):
+    def __init__(self, slot_id: str, action: str) -> None:
+        self.slot_id = slot_id
+        self.action = action
+        super().__init__(
+            f"slot {slot_id!r} is readonly: cannot {action} "
+            f"(change it with 'agctl slot mode full {slot_id}')"
+        )
+
+
+class DataError(AgctlError):
+    """A stored document is corrupt, of the wrong shape or from an unsupported version."""
+
+    exit_code = EXIT_DATA
+
+
+class CorruptDocument(DataError):
+    def __init__(self, path: Path | str, reason: str) -> None:
+        self.path = Path(path)
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class SchemaTooNew(DataError):
+    def __init__(
+        self, kind: str, found: str, supported: str, path: Path | str | None = None
+    ) -> None:
+        self.kind = kind
+        self.found = found
+        self.supported = supported
+        self.path = Path(path) if path is not None else None
+        where = f"{path}: " if path is not None else ""
+        super().__init__(
+            f"{where}{kind} document has schema version {found}, but this agctl "
+            f"supports {kind} schema version {supported} at most; upgrade agctl to read it"
+        )
+
+
+class InvalidInput(AgctlError):
+    """Input given to agctl (a file to import, stdin) does not have the expected shape."""
+
+    exit_code = EXIT_DATA
+
+
+class StoreError(AgctlError):
+    """The file system refused an operation (permissions, full disk, read-only mount)."""

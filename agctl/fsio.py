@@ -1,0 +1,104 @@
+"""Crash-safe file primitives: atomic replace, directory fsync, per-session locks."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from agctl.errors import CorruptDocument, NotFound, StoreError
+
+
+def _describe(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that a crash leaves the old or the new file, never a mix."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise StoreError(f"cannot write {path}: {_describe(exc)}") from exc
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise StoreError(f"cannot write {path}: {_describe(exc)}") from exc
+        raise
+    fsync_dir(path.parent)
+
+
+def read_bytes(path: Path, what: str = "file") -> bytes:
+    """Read a regular file, refusing symlinks so no document can point outside the data dir."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError as exc:
+        raise NotFound(f"{what} not found: {path}") from exc
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CorruptDocument(path, "is a symbolic link; refusing to follow it") from exc
+        raise StoreError(f"cannot read {path}: {_describe(exc)}") from exc
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {_describe(exc)}") from exc
+
+
+def remove_file(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot remove {path}: {_describe(exc)}") from exc
+    fsync_dir(path.parent)
+
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `lock_path`; re-entrant within one thread."""
+    held: dict[str, int] = _local.__dict__.setdefault("held", {})
+    key = str(lock_path)
+    if key in held:
+        held[key] += 1
+        try:
+            yield
+        finally:
+            held[key] -= 1
+        return
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise StoreError(f"cannot open lock file {lock_path}: {_describe(exc)}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        held[key] = 1
+        try:
+            yield
+        finally:
+            del held[key]
+    finally:
+        os.close(fd)

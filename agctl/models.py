@@ -1,0 +1,346 @@
+"""The stored documents: messages, slots and sessions (pydantic v2).
+
+Every model keeps unknown fields (`extra="allow"`), so a document written by a newer
+minor version of agctl survives a rewrite by this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from agctl import schema
+from agctl.errors import NotFound, ReadonlySlot, UsageError
+from agctl.tokens import MESSAGE_OVERHEAD, estimate_content, estimate_text
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+SlotMode = Literal["full", "focused", "readonly"]
+SLOT_MODES: tuple[str, ...] = ("full", "focused", "readonly")
+DeriveStrategy = Literal["full", "focused"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def isoformat(moment: datetime) -> str:
+    """The same form pydantic writes into documents: ISO 8601 with a 'Z'."""
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ToolCallFunction(Model):
+    name: str
+    arguments: str = ""
+
+
+class ToolCall(Model):
+    id: str
+    type: str = "function"
+    function: ToolCallFunction
+
+
+_OPTIONAL_MESSAGE_FIELDS = (
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "reasoning",
+    "created_at",
+    "model",
+    "usage",
+    "tokens",
+)
+_METADATA_FIELDS = ("created_at", "model", "usage", "tokens")
+
+
+class Message(Model):
+    """One chat message in the OpenAI shape, plus agctl's metadata."""
+
+    role: Role
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning: str | None = None
+    created_at: datetime | None = None
+    model: str | None = None
+    usage: dict[str, Any] | None = None
+    tokens: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> Message:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"a {self.role} message needs content")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs tool_call_id")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for key in _OPTIONAL_MESSAGE_FIELDS:
+            if data.get(key, 0) is None:
+                del data[key]
+        return data
+
+    @classmethod
+    def from_openai(cls, data: Any) -> Message:
+        """Validate one message in the OpenAI chat format (`reasoning_content` accepted)."""
+        if isinstance(data, dict) and "reasoning_content" in data:
+            data = dict(data)
+            reasoning = data.pop("reasoning_content")
+            data.setdefault("reasoning", reasoning)
+        return cls.model_validate(data)
+
+    def to_openai(self) -> dict[str, Any]:
+        """The message as an OpenAI chat message: metadata dropped, everything else kept."""
+        data = self.model_dump(mode="json", exclude=set(_METADATA_FIELDS))
+        data.setdefault("content", None)
+        if "reasoning" in data:
+            data["reasoning_content"] = data.pop("reasoning")
+        return data
+
+    def text(self) -> str:
+        """The content as plain text (text parts joined; other parts skipped)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(str(p.get("text", "")) for p in self.content if isinstance(p, dict))
+
+    def token_count(self) -> int:
+        """Provider-reported tokens when known, else the estimate."""
+        if self.tokens is not None:
+            return self.tokens
+        total = MESSAGE_OVERHEAD + estimate_content(self.content)
+        for call in self.tool_calls or ():
+            total += estimate_text(call.function.name) + estimate_text(call.function.arguments)
+        return total
+
+
+class FocusedConfig(Model):
+    keep_system: bool = True
+    recent_messages: int = Field(default=10, ge=0)
+    summary_override: str | None = None
+
+    def updated(self, changes: Mapping[str, Any] | None) -> FocusedConfig:
+        """A copy with `changes` applied (None values are ignored; "" clears the summary)."""
+        data = self.model_dump()
+        data.update({k: v for k, v in (changes or {}).items() if v is not None})
+        if data.get("summary_override") == "":
+            data["summary_override"] = None
+        return FocusedConfig.model_validate(data)
+
+
+class SlotSource(Model):
+    kind: Literal["new", "derived", "static"] = "new"
+    parent_id: str | None = None
+    strategy: DeriveStrategy | None = None
+
+
+BUDGET_RATIOS = {
+    "system": 0.06,
+    "history": 0.64,
+    "tools": 0.08,
+    "tool_results": 0.14,
+    "reserve": 0.08,
+}
+
+
+class ContextBudget(Model):
+    """How a model's context window is shared between the parts of a request."""
+
+    system: int = Field(default=8_000, ge=0)
+    history: int = Field(default=80_000, ge=0)
+    tools: int = Field(default=10_000, ge=0)
+    tool_results: int = Field(default=20_000, ge=0)
+    reserve: int = Field(default=10_000, ge=0)
+
+    @classmethod
+    def auto(cls, context_window: int) -> ContextBudget:
+        """Split `context_window` by the fixed ratios in BUDGET_RATIOS."""
+        if context_window <= 0:
+            raise ValueError("context_window must be positive")
+        parts = {k: int(context_window * r) for k, r in BUDGET_RATIOS.items()}
+        parts["history"] += context_window - sum(parts.values())
+        return cls(**parts)
+
+    @property
+    def total(self) -> int:
+        return self.system + self.history + self.tools + self.tool_results + self.reserve
+
+
+class SlotConfig(Model):
+    mode: SlotMode = "full"
+    focused: FocusedConfig = Field(default_factory=FocusedConfig)
+    source: SlotSource = Field(default_factory=SlotSource)
+    budget: ContextBudget = Field(default_factory=ContextBudget)
+
+
+class SlotMeta(Model):
+    parent_id: str | None = None
+    message_count: int = 0
+    total_tokens: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Document(Model):
+    """A top-level stored document: versioned and upgraded on read."""
+
+    kind: ClassVar[str]
+    schema_version: str = "1.0"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        return schema.upgrade(cls.kind, data)
+
+    @field_validator("schema_version")
+    @classmethod
+    def _check_version(cls, value: str) -> str:
+        schema.parse_version(value)
+        return value
+
+
+class Slot(Document):
+    """A named context: config, meta and three zones (immutable, compressed, messages)."""
+
+    kind: ClassVar[str] = "slot"
+    schema_version: str = schema.format_version(schema.CURRENT["slot"])
+    id: str
+    config: SlotConfig = Field(default_factory=SlotConfig)
+    meta: SlotMeta = Field(default_factory=SlotMeta)
+    immutable: list[Message] = Field(default_factory=list)
+    compressed: list[Message] = Field(default_factory=list)
+    messages: list[Message] = Field(default_factory=list)
+
+    @property
+    def readonly(self) -> bool:
+        return self.config.mode == "readonly"
+
+    def check_writable(self, action: str) -> None:
+        if self.readonly:
+            raise ReadonlySlot(self.id, action)
+
+    def refresh_meta(self) -> None:
+        """Recompute the derived counts and stamp the update time."""
+        zones = (self.immutable, self.compressed, self.messages)
+        self.meta.message_count = sum(len(z) for z in zones)
+        self.meta.total_tokens = sum(m.token_count() for z in zones for m in z)
+        self.meta.updated_at = utcnow()
+
+    def position(self, index: int, *, insert: bool = False) -> int:
+        """The non-negative position of `index`, or NotFound when it is out of range."""
+        size = len(self.messages)
+        upper = size if insert else size - 1
+        position = index + size if index < 0 else index
+        if not 0 <= position <= upper:
+            raise NotFound(
+                f"slot {self.id!r} has {size} message{'s' if size != 1 else ''}; "
+                f"index {index} is out of range"
+            )
+        return position
+
+    def get(self, index: int) -> Message:
+        return self.messages[self.position(index)]
+
+    def find(self, roles: set[str]) -> list[int]:
+        return [i for i, m in enumerate(self.messages) if m.role in roles]
+
+    def append(self, message: Message) -> int:
+        self.check_writable("append")
+        self.messages.append(message)
+        return len(self.messages) - 1
+
+    def extend(self, messages: list[Message], *, replace: bool = False) -> int:
+        self.check_writable("import")
+        if replace:
+            self.messages = list(messages)
+        else:
+            self.messages.extend(messages)
+        return len(messages)
+
+    def insert(self, index: int, message: Message) -> int:
+        self.check_writable("insert")
+        position = self.position(index, insert=True)
+        self.messages.insert(position, message)
+        return position
+
+    def edit(self, index: int, content: str) -> Message:
+        self.check_writable("edit")
+        position = self.position(index)
+        old = self.messages[position]
+        if old.content is None and old.tool_calls:
+            raise UsageError(f"message {index} holds tool calls, not text content")
+        updated = old.model_copy(update={"content": content, "tokens": None})
+        self.messages[position] = updated
+        return updated
+
+    def remove(self, index: int) -> Message:
+        self.check_writable("remove")
+        return self.messages.pop(self.position(index))
+
+    def pop(self, index: int = -1) -> Message:
+        self.check_writable("pop")
+        return self.messages.pop(self.position(index))
+
+    def retain(self, roles: set[str]) -> int:
+        """Keep only messages whose role is in `roles`; return how many were dropped."""
+        self.check_writable("retain")
+        kept = [m for m in self.messages if m.role in roles]
+        dropped = len(self.messages) - len(kept)
+        self.messages = kept
+        return dropped
+
+    def clear(self) -> int:
+        self.check_writable("clear")
+        dropped = len(self.messages)
+        self.messages = []
+        return dropped
+
+
+class ModelCost(Model):
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+
+
+class Cost(Model):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    by_model: dict[str, ModelCost] = Field(default_factory=dict)
+
+
+class Session(Document):
+    kind: ClassVar[str] = "session"
+    schema_version: str = schema.format_version(schema.CURRENT["session"])
+    id: str
+    parent_id: str | None = None
+    title: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+    system_prompt: str | None = None
+    profile: str | None = None
+    model: str | None = None
+    current_slot: str = "default"
+    turn_count: int = Field(default=0, ge=0)
+    cost: Cost = Field(default_factory=Cost)
+    memory: dict[str, str] = Field(default_factory=dict)

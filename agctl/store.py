@@ -1,0 +1,519 @@
+"""The embedded file store: sessions and their slots as plain JSON documents.
+
+Layout (see DESIGN.md, "Storage"):
+
+    <root>/current-session                the id chosen with `session use`
+    <root>/sessions/<session-id>/session.json
+    <root>/sessions/<session-id>/slots/<slot-id>.json
+    <root>/sessions/<session-id>/.lock    flock target for every read-modify-write
+
+Every write replaces a whole document atomically; every change to a session runs under
+its lock, so parallel processes never lose an update. Readers take no lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from agctl.errors import (
+    AgctlError,
+    AlreadyExists,
+    Conflict,
+    CorruptDocument,
+    DataError,
+    HasChildren,
+    NotFound,
+    ProtectedSlot,
+    SchemaTooNew,
+    StoreError,
+    UsageError,
+)
+from agctl.fsio import exclusive_lock, fsync_dir, read_bytes, remove_file, write_atomic
+from agctl.ids import new_session_id, resolve_prefix, validate_id
+from agctl.models import (
+    SLOT_MODES,
+    DeriveStrategy,
+    Document,
+    FocusedConfig,
+    Message,
+    Session,
+    Slot,
+    SlotConfig,
+    SlotMeta,
+    SlotSource,
+    utcnow,
+)
+from agctl.view import focused_messages
+
+log = logging.getLogger("agctl.store")
+
+DEFAULT_SLOT = "default"
+D = TypeVar("D", bound=Document)
+T = TypeVar("T")
+
+
+def default_data_dir() -> Path:
+    """AGCTL_DATA_DIR, else the platform's user data dir for agctl."""
+    env = os.environ.get("AGCTL_DATA_DIR")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("agctl"))
+
+
+def _validation_summary(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "document"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"invalid document: {where}: {first['msg']}{more}"
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in SLOT_MODES:
+        raise UsageError(f"unknown slot mode {mode!r}; choose from {', '.join(SLOT_MODES)}")
+
+
+def _focus(base: FocusedConfig, changes: Mapping[str, Any] | None) -> FocusedConfig:
+    try:
+        return base.updated(changes)
+    except ValidationError as exc:
+        raise UsageError(f"invalid focused settings: {_validation_summary(exc)}") from None
+
+
+@dataclass
+class SessionInfo:
+    """A session as listed: the document plus what only the whole store knows."""
+
+    session: Session
+    children: list[str] = field(default_factory=list)
+    orphan: bool = False
+
+
+class Store:
+    """Sessions, slots, messages and memory under one data directory."""
+
+    def __init__(self, root: Path | str | None = None) -> None:
+        self.root = Path(root) if root is not None else default_data_dir()
+        self.sessions_dir = self.root / "sessions"
+
+    # ---- paths and documents -------------------------------------------------------
+
+    def session_dir(self, session_id: str) -> Path:
+        return self.sessions_dir / validate_id(session_id, "session")
+
+    def _session_path(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "session.json"
+
+    def _slot_path(self, session_id: str, slot_id: str) -> Path:
+        return self.session_dir(session_id) / "slots" / f"{validate_id(slot_id, 'slot')}.json"
+
+    @staticmethod
+    def _read(path: Path, model: type[D], what: str) -> D:
+        raw = read_bytes(path, what)
+        try:
+            return model.model_validate_json(raw)
+        except SchemaTooNew as exc:
+            raise SchemaTooNew(exc.kind, exc.found, exc.supported, path) from None
+        except ValidationError as exc:
+            if any(e["type"] == "json_invalid" for e in exc.errors()):
+                raise CorruptDocument(path, "not valid JSON") from None
+            raise CorruptDocument(path, _validation_summary(exc)) from None
+
+    @staticmethod
+    def _write(path: Path, document: Document) -> None:
+        write_atomic(path, document.model_dump_json(indent=2).encode() + b"\n")
+
+    @contextlib.contextmanager
+    def lock(self, session_id: str) -> Iterator[None]:
+        """Hold the session's exclusive lock; the session must exist once it is held."""
+        path = self._session_path(session_id)
+        if not path.exists():
+            raise NotFound(f"session {session_id!r} not found")
+        with exclusive_lock(path.parent / ".lock"):
+            if not path.exists():
+                raise NotFound(f"session {session_id!r} was destroyed")
+            yield
+
+    # ---- sessions ------------------------------------------------------------------
+
+    def session_ids(self) -> list[str]:
+        try:
+            names = os.listdir(self.sessions_dir)
+        except FileNotFoundError:
+            return []
+        return sorted(
+            n
+            for n in names
+            if not n.startswith(".") and (self.sessions_dir / n / "session.json").exists()
+        )
+
+    def resolve_session(self, prefix: str) -> str:
+        """Resolve a session id or a unique prefix of one."""
+        return resolve_prefix("session", prefix, self.session_ids())
+
+    def load_session(self, session_id: str) -> Session:
+        return self._read(self._session_path(session_id), Session, f"session {session_id!r}")
+
+    def list_sessions(self, problems: list[AgctlError] | None = None) -> list[SessionInfo]:
+        """Every session, oldest first, with its children and whether its parent is gone.
+
+        A session that cannot be read raises, unless `problems` is given: then its error is
+        appended there and the listing goes on without it.
+        """
+        infos: list[SessionInfo] = []
+        for sid in self.session_ids():
+            try:
+                infos.append(SessionInfo(self.load_session(sid)))
+            except (DataError, StoreError) as exc:
+                if problems is None:
+                    raise
+                problems.append(exc)
+        by_id = {info.session.id: info for info in infos}
+        for info in infos:
+            parent = info.session.parent_id
+            if parent is None:
+                continue
+            if parent in by_id:
+                by_id[parent].children.append(info.session.id)
+            else:
+                info.orphan = True
+        infos.sort(key=lambda i: (i.session.created_at, i.session.id))
+        return infos
+
+    def children(self, session_id: str) -> list[str]:
+        return sorted(
+            sid
+            for sid in self.session_ids()
+            if sid != session_id and self.load_session(sid).parent_id == session_id
+        )
+
+    def create_session(
+        self,
+        session_id: str | None = None,
+        *,
+        system_prompt: str | None = None,
+        parent_id: str | None = None,
+        title: str | None = None,
+        profile: str | None = None,
+        model: str | None = None,
+    ) -> Session:
+        """Create a session with its `default` slot, all or nothing."""
+        sid = validate_id(session_id, "session") if session_id else new_session_id()
+        if parent_id is not None:
+            parent_id = self.resolve_session(parent_id)
+        session = Session(
+            id=sid,
+            parent_id=parent_id,
+            title=title,
+            system_prompt=system_prompt,
+            profile=profile,
+            model=model,
+        )
+        target = self.session_dir(sid)
+        if target.exists():
+            raise AlreadyExists(f"session {sid!r} already exists")
+        try:
+            self.sessions_dir.mkdir(parents=True, exist_ok=True)
+            staging = self.sessions_dir / f".new-{sid}-{secrets.token_hex(4)}"
+            (staging / "slots").mkdir(parents=True)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create session in {self.sessions_dir}: {exc.strerror}"
+            ) from exc
+        try:
+            self._write(staging / "slots" / f"{DEFAULT_SLOT}.json", self._new_slot(DEFAULT_SLOT))
+            self._write(staging / "session.json", session)
+            fsync_dir(staging)
+            os.rename(staging, target)
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            if target.exists():
+                raise AlreadyExists(f"session {sid!r} already exists") from exc
+            raise StoreError(f"cannot create session {sid!r}: {exc.strerror}") from exc
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        fsync_dir(self.sessions_dir)
+        log.info("session created: %s (parent %s)", sid, parent_id or "-")
+        return session
+
+    def update_session(self, session_id: str, change: Callable[[Session], T]) -> T:
+        """Apply `change` to the session document under its lock and write it back."""
+        with self.lock(session_id):
+            session = self.load_session(session_id)
+            result = change(session)
+            session.updated_at = utcnow()
+            self._write(self._session_path(session_id), session)
+            return result
+
+    def destroy_session(self, session_id: str, *, recursive: bool = False) -> list[str]:
+        """Remove a session (and, if `recursive`, its descendants); return the removed ids."""
+        infos = {i.session.id: i for i in self.list_sessions(problems=[])}
+        if session_id not in infos:
+            raise NotFound(f"session {session_id!r} not found")
+        children = infos[session_id].children
+        if children and not recursive:
+            raise HasChildren(session_id, children)
+        doomed: list[str] = []
+        queue = [session_id]
+        while queue:
+            sid = queue.pop(0)
+            doomed.append(sid)
+            queue.extend(infos[sid].children)
+        for sid in reversed(doomed):
+            self._remove_session_dir(sid)
+        current = self.current_session_id()
+        if current in doomed:
+            self.set_current_session(None)
+        return doomed
+
+    def _remove_session_dir(self, session_id: str) -> None:
+        with self.lock(session_id):
+            trash = self.sessions_dir / f".trash-{session_id}-{secrets.token_hex(4)}"
+            try:
+                os.rename(self.session_dir(session_id), trash)
+            except OSError as exc:
+                raise StoreError(f"cannot remove session {session_id!r}: {exc.strerror}") from exc
+            fsync_dir(self.sessions_dir)
+        shutil.rmtree(trash, ignore_errors=True)
+        log.info("session destroyed: %s", session_id)
+
+    # ---- the current-session pointer --------------------------------------------------
+
+    @property
+    def _current_path(self) -> Path:
+        return self.root / "current-session"
+
+    def current_session_id(self) -> str | None:
+        try:
+            value = read_bytes(self._current_path, "current-session pointer").decode().strip()
+        except NotFound:
+            return None
+        except UnicodeDecodeError:
+            raise CorruptDocument(self._current_path, "not UTF-8 text") from None
+        return value or None
+
+    def set_current_session(self, session_id: str | None) -> None:
+        if session_id is None:
+            remove_file(self._current_path)
+            return
+        self.load_session(session_id)
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_atomic(self._current_path, session_id.encode() + b"\n")
+
+    # ---- slots ---------------------------------------------------------------------
+
+    @staticmethod
+    def _new_slot(
+        slot_id: str,
+        config: SlotConfig | None = None,
+        immutable: Sequence[Message] = (),
+        parent_id: str | None = None,
+    ) -> Slot:
+        slot = Slot(
+            id=slot_id,
+            config=config or SlotConfig(),
+            meta=SlotMeta(parent_id=parent_id),
+            immutable=list(immutable),
+        )
+        slot.refresh_meta()
+        return slot
+
+    def slot_ids(self, session_id: str) -> list[str]:
+        directory = self.session_dir(session_id) / "slots"
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            raise NotFound(f"session {session_id!r} not found") from None
+        return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
+
+    def resolve_slot(self, session_id: str, slot_id: str | None) -> str:
+        """The given slot id, or the session's current slot when None."""
+        if slot_id is None:
+            return self.load_session(session_id).current_slot
+        return validate_id(slot_id, "slot")
+
+    def load_slot(self, session_id: str, slot_id: str | None = None) -> Slot:
+        slot_id = self.resolve_slot(session_id, slot_id)
+        path = self._slot_path(session_id, slot_id)
+        if not path.exists() and not path.is_symlink():
+            self.load_session(session_id)
+            raise NotFound(f"slot {slot_id!r} not found in session {session_id!r}")
+        return self._read(path, Slot, f"slot {slot_id!r}")
+
+    def list_slots(self, session_id: str) -> list[Slot]:
+        return [self.load_slot(session_id, s) for s in self.slot_ids(session_id)]
+
+    def _insert_slot(self, session_id: str, slot: Slot, make_current: bool) -> Slot:
+        path = self._slot_path(session_id, slot.id)
+        if path.exists():
+            raise AlreadyExists(f"slot {slot.id!r} already exists in session {session_id!r}")
+        self._write(path, slot)
+        if make_current:
+            self.use_slot(session_id, slot.id)
+        return slot
+
+    def create_slot(
+        self,
+        session_id: str,
+        slot_id: str,
+        *,
+        mode: str = "full",
+        focus: Mapping[str, Any] | None = None,
+        immutable: Sequence[Message] = (),
+        make_current: bool = False,
+    ) -> Slot:
+        """Create a slot; with `immutable` messages it is a static slot.
+
+        `focus` sets the focused-mode settings (keep_system, recent_messages,
+        summary_override) over the defaults.
+        """
+        validate_id(slot_id, "slot")
+        _check_mode(mode)
+        config = SlotConfig.model_validate(
+            {
+                "mode": mode,
+                "focused": _focus(FocusedConfig(), focus),
+                "source": SlotSource(kind="static" if immutable else "new"),
+            }
+        )
+        with self.lock(session_id):
+            slot = self._new_slot(slot_id, config, immutable)
+            return self._insert_slot(session_id, slot, make_current)
+
+    def derive_slot(
+        self,
+        session_id: str,
+        slot_id: str,
+        *,
+        source: str | None = None,
+        strategy: DeriveStrategy = "full",
+        focus: Mapping[str, Any] | None = None,
+        make_current: bool = False,
+    ) -> Slot:
+        """A new slot from `source` (default: current): a full copy, or its focused view.
+
+        `focus` changes the parent's focused-mode settings for the new slot.
+        """
+        validate_id(slot_id, "slot")
+        if strategy not in ("full", "focused"):
+            raise UsageError(f"unknown derive strategy {strategy!r}; choose full or focused")
+        with self.lock(session_id):
+            parent = self.load_slot(session_id, source)
+            focused = _focus(parent.config.focused, focus)
+            if strategy == "full":
+                messages = list(parent.messages)
+                mode = "focused" if parent.config.mode == "focused" else "full"
+            else:
+                messages = focused_messages(parent.messages, focused, with_summary=False)
+                mode = "focused"
+            config = parent.config.model_copy(
+                update={
+                    "mode": mode,
+                    "focused": focused,
+                    "source": SlotSource(kind="derived", parent_id=parent.id, strategy=strategy),
+                }
+            )
+            slot = self._new_slot(slot_id, config, parent.immutable, parent_id=parent.id)
+            slot.compressed = list(parent.compressed)
+            slot.messages = messages
+            slot.refresh_meta()
+            self._insert_slot(session_id, slot, make_current)
+        log.info("slot derived: %s/%s from %s (%s)", session_id, slot_id, parent.id, strategy)
+        return slot
+
+    def use_slot(self, session_id: str, slot_id: str) -> Session:
+        """Make `slot_id` the session's current slot."""
+        with self.lock(session_id):
+            self.load_slot(session_id, slot_id)
+
+            def switch(session: Session) -> Session:
+                session.current_slot = slot_id
+                return session
+
+            return self.update_session(session_id, switch)
+
+    def update_slot(self, session_id: str, slot_id: str | None, change: Callable[[Slot], T]) -> T:
+        """Apply `change` to a slot under the session lock and write it back atomically.
+
+        If `change` raises (a readonly slot, a bad index), nothing is written.
+        """
+        with self.lock(session_id):
+            slot = self.load_slot(session_id, slot_id)
+            result = change(slot)
+            slot.refresh_meta()
+            self._write(self._slot_path(session_id, slot.id), slot)
+            return result
+
+    def set_mode(
+        self,
+        session_id: str,
+        slot_id: str | None,
+        mode: str,
+        *,
+        focus: Mapping[str, Any] | None = None,
+    ) -> Slot:
+        """Change a slot's mode (and focused settings); messages are never touched."""
+        _check_mode(mode)
+
+        def change(slot: Slot) -> Slot:
+            slot.config.focused = _focus(slot.config.focused, focus)
+            slot.config.mode = mode  # type: ignore[assignment]
+            return slot
+
+        return self.update_slot(session_id, slot_id, change)
+
+    def delete_slot(self, session_id: str, slot_id: str) -> Session:
+        """Delete a slot (never `default`, never the last); a deleted current slot falls back."""
+        validate_id(slot_id, "slot")
+        if slot_id == DEFAULT_SLOT:
+            raise ProtectedSlot(f"slot {DEFAULT_SLOT!r} cannot be deleted")
+        with self.lock(session_id):
+            slots = self.slot_ids(session_id)
+            if slot_id not in slots:
+                raise NotFound(f"slot {slot_id!r} not found in session {session_id!r}")
+            if len(slots) == 1:
+                raise ProtectedSlot(f"slot {slot_id!r} is the last slot of {session_id!r}")
+            session = self.load_session(session_id)
+            if session.current_slot == slot_id:
+                if DEFAULT_SLOT not in slots:
+                    raise Conflict(f"slot {slot_id!r} is current and there is no default slot")
+
+                def fall_back(s: Session) -> Session:
+                    s.current_slot = DEFAULT_SLOT
+                    return s
+
+                session = self.update_session(session_id, fall_back)
+            remove_file(self._slot_path(session_id, slot_id))
+        log.info("slot deleted: %s/%s", session_id, slot_id)
+        return session
+
+    # ---- memory --------------------------------------------------------------------
+
+    def memory_set(self, session_id: str, key: str, value: str) -> None:
+        self.update_session(session_id, lambda s: s.memory.__setitem__(key, value))
+
+    def memory_get(self, session_id: str, key: str) -> str:
+        memory = self.load_session(session_id).memory
+        if key not in memory:
+            raise NotFound(f"memory key {key!r} not set in session {session_id!r}")
+        return memory[key]
+
+    def memory_remove(self, session_id: str, key: str) -> str:
+        def remove(session: Session) -> str:
+            if key not in session.memory:
+                raise NotFound(f"memory key {key!r} not set in session {session_id!r}")
+            return session.memory.pop(key)
+
+        return self.update_session(session_id, remove)

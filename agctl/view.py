@@ -1,0 +1,64 @@
+"""What the model sees: the mode's view of a slot, and the whole request view."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agctl.models import FocusedConfig, Message, Session, Slot
+
+
+def _cut_start(messages: Sequence[Message], start: int) -> int:
+    """Move a cut back so no tool result is kept without the assistant message that called it."""
+    while 0 < start < len(messages) and messages[start].role == "tool":
+        start -= 1
+    return start
+
+
+def focused_messages(
+    messages: Sequence[Message], focus: FocusedConfig, *, with_summary: bool = True
+) -> list[Message]:
+    """The focused view of the incremental zone.
+
+    Order: the first system message (when `keep_system`), the summary override as a system
+    message, then the last `recent_messages` messages. The summary stands before the recent
+    messages because it summarises what came before them.
+    """
+    head: list[Message] = []
+    rest_from = 0
+    if focus.keep_system and messages and messages[0].role == "system":
+        head.append(messages[0])
+        rest_from = 1
+    if with_summary and focus.summary_override:
+        head.append(Message(role="system", content=focus.summary_override))
+    if focus.recent_messages == 0:
+        return head
+    start = max(rest_from, len(messages) - focus.recent_messages)
+    start = max(rest_from, _cut_start(messages, start))
+    return head + list(messages[start:])
+
+
+def slot_view(slot: Slot) -> list[Message]:
+    """The slot's own part of a request: immutable + compressed + the mode's view of messages."""
+    if slot.config.mode == "focused":
+        recent = focused_messages(slot.messages, slot.config.focused)
+    else:
+        recent = list(slot.messages)
+    return [*slot.immutable, *slot.compressed, *recent]
+
+
+def request_view(
+    session: Session,
+    slot: Slot,
+    *,
+    scratch: Sequence[Message] = (),
+    user_input: Message | None = None,
+    system_prompt: str | None = None,
+) -> list[Message]:
+    """The exact list of messages a model would receive for the next turn on `slot`."""
+    prompt = system_prompt if system_prompt is not None else session.system_prompt
+    view: list[Message] = [Message(role="system", content=prompt)] if prompt else []
+    view += slot_view(slot)
+    view += scratch
+    if user_input is not None:
+        view.append(user_input)
+    return view
