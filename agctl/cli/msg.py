@@ -326,7 +326,7 @@ def export(app: App, fmt: str, view: bool, output: str, slot: str | None) -> Non
         messages = request_view(app.store.load_session(sid), target)
     else:
         messages = target.messages
-    data = export_messages(messages, fmt)
+    data = export_messages(messages, fmt)  # type: ignore[arg-type]
     if output == "-":
         click.get_binary_stream("stdout").write(data)
     else:
@@ -361,7 +361,7 @@ def import_(app: App, source: str, fmt: str, replace: bool, slot: str | None) ->
     from agctl.interchange import parse_messages
 
     data, name = read_input_file(source)
-    messages = parse_messages(data, fmt, name)
+    messages = parse_messages(data, fmt, name)  # type: ignore[arg-type]
     sid = app.session_id()
 
     def change(target: Slot) -> tuple[str, int]:
