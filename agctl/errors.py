@@ -67,8 +67,8 @@ class HasChildren(Conflict):
     def __init__(self, session_id: str, children: list[str]) -> None:
         self.children = children
         super().__init__(
-            f"session {session_id!r} has children ({', '.join(children)}); "
-            "destroy it with recursive=True (--recursive) to remove them too"
+            f"session {session_id!r} has children: {', '.join(children)}; destroy them too "
+            "with --recursive (recursive=True), or keep them as orphans with --orphan"
         )
 
 

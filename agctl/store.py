@@ -100,6 +100,14 @@ class SessionInfo:
     orphan: bool = False
 
 
+@dataclass
+class Destroyed:
+    """What `destroy_session` removed, and which children it left without a parent."""
+
+    destroyed: list[str]
+    orphaned: list[str]
+
+
 class Store:
     """Sessions, slots, messages and memory under one data directory."""
 
@@ -209,7 +217,7 @@ class Store:
         model: str | None = None,
     ) -> Session:
         """Create a session with its `default` slot, all or nothing."""
-        sid = validate_id(session_id, "session") if session_id else new_session_id()
+        sid = new_session_id() if session_id is None else validate_id(session_id, "session")
         if parent_id is not None:
             parent_id = self.resolve_session(parent_id)
         session = Session(
@@ -257,26 +265,39 @@ class Store:
             self._write(self._session_path(session_id), session)
             return result
 
-    def destroy_session(self, session_id: str, *, recursive: bool = False) -> list[str]:
-        """Remove a session (and, if `recursive`, its descendants); return the removed ids."""
+    def parent(self, session_id: str) -> str | None:
+        """The parent's id, or None when there is none or it was destroyed (an orphan)."""
+        parent_id = self.load_session(session_id).parent_id
+        if parent_id is None or parent_id not in self.session_ids():
+            return None
+        return parent_id
+
+    def destroy_session(
+        self, session_id: str, *, recursive: bool = False, orphan: bool = False
+    ) -> Destroyed:
+        """Remove a session, and with `recursive` its descendants.
+
+        A session with children is refused unless `recursive` (remove them too) or `orphan`
+        (leave them, their parent gone).
+        """
         infos = {i.session.id: i for i in self.list_sessions(problems=[])}
         if session_id not in infos:
             raise NotFound(f"session {session_id!r} not found")
         children = infos[session_id].children
-        if children and not recursive:
+        if children and not (recursive or orphan):
             raise HasChildren(session_id, children)
         doomed: list[str] = []
         queue = [session_id]
         while queue:
             sid = queue.pop(0)
             doomed.append(sid)
-            queue.extend(infos[sid].children)
+            if recursive:
+                queue.extend(infos[sid].children)
         for sid in reversed(doomed):
             self._remove_session_dir(sid)
-        current = self.current_session_id()
-        if current in doomed:
+        if self.current_session_id() in doomed:
             self.set_current_session(None)
-        return doomed
+        return Destroyed(destroyed=doomed, orphaned=[] if recursive else children)
 
     def _remove_session_dir(self, session_id: str) -> None:
         with self.lock(session_id):

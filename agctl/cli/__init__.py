@@ -14,7 +14,11 @@ from typing import Any
 import click
 
 from agctl import __version__
-from agctl.cli import demo, memory, msg, session, slot
+from agctl.cli import demo as demo
+from agctl.cli import memory as memory
+from agctl.cli import msg as msg
+from agctl.cli import session as session
+from agctl.cli import slot as slot
 from agctl.cli.app import App
 from agctl.errors import AgctlError
 

@@ -190,18 +190,24 @@ def use(app: App, session_id: str) -> None:
 @command.command("rm")
 @click.argument("session_ids", metavar="ID...", nargs=-1, required=True)
 @click.option("--recursive", "-r", is_flag=True, help="Also destroy the session's descendants.")
+@click.option("--orphan", is_flag=True, help="Leave the session's children as orphans.")
 @json_option
 @pass_app
-def rm(app: App, session_ids: tuple[str, ...], recursive: bool) -> None:
-    """Destroy sessions. A session with children is refused unless --recursive.
+def rm(app: App, session_ids: tuple[str, ...], recursive: bool, orphan: bool) -> None:
+    """Destroy sessions. A session with children is refused unless --recursive or --orphan.
 
     \b
     Examples:
       agctl session rm 1q2w
       agctl session rm --recursive experiment-root
+      agctl session rm --orphan old-parent
     """
     destroyed: list[str] = []
+    orphaned: list[str] = []
     for prefix in session_ids:
         sid = app.store.resolve_session(prefix)
-        destroyed += app.store.destroy_session(sid, recursive=recursive)
-    app.emit({"destroyed": destroyed}, text="\n".join(f"destroyed {s}" for s in destroyed))
+        result = app.store.destroy_session(sid, recursive=recursive, orphan=orphan)
+        destroyed += result.destroyed
+        orphaned += result.orphaned
+    lines = [f"destroyed {s}" for s in destroyed] + [f"orphaned {s}" for s in orphaned]
+    app.emit({"destroyed": destroyed, "orphaned": orphaned}, text="\n".join(lines))

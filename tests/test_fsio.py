@@ -1,0 +1,89 @@
+"""Atomic writes and locks, on real files."""
+
+from __future__ import annotations
+
+import errno
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from agctl.errors import NotFound, StoreError
+from agctl.fsio import exclusive_lock, read_bytes, write_atomic
+
+
+def test_write_atomic_replaces_and_leaves_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "doc.json"
+    write_atomic(target, b"old")
+    write_atomic(target, b"new")
+    assert target.read_bytes() == b"new"
+    assert os.listdir(tmp_path) == ["doc.json"]
+
+
+def test_failed_write_keeps_the_old_file_and_removes_the_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "doc.json"
+    write_atomic(target, b"old")
+
+    def full_disk(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(StoreError, match="No space left on device") as caught:
+        write_atomic(target, b"new")
+    assert str(target) in str(caught.value)
+    assert target.read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["doc.json"]
+
+
+def test_interrupted_write_removes_the_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "doc.json"
+
+    def interrupted(src: str, dst: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(target, b"data")
+    assert os.listdir(tmp_path) == []
+
+
+def test_read_bytes_errors(tmp_path: Path) -> None:
+    with pytest.raises(NotFound):
+        read_bytes(tmp_path / "missing")
+    with pytest.raises(StoreError):
+        read_bytes(tmp_path)
+
+
+def _hold_lock(path: str, ready: multiprocessing.synchronize.Event, seconds: float) -> None:
+    with exclusive_lock(Path(path)):
+        ready.set()
+        time.sleep(seconds)
+        Path(path + ".released").write_text("yes")
+
+
+def test_lock_excludes_another_process(tmp_path: Path) -> None:
+    lock = tmp_path / ".lock"
+    ready = multiprocessing.get_context("fork").Event()
+    holder = multiprocessing.get_context("fork").Process(
+        target=_hold_lock, args=(str(lock), ready, 0.5)
+    )
+    holder.start()
+    assert ready.wait(10)
+    with exclusive_lock(lock):
+        assert Path(str(lock) + ".released").exists()
+    holder.join(10)
+    assert holder.exitcode == 0
+
+
+def test_lock_is_reentrant_in_one_thread(tmp_path: Path) -> None:
+    lock = tmp_path / ".lock"
+    with exclusive_lock(lock), exclusive_lock(lock):
+        pass
+    with exclusive_lock(lock):
+        pass

@@ -1,0 +1,120 @@
+"""The focused view and the request view."""
+
+from __future__ import annotations
+
+from agctl.models import FocusedConfig, Message, Session, Slot, SlotConfig
+from agctl.view import focused_messages, request_view, slot_view
+
+
+def user(text: str) -> Message:
+    return Message(role="user", content=text)
+
+
+def assistant(text: str) -> Message:
+    return Message(role="assistant", content=text)
+
+
+def call(call_id: str) -> Message:
+    return Message(
+        role="assistant",
+        tool_calls=[{"id": call_id, "function": {"name": "lookup", "arguments": "{}"}}],
+    )
+
+
+def result(call_id: str) -> Message:
+    return Message(role="tool", content="ok", tool_call_id=call_id)
+
+
+def texts(messages: list[Message]) -> list[str]:
+    return [m.text() or f"<{m.role}>" for m in messages]
+
+
+SYSTEM = Message(role="system", content="rules")
+CONVERSATION = [SYSTEM, user("u1"), assistant("a1"), user("u2"), assistant("a2")]
+
+
+def test_recent_keeps_last_n_and_the_first_system_message() -> None:
+    view = focused_messages(CONVERSATION, FocusedConfig(recent_messages=2))
+    assert texts(view) == ["rules", "u2", "a2"]
+
+
+def test_keep_system_off_drops_the_system_message() -> None:
+    view = focused_messages(CONVERSATION, FocusedConfig(recent_messages=2, keep_system=False))
+    assert texts(view) == ["u2", "a2"]
+
+
+def test_system_message_not_repeated_when_inside_the_window() -> None:
+    view = focused_messages(CONVERSATION, FocusedConfig(recent_messages=50))
+    assert texts(view) == texts(CONVERSATION)
+
+
+def test_keep_system_only_applies_to_a_leading_system_message() -> None:
+    messages = [user("u1"), SYSTEM, user("u2")]
+    view = focused_messages(messages, FocusedConfig(recent_messages=1))
+    assert texts(view) == ["u2"]
+
+
+def test_recent_zero_keeps_only_system_and_summary() -> None:
+    focus = FocusedConfig(recent_messages=0, summary_override="so far: nothing")
+    assert texts(focused_messages(CONVERSATION, focus)) == ["rules", "so far: nothing"]
+    focus = FocusedConfig(recent_messages=0, keep_system=False)
+    assert focused_messages(CONVERSATION, focus) == []
+
+
+def test_summary_is_a_system_message_before_the_recent_ones() -> None:
+    view = focused_messages(CONVERSATION, FocusedConfig(recent_messages=1, summary_override="S"))
+    assert [(m.role, m.text()) for m in view] == [
+        ("system", "rules"),
+        ("system", "S"),
+        ("assistant", "a2"),
+    ]
+
+
+def test_cut_never_separates_tool_results_from_their_call() -> None:
+    messages = [user("u1"), call("c1"), result("c1"), assistant("a1")]
+    view = focused_messages(messages, FocusedConfig(recent_messages=2))
+    assert texts(view) == ["<assistant>", "ok", "a1"]
+
+
+def test_cut_moves_back_over_several_tool_results() -> None:
+    messages = [user("u1"), call("c1"), result("c1"), result("c1"), result("c1")]
+    view = focused_messages(messages, FocusedConfig(recent_messages=1, keep_system=False))
+    assert [m.role for m in view] == ["assistant", "tool", "tool", "tool"]
+
+
+def test_cut_after_the_tool_group_is_left_alone() -> None:
+    messages = [call("c1"), result("c1"), user("u1"), assistant("a1")]
+    view = focused_messages(messages, FocusedConfig(recent_messages=2))
+    assert texts(view) == ["u1", "a1"]
+
+
+def test_empty_messages() -> None:
+    assert focused_messages([], FocusedConfig(recent_messages=3)) == []
+
+
+def test_slot_view_orders_zones_and_filters_only_messages() -> None:
+    slot = Slot(
+        id="s",
+        config=SlotConfig(mode="focused", focused=FocusedConfig(recent_messages=1)),
+        immutable=[Message(role="system", content="preset")],
+        compressed=[Message(role="system", content="summary of old")],
+        messages=[user("u1"), assistant("a1")],
+    )
+    assert texts(slot_view(slot)) == ["preset", "summary of old", "a1"]
+    slot.config.mode = "readonly"
+    assert texts(slot_view(slot)) == ["preset", "summary of old", "u1", "a1"]
+
+
+def test_request_view_adds_system_prompt_scratch_and_input() -> None:
+    session = Session(id="s1", system_prompt="be brief")
+    slot = Slot(id="default", messages=[user("u1")])
+    view = request_view(
+        session,
+        slot,
+        scratch=[Message(role="system", content="cwd=/tmp")],
+        user_input=user("next"),
+    )
+    assert texts(view) == ["be brief", "u1", "cwd=/tmp", "next"]
+    assert texts(request_view(Session(id="s2"), slot)) == ["u1"]
+    override = request_view(session, slot, system_prompt="just this turn")
+    assert texts(override) == ["just this turn", "u1"]
