@@ -6,7 +6,7 @@ completion stay fast; each command imports the core when it runs.
 
 from __future__ import annotations
 
-import logging
+import importlib
 import os
 from pathlib import Path
 from typing import Any
@@ -14,13 +14,19 @@ from typing import Any
 import click
 
 from agctl import __version__
-from agctl.cli import demo as demo
-from agctl.cli import memory as memory
-from agctl.cli import msg as msg
-from agctl.cli import session as session
-from agctl.cli import slot as slot
 from agctl.cli.app import App
 from agctl.errors import AgctlError
+
+# Each command group lives in its own module, imported only when it runs, so that
+# `agctl --help` and shell completion load click and nothing else. The one-line help
+# shown in `agctl --help` is kept here; a test checks it matches the module's.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "session": ("agctl.cli.session", "Create, list, select and destroy sessions."),
+    "slot": ("agctl.cli.slot", "Context slots: independent, branchable message lists."),
+    "msg": ("agctl.cli.msg", "Read and edit a slot's messages (its incremental zone)."),
+    "memory": ("agctl.cli.memory", "Session memory: small key/value pairs."),
+    "demo": ("agctl.cli.demo", "Run a scripted tour of sessions, slots and messages."),
+}
 
 EXIT_CODES = """\b
 Exit codes:
@@ -34,7 +40,22 @@ Exit codes:
 
 
 class RootGroup(click.Group):
-    """Maps library errors to a one-line message on stderr and a documented exit code."""
+    """Loads subcommands on demand; maps library errors to stderr and an exit code."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in SUBCOMMANDS:
+            return None
+        module = importlib.import_module(SUBCOMMANDS[cmd_name][0])
+        command: click.Command = module.command
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, SUBCOMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -46,12 +67,14 @@ class RootGroup(click.Group):
 
 def _configure_logging(verbose: int) -> None:
     level_name = os.environ.get("AGCTL_LOG", "").upper()
+    if not verbose and not level_name:
+        return
+    import logging
+
     if verbose:
         level = logging.INFO if verbose == 1 else logging.DEBUG
-    elif level_name:
-        level = getattr(logging, level_name, logging.INFO)
     else:
-        return
+        level = getattr(logging, level_name, logging.INFO)
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("agctl: %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("agctl")
@@ -109,10 +132,6 @@ def cli(
     """
     _configure_logging(verbose)
     ctx.obj = App(data_dir=data_dir, session=session, json=json_output)
-
-
-for module in (session, slot, msg, memory, demo):
-    cli.add_command(module.command)
 
 
 def main(*args: Any, **kwargs: Any) -> Any:

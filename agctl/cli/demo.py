@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
-import tempfile
 from pathlib import Path
 
 import click
@@ -46,7 +44,9 @@ TOUR: list[tuple[str, str]] = [
     help="Run in DIR and keep the data (default: a temporary dir, removed afterwards).",
 )
 def command(keep: Path | None) -> None:
-    """Run a scripted tour of sessions, slots and messages (offline, no key needed).
+    """Run a scripted tour of sessions, slots and messages.
+
+    Offline: no model, no key, no network.
 
     Every step is a real agctl command run against a throw-away data dir.
 
@@ -55,6 +55,8 @@ def command(keep: Path | None) -> None:
       agctl demo
       agctl demo --keep /tmp/agctl-tour && agctl --data-dir /tmp/agctl-tour session list
     """
+    import tempfile
+
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
         _tour(keep)
@@ -64,6 +66,8 @@ def command(keep: Path | None) -> None:
 
 
 def _tour(data_dir: Path) -> None:
+    import shlex
+
     from agctl.cli import cli
 
     for note, line in TOUR:

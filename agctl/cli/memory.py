@@ -9,7 +9,7 @@ from agctl.cli.app import App, command_options, pass_app, text_argument
 
 @click.group("memory")
 def command() -> None:
-    """Session memory: small key/value pairs stored with the session.
+    """Session memory: small key/value pairs.
 
     \b
     Examples:

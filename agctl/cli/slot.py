@@ -76,7 +76,7 @@ def transcript(messages: list[Message]) -> str:
 
 @click.group("slot")
 def command() -> None:
-    """Context slots: independent, branchable message lists inside a session.
+    """Context slots: independent, branchable message lists.
 
     \b
     Examples:

@@ -1,0 +1,27 @@
+"""The house checks: ruff lint and format, and mypy --strict over the library."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_tool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+
+
+def test_ruff_lint_and_format() -> None:
+    lint = run_tool("ruff", "check", "agctl", "tests", "bench")
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    fmt = run_tool("ruff", "format", "--check", "agctl", "tests", "bench")
+    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+
+
+def test_mypy_strict() -> None:
+    result = run_tool("mypy")
+    assert result.returncode == 0, result.stdout + result.stderr
