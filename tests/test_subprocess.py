@@ -1,0 +1,179 @@
+"""What only a real `python -m agctl` process shows: exit statuses, pipes, start-up imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HEAVY = ("httpx", "pydantic", "pydantic_core", "orjson", "platformdirs")
+
+
+@pytest.fixture
+def env(isolated_env: Path) -> dict[str, str]:
+    """The test's environment (isolated data dir, no AGCTL_SESSION) for child processes."""
+    environ = dict(os.environ)
+    environ["AGCTL_DATA_DIR"] = str(isolated_env)
+    environ["PYTHONIOENCODING"] = "utf-8"
+    return environ
+
+
+def agctl(
+    env: dict[str, str], *args: str, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "agctl", *args],
+        input=stdin if stdin is not None else b"",
+        capture_output=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def slot_file(data_dir: Path, session: str = "s1", slot: str = "default") -> Path:
+    return data_dir / "sessions" / session / "slots" / f"{slot}.json"
+
+
+def messages(data_dir: Path, session: str = "s1") -> list[dict[str, object]]:
+    return json.loads(slot_file(data_dir, session).read_text())["messages"]
+
+
+@pytest.fixture
+def session(env: dict[str, str]) -> str:
+    created = agctl(env, "session", "new", "s1")
+    assert created.returncode == 0, created.stderr
+    assert created.stdout == b"s1\n"
+    return "s1"
+
+
+def test_not_found_exits_3(env: dict[str, str], session: str) -> None:
+    result = agctl(env, "session", "use", "nope")
+    assert result.returncode == 3
+    assert result.stdout == b""
+    assert result.stderr.decode().startswith("agctl: error: ")
+    assert b"Traceback" not in result.stderr
+
+
+def test_click_usage_error_exits_2(env: dict[str, str], session: str) -> None:
+    result = agctl(env, "msg", "get")
+    assert result.returncode == 2
+    assert result.stdout == b""
+    assert b"Missing argument" in result.stderr
+
+
+def test_no_session_selected_exits_2(env: dict[str, str]) -> None:
+    result = agctl(env, "msg", "list")
+    assert result.returncode == 2
+    assert b"no session selected" in result.stderr
+    assert b"Traceback" not in result.stderr
+
+
+def test_pipeline_into_append(env: dict[str, str], session: str, isolated_env: Path) -> None:
+    result = subprocess.run(
+        'echo "hello from a pipe" | "$PYTHON" -m agctl msg append user -',
+        shell=True,
+        env={**env, "PYTHON": sys.executable},
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"appended message 0 (user) in slot default\n"
+    assert [(m["role"], m["content"]) for m in messages(isolated_env)] == [
+        ("user", "hello from a pipe")
+    ]
+
+
+def test_pipeline_out_of_export(env: dict[str, str], session: str) -> None:
+    assert agctl(env, "msg", "append", "user", "grüße 你好").returncode == 0
+    exported = agctl(env, "msg", "export")
+    assert exported.returncode == 0
+    assert json.loads(exported.stdout) == [{"role": "user", "content": "grüße 你好"}]
+
+
+@pytest.mark.parametrize("args", [["msg", "append", "user", "-"], ["msg", "append", "user"]])
+def test_invalid_utf8_on_stdin_is_refused_and_nothing_written(
+    env: dict[str, str], session: str, isolated_env: Path, args: list[str]
+) -> None:
+    before = slot_file(isolated_env).read_bytes()
+    result = agctl(env, *args, stdin=b"caf\xe9 au lait\n")
+    assert result.returncode == 5
+    assert result.stdout == b""
+    stderr = result.stderr.decode()
+    assert "not valid UTF-8" in stderr
+    assert "Traceback" not in stderr
+    assert slot_file(isolated_env).read_bytes() == before
+
+
+def test_verbose_logs_to_stderr(env: dict[str, str]) -> None:
+    result = agctl(env, "-v", "session", "new", "logged")
+    assert result.returncode == 0
+    assert result.stdout == b"logged\n"
+    assert b"session created: logged" in result.stderr
+
+
+# ---- start-up: --help, --version and completion load click, not the core ------------
+
+CHILD = """
+import json, sys
+import agctl.cli
+for argv in {argvs!r}:
+    try:
+        agctl.cli.main(argv, standalone_mode=True)
+    except SystemExit:
+        pass
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r})
+print(json.dumps(heavy), file=sys.stderr)
+"""
+
+
+def test_import_and_help_do_not_load_the_core(env: dict[str, str]) -> None:
+    argvs = [["--help"], ["--version"], ["msg", "--help"], ["msg", "append", "--help"]]
+    code = CHILD.format(argvs=argvs, heavy=HEAVY)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, env=env, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert b"Usage: agctl msg append" in result.stdout
+    loaded = json.loads(result.stderr.decode().strip().splitlines()[-1])
+    assert loaded == []
+
+
+def test_the_child_check_can_see_heavy_modules(env: dict[str, str]) -> None:
+    """The check above would notice: a command that runs does load pydantic."""
+    code = CHILD.format(argvs=[["session", "list", "--json"]], heavy=HEAVY)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, env=env, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "pydantic" in json.loads(result.stderr.decode().strip().splitlines()[-1])
+
+
+def imported_modules(env: dict[str, str], *args: str) -> set[str]:
+    """Module names from `python -X importtime -m agctl ARGS`."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "agctl", *args],
+        capture_output=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return {
+        line.rsplit("|", 1)[-1].strip()
+        for line in result.stderr.decode().splitlines()
+        if line.startswith("import time:")
+    }
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"]])
+def test_importtime_of_help_and_version(env: dict[str, str], args: list[str]) -> None:
+    modules = imported_modules(env, *args)
+    assert "click" in modules
+    assert "agctl.cli" in modules
+    assert {m for m in modules if m.split(".")[0] in ("httpx", "pydantic")} == set()
