@@ -66,6 +66,8 @@ def _change_message(
 
 
 def _new_message(role: str, text: str, name: str | None, tool_call_id: str | None) -> Message:
+    from pydantic import ValidationError
+
     from agctl.errors import UsageError
     from agctl.models import Message, utcnow
 
@@ -73,8 +75,9 @@ def _new_message(role: str, text: str, name: str | None, tool_call_id: str | Non
         return Message(
             role=role, content=text, name=name, tool_call_id=tool_call_id, created_at=utcnow()
         )
-    except ValueError as exc:
-        raise UsageError(str(exc).splitlines()[-1].strip()) from None
+    except ValidationError as exc:
+        reason = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise UsageError(f"invalid {role} message: {reason}") from None
 
 
 def message_options(fn: Any) -> Any:
