@@ -68,7 +68,7 @@ class HasChildren(Conflict):
         self.children = children
         super().__init__(
             f"session {session_id!r} has children: {', '.join(children)}; destroy them too "
-            "with --recursive (recursive=True), or keep them as orphans with --orphan"
+            "with --recursive, or keep them as orphans with --orphan"
         )
 
 

@@ -29,6 +29,8 @@ def _decode_lines(data: bytes, source: str) -> list[Any]:
 
 def parse_messages(data: bytes, fmt: ImportFormat = "auto", source: str = "input") -> list[Message]:
     """Validate every message in `data` before returning any; raise InvalidInput otherwise."""
+    if not data.strip():
+        raise InvalidInput(f"{source}: is empty (an empty JSON array, [], means no messages)")
     if fmt in ("auto", "openai"):
         try:
             decoded = orjson.loads(data)

@@ -282,7 +282,8 @@ class Slot(Document):
         self.messages.insert(position, message)
         return position
 
-    def edit(self, index: int, content: str) -> Message:
+    def edit(self, index: int, content: str) -> tuple[int, Message]:
+        """Replace a message's text; return its position and the new message."""
         self.check_writable("edit")
         position = self.position(index)
         old = self.messages[position]
@@ -290,15 +291,19 @@ class Slot(Document):
             raise UsageError(f"message {index} holds tool calls, not text content")
         updated = old.model_copy(update={"content": content, "tokens": None})
         self.messages[position] = updated
-        return updated
+        return position, updated
 
-    def remove(self, index: int) -> Message:
+    def remove(self, index: int) -> tuple[int, Message]:
+        """Remove a message; return the position it had and the message."""
         self.check_writable("remove")
-        return self.messages.pop(self.position(index))
+        position = self.position(index)
+        return position, self.messages.pop(position)
 
-    def pop(self, index: int = -1) -> Message:
+    def pop(self, index: int = -1) -> tuple[int, Message]:
+        """Remove and return a message (the last by default), with the position it had."""
         self.check_writable("pop")
-        return self.messages.pop(self.position(index))
+        position = self.position(index)
+        return position, self.messages.pop(position)
 
     def retain(self, roles: set[str]) -> int:
         """Keep only messages whose role is in `roles`; return how many were dropped."""

@@ -200,10 +200,11 @@ class Store:
         return infos
 
     def children(self, session_id: str) -> list[str]:
+        """Ids of the sessions whose parent is `session_id` (unreadable sessions skipped)."""
         return sorted(
-            sid
-            for sid in self.session_ids()
-            if sid != session_id and self.load_session(sid).parent_id == session_id
+            info.session.id
+            for info in self.list_sessions(problems=[])
+            if info.session.parent_id == session_id
         )
 
     def create_session(

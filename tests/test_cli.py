@@ -259,11 +259,6 @@ class TestSessionShow:
     def test_no_session_selected(self, run: Run) -> None:
         fails(run("session", "show"), EXIT_USAGE, "no session selected")
 
-    @pytest.mark.xfail(
-        reason="BUG: `session show` reads every session to find children and fails "
-        "(exit 5) when an unrelated session's file is corrupt; `session list` skips it",
-        strict=True,
-    )
     def test_an_unrelated_corrupt_session_does_not_break_it(
         self, run: Run, session: str, isolated_env: Path
     ) -> None:
@@ -320,12 +315,6 @@ class TestSessionRm:
     def test_missing_is_not_found(self, run: Run, session: str) -> None:
         fails(run("session", "rm", "nope"), EXIT_NOT_FOUND, "nope")
 
-    @pytest.mark.xfail(
-        reason="BUG: each id is resolved after the previous ones were destroyed, so "
-        "`session rm --recursive PARENT CHILD` destroys both, then exits 3 "
-        "(no session matches CHILD) and prints nothing about what it destroyed",
-        strict=True,
-    )
     def test_recursive_with_a_descendant_also_named(
         self, run: Run, session: str, isolated_env: Path
     ) -> None:
@@ -661,10 +650,6 @@ class TestSlotMode:
     def test_missing_slot(self, run: Run, chat: str) -> None:
         fails(run("slot", "mode", "full", "nope"), EXIT_NOT_FOUND, "nope")
 
-    @pytest.mark.xfail(
-        reason="BUG: `slot mode --json` reports current=false for the current slot",
-        strict=True,
-    )
     def test_json_marks_the_current_slot(self, run: Run, chat: str) -> None:
         assert as_json(run("slot", "mode", "focused", "--json"))["current"] is True
 
@@ -724,6 +709,11 @@ class TestMsgAppend:
         before = slot_path(isolated_env, "s1").read_bytes()
         fails(run("msg", "append", "user", "-", input=b"caf\xe9\n"), EXIT_DATA, "UTF-8")
         assert slot_path(isolated_env, "s1").read_bytes() == before
+
+    @pytest.mark.parametrize("piped", ["", "\n"])
+    def test_empty_stdin_is_refused(self, run: Run, session: str, piped: str) -> None:
+        fails(run("msg", "append", "user", "-", input=piped), EXIT_USAGE, "standard input")
+        assert contents(run) == []
 
     def test_name_and_tool_call_id(self, run: Run, session: str) -> None:
         ok(run("msg", "append", "user", "hi", "--name", "ada"))
@@ -799,6 +789,7 @@ class TestMsgFind:
         assert ok(run("msg", "find", "assistant")).stdout == "1\n3\n"
         assert as_json(run("msg", "find", "user", "--json")) == [0, 2]
         assert as_json(run("msg", "find", "system", "--json")) == []
+        assert ok(run("msg", "find", "system")).stdout == ""
 
 
 class TestMsgGet:
@@ -1022,11 +1013,6 @@ class TestMsgImport:
         fails(run("msg", "import", "-", "--format", "openai", input="nope"), EXIT_DATA, "<stdin>")
         assert slot_path(isolated_env, "s1").read_bytes() == before
 
-    @pytest.mark.xfail(
-        reason="BUG: empty input imports as zero messages, so `import - --replace` on an "
-        "empty pipe (e.g. a failed `msg export`) silently empties the slot",
-        strict=True,
-    )
     def test_empty_input_with_replace_is_refused(
         self, run: Run, chat: str, isolated_env: Path
     ) -> None:
@@ -1089,11 +1075,6 @@ class TestReadonly:
         ok(run("msg", "append", "user", "x"))
         assert contents(run)[-1] == "x"
 
-    @pytest.mark.xfail(
-        reason="BUG: the CLI checks the index before the readonly mode, so edit/rm/pop "
-        "on an out-of-range index of a readonly slot exit 3 (not found), not 4 (readonly)",
-        strict=True,
-    )
     @pytest.mark.parametrize(
         "args",
         [["msg", "edit", "9", "x"], ["msg", "rm", "9"], ["msg", "pop", "9"]],

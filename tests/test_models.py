@@ -140,10 +140,10 @@ def test_message_operations_with_negative_indexes() -> None:
     assert slot.insert(-1, Message(role="assistant", content="x")) == 2
     assert [m.text() for m in slot.messages] == ["a", "b", "x", "c"]
     assert slot.insert(4, Message(role="user", content="end")) == 4
-    assert slot.edit(0, "A").text() == "A"
-    assert slot.remove(1).text() == "b"
-    assert slot.pop().text() == "end"
-    assert slot.pop(0).text() == "A"
+    assert slot.edit(-5, "A")[1].text() == "A"
+    assert [(i, m.text()) for i, m in [slot.remove(1)]] == [(1, "b")]
+    assert slot.pop()[0] == 3
+    assert slot.pop(0)[1].text() == "A"
     assert [m.text() for m in slot.messages] == ["x", "c"]
     assert slot.find({"assistant"}) == [0]
     assert slot.retain({"user"}) == 1

@@ -56,7 +56,8 @@ class App:
         if self.json:
             echo_json(payload)
         elif text is not None:
-            click.echo(text)
+            if text:
+                click.echo(text)
         elif isinstance(payload, dict):
             click.echo(key_values(payload))
         else:
@@ -196,7 +197,10 @@ def text_argument(value: str | None, what: str = "TEXT") -> str:
     if value is None and click.get_text_stream("stdin").isatty():
         raise UsageError(f"give {what} as an argument, or '-' and pipe it on standard input")
     text = read_stdin_text()
-    return text[:-1] if text.endswith("\n") else text
+    text = text[:-1] if text.endswith("\n") else text
+    if not text:
+        raise UsageError(f"no {what} on standard input")
+    return text
 
 
 def read_input_file(path: str) -> tuple[bytes, str]:

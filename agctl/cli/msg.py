@@ -226,7 +226,7 @@ def edit(app: App, index: int, text: str | None, slot: str | None) -> None:
       sed s/foo/bar/ draft.txt | agctl msg edit 2 -
     """
     content = text_argument(text)
-    _change_message(app, slot, "edited", lambda s: (s.position(index), s.edit(index, content)))
+    _change_message(app, slot, "edited", lambda s: s.edit(index, content))
 
 
 @command.command("rm", context_settings=NEGATIVE_INDEX)
@@ -242,7 +242,7 @@ def rm(app: App, index: int, slot: str | None) -> None:
       agctl msg rm 3
       agctl msg rm -1 --slot plan-b
     """
-    _change_message(app, slot, "removed", lambda s: (s.position(index), s.remove(index)))
+    _change_message(app, slot, "removed", lambda s: s.remove(index))
 
 
 @command.command("pop", context_settings=NEGATIVE_INDEX)
@@ -258,9 +258,7 @@ def pop(app: App, index: int, slot: str | None) -> None:
       agctl msg pop
       agctl msg pop 0 --json
     """
-    _change_message(
-        app, slot, "popped", lambda s: (s.position(index), s.pop(index)), text_only=True
-    )
+    _change_message(app, slot, "popped", lambda s: s.pop(index), text_only=True)
 
 
 @command.command("retain")

@@ -202,12 +202,14 @@ def rm(app: App, session_ids: tuple[str, ...], recursive: bool, orphan: bool) ->
       agctl session rm --recursive experiment-root
       agctl session rm --orphan old-parent
     """
+    targets = [app.store.resolve_session(prefix) for prefix in session_ids]
     destroyed: list[str] = []
     orphaned: list[str] = []
-    for prefix in session_ids:
-        sid = app.store.resolve_session(prefix)
+    for sid in dict.fromkeys(targets):
+        if sid in destroyed:
+            continue
         result = app.store.destroy_session(sid, recursive=recursive, orphan=orphan)
         destroyed += result.destroyed
-        orphaned += result.orphaned
+        orphaned = [o for o in orphaned + result.orphaned if o not in destroyed]
     lines = [f"destroyed {s}" for s in destroyed] + [f"orphaned {s}" for s in orphaned]
     app.emit({"destroyed": destroyed, "orphaned": orphaned}, text="\n".join(lines))

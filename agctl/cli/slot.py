@@ -313,10 +313,10 @@ def mode(
       agctl slot mode readonly reference
       agctl slot mode full
     """
-    slot = app.store.set_mode(
-        app.session_id(), slot_id, mode, focus=focus_changes(keep_system, recent, summary)
-    )
-    app.emit(slot_row(slot), text=f"slot {slot.id} is now {slot.config.mode}")
+    sid = app.session_id()
+    slot = app.store.set_mode(sid, slot_id, mode, focus=focus_changes(keep_system, recent, summary))
+    current = app.store.load_session(sid).current_slot
+    app.emit(slot_row(slot, current), text=f"slot {slot.id} is now {slot.config.mode}")
 
 
 @command.command("rm")
