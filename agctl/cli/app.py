@@ -6,6 +6,7 @@ Imports click and the standard library only; the core is imported by commands wh
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -178,7 +179,7 @@ NEGATIVE_INDEX = {"ignore_unknown_options": True}
 
 
 def read_stdin_text() -> str:
-    data = click.get_binary_stream("stdin").read()
+    data = sys.stdin.buffer.read()
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -194,7 +195,7 @@ def text_argument(value: str | None, what: str = "TEXT") -> str:
     """
     if value is not None and value != "-":
         return value
-    if value is None and click.get_text_stream("stdin").isatty():
+    if value is None and sys.stdin.isatty():
         raise UsageError(f"give {what} as an argument, or '-' and pipe it on standard input")
     text = read_stdin_text()
     text = text[:-1] if text.endswith("\n") else text
@@ -206,7 +207,7 @@ def text_argument(value: str | None, what: str = "TEXT") -> str:
 def read_input_file(path: str) -> tuple[bytes, str]:
     """The bytes of PATH, or of stdin for '-', with a name for error messages."""
     if path == "-":
-        return click.get_binary_stream("stdin").read(), "<stdin>"
+        return sys.stdin.buffer.read(), "<stdin>"
     try:
         return Path(path).read_bytes(), path
     except OSError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -329,7 +330,7 @@ def export(app: App, fmt: str, view: bool, output: str, slot: str | None) -> Non
         messages = target.messages
     data = export_messages(messages, fmt)  # type: ignore[arg-type]
     if output == "-":
-        click.get_binary_stream("stdout").write(data)
+        sys.stdout.buffer.write(data)
     else:
         from pathlib import Path
 
