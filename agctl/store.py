@@ -18,6 +18,7 @@ import logging
 import os
 import secrets
 import shutil
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,8 @@ from agctl.view import focused_messages
 log = logging.getLogger("agctl.store")
 
 DEFAULT_SLOT = "default"
+# A staging or trash dir older than this was left by a crash, not by a live process.
+STALE_SECONDS = 600.0
 D = TypeVar("D", bound=Document)
 T = TypeVar("T")
 
@@ -232,6 +235,7 @@ class Store:
         target = self.session_dir(sid)
         if target.exists():
             raise AlreadyExists(f"session {sid!r} already exists")
+        self._sweep_leftovers()
         try:
             self.sessions_dir.mkdir(parents=True, exist_ok=True)
             staging = self.sessions_dir / f".new-{sid}-{secrets.token_hex(4)}"
@@ -257,6 +261,17 @@ class Store:
         log.info("session created: %s (parent %s)", sid, parent_id or "-")
         return session
 
+    def _sweep_leftovers(self, min_age: float = STALE_SECONDS) -> None:
+        """Remove staging and trash dirs that a crashed create or destroy left behind."""
+        try:
+            entries = list(os.scandir(self.sessions_dir))
+        except FileNotFoundError:
+            return
+        cutoff = time.time() - min_age
+        for entry in entries:
+            if entry.name.startswith((".new-", ".trash-")) and entry.stat().st_mtime < cutoff:
+                shutil.rmtree(entry.path, ignore_errors=True)
+
     def update_session(self, session_id: str, change: Callable[[Session], T]) -> T:
         """Apply `change` to the session document under its lock and write it back."""
         with self.lock(session_id):
@@ -281,10 +296,13 @@ class Store:
         A session with children is refused unless `recursive` (remove them too) or `orphan`
         (leave them, their parent gone).
         """
-        infos = {i.session.id: i for i in self.list_sessions(problems=[])}
-        if session_id not in infos:
+        if session_id not in self.session_ids():
             raise NotFound(f"session {session_id!r} not found")
-        children = infos[session_id].children
+        kids: dict[str, list[str]] = {}
+        for info in self.list_sessions(problems=[]):
+            if info.session.parent_id is not None:
+                kids.setdefault(info.session.parent_id, []).append(info.session.id)
+        children = kids.get(session_id, [])
         if children and not (recursive or orphan):
             raise HasChildren(session_id, children)
         doomed: list[str] = []
@@ -293,7 +311,7 @@ class Store:
             sid = queue.pop(0)
             doomed.append(sid)
             if recursive:
-                queue.extend(infos[sid].children)
+                queue.extend(kids.get(sid, []))
         for sid in reversed(doomed):
             self._remove_session_dir(sid)
         if self.current_session_id() in doomed:

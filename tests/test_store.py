@@ -440,3 +440,29 @@ def test_missing_session_and_slot(store: Store) -> None:
     sid = store.create_session("s").id
     with pytest.raises(NotFound, match="slot 'ghost'"):
         store.load_slot(sid, "ghost")
+
+
+def test_a_corrupt_session_can_still_be_destroyed(store: Store) -> None:
+    store.create_session("bad")
+    store.create_session("kid", parent_id="bad")
+    (store.session_dir("bad") / "session.json").write_text("{")
+    with pytest.raises(HasChildren):
+        store.destroy_session("bad")
+    assert store.destroy_session("bad", recursive=True).destroyed == ["bad", "kid"]
+    assert store.session_ids() == []
+
+
+def test_leftovers_of_a_crashed_create_or_destroy_are_swept(store: Store) -> None:
+    store.create_session("first")
+    stale = store.sessions_dir / ".new-x-0000"
+    (stale / "slots").mkdir(parents=True)
+    old = store.sessions_dir / ".trash-y-0000"
+    old.mkdir()
+    fresh = store.sessions_dir / ".new-z-0000"
+    fresh.mkdir()
+    for path in (stale, old):
+        os.utime(path, (0, 0))
+    store.create_session("second")
+    assert not stale.exists() and not old.exists()
+    assert fresh.exists(), "a recent staging dir may belong to a live process"
+    assert store.session_ids() == ["first", "second"]
