@@ -12,6 +12,8 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_CONFLICT = 4
 EXIT_DATA = 5
+EXIT_PROVIDER = 6
+EXIT_INTERRUPTED = 130
 
 
 class AgctlError(Exception):
@@ -118,3 +120,24 @@ class InvalidInput(AgctlError):
 
 class StoreError(AgctlError):
     """The file system refused an operation (permissions, full disk, read-only mount)."""
+
+
+class ProviderError(AgctlError):
+    """The model call failed: network, HTTP status, timeout or a malformed response."""
+
+    exit_code = EXIT_PROVIDER
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False):
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+
+
+class ReplayMiss(ProviderError):
+    """A cassette holds no response for this request."""
+
+
+class TurnInterrupted(AgctlError):
+    """The user interrupted a turn (Ctrl-C); nothing was written."""
+
+    exit_code = EXIT_INTERRUPTED

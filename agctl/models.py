@@ -349,3 +349,12 @@ class Session(Document):
     turn_count: int = Field(default=0, ge=0)
     cost: Cost = Field(default_factory=Cost)
     memory: dict[str, str] = Field(default_factory=dict)
+
+
+class Draft(Model):
+    """A prompt whose turn did not complete, kept so that nothing typed is lost."""
+
+    prompt: str
+    slot: str
+    created_at: datetime = Field(default_factory=utcnow)
+    error: str | None = None

@@ -45,6 +45,7 @@ from agctl.models import (
     SLOT_MODES,
     DeriveStrategy,
     Document,
+    Draft,
     FocusedConfig,
     Message,
     Session,
@@ -557,3 +558,26 @@ class Store:
             return session.memory.pop(key)
 
         return self.update_session(session_id, remove)
+
+    # ---- drafts --------------------------------------------------------------------
+
+    def _draft_path(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "draft.json"
+
+    def save_draft(self, session_id: str, draft: Draft) -> Path:
+        """Keep a prompt whose turn failed, so it can be sent again."""
+        path = self._draft_path(session_id)
+        write_atomic(path, draft.model_dump_json(indent=2).encode() + b"\n")
+        return path
+
+    def load_draft(self, session_id: str) -> Draft:
+        path = self._draft_path(session_id)
+        if not path.exists():
+            raise NotFound(f"session {session_id!r} has no draft")
+        try:
+            return Draft.model_validate_json(read_bytes(path, "draft"))
+        except ValidationError as exc:
+            raise CorruptDocument(path, _validation_summary(exc)) from None
+
+    def clear_draft(self, session_id: str) -> None:
+        remove_file(self._draft_path(session_id))

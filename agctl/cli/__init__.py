@@ -25,17 +25,22 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "slot": ("agctl.cli.slot", "Context slots: independent, branchable message lists."),
     "msg": ("agctl.cli.msg", "Read and edit a slot's messages (its incremental zone)."),
     "memory": ("agctl.cli.memory", "Session memory: small key/value pairs."),
+    "turn": ("agctl.cli.turn", "Send the current slot's context to a model."),
+    "config": ("agctl.cli.config", "Show and change the configuration."),
+    "profile": ("agctl.cli.profile", "Provider profiles: endpoint, model and key."),
     "demo": ("agctl.cli.demo", "Run a scripted tour of sessions, slots and messages."),
 }
 
 EXIT_CODES = """\b
 Exit codes:
-  0  success
-  1  error (file system, unexpected failure)
-  2  usage error (bad option, bad id, ambiguous prefix, no session selected)
-  3  not found (session, slot, message index, memory key)
-  4  conflict (already exists, readonly slot, protected slot, has children)
-  5  corrupt or unsupported data (bad document, newer schema, invalid import)
+    0  success
+    1  error (file system, unexpected failure)
+    2  usage error (bad option, bad id, ambiguous prefix, no session selected)
+    3  not found (session, slot, message index, memory key, profile)
+    4  conflict (already exists, readonly slot, protected slot, has children)
+    5  corrupt or unsupported data (bad document, newer schema, invalid import)
+    6  provider error (HTTP error, timeout, malformed reply, replay miss)
+  130  interrupted (Ctrl-C); nothing was written
 """
 
 
@@ -62,6 +67,8 @@ class RootGroup(click.Group):
             return super().invoke(ctx)
         except AgctlError as exc:
             click.echo(f"agctl: error: {exc}", err=True)
+            for note in getattr(exc, "__notes__", ()):
+                click.echo(f"agctl: {note}", err=True)
             ctx.exit(exc.exit_code)
 
 

@@ -51,6 +51,8 @@ def command() -> None:
 @click.option("--system", "system_prompt", metavar="TEXT", help="System prompt ('-' for stdin).")
 @click.option("--title", metavar="TEXT", help="A title shown in listings and completion.")
 @click.option("--parent", metavar="ID", help="Record this session as a child of ID.")
+@click.option("--profile", metavar="NAME", help="Profile the session's turns use by default.")
+@click.option("--model", metavar="NAME", help="Model the session's turns use by default.")
 @click.option(
     "--use/--no-use",
     "make_current",
@@ -66,6 +68,8 @@ def new(
     system_prompt: str | None,
     title: str | None,
     parent: str | None,
+    profile: str | None,
+    model: str | None,
     make_current: bool,
 ) -> None:
     """Create a session (with its 'default' slot) and print its id.
@@ -81,7 +85,12 @@ def new(
     if system_prompt == "-":
         system_prompt = text_argument("-", "the system prompt")
     session = app.store.create_session(
-        session_id, system_prompt=system_prompt, parent_id=parent, title=title
+        session_id,
+        system_prompt=system_prompt,
+        parent_id=parent,
+        title=title,
+        profile=profile,
+        model=model,
     )
     if make_current:
         app.store.set_current_session(session.id)
@@ -163,8 +172,13 @@ def show(app: App, session_id: str | None) -> None:
         "children": ", ".join(payload["children"]) or None,
         "created": isoformat(session.created_at),
         "system prompt": session.system_prompt,
+        "profile": session.profile,
+        "model": session.model,
         "current slot": session.current_slot,
         "turns": session.turn_count,
+        "tokens": f"{session.cost.prompt_tokens} prompt + "
+        f"{session.cost.completion_tokens} completion",
+        "cost": f"${session.cost.cost:.4f}",
         "memory keys": len(session.memory),
         "slots": ", ".join(s["id"] for s in payload["slots"]),
     }

@@ -1,0 +1,98 @@
+"""`agctl config`: show and change the configuration file."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import click
+
+from agctl.cli.app import App, json_option, pass_app
+
+
+@click.group("config")
+def command() -> None:
+    """Show and change the configuration.
+
+    \b
+    Examples:
+      agctl config show
+      agctl config set max_retries 5
+      agctl config set prices.my-model '{"prompt": 0.5, "completion": 1.5}'
+    """
+
+
+@command.command("show")
+@click.option("--profile", metavar="NAME", help="Resolve the settings a turn would use with NAME.")
+@click.option("--model", metavar="NAME", help="Resolve with this model flag.")
+@json_option
+@pass_app
+def show(app: App, profile: str | None, model: str | None) -> None:
+    """Print the config (API keys masked) and the settings the next turn would use.
+
+    The resolved settings say where each value came from: flag > environment > session >
+    profile > preset > default.
+
+    \b
+    Examples:
+      agctl config show
+      agctl config show --profile deepseek --json
+    """
+    from agctl.config import ConfigStore, mask, resolve
+    from agctl.errors import AgctlError
+
+    config_store = ConfigStore()
+    config = config_store.load()
+    data: dict[str, Any] = config.model_dump(mode="json", exclude_none=True)
+    for entry in data.get("profiles", {}).values():
+        if entry.get("api_key"):
+            entry["api_key"] = mask(entry["api_key"])
+    session = None
+    with contextlib.suppress(AgctlError):
+        session = app.store.load_session(app.session_id())
+    resolved = resolve(config, session=session, profile=profile, model=model)
+    payload = {"path": str(config_store.path), "config": data, "resolved": resolved.public()}
+    if app.json:
+        app.emit(payload)
+        return
+    import orjson
+
+    click.echo(f"# {config_store.path}")
+    click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+    click.echo("\n# the next turn would use")
+    public = resolved.public()
+    for key in ("provider", "model", "profile", "base_url", "api_key"):
+        source = public["sources"].get(key, "")
+        click.echo(f"{key:9} {public[key] if public[key] is not None else '-':40} ({source})")
+
+
+@command.command("set")
+@click.argument("key")
+@click.argument("value")
+@json_option
+@pass_app
+def set_(app: App, key: str, value: str) -> None:
+    """Set KEY (dotted path) to VALUE (JSON when it parses, else a string).
+
+    \b
+    Keys: default_profile, auto_checkpoint, max_retries, connect_timeout, read_timeout,
+          prices.MODEL.prompt / .completion (USD per million tokens),
+          profiles.NAME.FIELD (see 'agctl profile add --help').
+
+    \b
+    Examples:
+      agctl config set default_profile work
+      agctl config set read_timeout 300
+      agctl config set prices.gpt-4o.prompt 2.5
+    """
+    from agctl.config import ConfigStore
+
+    config = ConfigStore().set(key, value)
+    node: Any = config.model_dump(mode="json")
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    if "api_key" in key:
+        from agctl.config import mask
+
+        node = mask(str(node))
+    app.emit({"key": key, "value": node}, text=f"{key} = {node}")

@@ -1,0 +1,206 @@
+"""`agctl turn`: send the current slot's context to a model and commit the reply."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from agctl.cli.app import App, command_options, echo_json, pass_app, slot_option, text_argument
+
+if TYPE_CHECKING:
+    from agctl.providers.base import Event
+
+
+@click.group("turn")
+def command() -> None:
+    """Send the current slot's context to a model.
+
+    \b
+    Examples:
+      agctl turn send "Summarise our options."
+      git diff | agctl turn send - --model gpt-4o-mini --profile openai
+      agctl turn send "Try again" --dry-run
+    """
+
+
+class StreamPrinter:
+    """Shows events as they arrive: text to stdout, reasoning to stderr, or JSON lines."""
+
+    def __init__(self, jsonl: bool, show_text: bool) -> None:
+        self.jsonl = jsonl
+        self.show_text = show_text
+        self.printed = False
+        self.in_reasoning = False
+
+    def __call__(self, event: Event) -> None:
+        if self.jsonl:
+            import orjson
+
+            from agctl.providers.base import event_to_dict
+
+            click.echo(orjson.dumps(event_to_dict(event)).decode())
+            return
+        if not self.show_text:
+            return
+        if event.type == "reasoning":
+            click.echo(click.style(event.text, dim=True), nl=False, err=True)
+            self.in_reasoning = True
+        elif event.type == "text":
+            if self.in_reasoning:
+                click.echo(err=True)
+                self.in_reasoning = False
+            click.echo(event.text, nl=False)
+            sys.stdout.flush()
+            self.printed = True
+
+
+@command.command("send")
+@click.argument("prompt", required=False)
+@slot_option
+@click.option(
+    "--model", metavar="NAME", help="Model for this turn (overrides env, session, profile)."
+)
+@click.option("--profile", metavar="NAME", help="Profile (or preset name) for this turn.")
+@click.option("--temperature", type=click.FloatRange(0, 2), help="Sampling temperature.")
+@click.option("--max-tokens", type=click.IntRange(min=1), metavar="N", help="Reply length cap.")
+@click.option("--system", metavar="TEXT", help="System prompt for this turn only.")
+@click.option(
+    "--scratch",
+    metavar="TEXT",
+    multiple=True,
+    help="Extra context for this request only, after the view; never stored. Repeatable.",
+)
+@click.option(
+    "--stream/--no-stream", default=None, help="Stream the reply (default: on a terminal)."
+)
+@click.option(
+    "--jsonl", is_flag=True, help="Print every stream event as a JSON line, then the result."
+)
+@click.option("--dry-run", is_flag=True, help="Print the exact request; send and write nothing.")
+@click.option(
+    "--script",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Offline provider answering from FILE's canned replies, one per turn.",
+)
+@click.option(
+    "--cassette",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Replay provider: answer from this recorded cassette; a miss fails.",
+)
+@click.option(
+    "--record",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Append the request and the full reply to this cassette.",
+)
+@click.option("--resume-draft", is_flag=True, help="Send the prompt of the last failed turn.")
+@command_options
+@pass_app
+def send(
+    app: App,
+    prompt: str | None,
+    slot: str | None,
+    model: str | None,
+    profile: str | None,
+    temperature: float | None,
+    max_tokens: int | None,
+    system: str | None,
+    scratch: tuple[str, ...],
+    stream: bool | None,
+    jsonl: bool,
+    dry_run: bool,
+    script: Path | None,
+    cassette: Path | None,
+    record: Path | None,
+    resume_draft: bool,
+) -> None:
+    """Send PROMPT (or stdin) with the slot's view; commit the reply, or nothing on failure.
+
+    The request is: session system prompt, the slot's zones through its mode, the
+    --scratch messages, then PROMPT. On success the prompt and the reply are written to
+    the slot in one atomic write and the session's turn count and cost go up. On failure
+    or Ctrl-C nothing is written and the prompt is kept as a draft for --resume-draft.
+
+    \b
+    Examples:
+      agctl turn send "What are my options?"
+      agctl turn send - --slot option-a < question.txt
+      agctl turn send "Go on" --profile deepseek --model deepseek-reasoner --stream
+      agctl turn send "Hi" --record chat.cassette     # then: --cassette chat.cassette
+      agctl turn send --resume-draft
+    """
+    from agctl.config import ConfigStore, resolve
+    from agctl.turns import TurnOptions, prepare_turn, send_turn
+
+    store = app.store
+    sid = app.session_id()
+    if resume_draft:
+        if prompt is not None:
+            raise click.UsageError("give either PROMPT or --resume-draft, not both")
+        draft = store.load_draft(sid)
+        prompt, slot = draft.prompt, slot or draft.slot
+    else:
+        prompt = text_argument(prompt, "PROMPT")
+    config = ConfigStore().load()
+    settings = resolve(config, session=store.load_session(sid), profile=profile, model=model)
+    if cassette is not None:
+        settings.provider = "replay"
+    elif script is not None:
+        settings.provider = "offline"
+    streaming = sys.stdout.isatty() if stream is None else stream
+    options = TurnOptions(
+        model=settings.model,
+        slot=slot,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        system=system,
+        scratch=scratch,
+        stream=streaming or jsonl,
+        prices=config.price_overrides(),
+    )
+    if dry_run:
+        prepared = prepare_turn(store, sid, prompt, options)
+        payload: dict[str, Any] = {
+            "provider": settings.provider,
+            "url": f"{settings.base_url.rstrip('/')}/chat/completions"
+            if settings.provider == "openai" and settings.base_url
+            else None,
+            "slot": prepared.slot.id,
+            "turn": prepared.request.context.turn,
+            "tokens": prepared.tokens,
+            "request": prepared.request.payload(),
+        }
+        echo_json(payload)
+        return
+    from agctl.providers import build_provider
+
+    provider = build_provider(settings, script=script, cassette=cassette, record=record)
+    printer = StreamPrinter(jsonl=jsonl, show_text=streaming and not app.json)
+    result = send_turn(store, sid, prompt, provider, options, on_event=printer)
+    data = result.to_dict()
+    if jsonl:
+        import orjson
+
+        click.echo(orjson.dumps({"type": "result", **data}).decode())
+    elif app.json:
+        echo_json(data)
+    else:
+        if printer.printed:
+            click.echo()
+        else:
+            click.echo(result.reply.text())
+        for call in result.reply.tool_calls or ():
+            click.echo(f"→ {call.function.name}({call.function.arguments})  [{call.id}]")
+        if sys.stderr.isatty():
+            usage = result.usage
+            tokens = f"{usage.prompt_tokens}+{usage.completion_tokens} tokens" if usage else ""
+            cost = f" ${result.cost:.4f}" if result.cost else ""
+            click.echo(
+                click.style(
+                    f"[turn {result.turn} · {result.slot_id} · {result.model} · {tokens}{cost}]",
+                    dim=True,
+                ),
+                err=True,
+            )

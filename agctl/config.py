@@ -1,0 +1,313 @@
+"""User configuration: profiles, presets, retries, prices; and resolving a turn's settings.
+
+The file is `config.json` under platformdirs' user config dir (or `AGCTL_CONFIG`), written
+atomically with mode 0600 because a profile may hold an API key.
+
+Precedence for each setting: flag > environment > session > profile > preset > default.
+`AGCTL_*` variables follow that order; the usual `OPENAI_API_KEY` and `OPENAI_BASE_URL`
+are fallbacks, used only when the profile (and its preset) leaves the value unset, so
+they never redirect a DeepSeek or Ollama profile.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, ValidationError
+
+from agctl import schema
+from agctl.errors import CorruptDocument, NotFound, UsageError
+from agctl.fsio import read_bytes, write_atomic
+from agctl.ids import validate_id
+from agctl.models import Document, Model, Session
+
+ProviderName = Literal["offline", "openai", "replay"]
+PROVIDERS: tuple[str, ...] = ("offline", "openai", "replay")
+
+
+@dataclass(frozen=True)
+class Preset:
+    base_url: str
+    key_env: str | None
+    model: str | None
+
+
+PRESETS: dict[str, Preset] = {
+    "openai": Preset("https://api.openai.com/v1", "OPENAI_API_KEY", "gpt-4o-mini"),
+    "deepseek": Preset("https://api.deepseek.com/v1", "DEEPSEEK_API_KEY", "deepseek-chat"),
+    "zhipu": Preset("https://open.bigmodel.cn/api/paas/v4", "ZHIPUAI_API_KEY", "glm-4-flash"),
+    "ollama": Preset("http://localhost:11434/v1", None, "llama3.2"),
+    "vllm": Preset("http://localhost:8000/v1", None, None),
+    "llamacpp": Preset("http://localhost:8080/v1", None, None),
+    "lmstudio": Preset("http://localhost:1234/v1", None, None),
+    "openrouter": Preset(
+        "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY", "openai/gpt-4o-mini"
+    ),
+}
+PRESET_ALIASES = {"llama.cpp": "llamacpp", "lm-studio": "lmstudio", "glm": "zhipu"}
+OFFLINE_MODEL = "offline"
+
+schema.CURRENT.setdefault("config", (1, 0))
+schema.MIGRATIONS.setdefault("config", [])
+
+
+def preset_named(name: str) -> Preset | None:
+    return PRESETS.get(PRESET_ALIASES.get(name, name))
+
+
+class Profile(Model):
+    provider: ProviderName = "openai"
+    preset: str | None = None
+    base_url: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    api_key_env: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    cassette: str | None = None
+
+
+class Price(Model):
+    prompt: float = Field(ge=0)
+    completion: float = Field(ge=0)
+
+
+class Config(Document):
+    kind: ClassVar[str] = "config"
+    default_profile: str | None = None
+    auto_checkpoint: bool = True
+    max_retries: int = Field(default=3, ge=0, le=20)
+    connect_timeout: float = Field(default=10.0, gt=0)
+    read_timeout: float = Field(default=120.0, gt=0)
+    prices: dict[str, Price] = Field(default_factory=dict)
+    profiles: dict[str, Profile] = Field(default_factory=dict)
+
+    def price_overrides(self) -> dict[str, tuple[float, float]]:
+        return {name: (p.prompt, p.completion) for name, p in self.prices.items()}
+
+
+def default_config_path() -> Path:
+    env = os.environ.get("AGCTL_CONFIG")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("agctl")) / "config.json"
+
+
+def mask(secret: str | None) -> str | None:
+    """Enough of a key to recognise it, never enough to use it."""
+    if not secret:
+        return secret
+    return "****" if len(secret) < 12 else f"{secret[:3]}…{secret[-4:]}"
+
+
+class ConfigStore:
+    """Reads and writes the config file."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or default_config_path()
+
+    def load(self) -> Config:
+        try:
+            raw = read_bytes(self.path, "config file")
+        except NotFound:
+            return Config()
+        try:
+            return Config.model_validate_json(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "document"
+            raise CorruptDocument(self.path, f"invalid config: {where}: {first['msg']}") from None
+
+    def save(self, config: Config) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(self.path, config.model_dump_json(indent=2, exclude_none=True).encode())
+        os.chmod(self.path, 0o600)
+
+    def set(self, key: str, value: str) -> Config:
+        """Set a dotted key (`max_retries`, `prices.gpt-4o.prompt`, `profiles.x.model`)."""
+        config = self.load()
+        data = config.model_dump(mode="json")
+        parts = key.split(".")
+        node: Any = data
+        for part in parts[:-1]:
+            if not isinstance(node, dict):
+                raise UsageError(f"config key {key!r}: {part!r} is not a table")
+            node = node.setdefault(part, {})
+        if not isinstance(node, dict) or not parts[-1]:
+            raise UsageError(f"config key {key!r} cannot be set")
+        node[parts[-1]] = _parse_value(value)
+        try:
+            updated = Config.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise UsageError(f"config key {key!r}: {where}: {first['msg']}") from None
+        self.save(updated)
+        return updated
+
+    def add_profile(self, name: str, profile: Profile, *, replace: bool = False) -> Config:
+        validate_id(name, "profile")
+        config = self.load()
+        if name in config.profiles and not replace:
+            from agctl.errors import AlreadyExists
+
+            raise AlreadyExists(f"profile {name!r} already exists (use --replace)")
+        if profile.preset is not None and preset_named(profile.preset) is None:
+            raise UsageError(
+                f"unknown preset {profile.preset!r}; choose from {', '.join(sorted(PRESETS))}"
+            )
+        config.profiles[name] = profile
+        if config.default_profile is None:
+            config.default_profile = name
+        self.save(config)
+        return config
+
+    def remove_profile(self, name: str) -> Config:
+        config = self.load()
+        if name not in config.profiles:
+            raise NotFound(f"profile {name!r} not found")
+        del config.profiles[name]
+        if config.default_profile == name:
+            config.default_profile = None
+        self.save(config)
+        return config
+
+
+def _parse_value(value: str) -> Any:
+    """JSON when it parses (numbers, booleans, null, objects), else the plain string."""
+    import orjson
+
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return value
+
+
+@dataclass
+class Resolved:
+    """The settings of one turn, each with where it came from."""
+
+    provider: str
+    model: str
+    profile: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    cassette: str | None = None
+    max_retries: int = 3
+    connect_timeout: float = 10.0
+    read_timeout: float = 120.0
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def public(self) -> dict[str, Any]:
+        """The settings with the key masked, for display."""
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "profile": self.profile,
+            "base_url": self.base_url,
+            "api_key": mask(self.api_key),
+            "headers": sorted(self.headers),
+            "sources": self.sources,
+        }
+
+
+def _first(*candidates: tuple[str, Any]) -> tuple[Any, str]:
+    for source, value in candidates:
+        if value not in (None, ""):
+            return value, source
+    return None, "unset"
+
+
+def resolve(
+    config: Config,
+    *,
+    session: Session | None = None,
+    profile: str | None = None,
+    model: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Resolved:
+    """Work out provider, model, endpoint and key for a turn (see the module docstring)."""
+    env = os.environ if env is None else env
+    name, name_source = _first(
+        ("flag", profile),
+        ("AGCTL_PROFILE", env.get("AGCTL_PROFILE")),
+        ("session", session.profile if session else None),
+        ("config default_profile", config.default_profile),
+    )
+    chosen = Profile(provider="offline")
+    if name is not None:
+        if name in config.profiles:
+            chosen = config.profiles[name]
+        elif preset_named(name) is not None:
+            chosen = Profile(provider="openai", preset=name)
+        else:
+            known = ", ".join(sorted(config.profiles)) or "none"
+            raise NotFound(
+                f"profile {name!r} not found (profiles: {known}; presets: "
+                f"{', '.join(sorted(PRESETS))})"
+            )
+    preset = preset_named(chosen.preset) if chosen.preset else None
+    provider, provider_source = _first(
+        ("AGCTL_PROVIDER", env.get("AGCTL_PROVIDER")),
+        ("profile", chosen.provider if name is not None else None),
+        ("default", "offline"),
+    )
+    if provider not in PROVIDERS:
+        raise UsageError(f"unknown provider {provider!r}; choose from {', '.join(PROVIDERS)}")
+    # An openai profile with neither preset nor base URL means OpenAI itself.
+    implicit = PRESETS["openai"] if preset is None and chosen.base_url is None else None
+    endpoint = preset or implicit
+    chosen_model, model_source = _first(
+        ("flag", model),
+        ("AGCTL_MODEL", env.get("AGCTL_MODEL")),
+        ("session", session.model if session else None),
+        ("profile", chosen.model),
+        ("preset", endpoint.model if endpoint and provider == "openai" else None),
+        ("default", OFFLINE_MODEL if provider != "openai" else None),
+    )
+    if chosen_model is None:
+        raise UsageError(
+            f"no model for provider {provider!r}: pass --model, set AGCTL_MODEL, "
+            "or set one in the profile"
+        )
+    base_url, base_source = _first(
+        ("AGCTL_BASE_URL", env.get("AGCTL_BASE_URL")),
+        ("profile", chosen.base_url),
+        ("preset", preset.base_url if preset else None),
+        ("OPENAI_BASE_URL", env.get("OPENAI_BASE_URL")),
+        ("preset openai", implicit.base_url if implicit else None),
+    )
+    keys: list[tuple[str, Any]] = [("AGCTL_API_KEY", env.get("AGCTL_API_KEY"))]
+    if chosen.api_key_env:
+        keys.append((f"${chosen.api_key_env}", env.get(chosen.api_key_env)))
+    keys.append(("profile", chosen.api_key))
+    if preset is not None and preset.key_env:
+        keys.append((f"${preset.key_env}", env.get(preset.key_env)))
+    if preset is None:
+        keys.append(("$OPENAI_API_KEY", env.get("OPENAI_API_KEY")))
+    api_key, key_source = _first(*keys)
+    return Resolved(
+        provider=provider,
+        model=str(chosen_model),
+        profile=name,
+        base_url=base_url,
+        api_key=api_key or None,
+        headers=dict(chosen.headers),
+        cassette=chosen.cassette,
+        max_retries=config.max_retries,
+        connect_timeout=config.connect_timeout,
+        read_timeout=config.read_timeout,
+        sources={
+            "profile": name_source,
+            "provider": provider_source,
+            "model": model_source,
+            "base_url": base_source,
+            "api_key": key_source,
+        },
+    )

@@ -1,0 +1,126 @@
+"""The provider interface: one method that turns a request into a stream of events.
+
+Everything else — assembling the reply, usage, cost, recording, committing — is done
+once, around `Provider.stream`, for every provider (see agctl.turns).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import orjson
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+    type: Literal["text"] = "text"
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    text: str
+    type: Literal["reasoning"] = "reasoning"
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A fragment of tool call number `index`: id and name come first, arguments in pieces."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+    type: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    type: Literal["usage"] = "usage"
+
+
+@dataclass(frozen=True)
+class Finish:
+    reason: str
+    type: Literal["finish"] = "finish"
+
+
+Event = TextDelta | ReasoningDelta | ToolCallDelta | Usage | Finish
+EVENT_TYPES: dict[str, type[Event]] = {
+    "text": TextDelta,
+    "reasoning": ReasoningDelta,
+    "tool_call": ToolCallDelta,
+    "usage": Usage,
+    "finish": Finish,
+}
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    fields = {k: v for k, v in event.__dict__.items() if v is not None and k != "type"}
+    return {"type": event.type, **fields}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    kind = EVENT_TYPES[data["type"]]
+    return kind(**{k: v for k, v in data.items() if k != "type"})
+
+
+@dataclass
+class TurnContext:
+    """What a provider may know about the turn beyond the wire request (never sent)."""
+
+    session_id: str = ""
+    slot_id: str = ""
+    turn: int = 1
+
+
+@dataclass
+class ChatRequest:
+    """One chat-completions request: the model input plus how to deliver it."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    temperature: float | None = None
+    max_tokens: int | None = None
+    stream: bool = False
+    context: TurnContext = field(default_factory=TurnContext)
+
+    def params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        if self.temperature is not None:
+            params["temperature"] = self.temperature
+        if self.max_tokens is not None:
+            params["max_tokens"] = self.max_tokens
+        return params
+
+    def model_input(self) -> dict[str, Any]:
+        """What determines the reply: model, messages and parameters (not delivery)."""
+        return {"model": self.model, "messages": self.messages, "params": self.params()}
+
+    def fingerprint(self) -> str:
+        """A stable hash of the model input, for cassettes."""
+        canonical = orjson.dumps(self.model_input(), option=orjson.OPT_SORT_KEYS)
+        return hashlib.sha256(canonical).hexdigest()
+
+    def payload(self) -> dict[str, Any]:
+        """The chat-completions JSON body."""
+        body: dict[str, Any] = {"model": self.model, "messages": self.messages, **self.params()}
+        if self.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+
+class Provider(Protocol):
+    """A model backend. Implementations differ only in `stream`."""
+
+    name: str
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        """Yield the reply to `request` as events; raise ProviderError on failure."""
+        ...

@@ -1,0 +1,173 @@
+"""Cassettes: record any provider's replies, and replay them offline for CI.
+
+A cassette is a JSON lines file; each line holds one request's model input, its stable
+hash and every event of the reply. Replay matches by hash and never touches the network.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agctl.errors import InvalidInput, NotFound, ReplayMiss, StoreError
+from agctl.providers.base import (
+    ChatRequest,
+    Event,
+    Provider,
+    event_from_dict,
+    event_to_dict,
+)
+
+CASSETTE_VERSION = "1.0"
+
+
+@dataclass
+class Recording:
+    hash: str
+    request: dict[str, Any]
+    events: list[Event]
+
+
+def load_cassette(path: Path) -> list[Recording]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise NotFound(f"cassette not found: {path}") from None
+    except OSError as exc:
+        raise StoreError(f"cannot read cassette {path}: {exc.strerror}") from None
+    recordings = []
+    for number, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = orjson.loads(line)
+            version = str(data.get("schema_version", CASSETTE_VERSION))
+            if int(version.split(".")[0]) > int(CASSETTE_VERSION.split(".")[0]):
+                raise InvalidInput(
+                    f"{path}: line {number} has cassette version {version}; "
+                    f"this agctl reads version {CASSETTE_VERSION}"
+                )
+            recordings.append(
+                Recording(
+                    hash=str(data["hash"]),
+                    request=dict(data["request"]),
+                    events=[event_from_dict(e) for e in data["events"]],
+                )
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InvalidInput(f"{path}: line {number} is not a cassette entry ({exc})") from None
+    return recordings
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    text = content if isinstance(content, str) else orjson.dumps(content).decode()
+    flat = " ".join(text.split())
+    return flat if len(flat) <= 60 else flat[:59] + "…"
+
+
+def describe_miss(request: ChatRequest, recordings: list[Recording]) -> str:
+    """Name the request's hash and the recorded request closest to it."""
+    fingerprint = request.fingerprint()
+    lines = [f"no recorded response for request {fingerprint[:12]}"]
+    if not recordings:
+        return lines[0] + " (the cassette is empty)"
+    wanted = request.model_input()
+
+    def shared(recording: Recording) -> tuple[int, int]:
+        messages = recording.request.get("messages", [])
+        common = 0
+        for mine, theirs in zip(wanted["messages"], messages, strict=False):
+            if mine != theirs:
+                break
+            common += 1
+        same_settings = (
+            recording.request.get("model") == wanted["model"]
+            and recording.request.get("params") == wanted["params"]
+        )
+        return common, int(same_settings)
+
+    closest = max(recordings, key=shared)
+    common, same_settings = shared(closest)
+    theirs = closest.request.get("messages", [])
+    lines.append(
+        f"closest recorded request {closest.hash[:12]} shares {common} of "
+        f"{len(wanted['messages'])} messages"
+    )
+    if not same_settings:
+        lines.append(
+            f"  model/params differ: recorded {closest.request.get('model')} "
+            f"{closest.request.get('params')}, now {wanted['model']} {wanted['params']}"
+        )
+    if common < len(wanted["messages"]):
+        mine = wanted["messages"][common]
+        lines.append(f"  now      [{common}] {mine.get('role')}: {_text(mine)}")
+    if common < len(theirs):
+        lines.append(f"  recorded [{common}] {theirs[common].get('role')}: {_text(theirs[common])}")
+    return "\n".join(lines)
+
+
+class ReplayProvider:
+    """Answers from a cassette by request hash; a miss fails loudly, never reaching out."""
+
+    name = "replay"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.recordings = load_cassette(path)
+        self.by_hash: dict[str, Recording] = {}
+        for recording in self.recordings:
+            self.by_hash.setdefault(recording.hash, recording)
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        recording = self.by_hash.get(request.fingerprint())
+        if recording is None:
+            raise ReplayMiss(f"{self.path}: {describe_miss(request, self.recordings)}")
+        yield from recording.events
+
+
+def append_recording(path: Path, request: ChatRequest, events: list[Event]) -> None:
+    """Append one entry as a single write, under an exclusive lock on the cassette."""
+    entry = {
+        "schema_version": CASSETTE_VERSION,
+        "hash": request.fingerprint(),
+        "request": request.model_input(),
+        "events": [event_to_dict(e) for e in events],
+    }
+    line = orjson.dumps(entry) + b"\n"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StoreError(f"cannot open cassette {path}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except OSError as exc:
+        raise StoreError(f"cannot write cassette {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+class RecordingProvider:
+    """Wraps any provider and appends each completed request and reply to a cassette."""
+
+    def __init__(self, inner: Provider, path: Path) -> None:
+        self.inner = inner
+        self.path = path
+        self.name = inner.name
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        events: list[Event] = []
+        for event in self.inner.stream(request):
+            events.append(event)
+            yield event
+        append_recording(self.path, request, events)

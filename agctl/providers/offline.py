@@ -1,0 +1,138 @@
+"""The embedded default: a deterministic provider that needs no network and no key."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agctl.errors import InvalidInput, ProviderError
+from agctl.providers.base import (
+    ChatRequest,
+    Event,
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from agctl.tokens import MESSAGE_OVERHEAD, estimate_content, estimate_text
+
+
+@dataclass
+class ScriptedReply:
+    content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[dict[str, str]] = field(default_factory=list)
+
+
+def load_script(path: Path) -> list[ScriptedReply]:
+    """Canned replies: JSON (array or lines) of strings or {content, reasoning, tool_calls}."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read the script: {exc.strerror}") from None
+    try:
+        items: Any = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:
+            items = [orjson.loads(line) for line in raw.splitlines() if line.strip()]
+        except orjson.JSONDecodeError as exc:
+            raise InvalidInput(
+                f"{path}: the script is neither JSON nor JSON lines: {exc}"
+            ) from None
+    if not isinstance(items, list):
+        raise InvalidInput(f"{path}: the script must be a list of replies")
+    replies = []
+    for number, item in enumerate(items):
+        if isinstance(item, str):
+            replies.append(ScriptedReply(content=item))
+        elif isinstance(item, dict) and ("content" in item or "tool_calls" in item):
+            calls = item.get("tool_calls") or []
+            if not all(isinstance(c, dict) and "name" in c for c in calls):
+                raise InvalidInput(f"{path}: reply {number}: each tool call needs a name")
+            replies.append(
+                ScriptedReply(
+                    content=item.get("content"),
+                    reasoning=item.get("reasoning"),
+                    tool_calls=[
+                        {
+                            "id": str(c.get("id", f"call_{number}_{i}")),
+                            "name": str(c["name"]),
+                            "arguments": str(c.get("arguments", "{}")),
+                        }
+                        for i, c in enumerate(calls)
+                    ],
+                )
+            )
+        else:
+            raise InvalidInput(f"{path}: reply {number} must be a string or an object")
+    return replies
+
+
+def _words(text: str) -> Iterator[str]:
+    """Split text into stream-sized pieces that join back to exactly `text`."""
+    yield from (m.group(0) for m in re.finditer(r"\S+\s*|\s+", text))
+
+
+def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def _shorten(text: str, limit: int = 80) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class OfflineProvider:
+    """Replies that name the slot, the turn and the last user message; or a script's replies."""
+
+    name = "offline"
+
+    def __init__(self, script: list[ScriptedReply] | None = None) -> None:
+        self.script = script
+
+    def _reply(self, request: ChatRequest) -> ScriptedReply:
+        context = request.context
+        if self.script is not None:
+            if context.turn > len(self.script):
+                raise ProviderError(
+                    f"the offline script has {len(self.script)} replies; "
+                    f"turn {context.turn} has none"
+                )
+            return self.script[context.turn - 1]
+        said = _shorten(_last_user_text(request.messages))
+        text = (
+            f'Offline reply to turn {context.turn} in slot "{context.slot_id}": '
+            f'you said "{said}" ({len(request.messages)} messages in context).'
+        )
+        return ScriptedReply(content=text)
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        reply = self._reply(request)
+        if reply.reasoning:
+            yield ReasoningDelta(reply.reasoning)
+        for piece in _words(reply.content or ""):
+            yield TextDelta(piece)
+        for index, call in enumerate(reply.tool_calls):
+            yield ToolCallDelta(index, id=call["id"], name=call["name"])
+            yield ToolCallDelta(index, arguments=call["arguments"])
+        prompt = sum(
+            MESSAGE_OVERHEAD + estimate_content(m.get("content")) for m in request.messages
+        )
+        completion = estimate_text(reply.content or "") + sum(
+            estimate_text(c["arguments"]) for c in reply.tool_calls
+        )
+        yield Usage(prompt_tokens=prompt, completion_tokens=completion)
+        yield Finish("tool_calls" if reply.tool_calls else "stop")

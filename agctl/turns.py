@@ -1,0 +1,280 @@
+"""A turn: build the view, call the provider, commit the reply — all or nothing.
+
+The provider only yields events; assembling the reply, usage, cost, logging and the
+atomic commit are done here, once, for every provider.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agctl.errors import AgctlError, ProviderError, TurnInterrupted
+from agctl.models import Draft, Message, ModelCost, Session, Slot, utcnow
+from agctl.pricing import cost_of
+from agctl.providers.base import (
+    ChatRequest,
+    Event,
+    Finish,
+    Provider,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    TurnContext,
+    Usage,
+)
+from agctl.store import Store
+from agctl.view import request_view
+
+log = logging.getLogger("agctl.turn")
+
+
+@dataclass
+class TurnOptions:
+    model: str
+    slot: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    system: str | None = None
+    scratch: Sequence[str] = ()
+    stream: bool = False
+    prices: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+
+@dataclass
+class PreparedTurn:
+    """Everything decided before the provider is called."""
+
+    session: Session
+    slot: Slot
+    user_message: Message
+    request: ChatRequest
+    view: list[Message]
+
+    @property
+    def tokens(self) -> int:
+        return sum(m.token_count() for m in self.view)
+
+
+class ReplyBuilder:
+    """Assembles events into the assistant message, usage and finish reason."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}
+        self.usage: Usage | None = None
+        self.finish_reason: str | None = None
+
+    def feed(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            self.text.append(event.text)
+        elif isinstance(event, ReasoningDelta):
+            self.reasoning.append(event.text)
+        elif isinstance(event, ToolCallDelta):
+            call = self.calls.setdefault(event.index, {"id": "", "name": "", "arguments": ""})
+            call["id"] = event.id or call["id"]
+            call["name"] = event.name or call["name"]
+            call["arguments"] += event.arguments
+        elif isinstance(event, Usage):
+            self.usage = event
+        elif isinstance(event, Finish):
+            self.finish_reason = event.reason
+
+    def message(self, model: str) -> Message:
+        tool_calls = [
+            {
+                "id": c["id"] or f"call_{i}",
+                "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"]},
+            }
+            for i, c in sorted(self.calls.items())
+        ]
+        text = "".join(self.text)
+        if not text and not tool_calls:
+            raise ProviderError("the model returned an empty reply (no text, no tool calls)")
+        usage = None
+        if self.usage is not None:
+            usage = {
+                "prompt_tokens": self.usage.prompt_tokens,
+                "completion_tokens": self.usage.completion_tokens,
+            }
+        return Message(
+            role="assistant",
+            content=text or None,
+            tool_calls=tool_calls or None,
+            reasoning="".join(self.reasoning) or None,
+            created_at=utcnow(),
+            model=model,
+            usage=usage,
+            tokens=self.usage.completion_tokens if self.usage else None,
+        )
+
+
+@dataclass
+class TurnResult:
+    session_id: str
+    slot_id: str
+    turn: int
+    model: str
+    reply: Message
+    finish_reason: str | None
+    usage: Usage | None
+    cost: float | None
+    latency: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session": self.session_id,
+            "slot": self.slot_id,
+            "turn": self.turn,
+            "model": self.model,
+            "reply": self.reply.text(),
+            "reasoning": self.reply.reasoning,
+            "tool_calls": [c.model_dump(mode="json") for c in self.reply.tool_calls or ()],
+            "finish_reason": self.finish_reason,
+            "usage": None
+            if self.usage is None
+            else {
+                "prompt_tokens": self.usage.prompt_tokens,
+                "completion_tokens": self.usage.completion_tokens,
+            },
+            "cost": self.cost,
+            "latency": round(self.latency, 4),
+        }
+
+
+def prepare_turn(store: Store, session_id: str, prompt: str, options: TurnOptions) -> PreparedTurn:
+    """Build the request for `prompt`; a readonly slot is refused here, before any call."""
+    session = store.load_session(session_id)
+    slot = store.load_slot(session_id, options.slot)
+    slot.check_writable("send a turn")
+    user_message = Message(role="user", content=prompt, created_at=utcnow())
+    scratch = [Message(role="system", content=text) for text in options.scratch]
+    view = request_view(
+        session, slot, scratch=scratch, user_input=user_message, system_prompt=options.system
+    )
+    request = ChatRequest(
+        model=options.model,
+        messages=[m.to_openai() for m in view],
+        temperature=options.temperature,
+        max_tokens=options.max_tokens,
+        stream=options.stream,
+        context=TurnContext(session_id=session_id, slot_id=slot.id, turn=session.turn_count + 1),
+    )
+    return PreparedTurn(session, slot, user_message, request, view)
+
+
+def send_turn(
+    store: Store,
+    session_id: str,
+    prompt: str,
+    provider: Provider,
+    options: TurnOptions,
+    on_event: Callable[[Event], None] | None = None,
+) -> TurnResult:
+    """Send one turn and commit it; on any failure write nothing and keep a draft."""
+    prepared = prepare_turn(store, session_id, prompt, options)
+    request = prepared.request
+    builder = ReplyBuilder()
+    log.info(
+        "request sent: provider=%s model=%s slot=%s messages=%d ~%d tokens",
+        provider.name,
+        request.model,
+        prepared.slot.id,
+        len(request.messages),
+        prepared.tokens,
+    )
+    started = time.perf_counter()
+    try:
+        for event in provider.stream(request):
+            builder.feed(event)
+            if on_event is not None:
+                on_event(event)
+        reply = builder.message(request.model)
+    except KeyboardInterrupt:
+        error = TurnInterrupted("interrupted: nothing was written")
+        _keep_draft(store, session_id, prepared, error)
+        raise error from None
+    except AgctlError as exc:
+        _keep_draft(store, session_id, prepared, exc)
+        raise
+    latency = time.perf_counter() - started
+    usage = builder.usage
+    cost = (
+        cost_of(request.model, usage.prompt_tokens, usage.completion_tokens, options.prices)
+        if usage
+        else None
+    )
+    _commit(store, session_id, prepared, reply, usage, cost)
+    log.info(
+        "reply committed: slot=%s turn=%d latency=%.3fs usage=%s",
+        prepared.slot.id,
+        request.context.turn,
+        latency,
+        usage,
+    )
+    return TurnResult(
+        session_id=session_id,
+        slot_id=prepared.slot.id,
+        turn=request.context.turn,
+        model=request.model,
+        reply=reply,
+        finish_reason=builder.finish_reason,
+        usage=usage,
+        cost=cost,
+        latency=latency,
+    )
+
+
+def _keep_draft(store: Store, session_id: str, prepared: PreparedTurn, error: AgctlError) -> None:
+    """Save the prompt of a failed turn; if even that fails, put the prompt in the error."""
+    prompt = prepared.user_message.text()
+    try:
+        store.save_draft(session_id, Draft(prompt=prompt, slot=prepared.slot.id, error=str(error)))
+    except AgctlError as draft_error:
+        error.add_note(f"nothing was written, and the draft could not be kept ({draft_error})")
+        error.add_note(f"your prompt was:\n{prompt}")
+        return
+    error.add_note(
+        "nothing was written; your prompt was kept as a draft: "
+        "send it again with 'agctl turn send --resume-draft'"
+    )
+
+
+def _commit(
+    store: Store,
+    session_id: str,
+    prepared: PreparedTurn,
+    reply: Message,
+    usage: Usage | None,
+    cost: float | None,
+) -> None:
+    """The user message and the reply in one slot write, then cost and turn count."""
+
+    def add_messages(slot: Slot) -> None:
+        slot.check_writable("send a turn")
+        slot.messages.extend([prepared.user_message, reply])
+
+    def account(session: Session) -> None:
+        session.turn_count += 1
+        if usage is None:
+            return
+        model = prepared.request.model
+        session.cost.prompt_tokens += usage.prompt_tokens
+        session.cost.completion_tokens += usage.completion_tokens
+        per_model = session.cost.by_model.setdefault(model, ModelCost())
+        per_model.requests += 1
+        per_model.prompt_tokens += usage.prompt_tokens
+        per_model.completion_tokens += usage.completion_tokens
+        if cost is not None:
+            session.cost.cost += cost
+            per_model.cost += cost
+
+    with store.lock(session_id):
+        store.update_slot(session_id, prepared.slot.id, add_messages)
+        store.update_session(session_id, account)
+        store.clear_draft(session_id)
