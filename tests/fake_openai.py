@@ -1,0 +1,673 @@
+"""A real HTTP server on 127.0.0.1 speaking the OpenAI chat-completions wire format.
+
+Standard library only, so that agctl's httpx client is tested over real sockets, not mocks:
+
+    with FakeOpenAI() as server:
+        server.reply(text="hi", reasoning="hmm", tool_calls=[{"name": "f", "arguments": "{}"}])
+        server.fail("status", status=429, retry_after=1)
+        ...  # point the client at server.base_url, then assert on server.requests
+
+Unscripted requests get `"echo: <last user message>"`. Faults are consumed first, one per
+request to a known endpoint; scripted replies are consumed by chat completions only.
+Responses use HTTP/1.1: JSON with a Content-Length, streams with chunked transfer encoding.
+
+Run `python tests/fake_openai.py --port 8080` to serve in the foreground.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import re
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Literal, Self, cast
+
+FaultKind = Literal["status", "malformed_sse", "slow", "drop_mid_stream", "garbage"]
+FAULT_KINDS: tuple[FaultKind, ...] = (
+    "status",
+    "malformed_sse",
+    "slow",
+    "drop_mid_stream",
+    "garbage",
+)
+CHAT_PATH = "/v1/chat/completions"
+MODELS_PATH = "/v1/models"
+FINGERPRINT = "fp_fake"
+GARBAGE_BODY = b"<html><body><h1>502 Bad Gateway</h1></body></html>\n"
+
+
+class Headers(Mapping[str, str]):
+    """Request headers with case-insensitive lookup (`headers["authorization"]`)."""
+
+    def __init__(self, items: Iterable[tuple[str, str]]) -> None:
+        self._items = {name.lower(): value for name, value in items}
+
+    def __getitem__(self, name: str) -> str:
+        return self._items[name.lower()]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"Headers({self._items!r})"
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the server received it; `body` is the parsed JSON, None if unparsable."""
+
+    method: str
+    path: str
+    headers: Headers
+    body: Any
+    raw: bytes
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str | None
+    reasoning: str | None
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str
+    usage: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: FaultKind
+    status: int
+    message: str | None
+    error_type: str | None
+    code: str | None
+    retry_after: float | None
+    seconds: float
+    body: bytes
+
+
+class FakeOpenAI:
+    """An OpenAI-compatible chat-completions server in a daemon thread, for one test."""
+
+    def __init__(
+        self, *, port: int = 0, model: str = "fake-model", api_key: str | None = None
+    ) -> None:
+        self.model = model
+        self.api_key = api_key
+        self.errors: list[BaseException] = []
+        self._port = port
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._requests: list[RecordedRequest] = []
+        self._replies: deque[Reply] = deque()
+        self._faults: deque[Fault] = deque()
+        self._connections: set[socket.socket] = set()
+        self._completions = 0
+        self._call_numbers = itertools.count(1)
+        self._httpd: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # Life cycle
+
+    def start(self) -> Self:
+        self._stopping.clear()
+        httpd = _Server(("127.0.0.1", self._port), _Handler)
+        httpd.fake = self
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": 0.01},
+            name=f"FakeOpenAI:{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and cut open connections, so slow or kept-alive handlers end at once."""
+        httpd = self._httpd
+        if httpd is None:
+            return
+        self._stopping.set()
+        httpd.shutdown()
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._httpd = None
+        self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("the server is not running")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # Scripting
+
+    def reply(
+        self,
+        text: str | None = None,
+        *,
+        reasoning: str | None = None,
+        tool_calls: Sequence[Mapping[str, Any]] | None = None,
+        finish_reason: str | None = None,
+        usage: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Queue the next assistant reply; `text=None` means null content.
+
+        Tool calls are complete calls `{"id"?, "name", "arguments"}` (arguments a JSON string or
+        a dict); `finish_reason` defaults to "tool_calls" when there are some, else "stop";
+        `usage` is sent verbatim, else estimated from the request and reply lengths.
+        """
+        calls = tuple(
+            ToolCall(
+                id=str(call.get("id") or f"call_fake{next(self._call_numbers)}"),
+                name=str(call["name"]),
+                arguments=_arguments_text(call.get("arguments", "")),
+            )
+            for call in tool_calls or ()
+        )
+        scripted = Reply(
+            text=text,
+            reasoning=reasoning,
+            tool_calls=calls,
+            finish_reason=finish_reason or ("tool_calls" if calls else "stop"),
+            usage=dict(usage) if usage is not None else None,
+        )
+        with self._lock:
+            self._replies.append(scripted)
+
+    def fail(
+        self,
+        kind: FaultKind,
+        *,
+        status: int = 500,
+        message: str | None = None,
+        error_type: str | None = None,
+        code: str | None = None,
+        retry_after: float | None = None,
+        seconds: float = 1.0,
+        body: bytes = GARBAGE_BODY,
+    ) -> None:
+        """Queue a fault for the next request; faults are consumed before replies, in order.
+
+        status: `status` with an OpenAI error body (and `Retry-After: retry_after` if given).
+        malformed_sse: one good chunk, then `data: {not json`, then the stream ends.
+        slow: wait `seconds` before sending anything, then answer with the echo reply.
+        drop_mid_stream: headers and two chunks, then the connection is closed (non-streaming:
+            a Content-Length longer than the body sent).
+        garbage: 200 with a JSON content type and `body`, which is not JSON.
+        """
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; expected one of {FAULT_KINDS}")
+        fault = Fault(kind, status, message, error_type, code, retry_after, seconds, body)
+        with self._lock:
+            self._faults.append(fault)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A snapshot of every request received so far, oldest first."""
+        with self._lock:
+            return list(self._requests)
+
+    def pending(self) -> tuple[int, int]:
+        """How many scripted replies and faults are still queued."""
+        with self._lock:
+            return len(self._replies), len(self._faults)
+
+    # Used by the handler
+
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self._requests.append(request)
+
+    def _next_fault(self) -> Fault | None:
+        with self._lock:
+            return self._faults.popleft() if self._faults else None
+
+    def _next_reply(self, *, scripted: bool) -> tuple[int, Reply | None]:
+        """A completion number, and the next scripted reply when `scripted` and one is queued."""
+        with self._lock:
+            self._completions += 1
+            reply = self._replies.popleft() if scripted and self._replies else None
+            return self._completions, reply
+
+    def _track(self, conn: socket.socket, *, open_: bool) -> None:
+        with self._lock:
+            if open_:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep, waking at once if the server stops; False when it did."""
+        return not self._stopping.wait(seconds)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+    fake: FakeOpenAI
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Quiet: the handler records its own unexpected errors in `fake.errors`."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def version_string(self) -> str:
+        return "FakeOpenAI/1"
+
+    @property
+    def fake(self) -> FakeOpenAI:
+        return cast(_Server, self.server).fake
+
+    def setup(self) -> None:
+        super().setup()
+        self.fake._track(self.connection, open_=True)
+
+    def finish(self) -> None:
+        self.fake._track(self.connection, open_=False)
+        super().finish()
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except OSError:
+            self.close_connection = True
+        except Exception as exc:
+            self.fake.errors.append(exc)
+            self.close_connection = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: no request log on stderr."""
+
+    # Routing
+
+    def do_GET(self) -> None:
+        self._route()
+
+    def do_POST(self) -> None:
+        self._route()
+
+    def _route(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        body: Any = None
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = None
+        path = self.path.split("?", 1)[0]
+        self.fake._record(
+            RecordedRequest(self.command, path, Headers(self.headers.items()), body, raw)
+        )
+        routes = {("POST", CHAT_PATH): self._chat, ("GET", MODELS_PATH): self._models}
+        handler = routes.get((self.command, path))
+        if handler is None:
+            self._send_error(404, f"Invalid URL ({self.command} {path})", code="unknown_url")
+            return
+        stream = isinstance(body, dict) and body.get("stream") is True
+        fault = self.fake._next_fault()
+        if fault is not None and not self._fault(fault, stream):
+            return
+        if not self._authorized():
+            return
+        handler(body, scripted=fault is None)
+
+    def _authorized(self) -> bool:
+        expected = self.fake.api_key
+        if expected is None or self.headers.get("Authorization") == f"Bearer {expected}":
+            return True
+        self._send_error(401, "Incorrect API key provided.", code="invalid_api_key")
+        return False
+
+    def _models(self, body: Any, *, scripted: bool) -> None:
+        model = {"id": self.fake.model, "object": "model", "created": 0, "owned_by": "fake"}
+        self._send_json(200, {"object": "list", "data": [model]})
+
+    def _chat(self, body: Any, *, scripted: bool) -> None:
+        if not isinstance(body, dict):
+            self._send_error(400, "We could not parse the JSON body of your request.")
+            return
+        if not isinstance(body.get("model"), str):
+            self._send_error(400, "you must provide a model parameter", param="model")
+            return
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            self._send_error(400, "Missing required parameter: 'messages'.", param="messages")
+            return
+        number, queued = self.fake._next_reply(scripted=scripted)
+        reply = queued or Reply(
+            text=f"echo: {_last_user_text(messages)}",
+            reasoning=None,
+            tool_calls=(),
+            finish_reason="stop",
+            usage=None,
+        )
+        completion = _Completion(
+            id=f"chatcmpl-fake{number}",
+            created=int(time.time()),
+            model=body["model"],
+            reply=reply,
+            usage=_estimate_usage(messages, reply) if reply.usage is None else reply.usage,
+            include_usage=_include_usage(body),
+        )
+        if body.get("stream") is True:
+            self._start_stream()
+            for chunk in completion.chunks():
+                self._send_event(chunk)
+            self._send_sse_line(b"data: [DONE]")
+            self._end_stream()
+        else:
+            self._send_json(200, completion.response())
+
+    # Faults
+
+    def _fault(self, fault: Fault, stream: bool) -> bool:
+        """Act out a fault; True when the request should then be answered normally."""
+        if fault.kind == "status":
+            headers: dict[str, str] = {}
+            if fault.retry_after is not None:
+                headers["Retry-After"] = _number_text(fault.retry_after)
+            default_type, default_code = _error_kind(fault.status)
+            self._send_error(
+                fault.status,
+                fault.message or f"{HTTPStatus(fault.status).phrase} (injected by FakeOpenAI)",
+                error_type=fault.error_type or default_type,
+                code=fault.code or default_code,
+                headers=headers,
+            )
+            return False
+        if fault.kind == "slow":
+            if self.fake._sleep(fault.seconds):
+                return True
+            self.close_connection = True
+            return False
+        if fault.kind == "garbage":
+            self._send_bytes(200, fault.body, "application/json")
+            return False
+        probe = _Completion(
+            id="chatcmpl-fault",
+            created=int(time.time()),
+            model=self.fake.model,
+            reply=Reply("partial reply that never ends", None, (), "stop", None),
+            usage={},
+            include_usage=False,
+        )
+        chunks = probe.chunks()
+        if fault.kind == "malformed_sse":
+            self._start_stream()
+            self._send_event(next(chunks))
+            self._send_sse_line(b"data: {not json")
+            self._end_stream()
+            return False
+        # drop_mid_stream
+        if stream:
+            self._start_stream()
+            self._send_event(next(chunks))
+            self._send_event(next(chunks))
+        else:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "4096")
+            self.end_headers()
+            self.wfile.write(b'{"id": "chatcmpl-fault", "object": "chat.completion", "cho')
+        self._drop_connection()
+        return False
+
+    # Writing
+
+    def _send_bytes(
+        self, status: int, data: bytes, content_type: str, headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_json(self, status: int, obj: Any, headers: Mapping[str, str] | None = None) -> None:
+        self._send_bytes(status, json.dumps(obj).encode(), "application/json", headers)
+
+    def _send_error(
+        self,
+        status: int,
+        message: str,
+        *,
+        error_type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        error = {"message": message, "type": error_type, "param": param, "code": code}
+        self._send_json(status, {"error": error}, headers)
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _send_event(self, chunk: dict[str, Any]) -> None:
+        self._send_sse_line(b"data: " + json.dumps(chunk, separators=(",", ":")).encode())
+
+    def _send_sse_line(self, line: bytes) -> None:
+        data = line + b"\n\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _drop_connection(self) -> None:
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+
+@dataclass(frozen=True)
+class _Completion:
+    """One reply rendered in the wire format, as a whole or as stream chunks."""
+
+    id: str
+    created: int
+    model: str
+    reply: Reply
+    usage: dict[str, Any]
+    include_usage: bool
+
+    def response(self) -> dict[str, Any]:
+        reply = self.reply
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": None}
+        if reply.reasoning is not None:
+            message["reasoning_content"] = reply.reasoning
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in reply.tool_calls
+            ]
+        choice = {
+            "index": 0,
+            "message": message,
+            "logprobs": None,
+            "finish_reason": reply.finish_reason,
+        }
+        return {
+            **self._envelope("chat.completion"),
+            "choices": [choice],
+            "usage": self.usage,
+        }
+
+    def chunks(self) -> Iterator[dict[str, Any]]:
+        """Role, reasoning pieces, text pieces, tool call fragments, finish, then usage."""
+        reply = self.reply
+        yield self._chunk({"role": "assistant", "content": "" if reply.text else None})
+        for piece in _pieces(reply.reasoning or ""):
+            yield self._chunk({"content": None, "reasoning_content": piece})
+        for piece in _pieces(reply.text or ""):
+            yield self._chunk({"content": piece})
+        for index, call in enumerate(reply.tool_calls):
+            head = {
+                "index": index,
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }
+            yield self._chunk({"tool_calls": [head]})
+            for fragment in _fragments(call.arguments):
+                tail = {"index": index, "function": {"arguments": fragment}}
+                yield self._chunk({"tool_calls": [tail]})
+        yield self._chunk({}, finish_reason=reply.finish_reason)
+        if self.include_usage:
+            yield {**self._envelope("chat.completion.chunk"), "choices": [], "usage": self.usage}
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        chunk = {**self._envelope("chat.completion.chunk"), "choices": [choice]}
+        if self.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def _envelope(self, kind: str) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": FINGERPRINT,
+        }
+
+
+def _arguments_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def _pieces(text: str) -> list[str]:
+    """Word-sized pieces (each word with its trailing space) that join back to `text`."""
+    return re.findall(r"\S+\s*|\s+", text)
+
+
+def _fragments(arguments: str) -> list[str]:
+    """Tool call arguments cut in three pieces (two when very short), as models stream them."""
+    if len(arguments) < 2:
+        return [arguments] if arguments else []
+    parts = 3 if len(arguments) >= 3 else 2
+    cuts = [len(arguments) * i // parts for i in range(parts + 1)]
+    return [arguments[a:b] for a, b in itertools.pairwise(cuts)]
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""
+
+
+def _last_user_text(messages: list[Any]) -> str:
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return _content_text(message.get("content"))
+    return ""
+
+
+def _estimate_usage(messages: list[Any], reply: Reply) -> dict[str, Any]:
+    prompt_chars = sum(
+        len(_content_text(m.get("content"))) for m in messages if isinstance(m, dict)
+    )
+    reply_chars = len(reply.text or "") + len(reply.reasoning or "")
+    reply_chars += sum(len(call.name) + len(call.arguments) for call in reply.tool_calls)
+    prompt_tokens = prompt_chars // 4 + 1
+    completion_tokens = reply_chars // 4 + 1
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    if reply.reasoning is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": len(reply.reasoning) // 4 + 1}
+    return usage
+
+
+def _include_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def _error_kind(status: int) -> tuple[str, str | None]:
+    """The error `type` and `code` OpenAI sends with a status."""
+    if status == 401:
+        return "invalid_request_error", "invalid_api_key"
+    if status == 429:
+        return "requests", "rate_limit_exceeded"
+    if status >= 500:
+        return "server_error", None
+    return "invalid_request_error", None
+
+
+def _number_text(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Serve a fake OpenAI API on 127.0.0.1.")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--model", default="fake-model")
+    parser.add_argument("--api-key", default=None, help="require this bearer token")
+    args = parser.parse_args()
+    with FakeOpenAI(port=args.port, model=args.model, api_key=args.api_key) as server:
+        print(server.base_url, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
