@@ -1,81 +1,204 @@
-"""`agctl demo`: a scripted tour of sessions, slots and messages in a throw-away data dir."""
+"""`agctl demo`: the branching legal-aid consultation, end to end, offline, self-checking."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-TOUR: list[tuple[str, str]] = [
-    ("A session holds slots; it starts with one named 'default'.", ""),
-    ("", "session new tour --system 'You are a concise legal assistant.' --title 'Lease dispute'"),
-    ("", "msg append user 'My landlord kept my deposit. What can I do?'"),
-    ("", "msg append assistant 'First, ask in writing for an itemised list of deductions.'"),
-    ("", "msg append user 'They did not answer within 30 days.'"),
-    ("", "msg list"),
-    ("Branch the conversation: two slots derived from the same point.", ""),
-    ("", "slot derive small-claims --use"),
-    ("", "msg append user 'How do I file in small-claims court?'"),
-    ("", "slot derive mediation --from default"),
-    ("", "msg append user 'Is mediation cheaper?' --slot mediation"),
-    ("", "slot list"),
-    ("The branches stay apart; the parent is untouched.", ""),
-    ("", "msg list --slot default"),
-    ("", "msg get -1 --slot mediation"),
-    ("A focused slot shows the model only the recent messages and a summary.", ""),
-    ("", "slot mode focused --recent 2 --summary 'Deposit withheld; no answer in 30 days.'"),
-    ("", "slot show --view"),
-    ("A readonly slot refuses every write (exit code 4) but can still be read and derived.", ""),
-    ("", "slot mode readonly default"),
-    ("", "msg append user 'this is refused' --slot default"),
-    ("Session memory and machine-readable output.", ""),
-    ("", "memory set jurisdiction 'England and Wales'"),
-    ("", "slot list --json"),
-    ("Export a branch in the OpenAI chat format.", ""),
-    ("", "msg export --slot mediation"),
-]
+from agctl.cli.app import App, pass_app
+
+if TYPE_CHECKING:
+    from agctl.store import Store
+
+SID = "legal-aid"
+DEMO_CLEARED_ENV = (
+    "AGCTL_PROFILE",
+    "AGCTL_PROVIDER",
+    "AGCTL_MODEL",
+    "AGCTL_BASE_URL",
+    "AGCTL_API_KEY",
+    "OPENAI_BASE_URL",
+)
+Check = Callable[["Store"], bool]
+
+
+@dataclass
+class Step:
+    say: str
+    command: str = ""
+    claim: str = ""
+    check: Check | None = None
+
+
+def _texts(store: Store, slot: str) -> list[str]:
+    return [m.text() for m in store.load_slot(SID, slot).messages]
+
+
+def _steps() -> list[Step]:
+    return [
+        Step("A legal-aid consultation starts in the session's 'default' slot."),
+        Step(
+            "",
+            "session new legal-aid --system 'You are a careful legal-aid assistant.'",
+            "the session exists with one slot, 'default'",
+            lambda s: s.slot_ids(SID) == ["default"],
+        ),
+        Step(
+            "",
+            "msg append user 'My landlord kept my whole deposit after I moved out.'",
+            "the question is in 'default'",
+            lambda s: len(_texts(s, "default")) == 1,
+        ),
+        Step(
+            "",
+            "turn send 'What can I do about it?'",
+            "the prompt and the reply were committed to 'default' (3 messages, turn 1)",
+            lambda s: len(_texts(s, "default")) == 3 and s.load_session(SID).turn_count == 1,
+        ),
+        Step("Two ways forward: derive a slot for each; 'default' stays as it was."),
+        Step(
+            "",
+            "slot derive option-a --from default",
+            "option-a starts as a copy of default and records it as its parent",
+            lambda s: (
+                _texts(s, "option-a") == _texts(s, "default")
+                and s.load_slot(SID, "option-a").meta.parent_id == "default"
+            ),
+        ),
+        Step(
+            "",
+            "slot derive option-b --from default",
+            "option-b too",
+            lambda s: _texts(s, "option-b") == _texts(s, "default"),
+        ),
+        Step(
+            "",
+            "turn send 'Option A: write a formal demand letter. What goes in it?' --slot option-a",
+            "the turn went to option-a only",
+            lambda s: len(_texts(s, "option-a")) == 5 and len(_texts(s, "option-b")) == 3,
+        ),
+        Step(
+            "",
+            "turn send 'Option B: file in small-claims court. How?' --slot option-b",
+            "the turn went to option-b only",
+            lambda s: (
+                len(_texts(s, "option-b")) == 5
+                and not any("Option B" in t for t in _texts(s, "option-a"))
+            ),
+        ),
+        Step("Back in 'default', neither option's turns are there."),
+        Step(
+            "",
+            "slot use default",
+            "'default' is the current slot",
+            lambda s: s.load_session(SID).current_slot == "default",
+        ),
+        Step(
+            "",
+            "msg list",
+            "'default' holds only its own 3 messages",
+            lambda s: (
+                len(_texts(s, "default")) == 3
+                and not any("Option" in t for t in _texts(s, "default"))
+            ),
+        ),
+        Step(
+            "",
+            "slot list",
+            "three slots, both options derived from default",
+            lambda s: s.slot_ids(SID) == ["default", "option-a", "option-b"],
+        ),
+        Step("What a model would see next in option-a, through a focused view:"),
+        Step(
+            "",
+            "slot mode focused option-a --recent 2 --summary 'Deposit withheld; tenant chose a "
+            "demand letter.'",
+            "option-a is focused; its messages are all kept",
+            lambda s: (
+                s.load_slot(SID, "option-a").config.mode == "focused"
+                and len(_texts(s, "option-a")) == 5
+            ),
+        ),
+        Step("", "slot show option-a --view"),
+        Step("Option B is dropped."),
+        Step(
+            "",
+            "slot rm option-b",
+            "option-b is gone; default and option-a are untouched",
+            lambda s: (
+                s.slot_ids(SID) == ["default", "option-a"]
+                and len(_texts(s, "option-a")) == 5
+                and len(_texts(s, "default")) == 3
+            ),
+        ),
+        Step("", "session show"),
+    ]
+
+
+@contextlib.contextmanager
+def _data_dir(app: App) -> Iterator[Path]:
+    ctx = click.get_current_context()
+    explicit = ctx.find_root().get_parameter_source("data_dir")
+    if app.data_dir is not None and explicit == click.core.ParameterSource.COMMANDLINE:
+        yield app.data_dir
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="agctl-demo-") as tmp:
+        yield Path(tmp)
 
 
 @click.command("demo")
-@click.option(
-    "--keep",
-    metavar="DIR",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Run in DIR and keep the data (default: a temporary dir, removed afterwards).",
-)
-def command(keep: Path | None) -> None:
+@pass_app
+def command(app: App) -> None:
     """Run a scripted tour of sessions, slots and messages.
 
-    Offline: no model, no key, no network.
-
-    Every step is a real agctl command run against a throw-away data dir.
+    The branching scenario: a legal-aid consultation in 'default', two options derived
+    from it, a turn in each (offline provider: no key, no network), and checks that the
+    branches stay apart. Every step is a real agctl command; every claim printed is
+    checked. Runs in a temporary data dir unless --data-dir is given.
 
     \b
     Examples:
       agctl demo
-      agctl demo --keep /tmp/agctl-tour && agctl --data-dir /tmp/agctl-tour session list
+      agctl --data-dir /tmp/agctl-tour demo && agctl --data-dir /tmp/agctl-tour slot list
     """
-    import tempfile
-
-    if keep is not None:
-        keep.mkdir(parents=True, exist_ok=True)
-        _tour(keep)
-        return
-    with tempfile.TemporaryDirectory(prefix="agctl-demo-") as tmp:
-        _tour(Path(tmp))
-
-
-def _tour(data_dir: Path) -> None:
     import shlex
+    from unittest import mock
 
     from agctl.cli import cli
+    from agctl.store import Store
 
-    for note, line in TOUR:
-        if note:
-            click.secho(f"\n# {note}", bold=True)
-            continue
-        click.secho(f"$ agctl {line}", fg="cyan")
-        args = ["--data-dir", str(data_dir), *shlex.split(line)]
-        status = cli.main(args, prog_name="agctl", standalone_mode=False)
-        if status:
-            click.echo(f"(exit code {status})")
+    failures = 0
+    with _data_dir(app) as data_dir:
+        store = Store(data_dir)
+        if SID in store.session_ids():
+            raise click.UsageError(f"{data_dir} already holds a session {SID!r}")
+        # Offline whatever the user's config and environment say: no key, no network.
+        offline = {name: "" for name in DEMO_CLEARED_ENV}
+        offline.update(AGCTL_SESSION=SID, AGCTL_CONFIG=str(data_dir / "demo-config.json"))
+        with mock.patch.dict("os.environ", offline):
+            for step in _steps():
+                if step.say:
+                    click.secho(f"\n# {step.say}", bold=True)
+                    continue
+                click.secho(f"$ agctl {step.command}", fg="cyan")
+                args = ["--data-dir", str(data_dir), *shlex.split(step.command)]
+                status = cli.main(args, prog_name="agctl", standalone_mode=False)
+                if status:
+                    click.secho(f"✗ the command failed (exit code {status})", fg="red")
+                    failures += 1
+                elif step.check is not None:
+                    if step.check(store):
+                        click.secho(f"✓ {step.claim}", fg="green")
+                    else:
+                        click.secho(f"✗ not so: {step.claim}", fg="red")
+                        failures += 1
+    if failures:
+        raise click.ClickException(f"the demo found {failures} problem(s)")
+    click.secho("\nAll claims checked.", bold=True)
