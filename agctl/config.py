@@ -260,8 +260,9 @@ def resolve(
     )
     if provider not in PROVIDERS:
         raise UsageError(f"unknown provider {provider!r}; choose from {', '.join(PROVIDERS)}")
-    # An openai profile with neither preset nor base URL means OpenAI itself.
-    implicit = PRESETS["openai"] if preset is None and chosen.base_url is None else None
+    # No preset and no base URL anywhere means OpenAI itself.
+    unaimed = preset is None and chosen.base_url is None and not env.get("AGCTL_BASE_URL")
+    implicit = PRESETS["openai"] if unaimed else None
     endpoint = preset or implicit
     chosen_model, model_source = _first(
         ("flag", model),

@@ -1,0 +1,362 @@
+"""Turns on the offline, scripted and replay providers: commit, failure, drafts, cassettes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+
+from agctl.errors import (
+    InvalidInput,
+    NotFound,
+    ProviderError,
+    ReadonlySlot,
+    ReplayMiss,
+    StoreError,
+    TurnInterrupted,
+)
+from agctl.models import Draft, Message
+from agctl.providers.base import (
+    ChatRequest,
+    Event,
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from agctl.providers.cassette import RecordingProvider, ReplayProvider, load_cassette
+from agctl.providers.offline import OfflineProvider, load_script
+from agctl.store import Store
+from agctl.turns import ReplyBuilder, TurnOptions, prepare_turn, send_turn
+
+OPTIONS = TurnOptions(model="offline")
+
+
+class ListProvider:
+    """A provider replying with a fixed list of events, remembering each request."""
+
+    name = "list"
+
+    def __init__(self, events: list[Event], fail_after: BaseException | None = None) -> None:
+        self.events = events
+        self.fail_after = fail_after
+        self.requests: list[ChatRequest] = []
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        self.requests.append(request)
+        yield from self.events
+        if self.fail_after is not None:
+            raise self.fail_after
+
+
+def files(store: Store) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(store.root)): p.read_bytes()
+        for p in store.root.rglob("*")
+        if p.is_file() and p.name != ".lock"
+    }
+
+
+@pytest.fixture
+def sid(store: Store) -> str:
+    session = store.create_session("s", system_prompt="Be brief.")
+    store.update_slot(session.id, None, lambda s: s.append(Message(role="user", content="hi")))
+    return session.id
+
+
+def test_offline_turn_commits_prompt_and_reply(store: Store, sid: str) -> None:
+    result = send_turn(store, sid, "What now?", OfflineProvider(), OPTIONS)
+    assert result.turn == 1 and result.slot_id == "default"
+    assert 'turn 1 in slot "default"' in result.reply.text()
+    assert 'you said "What now?"' in result.reply.text()
+    assert "(3 messages in context)" in result.reply.text()
+    messages = store.load_slot(sid).messages
+    assert [(m.role, m.text()) for m in messages[1:]] == [
+        ("user", "What now?"),
+        ("assistant", result.reply.text()),
+    ]
+    assert messages[-1].model == "offline" and messages[-1].tokens == result.usage.completion_tokens
+    session = store.load_session(sid)
+    assert session.turn_count == 1
+    assert session.cost.by_model["offline"].requests == 1
+    assert session.cost.prompt_tokens == result.usage.prompt_tokens > 0
+
+
+def test_offline_provider_is_deterministic(store: Store, sid: str) -> None:
+    request = prepare_turn(store, sid, "Same?", OPTIONS).request
+    first = list(OfflineProvider().stream(request))
+    assert first == list(OfflineProvider().stream(request))
+    assert "".join(e.text for e in first if isinstance(e, TextDelta)).startswith("Offline reply")
+
+
+def test_script_answers_by_turn_and_fails_past_the_end(
+    store: Store, sid: str, tmp_path: Path
+) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                "first answer",
+                {"content": None, "tool_calls": [{"name": "lookup", "arguments": '{"q": 1}'}]},
+            ]
+        )
+    )
+    provider = OfflineProvider(load_script(script))
+    assert send_turn(store, sid, "one", provider, OPTIONS).reply.text() == "first answer"
+    second = send_turn(store, sid, "two", provider, OPTIONS)
+    assert second.finish_reason == "tool_calls"
+    call = second.reply.tool_calls[0]
+    assert (call.function.name, call.function.arguments) == ("lookup", '{"q": 1}')
+    before = files(store)
+    with pytest.raises(ProviderError, match="2 replies; turn 3 has none"):
+        send_turn(store, sid, "three", provider, OPTIONS)
+    after = files(store)
+    draft = after.pop("sessions/s/draft.json")
+    assert after == before
+    assert json.loads(draft)["prompt"] == "three"
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        ("{", "neither JSON nor JSON lines"),
+        ('{"a": 1}', "must be a list"),
+        ("[3]", "reply 0"),
+        ('[{"tool_calls": [{"id": "x"}]}]', "needs a name"),
+    ],
+)
+def test_bad_scripts(tmp_path: Path, content: str, error: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(InvalidInput, match=error):
+        load_script(path)
+
+
+def test_script_as_json_lines(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text('"a"\n{"content": "b", "reasoning": "r"}\n')
+    replies = load_script(path)
+    assert [(r.content, r.reasoning) for r in replies] == [("a", None), ("b", "r")]
+
+
+def test_reply_builder_assembles_tool_calls_from_fragments() -> None:
+    builder = ReplyBuilder()
+    for event in [
+        ReasoningDelta("think "),
+        ReasoningDelta("more"),
+        TextDelta("Looking"),
+        ToolCallDelta(1, id="b", name="second"),
+        ToolCallDelta(0, id="a", name="first"),
+        ToolCallDelta(0, arguments='{"x":'),
+        ToolCallDelta(1, arguments="{}"),
+        ToolCallDelta(0, arguments=" 1}"),
+        Usage(10, 5),
+        Finish("tool_calls"),
+    ]:
+        builder.feed(event)
+    message = builder.message("m")
+    assert message.reasoning == "think more" and message.text() == "Looking"
+    calls = [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls or ()]
+    assert calls == [("a", "first", '{"x": 1}'), ("b", "second", "{}")]
+    assert message.usage == {"prompt_tokens": 10, "completion_tokens": 5} and message.tokens == 5
+
+
+def test_empty_reply_is_an_error_and_writes_nothing(store: Store, sid: str) -> None:
+    before = files(store)
+    with pytest.raises(ProviderError, match="empty reply"):
+        send_turn(store, sid, "hello?", ListProvider([Finish("stop")]), OPTIONS)
+    assert store.load_slot(sid).messages == store.load_slot(sid).messages[:1]
+    assert {k: v for k, v in files(store).items() if "draft" not in k} == before
+
+
+def test_interrupt_mid_stream_writes_nothing_and_keeps_a_draft(store: Store, sid: str) -> None:
+    before = files(store)
+    provider = ListProvider([TextDelta("partial ")], fail_after=KeyboardInterrupt())
+    with pytest.raises(TurnInterrupted) as caught:
+        send_turn(store, sid, "my long question", provider, OPTIONS)
+    assert "nothing was written" in str(caught.value)
+    assert any("--resume-draft" in note for note in caught.value.__notes__)
+    assert {k: v for k, v in files(store).items() if "draft" not in k} == before
+    assert store.load_draft(sid).prompt == "my long question"
+
+
+def test_a_draft_that_cannot_be_saved_puts_the_prompt_in_the_error(
+    store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full_disk(session_id: str, draft: Draft) -> Path:
+        raise StoreError("cannot write draft.json: No space left on device")
+
+    monkeypatch.setattr(store, "save_draft", full_disk)
+    provider = ListProvider([], fail_after=ProviderError("boom"))
+    with pytest.raises(ProviderError) as caught:
+        send_turn(store, sid, "do not lose me", provider, OPTIONS)
+    notes = "\n".join(caught.value.__notes__)
+    assert "do not lose me" in notes and "No space left" in notes
+
+
+def test_successful_turn_clears_the_draft(store: Store, sid: str) -> None:
+    store.save_draft(sid, Draft(prompt="old", slot="default"))
+    send_turn(store, sid, "old", OfflineProvider(), OPTIONS)
+    with pytest.raises(NotFound):
+        store.load_draft(sid)
+
+
+def test_readonly_slot_refuses_before_the_provider_is_called(store: Store, sid: str) -> None:
+    store.set_mode(sid, None, "readonly")
+    provider = ListProvider([TextDelta("never")])
+    with pytest.raises(ReadonlySlot):
+        send_turn(store, sid, "hi", provider, OPTIONS)
+    assert provider.requests == []
+
+
+def test_request_holds_the_view_scratch_and_turn_options(store: Store, sid: str) -> None:
+    store.update_slot(sid, None, lambda s: s.append(Message(role="assistant", content="a1")))
+    store.set_mode(sid, None, "focused", focus={"recent_messages": 1, "summary_override": "S"})
+    provider = ListProvider([TextDelta("ok"), Finish("stop")])
+    options = TurnOptions(
+        model="m", temperature=0.2, max_tokens=50, scratch=["cwd=/tmp"], system="Just now."
+    )
+    send_turn(store, sid, "next", provider, options)
+    request = provider.requests[0]
+    assert [(m["role"], m["content"]) for m in request.messages] == [
+        ("system", "Just now."),
+        ("system", "S"),
+        ("assistant", "a1"),
+        ("system", "cwd=/tmp"),
+        ("user", "next"),
+    ]
+    assert request.params() == {"temperature": 0.2, "max_tokens": 50}
+    stored = [m.text() for m in store.load_slot(sid).messages]
+    assert stored == ["hi", "a1", "next", "ok"]
+    assert store.load_session(sid).system_prompt == "Be brief."
+
+
+def test_turn_on_another_slot_leaves_the_current_one(store: Store, sid: str) -> None:
+    store.derive_slot(sid, "branch")
+    send_turn(store, sid, "in branch", OfflineProvider(), TurnOptions(model="x", slot="branch"))
+    assert len(store.load_slot(sid, "branch").messages) == 3
+    assert len(store.load_slot(sid).messages) == 1
+
+
+def test_fingerprint_ignores_delivery_but_not_input(store: Store, sid: str) -> None:
+    request = prepare_turn(store, sid, "q", OPTIONS).request
+    streamed = prepare_turn(store, sid, "q", TurnOptions(model="offline", stream=True)).request
+    assert request.fingerprint() == streamed.fingerprint()
+    other = prepare_turn(store, sid, "q2", OPTIONS).request
+    hotter = prepare_turn(store, sid, "q", TurnOptions(model="offline", temperature=1)).request
+    assert len({request.fingerprint(), other.fingerprint(), hotter.fingerprint()}) == 3
+
+
+def test_record_then_replay_gives_the_same_slot(store: Store, tmp_path: Path) -> None:
+    cassette = tmp_path / "chat.cassette"
+    recorder = RecordingProvider(OfflineProvider(), cassette)
+    for sid in ("rec", "play"):
+        store.create_session(sid, system_prompt="sys")
+    for prompt in ("one", "two", "three"):
+        send_turn(store, "rec", prompt, recorder, OPTIONS)
+    assert len(load_cassette(cassette)) == 3
+    replay = ReplayProvider(cassette)
+    for prompt in ("one", "two", "three"):
+        send_turn(store, "play", prompt, replay, OPTIONS)
+
+    def chat(session_id: str) -> list[tuple[str, str]]:
+        return [(m.role, m.text()) for m in store.load_slot(session_id).messages]
+
+    assert chat("play") == chat("rec") and len(chat("play")) == 6
+    before = files(store)
+    with pytest.raises(ReplayMiss) as caught:
+        send_turn(store, "play", "four?", replay, OPTIONS)
+    message = str(caught.value)
+    wanted = prepare_turn(store, "play", "four?", OPTIONS).request.fingerprint()
+    assert wanted[:12] in message
+    assert "shares 6 of 8 messages" in message and "turn 3" in message
+    assert {k: v for k, v in files(store).items() if "draft" not in k} == before
+
+
+def test_cassette_damage_is_reported_with_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"hash": "x", "request": {}, "events": []}\n{oops\n')
+    with pytest.raises(InvalidInput, match="line 2"):
+        load_cassette(path)
+    path.write_text('{"schema_version": "9.0", "hash": "x", "request": {}, "events": []}\n')
+    with pytest.raises(InvalidInput, match=r"version 9\.0"):
+        load_cassette(path)
+    with pytest.raises(NotFound):
+        load_cassette(tmp_path / "missing")
+
+
+def test_empty_cassette_miss_says_so(store: Store, sid: str, tmp_path: Path) -> None:
+    path = tmp_path / "empty"
+    path.write_text("")
+    with pytest.raises(ReplayMiss, match="cassette is empty"):
+        send_turn(store, sid, "x", ReplayProvider(path), OPTIONS)
+
+
+# ---- the CLI on the offline provider -------------------------------------------------
+
+
+@pytest.fixture
+def cli_session(run: Callable[..., Result]) -> str:
+    assert run("session", "new", "c", "--system", "sys").exit_code == 0
+    return "c"
+
+
+def test_turn_send_json_result(run: Callable[..., Result], cli_session: str) -> None:
+    result = run("turn", "send", "hello", "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert set(data) >= {"session", "slot", "turn", "model", "reply", "usage", "cost"}
+    assert (data["session"], data["slot"], data["turn"], data["model"]) == (
+        "c",
+        "default",
+        1,
+        "offline",
+    )
+    assert data["cost"] == 0.0 and data["usage"]["completion_tokens"] > 0
+
+
+def test_turn_send_from_stdin_prints_the_reply(
+    run: Callable[..., Result], cli_session: str
+) -> None:
+    result = run("turn", "send", input="piped question\n")
+    assert result.exit_code == 0
+    assert 'you said "piped question"' in result.stdout
+    assert result.stdout.count("\n") == 1
+
+
+def test_dry_run_prints_the_request_and_writes_nothing(
+    run: Callable[..., Result], cli_session: str, store: Store
+) -> None:
+    before = files(store)
+    result = run("turn", "send", "hello", "--dry-run", "--scratch", "now=noon")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert [m["content"] for m in data["request"]["messages"]] == ["sys", "now=noon", "hello"]
+    assert data["tokens"] > 0 and data["turn"] == 1
+    assert files(store) == before
+
+
+def test_resume_draft_sends_the_failed_prompt(
+    run: Callable[..., Result], cli_session: str, store: Store, tmp_path: Path
+) -> None:
+    script = tmp_path / "empty.json"
+    script.write_text("[]")
+    failed = run("turn", "send", "precious words", "--script", str(script))
+    assert failed.exit_code == 6
+    assert "--resume-draft" in failed.stderr and "nothing was written" in failed.stderr
+    again = run("turn", "send", "--resume-draft")
+    assert again.exit_code == 0, again.stderr
+    assert store.load_slot("c").messages[0].text() == "precious words"
+    assert run("turn", "send", "--resume-draft").exit_code == 3
+
+
+def test_jsonl_prints_events_then_the_result(run: Callable[..., Result], cli_session: str) -> None:
+    lines = [json.loads(line) for line in run("turn", "send", "hi", "--jsonl").stdout.splitlines()]
+    assert {line["type"] for line in lines[:-1]} >= {"text", "usage", "finish"}
+    assert lines[-1]["type"] == "result" and lines[-1]["turn"] == 1
+    text = "".join(line["text"] for line in lines if line["type"] == "text")
+    assert text == lines[-1]["reply"]
