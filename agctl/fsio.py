@@ -49,6 +49,18 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 def read_bytes(path: Path, what: str = "file") -> bytes:
     """Read a regular file, refusing symlinks so no document can point outside the data dir."""
+    return read_versioned(path, what)[0]
+
+
+Version = tuple[int, int, int]
+
+
+def read_versioned(path: Path, what: str = "file") -> tuple[bytes, Version]:
+    """The bytes of `path` and a token that changes whenever the file is replaced.
+
+    Every write goes through `os.replace`, which gives the file a new inode, so (inode,
+    mtime, size) taken from the same open descriptor identifies the version read.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError as exc:
@@ -59,9 +71,18 @@ def read_bytes(path: Path, what: str = "file") -> bytes:
         raise StoreError(f"cannot read {path}: {_describe(exc)}") from exc
     try:
         with os.fdopen(fd, "rb") as handle:
-            return handle.read()
+            info = os.fstat(handle.fileno())
+            return handle.read(), (info.st_ino, info.st_mtime_ns, info.st_size)
     except OSError as exc:
         raise StoreError(f"cannot read {path}: {_describe(exc)}") from exc
+
+
+def current_version(path: Path) -> Version | None:
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_mtime_ns, info.st_size)
 
 
 def remove_file(path: Path) -> None:

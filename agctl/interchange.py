@@ -9,7 +9,7 @@ import orjson
 from pydantic import ValidationError
 
 from agctl.errors import InvalidInput
-from agctl.models import Message
+from agctl.models import Message, messages_to_openai
 
 ImportFormat = Literal["auto", "openai", "jsonl"]
 ExportFormat = Literal["openai", "jsonl"]
@@ -67,5 +67,5 @@ def parse_messages(data: bytes, fmt: ImportFormat = "auto", source: str = "input
 def export_messages(messages: Sequence[Message], fmt: ExportFormat = "openai") -> bytes:
     """`openai`: a JSON array of chat messages; `jsonl`: one message a line, metadata kept."""
     if fmt == "openai":
-        return orjson.dumps([m.to_openai() for m in messages], option=orjson.OPT_INDENT_2) + b"\n"
+        return orjson.dumps(messages_to_openai(messages), option=orjson.OPT_INDENT_2) + b"\n"
     return b"".join(m.model_dump_json().encode() + b"\n" for m in messages)

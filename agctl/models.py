@@ -6,7 +6,8 @@ minor version of agctl survives a rewrite by this one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal
 
@@ -14,9 +15,9 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
+    PrivateAttr,
+    TypeAdapter,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
@@ -55,17 +56,16 @@ class ToolCall(Model):
     function: ToolCallFunction
 
 
-_OPTIONAL_MESSAGE_FIELDS = (
-    "name",
-    "tool_calls",
-    "tool_call_id",
-    "reasoning",
-    "created_at",
-    "model",
-    "usage",
-    "tokens",
-)
-_METADATA_FIELDS = ("created_at", "model", "usage", "tokens")
+_METADATA_FIELDS = frozenset({"created_at", "model", "usage", "tokens"})
+
+
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+def _optional(**kwargs: Any) -> Any:
+    """An optional field left out of documents while unset, to keep them small."""
+    return Field(default=None, exclude_if=_is_none, **kwargs)
 
 
 class Message(Model):
@@ -73,14 +73,14 @@ class Message(Model):
 
     role: Role
     content: str | list[dict[str, Any]] | None = None
-    name: str | None = None
-    tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
-    reasoning: str | None = None
-    created_at: datetime | None = None
-    model: str | None = None
-    usage: dict[str, Any] | None = None
-    tokens: int | None = Field(default=None, ge=0)
+    name: str | None = _optional()
+    tool_calls: list[ToolCall] | None = _optional()
+    tool_call_id: str | None = _optional()
+    reasoning: str | None = _optional()
+    created_at: datetime | None = _optional()
+    model: str | None = _optional()
+    usage: dict[str, Any] | None = _optional()
+    tokens: int | None = _optional(ge=0)
 
     @model_validator(mode="after")
     def _check_shape(self) -> Message:
@@ -89,14 +89,6 @@ class Message(Model):
         if self.role == "tool" and not self.tool_call_id:
             raise ValueError("a tool message needs tool_call_id")
         return self
-
-    @model_serializer(mode="wrap")
-    def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        for key in _OPTIONAL_MESSAGE_FIELDS:
-            if data.get(key, 0) is None:
-                del data[key]
-        return data
 
     @classmethod
     def from_openai(cls, data: Any) -> Message:
@@ -109,11 +101,7 @@ class Message(Model):
 
     def to_openai(self) -> dict[str, Any]:
         """The message as an OpenAI chat message: metadata dropped, everything else kept."""
-        data = self.model_dump(mode="json", exclude=set(_METADATA_FIELDS))
-        data.setdefault("content", None)
-        if "reasoning" in data:
-            data["reasoning_content"] = data.pop("reasoning")
-        return data
+        return messages_to_openai([self])[0]
 
     def text(self) -> str:
         """The content as plain text (text parts joined; other parts skipped)."""
@@ -131,6 +119,22 @@ class Message(Model):
         for call in self.tool_calls or ():
             total += estimate_text(call.function.name) + estimate_text(call.function.arguments)
         return total
+
+
+def messages_to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Many messages in the OpenAI chat format, serialised in one call (fast for long slots)."""
+    dumped: list[dict[str, Any]] = _message_list().dump_python(
+        list(messages), mode="json", exclude={"__all__": set(_METADATA_FIELDS)}
+    )
+    for data in dumped:
+        if "reasoning" in data:
+            data["reasoning_content"] = data.pop("reasoning")
+    return dumped
+
+
+@functools.cache
+def _message_list() -> TypeAdapter[list[Message]]:
+    return TypeAdapter(list[Message])
 
 
 class FocusedConfig(Model):
@@ -205,6 +209,8 @@ class Document(Model):
 
     kind: ClassVar[str]
     schema_version: str = "1.0"
+    # Which file version this document was read from (see agctl.fsio.read_versioned).
+    _version: tuple[int, int, int] | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod

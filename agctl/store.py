@@ -39,7 +39,15 @@ from agctl.errors import (
     StoreError,
     UsageError,
 )
-from agctl.fsio import exclusive_lock, fsync_dir, read_bytes, remove_file, write_atomic
+from agctl.fsio import (
+    current_version,
+    exclusive_lock,
+    fsync_dir,
+    read_bytes,
+    read_versioned,
+    remove_file,
+    write_atomic,
+)
 from agctl.ids import new_session_id, resolve_prefix, validate_id
 from agctl.models import (
     SLOT_MODES,
@@ -132,9 +140,11 @@ class Store:
 
     @staticmethod
     def _read(path: Path, model: type[D], what: str) -> D:
-        raw = read_bytes(path, what)
+        raw, version = read_versioned(path, what)
         try:
-            return model.model_validate_json(raw)
+            document = model.model_validate_json(raw)
+            document._version = version
+            return document
         except SchemaTooNew as exc:
             raise SchemaTooNew(exc.kind, exc.found, exc.supported, path) from None
         except ValidationError as exc:
@@ -485,13 +495,27 @@ class Store:
 
             return self.update_session(session_id, switch)
 
-    def update_slot(self, session_id: str, slot_id: str | None, change: Callable[[Slot], T]) -> T:
+    def update_slot(
+        self,
+        session_id: str,
+        slot_id: str | None,
+        change: Callable[[Slot], T],
+        *,
+        base: Slot | None = None,
+    ) -> T:
         """Apply `change` to a slot under the session lock and write it back atomically.
 
-        If `change` raises (a readonly slot, a bad index), nothing is written.
+        If `change` raises (a readonly slot, a bad index), nothing is written. `base` is an
+        unmodified copy of the slot read earlier: when the file has not been replaced since,
+        it is used instead of reading and parsing the file again.
         """
         with self.lock(session_id):
-            slot = self.load_slot(session_id, slot_id)
+            slot_id = slot_id or (base.id if base else None)
+            path = self._slot_path(session_id, self.resolve_slot(session_id, slot_id))
+            if base is not None and base._version and base._version == current_version(path):
+                slot = base
+            else:
+                slot = self.load_slot(session_id, slot_id)
             result = change(slot)
             slot.refresh_meta()
             self._write(self._slot_path(session_id, slot.id), slot)

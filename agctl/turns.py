@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agctl.errors import AgctlError, ProviderError, TurnInterrupted
-from agctl.models import Draft, Message, ModelCost, Session, Slot, utcnow
+from agctl.models import Draft, Message, ModelCost, Session, Slot, messages_to_openai, utcnow
 from agctl.pricing import cost_of
 from agctl.providers.base import (
     ChatRequest,
@@ -159,7 +159,7 @@ def prepare_turn(store: Store, session_id: str, prompt: str, options: TurnOption
     )
     request = ChatRequest(
         model=options.model,
-        messages=[m.to_openai() for m in view],
+        messages=messages_to_openai(view),
         temperature=options.temperature,
         max_tokens=options.max_tokens,
         stream=options.stream,
@@ -275,6 +275,6 @@ def _commit(
             per_model.cost += cost
 
     with store.lock(session_id):
-        store.update_slot(session_id, prepared.slot.id, add_messages)
+        store.update_slot(session_id, prepared.slot.id, add_messages, base=prepared.slot)
         store.update_session(session_id, account)
         store.clear_draft(session_id)

@@ -360,3 +360,43 @@ def test_jsonl_prints_events_then_the_result(run: Callable[..., Result], cli_ses
     assert lines[-1]["type"] == "result" and lines[-1]["turn"] == 1
     text = "".join(line["text"] for line in lines if line["type"] == "text")
     assert text == lines[-1]["reply"]
+
+
+def test_a_write_during_the_call_is_kept_by_the_commit(store: Store, sid: str) -> None:
+    class Interloper:
+        """While the model 'thinks', another writer appends to the same slot."""
+
+        name = "interloper"
+
+        def stream(self, request: ChatRequest) -> Iterator[Event]:
+            store.update_slot(
+                sid, None, lambda s: s.append(Message(role="user", content="meanwhile"))
+            )
+            yield TextDelta("answer")
+
+    send_turn(store, sid, "question", Interloper(), OPTIONS)
+    assert [m.text() for m in store.load_slot(sid).messages] == [
+        "hi",
+        "meanwhile",
+        "question",
+        "answer",
+    ]
+
+
+def test_an_unchanged_slot_is_not_read_again_at_commit(
+    store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepared = prepare_turn(store, sid, "q", OPTIONS)
+    reads: list[str | None] = []
+    original = store.load_slot
+
+    def counting(session_id: str, slot_id: str | None = None) -> object:
+        reads.append(slot_id)
+        return original(session_id, slot_id)
+
+    monkeypatch.setattr(store, "load_slot", counting)
+    store.update_slot(
+        sid, None, lambda s: s.append(Message(role="user", content="x")), base=prepared.slot
+    )
+    assert reads == []
+    assert [m.text() for m in original(sid).messages] == ["hi", "x"]

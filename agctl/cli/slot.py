@@ -243,6 +243,7 @@ def show(app: App, slot_id: str | None, view: bool) -> None:
     session = app.store.load_session(sid)
     slot = app.store.load_slot(sid, slot_id)
     if view:
+        from agctl.models import messages_to_openai
         from agctl.view import request_view
 
         messages = request_view(session, slot)
@@ -252,7 +253,7 @@ def show(app: App, slot_id: str | None, view: bool) -> None:
             "slot": slot.id,
             "mode": slot.config.mode,
             "tokens": tokens,
-            "messages": [m.to_openai() for m in messages],
+            "messages": messages_to_openai(messages),
         }
         app.emit(payload, text=transcript(messages) or "(the view is empty)")
         return

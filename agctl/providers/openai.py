@@ -31,6 +31,7 @@ log = logging.getLogger("agctl.provider")
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 MAX_RETRY_AFTER = 120.0
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 @dataclass
@@ -231,7 +232,9 @@ class OpenAIProvider:
         import httpx
 
         try:
-            response = self.client.post(self.url, json=request.payload())
+            response = self.client.post(
+                self.url, content=orjson.dumps(request.payload()), headers=JSON_HEADERS
+            )
             body = response.content
         except httpx.TransportError as exc:
             raise self._transport_error(exc, started=False) from None
@@ -252,8 +255,8 @@ class OpenAIProvider:
             with self.client.stream(
                 "POST",
                 self.url,
-                json=request.payload(),
-                headers={"Accept": "text/event-stream"},
+                content=orjson.dumps(request.payload()),
+                headers={**JSON_HEADERS, "Accept": "text/event-stream"},
             ) as response:
                 if response.status_code != 200:
                     raise self._status_error(response, response.read())
