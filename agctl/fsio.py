@@ -6,6 +6,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import signal
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -123,3 +124,19 @@ def exclusive_lock(lock_path: Path) -> Iterator[None]:
             del held[key]
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) until a multi-file commit is done, then raise it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt

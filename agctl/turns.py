@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agctl.errors import AgctlError, ProviderError, TurnInterrupted
+from agctl.fsio import deferred_interrupts
 from agctl.models import Draft, Message, ModelCost, Session, Slot, messages_to_openai, utcnow
 from agctl.pricing import cost_of
 from agctl.providers.base import (
@@ -274,7 +275,7 @@ def _commit(
             session.cost.cost += cost
             per_model.cost += cost
 
-    with store.lock(session_id):
+    with deferred_interrupts(), store.lock(session_id):
         store.update_slot(session_id, prepared.slot.id, add_messages, base=prepared.slot)
         store.update_session(session_id, account)
         store.clear_draft(session_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import multiprocessing
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -87,3 +88,15 @@ def test_lock_is_reentrant_in_one_thread(tmp_path: Path) -> None:
         pass
     with exclusive_lock(lock):
         pass
+
+
+def test_interrupts_are_deferred_until_the_block_ends() -> None:
+    from agctl.fsio import deferred_interrupts
+
+    finished = []
+    with pytest.raises(KeyboardInterrupt), deferred_interrupts():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        finished.append(True)
+    assert finished == [True]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
