@@ -104,3 +104,10 @@ def test_corrupt_config_is_exit_5_naming_the_file(run: Run, config_file: Path) -
     config_file.write_text("{not json")
     result = run("config", "show")
     assert result.exit_code == 5 and str(config_file) in result.stderr
+
+
+def test_show_explains_settings_that_cannot_resolve(run: Run) -> None:
+    assert run("profile", "add", "bare", "--base-url", "http://x/v1").exit_code == 0
+    shown = run("config", "show")
+    assert shown.exit_code == 0 and "nothing: no model for provider 'openai'" in shown.stdout
+    assert "no model" in json.loads(run("config", "show", "--json").stdout)["resolved"]["error"]

@@ -50,8 +50,12 @@ def show(app: App, profile: str | None, model: str | None) -> None:
     session = None
     with contextlib.suppress(AgctlError):
         session = app.store.load_session(app.session_id())
-    resolved = resolve(config, session=session, profile=profile, model=model)
-    payload = {"path": str(config_store.path), "config": data, "resolved": resolved.public()}
+    public: dict[str, Any]
+    try:
+        public = resolve(config, session=session, profile=profile, model=model).public()
+    except AgctlError as exc:
+        public = {"error": str(exc)}
+    payload = {"path": str(config_store.path), "config": data, "resolved": public}
     if app.json:
         app.emit(payload)
         return
@@ -60,7 +64,9 @@ def show(app: App, profile: str | None, model: str | None) -> None:
     click.echo(f"# {config_store.path}")
     click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
     click.echo("\n# the next turn would use")
-    public = resolved.public()
+    if "error" in public:
+        click.echo(f"nothing: {public['error']}")
+        return
     for key in ("provider", "model", "profile", "base_url", "api_key"):
         source = public["sources"].get(key, "")
         click.echo(f"{key:9} {public[key] if public[key] is not None else '-':40} ({source})")
