@@ -217,6 +217,20 @@ class Resolved:
         }
 
 
+def _checked_key(key: str, source: str) -> str:
+    """Strip the newline an env file or a secret mount leaves; refuse what HTTP cannot carry.
+
+    The error never shows the key itself.
+    """
+    key = key.strip()
+    if not key or any(not ("!" <= char <= "~") for char in key):
+        raise UsageError(
+            f"the API key from {source} contains spaces or non-ASCII characters and cannot "
+            "be sent in an HTTP header (smart quotes from a copy, perhaps?)"
+        )
+    return key
+
+
 def _first(*candidates: tuple[str, Any]) -> tuple[Any, str]:
     for source, value in candidates:
         if value not in (None, ""):
@@ -293,6 +307,8 @@ def resolve(
     if preset is None:
         keys.append(("$OPENAI_API_KEY", env.get("OPENAI_API_KEY")))
     api_key, key_source = _first(*keys)
+    if api_key is not None:
+        api_key = _checked_key(str(api_key), key_source)
     return Resolved(
         provider=provider,
         model=str(chosen_model),

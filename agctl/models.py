@@ -121,10 +121,17 @@ class Message(Model):
         return total
 
 
-def messages_to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Many messages in the OpenAI chat format, serialised in one call (fast for long slots)."""
+def messages_to_openai(
+    messages: Sequence[Message], *, reasoning: bool = True
+) -> list[dict[str, Any]]:
+    """Many messages in the OpenAI chat format, serialised in one call (fast for long slots).
+
+    `reasoning=False` leaves out `reasoning_content`, as requests must: DeepSeek refuses
+    earlier rounds' reasoning in the input.
+    """
+    excluded = set(_METADATA_FIELDS) if reasoning else {*_METADATA_FIELDS, "reasoning"}
     dumped: list[dict[str, Any]] = _message_list().dump_python(
-        list(messages), mode="json", exclude={"__all__": set(_METADATA_FIELDS)}
+        list(messages), mode="json", exclude={"__all__": excluded}
     )
     for data in dumped:
         if "reasoning" in data:

@@ -160,7 +160,7 @@ def prepare_turn(store: Store, session_id: str, prompt: str, options: TurnOption
     )
     request = ChatRequest(
         model=options.model,
-        messages=messages_to_openai(view),
+        messages=messages_to_openai(view, reasoning=False),
         temperature=options.temperature,
         max_tokens=options.max_tokens,
         stream=options.stream,

@@ -158,3 +158,16 @@ def test_public_view_masks_the_key() -> None:
     public = settings.public()
     assert public["api_key"] == "sk-…cdef"
     assert "sk-0123456789abcdef" not in json.dumps(public)
+
+
+def test_a_key_is_stripped_and_checked_without_being_shown() -> None:
+    assert (
+        resolve(
+            Config(),
+            env={"AGCTL_API_KEY": "sk-abc\n", "AGCTL_PROVIDER": "openai", "AGCTL_MODEL": "m"},
+        ).api_key
+        == "sk-abc"
+    )
+    with pytest.raises(UsageError, match="AGCTL_API_KEY") as caught:
+        resolve(Config(), env={"AGCTL_API_KEY": "sk-\u2018x\u2019"})
+    assert "\u2018" not in str(caught.value)

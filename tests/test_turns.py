@@ -400,3 +400,12 @@ def test_an_unchanged_slot_is_not_read_again_at_commit(
     )
     assert reads == []
     assert [m.text() for m in original(sid).messages] == ["hi", "x"]
+
+
+def test_earlier_reasoning_is_not_sent_back_but_is_kept(store: Store, sid: str) -> None:
+    thinking = ListProvider([ReasoningDelta("secret thoughts"), TextDelta("answer")])
+    send_turn(store, sid, "first", thinking, OPTIONS)
+    follow = ListProvider([TextDelta("ok")])
+    send_turn(store, sid, "second", follow, OPTIONS)
+    assert all("reasoning_content" not in m for m in follow.requests[0].messages)
+    assert store.load_slot(sid).messages[2].reasoning == "secret thoughts"

@@ -195,7 +195,7 @@ class OpenAIProvider:
                 if delay is None:
                     raise retry.error from None
                 attempt += 1
-                log.warning(
+                log.info(
                     "retry %d/%d in %.2fs: %s",
                     attempt,
                     self.settings.max_retries,
