@@ -27,8 +27,11 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that a crash leaves the old or the new file, never a mix."""
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Replace `path` with `data` so that a crash leaves the old or the new file, never a mix.
+
+    `durable=False` skips the fsyncs, for caches that can be rebuilt.
+    """
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
@@ -37,7 +40,8 @@ def write_atomic(path: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
@@ -45,7 +49,8 @@ def write_atomic(path: Path, data: bytes) -> None:
         if isinstance(exc, OSError):
             raise StoreError(f"cannot write {path}: {_describe(exc)}") from exc
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 def read_bytes(path: Path, what: str = "file") -> bytes:
@@ -97,6 +102,12 @@ def remove_file(path: Path) -> None:
 
 
 _local = threading.local()
+
+
+def holds_lock(lock_path: Path) -> bool:
+    """Whether this thread already holds `lock_path` through `exclusive_lock`."""
+    held: dict[str, int] = _local.__dict__.get("held", {})
+    return str(lock_path) in held
 
 
 @contextlib.contextmanager

@@ -43,6 +43,7 @@ from agctl.fsio import (
     current_version,
     exclusive_lock,
     fsync_dir,
+    holds_lock,
     read_bytes,
     read_versioned,
     remove_file,
@@ -68,6 +69,9 @@ from agctl.view import focused_messages
 log = logging.getLogger("agctl.store")
 
 DEFAULT_SLOT = "default"
+# Written before a rollback starts rewriting documents, removed when it is done; if it
+# is found, a rollback was interrupted and the next writer finishes it first.
+RESTORE_JOURNAL = "checkpoints/restoring.json"
 # A staging or trash dir older than this was left by a crash, not by a live process.
 STALE_SECONDS = 600.0
 D = TypeVar("D", bound=Document)
@@ -155,6 +159,7 @@ class Store:
     @staticmethod
     def _write(path: Path, document: Document) -> None:
         write_atomic(path, document.model_dump_json(indent=2).encode() + b"\n")
+        document._version = current_version(path)
 
     @contextlib.contextmanager
     def lock(self, session_id: str) -> Iterator[None]:
@@ -162,9 +167,15 @@ class Store:
         path = self._session_path(session_id)
         if not path.exists():
             raise NotFound(f"session {session_id!r} not found")
-        with exclusive_lock(path.parent / ".lock"):
+        lock_path = path.parent / ".lock"
+        outermost = not holds_lock(lock_path)
+        with exclusive_lock(lock_path):
             if not path.exists():
                 raise NotFound(f"session {session_id!r} was destroyed")
+            if outermost and (path.parent / RESTORE_JOURNAL).exists():
+                from agctl.checkpoints import finish_restore
+
+                finish_restore(self, session_id)
             yield
 
     # ---- sessions ------------------------------------------------------------------
@@ -243,34 +254,53 @@ class Store:
             profile=profile,
             model=model,
         )
-        target = self.session_dir(sid)
+        self.materialize_session(session, [self._new_slot(DEFAULT_SLOT)])
+        log.info("session created: %s (parent %s)", sid, parent_id or "-")
+        return session
+
+    def materialize_session(self, session: Session, slots: Sequence[Slot]) -> None:
+        """Write a new session with these slots: built aside, then renamed into place whole."""
+        target = self.session_dir(session.id)
         if target.exists():
-            raise AlreadyExists(f"session {sid!r} already exists")
+            raise AlreadyExists(f"session {session.id!r} already exists")
         self._sweep_leftovers()
         try:
             self.sessions_dir.mkdir(parents=True, exist_ok=True)
-            staging = self.sessions_dir / f".new-{sid}-{secrets.token_hex(4)}"
+            staging = self.sessions_dir / f".new-{session.id}-{secrets.token_hex(4)}"
             (staging / "slots").mkdir(parents=True)
         except OSError as exc:
             raise StoreError(
                 f"cannot create session in {self.sessions_dir}: {exc.strerror}"
             ) from exc
         try:
-            self._write(staging / "slots" / f"{DEFAULT_SLOT}.json", self._new_slot(DEFAULT_SLOT))
+            for slot in slots:
+                self._write(staging / "slots" / f"{validate_id(slot.id, 'slot')}.json", slot)
             self._write(staging / "session.json", session)
             fsync_dir(staging)
             os.rename(staging, target)
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
             if target.exists():
-                raise AlreadyExists(f"session {sid!r} already exists") from exc
-            raise StoreError(f"cannot create session {sid!r}: {exc.strerror}") from exc
+                raise AlreadyExists(f"session {session.id!r} already exists") from exc
+            raise StoreError(f"cannot create session {session.id!r}: {exc.strerror}") from exc
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         fsync_dir(self.sessions_dir)
-        log.info("session created: %s (parent %s)", sid, parent_id or "-")
-        return session
+
+    def replace_state(self, session: Session, slots: Sequence[Slot]) -> None:
+        """Make the session exactly `session` with exactly `slots` (the caller holds the lock).
+
+        Documents are written as given — no timestamps are touched — slots first, slots
+        that are not in `slots` removed, the session document last.
+        """
+        keep = {slot.id for slot in slots}
+        for slot in slots:
+            self._write(self._slot_path(session.id, slot.id), slot)
+        for slot_id in self.slot_ids(session.id):
+            if slot_id not in keep:
+                remove_file(self._slot_path(session.id, slot_id))
+        self._write(self._session_path(session.id), session)
 
     def _sweep_leftovers(self, min_age: float = STALE_SECONDS) -> None:
         """Remove staging and trash dirs that a crashed create or destroy left behind."""

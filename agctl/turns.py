@@ -43,6 +43,7 @@ class TurnOptions:
     scratch: Sequence[str] = ()
     stream: bool = False
     prices: dict[str, tuple[float, float]] = field(default_factory=dict)
+    checkpoint: bool = True
 
 
 @dataclass
@@ -126,6 +127,7 @@ class TurnResult:
     usage: Usage | None
     cost: float | None
     latency: float
+    checkpoint: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -145,6 +147,7 @@ class TurnResult:
             },
             "cost": self.cost,
             "latency": round(self.latency, 4),
+            "checkpoint": self.checkpoint,
         }
 
 
@@ -210,7 +213,7 @@ def send_turn(
         if usage
         else None
     )
-    _commit(store, session_id, prepared, reply, usage, cost)
+    checkpoint = _commit(store, session_id, prepared, reply, usage, cost, options.checkpoint)
     log.info(
         "reply committed: slot=%s turn=%d latency=%.3fs usage=%s",
         prepared.slot.id,
@@ -228,6 +231,7 @@ def send_turn(
         usage=usage,
         cost=cost,
         latency=latency,
+        checkpoint=checkpoint,
     )
 
 
@@ -253,12 +257,22 @@ def _commit(
     reply: Message,
     usage: Usage | None,
     cost: float | None,
-) -> None:
-    """The user message and the reply in one slot write, then cost and turn count."""
+    checkpoint: bool,
+) -> str | None:
+    """The user message and the reply in one slot write, then cost and turn count.
+
+    With `checkpoint`, the session is checkpointed after the commit; if it has no
+    checkpoint yet, its state before the turn is checkpointed first, so the turn can be
+    undone. Returns the id of the checkpoint written after the turn.
+    """
+    from agctl.checkpoints import Checkpointer, TurnHint
+
+    committed: list[Slot] = []
 
     def add_messages(slot: Slot) -> None:
         slot.check_writable("send a turn")
         slot.messages.extend([prepared.user_message, reply])
+        committed.append(slot)
 
     def account(session: Session) -> None:
         session.turn_count += 1
@@ -275,7 +289,28 @@ def _commit(
             session.cost.cost += cost
             per_model.cost += cost
 
+    checkpointer = Checkpointer(store)
     with deferred_interrupts(), store.lock(session_id):
-        store.update_slot(session_id, prepared.slot.id, add_messages, base=prepared.slot)
-        store.update_session(session_id, account)
+        baseline = None
+        if checkpoint and not checkpointer.ids(session_id):
+            turn = prepared.request.context.turn
+            baseline = checkpointer.create(session_id, label=f"before turn {turn}", auto=True)
+        base_version = prepared.slot._version
+        try:
+            store.update_slot(session_id, prepared.slot.id, add_messages, base=prepared.slot)
+            store.update_session(session_id, account)
+        except BaseException:
+            if baseline is not None:
+                checkpointer.remove(session_id, [baseline.id])
+            raise
         store.clear_draft(session_id)
+        if not checkpoint:
+            return None
+        turn = store.load_session(session_id).turn_count
+        try:
+            hint = TurnHint(slot=committed[0], base_version=base_version, appended=2)
+            label = f"after turn {turn}"
+            return checkpointer.create(session_id, label=label, auto=True, hint=hint).id
+        except AgctlError as exc:
+            log.warning("turn %d was committed, but its checkpoint was not: %s", turn, exc)
+            return None

@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "msg": ("agctl.cli.msg", "Read and edit a slot's messages (its incremental zone)."),
     "memory": ("agctl.cli.memory", "Session memory: small key/value pairs."),
     "turn": ("agctl.cli.turn", "Send the current slot's context to a model."),
+    "ckpt": ("agctl.cli.ckpt", "Checkpoints: snapshots of a whole session."),
     "config": ("agctl.cli.config", "Show and change the configuration."),
     "profile": ("agctl.cli.profile", "Provider profiles: endpoint, model and key."),
     "demo": ("agctl.cli.demo", "Run a scripted tour of sessions, slots and messages."),

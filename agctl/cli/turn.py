@@ -96,6 +96,11 @@ class StreamPrinter:
     help="Append the request and the full reply to this cassette.",
 )
 @click.option("--resume-draft", is_flag=True, help="Send the prompt of the last failed turn.")
+@click.option(
+    "--checkpoint/--no-checkpoint",
+    default=None,
+    help="Checkpoint the session after the turn (default: config auto_checkpoint, on).",
+)
 @command_options
 @pass_app
 def send(
@@ -115,6 +120,7 @@ def send(
     cassette: Path | None,
     record: Path | None,
     resume_draft: bool,
+    checkpoint: bool | None,
 ) -> None:
     """Send PROMPT (or stdin) with the slot's view; commit the reply, or nothing on failure.
 
@@ -159,6 +165,7 @@ def send(
         scratch=scratch,
         stream=streaming or jsonl,
         prices=config.price_overrides(),
+        checkpoint=config.auto_checkpoint if checkpoint is None else checkpoint,
     )
     if dry_run:
         prepared = prepare_turn(store, sid, prompt, options)
@@ -204,3 +211,25 @@ def send(
                 ),
                 err=True,
             )
+
+
+@command.command("undo")
+@click.argument("turns", type=click.IntRange(min=1), default=1)
+@command_options
+@pass_app
+def undo(app: App, turns: int) -> None:
+    """Roll the session back by TURNS turns (default 1), using the automatic checkpoints.
+
+    The state being replaced is checkpointed first, so an undo can be rolled back.
+
+    \b
+    Examples:
+      agctl turn undo
+      agctl turn undo 3
+    """
+    from agctl.checkpoints import Checkpointer
+
+    restored, saved = Checkpointer(app.store).undo(app.session_id(), turns)
+    payload = {"restored": restored.id, "turn": restored.turn_index, "saved_as": saved.id}
+    text = f"back at turn {restored.turn_index}; the replaced state is checkpoint {saved.id}"
+    app.emit(payload, text=text)

@@ -1,0 +1,760 @@
+"""Checkpoints: snapshots of a whole session, rollback, diff and fork — in O(delta) space.
+
+Everything lives under `sessions/<id>/checkpoints/` (the format is in docs/checkpoints.md):
+
+    log            append-only records (agctl.pack): message nodes, document blobs and the
+                   checkpoints that refer to them; a checkpoint's id is its offset there
+    index.jsonl    one summary line per checkpoint, for listing; a cache that repairs
+                   itself from the log
+    heads.json     what the latest checkpoint refers to, per slot, with the version of the
+                   slot file it saw; a cache that lets the next checkpoint skip unchanged
+                   slots and store only new messages
+    removed.json   ids of removed checkpoints
+
+A checkpoint costs its new messages plus a small record; reading one walks only its own
+chains, whatever the number of checkpoints.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, ClassVar
+
+import orjson
+from pydantic import Field, ValidationError
+
+from agctl import schema
+from agctl.errors import AlreadyExists, CorruptDocument, NotFound, UsageError
+from agctl.fsio import current_version, read_bytes, remove_file, write_atomic
+from agctl.ids import resolve_prefix, validate_id
+from agctl.models import Document, Model, Session, Slot, utcnow
+from agctl.pack import NO_PARENT, Log, common_prefix, content_hash
+from agctl.store import RESTORE_JOURNAL, Store
+
+log = logging.getLogger("agctl.checkpoint")
+
+ZONES = ("immutable", "compressed", "messages")
+# Session fields that change with every turn are kept in each checkpoint record; the
+# rest of the session document is a blob, stored again only when it changes.
+VOLATILE_SESSION = frozenset({"updated_at", "current_slot", "turn_count", "cost"})
+_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+
+schema.CURRENT.setdefault("checkpoint", (1, 0))
+schema.MIGRATIONS.setdefault("checkpoint", [])
+
+
+def checkpoint_id(offset: int) -> str:
+    """A checkpoint's id: its offset in the log, in base32, at least four characters."""
+    digits = ""
+    while True:
+        offset, digit = divmod(offset, 32)
+        digits = _ALPHABET[digit] + digits
+        if not offset:
+            break
+    return digits.rjust(4, "0")
+
+
+def checkpoint_offset(identifier: str) -> int:
+    value = 0
+    for char in identifier:
+        digit = _ALPHABET.find(char)
+        if digit < 0:
+            raise NotFound(f"checkpoint {identifier!r} not found")
+        value = value * 32 + digit
+    return value
+
+
+class SlotEntry(Model):
+    doc: int
+    meta: dict[str, Any]
+    zones: list[tuple[int, int]]  # (tip offset, node count) for each of ZONES
+
+
+class Checkpoint(Document):
+    """The record of one checkpoint in the log."""
+
+    kind: ClassVar[str] = "checkpoint"
+    id: str = ""
+    turn_index: int
+    created_at: datetime = Field(default_factory=utcnow)
+    label: str | None = None
+    auto: bool = False
+    session_static: int
+    session_volatile: dict[str, Any]
+    slots: dict[str, SlotEntry]
+
+    def summary(self, end: int = 0) -> CheckpointSummary:
+        return CheckpointSummary(
+            id=self.id,
+            offset=checkpoint_offset(self.id),
+            end=end,
+            turn_index=self.turn_index,
+            created_at=self.created_at,
+            label=self.label,
+            auto=self.auto,
+            current_slot=str(self.session_volatile.get("current_slot", "")),
+            slot_count=len(self.slots),
+            message_count=sum(count for entry in self.slots.values() for _, count in entry.zones),
+        )
+
+
+class CheckpointSummary(Model):
+    id: str
+    offset: int
+    end: int
+    turn_index: int
+    created_at: datetime
+    label: str | None = None
+    auto: bool = False
+    current_slot: str = ""
+    slot_count: int = 0
+    message_count: int = 0
+
+
+@dataclass
+class SessionState:
+    """A whole session in memory: the session document and every slot."""
+
+    session: Session
+    slots: dict[str, Slot]
+
+
+@dataclass
+class Pending:
+    """A reference to a record of the batch being written, resolved once it is placed."""
+
+    index: int
+
+
+Ref = int | Pending
+
+
+def _place(ref: Ref, offsets: list[int]) -> int:
+    return offsets[ref.index] if isinstance(ref, Pending) else ref
+
+
+@dataclass
+class Batch:
+    records: list[Callable[[list[int]], Any]] = field(default_factory=list)
+
+    def add(self, build: Callable[[list[int]], Any]) -> Pending:
+        self.records.append(build)
+        return Pending(len(self.records) - 1)
+
+
+@dataclass
+class TurnHint:
+    """What a turn just did to one slot: appended `appended` messages to a known version."""
+
+    slot: Slot
+    base_version: tuple[int, int, int] | None
+    appended: int
+
+
+class Checkpointer:
+    """Create, list, read, diff, roll back to, fork from and remove checkpoints."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # ---- paths and caches ----------------------------------------------------------
+
+    def directory(self, session_id: str) -> Path:
+        return self.store.session_dir(session_id) / "checkpoints"
+
+    def _log(self, session_id: str) -> Log:
+        return Log(self.directory(session_id) / "log")
+
+    def _load_heads(self, session_id: str, log_size: int) -> dict[str, Any]:
+        path = self.directory(session_id) / "heads.json"
+        try:
+            heads = orjson.loads(read_bytes(path, "heads"))
+            if isinstance(heads, dict) and int(heads.get("end", -1)) <= log_size:
+                return heads
+        except NotFound:
+            pass
+        except (orjson.JSONDecodeError, TypeError, ValueError):
+            log.warning("ignoring unreadable %s", path)
+        return {"slots": {}}
+
+    def _save_heads(self, session_id: str, heads: dict[str, Any]) -> None:
+        write_atomic(self.directory(session_id) / "heads.json", orjson.dumps(heads), durable=False)
+
+    def _removed(self, session_id: str) -> set[str]:
+        try:
+            return set(orjson.loads(read_bytes(self.directory(session_id) / "removed.json")))
+        except NotFound:
+            return set()
+        except (orjson.JSONDecodeError, TypeError) as exc:
+            raise CorruptDocument(self.directory(session_id) / "removed.json", str(exc)) from None
+
+    # ---- create --------------------------------------------------------------------
+
+    def create(
+        self,
+        session_id: str,
+        *,
+        label: str | None = None,
+        auto: bool = False,
+        hint: TurnHint | None = None,
+    ) -> Checkpoint:
+        """Snapshot the session as it is now; only what is not stored yet is written.
+
+        `hint` tells which messages a turn just appended, so that they alone are hashed.
+        """
+        with self.store.lock(session_id):
+            self.directory(session_id).mkdir(exist_ok=True)
+            history = self._log(session_id)
+            size = history.size()
+            heads = self._load_heads(session_id, size)
+            session = self.store.load_session(session_id)
+            batch = Batch()
+            static = _static_session(session)
+            volatile = {
+                k: v for k, v in session.model_dump(mode="json").items() if k in VOLATILE_SESSION
+            }
+            static_ref = self._blob(batch, heads.get("session"), static)
+            planned: dict[str, dict[str, Any]] = {}
+            for slot_id in self.store.slot_ids(session_id):
+                planned[slot_id] = self._plan_slot(session_id, history, heads, batch, slot_id, hint)
+
+            def record(offsets: list[int]) -> dict[str, Any]:
+                return {
+                    "c": {
+                        "schema_version": schema.format_version(schema.CURRENT["checkpoint"]),
+                        "turn_index": session.turn_count,
+                        "created_at": utcnow().isoformat().replace("+00:00", "Z"),
+                        "label": label,
+                        "auto": auto,
+                        "session_static": _place(static_ref, offsets),
+                        "session_volatile": volatile,
+                        "slots": {
+                            slot_id: {
+                                "doc": _place(plan["doc"], offsets),
+                                "meta": plan["meta"],
+                                "zones": [
+                                    [_place(tip, offsets), count] for tip, count in plan["zones"]
+                                ],
+                            }
+                            for slot_id, plan in planned.items()
+                        },
+                    }
+                }
+
+            batch.add(record)
+            offsets = history.append(batch.records)
+            end = history.size()
+            checkpoint = self._checkpoint(history, offsets[-1])
+            self._append_index(session_id, checkpoint.summary(end))
+            heads = {
+                "end": end,
+                "session": {"hash": content_hash(static), "ref": checkpoint.session_static},
+                "slots": {
+                    slot_id: {
+                        "version": plan["version"],
+                        "doc_hash": plan["doc_hash"],
+                        **checkpoint.slots[slot_id].model_dump(mode="json"),
+                    }
+                    for slot_id, plan in planned.items()
+                },
+            }
+            self._save_heads(session_id, heads)
+        log.info(
+            "checkpoint written: %s/%s turn %d, %d bytes",
+            session_id,
+            checkpoint.id,
+            checkpoint.turn_index,
+            end - size,
+        )
+        return checkpoint
+
+    @staticmethod
+    def _blob(batch: Batch, known: dict[str, Any] | None, data: dict[str, Any]) -> Ref:
+        digest = content_hash(data)
+        if known and known.get("hash") == digest:
+            return int(known["ref"])
+        return batch.add(lambda offsets: {"b": digest, "d": data})
+
+    def _plan_slot(
+        self,
+        session_id: str,
+        history: Log,
+        heads: dict[str, Any],
+        batch: Batch,
+        slot_id: str,
+        hint: TurnHint | None,
+    ) -> dict[str, Any]:
+        """What one slot's entry will hold, adding to `batch` only what is new."""
+        known = heads["slots"].get(slot_id)
+        path = self.store.session_dir(session_id) / "slots" / f"{slot_id}.json"
+        version = current_version(path)
+        if known and version is not None and list(version) == known.get("version"):
+            return {
+                "version": known["version"],
+                "doc_hash": known["doc_hash"],
+                "doc": known["doc"],
+                "meta": known["meta"],
+                "zones": [tuple(z) for z in known["zones"]],
+            }
+        slot = None
+        if hint is not None and hint.slot.id == slot_id and hint.slot._version == version:
+            slot = hint.slot
+        if slot is None:
+            slot = self.store.load_slot(session_id, slot_id)
+        document = slot.model_dump(mode="json")
+        meta = document.pop("meta")
+        zones_data = [document.pop(zone) for zone in ZONES]
+        doc_ref = self._blob(
+            batch, {"hash": known["doc_hash"], "ref": known["doc"]} if known else None, document
+        )
+        appended_to = (
+            hint.appended
+            if hint is not None
+            and hint.slot.id == slot_id
+            and known is not None
+            and hint.base_version is not None
+            and list(hint.base_version) == known.get("version")
+            else None
+        )
+        zones: list[tuple[Ref, int]] = []
+        for position, messages in enumerate(zones_data):
+            if appended_to is not None and known is not None:
+                tip, count = known["zones"][position]
+                extra = appended_to if ZONES[position] == "messages" else 0
+                if len(messages) == count + extra:
+                    ref, _ = self._extend(batch, tip, messages[count:])
+                    zones.append((ref, len(messages)))
+                    continue
+            zones.append(self._store_zone(history, heads, batch, slot_id, position, messages))
+        return {
+            "version": list(version) if version else None,
+            "doc_hash": content_hash(document),
+            "doc": doc_ref,
+            "meta": meta,
+            "zones": zones,
+        }
+
+    @staticmethod
+    def _extend(batch: Batch, tip: Ref, messages: Sequence[dict[str, Any]]) -> tuple[Ref, int]:
+        """Chain `messages` after node `tip`; return the new tip."""
+        parent: Ref = tip
+        for message in messages:
+            digest = content_hash(message)
+
+            def node(
+                offsets: list[int],
+                parent: Ref = parent,
+                digest: str = digest,
+                message: dict[str, Any] = message,
+            ) -> dict[str, Any]:
+                return {"h": digest, "p": _place(parent, offsets), "m": message}
+
+            parent = batch.add(node)
+        return parent, len(messages)
+
+    def _store_zone(
+        self,
+        history: Log,
+        heads: dict[str, Any],
+        batch: Batch,
+        slot_id: str,
+        position: int,
+        messages: list[dict[str, Any]],
+    ) -> tuple[Ref, int]:
+        """Chain a zone onto the longest stored prefix among the latest checkpoint's zones."""
+        if not messages:
+            return NO_PARENT, 0
+        hashes = [content_hash(m) for m in messages]
+        same: list[tuple[int, int]] = []
+        others: list[tuple[int, int]] = []
+        for other_id, entry in heads["slots"].items():
+            for other_position, (tip, count) in enumerate(entry["zones"]):
+                mine = other_id == slot_id and other_position == position
+                (same if mine else others).append((tip, count))
+        best_nodes: list[tuple[str, int]] = []
+        best = 0
+        for tip, count in [*same, *others]:
+            if not count:
+                continue
+            nodes = [(digest, offset) for digest, offset, _ in history.chain(tip, count)]
+            length = common_prefix(hashes, [digest for digest, _ in nodes])
+            if length > best:
+                best, best_nodes = length, nodes
+                if best == len(hashes):
+                    break
+        tip_ref: Ref = best_nodes[best - 1][1] if best else NO_PARENT
+        ref, _ = self._extend(batch, tip_ref, messages[best:])
+        return ref, len(messages)
+
+    # ---- read ----------------------------------------------------------------------
+
+    def _checkpoint(self, history: Log, offset: int) -> Checkpoint:
+        record = history.read(offset)
+        data = record.get("c")
+        if not isinstance(data, dict):
+            raise NotFound(f"no checkpoint {checkpoint_id(offset)!r} in {history.path}")
+        try:
+            checkpoint = Checkpoint.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "record"
+            raise CorruptDocument(
+                history.path, f"checkpoint at byte {offset}: {where}: {first['msg']}"
+            ) from None
+        checkpoint.id = checkpoint_id(offset)
+        return checkpoint
+
+    def _append_index(self, session_id: str, summary: CheckpointSummary) -> None:
+        with open(self.directory(session_id) / "index.jsonl", "ab") as handle:
+            handle.write(summary.model_dump_json().encode() + b"\n")
+
+    def summaries(self, session_id: str) -> list[CheckpointSummary]:
+        """Every checkpoint, newest first (from the index, completed from the log)."""
+        self.store.load_session(session_id)
+        directory = self.directory(session_id)
+        history = Log(directory / "log")
+        found: dict[int, CheckpointSummary] = {}
+        try:
+            lines = read_bytes(directory / "index.jsonl", "checkpoint index").splitlines()
+        except NotFound:
+            lines = []
+        size = history.size()
+        for line in lines:
+            try:
+                summary = CheckpointSummary.model_validate_json(line)
+            except ValidationError:
+                continue
+            if summary.end <= size:
+                found[summary.offset] = summary
+        indexed_end = max((s.end for s in found.values()), default=0)
+        if indexed_end < size:
+            for offset, end, record in history.scan(indexed_end):
+                if "c" in record and offset not in found:
+                    try:
+                        summary = self._checkpoint(history, offset).summary(end)
+                    except CorruptDocument as exc:
+                        log.warning("skipping %s", exc)
+                        continue
+                    found[offset] = summary
+                    self._append_index(session_id, summary)
+        removed = self._removed(session_id)
+        return sorted(
+            (s for s in found.values() if s.id not in removed),
+            key=lambda s: s.offset,
+            reverse=True,
+        )
+
+    def ids(self, session_id: str) -> list[str]:
+        return [s.id for s in self.summaries(session_id)]
+
+    def resolve(self, session_id: str, prefix: str) -> str:
+        validate_id(prefix, "checkpoint")
+        if len(prefix) >= 4 and prefix not in self._removed(session_id):
+            try:
+                self.load(session_id, prefix)
+                return prefix
+            except NotFound:
+                pass
+        return resolve_prefix("checkpoint", prefix, self.ids(session_id))
+
+    def load(self, session_id: str, identifier: str) -> Checkpoint:
+        """The checkpoint with this exact id, read straight from its offset."""
+        history = self._log(session_id)
+        offset = checkpoint_offset(identifier)
+        if (
+            checkpoint_id(offset) != identifier
+            or offset >= history.size()
+            or identifier in self._removed(session_id)
+        ):
+            raise NotFound(f"checkpoint {identifier!r} not found in session {session_id!r}")
+        try:
+            return self._checkpoint(history, offset)
+        except CorruptDocument as exc:
+            if "unreadable record" in exc.reason:
+                raise NotFound(f"checkpoint {identifier!r} not found") from None
+            raise
+
+    def state(self, session_id: str, checkpoint: Checkpoint) -> SessionState:
+        """Rebuild the whole session as it was at `checkpoint`."""
+        history = self._log(session_id)
+        slots: dict[str, Slot] = {}
+        for slot_id, entry in checkpoint.slots.items():
+            document = dict(history.blob(entry.doc))
+            document["meta"] = entry.meta
+            for zone, (tip, count) in zip(ZONES, entry.zones, strict=True):
+                document[zone] = [data for _, _, data in history.chain(tip, count)]
+            slots[slot_id] = _validate(Slot, document, history.path, checkpoint.id)
+        session_doc = {**history.blob(checkpoint.session_static), **checkpoint.session_volatile}
+        session = _validate(Session, session_doc, history.path, checkpoint.id)
+        return SessionState(session=session, slots=slots)
+
+    def live_state(self, session_id: str) -> SessionState:
+        session = self.store.load_session(session_id)
+        slots = {slot.id: slot for slot in self.store.list_slots(session_id)}
+        return SessionState(session=session, slots=slots)
+
+    # ---- rollback, fork, undo -------------------------------------------------------
+
+    def rollback(self, session_id: str, identifier: str) -> tuple[Checkpoint, Checkpoint]:
+        """Make the session exactly what it was; the replaced state is checkpointed first.
+
+        Returns (the checkpoint restored, the checkpoint of the state replaced).
+        """
+        with self.store.lock(session_id):
+            target = self.load(session_id, identifier)
+            state = self.state(session_id, target)
+            saved = self.create(session_id, label=f"before rollback to {target.id}", auto=True)
+            journal = self.store.session_dir(session_id) / RESTORE_JOURNAL
+            write_atomic(journal, orjson.dumps({"checkpoint": target.id}))
+            self._restore(session_id, target, state)
+            remove_file(journal)
+        log.info("rollback: %s to %s (turn %d)", session_id, target.id, target.turn_index)
+        return target, saved
+
+    def _restore(self, session_id: str, target: Checkpoint, state: SessionState) -> None:
+        self.store.replace_state(state.session, list(state.slots.values()))
+        history = self._log(session_id)
+        heads = self._load_heads(session_id, history.size())
+        heads = {
+            "end": history.size(),
+            "session": {
+                "hash": content_hash(_static_session(state.session)),
+                "ref": target.session_static,
+            },
+            "slots": {
+                slot_id: {
+                    "version": list(state.slots[slot_id]._version or ()),
+                    "doc_hash": content_hash(_without_zones(state.slots[slot_id])),
+                    **entry.model_dump(mode="json"),
+                }
+                for slot_id, entry in target.slots.items()
+            },
+        }
+        self._save_heads(session_id, heads)
+
+    def fork(self, session_id: str, identifier: str, new_id: str | None = None) -> Session:
+        """A new child session starting from the checkpoint; the original is untouched."""
+        from agctl.ids import new_session_id
+
+        if new_id is not None:
+            validate_id(new_id, "session")
+            if new_id in self.store.session_ids():
+                raise AlreadyExists(f"session {new_id!r} already exists")
+        target = self.load(session_id, identifier)
+        state = self.state(session_id, target)
+        now = utcnow()
+        session = state.session.model_copy(
+            update={
+                "id": new_id or new_session_id(),
+                "parent_id": session_id,
+                "created_at": now,
+                "updated_at": now,
+            }
+        )
+        self.store.materialize_session(session, list(state.slots.values()))
+        log.info("fork: %s from %s/%s", session.id, session_id, target.id)
+        return session
+
+    def checkpoint_at_turn(self, session_id: str, turn: int) -> CheckpointSummary:
+        for summary in self.summaries(session_id):
+            if summary.turn_index == turn:
+                return summary
+        raise NotFound(
+            f"no checkpoint of session {session_id!r} at turn {turn} "
+            "(automatic checkpoints may have been off)"
+        )
+
+    def undo(self, session_id: str, turns: int = 1) -> tuple[Checkpoint, Checkpoint]:
+        """Roll back the last `turns` turns."""
+        if turns < 1:
+            raise UsageError("the number of turns to undo must be at least 1")
+        with self.store.lock(session_id):
+            current = self.store.load_session(session_id).turn_count
+            if turns > current:
+                raise NotFound(f"session {session_id!r} has only {current} turns to undo")
+            target = self.checkpoint_at_turn(session_id, current - turns)
+            return self.rollback(session_id, target.id)
+
+    # ---- remove --------------------------------------------------------------------
+
+    def remove(self, session_id: str, identifiers: Sequence[str]) -> list[str]:
+        """Remove checkpoints; the history they share with others stays."""
+        with self.store.lock(session_id):
+            live = set(self.ids(session_id))
+            for identifier in identifiers:
+                if identifier not in live:
+                    raise NotFound(f"checkpoint {identifier!r} not found")
+            removed = sorted(self._removed(session_id) | set(identifiers))
+            write_atomic(self.directory(session_id) / "removed.json", orjson.dumps(removed))
+        return list(identifiers)
+
+    def prune(self, session_id: str, keep: int) -> list[str]:
+        """Keep the newest `keep` checkpoints; remove the rest."""
+        with self.store.lock(session_id):
+            doomed = [s.id for s in self.summaries(session_id)[keep:]]
+            return self.remove(session_id, doomed) if doomed else []
+
+    # ---- diff ----------------------------------------------------------------------
+
+    def diff(self, session_id: str, a: str, b: str | None = None) -> dict[str, Any]:
+        """What changed from checkpoint `a` to checkpoint `b` (default: the live state)."""
+        old = self.state(session_id, self.load(session_id, a))
+        new = (
+            self.state(session_id, self.load(session_id, b))
+            if b is not None
+            else self.live_state(session_id)
+        )
+        return diff_states(old, new, a, b or "live")
+
+
+def _static_session(session: Session) -> dict[str, Any]:
+    document = session.model_dump(mode="json")
+    return {k: v for k, v in document.items() if k not in VOLATILE_SESSION}
+
+
+def _without_zones(slot: Slot) -> dict[str, Any]:
+    document = slot.model_dump(mode="json")
+    for key in (*ZONES, "meta"):
+        document.pop(key)
+    return document
+
+
+def _validate(model: type[Document], data: dict[str, Any], path: Path, identifier: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "document"
+        reason = (
+            f"checkpoint {identifier}: cannot rebuild the {model.kind}: {where}: {first['msg']}"
+        )
+        raise CorruptDocument(path, reason) from None
+
+
+def finish_restore(store: Store, session_id: str) -> None:
+    """Complete a rollback that was interrupted (called with the session lock held)."""
+    checkpointer = Checkpointer(store)
+    journal = store.session_dir(session_id) / RESTORE_JOURNAL
+    try:
+        target_id = str(orjson.loads(read_bytes(journal, "restore journal"))["checkpoint"])
+        target = checkpointer.load(session_id, target_id)
+    except (orjson.JSONDecodeError, KeyError, TypeError, NotFound) as exc:
+        log.warning("dropping an unusable restore journal %s: %s", journal, exc)
+        remove_file(journal)
+        return
+    log.warning("finishing an interrupted rollback of %s to %s", session_id, target_id)
+    checkpointer._restore(session_id, target, checkpointer.state(session_id, target))
+    remove_file(journal)
+
+
+# ---- diff ----------------------------------------------------------------------------
+
+
+def _preview(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    text = content if isinstance(content, str) else orjson.dumps(content).decode()
+    if not text and message.get("tool_calls"):
+        text = ", ".join(c["function"]["name"] + "()" for c in message["tool_calls"])
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= 70 else flat[:69] + "…"
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        flat: dict[str, Any] = {}
+        for key, value in data.items():
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: data}
+
+
+def _zone_diff(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, Any]:
+    old_hashes = [content_hash(m) for m in old]
+    new_hashes = [content_hash(m) for m in new]
+    added: list[dict[str, Any]] = []
+    removed: list[dict[str, Any]] = []
+    changed: list[dict[str, Any]] = []
+    matcher = difflib.SequenceMatcher(a=old_hashes, b=new_hashes, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        if tag == "replace" and i2 - i1 == j2 - j1:
+            for i, j in zip(range(i1, i2), range(j1, j2), strict=True):
+                changed.append(
+                    {
+                        "index": j,
+                        "role": new[j].get("role"),
+                        "old": _preview(old[i]),
+                        "new": _preview(new[j]),
+                    }
+                )
+            continue
+        for i in range(i1, i2):
+            removed.append({"index": i, "role": old[i].get("role"), "text": _preview(old[i])})
+        for j in range(j1, j2):
+            added.append({"index": j, "role": new[j].get("role"), "text": _preview(new[j])})
+    return {"added": added, "removed": removed, "changed": changed}
+
+
+def _tokens(slot: Slot) -> int:
+    return sum(m.token_count() for zone in ZONES for m in getattr(slot, zone))
+
+
+def diff_states(
+    old: SessionState, new: SessionState, old_name: str, new_name: str
+) -> dict[str, Any]:
+    """Per slot: config changes, messages added/removed/changed per zone, token delta."""
+    changed: dict[str, Any] = {}
+    for slot_id in sorted(old.slots.keys() & new.slots.keys()):
+        before, after = old.slots[slot_id], new.slots[slot_id]
+        entry: dict[str, Any] = {}
+        old_config = _flatten(before.model_dump(mode="json")["config"])
+        new_config = _flatten(after.model_dump(mode="json")["config"])
+        config = {
+            k: [old_config.get(k), new_config.get(k)]
+            for k in sorted(old_config.keys() | new_config.keys())
+            if old_config.get(k) != new_config.get(k)
+        }
+        if config:
+            entry["config"] = config
+        for zone in ZONES:
+            zone_diff = _zone_diff(
+                [m.model_dump(mode="json") for m in getattr(before, zone)],
+                [m.model_dump(mode="json") for m in getattr(after, zone)],
+            )
+            if any(zone_diff.values()):
+                entry[zone] = zone_diff
+        delta = _tokens(after) - _tokens(before)
+        if entry or delta:
+            entry["tokens"] = delta
+            changed[slot_id] = entry
+    old_memory, new_memory = old.session.memory, new.session.memory
+    memory = {
+        "added": {k: new_memory[k] for k in sorted(new_memory.keys() - old_memory.keys())},
+        "removed": {k: old_memory[k] for k in sorted(old_memory.keys() - new_memory.keys())},
+        "changed": {
+            k: [old_memory[k], new_memory[k]]
+            for k in sorted(old_memory.keys() & new_memory.keys())
+            if old_memory[k] != new_memory[k]
+        },
+    }
+    old_tokens = sum(_tokens(s) for s in old.slots.values())
+    new_tokens = sum(_tokens(s) for s in new.slots.values())
+    return {
+        "from": old_name,
+        "to": new_name,
+        "slots": {
+            "created": sorted(new.slots.keys() - old.slots.keys()),
+            "deleted": sorted(old.slots.keys() - new.slots.keys()),
+            "changed": changed,
+        },
+        "current_slot": [old.session.current_slot, new.session.current_slot],
+        "turn_count": [old.session.turn_count, new.session.turn_count],
+        "memory": memory,
+        "tokens": new_tokens - old_tokens,
+    }

@@ -1,0 +1,294 @@
+"""`agctl ckpt`: checkpoints of a whole session — create, list, show, diff, rollback, fork."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from agctl.cli.app import App, command_options, pass_app
+
+if TYPE_CHECKING:
+    from agctl.checkpoints import Checkpoint, Checkpointer, CheckpointSummary
+
+
+def checkpointer(app: App) -> Checkpointer:
+    from agctl.checkpoints import Checkpointer
+
+    return Checkpointer(app.store)
+
+
+def summary_row(summary: CheckpointSummary) -> dict[str, Any]:
+    from agctl.models import isoformat
+
+    return {
+        "id": summary.id,
+        "turn": summary.turn_index,
+        "label": summary.label,
+        "auto": summary.auto,
+        "created_at": isoformat(summary.created_at),
+        "current_slot": summary.current_slot,
+        "slots": summary.slot_count,
+        "messages": summary.message_count,
+    }
+
+
+def _resolve(app: App, session_id: str, prefix: str) -> Checkpoint:
+    keeper = checkpointer(app)
+    return keeper.load(session_id, keeper.resolve(session_id, prefix))
+
+
+@click.group("ckpt")
+def command() -> None:
+    """Checkpoints: snapshots of a whole session.
+
+    Roll back to them, diff them, fork new sessions from them.
+
+    A checkpoint is written after every turn (config auto_checkpoint; turn send
+    --no-checkpoint). Ids may be shortened to a unique prefix.
+
+    \b
+    Examples:
+      agctl ckpt create --label "before the experiment"
+      agctl ckpt list
+      agctl ckpt diff k3x9
+      agctl ckpt rollback k3x9
+    """
+
+
+@command.command("create")
+@click.option("--label", metavar="TEXT", help="A note to recognise the checkpoint by.")
+@command_options
+@pass_app
+def create(app: App, label: str | None) -> None:
+    """Checkpoint the whole session as it is now.
+
+    \b
+    Examples:
+      agctl ckpt create --label "good draft"
+    """
+    checkpoint = checkpointer(app).create(app.session_id(), label=label)
+    app.emit(summary_row(checkpoint.summary()), text=checkpoint.id)
+
+
+@command.command("list")
+@command_options
+@pass_app
+def list_(app: App) -> None:
+    """List checkpoints, newest first.
+
+    \b
+    Examples:
+      agctl ckpt list
+      agctl ckpt list --json | jq -r '.[0].id'
+    """
+    rows = [summary_row(s) for s in checkpointer(app).summaries(app.session_id())]
+    display = [{**r, "created_at": r["created_at"][:19].replace("T", " ")} for r in rows]
+    columns = [
+        ("id", "ID"),
+        ("turn", "TURN"),
+        ("created_at", "CREATED"),
+        ("slots", "SLOTS"),
+        ("messages", "MSGS"),
+        ("current_slot", "SLOT"),
+        ("label", "LABEL"),
+    ]
+    app.emit_rows(rows, columns, empty="no checkpoints", display=display)
+
+
+@command.command("show")
+@click.argument("checkpoint_id", metavar="ID")
+@click.option("--messages", is_flag=True, help="Include every slot's full document.")
+@command_options
+@pass_app
+def show(app: App, checkpoint_id: str, messages: bool) -> None:
+    """Show what a checkpoint holds: the session and each slot.
+
+    \b
+    Examples:
+      agctl ckpt show k3x9
+      agctl ckpt show k3x9 --messages --json
+    """
+    sid = app.session_id()
+    checkpoint = _resolve(app, sid, checkpoint_id)
+    state = checkpointer(app).state(sid, checkpoint)
+    slots = []
+    for slot in state.slots.values():
+        row: dict[str, Any] = {
+            "id": slot.id,
+            "mode": slot.config.mode,
+            "immutable": len(slot.immutable),
+            "compressed": len(slot.compressed),
+            "messages": len(slot.messages),
+            "tokens": slot.meta.total_tokens,
+        }
+        if messages:
+            row["document"] = slot.model_dump(mode="json")
+        slots.append(row)
+    payload = {
+        **summary_row(checkpoint.summary()),
+        "session": state.session.model_dump(mode="json"),
+        "slot_states": slots,
+    }
+    if app.json:
+        app.emit(payload)
+        return
+    from agctl.cli.app import table
+
+    session = state.session
+    head = {
+        "checkpoint": checkpoint.id,
+        "label": checkpoint.label,
+        "turn": checkpoint.turn_index,
+        "created": payload["created_at"],
+        "current slot": session.current_slot,
+        "memory keys": ", ".join(sorted(session.memory)) or None,
+        "cost": f"${session.cost.cost:.4f}",
+    }
+    app.emit(head)
+    click.echo()
+    columns = [
+        ("id", "SLOT"),
+        ("mode", "MODE"),
+        ("immutable", "IMMUTABLE"),
+        ("compressed", "COMPRESSED"),
+        ("messages", "MESSAGES"),
+        ("tokens", "TOKENS"),
+    ]
+    click.echo(table(slots, columns))
+
+
+def _diff_text(diff: dict[str, Any]) -> str:
+    lines = [f"from {diff['from']} to {diff['to']}"]
+    slots = diff["slots"]
+    lines += [f"+ slot {s} (created)" for s in slots["created"]]
+    lines += [f"- slot {s} (deleted)" for s in slots["deleted"]]
+    for slot_id, change in slots["changed"].items():
+        lines.append(f"~ slot {slot_id} ({change['tokens']:+d} tokens)")
+        for key, (old, new) in change.get("config", {}).items():
+            lines.append(f"    config {key}: {old} -> {new}")
+        for zone in ("immutable", "compressed", "messages"):
+            if zone not in change:
+                continue
+            for item in change[zone]["removed"]:
+                lines.append(f"    - {zone}[{item['index']}] {item['role']}: {item['text']}")
+            for item in change[zone]["added"]:
+                lines.append(f"    + {zone}[{item['index']}] {item['role']}: {item['text']}")
+            for item in change[zone]["changed"]:
+                lines.append(
+                    f"    ~ {zone}[{item['index']}] {item['role']}: {item['old']} -> {item['new']}"
+                )
+    old, new = diff["current_slot"]
+    if old != new:
+        lines.append(f"current slot: {old} -> {new}")
+    old_turns, new_turns = diff["turn_count"]
+    if old_turns != new_turns:
+        lines.append(f"turns: {old_turns} -> {new_turns}")
+    memory = diff["memory"]
+    lines += [f"+ memory {k} = {v}" for k, v in memory["added"].items()]
+    lines += [f"- memory {k}" for k in memory["removed"]]
+    lines += [f"~ memory {k}: {old} -> {new}" for k, (old, new) in memory["changed"].items()]
+    lines.append(f"tokens: {diff['tokens']:+d}")
+    return "\n".join(lines)
+
+
+@command.command("diff")
+@click.argument("first", metavar="A")
+@click.argument("second", metavar="[B]", required=False)
+@command_options
+@pass_app
+def diff(app: App, first: str, second: str | None) -> None:
+    """What changed from checkpoint A to checkpoint B (default: the live session).
+
+    Per slot: messages added, removed and changed in each zone, config changes, the token
+    delta; slots created and deleted; memory keys; the current slot and turn count.
+
+    \b
+    Examples:
+      agctl ckpt diff k3x9
+      agctl ckpt diff k3x9 m2a1 --json
+    """
+    sid = app.session_id()
+    keeper = checkpointer(app)
+    a = keeper.resolve(sid, first)
+    b = keeper.resolve(sid, second) if second is not None else None
+    result = keeper.diff(sid, a, b)
+    app.emit(result, text=_diff_text(result))
+
+
+@command.command("rollback")
+@click.argument("checkpoint_id", metavar="ID")
+@command_options
+@pass_app
+def rollback(app: App, checkpoint_id: str) -> None:
+    """Make the session exactly what it was at the checkpoint.
+
+    The state being replaced is checkpointed first, so a rollback can be rolled back.
+
+    \b
+    Examples:
+      agctl ckpt rollback k3x9
+    """
+    sid = app.session_id()
+    keeper = checkpointer(app)
+    restored, saved = keeper.rollback(sid, keeper.resolve(sid, checkpoint_id))
+    payload = {"restored": restored.id, "turn": restored.turn_index, "saved_as": saved.id}
+    text = (
+        f"rolled back to {restored.id} (turn {restored.turn_index}); "
+        f"the replaced state is checkpoint {saved.id}"
+    )
+    app.emit(payload, text=text)
+
+
+@command.command("fork")
+@click.argument("checkpoint_id", metavar="ID")
+@click.option("--id", "new_id", metavar="NEW", help="Id of the new session (default: generated).")
+@click.option("--use", "make_current", is_flag=True, help="Select the new session.")
+@command_options
+@pass_app
+def fork(app: App, checkpoint_id: str, new_id: str | None, make_current: bool) -> None:
+    """Start a new child session from a checkpoint; the original is untouched.
+
+    \b
+    Examples:
+      agctl ckpt fork k3x9 --id what-if --use
+    """
+    sid = app.session_id()
+    keeper = checkpointer(app)
+    session = keeper.fork(sid, keeper.resolve(sid, checkpoint_id), new_id)
+    if make_current:
+        app.store.set_current_session(session.id)
+    app.emit({"session": session.id, "parent_id": sid}, text=session.id)
+
+
+@command.command("rm")
+@click.argument("checkpoint_ids", metavar="ID...", nargs=-1, required=True)
+@command_options
+@pass_app
+def rm(app: App, checkpoint_ids: tuple[str, ...]) -> None:
+    """Remove checkpoints; the others stay restorable.
+
+    \b
+    Examples:
+      agctl ckpt rm k3x9 m2a1
+    """
+    sid = app.session_id()
+    keeper = checkpointer(app)
+    ids = [keeper.resolve(sid, prefix) for prefix in checkpoint_ids]
+    removed = keeper.remove(sid, list(dict.fromkeys(ids)))
+    app.emit({"removed": removed}, text="\n".join(f"removed {c}" for c in removed))
+
+
+@command.command("prune")
+@click.option("--keep", type=click.IntRange(min=0), required=True, metavar="N")
+@command_options
+@pass_app
+def prune(app: App, keep: int) -> None:
+    """Keep only the newest N checkpoints.
+
+    \b
+    Examples:
+      agctl ckpt prune --keep 20
+    """
+    removed = checkpointer(app).prune(app.session_id(), keep)
+    app.emit({"removed": removed}, text=f"removed {len(removed)} checkpoint(s)")
