@@ -43,6 +43,7 @@ def command() -> None:
       agctl session new --system "You are a careful reviewer."
       agctl session list
       agctl session use 1q2w
+      agctl session tree
     """
 
 
@@ -50,7 +51,7 @@ def command() -> None:
 @click.argument("session_id", metavar="[ID]", required=False)
 @click.option("--system", "system_prompt", metavar="TEXT", help="System prompt ('-' for stdin).")
 @click.option("--title", metavar="TEXT", help="A title shown in listings and completion.")
-@click.option("--parent", metavar="ID", help="Record this session as a child of ID.")
+@click.option("--parent", "parent_id", metavar="ID", help="Record this session as a child of ID.")
 @click.option("--profile", metavar="NAME", help="Profile the session's turns use by default.")
 @click.option("--model", metavar="NAME", help="Model the session's turns use by default.")
 @click.option(
@@ -67,7 +68,7 @@ def new(
     session_id: str | None,
     system_prompt: str | None,
     title: str | None,
-    parent: str | None,
+    parent_id: str | None,
     profile: str | None,
     model: str | None,
     make_current: bool,
@@ -87,7 +88,7 @@ def new(
     session = app.store.create_session(
         session_id,
         system_prompt=system_prompt,
-        parent_id=parent,
+        parent_id=parent_id,
         title=title,
         profile=profile,
         model=model,
@@ -227,3 +228,93 @@ def rm(app: App, session_ids: tuple[str, ...], recursive: bool, orphan: bool) ->
         orphaned = [o for o in orphaned + result.orphaned if o not in destroyed]
     lines = [f"destroyed {s}" for s in destroyed] + [f"orphaned {s}" for s in orphaned]
     app.emit({"destroyed": destroyed, "orphaned": orphaned}, text="\n".join(lines))
+
+
+@command.command("children")
+@click.argument("session_id", metavar="[ID]", required=False)
+@json_option
+@pass_app
+def children(app: App, session_id: str | None) -> None:
+    """List the sessions whose parent is ID (default: the selected session).
+
+    \b
+    Examples:
+      agctl session children
+      agctl session children 1q2w --json
+    """
+    if session_id is not None:
+        app.session_arg = session_id
+    kids = app.store.children(app.session_id())
+    app.emit(kids, text="\n".join(kids))
+
+
+@command.command("parent")
+@click.argument("session_id", metavar="[ID]", required=False)
+@json_option
+@pass_app
+def parent(app: App, session_id: str | None) -> None:
+    """Print the parent of ID; nothing (null with --json) when it has none or it was destroyed.
+
+    \b
+    Examples:
+      agctl session parent what-if
+    """
+    if session_id is not None:
+        app.session_arg = session_id
+    found = app.store.parent(app.session_id())
+    app.emit({"parent": found}, text=found or "")
+
+
+@command.command("tree")
+@click.argument("session_id", metavar="[ID]", required=False)
+@json_option
+@pass_app
+def tree(app: App, session_id: str | None) -> None:
+    """Show sessions as a tree (or the subtree under ID); orphans are marked.
+
+    \b
+    Examples:
+      agctl session tree
+      agctl session tree 1q2w --json
+    """
+    from agctl.errors import AgctlError
+
+    problems: list[AgctlError] = []
+    infos = {i.session.id: i for i in app.store.list_sessions(problems=problems)}
+    for problem in problems:
+        click.echo(f"agctl: warning: skipped {problem}", err=True)
+    current = app.store.current_session_id()
+    if session_id is not None:
+        roots = [app.store.resolve_session(session_id)]
+    else:
+        roots = [sid for sid, i in infos.items() if i.session.parent_id is None or i.orphan]
+
+    def node(sid: str) -> dict[str, Any]:
+        info = infos[sid]
+        return {
+            "id": sid,
+            "title": info.session.title,
+            "orphan": info.orphan,
+            "current": sid == current,
+            "children": [node(kid) for kid in info.children if kid in infos],
+        }
+
+    forest = [node(sid) for sid in roots if sid in infos]
+    if app.json:
+        app.emit(forest if session_id is None else forest[0])
+        return
+    lines: list[str] = []
+
+    def draw(entry: dict[str, Any], prefix: str, last: bool, top: bool) -> None:
+        branch = "" if top else ("└── " if last else "├── ")
+        notes = [n for n in (entry["title"], "orphan" if entry["orphan"] else None) if n]
+        mark = "* " if entry["current"] else ""
+        suffix = f"  ({', '.join(notes)})" if notes else ""
+        lines.append(f"{prefix}{branch}{mark}{entry['id']}{suffix}")
+        inner = prefix + ("" if top else ("    " if last else "│   "))
+        for index, child in enumerate(entry["children"]):
+            draw(child, inner, index == len(entry["children"]) - 1, False)
+
+    for entry in forest:
+        draw(entry, "", True, True)
+    app.emit(forest, text="\n".join(lines))
