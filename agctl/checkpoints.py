@@ -32,7 +32,7 @@ from agctl import schema
 from agctl.errors import AlreadyExists, CorruptDocument, NotFound, UsageError
 from agctl.fsio import current_version, read_bytes, remove_file, write_atomic
 from agctl.ids import resolve_prefix, validate_id
-from agctl.models import Document, Model, Session, Slot, utcnow
+from agctl.models import Document, Message, Model, Session, Slot, _message_list, utcnow
 from agctl.pack import NO_PARENT, Log, common_prefix, content_hash
 from agctl.store import RESTORE_JOURNAL, Store
 
@@ -306,9 +306,8 @@ class Checkpointer:
             slot = hint.slot
         if slot is None:
             slot = self.store.load_slot(session_id, slot_id)
-        document = slot.model_dump(mode="json")
-        meta = document.pop("meta")
-        zones_data = [document.pop(zone) for zone in ZONES]
+        document = _without_zones(slot)
+        meta = slot.meta.model_dump(mode="json")
         doc_ref = self._blob(
             batch, {"hash": known["doc_hash"], "ref": known["doc"]} if known else None, document
         )
@@ -322,15 +321,18 @@ class Checkpointer:
             else None
         )
         zones: list[tuple[Ref, int]] = []
-        for position, messages in enumerate(zones_data):
+        for position, zone in enumerate(ZONES):
+            messages: list[Message] = getattr(slot, zone)
             if appended_to is not None and known is not None:
                 tip, count = known["zones"][position]
-                extra = appended_to if ZONES[position] == "messages" else 0
+                extra = appended_to if zone == "messages" else 0
                 if len(messages) == count + extra:
-                    ref, _ = self._extend(batch, tip, messages[count:])
+                    new = messages_to_json(messages[count:])
+                    ref, _ = self._extend(batch, tip, new)
                     zones.append((ref, len(messages)))
                     continue
-            zones.append(self._store_zone(history, heads, batch, slot_id, position, messages))
+            dumped = messages_to_json(messages)
+            zones.append(self._store_zone(history, heads, batch, slot_id, position, dumped))
         return {
             "version": list(version) if version else None,
             "doc_hash": content_hash(document),
@@ -448,6 +450,10 @@ class Checkpointer:
             key=lambda s: s.offset,
             reverse=True,
         )
+
+    def has_any(self, session_id: str) -> bool:
+        """Whether any checkpoint was ever written (cheap: no listing)."""
+        return Log(self.directory(session_id) / "log").size() > 0
 
     def ids(self, session_id: str) -> list[str]:
         return [s.id for s in self.summaries(session_id)]
@@ -618,10 +624,13 @@ def _static_session(session: Session) -> dict[str, Any]:
 
 
 def _without_zones(slot: Slot) -> dict[str, Any]:
-    document = slot.model_dump(mode="json")
-    for key in (*ZONES, "meta"):
-        document.pop(key)
-    return document
+    """The slot document without its zones and meta: what a doc blob holds."""
+    return slot.model_dump(mode="json", exclude={*ZONES, "meta"})
+
+
+def messages_to_json(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Messages as stored in a slot document, in one serialiser call."""
+    return _message_list().dump_python(list(messages), mode="json")  # type: ignore[no-any-return]
 
 
 def _validate(model: type[Document], data: dict[str, Any], path: Path, identifier: str) -> Any:

@@ -184,14 +184,15 @@ def send_turn(
     prepared = prepare_turn(store, session_id, prompt, options)
     request = prepared.request
     builder = ReplyBuilder()
-    log.info(
-        "request sent: provider=%s model=%s slot=%s messages=%d ~%d tokens",
-        provider.name,
-        request.model,
-        prepared.slot.id,
-        len(request.messages),
-        prepared.tokens,
-    )
+    if log.isEnabledFor(logging.INFO):
+        log.info(
+            "request sent: provider=%s model=%s slot=%s messages=%d ~%d tokens",
+            provider.name,
+            request.model,
+            prepared.slot.id,
+            len(request.messages),
+            prepared.tokens,
+        )
     started = time.perf_counter()
     try:
         for event in provider.stream(request):
@@ -292,7 +293,7 @@ def _commit(
     checkpointer = Checkpointer(store)
     with deferred_interrupts(), store.lock(session_id):
         baseline = None
-        if checkpoint and not checkpointer.ids(session_id):
+        if checkpoint and not checkpointer.has_any(session_id):
             turn = prepared.request.context.turn
             baseline = checkpointer.create(session_id, label=f"before turn {turn}", auto=True)
         base_version = prepared.slot._version
