@@ -9,7 +9,7 @@ import os
 import signal
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from agctl.errors import CorruptDocument, NotFound, StoreError
@@ -51,6 +51,34 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
         raise
     if durable:
         fsync_dir(path.parent)
+
+
+def append_durably(path: Path, build: Callable[[int], bytes], *, lock: bool = False) -> int:
+    """Append `build(offset)` to a line-oriented file in one write, then fsync.
+
+    `offset` is where the new data will start. A last line torn by an earlier crash is
+    sealed with a newline first, so the new data always starts a line of its own. With
+    `lock`, an exclusive flock on the file is held while appending. Returns `offset`.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError as exc:
+        raise StoreError(f"cannot open {path}: {_describe(exc)}") from exc
+    try:
+        if lock:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        end = os.fstat(fd).st_size
+        seal = b"\n" if end and os.pread(fd, 1, end - 1) != b"\n" else b""
+        data = seal + build(end + len(seal))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except OSError as exc:
+        raise StoreError(f"cannot write {path}: {_describe(exc)}") from exc
+    finally:
+        os.close(fd)
+    return end + len(seal)
 
 
 def read_bytes(path: Path, what: str = "file") -> bytes:

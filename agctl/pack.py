@@ -18,7 +18,6 @@ nothing refers to and the next append seals.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import orjson
 
 from agctl.errors import CorruptDocument, StoreError
+from agctl.fsio import append_durably
 
 NO_PARENT = -1
 Node = tuple[str, int, dict[str, Any]]  # (hash, own offset, message)
@@ -57,31 +57,20 @@ class Log:
         """
         if not records:
             return []
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-        except OSError as exc:
-            raise StoreError(f"cannot open {self.path}: {exc.strerror}") from None
-        try:
-            end = os.fstat(fd).st_size
-            chunks: list[bytes] = []
-            if end and os.pread(fd, 1, end - 1) != b"\n":
-                chunks.append(b"\n")  # seal a line torn by an earlier crash
-                end += 1
-            offsets: list[int] = []
+        offsets: list[int] = []
+
+        def encode(start: int) -> bytes:
+            chunks = []
+            end = start
             for record in records:
                 value = record(offsets) if callable(record) else record
                 line = orjson.dumps(value) + b"\n"
                 offsets.append(end)
                 end += len(line)
                 chunks.append(line)
-            payload = memoryview(b"".join(chunks))
-            while payload:
-                payload = payload[os.write(fd, payload) :]
-            os.fsync(fd)
-        except OSError as exc:
-            raise StoreError(f"cannot write {self.path}: {exc.strerror}") from None
-        finally:
-            os.close(fd)
+            return b"".join(chunks)
+
+        append_durably(self.path, encode)
         return offsets
 
     def read(self, offset: int) -> dict[str, Any]:

@@ -409,3 +409,12 @@ def test_earlier_reasoning_is_not_sent_back_but_is_kept(store: Store, sid: str) 
     send_turn(store, sid, "second", follow, OPTIONS)
     assert all("reasoning_content" not in m for m in follow.requests[0].messages)
     assert store.load_slot(sid).messages[2].reasoning == "secret thoughts"
+
+
+def test_a_recording_cut_short_by_a_crash_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"hash": "x", "request": {}, "events": []}\n{"hash": "y", "requ')
+    assert [r.hash for r in load_cassette(path)] == ["x"]
+    path.write_text('{"hash": "x", "request": {}, "events": []}\n{"hash": "y", "requ\n')
+    with pytest.raises(InvalidInput, match="line 2"):
+        load_cassette(path)

@@ -6,8 +6,6 @@ hash and every event of the reply. Replay matches by hash and never touches the 
 
 from __future__ import annotations
 
-import fcntl
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +14,7 @@ from typing import Any
 import orjson
 
 from agctl.errors import InvalidInput, NotFound, ReplayMiss, StoreError
+from agctl.fsio import append_durably
 from agctl.providers.base import (
     ChatRequest,
     Event,
@@ -42,9 +41,11 @@ def load_cassette(path: Path) -> list[Recording]:
     except OSError as exc:
         raise StoreError(f"cannot read cassette {path}: {exc.strerror}") from None
     recordings = []
-    for number, line in enumerate(raw.splitlines(), start=1):
+    lines = raw.splitlines(keepends=True)
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        torn = number == len(lines) and not line.endswith(b"\n")
         try:
             data = orjson.loads(line)
             version = str(data.get("schema_version", CASSETTE_VERSION))
@@ -61,6 +62,8 @@ def load_cassette(path: Path) -> list[Recording]:
                 )
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            if torn:
+                break  # a recording cut short by a crash: the entries before it stand
             raise InvalidInput(f"{path}: line {number} is not a cassette entry ({exc})") from None
     return recordings
 
@@ -141,20 +144,7 @@ def append_recording(path: Path, request: ChatRequest, events: list[Event]) -> N
         "events": [event_to_dict(e) for e in events],
     }
     line = orjson.dumps(entry) + b"\n"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise StoreError(f"cannot open cassette {path}: {exc.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        view = memoryview(line)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except OSError as exc:
-        raise StoreError(f"cannot write cassette {path}: {exc.strerror}") from None
-    finally:
-        os.close(fd)
+    append_durably(path, lambda offset: line, lock=True)
 
 
 class RecordingProvider:
