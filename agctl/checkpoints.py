@@ -17,6 +17,7 @@ chains, whatever the number of checkpoints.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 from collections.abc import Callable, Sequence
@@ -84,6 +85,9 @@ class Checkpoint(Document):
     created_at: datetime = Field(default_factory=utcnow)
     label: str | None = None
     auto: bool = False
+    # The checkpoint the session descended from when this one was taken: the newest
+    # checkpoint then, or the target of the latest rollback. Undo follows these links.
+    parent: int | None = None
     session_static: int
     session_volatile: dict[str, Any]
     slots: dict[str, SlotEntry]
@@ -171,14 +175,16 @@ class Checkpointer:
         return Log(self.directory(session_id) / "log")
 
     def _load_heads(self, session_id: str, log_size: int) -> dict[str, Any]:
+        """The heads cache, or an empty one when it is missing, damaged or not of this log."""
         path = self.directory(session_id) / "heads.json"
         try:
             heads = orjson.loads(read_bytes(path, "heads"))
-            if isinstance(heads, dict) and int(heads.get("end", -1)) <= log_size:
-                return heads
+            if _valid_heads(heads, log_size):
+                return heads  # type: ignore[no-any-return]
+            log.warning("ignoring %s: it does not describe this log", path)
         except NotFound:
             pass
-        except (orjson.JSONDecodeError, TypeError, ValueError):
+        except orjson.JSONDecodeError:
             log.warning("ignoring unreadable %s", path)
         return {"slots": {}}
 
@@ -212,6 +218,7 @@ class Checkpointer:
             history = self._log(session_id)
             size = history.size()
             heads = self._load_heads(session_id, size)
+            parent = self._head(history)
             session = self.store.load_session(session_id)
             batch = Batch()
             static = _static_session(session)
@@ -231,6 +238,7 @@ class Checkpointer:
                         "created_at": utcnow().isoformat().replace("+00:00", "Z"),
                         "label": label,
                         "auto": auto,
+                        "parent": parent,
                         "session_static": _place(static_ref, offsets),
                         "session_volatile": volatile,
                         "slots": {
@@ -272,6 +280,18 @@ class Checkpointer:
             end - size,
         )
         return checkpoint
+
+    @staticmethod
+    def _head(history: Log) -> int | None:
+        """The checkpoint the live session descends from: the last checkpoint record, or
+        the target of a rollback written after it."""
+        last = history.last()
+        if last is None:
+            return None
+        offset, record = last
+        if "r" in record:
+            return int(record["r"])
+        return offset if "c" in record else None
 
     @staticmethod
     def _blob(batch: Batch, known: dict[str, Any] | None, data: dict[str, Any]) -> Ref:
@@ -426,14 +446,17 @@ class Checkpointer:
         except NotFound:
             lines = []
         size = history.size()
+        damaged = False
         for line in lines:
             try:
                 summary = CheckpointSummary.model_validate_json(line)
             except ValidationError:
+                damaged = True
                 continue
             if summary.end <= size:
                 found[summary.offset] = summary
-        indexed_end = max((s.end for s in found.values()), default=0)
+        # A damaged line may hide any checkpoint: then the whole log is scanned again.
+        indexed_end = 0 if damaged else max((s.end for s in found.values()), default=0)
         if indexed_end < size:
             for offset, end, record in history.scan(indexed_end):
                 if "c" in record and offset not in found:
@@ -480,10 +503,23 @@ class Checkpointer:
             raise NotFound(f"checkpoint {identifier!r} not found in session {session_id!r}")
         try:
             return self._checkpoint(history, offset)
-        except CorruptDocument as exc:
-            if "unreadable record" in exc.reason:
-                raise NotFound(f"checkpoint {identifier!r} not found") from None
-            raise
+        except (CorruptDocument, NotFound):
+            if identifier in self._indexed_ids(session_id):
+                raise CorruptDocument(
+                    history.path, f"checkpoint {identifier} (byte {offset}) is damaged"
+                ) from None
+            raise NotFound(f"checkpoint {identifier!r} not found") from None
+
+    def _indexed_ids(self, session_id: str) -> set[str]:
+        ids: set[str] = set()
+        try:
+            lines = read_bytes(self.directory(session_id) / "index.jsonl").splitlines()
+        except NotFound:
+            return ids
+        for line in lines:
+            with contextlib.suppress(orjson.JSONDecodeError, TypeError, KeyError):
+                ids.add(str(orjson.loads(line)["id"]))
+        return ids
 
     def state(self, session_id: str, checkpoint: Checkpoint) -> SessionState:
         """Rebuild the whole session as it was at `checkpoint`."""
@@ -525,6 +561,7 @@ class Checkpointer:
     def _restore(self, session_id: str, target: Checkpoint, state: SessionState) -> None:
         self.store.replace_state(state.session, list(state.slots.values()))
         history = self._log(session_id)
+        history.append([{"r": checkpoint_offset(target.id)}])
         heads = self._load_heads(session_id, history.size())
         heads = {
             "end": history.size(),
@@ -566,17 +603,25 @@ class Checkpointer:
         log.info("fork: %s from %s/%s", session.id, session_id, target.id)
         return session
 
-    def checkpoint_at_turn(self, session_id: str, turn: int) -> CheckpointSummary:
-        for summary in self.summaries(session_id):
-            if summary.turn_index == turn:
-                return summary
+    def checkpoint_at_turn(self, session_id: str, turn: int) -> Checkpoint:
+        """The checkpoint at `turn` in the current session's own history (its lineage)."""
+        history = self._log(session_id)
+        removed = self._removed(session_id)
+        offset = self._head(history)
+        while offset is not None:
+            checkpoint = self._checkpoint(history, offset)
+            if checkpoint.turn_index == turn and checkpoint.id not in removed:
+                return checkpoint
+            if checkpoint.turn_index < turn:
+                break
+            offset = checkpoint.parent
         raise NotFound(
             f"no checkpoint of session {session_id!r} at turn {turn} "
             "(automatic checkpoints may have been off)"
         )
 
     def undo(self, session_id: str, turns: int = 1) -> tuple[Checkpoint, Checkpoint]:
-        """Roll back the last `turns` turns."""
+        """Roll back the last `turns` turns of the session's own history."""
         if turns < 1:
             raise UsageError("the number of turns to undo must be at least 1")
         with self.store.lock(session_id):
@@ -616,6 +661,27 @@ class Checkpointer:
             else self.live_state(session_id)
         )
         return diff_states(old, new, a, b or "live")
+
+
+def _valid_heads(heads: Any, log_size: int) -> bool:
+    """Whether a heads cache has the shape the checkpointer relies on, within the log."""
+    try:
+        if not (isinstance(heads, dict) and 0 <= int(heads["end"]) <= log_size):
+            return False
+        session = heads.get("session")
+        if session is not None and not (
+            isinstance(session["hash"], str) and int(session["ref"]) < log_size
+        ):
+            return False
+        for entry in heads["slots"].values():
+            SlotEntry.model_validate(entry)
+            if not isinstance(entry["doc_hash"], str) or not isinstance(entry["version"], list):
+                return False
+            if any(int(tip) >= log_size for tip, _ in entry["zones"]):
+                return False
+        return True
+    except (KeyError, TypeError, ValueError, AttributeError, ValidationError):
+        return False
 
 
 def _static_session(session: Session) -> dict[str, Any]:
@@ -666,7 +732,10 @@ def finish_restore(store: Store, session_id: str) -> None:
 
 def _preview(message: dict[str, Any]) -> str:
     content = message.get("content")
-    text = content if isinstance(content, str) else orjson.dumps(content).decode()
+    if content is None:
+        text = ""
+    else:
+        text = content if isinstance(content, str) else orjson.dumps(content).decode()
     if not text and message.get("tool_calls"):
         text = ", ".join(c["function"]["name"] + "()" for c in message["tool_calls"])
     flat = " ".join(str(text).split())

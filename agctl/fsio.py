@@ -9,6 +9,7 @@ import os
 import signal
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -40,6 +41,10 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
+            # The kernel stamps files with a coarse clock; a fine-grained mtime keeps
+            # (inode, mtime, size) distinct between two quick writes (see read_versioned).
+            now = time.time_ns()
+            os.utime(handle.fileno(), ns=(now, now))
             if durable:
                 os.fsync(handle.fileno())
         os.replace(tmp, path)

