@@ -68,6 +68,7 @@ class Profile(Model):
     api_key_env: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     cassette: str | None = None
+    context_window: int | None = Field(default=None, gt=0)
 
 
 class Price(Model):
@@ -79,6 +80,9 @@ class Config(Document):
     kind: ClassVar[str] = "config"
     default_profile: str | None = None
     auto_checkpoint: bool = True
+    auto_compress: bool = True
+    compress_keep_recent: int = Field(default=6, ge=0)
+    context_windows: dict[str, int] = Field(default_factory=dict)
     max_retries: int = Field(default=3, ge=0, le=20)
     connect_timeout: float = Field(default=10.0, gt=0)
     read_timeout: float = Field(default=120.0, gt=0)
@@ -199,6 +203,7 @@ class Resolved:
     api_key: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     cassette: str | None = None
+    context_window: int | None = None
     max_retries: int = 3
     connect_timeout: float = 10.0
     read_timeout: float = 120.0
@@ -317,6 +322,7 @@ def resolve(
         api_key=api_key or None,
         headers=dict(chosen.headers),
         cassette=chosen.cassette,
+        context_window=chosen.context_window,
         max_retries=config.max_retries,
         connect_timeout=config.connect_timeout,
         read_timeout=config.read_timeout,

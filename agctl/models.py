@@ -200,11 +200,28 @@ class SlotConfig(Model):
     mode: SlotMode = "full"
     focused: FocusedConfig = Field(default_factory=FocusedConfig)
     source: SlotSource = Field(default_factory=SlotSource)
-    budget: ContextBudget = Field(default_factory=ContextBudget)
+    # None: split the model's context window by fixed ratios (ContextBudget.auto).
+    budget: ContextBudget | None = None
+    # None: follow the session, then the config.
+    auto_compress: bool | None = None
+
+
+class MergeRecord(Model):
+    """One `slot merge` into this slot: from where, how, and which messages."""
+
+    source: str
+    strategy: Literal["append", "summary"]
+    hashes: list[str]
+    added: int
+    at: datetime = Field(default_factory=utcnow)
 
 
 class SlotMeta(Model):
     parent_id: str | None = None
+    # How many messages the slot was given when it was derived: what it added since
+    # starts there (see slot merge).
+    derived_count: int | None = None
+    merges: list[MergeRecord] = Field(default_factory=list)
     message_count: int = 0
     total_tokens: int = 0
     created_at: datetime = Field(default_factory=utcnow)
@@ -362,6 +379,8 @@ class Session(Document):
     turn_count: int = Field(default=0, ge=0)
     cost: Cost = Field(default_factory=Cost)
     memory: dict[str, str] = Field(default_factory=dict)
+    memory_in_context: bool = False
+    auto_compress: bool | None = None
 
 
 class Draft(Model):

@@ -37,13 +37,24 @@ def focused_messages(
     return head + list(messages[start:])
 
 
+def mode_messages(slot: Slot) -> list[Message]:
+    """The slot's mode's view of its incremental zone."""
+    if slot.config.mode == "focused":
+        return focused_messages(slot.messages, slot.config.focused)
+    return list(slot.messages)
+
+
 def slot_view(slot: Slot) -> list[Message]:
     """The slot's own part of a request: immutable + compressed + the mode's view of messages."""
-    if slot.config.mode == "focused":
-        recent = focused_messages(slot.messages, slot.config.focused)
-    else:
-        recent = list(slot.messages)
-    return [*slot.immutable, *slot.compressed, *recent]
+    return [*slot.immutable, *slot.compressed, *mode_messages(slot)]
+
+
+def memory_message(session: Session) -> Message | None:
+    """The session memory as one system message, when the session puts it in context."""
+    if not session.memory_in_context or not session.memory:
+        return None
+    lines = [f"- {key}: {value}" for key, value in sorted(session.memory.items())]
+    return Message(role="system", content="Known facts (session memory):\n" + "\n".join(lines))
 
 
 def request_view(
@@ -54,9 +65,16 @@ def request_view(
     user_input: Message | None = None,
     system_prompt: str | None = None,
 ) -> list[Message]:
-    """The exact list of messages a model would receive for the next turn on `slot`."""
+    """The exact list of messages a model would receive for the next turn on `slot`.
+
+    Order: system prompt, session memory (when in context), immutable, compressed, the
+    mode's view of messages, scratch, the new input.
+    """
     prompt = system_prompt if system_prompt is not None else session.system_prompt
     view: list[Message] = [Message(role="system", content=prompt)] if prompt else []
+    memory = memory_message(session)
+    if memory is not None:
+        view.append(memory)
     view += slot_view(slot)
     view += scratch
     if user_input is not None:
