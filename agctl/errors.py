@@ -13,6 +13,7 @@ EXIT_NOT_FOUND = 3
 EXIT_CONFLICT = 4
 EXIT_DATA = 5
 EXIT_PROVIDER = 6
+EXIT_CONTEXT_FULL = 7
 EXIT_INTERRUPTED = 130
 
 
@@ -141,3 +142,19 @@ class TurnInterrupted(AgctlError):
     """The user interrupted a turn (Ctrl-C); nothing was written."""
 
     exit_code = EXIT_INTERRUPTED
+
+
+class ContextFull(AgctlError):
+    """The request would not fit in the model's window, and it was not compressed."""
+
+    exit_code = EXIT_CONTEXT_FULL
+
+    def __init__(self, total: int, limit: int, window: int, reserve: int, model: str) -> None:
+        self.total = total
+        self.limit = limit
+        self.over = total - limit
+        super().__init__(
+            f"context full: the request needs {total} tokens, but {model} allows {limit} "
+            f"({window} window - {reserve} reserve): {self.over} tokens over; compress with "
+            "'agctl ctx compress', or turn auto-compress on"
+        )

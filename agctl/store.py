@@ -69,6 +69,10 @@ from agctl.view import focused_messages
 log = logging.getLogger("agctl.store")
 
 DEFAULT_SLOT = "default"
+SESSION_SETTINGS = frozenset(
+    {"title", "system_prompt", "profile", "model", "memory_in_context", "auto_compress"}
+)
+SLOT_SETTINGS = frozenset({"auto_compress", "budget"})
 # Written before a rollback starts rewriting documents, removed when it is done; if it
 # is found, a rollback was interrupted and the next writer finishes it first.
 RESTORE_JOURNAL = "checkpoints/restoring.json"
@@ -636,3 +640,50 @@ class Store:
 
     def clear_draft(self, session_id: str) -> None:
         remove_file(self._draft_path(session_id))
+
+    # ---- settings ------------------------------------------------------------------
+
+    def configure_session(self, session_id: str, changes: Mapping[str, Any]) -> Session:
+        """Change session settings (validated): title, system_prompt, profile, model,
+        memory_in_context, auto_compress."""
+        unknown = set(changes) - SESSION_SETTINGS
+        if unknown:
+            raise UsageError(
+                f"unknown session setting {sorted(unknown)[0]!r}; "
+                f"choose from {', '.join(sorted(SESSION_SETTINGS))}"
+            )
+
+        def apply(session: Session) -> Session:
+            data = session.model_dump()
+            data.update(changes)
+            try:
+                updated = Session.model_validate(data)
+            except ValidationError as exc:
+                raise UsageError(_validation_summary(exc)) from None
+            for key in changes:
+                setattr(session, key, getattr(updated, key))
+            return session
+
+        return self.update_session(session_id, apply)
+
+    def configure_slot(
+        self, session_id: str, slot_id: str | None, changes: Mapping[str, Any]
+    ) -> Slot:
+        """Change slot settings (validated): auto_compress, budget (None: auto)."""
+        unknown = set(changes) - SLOT_SETTINGS
+        if unknown:
+            raise UsageError(
+                f"unknown slot setting {sorted(unknown)[0]!r}; "
+                f"choose from {', '.join(sorted(SLOT_SETTINGS))}"
+            )
+
+        def apply(slot: Slot) -> Slot:
+            data = slot.config.model_dump()
+            data.update(changes)
+            try:
+                slot.config = SlotConfig.model_validate(data)
+            except ValidationError as exc:
+                raise UsageError(_validation_summary(exc)) from None
+            return slot
+
+        return self.update_slot(session_id, slot_id, apply)

@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agctl.errors import AgctlError, ProviderError, TurnInterrupted
+from agctl.budget import Breakdown, breakdown
+from agctl.errors import AgctlError, ContextFull, ProviderError, TurnInterrupted
 from agctl.fsio import deferred_interrupts
 from agctl.models import Draft, Message, ModelCost, Session, Slot, messages_to_openai, utcnow
 from agctl.pricing import cost_of
@@ -44,6 +45,11 @@ class TurnOptions:
     stream: bool = False
     prices: dict[str, tuple[float, float]] = field(default_factory=dict)
     checkpoint: bool = True
+    # The model's context window; None sends without checking the budget.
+    window: int | None = None
+    # The config's auto-compress; a slot's or the session's own setting wins.
+    auto_compress: bool = True
+    keep_recent: int = 6
 
 
 @dataclass
@@ -182,6 +188,11 @@ def send_turn(
 ) -> TurnResult:
     """Send one turn and commit it; on any failure write nothing and keep a draft."""
     prepared = prepare_turn(store, session_id, prompt, options)
+    try:
+        prepared = _fit_in_window(store, session_id, prompt, provider, options, prepared)
+    except AgctlError as exc:
+        _keep_draft(store, session_id, prepared, exc)
+        raise
     request = prepared.request
     builder = ReplyBuilder()
     if log.isEnabledFor(logging.INFO):
@@ -234,6 +245,58 @@ def send_turn(
         latency=latency,
         checkpoint=checkpoint,
     )
+
+
+def fit_breakdown(prepared: PreparedTurn, options: TurnOptions, window: int) -> Breakdown:
+    """The budget breakdown of a prepared turn's request."""
+    return breakdown(
+        prepared.session,
+        prepared.slot,
+        model=options.model,
+        window=window,
+        scratch=[Message(role="system", content=text) for text in options.scratch],
+        user_input=prepared.user_message,
+        system_prompt=options.system,
+    )
+
+
+def _fit_in_window(
+    store: Store,
+    session_id: str,
+    prompt: str,
+    provider: Provider,
+    options: TurnOptions,
+    prepared: PreparedTurn,
+) -> PreparedTurn:
+    """Compress first if the request would not fit; refuse with ContextFull if it still won't."""
+    if options.window is None:
+        return prepared
+    fit = fit_breakdown(prepared, options, options.window)
+    if fit.total <= fit.limit:
+        return prepared
+    auto = prepared.slot.config.auto_compress
+    if auto is None:
+        auto = prepared.session.auto_compress
+    if auto is None:
+        auto = options.auto_compress
+    if auto:
+        from agctl.compress import compress
+
+        log.info("request over the window by %d tokens: compressing", fit.total - fit.limit)
+        compress(
+            store,
+            session_id,
+            prepared.slot.id,
+            strategy="summarize",
+            keep_recent=options.keep_recent,
+            provider=provider,
+            model=options.model,
+        )
+        prepared = prepare_turn(store, session_id, prompt, options)
+        fit = fit_breakdown(prepared, options, options.window)
+        if fit.total <= fit.limit:
+            return prepared
+    raise ContextFull(fit.total, fit.limit, fit.window, fit.budget.reserve, options.model)
 
 
 def _keep_draft(store: Store, session_id: str, prepared: PreparedTurn, error: AgctlError) -> None:

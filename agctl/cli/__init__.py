@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "memory": ("agctl.cli.memory", "Session memory: small key/value pairs."),
     "turn": ("agctl.cli.turn", "Send the current slot's context to a model."),
     "ckpt": ("agctl.cli.ckpt", "Checkpoints: snapshots of a whole session."),
+    "ctx": ("agctl.cli.ctx", "The context of the next request: its budget, and compression."),
     "config": ("agctl.cli.config", "Show and change the configuration."),
     "profile": ("agctl.cli.profile", "Provider profiles: endpoint, model and key."),
     "demo": ("agctl.cli.demo", "Run a scripted tour of sessions, slots and messages."),
@@ -41,6 +42,7 @@ Exit codes:
     4  conflict (already exists, readonly slot, protected slot, has children)
     5  corrupt or unsupported data (bad document, newer schema, invalid import)
     6  provider error (HTTP error, timeout, malformed reply, replay miss)
+    7  context full (the request does not fit the model's window)
   130  interrupted (Ctrl-C); nothing was written
 """
 

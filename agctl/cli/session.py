@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, json_option, pass_app, text_argument
+from agctl.cli.app import App, json_option, pass_app, session_option, text_argument
 
 if TYPE_CHECKING:
     from agctl.models import Session
@@ -318,3 +318,37 @@ def tree(app: App, session_id: str | None) -> None:
     for entry in forest:
         draw(entry, "", True, True)
     app.emit(forest, text="\n".join(lines))
+
+
+@command.command("set")
+@click.argument(
+    "key",
+    type=click.Choice(
+        ["title", "system_prompt", "profile", "model", "memory_in_context", "auto_compress"]
+    ),
+)
+@click.argument("value")
+@json_option
+@session_option
+@pass_app
+def set_(app: App, key: str, value: str) -> None:
+    """Change a session setting ('default' unsets profile, model and auto_compress).
+
+    memory_in_context true renders the session memory as one system message in every
+    request; auto_compress true/false overrides the config for this session's slots.
+
+    \b
+    Examples:
+      agctl session set memory_in_context true
+      agctl session set auto_compress false
+      agctl session set system_prompt "You are terse."
+    """
+    from agctl.cli.slot import parse_setting
+
+    text_keys = ("title", "system_prompt", "profile", "model")
+    parsed = parse_setting(value)
+    if key in text_keys and value not in ("default", "none"):
+        parsed = value
+    session = app.store.configure_session(app.session_id(), {key: parsed})
+    shown = getattr(session, key)
+    app.emit({"session": session.id, key: shown}, text=f"{key} = {shown}")

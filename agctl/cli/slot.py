@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from agctl.cli.app import App, command_options, pass_app, read_input_file
+from agctl.cli.app import App, command_options, pass_app, read_input_file, slot_option
+from agctl.cli.turn import Setup, provider_options
 
 if TYPE_CHECKING:
     from agctl.models import Message, Slot
@@ -279,6 +280,16 @@ def show(app: App, slot_id: str | None, view: bool) -> None:
             f"keep_system={focus.keep_system} recent_messages={focus.recent_messages}"
             f" summary={'set' if focus.summary_override else 'none'}"
         )
+    if config.auto_compress is not None:
+        summary["auto compress"] = config.auto_compress
+    if config.budget is not None:
+        summary["budget"] = ", ".join(f"{k} {v}" for k, v in config.budget.model_dump().items())
+    for merge in slot.meta.merges:
+        summary.setdefault("merges", "")
+        summary["merges"] += (
+            f"{'; ' if summary['merges'] else ''}{merge.source} ({merge.strategy}, "
+            f"{len(merge.hashes)} messages, {isoformat(merge.at)[:16]})"
+        )
     summary.update(
         {
             "immutable": len(slot.immutable),
@@ -336,3 +347,138 @@ def rm(app: App, slot_id: str) -> None:
     session = app.store.delete_slot(app.session_id(), slot_id)
     payload = {"deleted": slot_id, "current_slot": session.current_slot}
     app.emit(payload, text=f"deleted slot {slot_id}; current slot: {session.current_slot}")
+
+
+@command.command("summarize")
+@click.argument("slot_id", metavar="[NAME]", required=False)
+@click.option("--instructions", metavar="TEXT", help="How to summarise (replaces the default).")
+@provider_options
+@command_options
+@pass_app
+def summarize(
+    app: App, slot_id: str | None, instructions: str | None, model: str | None, profile: str | None
+) -> None:
+    """Have the model summarise a slot; store it as the slot's focused summary.
+
+    The summary is shown in place of older messages when the slot is in focused mode.
+
+    \b
+    Examples:
+      agctl slot summarize
+      agctl slot summarize research --profile ds && agctl slot mode focused research
+    """
+    from agctl.compress import summarize_slot
+
+    sid = app.session_id()
+    setup = Setup.resolve(app, sid, profile=profile, model=model)
+    slot = summarize_slot(
+        app.store,
+        sid,
+        slot_id,
+        setup.provider(),
+        model=setup.settings.model,
+        instructions=instructions,
+    )
+    summary = slot.config.focused.summary_override
+    app.emit({"slot": slot.id, "summary": summary}, text=summary)
+
+
+@command.command("merge")
+@click.argument("source", metavar="SRC")
+@click.option("--into", "target", metavar="DST", help="Target slot (default: SRC's parent).")
+@click.option(
+    "--strategy",
+    type=click.Choice(["append", "summary"]),
+    default="append",
+    show_default=True,
+    help="append: copy what SRC added; summary: append one summary of it.",
+)
+@provider_options
+@command_options
+@pass_app
+def merge(
+    app: App,
+    source: str,
+    target: str | None,
+    strategy: str,
+    model: str | None,
+    profile: str | None,
+) -> None:
+    """Bring back what SRC added since it branched from DST. Merging twice adds nothing.
+
+    The merge is recorded on DST (source, strategy, which messages) and shown by
+    'slot show'.
+
+    \b
+    Examples:
+      agctl slot merge option-a
+      agctl slot merge experiment --into default --strategy summary
+    """
+    from agctl.merge import merge_slots
+
+    sid = app.session_id()
+    provider = None
+    chosen_model = "offline"
+    if strategy == "summary":
+        setup = Setup.resolve(app, sid, profile=profile, model=model)
+        provider, chosen_model = setup.provider(), setup.settings.model
+    result = merge_slots(
+        app.store,
+        sid,
+        source,
+        target,
+        strategy=strategy,  # type: ignore[arg-type]
+        provider=provider,
+        model=chosen_model,
+    )
+    payload = {
+        "source": result.source,
+        "into": result.target,
+        "strategy": result.strategy,
+        "merged": result.merged,
+        "appended": result.appended,
+        "already_merged": result.skipped,
+    }
+    if result.merged:
+        text = (
+            f"merged {result.merged} message(s) of {result.source} into {result.target} "
+            f"({result.strategy}: {result.appended} appended)"
+        )
+    else:
+        text = f"nothing new to merge from {result.source} into {result.target}"
+    app.emit(payload, text=text)
+
+
+@command.command("set")
+@click.argument("key", type=click.Choice(["auto_compress", "budget"]))
+@click.argument("value")
+@slot_option
+@command_options
+@pass_app
+def set_(app: App, key: str, value: str, slot: str | None) -> None:
+    """Set a slot setting: auto_compress (true, false, default) or budget (auto or JSON).
+
+    \b
+    Examples:
+      agctl slot set auto_compress false
+      agctl slot set budget '{"system": 2000, "history": 20000, "tools": 0,
+                               "tool_results": 4000, "reserve": 4000}'
+      agctl slot set budget auto --slot notes
+    """
+    changed = app.store.configure_slot(app.session_id(), slot, {key: parse_setting(value)})
+    shown = getattr(changed.config, key)
+    if hasattr(shown, "model_dump"):
+        shown = shown.model_dump()
+    app.emit({"slot": changed.id, key: shown}, text=f"slot {changed.id}: {key} = {shown}")
+
+
+def parse_setting(value: str) -> Any:
+    """JSON when it parses; 'default' and 'auto' mean unset."""
+    if value in ("default", "auto", "none"):
+        return None
+    import orjson
+
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return value

@@ -3,15 +3,70 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from agctl.cli.app import App, command_options, echo_json, pass_app, slot_option, text_argument
 
 if TYPE_CHECKING:
-    from agctl.providers.base import Event
+    from agctl.config import Config, Resolved
+    from agctl.providers.base import Event, Provider
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class Setup:
+    """Config, resolved settings and window for the commands that call a model."""
+
+    config: Config
+    settings: Resolved
+    window: int
+    script: Path | None = None
+    cassette: Path | None = None
+
+    @classmethod
+    def resolve(
+        cls,
+        app: App,
+        session_id: str,
+        *,
+        profile: str | None,
+        model: str | None,
+        script: Path | None = None,
+        cassette: Path | None = None,
+    ) -> Setup:
+        from agctl.budget import context_window
+        from agctl.config import ConfigStore, resolve
+
+        config = ConfigStore().load()
+        session = app.store.load_session(session_id)
+        settings = resolve(config, session=session, profile=profile, model=model)
+        if cassette is not None:
+            settings.provider = "replay"
+        elif script is not None:
+            settings.provider = "offline"
+        window = settings.context_window or context_window(settings.model, config.context_windows)
+        return cls(config, settings, window, script, cassette)
+
+    def provider(self, record: Path | None = None) -> Provider:
+        from agctl.providers import build_provider
+
+        return build_provider(
+            self.settings, script=self.script, cassette=self.cassette, record=record
+        )
+
+
+def provider_options(fn: F) -> F:
+    """--model and --profile, for the commands that call a model."""
+    fn = click.option("--profile", metavar="NAME", help="Profile (or preset name) to use.")(fn)
+    return click.option("--model", metavar="NAME", help="Model (overrides env, session, profile).")(
+        fn
+    )
 
 
 @click.group("turn")
@@ -137,7 +192,6 @@ def send(
       agctl turn send "Hi" --record chat.cassette     # then: --cassette chat.cassette
       agctl turn send --resume-draft
     """
-    from agctl.config import ConfigStore, resolve
     from agctl.turns import TurnOptions, prepare_turn, send_turn
 
     store = app.store
@@ -149,12 +203,8 @@ def send(
         prompt, slot = draft.prompt, slot or draft.slot
     else:
         prompt = text_argument(prompt, "PROMPT")
-    config = ConfigStore().load()
-    settings = resolve(config, session=store.load_session(sid), profile=profile, model=model)
-    if cassette is not None:
-        settings.provider = "replay"
-    elif script is not None:
-        settings.provider = "offline"
+    setup = Setup.resolve(app, sid, profile=profile, model=model, script=script, cassette=cassette)
+    config, settings = setup.config, setup.settings
     streaming = sys.stdout.isatty() if stream is None else stream
     options = TurnOptions(
         model=settings.model,
@@ -166,6 +216,9 @@ def send(
         stream=streaming or jsonl,
         prices=config.price_overrides(),
         checkpoint=config.auto_checkpoint if checkpoint is None else checkpoint,
+        window=setup.window,
+        auto_compress=config.auto_compress,
+        keep_recent=config.compress_keep_recent,
     )
     if dry_run:
         prepared = prepare_turn(store, sid, prompt, options)
@@ -181,9 +234,7 @@ def send(
         }
         echo_json(payload)
         return
-    from agctl.providers import build_provider
-
-    provider = build_provider(settings, script=script, cassette=cassette, record=record)
+    provider = setup.provider(record=record)
     printer = StreamPrinter(jsonl=jsonl, show_text=streaming and not app.json)
     result = send_turn(store, sid, prompt, provider, options, on_event=printer)
     data = result.to_dict()

@@ -77,6 +77,8 @@ class TurnContext:
     session_id: str = ""
     slot_id: str = ""
     turn: int = 1
+    # "turn" for a conversation turn, "summary" when agctl asks for a summary.
+    purpose: str = "turn"
 
 
 @dataclass

@@ -95,6 +95,18 @@ def _shorten(text: str, limit: int = 80) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def offline_summary(transcript: str, limit: int = 12) -> str:
+    """A deterministic summary of a transcript of `[role] text` lines: who said what."""
+    entries = []
+    for line in transcript.splitlines():
+        match = re.match(r"\[(\w+)\] (.*)", line)
+        if match:
+            entries.append(f'{match.group(1)}: "{_shorten(match.group(2), 60)}"')
+    shown = "; ".join(entries[:limit])
+    more = f"; and {len(entries) - limit} more" if len(entries) > limit else ""
+    return f"Summary of {len(entries)} earlier messages: {shown}{more}."
+
+
 class OfflineProvider:
     """Replies that name the slot, the turn and the last user message; or a script's replies."""
 
@@ -105,6 +117,8 @@ class OfflineProvider:
 
     def _reply(self, request: ChatRequest) -> ScriptedReply:
         context = request.context
+        if context.purpose == "summary":
+            return ScriptedReply(content=offline_summary(_last_user_text(request.messages)))
         if self.script is not None:
             if context.turn > len(self.script):
                 raise ProviderError(

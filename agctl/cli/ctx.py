@@ -1,0 +1,173 @@
+"""`agctl ctx`: where the tokens of the next request go, and compression on demand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from agctl.cli.app import App, command_options, pass_app, slot_option
+from agctl.cli.turn import Setup, provider_options
+
+
+@click.group("ctx")
+def command() -> None:
+    """The context of the next request: its budget, and compression.
+
+    \b
+    Examples:
+      agctl ctx show
+      agctl ctx compress --keep-recent 4
+    """
+
+
+@command.command("show")
+@click.argument("prompt", required=False)
+@slot_option
+@provider_options
+@click.option("--system", metavar="TEXT", help="System prompt for this turn only.")
+@click.option("--scratch", metavar="TEXT", multiple=True, help="Scratch context. Repeatable.")
+@command_options
+@pass_app
+def show(
+    app: App,
+    prompt: str | None,
+    slot: str | None,
+    model: str | None,
+    profile: str | None,
+    system: str | None,
+    scratch: tuple[str, ...],
+) -> None:
+    """Every zone of the next request with its tokens, against the budget and the window.
+
+    Zones: system prompt, memory (when in context), immutable, compressed, the messages
+    view, tool results, scratch and PROMPT (when given). The limit is the model's window
+    minus the reserve kept for the reply.
+
+    \b
+    Examples:
+      agctl ctx show
+      agctl ctx show "next question" --model gpt-4o --json
+    """
+    from agctl.budget import breakdown
+    from agctl.models import Message
+
+    sid = app.session_id()
+    setup = Setup.resolve(app, sid, profile=profile, model=model)
+    session = app.store.load_session(sid)
+    target = app.store.load_slot(sid, slot)
+    result = breakdown(
+        session,
+        target,
+        model=setup.settings.model,
+        window=setup.window,
+        scratch=[Message(role="system", content=text) for text in scratch],
+        user_input=Message(role="user", content=prompt) if prompt else None,
+        system_prompt=system,
+    )
+    payload: dict[str, Any] = {"session": sid, "slot": target.id, **result.to_dict()}
+    if app.json:
+        app.emit(payload)
+        return
+    from agctl.cli.app import table
+
+    rows = [
+        {**zone, "share": f"{zone['tokens'] / max(result.limit, 1):.1%}"}
+        for zone in payload["zones"]
+    ]
+    click.echo(
+        f"slot {target.id} · model {result.model} · window {result.window} · "
+        f"reserve {result.budget.reserve} · limit {result.limit}"
+    )
+    columns = [
+        ("zone", "ZONE"),
+        ("messages", "MSGS"),
+        ("tokens", "TOKENS"),
+        ("share", "OF LIMIT"),
+        ("budget", "BUDGET"),
+    ]
+    click.echo(table(rows, columns))
+    parts = [
+        {"part": part, "used": v["used"], "budget": v["budget"]}
+        for part, v in payload["budget"].items()
+    ]
+    click.echo()
+    click.echo(table(parts, [("part", "BUDGET"), ("used", "USED"), ("budget", "OF")]))
+    state = "over by" if result.room < 0 else "room left"
+    click.echo(f"\ntotal {result.total} of {result.limit}: {state} {abs(result.room)}")
+
+
+@command.command("compress")
+@slot_option
+@click.option(
+    "--strategy",
+    type=click.Choice(["summarize", "truncate"]),
+    default="summarize",
+    show_default=True,
+    help="summarize: the provider folds older messages into a summary; truncate: drop them.",
+)
+@click.option("--keep-recent", type=click.IntRange(min=0), metavar="K", help="Messages kept.")
+@click.option("--instructions", metavar="TEXT", help="How to summarise (replaces the default).")
+@provider_options
+@click.option(
+    "--script",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Offline provider with canned replies (summaries stay deterministic).",
+)
+@click.option("--cassette", type=click.Path(dir_okay=False, path_type=Path), help="Replay.")
+@command_options
+@pass_app
+def compress(
+    app: App,
+    slot: str | None,
+    strategy: str,
+    keep_recent: int | None,
+    instructions: str | None,
+    model: str | None,
+    profile: str | None,
+    script: Path | None,
+    cassette: Path | None,
+) -> None:
+    """Fold older messages of a slot into its compressed zone, keeping the recent ones.
+
+    The session is checkpointed before and after, so the originals can be recovered with
+    'agctl ckpt rollback'.
+
+    \b
+    Examples:
+      agctl ctx compress
+      agctl ctx compress --strategy truncate --keep-recent 10
+      agctl ctx compress --instructions "Keep every date and amount."
+    """
+    from agctl.compress import compress as run_compress
+
+    sid = app.session_id()
+    setup = Setup.resolve(app, sid, profile=profile, model=model, script=script, cassette=cassette)
+    result = run_compress(
+        app.store,
+        sid,
+        slot,
+        strategy=strategy,  # type: ignore[arg-type]
+        keep_recent=setup.config.compress_keep_recent if keep_recent is None else keep_recent,
+        provider=setup.provider() if strategy == "summarize" else None,
+        model=setup.settings.model,
+        instructions=instructions,
+    )
+    payload = {
+        "slot": result.slot,
+        "strategy": result.strategy,
+        "folded": result.folded,
+        "kept": result.kept,
+        "checkpoint_before": result.before,
+        "checkpoint_after": result.after,
+        "summary": result.summary,
+    }
+    if result.folded == 0:
+        text = f"nothing to compress in slot {result.slot} ({result.kept} messages kept)"
+    else:
+        text = (
+            f"compressed slot {result.slot}: {result.folded} messages folded ({result.strategy}), "
+            f"{result.kept} kept; the originals are in checkpoint {result.before}"
+        )
+    app.emit(payload, text=text)

@@ -1,0 +1,113 @@
+"""Merging a branch back: what a slot added since it was derived, into another slot."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+from agctl.errors import UsageError
+from agctl.models import MergeRecord, Message, Slot
+from agctl.pack import common_prefix, content_hash
+from agctl.providers.base import Provider, TurnContext
+from agctl.store import Store
+
+log = logging.getLogger("agctl.merge")
+
+MergeStrategy = Literal["append", "summary"]
+
+
+def message_hashes(messages: list[Message]) -> list[str]:
+    return [content_hash(m.model_dump(mode="json")) for m in messages]
+
+
+def added_since_branch(source: Slot, target: Slot) -> list[Message]:
+    """What `source` added since it branched from `target` (or their common ancestor).
+
+    The shared history is the longest common prefix of their messages; when `source` was
+    derived from `target`, what it was derived with counts as shared even if a focused
+    derive copied only part of it.
+    """
+    start = common_prefix(message_hashes(source.messages), message_hashes(target.messages))
+    if source.meta.parent_id == target.id and source.meta.derived_count is not None:
+        start = max(start, source.meta.derived_count)
+    return source.messages[start:]
+
+
+@dataclass
+class MergeResult:
+    source: str
+    target: str
+    strategy: MergeStrategy
+    merged: int
+    appended: int
+    skipped: int
+
+
+def merge_slots(
+    store: Store,
+    session_id: str,
+    source_id: str,
+    target_id: str | None = None,
+    *,
+    strategy: MergeStrategy = "append",
+    provider: Provider | None = None,
+    model: str = "offline",
+) -> MergeResult:
+    """Bring what SOURCE added into TARGET (default: the slot SOURCE was derived from).
+
+    Messages merged before (by content) are not merged again; the merge is recorded in
+    TARGET's meta.
+    """
+    from agctl.compress import summarize
+
+    source = store.load_slot(session_id, source_id)
+    target_id = target_id or source.meta.parent_id
+    if target_id is None:
+        raise UsageError(f"slot {source.id!r} was not derived from another: give --into SLOT")
+    if target_id == source.id:
+        raise UsageError("a slot cannot be merged into itself")
+    target = store.load_slot(session_id, target_id)
+    target.check_writable("merge")
+    added = added_since_branch(source, target)
+    done = {h for record in target.meta.merges if record.source == source.id for h in record.hashes}
+    hashes = message_hashes(added)
+    fresh = [(h, m) for h, m in zip(hashes, added, strict=True) if h not in done]
+    if not fresh:
+        return MergeResult(source.id, target.id, strategy, 0, 0, len(added))
+    incoming = [m for _, m in fresh]
+    if strategy == "summary":
+        if provider is None:
+            raise ValueError("a summary merge needs a provider")
+        summary = summarize(
+            provider,
+            model,
+            incoming,
+            instructions=(
+                f"Summarise what was worked out in the branch {source.id!r} below, so that it "
+                "can be carried back into the main conversation. Be brief."
+            ),
+            context=TurnContext(session_id=session_id, slot_id=target.id),
+        )
+        summary.content = f"From branch {source.id}: {summary.text()}"
+        appended = [summary]
+    else:
+        appended = [m.model_copy() for m in incoming]
+
+    def apply(slot: Slot) -> None:
+        slot.check_writable("merge")
+        slot.messages.extend(appended)
+        slot.meta.merges.append(
+            MergeRecord(
+                source=source.id,
+                strategy=strategy,
+                hashes=[h for h, _ in fresh],
+                added=len(appended),
+            )
+        )
+
+    store.update_slot(session_id, target.id, apply, base=target)
+    log.info("merged %d messages of %s into %s (%s)", len(fresh), source.id, target.id, strategy)
+    return MergeResult(
+        source.id, target.id, strategy, len(fresh), len(appended), len(added) - len(fresh)
+    )
