@@ -54,6 +54,9 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp, FakeOpenAI() as server:
+        # A window large enough that no slot size here triggers compression.
+        config = Path(tmp) / "config.json"
+        config.write_text(json.dumps({"context_windows": {"fake-model": 100_000_000}}))
         env = {
             **os.environ,
             "AGCTL_DATA_DIR": tmp,
