@@ -33,7 +33,7 @@ from agctl import schema
 from agctl.errors import AlreadyExists, CorruptDocument, NotFound, UsageError
 from agctl.fsio import current_version, read_bytes, remove_file, write_atomic
 from agctl.ids import resolve_prefix, validate_id
-from agctl.models import Document, Message, Model, Session, Slot, _message_list, utcnow
+from agctl.models import Document, Message, Model, Session, Slot, message_list_adapter, utcnow
 from agctl.pack import NO_PARENT, Log, common_prefix, content_hash
 from agctl.store import RESTORE_JOURNAL, Store
 
@@ -696,7 +696,7 @@ def _without_zones(slot: Slot) -> dict[str, Any]:
 
 def messages_to_json(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Messages as stored in a slot document, in one serialiser call."""
-    return _message_list().dump_python(list(messages), mode="json")  # type: ignore[no-any-return]
+    return message_list_adapter().dump_python(list(messages), mode="json")  # type: ignore[no-any-return]
 
 
 def _validate(model: type[Document], data: dict[str, Any], path: Path, identifier: str) -> Any:

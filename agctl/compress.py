@@ -16,7 +16,7 @@ from agctl.models import Message, Slot, utcnow
 from agctl.pack import content_hash
 from agctl.providers.base import ChatRequest, Provider, TurnContext
 from agctl.store import Store
-from agctl.view import _cut_start
+from agctl.view import tool_safe_cut
 
 log = logging.getLogger("agctl.compress")
 
@@ -88,7 +88,7 @@ def plan_compression(slot: Slot, keep_recent: int) -> Plan | None:
     messages = slot.messages
     head = 1 if messages and messages[0].role == "system" else 0
     start = max(head, len(messages) - keep_recent)
-    start = max(head, _cut_start(messages, start))
+    start = max(head, tool_safe_cut(messages, start))
     if start <= head:
         return None
     hashes = [content_hash(m.model_dump(mode="json")) for m in messages[head:start]]

@@ -130,7 +130,7 @@ def messages_to_openai(
     earlier rounds' reasoning in the input.
     """
     excluded = set(_METADATA_FIELDS) if reasoning else {*_METADATA_FIELDS, "reasoning"}
-    dumped: list[dict[str, Any]] = _message_list().dump_python(
+    dumped: list[dict[str, Any]] = message_list_adapter().dump_python(
         list(messages), mode="json", exclude={"__all__": excluded}
     )
     for data in dumped:
@@ -140,7 +140,7 @@ def messages_to_openai(
 
 
 @functools.cache
-def _message_list() -> TypeAdapter[list[Message]]:
+def message_list_adapter() -> TypeAdapter[list[Message]]:
     return TypeAdapter(list[Message])
 
 

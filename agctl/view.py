@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from agctl.models import FocusedConfig, Message, Session, Slot
 
 
-def _cut_start(messages: Sequence[Message], start: int) -> int:
+def tool_safe_cut(messages: Sequence[Message], start: int) -> int:
     """Move a cut back so no tool result is kept without the assistant message that called it."""
     while 0 < start < len(messages) and messages[start].role == "tool":
         start -= 1
@@ -33,7 +33,7 @@ def focused_messages(
     if focus.recent_messages == 0:
         return head
     start = max(rest_from, len(messages) - focus.recent_messages)
-    start = max(rest_from, _cut_start(messages, start))
+    start = max(rest_from, tool_safe_cut(messages, start))
     return head + list(messages[start:])
 
 
