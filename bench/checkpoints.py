@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from timing import median_wall
 
 from agctl.checkpoints import Checkpointer
 from agctl.providers.offline import OfflineProvider
@@ -38,14 +38,7 @@ def tree_bytes(paths: list[Path]) -> tuple[int, int]:
 
 
 def median_cli(args: list[str], env: dict[str, str], runs: int) -> float:
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-m", "agctl", *args], env=env, capture_output=True, check=True
-        )
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    return median_wall([sys.executable, "-m", "agctl", *args], env, runs, warm_up=False)
 
 
 def measure(turns: int, runs: int) -> dict[str, float]:

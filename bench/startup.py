@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+from timing import median_wall
 
 COMMANDS = {
     "python -c 'import click' (reference)": [sys.executable, "-c", "import click"],
@@ -22,16 +22,6 @@ COMMANDS = {
     "agctl --version": [sys.executable, "-m", "agctl", "--version"],
     "agctl session list (10 sessions)": [sys.executable, "-m", "agctl", "session", "list"],
 }
-
-
-def median_seconds(argv: list[str], runs: int, env: dict[str, str]) -> float:
-    subprocess.run(argv, env=env, capture_output=True, check=True)
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(argv, env=env, capture_output=True, check=True)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def main() -> None:
@@ -48,7 +38,7 @@ def main() -> None:
                 capture_output=True,
                 check=True,
             )
-        results = {name: median_seconds(argv, args.runs, env) for name, argv in COMMANDS.items()}
+        results = {name: median_wall(argv, env, args.runs) for name, argv in COMMANDS.items()}
     reference = next(iter(results.values()))
     if args.json:
         print(json.dumps({"runs": args.runs, "median_seconds": results}, indent=2))

@@ -11,29 +11,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from fake_openai import FakeOpenAI
+from timing import median_wall
 
 from agctl.models import Message
 from agctl.store import Store
-
-
-def median_run(argv: list[str], env: dict[str, str], runs: int) -> float:
-    subprocess.run(argv, env=env, capture_output=True, check=True)
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(argv, env=env, capture_output=True, check=True)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def fill(store: Store, session_id: str, count: int) -> None:
@@ -67,12 +55,12 @@ def main() -> None:
             "AGCTL_API_KEY": "bench-key",
         }
         floor = [sys.executable, "-c", "import click, pydantic, httpx"]
-        results["python -c 'import click, pydantic, httpx'"] = median_run(floor, env, args.runs)
+        results["python -c 'import click, pydantic, httpx'"] = median_wall(floor, env, args.runs)
         store = Store(tmp)
         for size in sizes:
             fill(store, f"s{size}", size)
             argv = [sys.executable, "-m", "agctl", "-s", f"s{size}", "turn", "send", "hi"]
-            results[f"agctl turn send, {size} messages"] = median_run(
+            results[f"agctl turn send, {size} messages"] = median_wall(
                 [*argv, "--no-stream"], env, args.runs
             )
     if args.json:
