@@ -149,12 +149,29 @@ class ContextFull(AgctlError):
 
     exit_code = EXIT_CONTEXT_FULL
 
-    def __init__(self, total: int, limit: int, window: int, reserve: int, model: str) -> None:
+    def __init__(
+        self,
+        total: int,
+        limit: int,
+        window: int,
+        reserve: int,
+        model: str,
+        compressed_from: str | None = None,
+    ) -> None:
         self.total = total
         self.limit = limit
         self.over = total - limit
-        super().__init__(
-            f"context full: the request needs {total} tokens, but {model} allows {limit} "
-            f"({window} window - {reserve} reserve): {self.over} tokens over; compress with "
-            "'agctl ctx compress', or turn auto-compress on"
+        self.compressed_from = compressed_from
+        needs = (
+            f"the request needs {total} tokens, but {model} allows {limit} "
+            f"({window} window - {reserve} reserve): {self.over} tokens over"
         )
+        if compressed_from is None:
+            advice = "compress with 'agctl ctx compress', or turn auto-compress on"
+            super().__init__(f"context full: {needs}; {advice}")
+        else:
+            super().__init__(
+                f"context full even after compressing the slot (the originals are in "
+                f"checkpoint {compressed_from}): {needs}; the messages kept and the input "
+                "are too large: lower compress_keep_recent or shorten the input"
+            )

@@ -8,7 +8,7 @@ from typing import Literal
 
 from agctl.errors import UsageError
 from agctl.models import MergeRecord, Message, Slot
-from agctl.pack import common_prefix, content_hash
+from agctl.pack import content_hash
 from agctl.providers.base import Provider, TurnContext
 from agctl.store import Store
 
@@ -21,17 +21,21 @@ def message_hashes(messages: list[Message]) -> list[str]:
     return [content_hash(m.model_dump(mode="json")) for m in messages]
 
 
-def added_since_branch(source: Slot, target: Slot) -> list[Message]:
-    """What `source` added since it branched from `target` (or their common ancestor).
+def added_since_branch(
+    source: Slot, target: Slot, shared: list[Message] | None = None
+) -> list[Message]:
+    """What `source` added since it branched: its messages that are neither in `target`
+    nor in `shared` (the messages of the slot it was derived from, when that still exists).
 
-    The shared history is the longest common prefix of their messages; when `source` was
-    derived from `target`, what it was derived with counts as shared even if a focused
-    derive copied only part of it.
+    Matching by content rather than by position keeps this right after the branch was
+    compressed, truncated or edited.
     """
-    start = common_prefix(message_hashes(source.messages), message_hashes(target.messages))
-    if source.meta.parent_id == target.id and source.meta.derived_count is not None:
-        start = max(start, source.meta.derived_count)
-    return source.messages[start:]
+    known = set(message_hashes(target.messages)) | set(message_hashes(shared or []))
+    return [
+        m
+        for m, h in zip(source.messages, message_hashes(source.messages), strict=True)
+        if h not in known
+    ]
 
 
 @dataclass
@@ -69,12 +73,18 @@ def merge_slots(
         raise UsageError("a slot cannot be merged into itself")
     target = store.load_slot(session_id, target_id)
     target.check_writable("merge")
-    added = added_since_branch(source, target)
+    shared: list[Message] = []
+    parent = source.meta.parent_id
+    if parent is not None and parent != target.id and parent in store.slot_ids(session_id):
+        shared = store.load_slot(session_id, parent).messages
     done = {h for record in target.meta.merges if record.source == source.id for h in record.hashes}
+    source_hashes = message_hashes(source.messages)
+    already = sum(1 for h in source_hashes if h in done)
+    added = added_since_branch(source, target, shared)
     hashes = message_hashes(added)
     fresh = [(h, m) for h, m in zip(hashes, added, strict=True) if h not in done]
     if not fresh:
-        return MergeResult(source.id, target.id, strategy, 0, 0, len(added))
+        return MergeResult(source.id, target.id, strategy, 0, 0, already)
     incoming = [m for _, m in fresh]
     if strategy == "summary":
         if provider is None:
@@ -108,6 +118,4 @@ def merge_slots(
 
     store.update_slot(session_id, target.id, apply, base=target)
     log.info("merged %d messages of %s into %s (%s)", len(fresh), source.id, target.id, strategy)
-    return MergeResult(
-        source.id, target.id, strategy, len(fresh), len(appended), len(added) - len(fresh)
-    )
+    return MergeResult(source.id, target.id, strategy, len(fresh), len(appended), already)

@@ -218,9 +218,6 @@ class MergeRecord(Model):
 
 class SlotMeta(Model):
     parent_id: str | None = None
-    # How many messages the slot was given when it was derived: what it added since
-    # starts there (see slot merge).
-    derived_count: int | None = None
     merges: list[MergeRecord] = Field(default_factory=list)
     message_count: int = 0
     total_tokens: int = 0

@@ -513,7 +513,6 @@ class Store:
             slot = self._new_slot(slot_id, config, parent.immutable, parent_id=parent.id)
             slot.compressed = list(parent.compressed)
             slot.messages = messages
-            slot.meta.derived_count = len(messages)
             slot.refresh_meta()
             self._insert_slot(session_id, slot, make_current)
         log.info("slot derived: %s/%s from %s (%s)", session_id, slot_id, parent.id, strategy)

@@ -8,10 +8,11 @@ MESSAGE_OVERHEAD = 4
 
 
 def estimate_text(text: str) -> int:
-    """Estimate tokens from UTF-8 width: ASCII counts 1/4, wider characters count 1.
+    """Estimate tokens from UTF-8 widths, without a per-character Python loop.
 
-    ASCII is one byte a character and CJK three, so the byte and character counts give
-    the split without a per-character Python loop.
+    Every extra UTF-8 byte counts half a token and the remaining characters a quarter:
+    ASCII (1 byte) counts 1/4, CJK (3 bytes) 1, two-byte scripts such as Cyrillic 5/8,
+    emoji (4 bytes) about 1.6 — close to, and mostly above, real BPE counts.
     """
     if not text:
         return 0

@@ -283,7 +283,7 @@ def _fit_in_window(
         from agctl.compress import compress
 
         log.info("request over the window by %d tokens: compressing", fit.total - fit.limit)
-        compress(
+        done = compress(
             store,
             session_id,
             prepared.slot.id,
@@ -296,20 +296,30 @@ def _fit_in_window(
         fit = fit_breakdown(prepared, options, options.window)
         if fit.total <= fit.limit:
             return prepared
+        if done.folded:
+            raise ContextFull(
+                fit.total, fit.limit, fit.window, fit.budget.reserve, options.model, done.before
+            )
     raise ContextFull(fit.total, fit.limit, fit.window, fit.budget.reserve, options.model)
 
 
 def _keep_draft(store: Store, session_id: str, prepared: PreparedTurn, error: AgctlError) -> None:
     """Save the prompt of a failed turn; if even that fails, put the prompt in the error."""
     prompt = prepared.user_message.text()
+    # A compression done for the turn is a change of its own, checkpointed before and after.
+    outcome = (
+        "the turn was not sent"
+        if isinstance(error, ContextFull) and error.compressed_from
+        else "nothing was written"
+    )
     try:
         store.save_draft(session_id, Draft(prompt=prompt, slot=prepared.slot.id, error=str(error)))
     except AgctlError as draft_error:
-        error.add_note(f"nothing was written, and the draft could not be kept ({draft_error})")
+        error.add_note(f"{outcome}, and the draft could not be kept ({draft_error})")
         error.add_note(f"your prompt was:\n{prompt}")
         return
     error.add_note(
-        "nothing was written; your prompt was kept as a draft: "
+        f"{outcome}; your prompt was kept as a draft: "
         "send it again with 'agctl turn send --resume-draft'"
     )
 
