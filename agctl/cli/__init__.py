@@ -15,6 +15,7 @@ import click
 
 from agctl import __version__
 from agctl.cli.app import App
+from agctl.cli.complete import complete_sessions
 from agctl.errors import AgctlError
 
 # Each command group lives in its own module, imported only when it runs, so that
@@ -30,6 +31,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "ctx": ("agctl.cli.ctx", "The context of the next request: its budget, and compression."),
     "config": ("agctl.cli.config", "Show and change the configuration."),
     "profile": ("agctl.cli.profile", "Provider profiles: endpoint, model and key."),
+    "completion": ("agctl.cli.completion", "Print the completion script for SHELL."),
     "demo": ("agctl.cli.demo", "Run a scripted tour of sessions, slots and messages."),
 }
 
@@ -109,6 +111,7 @@ def _configure_logging(verbose: int) -> None:
     "-s",
     metavar="ID",
     envvar="AGCTL_SESSION",
+    shell_complete=complete_sessions,
     show_envvar=True,
     help="Session id or unique prefix (default: the one chosen with 'session use').",
 )

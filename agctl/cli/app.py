@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from agctl.cli.complete import complete_sessions, complete_slots
 from agctl.errors import InvalidInput, NoSessionSelected, UsageError
 
 if TYPE_CHECKING:
@@ -156,13 +157,17 @@ def session_option(fn: F) -> F:
         metavar="ID",
         expose_value=False,
         callback=_set_session,
+        shell_complete=complete_sessions,
         help="Session id or unique prefix (default: AGCTL_SESSION, else 'session use').",
     )(fn)
 
 
 def slot_option(fn: F) -> F:
     return click.option(
-        "--slot", metavar="NAME", help="Slot to act on (default: the current slot)."
+        "--slot",
+        metavar="NAME",
+        shell_complete=complete_slots,
+        help="Slot to act on (default: the current slot).",
     )(fn)
 
 

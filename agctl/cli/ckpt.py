@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from agctl.cli.app import App, command_options, pass_app
+from agctl.cli.complete import complete_checkpoints
 
 if TYPE_CHECKING:
     from agctl.checkpoints import Checkpoint, Checkpointer, CheckpointSummary
@@ -97,7 +98,7 @@ def list_(app: App) -> None:
 
 
 @command.command("show")
-@click.argument("checkpoint_id", metavar="ID")
+@click.argument("checkpoint_id", metavar="ID", shell_complete=complete_checkpoints)
 @click.option("--messages", is_flag=True, help="Include every slot's full document.")
 @command_options
 @pass_app
@@ -193,8 +194,8 @@ def _diff_text(diff: dict[str, Any]) -> str:
 
 
 @command.command("diff")
-@click.argument("first", metavar="A")
-@click.argument("second", metavar="[B]", required=False)
+@click.argument("first", metavar="A", shell_complete=complete_checkpoints)
+@click.argument("second", metavar="[B]", required=False, shell_complete=complete_checkpoints)
 @command_options
 @pass_app
 def diff(app: App, first: str, second: str | None) -> None:
@@ -217,7 +218,7 @@ def diff(app: App, first: str, second: str | None) -> None:
 
 
 @command.command("rollback")
-@click.argument("checkpoint_id", metavar="ID")
+@click.argument("checkpoint_id", metavar="ID", shell_complete=complete_checkpoints)
 @command_options
 @pass_app
 def rollback(app: App, checkpoint_id: str) -> None:
@@ -241,7 +242,7 @@ def rollback(app: App, checkpoint_id: str) -> None:
 
 
 @command.command("fork")
-@click.argument("checkpoint_id", metavar="ID")
+@click.argument("checkpoint_id", metavar="ID", shell_complete=complete_checkpoints)
 @click.option("--id", "new_id", metavar="NEW", help="Id of the new session (default: generated).")
 @click.option("--use", "make_current", is_flag=True, help="Select the new session.")
 @command_options
@@ -262,7 +263,9 @@ def fork(app: App, checkpoint_id: str, new_id: str | None, make_current: bool) -
 
 
 @command.command("rm")
-@click.argument("checkpoint_ids", metavar="ID...", nargs=-1, required=True)
+@click.argument(
+    "checkpoint_ids", metavar="ID...", nargs=-1, required=True, shell_complete=complete_checkpoints
+)
 @command_options
 @pass_app
 def rm(app: App, checkpoint_ids: tuple[str, ...]) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from agctl.cli.app import App, json_option, pass_app
+from agctl.cli.complete import complete_models, complete_profiles
 
 
 @click.group("config")
@@ -23,8 +24,15 @@ def command() -> None:
 
 
 @command.command("show")
-@click.option("--profile", metavar="NAME", help="Resolve the settings a turn would use with NAME.")
-@click.option("--model", metavar="NAME", help="Resolve with this model flag.")
+@click.option(
+    "--profile",
+    metavar="NAME",
+    help="Resolve the settings a turn would use with NAME.",
+    shell_complete=complete_profiles,
+)
+@click.option(
+    "--model", metavar="NAME", help="Resolve with this model flag.", shell_complete=complete_models
+)
 @json_option
 @pass_app
 def show(app: App, profile: str | None, model: str | None) -> None:

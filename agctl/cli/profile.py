@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from agctl.cli.app import App, json_option, pass_app, text_argument
+from agctl.cli.complete import complete_profiles
 
 PROVIDERS = ("openai", "offline", "replay")
 
@@ -141,7 +142,7 @@ def list_(app: App) -> None:
 
 
 @command.command("rm")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_profiles)
 @json_option
 @pass_app
 def rm(app: App, name: str) -> None:

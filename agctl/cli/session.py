@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from agctl.cli.app import App, json_option, pass_app, session_option, text_argument
+from agctl.cli.complete import complete_models, complete_profiles, complete_sessions
 
 if TYPE_CHECKING:
     from agctl.models import Session
@@ -48,12 +49,28 @@ def command() -> None:
 
 
 @command.command("new")
-@click.argument("session_id", metavar="[ID]", required=False)
+@click.argument("session_id", metavar="[ID]", required=False, shell_complete=complete_sessions)
 @click.option("--system", "system_prompt", metavar="TEXT", help="System prompt ('-' for stdin).")
 @click.option("--title", metavar="TEXT", help="A title shown in listings and completion.")
-@click.option("--parent", "parent_id", metavar="ID", help="Record this session as a child of ID.")
-@click.option("--profile", metavar="NAME", help="Profile the session's turns use by default.")
-@click.option("--model", metavar="NAME", help="Model the session's turns use by default.")
+@click.option(
+    "--parent",
+    "parent_id",
+    metavar="ID",
+    help="Record this session as a child of ID.",
+    shell_complete=complete_sessions,
+)
+@click.option(
+    "--profile",
+    metavar="NAME",
+    help="Profile the session's turns use by default.",
+    shell_complete=complete_profiles,
+)
+@click.option(
+    "--model",
+    metavar="NAME",
+    help="Model the session's turns use by default.",
+    shell_complete=complete_models,
+)
 @click.option(
     "--use/--no-use",
     "make_current",
@@ -141,7 +158,7 @@ def list_(app: App) -> None:
 
 
 @command.command("show")
-@click.argument("session_id", metavar="[ID]", required=False)
+@click.argument("session_id", metavar="[ID]", required=False, shell_complete=complete_sessions)
 @json_option
 @pass_app
 def show(app: App, session_id: str | None) -> None:
@@ -187,7 +204,7 @@ def show(app: App, session_id: str | None) -> None:
 
 
 @command.command("use")
-@click.argument("session_id", metavar="ID")
+@click.argument("session_id", metavar="ID", shell_complete=complete_sessions)
 @json_option
 @pass_app
 def use(app: App, session_id: str) -> None:
@@ -203,7 +220,9 @@ def use(app: App, session_id: str) -> None:
 
 
 @command.command("rm")
-@click.argument("session_ids", metavar="ID...", nargs=-1, required=True)
+@click.argument(
+    "session_ids", metavar="ID...", nargs=-1, required=True, shell_complete=complete_sessions
+)
 @click.option("--recursive", "-r", is_flag=True, help="Also destroy the session's descendants.")
 @click.option("--orphan", is_flag=True, help="Leave the session's children as orphans.")
 @json_option
@@ -231,7 +250,7 @@ def rm(app: App, session_ids: tuple[str, ...], recursive: bool, orphan: bool) ->
 
 
 @command.command("children")
-@click.argument("session_id", metavar="[ID]", required=False)
+@click.argument("session_id", metavar="[ID]", required=False, shell_complete=complete_sessions)
 @json_option
 @pass_app
 def children(app: App, session_id: str | None) -> None:
@@ -249,7 +268,7 @@ def children(app: App, session_id: str | None) -> None:
 
 
 @command.command("parent")
-@click.argument("session_id", metavar="[ID]", required=False)
+@click.argument("session_id", metavar="[ID]", required=False, shell_complete=complete_sessions)
 @json_option
 @pass_app
 def parent(app: App, session_id: str | None) -> None:
@@ -266,7 +285,7 @@ def parent(app: App, session_id: str | None) -> None:
 
 
 @command.command("tree")
-@click.argument("session_id", metavar="[ID]", required=False)
+@click.argument("session_id", metavar="[ID]", required=False, shell_complete=complete_sessions)
 @json_option
 @pass_app
 def tree(app: App, session_id: str | None) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from agctl.cli.app import App, command_options, pass_app, read_input_file, slot_option
+from agctl.cli.complete import complete_slots
 from agctl.cli.turn import Setup, provider_options
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def command() -> None:
 
 
 @command.command("new")
-@click.argument("slot_id", metavar="NAME")
+@click.argument("slot_id", metavar="NAME", shell_complete=complete_slots)
 @click.option("--mode", type=click.Choice(MODES), default="full", show_default=True)
 @focus_options
 @click.option(
@@ -137,8 +138,14 @@ def new(
 
 
 @command.command("derive")
-@click.argument("slot_id", metavar="NAME")
-@click.option("--from", "source", metavar="SLOT", help="Parent slot (default: the current slot).")
+@click.argument("slot_id", metavar="NAME", shell_complete=complete_slots)
+@click.option(
+    "--from",
+    "source",
+    metavar="SLOT",
+    shell_complete=complete_slots,
+    help="Parent slot (default: the current slot).",
+)
 @click.option(
     "--strategy",
     type=click.Choice(["full", "focused"]),
@@ -180,7 +187,7 @@ def derive(
 
 
 @command.command("use")
-@click.argument("slot_id", metavar="NAME")
+@click.argument("slot_id", metavar="NAME", shell_complete=complete_slots)
 @command_options
 @pass_app
 def use(app: App, slot_id: str) -> None:
@@ -223,7 +230,7 @@ def list_(app: App) -> None:
 
 
 @command.command("show")
-@click.argument("slot_id", metavar="[NAME]", required=False)
+@click.argument("slot_id", metavar="[NAME]", required=False, shell_complete=complete_slots)
 @click.option(
     "--view",
     is_flag=True,
@@ -305,7 +312,7 @@ def show(app: App, slot_id: str | None, view: bool) -> None:
 
 @command.command("mode")
 @click.argument("mode", type=click.Choice(MODES))
-@click.argument("slot_id", metavar="[NAME]", required=False)
+@click.argument("slot_id", metavar="[NAME]", required=False, shell_complete=complete_slots)
 @focus_options
 @command_options
 @pass_app
@@ -332,7 +339,7 @@ def mode(
 
 
 @command.command("rm")
-@click.argument("slot_id", metavar="NAME")
+@click.argument("slot_id", metavar="NAME", shell_complete=complete_slots)
 @command_options
 @pass_app
 def rm(app: App, slot_id: str) -> None:
@@ -350,7 +357,7 @@ def rm(app: App, slot_id: str) -> None:
 
 
 @command.command("summarize")
-@click.argument("slot_id", metavar="[NAME]", required=False)
+@click.argument("slot_id", metavar="[NAME]", required=False, shell_complete=complete_slots)
 @click.option("--instructions", metavar="TEXT", help="How to summarise (replaces the default).")
 @provider_options
 @command_options
@@ -384,8 +391,14 @@ def summarize(
 
 
 @command.command("merge")
-@click.argument("source", metavar="SRC")
-@click.option("--into", "target", metavar="DST", help="Target slot (default: SRC's parent).")
+@click.argument("source", metavar="SRC", shell_complete=complete_slots)
+@click.option(
+    "--into",
+    "target",
+    metavar="DST",
+    shell_complete=complete_slots,
+    help="Target slot (default: SRC's parent).",
+)
 @click.option(
     "--strategy",
     type=click.Choice(["append", "summary"]),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from agctl.cli.app import App, command_options, echo_json, pass_app, slot_option, text_argument
+from agctl.cli.complete import complete_models, complete_profiles
 
 if TYPE_CHECKING:
     from agctl.config import Config, Resolved
@@ -63,10 +64,18 @@ class Setup:
 
 def provider_options(fn: F) -> F:
     """--model and --profile, for the commands that call a model."""
-    fn = click.option("--profile", metavar="NAME", help="Profile (or preset name) to use.")(fn)
-    return click.option("--model", metavar="NAME", help="Model (overrides env, session, profile).")(
-        fn
-    )
+    fn = click.option(
+        "--profile",
+        metavar="NAME",
+        shell_complete=complete_profiles,
+        help="Profile (or preset name) to use.",
+    )(fn)
+    return click.option(
+        "--model",
+        metavar="NAME",
+        shell_complete=complete_models,
+        help="Model (overrides env, session, profile).",
+    )(fn)
 
 
 @click.group("turn")
@@ -115,10 +124,7 @@ class StreamPrinter:
 @command.command("send")
 @click.argument("prompt", required=False)
 @slot_option
-@click.option(
-    "--model", metavar="NAME", help="Model for this turn (overrides env, session, profile)."
-)
-@click.option("--profile", metavar="NAME", help="Profile (or preset name) for this turn.")
+@provider_options
 @click.option("--temperature", type=click.FloatRange(0, 2), help="Sampling temperature.")
 @click.option("--max-tokens", type=click.IntRange(min=1), metavar="N", help="Reply length cap.")
 @click.option("--system", metavar="TEXT", help="System prompt for this turn only.")

@@ -1,0 +1,166 @@
+"""Live values for shell completion: session ids, slot names, checkpoint ids, profiles,
+models.
+
+Every TAB re-runs the CLI, so these read only directory listings and small files, with the
+standard library's json: no pydantic, no httpx, no agctl.store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+from click.shell_completion import CompletionItem
+
+
+def _root_params(ctx: click.Context) -> dict[str, Any]:
+    return ctx.find_root().params
+
+
+def data_dir(ctx: click.Context) -> Path:
+    given = _root_params(ctx).get("data_dir") or os.environ.get("AGCTL_DATA_DIR")
+    if given:
+        return Path(given)
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("agctl"))
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        with open(path, "rb") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def _session_ids(root: Path) -> list[str]:
+    try:
+        names = os.listdir(root / "sessions")
+    except OSError:
+        return []
+    return sorted(n for n in names if not n.startswith("."))
+
+
+def selected_session(ctx: click.Context) -> str | None:
+    """The session the command line selects: -s (here or globally), AGCTL_SESSION, `use`."""
+    root = data_dir(ctx)
+    here: click.Context | None = ctx
+    wanted = None
+    while here is not None and wanted is None:
+        wanted = getattr(here.obj, "session_arg", None)  # set by a command's own -s
+        here = here.parent
+    wanted = wanted or _root_params(ctx).get("session")
+    if not wanted:
+        try:
+            wanted = (root / "current-session").read_text().strip()
+        except OSError:
+            return None
+    ids = _session_ids(root)
+    if wanted in ids:
+        return str(wanted)
+    matches = [sid for sid in ids if sid.startswith(str(wanted))]
+    return matches[0] if len(matches) == 1 else None
+
+
+def complete_sessions(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Session ids, described by their title or system prompt."""
+    root = data_dir(ctx)
+    items = []
+    for sid in _session_ids(root):
+        if not sid.startswith(incomplete):
+            continue
+        document = _read_json(root / "sessions" / sid / "session.json") or {}
+        about = document.get("title") or document.get("system_prompt") or ""
+        items.append(CompletionItem(sid, help=" ".join(str(about).split())[:60] or None))
+    return items
+
+
+def complete_slots(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Slot names of the selected session."""
+    sid = selected_session(ctx)
+    if sid is None:
+        return []
+    try:
+        names = os.listdir(data_dir(ctx) / "sessions" / sid / "slots")
+    except OSError:
+        return []
+    slots = sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
+    return [CompletionItem(name) for name in slots if name.startswith(incomplete)]
+
+
+def complete_checkpoints(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Checkpoint ids of the selected session, newest first, described by turn and label."""
+    sid = selected_session(ctx)
+    if sid is None:
+        return []
+    directory = data_dir(ctx) / "sessions" / sid / "checkpoints"
+    removed = set(_read_json(directory / "removed.json") or [])
+    found: dict[str, str] = {}
+    try:
+        with open(directory / "index.jsonl", "rb") as handle:
+            for line in handle:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict) and entry.get("id") not in removed:
+                    label = entry.get("label") or ""
+                    found[str(entry["id"])] = f"turn {entry.get('turn_index')} {label}".strip()
+    except OSError:
+        return []
+    ordered = sorted(found, reverse=True, key=lambda c: (len(c), c))
+    return [CompletionItem(c, help=found[c]) for c in ordered if c.startswith(incomplete)]
+
+
+def _config(ctx: click.Context) -> dict[str, Any]:
+    path = os.environ.get("AGCTL_CONFIG")
+    if path:
+        config_path = Path(path)
+    else:
+        import platformdirs
+
+        config_path = Path(platformdirs.user_config_dir("agctl")) / "config.json"
+    data = _read_json(config_path)
+    return data if isinstance(data, dict) else {}
+
+
+PRESET_NAMES = (
+    "openai",
+    "deepseek",
+    "zhipu",
+    "ollama",
+    "vllm",
+    "llamacpp",
+    "lmstudio",
+    "openrouter",
+)
+
+
+def complete_profiles(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Profiles of the config, then the presets (usable as profiles)."""
+    profiles = _config(ctx).get("profiles") or {}
+    items = [CompletionItem(name, help="profile") for name in sorted(profiles)]
+    items += [CompletionItem(name, help="preset") for name in PRESET_NAMES if name not in profiles]
+    return [item for item in items if item.value.startswith(incomplete)]
+
+
+def complete_models(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Models named in the config: profiles' models, priced models, windows."""
+    config = _config(ctx)
+    names = {p.get("model") for p in (config.get("profiles") or {}).values() if isinstance(p, dict)}
+    names |= set(config.get("prices") or {}) | set(config.get("context_windows") or {})
+    return [CompletionItem(n) for n in sorted(n for n in names if n) if n.startswith(incomplete)]
