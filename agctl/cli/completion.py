@@ -22,7 +22,10 @@ def completion_script(shell: str) -> str:
 @click.command("completion")
 @click.argument("shell", type=click.Choice(SHELLS))
 def command(shell: str) -> None:
-    """Print the completion script for SHELL (commands, options, sessions, slots, ...).
+    """Print the completion script for SHELL.
+
+    It completes commands, options and live values: sessions, slots, checkpoints,
+    profiles and models.
 
     \b
     Install:
