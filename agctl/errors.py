@@ -14,6 +14,7 @@ EXIT_CONFLICT = 4
 EXIT_DATA = 5
 EXIT_PROVIDER = 6
 EXIT_CONTEXT_FULL = 7
+EXIT_CHECK_FAILED = 8
 EXIT_INTERRUPTED = 130
 
 
@@ -175,3 +176,9 @@ class ContextFull(AgctlError):
                 f"checkpoint {compressed_from}): {needs}; the messages kept and the input "
                 "are too large: lower compress_keep_recent or shorten the input"
             )
+
+
+class CheckFailed(AgctlError):
+    """A replayed reply did not match the one the transcript expected."""
+
+    exit_code = EXIT_CHECK_FAILED

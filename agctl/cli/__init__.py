@@ -45,6 +45,7 @@ Exit codes:
     5  corrupt or unsupported data (bad document, newer schema, invalid import)
     6  provider error (HTTP error, timeout, malformed reply, replay miss)
     7  context full (the request does not fit the model's window)
+    8  replay check failed (a reply differs from the expected one)
   130  interrupted (Ctrl-C); nothing was written
 """
 

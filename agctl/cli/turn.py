@@ -290,3 +290,137 @@ def undo(app: App, turns: int) -> None:
     payload = {"restored": restored.id, "turn": restored.turn_index, "saved_as": saved.id}
     text = f"back at turn {restored.turn_index}; the replaced state is checkpoint {saved.id}"
     app.emit(payload, text=text)
+
+
+@command.command("replay")
+@click.argument("transcript", metavar="TRANSCRIPT")
+@slot_option
+@provider_options
+@click.option(
+    "--cassette",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Answer from this recorded cassette; a miss fails (no network).",
+)
+@click.option(
+    "--record",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Record every request and reply into this cassette.",
+)
+@click.option(
+    "--script",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Offline provider answering from FILE's canned replies.",
+)
+@click.option("--check", is_flag=True, help="Compare each reply with the expected one.")
+@click.option(
+    "--check-mode",
+    type=click.Choice(["exact", "contains", "regex"]),
+    default="exact",
+    show_default=True,
+)
+@click.option(
+    "--checkpoint/--no-checkpoint",
+    default=None,
+    help="Checkpoint after each turn (default: config auto_checkpoint, on).",
+)
+@command_options
+@pass_app
+def replay(
+    app: App,
+    transcript: str,
+    slot: str | None,
+    model: str | None,
+    profile: str | None,
+    cassette: Path | None,
+    record: Path | None,
+    script: Path | None,
+    check: bool,
+    check_mode: str,
+    checkpoint: bool | None,
+) -> None:
+    """Replay TRANSCRIPT ('-' for stdin) turn by turn into the session, in one process.
+
+    TRANSCRIPT is JSON lines, one turn a line: {"input": ..., "expect": ..., "slot": ...,
+    "model": ..., "system": ..., "scratch": [...], "temperature": ..., "max_tokens": ...}
+    (only "input" is required), or an exported slot, whose user messages become the turns
+    and whose assistant messages the expected replies. With --check, a reply that differs
+    from the expected one is reported with a diff and the command exits 8 after the last
+    turn; an error stops the replay at once.
+
+    \b
+    Examples:
+      agctl turn replay chat.jsonl --cassette chat.cassette --check
+      agctl turn replay chat.jsonl --record chat.cassette --profile openai
+      agctl msg export --slot good | agctl turn replay - --check-mode contains --check
+    """
+    import orjson
+
+    from agctl.cli.app import read_input_file
+    from agctl.errors import CheckFailed
+    from agctl.replay import mismatch_diff, parse_transcript
+    from agctl.replay import replay as run_replay
+    from agctl.turns import TurnOptions
+
+    data, source = read_input_file(transcript)
+    turns = parse_transcript(data, source)
+    sid = app.session_id()
+    setup = Setup.resolve(app, sid, profile=profile, model=model, script=script, cassette=cassette)
+    config = setup.config
+    base = TurnOptions(
+        model=setup.settings.model,
+        slot=slot,
+        prices=config.price_overrides(),
+        checkpoint=config.auto_checkpoint if checkpoint is None else checkpoint,
+        window=setup.window,
+        auto_compress=config.auto_compress,
+        keep_recent=config.compress_keep_recent,
+    )
+    provider = setup.provider(record=record)
+    show_bar = sys.stderr.isatty() and not app.json
+    bar = (
+        click.progressbar(length=len(turns), label="replaying", file=sys.stderr)
+        if show_bar
+        else None
+    )
+
+    def on_turn(outcome: Any) -> None:
+        if app.json:
+            click.echo(orjson.dumps({"type": "turn", **outcome.to_dict()}).decode())
+        if bar is not None:
+            bar.update(1)
+
+    try:
+        summary = run_replay(
+            app.store,
+            sid,
+            turns,
+            provider,
+            base,
+            check=check_mode if check else None,  # type: ignore[arg-type]
+            on_turn=on_turn,
+        )
+    finally:
+        if bar is not None:
+            bar.render_finish()
+    result = summary.to_dict()
+    if app.json:
+        click.echo(orjson.dumps({"type": "summary", **result}).decode())
+    else:
+        rate = f" ({result['turns_per_second']} turns/s)" if result["turns_per_second"] else ""
+        line = f"{summary.sent} turns replayed in {summary.seconds:.2f} s{rate}"
+        if check:
+            line += f"; {summary.checked} checked, {result['matched']} matched" + (
+                f", {len(summary.mismatched)} differ" if summary.mismatched else ""
+            )
+        click.echo(line)
+    if summary.mismatched:
+        first = summary.first_mismatch
+        assert first is not None and first.result is not None and first.expected is not None
+        if not app.json:
+            click.echo(f"\nturn {first.number}: {first.input!r}", err=True)
+            click.echo(mismatch_diff(first.expected, first.result.reply.text()), err=True)
+        numbers = ", ".join(str(n) for n in summary.mismatched[:20])
+        raise CheckFailed(
+            f"{len(summary.mismatched)} of {summary.checked} replies differ "
+            f"({check_mode}); turns: {numbers}"
+        )

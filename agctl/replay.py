@@ -1,0 +1,209 @@
+"""Replaying a transcript turn by turn into a session, in one process, with checks.
+
+A transcript is JSON lines, one turn a line (see `TranscriptTurn`), or an exported slot
+(an OpenAI message array or `msg export --format jsonl`): then each user message is a
+turn and the assistant message after it is the expected reply.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agctl.errors import AgctlError, InvalidInput
+from agctl.providers.base import Provider
+from agctl.store import Store
+from agctl.turns import TurnOptions, TurnResult, send_turn
+
+CheckMode = Literal["exact", "contains", "regex"]
+
+
+class TranscriptTurn(BaseModel):
+    """One line of a transcript: the input, and optionally what to expect and how to send."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: str = Field(min_length=1)
+    expect: str | None = None
+    slot: str | None = None
+    model: str | None = None
+    system: str | None = None
+    scratch: list[str] = Field(default_factory=list)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: int | None = Field(default=None, ge=1)
+
+
+def _from_messages(items: list[Any], source: str) -> list[TranscriptTurn]:
+    from agctl.interchange import parse_messages
+
+    messages = parse_messages(orjson.dumps(items), "openai", source)
+    turns: list[TranscriptTurn] = []
+    for message in messages:
+        if message.role == "user":
+            turns.append(TranscriptTurn(input=message.text() or " "))
+        elif message.role == "assistant" and turns and turns[-1].expect is None:
+            turns[-1].expect = message.text()
+    return turns
+
+
+def parse_transcript(data: bytes, source: str = "transcript") -> list[TranscriptTurn]:
+    """Every turn, validated before any is sent; an error names the line."""
+    try:
+        whole = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        whole = None
+    if isinstance(whole, list):
+        return _from_messages(whole, source)
+    lines = [(n, line) for n, line in enumerate(data.splitlines(), start=1) if line.strip()]
+    items: list[tuple[int, Any]] = []
+    for number, line in lines:
+        try:
+            items.append((number, orjson.loads(line)))
+        except orjson.JSONDecodeError as exc:
+            raise InvalidInput(f"{source}: line {number} is not valid JSON: {exc}") from None
+    if items and all(isinstance(item, dict) and "role" in item for _, item in items):
+        return _from_messages([item for _, item in items], source)
+    turns = []
+    for number, item in items:
+        if isinstance(item, dict) and "input" not in item and "prompt" in item:
+            item = {**item, "input": item.pop("prompt")}
+        try:
+            turns.append(TranscriptTurn.model_validate(item))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "line"
+            raise InvalidInput(f"{source}: line {number}: {where}: {first['msg']}") from None
+    if not turns:
+        raise InvalidInput(f"{source}: no turns")
+    return turns
+
+
+def matches(reply: str, expected: str, mode: CheckMode) -> bool:
+    if mode == "exact":
+        return reply == expected
+    if mode == "contains":
+        return expected in reply
+    return re.search(expected, reply, re.DOTALL) is not None
+
+
+def mismatch_diff(expected: str, reply: str) -> str:
+    """A readable unified diff of an expected reply against the one received."""
+    lines = difflib.unified_diff(
+        expected.splitlines(), reply.splitlines(), "expected", "received", lineterm=""
+    )
+    return "\n".join(lines)
+
+
+@dataclass
+class TurnOutcome:
+    number: int
+    input: str
+    result: TurnResult | None = None
+    expected: str | None = None
+    matched: bool | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"turn": self.number, "input": self.input}
+        if self.result is not None:
+            data.update(
+                {
+                    "slot": self.result.slot_id,
+                    "reply": self.result.reply.text(),
+                    "checkpoint": self.result.checkpoint,
+                    "usage": self.result.to_dict()["usage"],
+                }
+            )
+        if self.expected is not None:
+            data["expected"] = self.expected
+            data["matched"] = self.matched
+        if self.error is not None:
+            data["error"] = self.error
+        return data
+
+
+@dataclass
+class ReplaySummary:
+    turns: int = 0
+    sent: int = 0
+    checked: int = 0
+    mismatched: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    first_mismatch: TurnOutcome | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "turns": self.turns,
+            "sent": self.sent,
+            "checked": self.checked,
+            "matched": self.checked - len(self.mismatched),
+            "mismatched": self.mismatched,
+            "seconds": round(self.seconds, 3),
+            "turns_per_second": round(self.sent / self.seconds, 1) if self.seconds else None,
+        }
+
+
+def replay(
+    store: Store,
+    session_id: str,
+    turns: list[TranscriptTurn],
+    provider: Provider,
+    base: TurnOptions,
+    *,
+    check: CheckMode | None = None,
+    on_turn: Callable[[TurnOutcome], None] | None = None,
+) -> ReplaySummary:
+    """Send every turn in order; check replies when asked. A failed turn stops the replay
+    (its error is raised after `on_turn` saw it); mismatches do not."""
+    import time
+
+    summary = ReplaySummary(turns=len(turns))
+    started = time.perf_counter()
+    try:
+        for number, turn, outcome in _each(turns):
+            options = _options(base, turn)
+            try:
+                outcome.result = send_turn(store, session_id, turn.input, provider, options)
+            except AgctlError as exc:
+                outcome.error = str(exc)
+                if on_turn is not None:
+                    on_turn(outcome)
+                raise
+            summary.sent += 1
+            if check is not None and turn.expect is not None:
+                summary.checked += 1
+                outcome.expected = turn.expect
+                outcome.matched = matches(outcome.result.reply.text(), turn.expect, check)
+                if not outcome.matched:
+                    summary.mismatched.append(number)
+                    summary.first_mismatch = summary.first_mismatch or outcome
+            if on_turn is not None:
+                on_turn(outcome)
+    finally:
+        summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _each(turns: list[TranscriptTurn]) -> Iterator[tuple[int, TranscriptTurn, TurnOutcome]]:
+    for number, turn in enumerate(turns, start=1):
+        yield number, turn, TurnOutcome(number=number, input=turn.input)
+
+
+def _options(base: TurnOptions, turn: TranscriptTurn) -> TurnOptions:
+    from dataclasses import replace
+
+    return replace(
+        base,
+        slot=turn.slot or base.slot,
+        model=turn.model or base.model,
+        system=turn.system if turn.system is not None else base.system,
+        scratch=[*base.scratch, *turn.scratch],
+        temperature=turn.temperature if turn.temperature is not None else base.temperature,
+        max_tokens=turn.max_tokens if turn.max_tokens is not None else base.max_tokens,
+    )
