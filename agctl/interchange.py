@@ -1,4 +1,4 @@
-"""Messages in and out of agctl: OpenAI chat arrays and JSON lines."""
+"""Messages and sessions in and out of agctl: OpenAI arrays, JSON lines, Markdown, exports."""
 
 from __future__ import annotations
 
@@ -6,13 +6,15 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agctl.errors import InvalidInput
-from agctl.models import Message, messages_to_openai
+from agctl.errors import AlreadyExists, InvalidInput
+from agctl.ids import validate_id
+from agctl.models import Message, Session, Slot, messages_to_openai
+from agctl.store import Store
 
 ImportFormat = Literal["auto", "openai", "jsonl"]
-ExportFormat = Literal["openai", "jsonl"]
+ExportFormat = Literal["openai", "jsonl", "markdown", "text"]
 
 
 def _decode_lines(data: bytes, source: str) -> list[Any]:
@@ -65,7 +67,78 @@ def parse_messages(data: bytes, fmt: ImportFormat = "auto", source: str = "input
 
 
 def export_messages(messages: Sequence[Message], fmt: ExportFormat = "openai") -> bytes:
-    """`openai`: a JSON array of chat messages; `jsonl`: one message a line, metadata kept."""
+    """openai: a JSON array of chat messages; jsonl: one message a line, metadata kept;
+    markdown: a heading per message; text: `role: text` blocks for reading or grepping."""
     if fmt == "openai":
         return orjson.dumps(messages_to_openai(messages), option=orjson.OPT_INDENT_2) + b"\n"
-    return b"".join(m.model_dump_json().encode() + b"\n" for m in messages)
+    if fmt == "jsonl":
+        return b"".join(m.model_dump_json().encode() + b"\n" for m in messages)
+    blocks = []
+    for message in messages:
+        text = message.text()
+        calls = [f"{c.function.name}({c.function.arguments})" for c in message.tool_calls or ()]
+        if fmt == "markdown":
+            title = message.role + (f" ({message.name})" if message.name else "")
+            body = text + "".join(f"\n\n`→ {call}`" for call in calls)
+            blocks.append(f"### {title}\n\n{body}".rstrip() + "\n")
+        else:
+            body = text + "".join(f"\n→ {call}" for call in calls)
+            blocks.append(f"{message.role}: {body}".rstrip() + "\n")
+    return "\n".join(blocks).encode()
+
+
+class SessionExport(BaseModel):
+    """A whole session as one document: `session export` writes it, `session import` reads it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: str = "1.0"
+    kind: Literal["agctl.session"] = "agctl.session"
+    agctl_version: str = ""
+    session: Session
+    slots: list[Slot]
+    checkpoints: list[dict[str, Any]] = Field(
+        default_factory=list, description="Checkpoint summaries, for information only."
+    )
+
+
+def export_session(store: Store, session_id: str) -> SessionExport:
+    """The session, every slot, and its checkpoints' metadata."""
+    from agctl import __version__
+    from agctl.checkpoints import Checkpointer
+
+    summaries = Checkpointer(store).summaries(session_id)
+    return SessionExport(
+        agctl_version=__version__,
+        session=store.load_session(session_id),
+        slots=store.list_slots(session_id),
+        checkpoints=[s.model_dump(mode="json") for s in summaries],
+    )
+
+
+def import_session(
+    store: Store, data: bytes, *, as_id: str | None = None, source: str = "input"
+) -> Session:
+    """Validate a whole export, then write it as a new session (under `as_id` if given)."""
+    try:
+        document = SessionExport.model_validate_json(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "document"
+        raise InvalidInput(f"{source}: not a session export: {where}: {first['msg']}") from None
+    session = document.session
+    if as_id is not None:
+        session = session.model_copy(update={"id": validate_id(as_id, "session")})
+    if session.id in store.session_ids():
+        raise AlreadyExists(
+            f"session {session.id!r} already exists; import it under another id with --as NEW"
+        )
+    ids = [slot.id for slot in document.slots]
+    if len(set(ids)) != len(ids):
+        raise InvalidInput(f"{source}: the export holds two slots with the same id")
+    if session.current_slot not in ids:
+        raise InvalidInput(f"{source}: the current slot {session.current_slot!r} is not exported")
+    for slot_id in ids:
+        validate_id(slot_id, "slot")
+    store.materialize_session(session, document.slots)
+    return session

@@ -279,10 +279,15 @@ def test_record_then_replay_gives_the_same_slot(store: Store, tmp_path: Path) ->
 
 def test_cassette_damage_is_reported_with_the_line(tmp_path: Path) -> None:
     path = tmp_path / "c.jsonl"
-    path.write_text('{"hash": "x", "request": {}, "events": []}\n{oops\n')
+    path.write_text(
+        '{"hash": "x", "request": {"model": "m", "messages": []}, "events": []}\n{oops\n'
+    )
     with pytest.raises(InvalidInput, match="line 2"):
         load_cassette(path)
-    path.write_text('{"schema_version": "9.0", "hash": "x", "request": {}, "events": []}\n')
+    path.write_text(
+        '{"schema_version": "9.0", "hash": "x", '
+        '"request": {"model": "m", "messages": []}, "events": []}\n'
+    )
     with pytest.raises(InvalidInput, match=r"version 9\.0"):
         load_cassette(path)
     with pytest.raises(NotFound):
@@ -413,8 +418,14 @@ def test_earlier_reasoning_is_not_sent_back_but_is_kept(store: Store, sid: str) 
 
 def test_a_recording_cut_short_by_a_crash_is_skipped(tmp_path: Path) -> None:
     path = tmp_path / "c.jsonl"
-    path.write_text('{"hash": "x", "request": {}, "events": []}\n{"hash": "y", "requ')
+    path.write_text(
+        '{"hash": "x", "request": {"model": "m", "messages": []}, "events": []}\n'
+        '{"hash": "y", "requ'
+    )
     assert [r.hash for r in load_cassette(path)] == ["x"]
-    path.write_text('{"hash": "x", "request": {}, "events": []}\n{"hash": "y", "requ\n')
+    path.write_text(
+        '{"hash": "x", "request": {"model": "m", "messages": []}, "events": []}\n'
+        '{"hash": "y", "requ\n'
+    )
     with pytest.raises(InvalidInput, match="line 2"):
         load_cassette(path)

@@ -32,6 +32,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "config": ("agctl.cli.config", "Show and change the configuration."),
     "profile": ("agctl.cli.profile", "Provider profiles: endpoint, model and key."),
     "completion": ("agctl.cli.completion", "Print the completion script for SHELL."),
+    "schema": ("agctl.cli.schema", "Print the JSON Schema of a stored document or input format."),
     "demo": ("agctl.cli.demo", "Run a scripted tour of sessions, slots and messages."),
 }
 
@@ -117,6 +118,12 @@ def _configure_logging(verbose: int) -> None:
     help="Session id or unique prefix (default: the one chosen with 'session use').",
 )
 @click.option("--json", "json_output", is_flag=True, help="Print machine-readable JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="Print no confirmations, only data and errors.")
+@click.option(
+    "--no-color",
+    is_flag=True,
+    help="Never color the output (also when NO_COLOR is set; never on a pipe).",
+)
 @click.option(
     "-v",
     "--verbose",
@@ -130,6 +137,8 @@ def cli(
     data_dir: Path | None,
     session: str | None,
     json_output: bool,
+    quiet: bool,
+    no_color: bool,
     verbose: int,
 ) -> None:
     """Manage the context of LLM conversations as data.
@@ -145,7 +154,9 @@ def cli(
       agctl slot show --view --json
     """
     _configure_logging(verbose)
-    ctx.obj = App(data_dir=data_dir, session=session, json=json_output)
+    if no_color or os.environ.get("NO_COLOR"):
+        ctx.color = False
+    ctx.obj = App(data_dir=data_dir, session=session, json=json_output, quiet=quiet)
 
 
 def main(*args: Any, **kwargs: Any) -> Any:

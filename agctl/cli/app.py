@@ -26,11 +26,16 @@ class App:
     """Built once by the root group into `ctx.obj`; commands take it with `@pass_app`."""
 
     def __init__(
-        self, data_dir: Path | None = None, session: str | None = None, json: bool = False
+        self,
+        data_dir: Path | None = None,
+        session: str | None = None,
+        json: bool = False,
+        quiet: bool = False,
     ) -> None:
         self.data_dir = data_dir
         self.session_arg = session
         self.json = json
+        self.quiet = quiet
         self._store: Store | None = None
 
     @property
@@ -59,11 +64,17 @@ class App:
             echo_json(payload)
         elif text is not None:
             if text:
-                click.echo(text)
+                page(text)
         elif isinstance(payload, dict):
             click.echo(key_values(payload))
         else:
             click.echo(str(payload))
+
+    def done(self, payload: Any, text: str) -> None:
+        """Report a change: like `emit`, but silent for people with --quiet."""
+        if self.quiet and not self.json:
+            return
+        self.emit(payload, text=text)
 
     def emit_rows(
         self,
@@ -85,6 +96,14 @@ class App:
 
 
 pass_app = click.make_pass_decorator(App)
+
+
+def page(text: str) -> None:
+    """Print text for people: through $PAGER when it does not fit a terminal, else plainly."""
+    if sys.stdout.isatty() and text.count("\n") >= shutil.get_terminal_size().lines - 1:
+        click.echo_via_pager(text)
+    else:
+        click.echo(text)
 
 
 def echo_json(payload: Any) -> None:
@@ -221,3 +240,14 @@ def read_input_file(path: str) -> tuple[bytes, str]:
         if isinstance(exc, FileNotFoundError):
             raise NotFound(f"{path}: no such file") from None
         raise StoreError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def write_output(target: str, data: bytes) -> None:
+    """Write `data` to FILE atomically, or to stdout for '-'."""
+    if target == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return
+    from agctl.fsio import write_atomic
+
+    write_atomic(Path(target).absolute(), data)

@@ -238,7 +238,7 @@ def rollback(app: App, checkpoint_id: str) -> None:
         f"rolled back to {restored.id} (turn {restored.turn_index}); "
         f"the replaced state is checkpoint {saved.id}"
     )
-    app.emit(payload, text=text)
+    app.done(payload, text=text)
 
 
 @command.command("fork")
@@ -279,7 +279,7 @@ def rm(app: App, checkpoint_ids: tuple[str, ...]) -> None:
     keeper = checkpointer(app)
     ids = [keeper.resolve(sid, prefix) for prefix in checkpoint_ids]
     removed = keeper.remove(sid, list(dict.fromkeys(ids)))
-    app.emit({"removed": removed}, text="\n".join(f"removed {c}" for c in removed))
+    app.done({"removed": removed}, text="\n".join(f"removed {c}" for c in removed))
 
 
 @command.command("prune")
@@ -294,4 +294,4 @@ def prune(app: App, keep: int) -> None:
       agctl ckpt prune --keep 20
     """
     removed = checkpointer(app).prune(app.session_id(), keep)
-    app.emit({"removed": removed}, text=f"removed {len(removed)} checkpoint(s)")
+    app.done({"removed": removed}, text=f"removed {len(removed)} checkpoint(s)")

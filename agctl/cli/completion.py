@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from agctl.cli.app import App, json_option, pass_app
+
 SHELLS = ("bash", "zsh", "fish")
 
 
@@ -21,7 +23,9 @@ def completion_script(shell: str) -> str:
 
 @click.command("completion")
 @click.argument("shell", type=click.Choice(SHELLS))
-def command(shell: str) -> None:
+@json_option
+@pass_app
+def command(app: App, shell: str) -> None:
     """Print the completion script for SHELL.
 
     It completes commands, options and live values: sessions, slots, checkpoints,
@@ -38,4 +42,8 @@ def command(shell: str) -> None:
       eval "$(agctl completion bash)"
       agctl completion fish | source
     """
-    click.echo(completion_script(shell), nl=False)
+    script = completion_script(shell)
+    if app.json:
+        app.emit({"shell": shell, "script": script})
+        return
+    click.echo(script, nl=False)

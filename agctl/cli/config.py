@@ -109,4 +109,4 @@ def set_(app: App, key: str, value: str) -> None:
         from agctl.config import mask
 
         node = mask(str(node))
-    app.emit({"key": key, "value": node}, text=f"{key} = {node}")
+    app.done({"key": key, "value": node}, text=f"{key} = {node}")

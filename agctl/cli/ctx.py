@@ -170,4 +170,4 @@ def compress(
             f"compressed slot {result.slot}: {result.folded} messages folded ({result.strategy}), "
             f"{result.kept} kept; the originals are in checkpoint {result.before}"
         )
-    app.emit(payload, text=text)
+    app.done(payload, text=text)

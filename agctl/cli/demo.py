@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from agctl.cli.app import App, pass_app
+from agctl.cli.app import App, json_option, pass_app
 
 if TYPE_CHECKING:
     from agctl.store import Store
@@ -154,6 +154,7 @@ def _data_dir(app: App) -> Iterator[Path]:
 
 
 @click.command("demo")
+@json_option
 @pass_app
 def command(app: App) -> None:
     """Run a scripted tour of sessions, slots and messages.
@@ -168,6 +169,8 @@ def command(app: App) -> None:
       agctl demo
       agctl --data-dir /tmp/agctl-tour demo && agctl --data-dir /tmp/agctl-tour slot list
     """
+    import contextlib
+    import io
     import shlex
     from unittest import mock
 
@@ -175,6 +178,7 @@ def command(app: App) -> None:
     from agctl.store import Store
 
     failures = 0
+    report: list[dict[str, object]] = []
     with _data_dir(app) as data_dir:
         store = Store(data_dir)
         if SID in store.session_ids():
@@ -185,20 +189,37 @@ def command(app: App) -> None:
         with mock.patch.dict("os.environ", offline):
             for step in _steps():
                 if step.say:
-                    click.secho(f"\n# {step.say}", bold=True)
+                    if not app.json:
+                        click.secho(f"\n# {step.say}", bold=True)
                     continue
-                click.secho(f"$ agctl {step.command}", fg="cyan")
+                if not app.json:
+                    click.secho(f"$ agctl {step.command}", fg="cyan")
                 args = ["--data-dir", str(data_dir), *shlex.split(step.command)]
-                status = cli.main(args, prog_name="agctl", standalone_mode=False)
+                captured = io.StringIO()
+                with contextlib.redirect_stdout(captured) if app.json else contextlib.nullcontext():
+                    status = cli.main(args, prog_name="agctl", standalone_mode=False)
+                holds = step.check(store) if step.check is not None and not status else None
+                failures += bool(status) or holds is False
+                report.append(
+                    {
+                        "command": f"agctl {step.command}",
+                        "exit_code": status or 0,
+                        "output": captured.getvalue(),
+                        "claim": step.claim or None,
+                        "holds": holds,
+                    }
+                )
+                if app.json:
+                    continue
                 if status:
                     click.secho(f"✗ the command failed (exit code {status})", fg="red")
-                    failures += 1
-                elif step.check is not None:
-                    if step.check(store):
-                        click.secho(f"✓ {step.claim}", fg="green")
-                    else:
-                        click.secho(f"✗ not so: {step.claim}", fg="red")
-                        failures += 1
+                elif holds is True:
+                    click.secho(f"✓ {step.claim}", fg="green")
+                elif holds is False:
+                    click.secho(f"✗ not so: {step.claim}", fg="red")
+    if app.json:
+        app.emit({"steps": report, "failures": failures})
     if failures:
         raise click.ClickException(f"the demo found {failures} problem(s)")
-    click.secho("\nAll claims checked.", bold=True)
+    if not app.json:
+        click.secho("\nAll claims checked.", bold=True)

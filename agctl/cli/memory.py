@@ -34,7 +34,7 @@ def set_(app: App, key: str, value: str | None) -> None:
     """
     text = text_argument(value, "VALUE")
     app.store.memory_set(app.session_id(), key, text)
-    app.emit({"key": key, "value": text}, text=f"{key} set")
+    app.done({"key": key, "value": text}, text=f"{key} set")
 
 
 @command.command("get")
@@ -82,4 +82,4 @@ def rm(app: App, key: str) -> None:
       agctl memory rm project
     """
     value = app.store.memory_remove(app.session_id(), key)
-    app.emit({"key": key, "value": value}, text=f"{key} removed")
+    app.done({"key": key, "value": value}, text=f"{key} removed")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +15,7 @@ from agctl.cli.app import (
     read_input_file,
     slot_option,
     text_argument,
+    write_output,
 )
 
 if TYPE_CHECKING:
@@ -63,7 +63,8 @@ def _change_message(
         if text_only
         else f"{verb} message {position} ({message.role}) in slot {slot_id}"
     )
-    app.emit(message_row(position, message), text=text)
+    show = app.emit if text_only else app.done
+    show(message_row(position, message), text=text)
 
 
 def _new_message(role: str, text: str, name: str | None, tool_call_id: str | None) -> Message:
@@ -276,7 +277,7 @@ def retain(app: App, roles: tuple[str, ...], slot: str | None) -> None:
     """
     sid = app.session_id()
     dropped = app.store.update_slot(sid, slot, lambda s: s.retain(set(roles)))
-    app.emit({"dropped": dropped}, text=f"dropped {dropped} message{'s' * (dropped != 1)}")
+    app.done({"dropped": dropped}, text=f"dropped {dropped} message{'s' * (dropped != 1)}")
 
 
 @command.command("clear")
@@ -291,17 +292,18 @@ def clear(app: App, slot: str | None) -> None:
       agctl msg clear --slot scratchpad
     """
     dropped = app.store.update_slot(app.session_id(), slot, lambda s: s.clear())
-    app.emit({"dropped": dropped}, text=f"dropped {dropped} message{'s' * (dropped != 1)}")
+    app.done({"dropped": dropped}, text=f"dropped {dropped} message{'s' * (dropped != 1)}")
 
 
 @command.command("export")
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["openai", "jsonl"]),
+    type=click.Choice(["openai", "jsonl", "markdown", "text"]),
     default="openai",
     show_default=True,
-    help="openai: a JSON array of chat messages; jsonl: one message a line with metadata.",
+    help="openai: a JSON array of chat messages; jsonl: one message a line with metadata; "
+    "markdown or text: for people.",
 )
 @click.option("--view", is_flag=True, help="Export the request view instead of the messages.")
 @click.option(
@@ -311,12 +313,13 @@ def clear(app: App, slot: str | None) -> None:
 @command_options
 @pass_app
 def export(app: App, fmt: str, view: bool, output: str, slot: str | None) -> None:
-    """Export a slot's messages (or its view) as OpenAI JSON or JSON lines.
+    """Export a slot's messages (or its view) as OpenAI JSON, JSON lines, Markdown or text.
 
     \b
     Examples:
       agctl msg export > chat.json
       agctl msg export --view --format jsonl -o view.jsonl
+      agctl msg export --format markdown -o chat.md
     """
     from agctl.interchange import export_messages
 
@@ -328,15 +331,9 @@ def export(app: App, fmt: str, view: bool, output: str, slot: str | None) -> Non
         messages = request_view(app.store.load_session(sid), target)
     else:
         messages = target.messages
-    data = export_messages(messages, fmt)  # type: ignore[arg-type]
-    if output == "-":
-        sys.stdout.buffer.write(data)
-    else:
-        from pathlib import Path
-
-        from agctl.fsio import write_atomic
-
-        write_atomic(Path(output).absolute(), data)
+    if app.json:
+        fmt = "openai"  # the one format that is a single JSON document
+    write_output(output, export_messages(messages, fmt))  # type: ignore[arg-type]
 
 
 @command.command("import")
@@ -372,4 +369,4 @@ def import_(app: App, source: str, fmt: str, replace: bool, slot: str | None) ->
 
     slot_id, total = app.store.update_slot(sid, slot, change)
     payload = {"slot": slot_id, "imported": len(messages), "message_count": total}
-    app.emit(payload, text=f"imported {len(messages)} messages into slot {slot_id} ({total} now)")
+    app.done(payload, text=f"imported {len(messages)} messages into slot {slot_id} ({total} now)")

@@ -93,7 +93,7 @@ def add(
     if make_default and config.default_profile != name:
         config = config_store.set("default_profile", name)
     default = config.default_profile == name
-    app.emit(
+    app.done(
         {"profile": name, "default": default},
         text=f"added profile {name}" + (" (default)" if default else ""),
     )
@@ -155,4 +155,4 @@ def rm(app: App, name: str) -> None:
     from agctl.config import ConfigStore
 
     ConfigStore().remove_profile(name)
-    app.emit({"removed": name}, text=f"removed profile {name}")
+    app.done({"removed": name}, text=f"removed profile {name}")

@@ -216,7 +216,7 @@ def use(app: App, session_id: str) -> None:
     """
     sid = app.store.resolve_session(session_id)
     app.store.set_current_session(sid)
-    app.emit({"current_session": sid}, text=f"current session: {sid}")
+    app.done({"current_session": sid}, text=f"current session: {sid}")
 
 
 @command.command("rm")
@@ -246,7 +246,7 @@ def rm(app: App, session_ids: tuple[str, ...], recursive: bool, orphan: bool) ->
         destroyed += result.destroyed
         orphaned = [o for o in orphaned + result.orphaned if o not in destroyed]
     lines = [f"destroyed {s}" for s in destroyed] + [f"orphaned {s}" for s in orphaned]
-    app.emit({"destroyed": destroyed, "orphaned": orphaned}, text="\n".join(lines))
+    app.done({"destroyed": destroyed, "orphaned": orphaned}, text="\n".join(lines))
 
 
 @command.command("children")
@@ -370,4 +370,55 @@ def set_(app: App, key: str, value: str) -> None:
         parsed = value
     session = app.store.configure_session(app.session_id(), {key: parsed})
     shown = getattr(session, key)
-    app.emit({"session": session.id, key: shown}, text=f"{key} = {shown}")
+    app.done({"session": session.id, key: shown}, text=f"{key} = {shown}")
+
+
+@command.command("export")
+@click.argument("session_id", metavar="[ID]", required=False, shell_complete=complete_sessions)
+@click.option("--output", "-o", metavar="FILE", default="-", help="Write to FILE ('-': stdout).")
+@json_option
+@pass_app
+def export(app: App, session_id: str | None, output: str) -> None:
+    """Export a whole session — every slot, memory, checkpoint metadata — as one JSON document.
+
+    'session import' reads it back into an identical session (its checkpoints' history is
+    not exported, only their list).
+
+    \b
+    Examples:
+      agctl session export > backup.json
+      agctl session export 1q2w -o 1q2w.json
+    """
+    from agctl.cli.app import write_output
+    from agctl.interchange import export_session
+
+    if session_id is not None:
+        app.session_arg = session_id
+    document = export_session(app.store, app.session_id())
+    write_output(output, document.model_dump_json(indent=2).encode() + b"\n")
+
+
+@command.command("import")
+@click.argument("source", metavar="FILE")
+@click.option("--as", "as_id", metavar="NEW", help="Import under this id (e.g. on a collision).")
+@click.option("--use", "make_current", is_flag=True, help="Select the imported session.")
+@json_option
+@pass_app
+def import_(app: App, source: str, as_id: str | None, make_current: bool) -> None:
+    """Import a session export ('-' for stdin); everything is validated before anything is
+    written, and an existing id is refused unless --as NEW.
+
+    \b
+    Examples:
+      agctl session import backup.json
+      agctl session export | agctl --data-dir /tmp/copy session import -
+      agctl session import backup.json --as restored --use
+    """
+    from agctl.cli.app import read_input_file
+    from agctl.interchange import import_session
+
+    data, name = read_input_file(source)
+    session = import_session(app.store, data, as_id=as_id, source=name)
+    if make_current:
+        app.store.set_current_session(session.id)
+    app.done({"session": session.id}, text=f"imported session {session.id}")

@@ -134,7 +134,7 @@ def new(
         immutable=immutable,
         make_current=make_current,
     )
-    app.emit(slot_row(slot, slot.id if make_current else None), text=f"created slot {slot.id}")
+    app.done(slot_row(slot, slot.id if make_current else None), text=f"created slot {slot.id}")
 
 
 @command.command("derive")
@@ -183,7 +183,7 @@ def derive(
         make_current=make_current,
     )
     text = f"derived slot {slot.id} from {slot.meta.parent_id} ({strategy})"
-    app.emit(slot_row(slot, slot.id if make_current else None), text=text)
+    app.done(slot_row(slot, slot.id if make_current else None), text=text)
 
 
 @command.command("use")
@@ -199,7 +199,7 @@ def use(app: App, slot_id: str) -> None:
     """
     session = app.store.use_slot(app.session_id(), slot_id)
     payload = {"session": session.id, "current_slot": session.current_slot}
-    app.emit(payload, text=f"current slot: {session.current_slot}")
+    app.done(payload, text=f"current slot: {session.current_slot}")
 
 
 @command.command("list")
@@ -335,7 +335,7 @@ def mode(
     sid = app.session_id()
     slot = app.store.set_mode(sid, slot_id, mode, focus=focus_changes(keep_system, recent, summary))
     current = app.store.load_session(sid).current_slot
-    app.emit(slot_row(slot, current), text=f"slot {slot.id} is now {slot.config.mode}")
+    app.done(slot_row(slot, current), text=f"slot {slot.id} is now {slot.config.mode}")
 
 
 @command.command("rm")
@@ -353,7 +353,7 @@ def rm(app: App, slot_id: str) -> None:
     """
     session = app.store.delete_slot(app.session_id(), slot_id)
     payload = {"deleted": slot_id, "current_slot": session.current_slot}
-    app.emit(payload, text=f"deleted slot {slot_id}; current slot: {session.current_slot}")
+    app.done(payload, text=f"deleted slot {slot_id}; current slot: {session.current_slot}")
 
 
 @command.command("summarize")
@@ -459,7 +459,7 @@ def merge(
         )
     else:
         text = f"nothing new to merge from {result.source} into {result.target}"
-    app.emit(payload, text=text)
+    app.done(payload, text=text)
 
 
 @command.command("set")
@@ -482,7 +482,7 @@ def set_(app: App, key: str, value: str, slot: str | None) -> None:
     shown = getattr(changed.config, key)
     if hasattr(shown, "model_dump"):
         shown = shown.model_dump()
-    app.emit({"slot": changed.id, key: shown}, text=f"slot {changed.id}: {key} = {shown}")
+    app.done({"slot": changed.id, key: shown}, text=f"slot {changed.id}: {key} = {shown}")
 
 
 def parse_setting(value: str) -> Any:

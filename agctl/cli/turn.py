@@ -289,7 +289,7 @@ def undo(app: App, turns: int) -> None:
     restored, saved = Checkpointer(app.store).undo(app.session_id(), turns)
     payload = {"restored": restored.id, "turn": restored.turn_index, "saved_as": saved.id}
     text = f"back at turn {restored.turn_index}; the replaced state is checkpoint {saved.id}"
-    app.emit(payload, text=text)
+    app.done(payload, text=text)
 
 
 @command.command("replay")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agctl.errors import InvalidInput, NotFound, ReplayMiss, StoreError
 from agctl.fsio import append_durably
@@ -24,6 +25,25 @@ from agctl.providers.base import (
 )
 
 CASSETTE_VERSION = "1.0"
+
+
+class RecordedRequest(BaseModel):
+    model: str
+    messages: list[dict[str, Any]]
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class CassetteEntry(BaseModel):
+    """One line of a cassette: a request's model input, its hash, and the reply's events."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: str = CASSETTE_VERSION
+    hash: str = Field(description="sha256 of the model input (model, messages, params)")
+    request: RecordedRequest
+    events: list[dict[str, Any]] = Field(
+        description="text, reasoning, tool_call, usage and finish events, in order"
+    )
 
 
 @dataclass
@@ -54,17 +74,24 @@ def load_cassette(path: Path) -> list[Recording]:
                     f"{path}: line {number} has cassette version {version}; "
                     f"this agctl reads version {CASSETTE_VERSION}"
                 )
+            entry = CassetteEntry.model_validate(data)
             recordings.append(
                 Recording(
-                    hash=str(data["hash"]),
-                    request=dict(data["request"]),
-                    events=[event_from_dict(e) for e in data["events"]],
+                    hash=entry.hash,
+                    request=entry.request.model_dump(),
+                    events=[event_from_dict(e) for e in entry.events],
                 )
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             if torn:
                 break  # a recording cut short by a crash: the entries before it stand
-            raise InvalidInput(f"{path}: line {number} is not a cassette entry ({exc})") from None
+            reason: object = exc
+            if isinstance(exc, ValidationError):
+                first = exc.errors()[0]
+                reason = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+            raise InvalidInput(
+                f"{path}: line {number} is not a cassette entry ({reason})"
+            ) from None
     return recordings
 
 

@@ -1,0 +1,61 @@
+"""`agctl schema`: the JSON Schema of every document agctl reads or writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from agctl.cli.app import echo_json, json_option
+
+NAMES = (
+    "session",
+    "slot",
+    "message",
+    "checkpoint",
+    "cassette",
+    "transcript",
+    "export",
+    "config",
+)
+
+
+def schema_of(name: str) -> dict[str, Any]:
+    from pydantic import BaseModel
+
+    model: type[BaseModel]
+    if name == "session":
+        from agctl.models import Session as model
+    elif name == "slot":
+        from agctl.models import Slot as model
+    elif name == "message":
+        from agctl.models import Message as model
+    elif name == "checkpoint":
+        from agctl.checkpoints import Checkpoint as model
+    elif name == "cassette":
+        from agctl.providers.cassette import CassetteEntry as model
+    elif name == "transcript":
+        from agctl.replay import TranscriptTurn as model
+    elif name == "export":
+        from agctl.interchange import SessionExport as model
+    else:
+        from agctl.config import Config as model
+    return model.model_json_schema()
+
+
+@click.command("schema")
+@click.argument("name", type=click.Choice(NAMES))
+@json_option
+def command(name: str) -> None:
+    """Print the JSON Schema of a stored document or input format.
+
+    session, slot, message: the live documents; checkpoint: a checkpoint record of the
+    log; cassette: one line of a cassette; transcript: one line of a replay transcript;
+    export: a session export; config: the config file.
+
+    \\b
+    Examples:
+      agctl schema slot
+      agctl schema transcript > transcript.schema.json
+    """
+    echo_json(schema_of(name))
