@@ -166,8 +166,6 @@ class ConfigStore:
                 f"unknown preset {profile.preset!r}; choose from {', '.join(sorted(PRESETS))}"
             )
         config.profiles[name] = profile
-        if config.default_profile is None:
-            config.default_profile = name
         self.save(config)
         return config
 

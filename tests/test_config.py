@@ -30,12 +30,12 @@ def test_saved_file_is_private(config_store: ConfigStore) -> None:
     assert config_store.load().profiles["work"].api_key == "sk-secret-0123456789"
 
 
-def test_first_profile_becomes_default_and_duplicates_are_refused(
+def test_adding_a_profile_changes_no_default_and_duplicates_are_refused(
     config_store: ConfigStore,
 ) -> None:
     config_store.add_profile("a", Profile(preset="deepseek"))
     config_store.add_profile("b", Profile(preset="ollama"))
-    assert config_store.load().default_profile == "a"
+    assert config_store.load().default_profile is None, "turns stay offline until chosen"
     with pytest.raises(AlreadyExists):
         config_store.add_profile("a", Profile())
     config_store.add_profile("a", Profile(preset="zhipu"), replace=True)

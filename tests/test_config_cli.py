@@ -20,7 +20,9 @@ def config_file(tmp_path: Path) -> Path:
 
 
 def test_profile_add_list_rm(run: Run, config_file: Path) -> None:
-    added = run("profile", "add", "ds", "--preset", "deepseek", "--model", "deepseek-chat")
+    added = run(
+        "profile", "add", "ds", "--preset", "deepseek", "--model", "deepseek-chat", "--default"
+    )
     assert added.exit_code == 0 and "added profile ds (default)" in added.stdout
     assert run("profile", "add", "local", "--preset", "ollama").exit_code == 0
     rows = json.loads(run("profile", "list", "--json").stdout)
@@ -107,7 +109,7 @@ def test_corrupt_config_is_exit_5_naming_the_file(run: Run, config_file: Path) -
 
 
 def test_show_explains_settings_that_cannot_resolve(run: Run) -> None:
-    assert run("profile", "add", "bare", "--base-url", "http://x/v1").exit_code == 0
+    assert run("profile", "add", "bare", "--base-url", "http://x/v1", "--default").exit_code == 0
     shown = run("config", "show")
     assert shown.exit_code == 0 and "nothing: no model for provider 'openai'" in shown.stdout
     assert "no model" in json.loads(run("config", "show", "--json").stdout)["resolved"]["error"]

@@ -16,9 +16,9 @@ def run_tool(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_lint_and_format() -> None:
-    lint = run_tool("ruff", "check", "agctl", "tests", "bench")
+    lint = run_tool("ruff", "check", "agctl", "tests", "bench", "scripts")
     assert lint.returncode == 0, lint.stdout + lint.stderr
-    fmt = run_tool("ruff", "format", "--check", "agctl", "tests", "bench")
+    fmt = run_tool("ruff", "format", "--check", "agctl", "tests", "bench", "scripts")
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
 
 

@@ -1,0 +1,140 @@
+"""Every command takes --json and prints one valid JSON document (a walk of the Click tree)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import Result
+
+from agctl.checkpoints import Checkpointer
+from agctl.cli import cli
+from agctl.store import Store
+
+Run = Callable[..., Result]
+
+
+def leaf_commands() -> list[str]:
+    ctx = click.Context(cli)
+    found: list[str] = []
+
+    def walk(command: click.Command, path: list[str]) -> None:
+        if isinstance(command, click.Group):
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None
+                walk(sub, [*path, name])
+        else:
+            found.append(" ".join(path))
+
+    walk(cli, [])
+    return found
+
+
+@pytest.fixture
+def world(run: Run, store: Store, tmp_path: Path) -> dict[str, str]:
+    """A session with turns, two slots, memory, checkpoints, a profile and files to read."""
+    assert run("session", "new", "s", "--system", "sys").exit_code == 0
+    assert run("session", "new", "kid", "--parent", "s", "--no-use").exit_code == 0
+    for text in ("one", "two", "three"):
+        assert run("turn", "send", text).exit_code == 0
+    assert run("slot", "derive", "b").exit_code == 0
+    assert run("msg", "append", "user", "in b", "--slot", "b").exit_code == 0
+    assert run("slot", "new", "spare").exit_code == 0
+    assert run("memory", "set", "k", "v").exit_code == 0
+    assert run("profile", "add", "p", "--preset", "ollama").exit_code == 0
+    ids = Checkpointer(store).ids("s")
+    messages = tmp_path / "messages.json"
+    messages.write_text(json.dumps([{"role": "user", "content": "imported"}]))
+    transcript = tmp_path / "transcript.jsonl"
+    transcript.write_text(json.dumps({"input": "replayed"}) + "\n")
+    export = tmp_path / "export.json"
+    assert run("session", "export", "-o", str(export)).exit_code == 0
+    return {
+        "newest": ids[0],
+        "older": ids[-1],
+        "messages": str(messages),
+        "transcript": str(transcript),
+        "export": str(export),
+    }
+
+
+INVOCATIONS: dict[str, list[str]] = {
+    "ckpt create": ["ckpt", "create", "--label", "x"],
+    "ckpt diff": ["ckpt", "diff", "{older}"],
+    "ckpt fork": ["ckpt", "fork", "{older}", "--id", "forked"],
+    "ckpt list": ["ckpt", "list"],
+    "ckpt prune": ["ckpt", "prune", "--keep", "2"],
+    "ckpt rm": ["ckpt", "rm", "{older}"],
+    "ckpt rollback": ["ckpt", "rollback", "{older}"],
+    "ckpt show": ["ckpt", "show", "{newest}"],
+    "completion": ["completion", "bash"],
+    "config set": ["config", "set", "max_retries", "4"],
+    "config show": ["config", "show"],
+    "ctx compress": ["ctx", "compress", "--keep-recent", "2"],
+    "ctx show": ["ctx", "show", "next"],
+    "demo": ["demo"],
+    "memory get": ["memory", "get", "k"],
+    "memory list": ["memory", "list"],
+    "memory rm": ["memory", "rm", "k"],
+    "memory set": ["memory", "set", "k2", "v2"],
+    "msg append": ["msg", "append", "user", "hello"],
+    "msg clear": ["msg", "clear", "--slot", "b"],
+    "msg edit": ["msg", "edit", "0", "edited"],
+    "msg export": ["msg", "export", "--format", "markdown"],
+    "msg find": ["msg", "find", "user"],
+    "msg get": ["msg", "get", "-1"],
+    "msg import": ["msg", "import", "{messages}"],
+    "msg insert": ["msg", "insert", "0", "system", "first"],
+    "msg list": ["msg", "list"],
+    "msg pop": ["msg", "pop"],
+    "msg retain": ["msg", "retain", "user"],
+    "msg rm": ["msg", "rm", "0"],
+    "profile add": ["profile", "add", "q", "--preset", "deepseek"],
+    "profile list": ["profile", "list"],
+    "profile rm": ["profile", "rm", "p"],
+    "schema": ["schema", "slot"],
+    "session children": ["session", "children", "s"],
+    "session export": ["session", "export"],
+    "session import": ["session", "import", "{export}", "--as", "copy"],
+    "session list": ["session", "list"],
+    "session new": ["session", "new", "fresh", "--no-use"],
+    "session parent": ["session", "parent", "kid"],
+    "session rm": ["session", "rm", "kid"],
+    "session set": ["session", "set", "title", "T"],
+    "session show": ["session", "show"],
+    "session tree": ["session", "tree"],
+    "session use": ["session", "use", "s"],
+    "slot derive": ["slot", "derive", "c"],
+    "slot list": ["slot", "list"],
+    "slot merge": ["slot", "merge", "b"],
+    "slot mode": ["slot", "mode", "focused"],
+    "slot new": ["slot", "new", "n"],
+    "slot rm": ["slot", "rm", "spare"],
+    "slot set": ["slot", "set", "auto_compress", "false"],
+    "slot show": ["slot", "show", "--view"],
+    "slot summarize": ["slot", "summarize"],
+    "slot use": ["slot", "use", "b"],
+    "turn replay": ["turn", "replay", "{transcript}"],
+    "turn send": ["turn", "send", "hi"],
+    "turn undo": ["turn", "undo"],
+}
+
+
+def test_every_command_has_an_invocation_here() -> None:
+    assert sorted(INVOCATIONS) == sorted(leaf_commands())
+
+
+@pytest.mark.parametrize("name", sorted(INVOCATIONS))
+def test_json_output_is_one_valid_document(name: str, run: Run, world: dict[str, str]) -> None:
+    args = [arg.format(**world) for arg in INVOCATIONS[name]]
+    result = run(*args, "--json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    if name == "turn replay":
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        assert lines[-1]["type"] == "summary"
+        return
+    json.loads(result.stdout)
