@@ -25,3 +25,15 @@ def test_ruff_lint_and_format() -> None:
 def test_mypy_strict() -> None:
     result = run_tool("mypy")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_package_of_the_source_tree_is_shipped() -> None:
+    from setuptools.config.pyprojecttoml import read_configuration
+
+    config = read_configuration(ROOT / "pyproject.toml")
+    shipped = set(config["tool"]["setuptools"]["packages"])
+    on_disk = {
+        ".".join(path.parent.relative_to(ROOT).parts)
+        for path in (ROOT / "agctl").rglob("__init__.py")
+    }
+    assert on_disk == shipped, f"not shipped: {sorted(on_disk - shipped)}"
