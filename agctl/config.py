@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, PositiveInt, ValidationError, field_validator
 
 from agctl import schema
-from agctl.errors import CorruptDocument, NotFound, UsageError
-from agctl.fsio import read_bytes, write_atomic
+from agctl.errors import CorruptDocument, NotFound, StoreError, UsageError
+from agctl.fsio import write_atomic
 from agctl.ids import validate_id
 from agctl.models import Document, Model, Session
 
@@ -70,6 +70,24 @@ class Profile(Model):
     cassette: str | None = None
     context_window: int | None = Field(default=None, gt=0)
 
+    @field_validator("headers")
+    @classmethod
+    def _headers_fit_http(cls, headers: dict[str, str]) -> dict[str, str]:
+        for name, value in headers.items():
+            if not name.isascii() or not value.isascii() or "\n" in value or "\r" in value:
+                raise ValueError(f"header {name!r} must be ASCII on one line")
+        return headers
+
+
+def profile_from(fields: Mapping[str, Any]) -> Profile:
+    """A validated profile, or a UsageError saying which field is wrong."""
+    try:
+        return Profile.model_validate({k: v for k, v in fields.items() if v is not None})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "profile"
+        raise UsageError(f"invalid profile: {where}: {first['msg']}") from None
+
 
 class Price(Model):
     prompt: float = Field(ge=0)
@@ -82,7 +100,7 @@ class Config(Document):
     auto_checkpoint: bool = True
     auto_compress: bool = True
     compress_keep_recent: int = Field(default=6, ge=0)
-    context_windows: dict[str, int] = Field(default_factory=dict)
+    context_windows: dict[str, PositiveInt] = Field(default_factory=dict)
     max_retries: int = Field(default=3, ge=0, le=20)
     connect_timeout: float = Field(default=10.0, gt=0)
     read_timeout: float = Field(default=120.0, gt=0)
@@ -91,6 +109,20 @@ class Config(Document):
 
     def price_overrides(self) -> dict[str, tuple[float, float]]:
         return {name: (p.prompt, p.completion) for name, p in self.prices.items()}
+
+
+_SETTABLE = (
+    "default_profile",
+    "auto_checkpoint",
+    "auto_compress",
+    "compress_keep_recent",
+    "context_windows.MODEL",
+    "max_retries",
+    "connect_timeout",
+    "read_timeout",
+    "prices.MODEL",
+    "profiles.NAME",
+)
 
 
 def default_config_path() -> Path:
@@ -116,10 +148,13 @@ class ConfigStore:
         self.path = path or default_config_path()
 
     def load(self) -> Config:
+        # The user's own file: a symlink into a dotfiles repository is fine.
         try:
-            raw = read_bytes(self.path, "config file")
-        except NotFound:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
             return Config()
+        except OSError as exc:
+            raise StoreError(f"cannot read {self.path}: {exc.strerror}") from None
         try:
             return Config.model_validate_json(raw)
         except ValidationError as exc:
@@ -144,6 +179,7 @@ class ConfigStore:
             node = node.setdefault(part, {})
         if not isinstance(node, dict) or not parts[-1]:
             raise UsageError(f"config key {key!r} cannot be set")
+        _check_key(key, parts)
         node[parts[-1]] = _parse_value(value)
         try:
             updated = Config.model_validate(data)
@@ -178,6 +214,40 @@ class ConfigStore:
             config.default_profile = None
         self.save(config)
         return config
+
+
+def _check_key(key: str, parts: list[str]) -> None:
+    """Refuse a key the config does not have, so a typo is not silently kept."""
+    nested = {"profiles": Profile, "prices": Price, "context_windows": None}
+    top = parts[0]
+    if top not in Config.model_fields or top in ("schema_version",):
+        raise UsageError(f"unknown config key {key!r}; known: {', '.join(sorted(_SETTABLE))}")
+    if top in nested:
+        if len(parts) < 2 or not parts[1]:
+            raise UsageError(f"config key {key!r} needs a name: {top}.NAME")
+        model = nested[top]
+        if len(parts) > 2 and (model is None or parts[2] not in model.model_fields):
+            known = ", ".join(model.model_fields) if model else "none"
+            raise UsageError(f"unknown field {parts[2]!r} in {key!r} (fields: {known})")
+    elif len(parts) > 1:
+        raise UsageError(f"config key {top!r} has no sub-keys")
+
+
+def mask_secrets(data: Any) -> Any:
+    """A copy of config data with every API key and header value masked."""
+    if isinstance(data, dict):
+        masked: dict[str, Any] = {}
+        for key, value in data.items():
+            if key == "api_key" and isinstance(value, str):
+                masked[key] = mask(value)
+            elif key == "headers" and isinstance(value, dict):
+                masked[key] = {name: mask(str(v)) for name, v in value.items()}
+            else:
+                masked[key] = mask_secrets(value)
+        return masked
+    if isinstance(data, list):
+        return [mask_secrets(item) for item in data]
+    return data
 
 
 def _parse_value(value: str) -> Any:
@@ -307,7 +377,8 @@ def resolve(
     keys.append(("profile", chosen.api_key))
     if preset is not None and preset.key_env:
         keys.append((f"${preset.key_env}", env.get(preset.key_env)))
-    if preset is None:
+    if preset is None and base_source in ("OPENAI_BASE_URL", "preset openai"):
+        # Only toward OpenAI (or what OPENAI_BASE_URL names): never to another server.
         keys.append(("$OPENAI_API_KEY", env.get("OPENAI_API_KEY")))
     api_key, key_source = _first(*keys)
     if api_key is not None:

@@ -171,8 +171,9 @@ def exclusive_lock(lock_path: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def deferred_interrupts() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) until a multi-file commit is done, then raise it."""
+def deferred_interrupts(*, reraise: bool = True) -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) until a multi-file commit is done, then raise it (or, with
+    `reraise=False`, drop it: the work it would have stopped is complete)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -182,5 +183,5 @@ def deferred_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    if received:
+    if received and reraise:
         raise KeyboardInterrupt

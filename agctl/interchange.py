@@ -136,6 +136,8 @@ def import_session(
     ids = [slot.id for slot in document.slots]
     if len(set(ids)) != len(ids):
         raise InvalidInput(f"{source}: the export holds two slots with the same id")
+    if "default" not in ids:
+        raise InvalidInput(f"{source}: the export has no 'default' slot, which every session has")
     if session.current_slot not in ids:
         raise InvalidInput(f"{source}: the current slot {session.current_slot!r} is not exported")
     for slot_id in ids:

@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from agctl.errors import UsageError
+from agctl.errors import Conflict, UsageError
 from agctl.models import MergeRecord, Message, Slot
 from agctl.pack import content_hash
 from agctl.providers.base import Provider, TurnContext
@@ -24,18 +24,20 @@ def message_hashes(messages: list[Message]) -> list[str]:
 def added_since_branch(
     source: Slot, target: Slot, shared: list[Message] | None = None
 ) -> list[Message]:
-    """What `source` added since it branched: its messages that are neither in `target`
-    nor in `shared` (the messages of the slot it was derived from, when that still exists).
+    """What `source` added since it branched: its messages that it was not derived with,
+    that are not in `target`, and not in `shared` (the slot it was derived from).
 
-    Matching by content rather than by position keeps this right after the branch was
-    compressed, truncated or edited.
+    Matching by content keeps this right when either side was compressed, truncated or
+    edited since: what the branch was given never counts as added, even if the target
+    has since dropped it.
     """
-    known = set(message_hashes(target.messages)) | set(message_hashes(shared or []))
-    return [
-        m
-        for m, h in zip(source.messages, message_hashes(source.messages), strict=True)
-        if h not in known
-    ]
+    known = (
+        set(source.meta.branch)
+        | set(message_hashes(target.messages))
+        | set(message_hashes(shared or []))
+    )
+    hashes = message_hashes(source.messages)
+    return [m for m, h in zip(source.messages, hashes, strict=True) if h not in known]
 
 
 @dataclass
@@ -106,6 +108,11 @@ def merge_slots(
 
     def apply(slot: Slot) -> None:
         slot.check_writable("merge")
+        merged = {h for r in slot.meta.merges if r.source == source.id for h in r.hashes}
+        if merged & {h for h, _ in fresh}:
+            raise Conflict(
+                f"slot {slot.id!r} received a merge from {source.id!r} meanwhile; try again"
+            )
         slot.messages.extend(appended)
         slot.meta.merges.append(
             MergeRecord(

@@ -218,6 +218,9 @@ class MergeRecord(Model):
 
 class SlotMeta(Model):
     parent_id: str | None = None
+    # Content hashes of the messages the slot was derived with: what it added since is
+    # everything else (see slot merge).
+    branch: list[str] = Field(default_factory=list)
     merges: list[MergeRecord] = Field(default_factory=list)
     message_count: int = 0
     total_tokens: int = 0

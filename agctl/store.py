@@ -64,6 +64,7 @@ from agctl.models import (
     SlotSource,
     utcnow,
 )
+from agctl.pack import content_hash
 from agctl.view import focused_messages
 
 log = logging.getLogger("agctl.store")
@@ -314,8 +315,11 @@ class Store:
             return
         cutoff = time.time() - min_age
         for entry in entries:
-            if entry.name.startswith((".new-", ".trash-")) and entry.stat().st_mtime < cutoff:
-                shutil.rmtree(entry.path, ignore_errors=True)
+            if not entry.name.startswith((".new-", ".trash-")):
+                continue
+            with contextlib.suppress(FileNotFoundError):  # another process got there first
+                if entry.stat().st_mtime < cutoff:
+                    shutil.rmtree(entry.path, ignore_errors=True)
 
     def update_session(self, session_id: str, change: Callable[[Session], T]) -> T:
         """Apply `change` to the session document under its lock and write it back."""
@@ -513,6 +517,7 @@ class Store:
             slot = self._new_slot(slot_id, config, parent.immutable, parent_id=parent.id)
             slot.compressed = list(parent.compressed)
             slot.messages = messages
+            slot.meta.branch = [content_hash(m.model_dump(mode="json")) for m in messages]
             slot.refresh_meta()
             self._insert_slot(session_id, slot, make_current)
         log.info("slot derived: %s/%s from %s (%s)", session_id, slot_id, parent.id, strategy)
@@ -637,7 +642,14 @@ class Store:
         except ValidationError as exc:
             raise CorruptDocument(path, _validation_summary(exc)) from None
 
-    def clear_draft(self, session_id: str) -> None:
+    def clear_draft(self, session_id: str, *, prompt: str | None = None) -> None:
+        """Drop the draft; with `prompt`, only if it is that prompt's (it was sent)."""
+        if prompt is not None:
+            try:
+                if self.load_draft(session_id).prompt != prompt:
+                    return
+            except (NotFound, CorruptDocument):
+                return
         remove_file(self._draft_path(session_id))
 
     # ---- settings ------------------------------------------------------------------

@@ -118,7 +118,9 @@ class ReplyBuilder:
             created_at=utcnow(),
             model=model,
             usage=usage,
-            tokens=self.usage.completion_tokens if self.usage else None,
+            # A reasoner's completion count includes its reasoning, which is not sent back:
+            # then the content is estimated instead.
+            tokens=self.usage.completion_tokens if self.usage and not self.reasoning else None,
         )
 
 
@@ -190,6 +192,10 @@ def send_turn(
     prepared = prepare_turn(store, session_id, prompt, options)
     try:
         prepared = _fit_in_window(store, session_id, prompt, provider, options, prepared)
+    except KeyboardInterrupt:
+        error = TurnInterrupted("interrupted while fitting the request in the window")
+        _keep_draft(store, session_id, prepared, error)
+        raise error from None
     except AgctlError as exc:
         _keep_draft(store, session_id, prepared, exc)
         raise
@@ -225,7 +231,15 @@ def send_turn(
         if usage
         else None
     )
-    checkpoint = _commit(store, session_id, prepared, reply, usage, cost, options.checkpoint)
+    try:
+        checkpoint = _commit(store, session_id, prepared, reply, usage, cost, options.checkpoint)
+    except KeyboardInterrupt:
+        error = TurnInterrupted("interrupted before the reply was written: nothing was written")
+        _keep_reply(store, session_id, prepared, reply, error)
+        raise error from None
+    except AgctlError as exc:
+        _keep_reply(store, session_id, prepared, reply, exc)
+        raise
     log.info(
         "reply committed: slot=%s turn=%d latency=%.3fs usage=%s",
         prepared.slot.id,
@@ -324,6 +338,15 @@ def _keep_draft(store: Store, session_id: str, prepared: PreparedTurn, error: Ag
     )
 
 
+def _keep_reply(
+    store: Store, session_id: str, prepared: PreparedTurn, reply: Message, error: AgctlError
+) -> None:
+    """The model answered but the answer could not be written: keep the prompt, show the
+    answer, so that neither is lost."""
+    _keep_draft(store, session_id, prepared, error)
+    error.add_note(f"the model's reply, which was not written:\n{reply.text()}")
+
+
 def _commit(
     store: Store,
     session_id: str,
@@ -364,7 +387,9 @@ def _commit(
             per_model.cost += cost
 
     checkpointer = Checkpointer(store)
-    with deferred_interrupts(), store.lock(session_id):
+    # The lock is taken first, so Ctrl-C while waiting for it stops the turn cleanly; once
+    # it is held, an interrupt waits for the commit to finish and is then dropped.
+    with store.lock(session_id), deferred_interrupts(reraise=False):
         baseline = None
         if checkpoint and not checkpointer.has_any(session_id):
             turn = prepared.request.context.turn
@@ -376,7 +401,7 @@ def _commit(
             if baseline is not None:
                 checkpointer.remove(session_id, [baseline.id])
             raise
-        store.clear_draft(session_id)
+        store.clear_draft(session_id, prompt=prepared.user_message.text())
         if not checkpoint:
             return None
         turn = store.load_session(session_id).turn_count

@@ -323,7 +323,9 @@ def test_reply_is_committed_the_same_streamed_or_not(
             "usage": {"prompt_tokens": 11, "completion_tokens": 7},
         },
     ]
-    assert store.load_slot(sid).messages[-1].tokens == 7
+    # The completion count of a reply with reasoning includes the reasoning, which is never
+    # sent back, so the stored count is left to the estimate of the content.
+    assert store.load_slot(sid).messages[-1].tokens is None
     assert store.load_session(sid).turn_count == 1
 
 

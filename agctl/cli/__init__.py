@@ -16,7 +16,7 @@ import click
 from agctl import __version__
 from agctl.cli.app import App
 from agctl.cli.complete import complete_sessions
-from agctl.errors import AgctlError
+from agctl.errors import EXIT_INTERRUPTED, AgctlError
 
 # Each command group lives in its own module, imported only when it runs, so that
 # `agctl --help` and shell completion load click and nothing else. The one-line help
@@ -77,6 +77,9 @@ class RootGroup(click.Group):
             for note in getattr(exc, "__notes__", ()):
                 click.echo(f"agctl: {note}", err=True)
             ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("agctl: interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
 
 
 def _configure_logging(verbose: int) -> None:

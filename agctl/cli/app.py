@@ -243,11 +243,17 @@ def read_input_file(path: str) -> tuple[bytes, str]:
 
 
 def write_output(target: str, data: bytes) -> None:
-    """Write `data` to FILE atomically, or to stdout for '-'."""
+    """Write `data` to the FILE the user named (following symlinks, devices welcome), or to
+    stdout for '-'. Unlike agctl's own documents, this file is the user's: it is opened and
+    written in place, with their umask."""
     if target == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return
-    from agctl.fsio import write_atomic
+    from agctl.errors import StoreError
 
-    write_atomic(Path(target).absolute(), data)
+    try:
+        with open(target, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise StoreError(f"cannot write {target}: {exc.strerror}") from None

@@ -46,15 +46,12 @@ def show(app: App, profile: str | None, model: str | None) -> None:
       agctl config show
       agctl config show --profile deepseek --json
     """
-    from agctl.config import ConfigStore, mask, resolve
+    from agctl.config import ConfigStore, mask_secrets, resolve
     from agctl.errors import AgctlError
 
     config_store = ConfigStore()
     config = config_store.load()
-    data: dict[str, Any] = config.model_dump(mode="json", exclude_none=True)
-    for entry in data.get("profiles", {}).values():
-        if entry.get("api_key"):
-            entry["api_key"] = mask(entry["api_key"])
+    data: dict[str, Any] = mask_secrets(config.model_dump(mode="json", exclude_none=True))
     session = None
     with contextlib.suppress(AgctlError):
         session = app.store.load_session(app.session_id())
@@ -102,11 +99,11 @@ def set_(app: App, key: str, value: str) -> None:
     from agctl.config import ConfigStore
 
     config = ConfigStore().set(key, value)
-    node: Any = config.model_dump(mode="json")
+    from agctl.config import mask, mask_secrets
+
+    node: Any = mask_secrets(config.model_dump(mode="json"))
     for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
-    if "api_key" in key:
-        from agctl.config import mask
-
+    if key.endswith("api_key") or ".headers." in key:
         node = mask(str(node))
     app.done({"key": key, "value": node}, text=f"{key} = {node}")

@@ -66,7 +66,7 @@ def add(
       printf %s "$KEY" | agctl profile add ds --preset deepseek --api-key -
       agctl profile add vllm --base-url http://gpu-box:8000/v1 --model qwen2.5
     """
-    from agctl.config import ConfigStore, Profile
+    from agctl.config import ConfigStore, profile_from
 
     parsed: dict[str, str] = {}
     for header in headers:
@@ -76,7 +76,7 @@ def add(
         parsed[key.strip()] = value.strip()
     if api_key == "-":
         api_key = text_argument("-", "the API key").strip()
-    profile = Profile.model_validate(
+    profile = profile_from(
         {
             "provider": provider,
             "preset": preset,

@@ -52,7 +52,12 @@ def load_script(path: Path) -> list[ScriptedReply]:
         if isinstance(item, str):
             replies.append(ScriptedReply(content=item))
         elif isinstance(item, dict) and ("content" in item or "tool_calls" in item):
+            for field in ("content", "reasoning"):
+                if item.get(field) is not None and not isinstance(item[field], str):
+                    raise InvalidInput(f"{path}: reply {number}: {field} must be a string")
             calls = item.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise InvalidInput(f"{path}: reply {number}: tool_calls must be a list")
             if not all(isinstance(c, dict) and "name" in c for c in calls):
                 raise InvalidInput(f"{path}: reply {number}: each tool call needs a name")
             replies.append(

@@ -228,6 +228,12 @@ class OpenAIProvider:
         error = self._error(f"request to {self.url} {kind} {phase}: {exc or type(exc).__name__}")
         return error if started else _Retry(error)
 
+    def _fatal_transport(self, exc: Exception) -> bool:
+        """Errors no retry can fix: a URL agctl cannot speak to."""
+        import httpx
+
+        return isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError)
+
     def _complete(self, request: ChatRequest) -> Iterator[Event]:
         import httpx
 
@@ -237,6 +243,8 @@ class OpenAIProvider:
             )
             body = response.content
         except httpx.TransportError as exc:
+            if self._fatal_transport(exc):
+                raise self._error(f"cannot send to {self.url}: {exc}") from None
             raise self._transport_error(exc, started=False) from None
         if response.status_code != 200:
             raise self._status_error(response, body)
@@ -281,5 +289,7 @@ class OpenAIProvider:
                     started = started or bool(events)
                     yield from events
         except httpx.TransportError as exc:
+            if self._fatal_transport(exc):
+                raise self._error(f"cannot send to {self.url}: {exc}") from None
             raise self._transport_error(exc, started) from None
         raise self._error(f"the stream from {self.url} ended before [DONE]")
