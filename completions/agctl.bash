@@ -1,8 +1,16 @@
 _agctl_completion() {
     local IFS=$'\n'
-    local response
+    local response cur words cword
+    # Rebuild the words bash split at '=' and ':' (as in --session=ID or model:tag).
+    if declare -F _get_comp_words_by_ref >/dev/null; then
+        _get_comp_words_by_ref -n =: cur words cword
+    else
+        cur="${COMP_WORDS[COMP_CWORD]}"
+        words=("${COMP_WORDS[@]}")
+        cword=$COMP_CWORD
+    fi
 
-    response=$(env COMP_WORDS="${COMP_WORDS[*]}" COMP_CWORD=$COMP_CWORD _AGCTL_COMPLETE=bash_complete $1)
+    response=$(env COMP_WORDS="${words[*]}" COMP_CWORD=$cword _AGCTL_COMPLETE=bash_complete $1)
 
     for completion in $response; do
         IFS=',' read type value <<< "$completion"
@@ -18,6 +26,10 @@ _agctl_completion() {
         fi
     done
 
+    # Readline replaces only what follows the last ':'; drop what is already typed.
+    if declare -F __ltrim_colon_completions >/dev/null; then
+        __ltrim_colon_completions "$cur"
+    fi
     return 0
 }
 

@@ -31,7 +31,6 @@ import termios
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -335,12 +334,6 @@ def test_bash_real_tab(world: World) -> None:
 
 
 @needs_bash
-@pytest.mark.xfail(
-    reason="BUG: bash splits the word at '=' and ':' (COMP_WORDBREAKS) and Click's bash "
-    "script passes the split words on, so `--session=other` is not seen and `qwen2.5:` is "
-    "not a model prefix; nothing is offered (pallets/click#2847)",
-    strict=True,
-)
 @pytest.mark.parametrize(
     ("typed", "completed"),
     [
@@ -488,31 +481,18 @@ def test_zsh_real_tab(world: World) -> None:
 
 
 @needs_zsh
-@pytest.mark.xfail(
-    reason="BUG: zsh completes the value of `--session=oth` to `other` but replaces the whole "
-    "word, so the line becomes `agctl slot use other`, another command (pallets/click#2847)",
-    strict=True,
-)
 def test_zsh_real_tab_session_option_with_equals(world: World) -> None:
     (block,) = zsh_tab(world, "zsh-tab-equals", "source", [b"agctl slot use --session=oth\t"])
     assert buffer_of(block) == "agctl slot use --session=other "
 
 
 @needs_zsh
-@pytest.mark.xfail(
-    reason="BUG: installed in $fpath as `agctl completion zsh` documents, the second TAB of a "
-    "shell offers nothing: the autoloaded _agctl only re-runs `compdef` when called again "
-    "(Click's zsh template); from the third TAB on it works",
-    strict=True,
-)
 def test_zsh_real_tab_autoloaded_from_fpath_every_time(world: World) -> None:
     blocks = zsh_tab(world, "zsh-tab-fpath", "fpath", [b"agctl slot use \t"] * 3)
     assert [sorted(hits(b)) for b in blocks] == [sorted(world.slots)] * 3
 
 
 # --- fish --------------------------------------------------------------------------------
-
-FISH_BROKEN = version("click") in ("8.4.0", "8.4.1")
 
 
 def fish_complete(world: World, line: str) -> list[str]:
@@ -530,24 +510,13 @@ def fish_complete(world: World, line: str) -> list[str]:
     return sorted(candidate.split("\t")[0] for candidate in result.stdout.splitlines())
 
 
-fish_bug = pytest.mark.xfail(
-    FISH_BROKEN,
-    reason="BUG: Click 8.4.0 and 8.4.1 (pyproject allows click>=8.2) generate a fish script "
-    "that fails to parse its own output, so every completion errors and offers nothing "
-    "(pallets/click#3502, fixed in 8.4.2)",
-    strict=True,
-)
-
-
 @needs_fish
-@fish_bug
 def test_fish_slot_use_gives_the_real_slot_names(world: World) -> None:
     assert fish_complete(world, "agctl slot use ") == sorted(world.slots)
     assert fish_complete(world, "agctl -s other slot use ") == sorted(world.other_slots)
 
 
 @needs_fish
-@fish_bug
 def test_fish_ckpt_rollback_gives_the_real_checkpoint_ids(world: World) -> None:
     assert fish_complete(world, "agctl ckpt rollback ") == sorted(world.checkpoints)
 
