@@ -7,13 +7,14 @@ standard library's json: no pydantic, no httpx, no agctl.store.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from click.shell_completion import CompletionItem
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 
 def _root_params(ctx: click.Context) -> dict[str, Any]:
@@ -30,6 +31,8 @@ def data_dir(ctx: click.Context) -> Path:
 
 
 def _read_json(path: Path) -> Any:
+    import json
+
     try:
         with open(path, "rb") as handle:
             return json.load(handle)
@@ -70,6 +73,8 @@ def complete_sessions(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[CompletionItem]:
     """Session ids, described by their title or system prompt."""
+    from click.shell_completion import CompletionItem
+
     root = data_dir(ctx)
     items = []
     for sid in _session_ids(root):
@@ -85,6 +90,8 @@ def complete_slots(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[CompletionItem]:
     """Slot names of the selected session."""
+    from click.shell_completion import CompletionItem
+
     sid = selected_session(ctx)
     if sid is None:
         return []
@@ -100,6 +107,10 @@ def complete_checkpoints(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[CompletionItem]:
     """Checkpoint ids of the selected session, newest first, described by turn and label."""
+    import json
+
+    from click.shell_completion import CompletionItem
+
     sid = selected_session(ctx)
     if sid is None:
         return []
@@ -150,6 +161,8 @@ def complete_profiles(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[CompletionItem]:
     """Profiles of the config, then the presets (usable as profiles)."""
+    from click.shell_completion import CompletionItem
+
     profiles = _config(ctx).get("profiles") or {}
     items = [CompletionItem(name, help="profile") for name in sorted(profiles)]
     items += [CompletionItem(name, help="preset") for name in PRESET_NAMES if name not in profiles]
@@ -160,6 +173,8 @@ def complete_models(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[CompletionItem]:
     """Models named in the config: profiles' models, priced models, windows."""
+    from click.shell_completion import CompletionItem
+
     config = _config(ctx)
     names = {p.get("model") for p in (config.get("profiles") or {}).values() if isinstance(p, dict)}
     names |= set(config.get("prices") or {}) | set(config.get("context_windows") or {})
