@@ -1,0 +1,251 @@
+"""All of agctl's benchmarks in one table, each next to a reference measured in the same run.
+
+Usage: python bench/run.py [--runs N] [--quick] [--json]
+Medians over N runs (default 11); these machines are shared and noisy, so every figure is
+given as a ratio to its reference as well. Never part of the test suite's pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from timing import median_wall
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from checkpoints import measure as measure_checkpoints
+from fake_openai import FakeOpenAI
+from tokens import corpus
+from turn import fill
+
+from agctl.store import Store
+from agctl.tokens import estimate_text
+
+AGCTL = [sys.executable, "-m", "agctl"]
+
+
+def row(
+    name: str,
+    value: float,
+    unit: str,
+    reference: str,
+    ratio: float | None,
+    target: str,
+    met: bool | None,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "value": value,
+        "unit": unit,
+        "reference": reference,
+        "ratio": ratio,
+        "target": target,
+        "met": met,
+    }
+
+
+def startup(runs: int) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(tmp)
+        for i in range(100):
+            store.create_session(f"s{i:03d}")
+        for name in ("alpha", "beta"):
+            store.create_slot("s000", name)
+        store.set_current_session("s000")
+        env = {**os.environ, "AGCTL_DATA_DIR": tmp}
+        click = median_wall([sys.executable, "-c", "import click"], env, runs)
+        helps = median_wall([*AGCTL, "--help"], env, runs)
+        listing = median_wall([*AGCTL, "session", "list"], env, runs)
+        tab_env = {
+            **env,
+            "_AGCTL_COMPLETE": "bash_complete",
+            "COMP_WORDS": "agctl slot use ",
+            "COMP_CWORD": "3",
+        }
+        tab = median_wall(AGCTL, tab_env, runs)
+    ref = f"import click {click * 1000:.0f} ms"
+    return [
+        row(
+            "agctl --help", helps * 1000, "ms", ref, helps / click, "<= 1.3x", helps / click <= 1.3
+        ),
+        row(
+            "agctl session list (100 sessions)",
+            listing * 1000,
+            "ms",
+            ref,
+            listing / click,
+            "(shown)",
+            None,
+        ),
+        row(
+            "TAB: agctl slot use <TAB>",
+            tab * 1000,
+            "ms",
+            ref,
+            tab / click,
+            "<= 1.5x",
+            tab / click <= 1.5,
+        ),
+    ]
+
+
+def turns(runs: int, sizes: list[int]) -> list[dict[str, Any]]:
+    results: dict[int, float] = {}
+    with tempfile.TemporaryDirectory() as tmp, FakeOpenAI() as server:
+        config = Path(tmp) / "config.json"
+        config.write_text(json.dumps({"context_windows": {"fake-model": 100_000_000}}))
+        env = {
+            **os.environ,
+            "AGCTL_DATA_DIR": tmp,
+            "AGCTL_CONFIG": str(config),
+            "AGCTL_PROVIDER": "openai",
+            "AGCTL_BASE_URL": server.base_url,
+            "AGCTL_MODEL": "fake-model",
+            "AGCTL_API_KEY": "bench-key",
+        }
+        floor = median_wall([sys.executable, "-c", "import click, pydantic, httpx"], env, runs)
+        store = Store(tmp)
+        for size in sizes:
+            fill(store, f"s{size}", size)
+            argv = [*AGCTL, "-s", f"s{size}", "turn", "send", "hi", "--no-stream"]
+            results[size] = median_wall(argv, env, runs)
+    ref = f"import click, pydantic, httpx {floor * 1000:.0f} ms"
+    small = results[sizes[0]]
+    out = [
+        row(
+            f"turn send, {sizes[0]} messages",
+            small * 1000,
+            "ms",
+            ref,
+            small / floor,
+            "<= 2x floor",
+            small / floor <= 2,
+        )
+    ]
+    for size in sizes[1:]:
+        ratio = results[size] / small
+        target = "<= 1.25x of 10" if size == sizes[-1] else "(shown)"
+        out.append(
+            row(
+                f"turn send, {size} messages",
+                results[size] * 1000,
+                "ms",
+                f"{sizes[0]}-message turn",
+                ratio,
+                target,
+                ratio <= 1.25 if size == sizes[-1] else None,
+            )
+        )
+    return out
+
+
+def replay(count: int) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        transcript = Path(tmp) / "t.jsonl"
+        transcript.write_text(
+            "".join(json.dumps({"input": f"question {i}: what next?"}) + "\n" for i in range(count))
+        )
+        config = Path(tmp) / "config.json"
+        config.write_text(json.dumps({"context_windows": {"offline": 100_000_000}}))
+        env = {**os.environ, "AGCTL_DATA_DIR": tmp, "AGCTL_CONFIG": str(config)}
+        subprocess.run([*AGCTL, "session", "new", "r"], env=env, check=True, capture_output=True)
+        started = time.perf_counter()
+        done = subprocess.run(
+            [*AGCTL, "turn", "replay", str(transcript), "--json"],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        wall = time.perf_counter() - started
+    summary = json.loads(done.stdout.splitlines()[-1])
+    rate = float(summary["turns_per_second"])
+    return [
+        row(
+            f"turn replay, {count} turns, auto checkpoints",
+            rate,
+            "turns/s",
+            f"whole command {wall:.1f} s",
+            None,
+            ">= 300",
+            rate >= 300,
+        )
+    ]
+
+
+def storage(turns_count: int) -> list[dict[str, Any]]:
+    result = measure_checkpoints(turns_count, 1)
+    ratio = result["ratio"]
+    return [
+        row(
+            f"checkpoints after {turns_count} turns",
+            result["checkpoint_bytes"] / 1024,
+            "KB",
+            f"live state {result['live_bytes'] / 1024:.0f} KB",
+            ratio,
+            "<= 3x",
+            ratio <= 3,
+        )
+    ]
+
+
+def tokens() -> list[dict[str, Any]]:
+    text = corpus(10)
+    size = len(text.encode()) / 1e6
+    samples = []
+    for _ in range(5):
+        started = time.perf_counter()
+        estimate_text(text)
+        samples.append(time.perf_counter() - started)
+    best = sorted(samples)[len(samples) // 2]
+    return [
+        row(
+            "token estimation, 10 MB mixed",
+            size / best,
+            "MB/s",
+            f"{best * 1000:.1f} ms",
+            None,
+            "10 MB well under 1 s",
+            best < 0.5,
+        )
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=11)
+    parser.add_argument("--quick", action="store_true", help="Smaller sizes, fewer runs.")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    runs = 3 if args.quick else args.runs
+    sizes = [10, 100] if args.quick else [10, 100, 1000, 5000]
+    rows = [
+        *startup(runs),
+        *turns(runs, sizes),
+        *replay(100 if args.quick else 1000),
+        *storage(100 if args.quick else 1000),
+        *tokens(),
+    ]
+    if args.json:
+        print(json.dumps({"runs": runs, "rows": rows}, indent=2))
+        return
+    print(f"{'benchmark':42} {'value':>10} {'unit':8} {'ratio':>6}  {'target':14} met  reference")
+    for r in rows:
+        ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
+        met = {True: "yes", False: "NO", None: "-"}[r["met"]]
+        print(
+            f"{r['name']:42} {r['value']:10.1f} {r['unit']:8} {ratio:>6}  {r['target']:14} "
+            f"{met:4} {r['reference']}"
+        )
+
+
+if __name__ == "__main__":
+    main()
