@@ -177,3 +177,28 @@ def test_importtime_of_help_and_version(env: dict[str, str], args: list[str]) ->
     assert "click" in modules
     assert "agctl.cli" in modules
     assert {m for m in modules if m.split(".")[0] in ("httpx", "pydantic")} == set()
+
+
+def test_a_turn_does_not_load_trio(env: dict[str, str], session: str) -> None:
+    """httpcore imports trio (~80 ms) just to detect it; the command line never runs it."""
+    openai = {
+        **env,
+        "AGCTL_PROVIDER": "openai",
+        "AGCTL_BASE_URL": "http://127.0.0.1:9/v1",
+        "AGCTL_MODEL": "m",
+    }
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "agctl", "turn", "send", "hi"],
+        capture_output=True,
+        env={**openai, "AGCTL_CONFIG": str(Path(env["AGCTL_DATA_DIR"]) / "c.json")},
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 6, result.stderr  # nothing listens on port 9
+    modules = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in result.stderr.decode().splitlines()
+        if line.startswith("import time:")
+    }
+    assert "httpcore" in modules
+    assert not any(m.startswith("trio.") for m in modules)

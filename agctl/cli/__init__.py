@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -163,5 +164,8 @@ def cli(
 
 
 def main(*args: Any, **kwargs: Any) -> Any:
+    # agctl's HTTP is synchronous, yet httpcore imports trio, when installed, just to
+    # detect it: about 80 ms of every turn. The command line never runs trio.
+    sys.modules.setdefault("trio", None)  # type: ignore[arg-type]
     kwargs.setdefault("prog_name", "agctl")
     return cli.main(*args, **kwargs)
