@@ -1,0 +1,607 @@
+"""`agctl turn replay`: transcripts parsed and validated, replayed in one process, checked.
+
+The offline provider and its `--script` replies are deterministic, so recording a
+cassette and replaying it against a fresh session needs no network.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import Result
+
+from agctl.checkpoints import Checkpointer
+from agctl.errors import InvalidInput, ProviderError
+from agctl.interchange import export_messages
+from agctl.models import Message, utcnow
+from agctl.providers.base import ChatRequest, Event, TextDelta
+from agctl.providers.offline import OfflineProvider, ScriptedReply
+from agctl.replay import (
+    CheckMode,
+    TranscriptTurn,
+    TurnOutcome,
+    matches,
+    mismatch_diff,
+    parse_transcript,
+    replay,
+)
+from agctl.store import Store
+from agctl.turns import TurnOptions, prepare_turn
+
+Run = Callable[..., Result]
+
+EXIT_DATA, EXIT_PROVIDER, EXIT_CHECK_FAILED = 5, 6, 8
+OPTIONS = TurnOptions(model="offline", checkpoint=False)
+
+
+# ---- helpers ---------------------------------------------------------------------------
+
+
+def ok(result: Result) -> Result:
+    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def jsonl(lines: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def write_jsonl(path: Path, lines: list[dict[str, Any]]) -> Path:
+    path.write_text(jsonl(lines))
+    return path
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def chat(store: Store, session: str, slot: str = "default") -> list[tuple[str, str]]:
+    return [(m.role, m.text()) for m in store.load_slot(session, slot).messages]
+
+
+def cassette_entries(path: Path) -> list[dict[str, Any]]:
+    return json_lines(path.read_text())
+
+
+def script(path: Path, replies: list[str]) -> Path:
+    path.write_text(json.dumps(replies))
+    return path
+
+
+# ---- parsing ---------------------------------------------------------------------------
+
+
+def test_a_line_with_every_optional_field() -> None:
+    line = {
+        "input": "Summarise.",
+        "expect": "A summary.",
+        "slot": "plan-b",
+        "model": "gpt-test",
+        "system": "Be terse.",
+        "scratch": ["note 1", "note 2"],
+        "temperature": 0.5,
+        "max_tokens": 64,
+    }
+    assert parse_transcript(jsonl([line]).encode()) == [TranscriptTurn(**line)]
+
+
+def test_only_input_is_required_and_blank_lines_are_skipped() -> None:
+    data = b'\n{"input": "one"}\n   \n\n{"input": "two", "expect": "2"}\n\n'
+    turns = parse_transcript(data)
+    assert [(t.input, t.expect, t.slot, t.scratch) for t in turns] == [
+        ("one", None, None, []),
+        ("two", "2", None, []),
+    ]
+
+
+@pytest.mark.xfail(
+    reason="BUG: {**item, 'input': item.pop('prompt')} copies 'prompt' before popping it, "
+    "so every line using the 'prompt' alias is refused as an unknown field",
+    strict=True,
+)
+def test_prompt_is_an_alias_for_input() -> None:
+    turns = parse_transcript(b'{"prompt": "hello", "expect": "hi"}\n')
+    assert [(t.input, t.expect) for t in turns] == [("hello", "hi")]
+
+
+def test_an_exported_openai_array_gives_user_turns_and_expected_replies() -> None:
+    exported = [
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "a1"},
+        {"role": "assistant", "content": "a1, continued"},
+        {"role": "user", "content": "q2"},
+        {"role": "assistant", "content": "a2"},
+        {"role": "user", "content": "q3"},
+    ]
+    turns = parse_transcript(json.dumps(exported, indent=2).encode())
+    assert [(t.input, t.expect) for t in turns] == [("q1", "a1"), ("q2", "a2"), ("q3", None)]
+
+
+def test_exported_json_lines_with_metadata_give_the_same_turns() -> None:
+    now = utcnow()
+    messages = [
+        Message(role="system", content="rules", created_at=now),
+        Message(role="user", content="q1", created_at=now, tokens=3),
+        Message(role="assistant", content="a1", created_at=now, model="m", tokens=4),
+        Message(role="user", content="q2\nsecond line", created_at=now),
+        Message(role="assistant", content="a2", created_at=now, model="m"),
+    ]
+    data = export_messages(messages, "jsonl").replace(b"\n", b"\n\n", 1)  # and a blank line
+    turns = parse_transcript(data)
+    assert [(t.input, t.expect) for t in turns] == [("q1", "a1"), ("q2\nsecond line", "a2")]
+
+
+@pytest.mark.parametrize(
+    ("data", "needles"),
+    [
+        (b'{"input": "a"}\n\n{"input": "b"\n', ["line 3", "not valid JSON"]),
+        (b'{"input": "a"}\n{"input": "b", "expected": "c"}\n', ["line 2", "expected"]),
+        (b'{"input": "a"}\n{"expect": "c"}\n', ["line 2", "input", "required"]),
+        (b'{"input": 3}\n', ["line 1", "input", "string"]),
+        (b'{"input": ""}\n', ["line 1", "input"]),
+        (b'{"input": "a"}\n{"input": "b", "scratch": "x"}\n', ["line 2", "scratch", "list"]),
+        (b'{"input": "a", "expect": 5}\n', ["line 1", "expect", "string"]),
+        (b'{"input": "a", "temperature": 3}\n', ["line 1", "temperature"]),
+        (b'{"input": "a", "max_tokens": 0}\n', ["line 1", "max_tokens"]),
+        (b'{"input": "a"}\n"just a string"\n', ["line 2", "dictionary"]),
+        (b"", ["no turns"]),
+        (b"\n  \n\n", ["no turns"]),
+    ],
+    ids=[
+        "bad-json",
+        "unknown-field",
+        "missing-input",
+        "input-not-string",
+        "empty-input",
+        "scratch-not-list",
+        "expect-not-string",
+        "temperature-out-of-range",
+        "max-tokens-zero",
+        "not-an-object",
+        "empty-file",
+        "blank-file",
+    ],
+)
+def test_every_error_names_the_line(data: bytes, needles: list[str]) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_transcript(data, "chat.jsonl")
+    message = str(caught.value)
+    assert message.startswith("chat.jsonl: ")
+    for needle in needles:
+        assert needle in message
+
+
+@pytest.mark.xfail(
+    reason="BUG: an exported slot with no user message ([] or only assistant messages) "
+    "parses to zero turns, so `turn replay --check` passes vacuously; JSON lines say 'no turns'",
+    strict=True,
+)
+@pytest.mark.parametrize("data", [b"[]", b'[{"role": "assistant", "content": "hi"}]'])
+def test_an_export_without_user_messages_is_refused(data: bytes) -> None:
+    with pytest.raises(InvalidInput, match="no turns"):
+        parse_transcript(data, "chat.json")
+
+
+@pytest.mark.xfail(
+    reason="BUG: an invalid message in a JSON lines export is reported as "
+    "'message N' (0-based, blank lines not counted), not by its line",
+    strict=True,
+)
+def test_an_invalid_message_in_an_exported_json_lines_slot_names_its_line() -> None:
+    data = b'{"role": "user", "content": "a"}\n\n{"role": "bot", "content": "b"}\n'
+    with pytest.raises(InvalidInput, match="line 3"):
+        parse_transcript(data, "chat.jsonl")
+
+
+# ---- checks ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected", "mode", "matched"),
+    [
+        ("Hello there", "Hello there", "exact", True),
+        ("Hello there", "Hello there ", "exact", False),
+        ("Hello there", "hello there", "exact", False),
+        ("Hello there", "lo th", "contains", True),
+        ("Hello there", "", "contains", True),
+        ("Hello there", "bye", "contains", False),
+        ("Hello there", r"^H\w+ t", "regex", True),
+        ("line one\nline two", r"one.line", "regex", True),  # DOTALL: '.' crosses lines
+        ("Hello there", r"^there", "regex", False),
+    ],
+)
+def test_matches(reply: str, expected: str, mode: CheckMode, matched: bool) -> None:
+    assert matches(reply, expected, mode) is matched
+
+
+def test_mismatch_diff_is_a_unified_diff_of_expected_against_received() -> None:
+    diff = mismatch_diff("one\ntwo\nthree", "one\n2\nthree")
+    assert diff == "--- expected\n+++ received\n@@ -1,3 +1,3 @@\n one\n-two\n+2\n three"
+    assert mismatch_diff("same", "same") == ""
+
+
+# ---- the library -----------------------------------------------------------------------
+
+
+def test_replay_reports_each_turn_and_counts_mismatches(store: Store) -> None:
+    store.create_session("s")
+    turns = [
+        TranscriptTurn(input="a", expect="alpha"),
+        TranscriptTurn(input="b", expect="BETA"),
+        TranscriptTurn(input="c"),
+    ]
+    seen: list[dict[str, Any]] = []
+    provider = OfflineProvider([ScriptedReply("alpha"), ScriptedReply("beta"), ScriptedReply("c")])
+    summary = replay(
+        store,
+        "s",
+        turns,
+        provider,
+        OPTIONS,
+        check="exact",
+        on_turn=lambda o: seen.append(o.to_dict()),
+    )
+    assert [(t["turn"], t["reply"], t.get("matched")) for t in seen] == [
+        (1, "alpha", True),
+        (2, "beta", False),
+        (3, "c", None),
+    ]
+    assert seen[1]["expected"] == "BETA" and seen[1]["slot"] == "default"
+    result = summary.to_dict()
+    assert {k: result[k] for k in ("turns", "sent", "checked", "matched", "mismatched")} == {
+        "turns": 3,
+        "sent": 3,
+        "checked": 2,
+        "matched": 1,
+        "mismatched": [2],
+    }
+    assert summary.first_mismatch is not None and summary.first_mismatch.number == 2
+    assert chat(store, "s") == [
+        ("user", "a"),
+        ("assistant", "alpha"),
+        ("user", "b"),
+        ("assistant", "beta"),
+        ("user", "c"),
+        ("assistant", "c"),
+    ]
+
+
+def test_replay_without_check_counts_nothing_as_checked(store: Store) -> None:
+    store.create_session("s")
+    turns = [TranscriptTurn(input="a", expect="not this")]
+    summary = replay(store, "s", turns, OfflineProvider(), OPTIONS)
+    assert (summary.sent, summary.checked, summary.mismatched) == (1, 0, [])
+
+
+def test_a_failed_turn_is_reported_then_stops_the_replay(store: Store) -> None:
+    store.create_session("s")
+
+    class FailsOnSecondTurn:
+        name = "flaky"
+
+        def stream(self, request: ChatRequest) -> Iterator[Event]:
+            if request.context.turn == 2:
+                raise ProviderError("the server went away")
+            yield TextDelta("fine")
+
+    outcomes: list[TurnOutcome] = []
+    turns = [TranscriptTurn(input=text) for text in ("one", "two", "three")]
+    with pytest.raises(ProviderError, match="went away"):
+        replay(store, "s", turns, FailsOnSecondTurn(), OPTIONS, on_turn=outcomes.append)
+    assert [(o.number, o.error) for o in outcomes] == [(1, None), (2, "the server went away")]
+    assert chat(store, "s") == [("user", "one"), ("assistant", "fine")]
+    assert store.load_draft("s").prompt == "two"
+
+
+# ---- the command -----------------------------------------------------------------------
+
+
+def test_record_then_replay_thirty_turns_with_check(run: Run, store: Store, tmp_path: Path) -> None:
+    inputs = [f"question {n}: what about case {n * 7}?" for n in range(1, 31)]
+    inputs[9] = "a question\nover two lines"
+    plain = write_jsonl(tmp_path / "plain.jsonl", [{"input": text} for text in inputs])
+    # Canned replies the default offline provider would never give: the replay below can
+    # only reproduce them from the cassette.
+    answers = script(tmp_path / "answers.json", [f"answer {n} of 30" for n in range(1, 31)])
+    cassette = tmp_path / "chat.cassette"
+    ok(run("session", "new", "recorded"))
+    recording = ["turn", "replay", str(plain), "--script", str(answers), "--record", str(cassette)]
+    recorded = json_lines(ok(run(*recording, "--json")).stdout)
+    turn_lines, summary = recorded[:-1], recorded[-1]
+    assert [line["type"] for line in turn_lines] == ["turn"] * 30
+    assert [line["input"] for line in turn_lines] == inputs
+    assert turn_lines[29]["reply"] == "answer 30 of 30"
+    assert summary["type"] == "summary" and summary["sent"] == 30
+    assert len(cassette_entries(cassette)) == 30
+
+    expected = [{"input": line["input"], "expect": line["reply"]} for line in turn_lines]
+    transcript = write_jsonl(tmp_path / "checked.jsonl", expected)
+    ok(run("session", "new", "fresh"))
+    result = ok(run("turn", "replay", str(transcript), "--cassette", str(cassette), "--check"))
+    assert "30 turns replayed" in result.stdout
+    assert "30 checked, 30 matched" in result.stdout and "differ" not in result.stdout
+    assert result.stderr == ""
+    assert chat(store, "fresh") == chat(store, "recorded")
+    assert len(chat(store, "fresh")) == 60
+    assert store.load_session("fresh").turn_count == 30
+
+
+def test_per_turn_options_reach_the_request(run: Run, store: Store, tmp_path: Path) -> None:
+    ok(run("session", "new", "s"))
+    ok(run("slot", "new", "other"))
+    transcript = write_jsonl(
+        tmp_path / "t.jsonl",
+        [
+            {"input": "to default"},
+            {"input": "to other", "slot": "other"},
+            {"input": "with model", "model": "gpt-test"},
+            {"input": "with system", "system": "Answer in French."},
+            {"input": "with scratch", "scratch": ["note one", "note two"]},
+            {"input": "with params", "temperature": 0.5, "max_tokens": 64},
+        ],
+    )
+    cassette = tmp_path / "c.cassette"
+    ok(run("turn", "replay", str(transcript), "--record", str(cassette)))
+    requests = [entry["request"] for entry in cassette_entries(cassette)]
+    assert len(requests) == 6
+
+    assert chat(store, "s", "other")[0] == ("user", "to other")
+    assert len(chat(store, "s", "other")) == 2
+    assert requests[1]["messages"] == [{"role": "user", "content": "to other"}]
+    assert [user for role, user in chat(store, "s") if role == "user"] == [
+        "to default",
+        "with model",
+        "with system",
+        "with scratch",
+        "with params",
+    ]
+
+    assert [r["model"] for r in requests] == ["offline", "offline", "gpt-test", *["offline"] * 3]
+    assert store.load_slot("s").messages[3].model == "gpt-test"
+
+    assert requests[3]["messages"][0] == {"role": "system", "content": "Answer in French."}
+    assert all(m["role"] != "system" for r in requests[:3] + requests[5:] for m in r["messages"])
+
+    assert requests[4]["messages"][-3:] == [
+        {"role": "system", "content": "note one"},
+        {"role": "system", "content": "note two"},
+        {"role": "user", "content": "with scratch"},
+    ]
+    assert requests[5]["params"] == {"temperature": 0.5, "max_tokens": 64}
+    assert all(r["params"] == {} for r in requests[:5])
+
+    stored = [text for _, text in chat(store, "s")]
+    assert not any(t in stored for t in ("Answer in French.", "note one", "note two"))
+
+
+def test_the_slot_option_is_the_default_and_a_turns_slot_wins(
+    run: Run, store: Store, tmp_path: Path
+) -> None:
+    ok(run("session", "new", "s"))
+    ok(run("slot", "new", "b"))
+    transcript = write_jsonl(
+        tmp_path / "t.jsonl", [{"input": "one"}, {"input": "two", "slot": "default"}]
+    )
+    ok(run("turn", "replay", str(transcript), "--slot", "b"))
+    assert [text for role, text in chat(store, "s", "b") if role == "user"] == ["one"]
+    assert [text for role, text in chat(store, "s") if role == "user"] == ["two"]
+
+
+REPLIES = ["alpha", "beta\nsecond line", "gamma", "delta", "epsilon"]
+EXPECTS: dict[str, list[str | None]] = {
+    "exact": ["alpha", "beta\nother line", "gamma", "DELTA", None],
+    "contains": ["lph", "zzz", "amm", "x", None],
+    "regex": [r"^al.*a$", r"^gamma", r"g.m+a", r"\d", None],
+}
+
+
+def mismatch_transcript(path: Path, mode: str) -> Path:
+    lines = []
+    for text, expect in zip("abcde", EXPECTS[mode], strict=True):
+        line: dict[str, Any] = {"input": text}
+        if expect is not None:
+            line["expect"] = expect
+        lines.append(line)
+    return write_jsonl(path, lines)
+
+
+@pytest.mark.parametrize("mode", ["exact", "contains", "regex"])
+def test_a_mismatch_fails_after_every_turn_with_a_diff_and_a_summary(
+    mode: str, run: Run, store: Store, tmp_path: Path
+) -> None:
+    ok(run("session", "new", "s"))
+    transcript = mismatch_transcript(tmp_path / "t.jsonl", mode)
+    replies = script(tmp_path / "replies.json", REPLIES)
+    result = run(
+        "turn", "replay", str(transcript), "--script", str(replies), "--check", "--check-mode", mode
+    )
+    assert result.exit_code == EXIT_CHECK_FAILED, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    # every turn was sent, the mismatches did not stop the replay
+    assert store.load_session("s").turn_count == 5
+    assert [text for role, text in chat(store, "s") if role == "assistant"] == REPLIES
+    assert "5 turns replayed" in result.stdout
+    assert "4 checked, 2 matched, 2 differ" in result.stdout
+    # the first mismatch, as a unified diff, on stderr; the second only in the summary
+    expected = EXPECTS[mode][1]
+    assert expected is not None
+    diff = mismatch_diff(expected, REPLIES[1])
+    assert diff.startswith("--- expected\n+++ received\n@@ ")
+    assert "turn 2: 'b'" in result.stderr
+    assert diff in result.stderr
+    assert "+second line\n" in result.stderr
+    assert f"-{EXPECTS[mode][3]}\n" not in result.stderr
+    assert f"2 of 4 replies differ ({mode}); turns: 2, 4" in result.stderr
+    assert diff not in result.stdout
+
+
+def test_an_exact_mismatch_diff_shows_the_changed_line(run: Run, tmp_path: Path) -> None:
+    ok(run("session", "new", "s"))
+    transcript = mismatch_transcript(tmp_path / "t.jsonl", "exact")
+    replies = script(tmp_path / "replies.json", REPLIES)
+    result = run("turn", "replay", str(transcript), "--script", str(replies), "--check")
+    assert result.exit_code == EXIT_CHECK_FAILED
+    expected_diff = (
+        "--- expected\n+++ received\n@@ -1,2 +1,2 @@\n beta\n-other line\n+second line\n"
+    )
+    assert expected_diff in result.stderr
+
+
+def test_json_prints_a_line_per_turn_and_a_summary(run: Run, tmp_path: Path) -> None:
+    ok(run("session", "new", "s"))
+    transcript = mismatch_transcript(tmp_path / "t.jsonl", "exact")
+    replies = script(tmp_path / "replies.json", REPLIES)
+    result = run("turn", "replay", str(transcript), "--script", str(replies), "--check", "--json")
+    assert result.exit_code == EXIT_CHECK_FAILED
+    lines = json_lines(result.stdout)
+    turns, summary = lines[:-1], lines[-1]
+    assert [t["type"] for t in turns] == ["turn"] * 5
+    assert [(t["turn"], t["input"], t["reply"]) for t in turns] == list(
+        zip(range(1, 6), "abcde", REPLIES, strict=True)
+    )
+    assert [t.get("matched") for t in turns] == [True, False, True, False, None]
+    assert "expected" not in turns[4]
+    assert all(t["slot"] == "default" and isinstance(t["usage"], dict) for t in turns)
+    assert summary["type"] == "summary"
+    assert {k: summary[k] for k in ("turns", "sent", "checked", "matched", "mismatched")} == {
+        "turns": 5,
+        "sent": 5,
+        "checked": 4,
+        "matched": 2,
+        "mismatched": [2, 4],
+    }
+    assert "2 of 4 replies differ (exact); turns: 2, 4" in result.stderr
+
+
+def test_a_cassette_miss_stops_the_replay_naming_the_request(
+    run: Run, store: Store, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.cassette"
+    ok(run("session", "new", "recorded"))
+    recorded = write_jsonl(tmp_path / "rec.jsonl", [{"input": "one"}, {"input": "two"}])
+    ok(run("turn", "replay", str(recorded), "--record", str(cassette)))
+
+    ok(run("session", "new", "fresh"))
+    changed = write_jsonl(
+        tmp_path / "changed.jsonl", [{"input": "one"}, {"input": "changed"}, {"input": "three"}]
+    )
+    result = run("turn", "replay", str(changed), "--cassette", str(cassette), "--json")
+    assert result.exit_code == EXIT_PROVIDER, (result.stdout, result.stderr)
+    missed = prepare_turn(store, "fresh", "changed", TurnOptions(model="offline")).request
+    assert f"no recorded response for request {missed.fingerprint()[:12]}" in result.stderr
+    lines = json_lines(result.stdout)
+    assert [line["turn"] for line in lines] == [1, 2]
+    assert "error" not in lines[0] and "no recorded response" in lines[1]["error"]
+    assert chat(store, "fresh") == chat(store, "recorded")[:2]
+    assert store.load_session("fresh").turn_count == 1
+    assert store.load_draft("fresh").prompt == "changed"
+    assert len(cassette_entries(cassette)) == 2
+
+
+def test_a_transcript_on_stdin(run: Run, store: Store) -> None:
+    ok(run("session", "new", "s"))
+    result = ok(run("turn", "replay", "-", input=jsonl([{"input": "one"}, {"input": "two"}])))
+    assert "2 turns replayed" in result.stdout
+    assert [text for role, text in chat(store, "s") if role == "user"] == ["one", "two"]
+
+
+@pytest.mark.parametrize("fmt", ["openai", "jsonl"])
+def test_an_exported_slot_replays_on_stdin_with_check(
+    fmt: str, run: Run, store: Store, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.cassette"
+    ok(run("session", "new", "good"))
+    for text in ("first", "second", "third"):
+        ok(run("turn", "send", text, "--record", str(cassette)))
+    exported = ok(run("msg", "export", "--format", fmt)).stdout
+    ok(run("session", "new", "again"))
+    result = ok(run("turn", "replay", "-", "--cassette", str(cassette), "--check", input=exported))
+    assert "3 checked, 3 matched" in result.stdout
+    assert chat(store, "again") == chat(store, "good")
+
+
+def test_an_invalid_line_sends_nothing(run: Run, store: Store, tmp_path: Path) -> None:
+    ok(run("session", "new", "s"))
+    transcript = write_jsonl(
+        tmp_path / "t.jsonl",
+        [{"input": "one"}, {"input": "two"}, {"input": "three", "expected": "x"}],
+    )
+    cassette = tmp_path / "c.cassette"
+    result = run("turn", "replay", str(transcript), "--record", str(cassette))
+    assert result.exit_code == EXIT_DATA
+    assert result.stdout == ""
+    assert f"{transcript}: line 3: expected" in result.stderr
+    assert store.load_slot("s").messages == []
+    assert store.load_session("s").turn_count == 0
+    assert not cassette.exists()
+    assert Checkpointer(store).summaries("s") == []
+
+
+@pytest.mark.xfail(
+    reason="BUG: an invalid regex in 'expect' with --check-mode regex raises re.error "
+    "(a traceback) after earlier turns were sent, instead of a data error before any is sent",
+    strict=True,
+)
+def test_an_invalid_regex_is_refused_before_anything_is_sent(
+    run: Run, store: Store, tmp_path: Path
+) -> None:
+    ok(run("session", "new", "s"))
+    transcript = write_jsonl(
+        tmp_path / "t.jsonl", [{"input": "one", "expect": "one"}, {"input": "two", "expect": "("}]
+    )
+    result = run("turn", "replay", str(transcript), "--check", "--check-mode", "regex")
+    assert result.exit_code == EXIT_DATA
+    assert "line 2" in result.stderr
+    assert store.load_slot("s").messages == []
+
+
+def test_a_checkpoint_per_turn(run: Run, store: Store, tmp_path: Path) -> None:
+    ok(run("session", "new", "s"))
+    transcript = write_jsonl(tmp_path / "t.jsonl", [{"input": f"t{n}"} for n in range(3)])
+    lines = json_lines(ok(run("turn", "replay", str(transcript), "--json")).stdout)[:-1]
+    per_turn = [line["checkpoint"] for line in lines]
+    assert all(per_turn) and len(set(per_turn)) == 3
+    listed = json.loads(ok(run("ckpt", "list", "--json")).stdout)
+    assert [c["id"] for c in listed][:3] == per_turn[::-1]
+    assert [(c["turn"], c["label"]) for c in listed] == [
+        (3, "after turn 3"),
+        (2, "after turn 2"),
+        (1, "after turn 1"),
+        (0, "before turn 1"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("configured", "flag", "expect_checkpoints"),
+    [
+        (None, "--no-checkpoint", False),
+        ("false", None, False),
+        ("false", "--checkpoint", True),
+    ],
+)
+def test_checkpoints_as_configured_or_asked(
+    configured: str | None,
+    flag: str | None,
+    expect_checkpoints: bool,
+    run: Run,
+    store: Store,
+    tmp_path: Path,
+) -> None:
+    if configured is not None:
+        ok(run("config", "set", "auto_checkpoint", configured))
+    ok(run("session", "new", "s"))
+    transcript = write_jsonl(tmp_path / "t.jsonl", [{"input": "a"}, {"input": "b"}])
+    args = ["turn", "replay", str(transcript), "--json", *([flag] if flag else [])]
+    lines = json_lines(ok(run(*args)).stdout)[:-1]
+    made = Checkpointer(store).summaries("s")
+    if expect_checkpoints:
+        assert all(line["checkpoint"] for line in lines) and len(made) == 3
+    else:
+        assert [line["checkpoint"] for line in lines] == [None, None] and made == []
+    assert store.load_session("s").turn_count == 2
