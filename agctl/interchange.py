@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agctl.errors import AlreadyExists, InvalidInput
+from agctl.errors import AlreadyExists, InvalidId, InvalidInput, SchemaTooNew
 from agctl.ids import validate_id
 from agctl.models import Message, Session, Slot, messages_to_openai
 from agctl.store import Store
@@ -79,11 +79,11 @@ def export_messages(messages: Sequence[Message], fmt: ExportFormat = "openai") -
         calls = [f"{c.function.name}({c.function.arguments})" for c in message.tool_calls or ()]
         if fmt == "markdown":
             title = message.role + (f" ({message.name})" if message.name else "")
-            body = text + "".join(f"\n\n`→ {call}`" for call in calls)
-            blocks.append(f"### {title}\n\n{body}".rstrip() + "\n")
+            parts = [f"### {title}", *([text] if text else []), *(f"`→ {c}`" for c in calls)]
+            blocks.append("\n\n".join(parts) + "\n")
         else:
-            body = text + "".join(f"\n→ {call}" for call in calls)
-            blocks.append(f"{message.role}: {body}".rstrip() + "\n")
+            lines = [*([text] if text else []), *(f"→ {c}" for c in calls)]
+            blocks.append(f"{message.role}: " + "\n".join(lines) + "\n")
     return "\n".join(blocks).encode()
 
 
@@ -100,6 +100,15 @@ class SessionExport(BaseModel):
     checkpoints: list[dict[str, Any]] = Field(
         default_factory=list, description="Checkpoint summaries, for information only."
     )
+
+    @field_validator("schema_version")
+    @classmethod
+    def _not_newer(cls, value: str) -> str:
+        from agctl.schema import parse_version
+
+        if parse_version(value)[0] > 1:
+            raise SchemaTooNew("export", value, "1.0")
+        return value
 
 
 def export_session(store: Store, session_id: str) -> SessionExport:
@@ -136,11 +145,15 @@ def import_session(
     ids = [slot.id for slot in document.slots]
     if len(set(ids)) != len(ids):
         raise InvalidInput(f"{source}: the export holds two slots with the same id")
+    try:
+        validate_id(session.id, "session")
+        for slot_id in ids:
+            validate_id(slot_id, "slot")
+    except InvalidId as exc:
+        raise InvalidInput(f"{source}: {exc}") from None
     if "default" not in ids:
         raise InvalidInput(f"{source}: the export has no 'default' slot, which every session has")
     if session.current_slot not in ids:
         raise InvalidInput(f"{source}: the current slot {session.current_slot!r} is not exported")
-    for slot_id in ids:
-        validate_id(slot_id, "slot")
     store.materialize_session(session, document.slots)
     return session

@@ -39,21 +39,45 @@ class TranscriptTurn(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
 
 
-def _from_messages(items: list[Any], source: str) -> list[TranscriptTurn]:
+def _from_messages(
+    items: list[Any], source: str, numbers: list[int] | None = None
+) -> list[TranscriptTurn]:
+    """Turns from an exported slot; `numbers` are the items' line numbers, if lines."""
     from agctl.interchange import parse_messages
 
-    messages = parse_messages(orjson.dumps(items), "openai", source)
+    if numbers is None:
+        messages = parse_messages(orjson.dumps(items), "openai", source)
+    else:
+        messages = []
+        for number, item in zip(numbers, items, strict=True):
+            try:
+                messages += parse_messages(orjson.dumps([item]), "openai", source)
+            except InvalidInput as exc:
+                detail = str(exc).split(" is invalid: ", 1)[-1]
+                raise InvalidInput(f"{source}: line {number}: {detail}") from None
     turns: list[TranscriptTurn] = []
     for message in messages:
         if message.role == "user":
             turns.append(TranscriptTurn(input=message.text() or " "))
         elif message.role == "assistant" and turns and turns[-1].expect is None:
             turns[-1].expect = message.text()
+    if not turns:
+        raise InvalidInput(f"{source}: no turns (the exported messages hold no user message)")
     return turns
 
 
-def parse_transcript(data: bytes, source: str = "transcript") -> list[TranscriptTurn]:
-    """Every turn, validated before any is sent; an error names the line."""
+def _check_regex(pattern: str, where: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise InvalidInput(f"{where}: the expected reply is not a valid regex: {exc}") from None
+
+
+def parse_transcript(
+    data: bytes, source: str = "transcript", *, regex: bool = False
+) -> list[TranscriptTurn]:
+    """Every turn, validated before any is sent (with `regex`, the expected replies must be
+    valid patterns); an error names the line."""
     try:
         whole = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -68,17 +92,19 @@ def parse_transcript(data: bytes, source: str = "transcript") -> list[Transcript
         except orjson.JSONDecodeError as exc:
             raise InvalidInput(f"{source}: line {number} is not valid JSON: {exc}") from None
     if items and all(isinstance(item, dict) and "role" in item for _, item in items):
-        return _from_messages([item for _, item in items], source)
+        return _from_messages([item for _, item in items], source, [n for n, _ in items])
     turns = []
     for number, item in items:
         if isinstance(item, dict) and "input" not in item and "prompt" in item:
-            item = {**item, "input": item.pop("prompt")}
+            item = {**{k: v for k, v in item.items() if k != "prompt"}, "input": item["prompt"]}
         try:
             turns.append(TranscriptTurn.model_validate(item))
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "line"
             raise InvalidInput(f"{source}: line {number}: {where}: {first['msg']}") from None
+        if regex and turns[-1].expect is not None:
+            _check_regex(turns[-1].expect, f"{source}: line {number}")
     if not turns:
         raise InvalidInput(f"{source}: no turns")
     return turns
@@ -163,6 +189,10 @@ def replay(
     (its error is raised after `on_turn` saw it); mismatches do not."""
     import time
 
+    if check == "regex":
+        for number, turn in enumerate(turns, start=1):
+            if turn.expect is not None:
+                _check_regex(turn.expect, f"turn {number}")
     summary = ReplaySummary(turns=len(turns))
     started = time.perf_counter()
     try:

@@ -126,12 +126,6 @@ def test_text_export(run: Run, chat: str) -> None:
     )
 
 
-@pytest.mark.xfail(
-    reason="BUG (cosmetic): an assistant message with only a tool call leaves a run of "
-    "blank lines in markdown ('### assistant\\n\\n\\n\\n`→ …`') and a trailing space in "
-    "text ('assistant: ')",
-    strict=True,
-)
 @pytest.mark.parametrize("fmt", ["markdown", "text"])
 def test_a_tool_call_without_text_exports_cleanly(fmt: str, run: Run) -> None:
     ok(run("session", "new", "s"))
@@ -278,11 +272,6 @@ def test_an_import_that_is_not_json_is_refused(data: str, run: Run, tmp_path: Pa
     assert nothing_written(tmp_path / "data")
 
 
-@pytest.mark.xfail(
-    reason="BUG: an invalid slot or session id inside an export is reported as a usage "
-    "error (exit 2), not as invalid input (exit 5)",
-    strict=True,
-)
 @pytest.mark.parametrize("where", ["slot", "session"])
 def test_an_invalid_id_inside_an_export_is_a_data_error(
     where: str, run: Run, chat: str, tmp_path: Path
@@ -299,11 +288,6 @@ def test_an_invalid_id_inside_an_export_is_a_data_error(
     assert nothing_written(other)
 
 
-@pytest.mark.xfail(
-    reason="BUG: an export document of a newer major schema_version is imported "
-    "silently; other documents are refused naming both versions",
-    strict=True,
-)
 def test_an_export_of_a_newer_major_version_is_refused(run: Run, chat: str, tmp_path: Path) -> None:
     document = json.loads(ok(run("session", "export")).stdout)
     document["schema_version"] = "9.0"

@@ -99,11 +99,6 @@ def test_only_input_is_required_and_blank_lines_are_skipped() -> None:
     ]
 
 
-@pytest.mark.xfail(
-    reason="BUG: {**item, 'input': item.pop('prompt')} copies 'prompt' before popping it, "
-    "so every line using the 'prompt' alias is refused as an unknown field",
-    strict=True,
-)
 def test_prompt_is_an_alias_for_input() -> None:
     turns = parse_transcript(b'{"prompt": "hello", "expect": "hi"}\n')
     assert [(t.input, t.expect) for t in turns] == [("hello", "hi")]
@@ -177,22 +172,12 @@ def test_every_error_names_the_line(data: bytes, needles: list[str]) -> None:
         assert needle in message
 
 
-@pytest.mark.xfail(
-    reason="BUG: an exported slot with no user message ([] or only assistant messages) "
-    "parses to zero turns, so `turn replay --check` passes vacuously; JSON lines say 'no turns'",
-    strict=True,
-)
 @pytest.mark.parametrize("data", [b"[]", b'[{"role": "assistant", "content": "hi"}]'])
 def test_an_export_without_user_messages_is_refused(data: bytes) -> None:
     with pytest.raises(InvalidInput, match="no turns"):
         parse_transcript(data, "chat.json")
 
 
-@pytest.mark.xfail(
-    reason="BUG: an invalid message in a JSON lines export is reported as "
-    "'message N' (0-based, blank lines not counted), not by its line",
-    strict=True,
-)
 def test_an_invalid_message_in_an_exported_json_lines_slot_names_its_line() -> None:
     data = b'{"role": "user", "content": "a"}\n\n{"role": "bot", "content": "b"}\n'
     with pytest.raises(InvalidInput, match="line 3"):
@@ -543,11 +528,6 @@ def test_an_invalid_line_sends_nothing(run: Run, store: Store, tmp_path: Path) -
     assert Checkpointer(store).summaries("s") == []
 
 
-@pytest.mark.xfail(
-    reason="BUG: an invalid regex in 'expect' with --check-mode regex raises re.error "
-    "(a traceback) after earlier turns were sent, instead of a data error before any is sent",
-    strict=True,
-)
 def test_an_invalid_regex_is_refused_before_anything_is_sent(
     run: Run, store: Store, tmp_path: Path
 ) -> None:

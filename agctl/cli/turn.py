@@ -362,7 +362,7 @@ def replay(
     from agctl.turns import TurnOptions
 
     data, source = read_input_file(transcript)
-    turns = parse_transcript(data, source)
+    turns = parse_transcript(data, source, regex=check and check_mode == "regex")
     sid = app.session_id()
     setup = Setup.resolve(app, sid, profile=profile, model=model, script=script, cassette=cassette)
     config = setup.config
