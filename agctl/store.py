@@ -77,6 +77,9 @@ SLOT_SETTINGS = frozenset({"auto_compress", "budget"})
 # Written before a rollback starts rewriting documents, removed when it is done; if it
 # is found, a rollback was interrupted and the next writer finishes it first.
 RESTORE_JOURNAL = "checkpoints/restoring.json"
+# Written while a turn commits (slot, then session); if found, the next writer completes
+# the session's side, or drops it if the slot was never written.
+TURN_JOURNAL = "turn.json"
 # A staging or trash dir older than this was left by a crash, not by a live process.
 STALE_SECONDS = 600.0
 D = TypeVar("D", bound=Document)
@@ -177,6 +180,10 @@ class Store:
         with exclusive_lock(lock_path):
             if not path.exists():
                 raise NotFound(f"session {session_id!r} was destroyed")
+            if outermost and (path.parent / TURN_JOURNAL).exists():
+                from agctl.turns import finish_turn
+
+                finish_turn(self, session_id)
             if outermost and (path.parent / RESTORE_JOURNAL).exists():
                 from agctl.checkpoints import finish_restore
 

@@ -12,10 +12,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from agctl.budget import Breakdown, breakdown
-from agctl.errors import AgctlError, ContextFull, ProviderError, TurnInterrupted
-from agctl.fsio import deferred_interrupts
-from agctl.models import Draft, Message, ModelCost, Session, Slot, messages_to_openai, utcnow
+from agctl.errors import AgctlError, ContextFull, NotFound, ProviderError, TurnInterrupted
+from agctl.fsio import deferred_interrupts, read_bytes, remove_file, write_atomic
+from agctl.models import (
+    Draft,
+    Message,
+    Model,
+    ModelCost,
+    Session,
+    Slot,
+    messages_to_openai,
+    utcnow,
+)
+from agctl.pack import content_hash
 from agctl.pricing import cost_of
 from agctl.providers.base import (
     ChatRequest,
@@ -28,7 +40,7 @@ from agctl.providers.base import (
     TurnContext,
     Usage,
 )
-from agctl.store import Store
+from agctl.store import TURN_JOURNAL, Store
 from agctl.view import request_view
 
 log = logging.getLogger("agctl.turn")
@@ -338,6 +350,59 @@ def _keep_draft(store: Store, session_id: str, prepared: PreparedTurn, error: Ag
     )
 
 
+class TurnJournal(Model):
+    """What a committing turn still owes the session once its slot is written."""
+
+    slot: str
+    message_count: int
+    last_hash: str
+    turn_before: int
+    model: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost: float | None = None
+
+
+def finish_turn(store: Store, session_id: str) -> None:
+    """Complete a turn's commit from its journal (called with the session lock held).
+
+    If the slot holds the turn's reply, the session gets its turn count and cost, once;
+    if not, the turn never committed and the journal is dropped.
+    """
+    path = store.session_dir(session_id) / TURN_JOURNAL
+    try:
+        journal = TurnJournal.model_validate_json(read_bytes(path, "turn journal"))
+        slot = store.load_slot(session_id, journal.slot)
+    except (NotFound, ValidationError):
+        remove_file(path)
+        return
+    written = (
+        len(slot.messages) >= journal.message_count
+        and content_hash(slot.messages[journal.message_count - 1].model_dump(mode="json"))
+        == journal.last_hash
+    )
+
+    def account(session: Session) -> None:
+        if session.turn_count != journal.turn_before:
+            return  # already accounted
+        session.turn_count += 1
+        if journal.prompt_tokens is None or journal.completion_tokens is None:
+            return
+        session.cost.prompt_tokens += journal.prompt_tokens
+        session.cost.completion_tokens += journal.completion_tokens
+        per_model = session.cost.by_model.setdefault(journal.model, ModelCost())
+        per_model.requests += 1
+        per_model.prompt_tokens += journal.prompt_tokens
+        per_model.completion_tokens += journal.completion_tokens
+        if journal.cost is not None:
+            session.cost.cost += journal.cost
+            per_model.cost += journal.cost
+
+    if written:
+        store.update_session(session_id, account)
+    remove_file(path)
+
+
 def _keep_reply(
     store: Store, session_id: str, prepared: PreparedTurn, reply: Message, error: AgctlError
 ) -> None:
@@ -365,26 +430,23 @@ def _commit(
     from agctl.checkpoints import Checkpointer, TurnHint
 
     committed: list[tuple[Slot, tuple[int, int, int] | None]] = []
+    journal_path = store.session_dir(session_id) / TURN_JOURNAL
 
     def add_messages(slot: Slot) -> None:
         slot.check_writable("send a turn")
         committed.append((slot, slot._version))  # the version these messages extend
         slot.messages.extend([prepared.user_message, reply])
-
-    def account(session: Session) -> None:
-        session.turn_count += 1
-        if usage is None:
-            return
-        model = prepared.request.model
-        session.cost.prompt_tokens += usage.prompt_tokens
-        session.cost.completion_tokens += usage.completion_tokens
-        per_model = session.cost.by_model.setdefault(model, ModelCost())
-        per_model.requests += 1
-        per_model.prompt_tokens += usage.prompt_tokens
-        per_model.completion_tokens += usage.completion_tokens
-        if cost is not None:
-            session.cost.cost += cost
-            per_model.cost += cost
+        journal = TurnJournal(
+            slot=slot.id,
+            message_count=len(slot.messages),
+            last_hash=content_hash(reply.model_dump(mode="json")),
+            turn_before=store.load_session(session_id).turn_count,
+            model=prepared.request.model,
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            completion_tokens=usage.completion_tokens if usage else None,
+            cost=cost,
+        )
+        write_atomic(journal_path, journal.model_dump_json().encode())
 
     checkpointer = Checkpointer(store)
     # The lock is taken first, so Ctrl-C while waiting for it stops the turn cleanly; once
@@ -396,9 +458,9 @@ def _commit(
             baseline = checkpointer.create(session_id, label=f"before turn {turn}", auto=True)
         try:
             store.update_slot(session_id, prepared.slot.id, add_messages, base=prepared.slot)
-            store.update_session(session_id, account)
+            finish_turn(store, session_id)
         except BaseException:
-            if baseline is not None:
+            if baseline is not None and not journal_path.exists():
                 checkpointer.remove(session_id, [baseline.id])
             raise
         store.clear_draft(session_id, prompt=prepared.user_message.text())

@@ -430,3 +430,43 @@ def test_a_recording_cut_short_by_a_crash_is_skipped(tmp_path: Path) -> None:
     )
     with pytest.raises(InvalidInput, match="line 2"):
         load_cassette(path)
+
+
+def test_a_turn_cut_between_its_slot_and_session_writes_is_completed(
+    store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agctl import turns
+
+    def crash(store: Store, session_id: str) -> None:
+        raise KeyboardInterrupt  # the process dies right after the slot was written
+
+    with monkeypatch.context() as patched:
+        patched.setattr(turns, "finish_turn", crash)
+        with pytest.raises(TurnInterrupted):
+            send_turn(store, sid, "cut short", OfflineProvider(), OPTIONS)
+    assert [m.text() for m in store.load_slot(sid).messages][-2] == "cut short"
+    assert (store.session_dir(sid) / "turn.json").exists()
+    store.memory_set(sid, "next", "writer")  # any locked command finishes the turn first
+    session = store.load_session(sid)
+    assert session.turn_count == 1 and session.cost.by_model["offline"].requests == 1
+    assert not (store.session_dir(sid) / "turn.json").exists()
+    store.memory_set(sid, "again", "once")
+    assert store.load_session(sid).turn_count == 1, "accounted once only"
+
+
+def test_a_journal_of_a_slot_write_that_never_happened_is_dropped(store: Store, sid: str) -> None:
+    journal = store.session_dir(sid) / "turn.json"
+    journal.write_text(
+        json.dumps(
+            {
+                "slot": "default",
+                "message_count": 3,
+                "last_hash": "0" * 32,
+                "turn_before": 0,
+                "model": "offline",
+            }
+        )
+    )
+    store.memory_set(sid, "k", "v")
+    assert not journal.exists()
+    assert store.load_session(sid).turn_count == 0
