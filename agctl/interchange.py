@@ -135,6 +135,10 @@ def import_session(
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "document"
         raise InvalidInput(f"{source}: not a session export: {where}: {first['msg']}") from None
+    try:
+        orjson.dumps(document.model_dump(mode="json"))
+    except TypeError as exc:  # agctl's JSON tools hold integers of up to 64 bits
+        raise InvalidInput(f"{source}: {exc}") from None
     session = document.session
     if as_id is not None:
         session = session.model_copy(update={"id": validate_id(as_id, "session")})

@@ -72,7 +72,8 @@ def add(
     for header in headers:
         key, sep, value = header.partition(":")
         if not sep or not key.strip():
-            raise click.BadParameter(f"{header!r} is not NAME:VALUE", param_hint="--header")
+            # Not echoed: a malformed header is often a secret typed without its ':'.
+            raise click.BadParameter("a header must be NAME:VALUE", param_hint="--header")
         parsed[key.strip()] = value.strip()
     if api_key == "-":
         api_key = text_argument("-", "the API key").strip()

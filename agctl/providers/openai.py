@@ -149,6 +149,11 @@ class OpenAIProvider:
         key = self.settings.api_key
         return text.replace(key, "***") if key else text
 
+    def _redact_bytes(self, body: bytes) -> bytes:
+        """The key out of a server's body before any of it is cut or shown."""
+        key = self.settings.api_key
+        return body.replace(key.encode(), b"***") if key else body
+
     def _error(self, message: str, **kwargs: Any) -> ProviderError:
         return ProviderError(self._redact(message), **kwargs)
 
@@ -213,7 +218,8 @@ class OpenAIProvider:
     def _status_error(self, response: httpx.Response, body: bytes) -> Exception:
         status = response.status_code
         message = self._redact(
-            f"{status} {response.reason_phrase} from {self.url}: {_server_message(body)}"
+            f"{status} {response.reason_phrase} from {self.url}: "
+            f"{_server_message(self._redact_bytes(body))}"
         )
         if status in RETRY_STATUSES:
             error = ProviderError(message, status=status, retryable=True)
@@ -251,7 +257,7 @@ class OpenAIProvider:
         try:
             events = list(completion_events(orjson.loads(body)))
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError):
-            snippet = " ".join(body.decode("utf-8", "replace").split())[:200]
+            snippet = " ".join(self._redact_bytes(body).decode("utf-8", "replace").split())[:200]
             raise self._error(f"malformed response from {self.url}: {snippet!r}") from None
         yield from events
 
@@ -279,12 +285,12 @@ class OpenAIProvider:
                         if isinstance(chunk, dict) and "error" in chunk:
                             raise self._error(
                                 f"error mid-stream from {self.url}: "
-                                f"{_server_message(data.encode())}"
+                                f"{_server_message(self._redact_bytes(data.encode()))}"
                             )
                         events = list(chunk_events(chunk))
                     except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
                         raise self._error(
-                            f"malformed stream data from {self.url}: {data[:200]!r}"
+                            f"malformed stream data from {self.url}: {self._redact(data)[:200]!r}"
                         ) from None
                     started = started or bool(events)
                     yield from events
