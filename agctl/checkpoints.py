@@ -30,7 +30,7 @@ import orjson
 from pydantic import Field, ValidationError
 
 from agctl import schema
-from agctl.errors import AlreadyExists, CorruptDocument, NotFound, UsageError
+from agctl.errors import AlreadyExists, CorruptDocument, NotFound, StoreError, UsageError
 from agctl.fsio import current_version, read_bytes, remove_file, write_atomic
 from agctl.ids import resolve_prefix, validate_id
 from agctl.models import Document, Message, Model, Session, Slot, message_list_adapter, utcnow
@@ -189,7 +189,15 @@ class Checkpointer:
         return {"slots": {}}
 
     def _save_heads(self, session_id: str, heads: dict[str, Any]) -> None:
-        write_atomic(self.directory(session_id) / "heads.json", orjson.dumps(heads), durable=False)
+        """Best effort: a cache the log can do without (a full or read-only disk is no error
+        once the checkpoint itself is in the log)."""
+        path = self.directory(session_id) / "heads.json"
+        try:
+            write_atomic(path, orjson.dumps(heads), durable=False)
+        except StoreError as exc:
+            log.warning("checkpoint cache not updated: %s", exc)
+            with contextlib.suppress(OSError):
+                path.unlink()  # a stale cache must not outlive the log it describes
 
     def _removed(self, session_id: str) -> set[str]:
         try:
@@ -432,8 +440,12 @@ class Checkpointer:
         return checkpoint
 
     def _append_index(self, session_id: str, summary: CheckpointSummary) -> None:
-        with open(self.directory(session_id) / "index.jsonl", "ab") as handle:
-            handle.write(summary.model_dump_json().encode() + b"\n")
+        """Best effort: the index is rebuilt from the log when it is behind."""
+        try:
+            with open(self.directory(session_id) / "index.jsonl", "ab") as handle:
+                handle.write(summary.model_dump_json().encode() + b"\n")
+        except OSError as exc:
+            log.warning("checkpoint index not updated: %s", exc.strerror)
 
     def summaries(self, session_id: str) -> list[CheckpointSummary]:
         """Every checkpoint, newest first (from the index, completed from the log)."""

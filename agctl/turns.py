@@ -249,6 +249,8 @@ def send_turn(
         error = TurnInterrupted("interrupted before the reply was written: nothing was written")
         _keep_reply(store, session_id, prepared, reply, error)
         raise error from None
+    except TurnCommitted:
+        raise
     except AgctlError as exc:
         _keep_reply(store, session_id, prepared, reply, exc)
         raise
@@ -348,6 +350,18 @@ def _keep_draft(store: Store, session_id: str, prepared: PreparedTurn, error: Ag
         f"{outcome}; your prompt was kept as a draft: "
         "send it again with 'agctl turn send --resume-draft'"
     )
+
+
+class TurnCommitted(AgctlError):
+    """The turn's messages were written, but the session's count and cost not yet."""
+
+    def __init__(self, session_id: str, cause: AgctlError) -> None:
+        super().__init__(
+            f"the prompt and the reply were written to the slot, but the session could not "
+            f"be updated ({cause}); the next agctl command on {session_id!r} completes it: "
+            "do not send the prompt again"
+        )
+        self.exit_code = cause.exit_code
 
 
 class TurnJournal(Model):
@@ -458,11 +472,16 @@ def _commit(
             baseline = checkpointer.create(session_id, label=f"before turn {turn}", auto=True)
         try:
             store.update_slot(session_id, prepared.slot.id, add_messages, base=prepared.slot)
-            finish_turn(store, session_id)
         except BaseException:
-            if baseline is not None and not journal_path.exists():
+            if baseline is not None:
                 checkpointer.remove(session_id, [baseline.id])
             raise
+        try:
+            finish_turn(store, session_id)
+        except AgctlError as exc:
+            # The prompt and the reply are in the slot: the turn happened. Its journal stays,
+            # and the next command that takes the lock completes the count and cost.
+            raise TurnCommitted(session_id, exc) from exc
         store.clear_draft(session_id, prompt=prepared.user_message.text())
         if not checkpoint:
             return None

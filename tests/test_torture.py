@@ -864,13 +864,6 @@ def test_full_disk_turn_fails_cleanly_and_keeps_the_prompt(
     assert Store(isolated_env).load_session(chatty).turn_count == 2
 
 
-@pytest.mark.xfail(
-    reason="BUG: a turn whose session.json write fails after its slot write says 'nothing "
-    "was written' and keeps the prompt as a draft to send again, yet the slot holds the "
-    "prompt and the reply (agctl/turns.py _commit / _keep_reply); sending the draft again "
-    "doubles the turn",
-    strict=True,
-)
 def test_a_turn_whose_session_write_fails_says_what_was_written(
     run: Callable[..., Result], env: dict[str, str], isolated_env: Path
 ) -> None:
@@ -1020,12 +1013,6 @@ def test_read_only_data_dir_reads_work_and_writes_fail_cleanly(
     assert documents(isolated_env) == before
 
 
-@pytest.mark.xfail(
-    reason="BUG: 'ckpt list' on a read-only data dir crashes with a traceback (raw OSError) "
-    "when index.jsonl lags the log, as after a crash: Checkpointer.summaries repairs the "
-    "index cache from a reader, and _append_index does not turn OSError into an agctl error",
-    strict=True,
-)
 def test_read_only_data_dir_lists_checkpoints_with_a_stale_index(
     chatty: str, env: dict[str, str], tmp_path: Path, isolated_env: Path
 ) -> None:
@@ -1066,13 +1053,6 @@ def test_full_tmpfs_fails_cleanly(
     assert [k for k in after if k.endswith(".tmp")] == []
 
 
-@pytest.mark.xfail(
-    reason="BUG: on a full disk 'ckpt create' exits 1 (cannot write checkpoints/heads.json, "
-    "a cache) after the checkpoint was already appended to the log and the index, so it "
-    "is listed: the command fails yet did its work, and a retry checkpoints twice "
-    "(agctl/checkpoints.py Checkpointer.create: _save_heads after _append_index)",
-    strict=True,
-)
 def test_full_tmpfs_checkpoint_is_made_whole_or_not_at_all(
     chatty: str, env: dict[str, str], tmp_path: Path, store: Store
 ) -> None:
