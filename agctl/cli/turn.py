@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -14,25 +13,17 @@ from agctl.cli.app import App, command_options, echo_json, pass_app, slot_option
 from agctl.cli.complete import complete_models, complete_profiles
 
 if TYPE_CHECKING:
-    from agctl.config import Config, Resolved
-    from agctl.providers.base import Event, Provider
+    from agctl.providers.base import Event
+    from agctl.setup import ModelSetup
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@dataclass
 class Setup:
-    """Config, resolved settings and window for the commands that call a model."""
+    """The library's ModelSetup for the selected session of a command."""
 
-    config: Config
-    settings: Resolved
-    window: int
-    script: Path | None = None
-    cassette: Path | None = None
-
-    @classmethod
+    @staticmethod
     def resolve(
-        cls,
         app: App,
         session_id: str,
         *,
@@ -40,25 +31,11 @@ class Setup:
         model: str | None,
         script: Path | None = None,
         cassette: Path | None = None,
-    ) -> Setup:
-        from agctl.budget import context_window
-        from agctl.config import ConfigStore, resolve
+    ) -> ModelSetup:
+        from agctl.setup import ModelSetup
 
-        config = ConfigStore().load()
-        session = app.store.load_session(session_id)
-        settings = resolve(config, session=session, profile=profile, model=model)
-        if cassette is not None:
-            settings.provider = "replay"
-        elif script is not None:
-            settings.provider = "offline"
-        window = settings.context_window or context_window(settings.model, config.context_windows)
-        return cls(config, settings, window, script, cassette)
-
-    def provider(self, record: Path | None = None) -> Provider:
-        from agctl.providers import build_provider
-
-        return build_provider(
-            self.settings, script=self.script, cassette=self.cassette, record=record
+        return ModelSetup.resolve(
+            app.store, session_id, profile=profile, model=model, script=script, cassette=cassette
         )
 
 
@@ -198,7 +175,7 @@ def send(
       agctl turn send "Hi" --record chat.cassette     # then: --cassette chat.cassette
       agctl turn send --resume-draft
     """
-    from agctl.turns import TurnOptions, prepare_turn, send_turn
+    from agctl.turns import prepare_turn, send_turn
 
     store = app.store
     sid = app.session_id()
@@ -210,21 +187,16 @@ def send(
     else:
         prompt = text_argument(prompt, "PROMPT")
     setup = Setup.resolve(app, sid, profile=profile, model=model, script=script, cassette=cassette)
-    config, settings = setup.config, setup.settings
+    settings = setup.settings
     streaming = sys.stdout.isatty() if stream is None else stream
-    options = TurnOptions(
-        model=settings.model,
+    options = setup.turn_options(
+        checkpoint=checkpoint,
         slot=slot,
         temperature=temperature,
         max_tokens=max_tokens,
         system=system,
         scratch=scratch,
         stream=streaming or jsonl,
-        prices=config.price_overrides(),
-        checkpoint=config.auto_checkpoint if checkpoint is None else checkpoint,
-        window=setup.window,
-        auto_compress=config.auto_compress,
-        keep_recent=config.compress_keep_recent,
     )
     if dry_run:
         prepared = prepare_turn(store, sid, prompt, options)
@@ -359,22 +331,12 @@ def replay(
     from agctl.errors import CheckFailed
     from agctl.replay import mismatch_diff, parse_transcript
     from agctl.replay import replay as run_replay
-    from agctl.turns import TurnOptions
 
     data, source = read_input_file(transcript)
     turns = parse_transcript(data, source, regex=check and check_mode == "regex")
     sid = app.session_id()
     setup = Setup.resolve(app, sid, profile=profile, model=model, script=script, cassette=cassette)
-    config = setup.config
-    base = TurnOptions(
-        model=setup.settings.model,
-        slot=slot,
-        prices=config.price_overrides(),
-        checkpoint=config.auto_checkpoint if checkpoint is None else checkpoint,
-        window=setup.window,
-        auto_compress=config.auto_compress,
-        keep_recent=config.compress_keep_recent,
-    )
+    base = setup.turn_options(checkpoint=checkpoint, slot=slot)
     provider = setup.provider(record=record)
     show_bar = sys.stderr.isatty() and not app.json
     bar = (
