@@ -195,11 +195,20 @@ def replay(
                 _check_regex(turn.expect, f"turn {number}")
     summary = ReplaySummary(turns=len(turns))
     started = time.perf_counter()
+    last: dict[str | None, Any] = {}  # slot last committed, per slot option
     try:
         for number, turn, outcome in _each(turns):
             options = _options(base, turn)
             try:
-                outcome.result = send_turn(store, session_id, turn.input, provider, options)
+                outcome.result = send_turn(
+                    store,
+                    session_id,
+                    turn.input,
+                    provider,
+                    options,
+                    reuse=last.get(options.slot),
+                )
+                last[options.slot] = outcome.result.slot
             except AgctlError as exc:
                 outcome.error = str(exc)
                 if on_turn is not None:

@@ -440,9 +440,16 @@ class Store:
             return self.load_session(session_id).current_slot
         return validate_id(slot_id, "slot")
 
-    def load_slot(self, session_id: str, slot_id: str | None = None) -> Slot:
+    def load_slot(
+        self, session_id: str, slot_id: str | None = None, *, reuse: Slot | None = None
+    ) -> Slot:
+        """The slot, parsed; `reuse` (an unmodified copy read or written earlier) is returned
+        instead when the file has not been replaced since."""
         slot_id = self.resolve_slot(session_id, slot_id)
         path = self._slot_path(session_id, slot_id)
+        fresh = reuse is not None and reuse.id == slot_id and reuse._version is not None
+        if fresh and reuse is not None and reuse._version == current_version(path):
+            return reuse
         if not path.exists() and not path.is_symlink():
             self.load_session(session_id)
             raise NotFound(f"slot {slot_id!r} not found in session {session_id!r}")

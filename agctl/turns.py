@@ -148,6 +148,8 @@ class TurnResult:
     cost: float | None
     latency: float
     checkpoint: str | None = None
+    # The slot as committed (for the next turn's `reuse`); not part of the output.
+    slot: Slot | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -171,10 +173,20 @@ class TurnResult:
         }
 
 
-def prepare_turn(store: Store, session_id: str, prompt: str, options: TurnOptions) -> PreparedTurn:
-    """Build the request for `prompt`; a readonly slot is refused here, before any call."""
+def prepare_turn(
+    store: Store,
+    session_id: str,
+    prompt: str,
+    options: TurnOptions,
+    reuse: Slot | None = None,
+) -> PreparedTurn:
+    """Build the request for `prompt`; a readonly slot is refused here, before any call.
+
+    `reuse` is the slot a previous turn committed (as `TurnResult.slot`): a loop of turns
+    then skips parsing the slot again when no one else changed it.
+    """
     session = store.load_session(session_id)
-    slot = store.load_slot(session_id, options.slot)
+    slot = store.load_slot(session_id, options.slot, reuse=reuse)
     slot.check_writable("send a turn")
     user_message = Message(role="user", content=prompt, created_at=utcnow())
     scratch = [Message(role="system", content=text) for text in options.scratch]
@@ -199,9 +211,10 @@ def send_turn(
     provider: Provider,
     options: TurnOptions,
     on_event: Callable[[Event], None] | None = None,
+    reuse: Slot | None = None,
 ) -> TurnResult:
     """Send one turn and commit it; on any failure write nothing and keep a draft."""
-    prepared = prepare_turn(store, session_id, prompt, options)
+    prepared = prepare_turn(store, session_id, prompt, options, reuse)
     try:
         prepared = _fit_in_window(store, session_id, prompt, provider, options, prepared)
     except KeyboardInterrupt:
@@ -272,6 +285,7 @@ def send_turn(
         cost=cost,
         latency=latency,
         checkpoint=checkpoint,
+        slot=prepared.slot,
     )
 
 
@@ -377,16 +391,18 @@ class TurnJournal(Model):
     cost: float | None = None
 
 
-def finish_turn(store: Store, session_id: str) -> None:
+def finish_turn(store: Store, session_id: str, slot: Slot | None = None) -> None:
     """Complete a turn's commit from its journal (called with the session lock held).
 
     If the slot holds the turn's reply, the session gets its turn count and cost, once;
-    if not, the turn never committed and the journal is dropped.
+    if not, the turn never committed and the journal is dropped. `slot` is the slot just
+    written, when the caller has it (it is then not read again).
     """
     path = store.session_dir(session_id) / TURN_JOURNAL
     try:
         journal = TurnJournal.model_validate_json(read_bytes(path, "turn journal"))
-        slot = store.load_slot(session_id, journal.slot)
+        if slot is None or slot.id != journal.slot:
+            slot = store.load_slot(session_id, journal.slot)
     except (NotFound, ValidationError):
         remove_file(path)
         return
@@ -477,7 +493,7 @@ def _commit(
                 checkpointer.remove(session_id, [baseline.id])
             raise
         try:
-            finish_turn(store, session_id)
+            finish_turn(store, session_id, committed[0][0])
         except AgctlError as exc:
             # The prompt and the reply are in the slot: the turn happened. Its journal stays,
             # and the next command that takes the lock completes the count and cost.

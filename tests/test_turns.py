@@ -437,7 +437,7 @@ def test_a_turn_cut_between_its_slot_and_session_writes_is_completed(
 ) -> None:
     from agctl import turns
 
-    def crash(store: Store, session_id: str) -> None:
+    def crash(store: Store, session_id: str, slot: object = None) -> None:
         raise KeyboardInterrupt  # the process dies right after the slot was written
 
     with monkeypatch.context() as patched:
@@ -470,3 +470,18 @@ def test_a_journal_of_a_slot_write_that_never_happened_is_dropped(store: Store, 
     store.memory_set(sid, "k", "v")
     assert not journal.exists()
     assert store.load_session(sid).turn_count == 0
+
+
+def test_a_loop_of_turns_reuses_the_committed_slot_only_while_unchanged(
+    store: Store, sid: str
+) -> None:
+    first = send_turn(store, sid, "one", OfflineProvider(), OPTIONS)
+    assert first.slot is not None
+    assert store.load_slot(sid, reuse=first.slot) is first.slot, "unchanged: not parsed again"
+    store.update_slot(sid, None, lambda s: s.append(Message(role="user", content="meanwhile")))
+    assert store.load_slot(sid, reuse=first.slot) is not first.slot
+    second = send_turn(store, sid, "two", OfflineProvider(), OPTIONS, reuse=first.slot)
+    texts = [m.text() for m in store.load_slot(sid).messages]
+    assert texts[:5] == ["hi", "one", first.reply.text(), "meanwhile", "two"]
+    # system prompt, hi, one, reply, meanwhile, two: the second turn saw the change
+    assert "(6 messages in context)" in second.reply.text()
