@@ -46,10 +46,12 @@ class App:
             self._store = Store(self.data_dir)
         return self._store
 
-    def session_id(self) -> str:
-        """The selected session: --session/-s or AGCTL_SESSION, else `session use`'s choice."""
-        if self.session_arg:
-            return self.store.resolve_session(self.session_arg)
+    def session_id(self, given: str | None = None) -> str:
+        """The session named by `given` (a command's ID argument), else --session/-s or
+        AGCTL_SESSION, else `session use`'s choice."""
+        wanted = given or self.session_arg
+        if wanted:
+            return self.store.resolve_session(wanted)
         current = self.store.current_session_id()
         if current is None:
             raise NoSessionSelected()

@@ -171,9 +171,7 @@ def show(app: App, session_id: str | None) -> None:
     """
     from agctl.cli.slot import slot_row
 
-    if session_id is not None:
-        app.session_arg = session_id
-    sid = app.session_id()
+    sid = app.session_id(session_id)
     session = app.store.load_session(sid)
     payload = session_document(session)
     payload["children"] = app.store.children(sid)
@@ -261,9 +259,7 @@ def children(app: App, session_id: str | None) -> None:
       agctl session children
       agctl session children 1q2w --json
     """
-    if session_id is not None:
-        app.session_arg = session_id
-    kids = app.store.children(app.session_id())
+    kids = app.store.children(app.session_id(session_id))
     app.emit(kids, text="\n".join(kids))
 
 
@@ -278,9 +274,7 @@ def parent(app: App, session_id: str | None) -> None:
     Examples:
       agctl session parent what-if
     """
-    if session_id is not None:
-        app.session_arg = session_id
-    found = app.store.parent(app.session_id())
+    found = app.store.parent(app.session_id(session_id))
     app.emit({"parent": found}, text=found or "")
 
 
@@ -392,9 +386,7 @@ def export(app: App, session_id: str | None, output: str) -> None:
     from agctl.cli.app import write_output
     from agctl.interchange import export_session
 
-    if session_id is not None:
-        app.session_arg = session_id
-    document = export_session(app.store, app.session_id())
+    document = export_session(app.store, app.session_id(session_id))
     write_output(output, document.model_dump_json(indent=2).encode() + b"\n")
 
 

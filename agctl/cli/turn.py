@@ -55,6 +55,25 @@ def provider_options(fn: F) -> F:
     )(fn)
 
 
+def source_options(fn: F) -> F:
+    """--script, --cassette and --record: where replies come from, and where they go."""
+    fn = click.option(
+        "--record",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Append every request and its full reply to this cassette.",
+    )(fn)
+    fn = click.option(
+        "--cassette",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Replay provider: answer from this recorded cassette; a miss fails (no network).",
+    )(fn)
+    return click.option(
+        "--script",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Offline provider answering from FILE's canned replies, one per turn.",
+    )(fn)
+
+
 @click.group("turn")
 def command() -> None:
     """Send the current slot's context to a model.
@@ -118,21 +137,7 @@ class StreamPrinter:
     "--jsonl", is_flag=True, help="Print every stream event as a JSON line, then the result."
 )
 @click.option("--dry-run", is_flag=True, help="Print the exact request; send and write nothing.")
-@click.option(
-    "--script",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Offline provider answering from FILE's canned replies, one per turn.",
-)
-@click.option(
-    "--cassette",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Replay provider: answer from this recorded cassette; a miss fails.",
-)
-@click.option(
-    "--record",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Append the request and the full reply to this cassette.",
-)
+@source_options
 @click.option("--resume-draft", is_flag=True, help="Send the prompt of the last failed turn.")
 @click.option(
     "--checkpoint/--no-checkpoint",
@@ -268,21 +273,7 @@ def undo(app: App, turns: int) -> None:
 @click.argument("transcript", metavar="TRANSCRIPT")
 @slot_option
 @provider_options
-@click.option(
-    "--cassette",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Answer from this recorded cassette; a miss fails (no network).",
-)
-@click.option(
-    "--record",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Record every request and reply into this cassette.",
-)
-@click.option(
-    "--script",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Offline provider answering from FILE's canned replies.",
-)
+@source_options
 @click.option("--check", is_flag=True, help="Compare each reply with the expected one.")
 @click.option(
     "--check-mode",
