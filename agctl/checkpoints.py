@@ -30,11 +30,25 @@ import orjson
 from pydantic import Field, ValidationError
 
 from agctl import schema
-from agctl.errors import AlreadyExists, CorruptDocument, NotFound, StoreError, UsageError
-from agctl.fsio import current_version, read_bytes, remove_file, write_atomic
+from agctl.errors import (
+    AlreadyExists,
+    CorruptDocument,
+    DataError,
+    NotFound,
+    StoreError,
+    UsageError,
+)
+from agctl.fsio import (
+    append_durably,
+    current_version,
+    make_dirs,
+    read_bytes,
+    remove_file,
+    write_atomic,
+)
 from agctl.ids import resolve_prefix, validate_id
 from agctl.models import Document, Message, Model, Session, Slot, message_list_adapter, utcnow
-from agctl.pack import NO_PARENT, Log, common_prefix, content_hash
+from agctl.pack import NO_PARENT, Log, common_prefix, content_hash, line_sum
 from agctl.store import RESTORE_JOURNAL, Store
 
 log = logging.getLogger("agctl.checkpoint")
@@ -111,6 +125,9 @@ class CheckpointSummary(Model):
     id: str
     offset: int
     end: int
+    # The record's line fingerprint (Log.line_digest): an index line whose record no
+    # longer reads the same (a log cut short and grown again) is dropped and rebuilt.
+    digest: str | None = None
     turn_index: int
     created_at: datetime
     label: str | None = None
@@ -169,7 +186,7 @@ class Checkpointer:
     # ---- paths and caches ----------------------------------------------------------
 
     def directory(self, session_id: str) -> Path:
-        return self.store.session_dir(session_id) / "checkpoints"
+        return self.store.session_subdir(session_id, "checkpoints")
 
     def _log(self, session_id: str) -> Log:
         return Log(self.directory(session_id) / "log")
@@ -179,7 +196,7 @@ class Checkpointer:
         path = self.directory(session_id) / "heads.json"
         try:
             heads = orjson.loads(read_bytes(path, "heads"))
-            if _valid_heads(heads, log_size):
+            if _valid_heads(heads, log_size) and self._describes(session_id, heads):
                 return heads  # type: ignore[no-any-return]
             log.warning("ignoring %s: it does not describe this log", path)
         except NotFound:
@@ -188,10 +205,19 @@ class Checkpointer:
             log.warning("ignoring unreadable %s", path)
         return {"slots": {}}
 
-    def _save_heads(self, session_id: str, heads: dict[str, Any]) -> None:
+    def _describes(self, session_id: str, heads: dict[str, Any]) -> bool:
+        """Whether the log still holds, where the cache says, the record it was made after."""
+        tail = heads.get("tail")
+        if not (isinstance(tail, list) and len(tail) == 2 and isinstance(tail[0], int)):
+            return False
+        return bool(self._log(session_id).line_digest(tail[0]) == tail[1])
+
+    def _save_heads(self, session_id: str, heads: dict[str, Any], last: int) -> None:
         """Best effort: a cache the log can do without (a full or read-only disk is no error
-        once the checkpoint itself is in the log)."""
+        once the checkpoint itself is in the log). `last` is the offset of the log's last
+        record, whose fingerprint ties the cache to this log."""
         path = self.directory(session_id) / "heads.json"
+        heads["tail"] = [last, self._log(session_id).line_digest(last)]
         try:
             write_atomic(path, orjson.dumps(heads), durable=False)
         except StoreError as exc:
@@ -222,7 +248,7 @@ class Checkpointer:
         `hint` tells which messages a turn just appended, so that they alone are hashed.
         """
         with self.store.lock(session_id):
-            self.directory(session_id).mkdir(exist_ok=True)
+            make_dirs(self.directory(session_id))
             history = self._log(session_id)
             size = history.size()
             heads = self._load_heads(session_id, size)
@@ -266,7 +292,9 @@ class Checkpointer:
             offsets = history.append(batch.records)
             end = history.size()
             checkpoint = self._checkpoint(history, offsets[-1])
-            self._append_index(session_id, checkpoint.summary(end))
+            summary = checkpoint.summary(end)
+            summary.digest = history.line_digest(offsets[-1])
+            self._append_index(session_id, summary)
             heads = {
                 "end": end,
                 "session": {"hash": content_hash(static), "ref": checkpoint.session_static},
@@ -279,7 +307,7 @@ class Checkpointer:
                     for slot_id, plan in planned.items()
                 },
             }
-            self._save_heads(session_id, heads)
+            self._save_heads(session_id, heads, offsets[-1])
         log.info(
             "checkpoint written: %s/%s turn %d, %d bytes",
             session_id,
@@ -441,11 +469,12 @@ class Checkpointer:
 
     def _append_index(self, session_id: str, summary: CheckpointSummary) -> None:
         """Best effort: the index is rebuilt from the log when it is behind."""
+        line = summary.model_dump_json().encode() + b"\n"
+        path = self.directory(session_id) / "index.jsonl"
         try:
-            with open(self.directory(session_id) / "index.jsonl", "ab") as handle:
-                handle.write(summary.model_dump_json().encode() + b"\n")
-        except OSError as exc:
-            log.warning("checkpoint index not updated: %s", exc.strerror)
+            append_durably(path, lambda offset: line, durable=False)
+        except StoreError as exc:
+            log.warning("checkpoint index not updated: %s", exc)
 
     def summaries(self, session_id: str) -> list[CheckpointSummary]:
         """Every checkpoint, newest first (from the index, completed from the log)."""
@@ -465,26 +494,44 @@ class Checkpointer:
             except ValidationError:
                 damaged = True
                 continue
-            if summary.end <= size:
-                found[summary.offset] = summary
+            if summary.end > size:
+                continue
+            if summary.digest is None or history.line_digest(summary.offset) != summary.digest:
+                damaged = True  # not this log's record (cut short and grown again?)
+                continue
+            found[summary.offset] = summary
         # A damaged line may hide any checkpoint: then the whole log is scanned again.
         indexed_end = 0 if damaged else max((s.end for s in found.values()), default=0)
+        if damaged:
+            found = {}
+            self._drop_index(session_id)
         if indexed_end < size:
-            for offset, end, record in history.scan(indexed_end):
+            problems: list[CorruptDocument] = []
+            for offset, end, record in history.scan(indexed_end, problems):
                 if "c" in record and offset not in found:
                     try:
                         summary = self._checkpoint(history, offset).summary(end)
-                    except CorruptDocument as exc:
+                    except DataError as exc:
                         log.warning("skipping %s", exc)
                         continue
+                    summary.digest = history.line_digest(offset)
                     found[offset] = summary
                     self._append_index(session_id, summary)
+            for problem in problems:
+                log.warning("skipping %s ('agctl ckpt verify' checks the whole log)", problem)
         removed = self._removed(session_id)
         return sorted(
             (s for s in found.values() if s.id not in removed),
             key=lambda s: s.offset,
             reverse=True,
         )
+
+    def _drop_index(self, session_id: str) -> None:
+        """Remove an index that disagrees with the log; the listing rebuilds it."""
+        try:
+            remove_file(self.directory(session_id) / "index.jsonl")
+        except StoreError as exc:
+            log.warning("checkpoint index not rebuilt: %s", exc)
 
     def has_any(self, session_id: str) -> bool:
         """Whether any checkpoint was ever written (cheap: no listing)."""
@@ -534,16 +581,26 @@ class Checkpointer:
         return ids
 
     def state(self, session_id: str, checkpoint: Checkpoint) -> SessionState:
-        """Rebuild the whole session as it was at `checkpoint`."""
+        """Rebuild the whole session as it was at `checkpoint`; any record it needs that
+        fails its checksum or hash is an error naming the checkpoint, never a different
+        state."""
         history = self._log(session_id)
         slots: dict[str, Slot] = {}
-        for slot_id, entry in checkpoint.slots.items():
-            document = dict(history.blob(entry.doc))
-            document["meta"] = entry.meta
-            for zone, (tip, count) in zip(ZONES, entry.zones, strict=True):
-                document[zone] = [data for _, _, data in history.chain(tip, count)]
-            slots[slot_id] = _validate(Slot, document, history.path, checkpoint.id)
-        session_doc = {**history.blob(checkpoint.session_static), **checkpoint.session_volatile}
+        try:
+            for slot_id, entry in checkpoint.slots.items():
+                document = dict(history.blob(entry.doc))
+                document["meta"] = entry.meta
+                for zone, (tip, count) in zip(ZONES, entry.zones, strict=True):
+                    document[zone] = [data for _, _, data in history.chain(tip, count)]
+                slots[slot_id] = _validate(Slot, document, history.path, checkpoint.id)
+            static = history.blob(checkpoint.session_static)
+        except CorruptDocument as exc:
+            if exc.reason.startswith("checkpoint "):
+                raise
+            raise CorruptDocument(
+                exc.path, f"checkpoint {checkpoint.id} cannot be restored: {exc.reason}"
+            ) from None
+        session_doc = {**static, **checkpoint.session_volatile}
         session = _validate(Session, session_doc, history.path, checkpoint.id)
         return SessionState(session=session, slots=slots)
 
@@ -573,8 +630,7 @@ class Checkpointer:
     def _restore(self, session_id: str, target: Checkpoint, state: SessionState) -> None:
         self.store.replace_state(state.session, list(state.slots.values()))
         history = self._log(session_id)
-        history.append([{"r": checkpoint_offset(target.id)}])
-        heads = self._load_heads(session_id, history.size())
+        (last,) = history.append([{"r": checkpoint_offset(target.id)}])
         heads = {
             "end": history.size(),
             "session": {
@@ -590,7 +646,7 @@ class Checkpointer:
                 for slot_id, entry in target.slots.items()
             },
         }
-        self._save_heads(session_id, heads)
+        self._save_heads(session_id, heads, last)
 
     def fork(self, session_id: str, identifier: str, new_id: str | None = None) -> Session:
         """A new child session starting from the checkpoint; the original is untouched."""
@@ -643,6 +699,67 @@ class Checkpointer:
             target = self.checkpoint_at_turn(session_id, current - turns)
             return self.rollback(session_id, target.id)
 
+    # ---- verify --------------------------------------------------------------------
+
+    def verify(self, session_id: str) -> LogReport:
+        """Check every record of the session's log (checksum, hash, references) and that
+        every checkpoint can be rebuilt from it, in one pass over the log."""
+        self.store.load_session(session_id)
+        history = self._log(session_id)
+        report = LogReport(session=session_id, path=str(history.path), bytes=history.size())
+        report.checksums = history.checked()
+        problems: list[CorruptDocument] = []
+        depth: dict[int, int] = {}
+        blobs: set[int] = set()
+        checkpoints: list[tuple[int, dict[str, Any]]] = []
+        for offset, _end, record in history.scan(0, problems):
+            report.records += 1
+            if "h" in record:
+                parent = record.get("p")
+                data = record.get("m")
+                if not isinstance(data, dict) or content_hash(data) != record["h"]:
+                    report.problems.append(f"byte {offset}: node does not match its hash")
+                elif parent == NO_PARENT:
+                    depth[offset] = 1
+                elif isinstance(parent, int) and parent in depth:
+                    depth[offset] = depth[parent] + 1
+                else:
+                    report.problems.append(f"byte {offset}: node's parent {parent} is no node")
+            elif "b" in record:
+                data = record.get("d")
+                if isinstance(data, dict) and content_hash(data) == record["b"]:
+                    blobs.add(offset)
+                else:
+                    report.problems.append(f"byte {offset}: blob does not match its hash")
+            elif "c" in record:
+                checkpoints.append((offset, record))
+        report.problems[:0] = [problem.reason for problem in problems]
+        torn_at, torn = history.torn_tail()
+        if torn:
+            # A crash leaves a prefix of a line; a whole record followed by one more byte
+            # is a line whose newline was changed.
+            body, sep, digest = torn[:-1].rpartition(b"\t")
+            if sep and digest == line_sum(body):
+                report.problems.append(
+                    f"byte {torn_at}: the newline ending the last record is damaged"
+                )
+            else:
+                report.torn = len(torn)
+        if not report.checksums:
+            report.unverifiable = report.records
+        for offset, _record in checkpoints:
+            identifier = checkpoint_id(offset)
+            report.checkpoints += 1
+            try:
+                checkpoint = self._checkpoint(history, offset)
+            except DataError as exc:
+                report.bad_checkpoints.append({"id": identifier, "reason": str(exc)})
+                continue
+            reason = _broken_reference(checkpoint, depth, blobs)
+            if reason:
+                report.bad_checkpoints.append({"id": identifier, "reason": reason})
+        return report
+
     # ---- remove --------------------------------------------------------------------
 
     def remove(self, session_id: str, identifiers: Sequence[str]) -> list[str]:
@@ -673,6 +790,58 @@ class Checkpointer:
             else self.live_state(session_id)
         )
         return diff_states(old, new, a, b or "live")
+
+
+@dataclass
+class LogReport:
+    """What `ckpt verify` found in one session's checkpoint log."""
+
+    session: str
+    path: str
+    bytes: int = 0
+    records: int = 0
+    checkpoints: int = 0
+    # False for a log written before checksums: its records are readable, unverifiable.
+    checksums: bool = True
+    unverifiable: int = 0
+    # Bytes of a last record cut short by a crash: harmless, sealed by the next append.
+    torn: int = 0
+    problems: list[str] = field(default_factory=list)
+    bad_checkpoints: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.bad_checkpoints
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session": self.session,
+            "path": self.path,
+            "ok": self.ok,
+            "bytes": self.bytes,
+            "records": self.records,
+            "checkpoints": self.checkpoints,
+            "checksums": self.checksums,
+            "unverifiable": self.unverifiable,
+            "torn": self.torn,
+            "problems": self.problems,
+            "bad_checkpoints": self.bad_checkpoints,
+        }
+
+
+def _broken_reference(checkpoint: Checkpoint, depth: dict[int, int], blobs: set[int]) -> str:
+    """Why `checkpoint` cannot be rebuilt from the records found, or "" if it can."""
+    if checkpoint.session_static not in blobs:
+        return f"its session document (byte {checkpoint.session_static}) is not a sound blob"
+    for slot_id, entry in checkpoint.slots.items():
+        if entry.doc not in blobs:
+            return f"slot {slot_id!r}: its document (byte {entry.doc}) is not a sound blob"
+        for zone, (tip, count) in zip(ZONES, entry.zones, strict=True):
+            if (tip, count) == (NO_PARENT, 0):
+                continue
+            if depth.get(tip) != count:
+                return f"slot {slot_id!r}: its {zone} zone ({count} at byte {tip}) is broken"
+    return ""
 
 
 def _valid_heads(heads: Any, log_size: int) -> bool:

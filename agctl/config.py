@@ -104,6 +104,13 @@ class Config(Document):
     max_retries: int = Field(default=3, ge=0, le=20)
     connect_timeout: float = Field(default=10.0, gt=0)
     read_timeout: float = Field(default=120.0, gt=0)
+    # The whole request, from sending it to the last byte of the reply.
+    request_timeout: float = Field(default=600.0, gt=0)
+    max_reply_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    # A server asking to wait longer than this before a retry fails the turn at once.
+    max_retry_wait: float = Field(default=60.0, ge=0)
+    # How long a writer waits for another process's lock on a session.
+    lock_timeout: float = Field(default=30.0, gt=0)
     prices: dict[str, Price] = Field(default_factory=dict)
     profiles: dict[str, Profile] = Field(default_factory=dict)
 
@@ -120,6 +127,10 @@ _SETTABLE = (
     "max_retries",
     "connect_timeout",
     "read_timeout",
+    "request_timeout",
+    "max_reply_bytes",
+    "max_retry_wait",
+    "lock_timeout",
     "prices.MODEL",
     "profiles.NAME",
 )

@@ -67,6 +67,17 @@ class ProtectedSlot(Conflict):
     pass
 
 
+class SlotChanged(Conflict):
+    """The slot changed while the model was answering, other than by appended turns."""
+
+    def __init__(self, slot_id: str, what: str) -> None:
+        self.slot_id = slot_id
+        super().__init__(
+            f"slot {slot_id!r} changed while the model was answering ({what}): the reply, "
+            "computed from the old context, was not written"
+        )
+
+
 class HasChildren(Conflict):
     def __init__(self, session_id: str, children: list[str]) -> None:
         self.children = children

@@ -5,39 +5,166 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import signal
+import stat
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from agctl.errors import CorruptDocument, NotFound, StoreError
+from agctl.errors import Conflict, CorruptDocument, NotFound, StoreError
+
+log = logging.getLogger("agctl.store")
+
+# Conversations are private: whatever the umask, agctl's own files and directories are
+# readable by their owner only.
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+# Opened without following a final symlink, and without blocking on a FIFO: the type of
+# what was opened is checked on the descriptor before a byte is read or written.
+_SAFE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+TEMP_SUFFIX = ".tmp"
 
 
 def _describe(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def not_regular(path: Path | str, mode: int) -> CorruptDocument:
+    """The error for a path agctl expected to be a regular file of its own."""
+    return CorruptDocument(path, f"is {_kind(mode)}, not a regular file; refusing to use it")
+
+
+def _refuse_link_error(path: Path | str, exc: OSError) -> CorruptDocument | None:
+    if exc.errno == errno.ELOOP:
+        return CorruptDocument(path, "is a symbolic link; refusing to follow it")
+    if exc.errno == errno.ENXIO:  # a FIFO opened for writing with no reader
+        return CorruptDocument(path, "is a FIFO, not a regular file; refusing to use it")
+    return None
+
+
+def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = PRIVATE_FILE) -> int:
+    """A descriptor on the regular file `path`, never through a symlink, never blocking.
+
+    Raises NotFound when it does not exist (and O_CREAT is not given), CorruptDocument
+    (exit 5, naming the path) when it is a link, a directory, a FIFO or a device.
+    """
+    try:
+        fd = os.open(path, flags | _SAFE_FLAGS, mode)
+    except FileNotFoundError as exc:
+        raise NotFound(f"not found: {path}") from exc
+    except OSError as exc:
+        refused = _refuse_link_error(path, exc)
+        if refused is not None:
+            raise refused from exc
+        if exc.errno in (errno.EISDIR, errno.ENOTDIR):
+            info = _lstat(path)
+            raise not_regular(path, info.st_mode if info else stat.S_IFDIR) from exc
+        raise StoreError(f"cannot open {path}: {_describe(exc)}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise not_regular(path, info.st_mode)
+        if flags & os.O_CREAT and info.st_size == 0 and stat.S_IMODE(info.st_mode) != mode:
+            os.fchmod(fd, mode)  # created now, under whatever umask
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _lstat(path: Path | str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
+
+
+def check_regular(path: Path | str) -> bool:
+    """Whether `path` exists as a regular file; anything else in its place is refused."""
+    info = _lstat(path)
+    if info is None:
+        return False
+    if not stat.S_ISREG(info.st_mode):
+        raise not_regular(path, info.st_mode)
+    return True
+
+
+def check_dir(path: Path | str) -> bool:
+    """Whether `path` exists as a real directory (not a link to one); else refused."""
+    info = _lstat(path)
+    if info is None:
+        return False
+    if not stat.S_ISDIR(info.st_mode):
+        if stat.S_ISLNK(info.st_mode):
+            raise CorruptDocument(path, "is a symbolic link; refusing to follow it")
+        raise CorruptDocument(path, f"is {_kind(info.st_mode)}, not a directory")
+    return True
+
+
+def make_dirs(path: Path) -> None:
+    """`mkdir -p` where every directory created is 0700 whatever the umask."""
+    missing: list[Path] = []
+    current = path
+    while _lstat(current) is None and current.parent != current:
+        missing.append(current)
+        current = current.parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, PRIVATE_DIR)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise StoreError(f"cannot create {directory}: {_describe(exc)}") from exc
+        with contextlib.suppress(OSError):
+            os.chmod(directory, PRIVATE_DIR)
+
+
 def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+def write_atomic(
+    path: Path, data: bytes, *, durable: bool = True, replace_link: bool = False
+) -> None:
     """Replace `path` with `data` so that a crash leaves the old or the new file, never a mix.
 
-    `durable=False` skips the fsyncs, for caches that can be rebuilt.
+    `durable=False` skips the fsyncs, for caches that can be rebuilt. The file is 0600.
+    Anything but a regular file in its place is refused, unless `replace_link` (the
+    user's own config, which may be a link into a dotfiles repository) lets a link go.
     """
+    info = _lstat(path)
+    linked = info is not None and stat.S_ISLNK(info.st_mode)
+    if info is not None and not stat.S_ISREG(info.st_mode) and not (replace_link and linked):
+        raise not_regular(path, info.st_mode)
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     except OSError as exc:
         raise StoreError(f"cannot write {path}: {_describe(exc)}") from exc
     try:
+        os.fchmod(fd, PRIVATE_FILE)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -58,17 +185,30 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
         fsync_dir(path.parent)
 
 
-def append_durably(path: Path, build: Callable[[int], bytes], *, lock: bool = False) -> int:
+def append_durably(
+    path: Path,
+    build: Callable[[int], bytes],
+    *,
+    lock: bool = False,
+    durable: bool = True,
+    follow: bool = False,
+) -> int:
     """Append `build(offset)` to a line-oriented file in one write, then fsync.
 
     `offset` is where the new data will start. A last line torn by an earlier crash is
     sealed with a newline first, so the new data always starts a line of its own. With
     `lock`, an exclusive flock on the file is held while appending. Returns `offset`.
+    The file must be a regular file, reached without a symlink unless `follow` (a file
+    the user named, like a cassette); it is created 0600.
     """
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-    except OSError as exc:
-        raise StoreError(f"cannot open {path}: {_describe(exc)}") from exc
+    flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
+    if follow:
+        try:
+            fd = os.open(path, flags | os.O_CLOEXEC, PRIVATE_FILE)
+        except OSError as exc:
+            raise StoreError(f"cannot open {path}: {_describe(exc)}") from exc
+    else:
+        fd = open_regular(path, flags)
     try:
         if lock:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -78,7 +218,8 @@ def append_durably(path: Path, build: Callable[[int], bytes], *, lock: bool = Fa
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     except OSError as exc:
         raise StoreError(f"cannot write {path}: {_describe(exc)}") from exc
     finally:
@@ -101,13 +242,9 @@ def read_versioned(path: Path, what: str = "file") -> tuple[bytes, Version]:
     mtime, size) taken from the same open descriptor identifies the version read.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError as exc:
+        fd = open_regular(path)
+    except NotFound as exc:
         raise NotFound(f"{what} not found: {path}") from exc
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise CorruptDocument(path, "is a symbolic link; refusing to follow it") from exc
-        raise StoreError(f"cannot read {path}: {_describe(exc)}") from exc
     try:
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(handle.fileno())
@@ -143,9 +280,74 @@ def holds_lock(lock_path: Path) -> bool:
     return str(lock_path) in held
 
 
+def _holder(fd: int) -> str:
+    """Who holds the lock, as its holder wrote it: `process N (agctl ...)`, when known."""
+    try:
+        text = os.pread(fd, 200, 0).decode("utf-8", "replace").split("\n", 1)[0]
+        pid = int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return ""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            words = [w.decode("utf-8", "replace") for w in handle.read().split(b"\0") if w]
+    except OSError:
+        words = []
+    command = " ".join(Path(words[0]).name if i == 0 else w for i, w in enumerate(words[:4]))
+    command = command[:60] + ("…" if len(command) > 60 else "")
+    return f"process {pid}" + (f" ({command})" if command else "")
+
+
+def _wait_for_lock(fd: int, lock_path: Path, timeout: Callable[[], float]) -> None:
+    """flock with a deadline: polls, so a stopped or hung holder cannot block forever."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    limit = timeout()
+    holder = _holder(fd)
+    log.info("waiting up to %.1fs for %s, held by %s", limit, lock_path, holder or "another")
+    deadline = time.monotonic() + limit
+    delay = 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        left = deadline - time.monotonic()
+        if left <= 0:
+            holder = _holder(fd) or holder
+            raise LockTimeout(lock_path, limit, holder)
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, 0.1)
+
+
+class LockTimeout(Conflict):
+    """Another process held a session's lock for longer than `lock_timeout`."""
+
+    def __init__(self, lock_path: Path, limit: float, holder: str) -> None:
+        self.holder = holder
+        by = f" by {holder}" if holder else " by another process"
+        super().__init__(
+            f"{lock_path.parent.name}: still locked{by} after {limit:g}s (lock_timeout); "
+            "if that process is stopped or hung, end it and try again"
+        )
+
+
+def _default_timeout() -> float:
+    return 30.0
+
+
 @contextlib.contextmanager
-def exclusive_lock(lock_path: Path) -> Iterator[None]:
-    """Hold an exclusive flock on `lock_path`; re-entrant within one thread."""
+def exclusive_lock(
+    lock_path: Path, timeout: Callable[[], float] = _default_timeout
+) -> Iterator[None]:
+    """Hold an exclusive flock on `lock_path`; re-entrant within one thread.
+
+    Waits at most `timeout()` seconds (asked only when the lock is busy), then raises
+    LockTimeout naming the holder, which writes its pid into the lock file.
+    """
     held: dict[str, int] = _local.__dict__.setdefault("held", {})
     key = str(lock_path)
     if key in held:
@@ -156,11 +358,14 @@ def exclusive_lock(lock_path: Path) -> Iterator[None]:
             held[key] -= 1
         return
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    except OSError as exc:
-        raise StoreError(f"cannot open lock file {lock_path}: {_describe(exc)}") from exc
+        fd = open_regular(lock_path, os.O_RDWR | os.O_CREAT)
+    except NotFound as exc:
+        raise StoreError(f"cannot open lock file {lock_path}: no such directory") from exc
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _wait_for_lock(fd, lock_path, timeout)
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         held[key] = 1
         try:
             yield

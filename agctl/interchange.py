@@ -159,5 +159,9 @@ def import_session(
         raise InvalidInput(f"{source}: the export has no 'default' slot, which every session has")
     if session.current_slot not in ids:
         raise InvalidInput(f"{source}: the current slot {session.current_slot!r} is not exported")
+    try:
+        store.check_parent(session.id, session.parent_id)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{source}: {exc}") from None
     store.materialize_session(session, document.slots)
     return session

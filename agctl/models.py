@@ -390,3 +390,5 @@ class Draft(Model):
     slot: str
     created_at: datetime = Field(default_factory=utcnow)
     error: str | None = None
+    # The model's answer when it came but could not be committed (the slot changed).
+    reply: Message | None = None

@@ -8,6 +8,11 @@ Each line is one record, told apart by its first key:
     {"c": checkpoint}                        a checkpoint: refers to blobs and node tips
     {"r": offset}                            a rollback to the checkpoint at `offset`
 
+Every line ends with a tab and its own checksum (8 hex digits of BLAKE2b over the JSON),
+verified whenever it is read, so a changed byte is an error naming the record, never a
+different state; a log starts with a header record saying so. Logs written before
+checksums (no header) stay readable, their records unverifiable.
+
 A zone of a checkpoint is the offset of its last node, so a checkpoint costs only what is
 new since the history it extends. Records are never rewritten; everything a record refers
 to was written before it, in the same or an earlier append, and each append is fsynced
@@ -18,17 +23,30 @@ nothing refers to and the next append seals.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from agctl.errors import CorruptDocument, StoreError
-from agctl.fsio import append_durably
+from agctl.errors import CorruptDocument, DataError, NotFound, StoreError
+from agctl.fsio import append_durably, check_regular, open_regular
 
 NO_PARENT = -1
 Node = tuple[str, int, dict[str, Any]]  # (hash, own offset, message)
+HEADER = {"agctl": "checkpoint-log", "checksums": 1}
+SUM_LENGTH = 8
+
+
+def line_sum(data: bytes) -> bytes:
+    """The checksum a log line carries: 8 hex digits of BLAKE2b over its JSON."""
+    return hashlib.blake2b(data, digest_size=SUM_LENGTH // 2).hexdigest().encode()
+
+
+def encode_record(value: Any) -> bytes:
+    data = orjson.dumps(value)
+    return data + b"\t" + line_sum(data) + b"\n"
 
 
 def content_hash(data: Any) -> str:
@@ -38,22 +56,32 @@ def content_hash(data: Any) -> str:
 
 
 class Log:
-    """Append records in one fsynced write; read them back by offset."""
+    """Append records in one fsynced write; read them back by offset, each one verified."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._checked: bool | None = None  # whether every line must carry a checksum
 
     def size(self) -> int:
+        if not check_regular(self.path):
+            return 0
         try:
-            return self.path.stat().st_size
+            return self.path.stat(follow_symlinks=False).st_size
         except FileNotFoundError:
             return 0
+
+    def _open(self) -> Any:
+        try:
+            return os.fdopen(open_regular(self.path), "rb")
+        except NotFound:
+            raise CorruptDocument(self.path, "missing: the checkpoint history is gone") from None
 
     def append(self, records: Sequence[bytes | Any]) -> list[int]:
         """Write records (JSON values, or callables of the offsets so far); return offsets.
 
         A record that is a callable is called with the list of offsets already assigned
-        in this batch, so it can refer to records written just before it.
+        in this batch, so it can refer to records written just before it. A new log
+        starts with its header.
         """
         if not records:
             return []
@@ -62,9 +90,12 @@ class Log:
         def encode(start: int) -> bytes:
             chunks = []
             end = start
+            if start == 0:
+                chunks.append(encode_record(HEADER))
+                end += len(chunks[0])
             for record in records:
                 value = record(offsets) if callable(record) else record
-                line = orjson.dumps(value) + b"\n"
+                line = encode_record(value)
                 offsets.append(end)
                 end += len(line)
                 chunks.append(line)
@@ -73,24 +104,79 @@ class Log:
         append_durably(self.path, encode)
         return offsets
 
-    def read(self, offset: int) -> dict[str, Any]:
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(offset)
-                return self._parse(handle.readline(), offset)
-        except FileNotFoundError:
-            raise CorruptDocument(self.path, "missing: the checkpoint history is gone") from None
-        except OSError as exc:
-            raise StoreError(f"cannot read {self.path}: {exc.strerror}") from None
+    def checked(self) -> bool:
+        """Whether this log carries checksums (its first line is the header)."""
+        if self._checked is None:
+            try:
+                with self._open() as handle:
+                    first = handle.readline()
+            except CorruptDocument:
+                return True
+            self._checked = not first or self._is_header(first)
+        return self._checked
 
-    def _parse(self, line: bytes, offset: int) -> dict[str, Any]:
+    def _is_header(self, line: bytes) -> bool:
+        body, sep, digest = line.rstrip(b"\n").rpartition(b"\t")
+        if not sep:
+            return False
         try:
-            record = orjson.loads(line)
+            return digest == line_sum(body) and orjson.loads(body) == HEADER
+        except orjson.JSONDecodeError:
+            return False
+
+    def decode(self, line: bytes, offset: int) -> dict[str, Any]:
+        """The record of one whole line, its checksum verified (exit 5 if it fails)."""
+        body, sep, digest = line.rstrip(b"\n").rpartition(b"\t")
+        if sep:
+            if digest != line_sum(body):
+                raise CorruptDocument(
+                    self.path, f"the record at byte {offset} does not match its checksum"
+                )
+        elif self.checked():
+            raise CorruptDocument(self.path, f"the record at byte {offset} has no checksum")
+        else:
+            body = line  # written before checksums: readable, not verifiable
+        try:
+            record = orjson.loads(body)
         except orjson.JSONDecodeError:
             raise CorruptDocument(self.path, f"unreadable record at byte {offset}") from None
         if not isinstance(record, dict):
             raise CorruptDocument(self.path, f"unreadable record at byte {offset}")
         return record
+
+    @staticmethod
+    def _line_at(handle: Any, offset: int) -> bytes:
+        """The line starting at `offset`; b"" when `offset` does not start a line."""
+        if offset < 0:
+            return b""
+        if offset:
+            handle.seek(offset - 1)
+            if handle.read(1) != b"\n":
+                return b""
+        handle.seek(offset)
+        return handle.readline()  # type: ignore[no-any-return]
+
+    def read(self, offset: int) -> dict[str, Any]:
+        try:
+            with self._open() as handle:
+                line = self._line_at(handle, offset)
+        except OSError as exc:
+            raise StoreError(f"cannot read {self.path}: {exc.strerror}") from None
+        if not line.endswith(b"\n"):
+            raise CorruptDocument(self.path, f"no record starts at byte {offset}")
+        return self.decode(line, offset)
+
+    def line_digest(self, offset: int) -> str | None:
+        """A fingerprint of the whole line at `offset` (None if no line starts there):
+        what the caches over the log remember, to notice a log that was replaced."""
+        try:
+            with self._open() as handle:
+                line = self._line_at(handle, offset)
+        except (OSError, DataError):
+            return None
+        if not line.endswith(b"\n"):
+            return None
+        return line_sum(line).decode()
 
     def blob(self, offset: int) -> dict[str, Any]:
         record = self.read(offset)
@@ -107,11 +193,13 @@ class Log:
             return []
         walked: list[tuple[str, int, int, dict[str, Any]]] = []
         try:
-            with open(self.path, "rb") as handle:
+            with self._open() as handle:
                 offset = tip
                 while offset != NO_PARENT and len(walked) <= count:
-                    handle.seek(offset)
-                    record = self._parse(handle.readline(), offset)
+                    line = self._line_at(handle, offset)
+                    if not line.endswith(b"\n"):
+                        raise CorruptDocument(self.path, f"no message node at byte {offset}")
+                    record = self.decode(line, offset)
                     try:
                         digest, parent, data = str(record["h"]), int(record["p"]), record["m"]
                     except (KeyError, TypeError, ValueError):
@@ -122,10 +210,12 @@ class Log:
                         raise CorruptDocument(
                             self.path, f"node at byte {offset} does not match its hash"
                         )
+                    if parent >= offset:
+                        raise CorruptDocument(
+                            self.path, f"node at byte {offset} points forward, to {parent}"
+                        )
                     walked.append((digest, offset, parent, data))
                     offset = parent
-        except FileNotFoundError:
-            raise CorruptDocument(self.path, "missing: the checkpoint history is gone") from None
         except OSError as exc:
             raise StoreError(f"cannot read {self.path}: {exc.strerror}") from None
         if len(walked) != count:
@@ -141,7 +231,7 @@ class Log:
             return None
         data = b""
         position = size
-        with open(self.path, "rb") as handle:
+        with self._open() as handle:
             while True:
                 step = min(65536, position)
                 position -= step
@@ -151,28 +241,54 @@ class Log:
                 if end >= 0:
                     start = data.rfind(b"\n", 0, end) + 1
                     if start or not position:
-                        return position + start, self._parse(data[start:end], position + start)
+                        offset = position + start
+                        record = self.decode(data[start : end + 1], offset)
+                        return None if record == HEADER else (offset, record)
                 if not position:
                     return None
 
-    def scan(self, start: int) -> Iterator[tuple[int, int, dict[str, Any]]]:
-        """Every whole record from `start` on: (offset, end, record); skips torn lines."""
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(start)
-                offset = start
-                for line in handle:
-                    end = offset + len(line)
-                    if line.endswith(b"\n"):
-                        try:
-                            record = orjson.loads(line)
-                        except orjson.JSONDecodeError:
-                            record = None
-                        if isinstance(record, dict):
-                            yield offset, end, record
-                    offset = end
-        except FileNotFoundError:
+    def torn_tail(self) -> tuple[int, bytes]:
+        """Where the bytes after the last newline start, and those bytes (b"" if none):
+        what a crash mid-append leaves, and the next append seals."""
+        size = self.size()
+        if not size:
+            return 0, b""
+        with self._open() as handle:
+            position = size
+            tail = b""
+            while position:
+                step = min(65536, position)
+                position -= step
+                handle.seek(position)
+                tail = handle.read(step) + tail
+                newline = tail.rfind(b"\n")
+                if newline >= 0:
+                    return position + newline + 1, tail[newline + 1 :]
+            return 0, tail
+
+    def scan(
+        self, start: int, problems: list[CorruptDocument] | None = None
+    ) -> Iterator[tuple[int, int, dict[str, Any]]]:
+        """Every whole record from `start` on: (offset, end, record). A torn last line
+        (a crash mid-append) is skipped; a damaged whole line is skipped too, and added
+        to `problems` when given."""
+        if not check_regular(self.path):
             return
+        with self._open() as handle:
+            handle.seek(start)
+            offset = start
+            for line in handle:
+                end = offset + len(line)
+                if line.endswith(b"\n"):
+                    try:
+                        record = self.decode(line, offset)
+                    except CorruptDocument as exc:
+                        if problems is not None:
+                            problems.append(exc)
+                    else:
+                        if record != HEADER or offset:
+                            yield offset, end, record
+                offset = end
 
 
 def common_prefix(left: Sequence[str], right: Sequence[str]) -> int:

@@ -33,6 +33,7 @@ from agctl.errors import (
     CorruptDocument,
     DataError,
     HasChildren,
+    InvalidInput,
     NotFound,
     ProtectedSlot,
     SchemaTooNew,
@@ -40,10 +41,14 @@ from agctl.errors import (
     UsageError,
 )
 from agctl.fsio import (
+    TEMP_SUFFIX,
+    check_dir,
     current_version,
     exclusive_lock,
     fsync_dir,
     holds_lock,
+    make_dirs,
+    open_regular,
     read_bytes,
     read_versioned,
     remove_file,
@@ -82,6 +87,11 @@ RESTORE_JOURNAL = "checkpoints/restoring.json"
 TURN_JOURNAL = "turn.json"
 # A staging or trash dir older than this was left by a crash, not by a live process.
 STALE_SECONDS = 600.0
+# A temp file of an atomic write older than this was left by a killed writer.
+STALE_TEMP_SECONDS = 300.0
+DEFAULT_LOCK_TIMEOUT = 30.0
+# Data dirs already warned about in this process.
+_warned_loose: set[str] = set()
 D = TypeVar("D", bound=Document)
 T = TypeVar("T")
 
@@ -115,6 +125,50 @@ def _focus(base: FocusedConfig, changes: Mapping[str, Any] | None) -> FocusedCon
         raise UsageError(f"invalid focused settings: {_validation_summary(exc)}") from None
 
 
+def _in_cycles(parents: Mapping[str, str | None]) -> set[str]:
+    """The sessions that lie on a loop of parent links (possible only in data written
+    by hand or imported before imports checked): each walk over parents stops there."""
+    looped: set[str] = set()
+    done: set[str] = set()
+    for start in parents:
+        path: list[str] = []
+        on_path: set[str] = set()
+        node: str | None = start
+        while node is not None and node in parents and node not in done:
+            if node in on_path:
+                looped.update(path[path.index(node) :])
+                break
+            path.append(node)
+            on_path.add(node)
+            node = parents[node]
+        done.update(path)
+    return looped
+
+
+def stale_temp_files(session_dir: Path, owner: int, min_age: float) -> list[Path]:
+    """Temp files of atomic writes under a session, older than `min_age` seconds and
+    owned by `owner` (regular files only: a link is never followed or removed here)."""
+    import stat
+
+    cutoff = time.time() - min_age
+    found: list[Path] = []
+    for directory in (session_dir, session_dir / "slots", session_dir / "checkpoints"):
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            if not (entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX)):
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode) and info.st_uid == owner and info.st_mtime < cutoff:
+                found.append(Path(entry.path))
+    return found
+
+
 @dataclass
 class SessionInfo:
     """A session as listed: the document plus what only the whole store knows."""
@@ -132,23 +186,75 @@ class Destroyed:
     orphaned: list[str]
 
 
+def lock_timeout() -> float:
+    """AGCTL_LOCK_TIMEOUT, else the config's `lock_timeout`, else 30 seconds."""
+    env = os.environ.get("AGCTL_LOCK_TIMEOUT")
+    if env:
+        try:
+            value = float(env)
+        except ValueError:
+            value = -1.0
+        if not value > 0 or value == float("inf"):
+            raise UsageError(f"AGCTL_LOCK_TIMEOUT must be a number of seconds above 0, not {env!r}")
+        return value
+    from agctl.config import ConfigStore
+
+    try:
+        return ConfigStore().load().lock_timeout
+    except AgctlError:
+        return DEFAULT_LOCK_TIMEOUT
+
+
 class Store:
     """Sessions, slots, messages and memory under one data directory."""
 
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root) if root is not None else default_data_dir()
         self.sessions_dir = self.root / "sessions"
+        self._swept: set[str] = set()
+        self._swept_leftovers = False
+        self._warn_if_loose()
+
+    def _warn_if_loose(self) -> None:
+        """A data dir that others may read or write is used, but never silently."""
+        key = str(self.root)
+        if key in _warned_loose:
+            return
+        _warned_loose.add(key)
+        for path in (self.root, self.sessions_dir):
+            try:
+                mode = os.stat(path).st_mode & 0o777
+            except OSError:
+                continue
+            if mode & 0o077:
+                log.warning(
+                    "%s is open to other users (mode %03o): conversations should be private; "
+                    "'agctl doctor --fix' (or chmod -R go-rwx) closes it",
+                    path,
+                    mode,
+                )
+                return
 
     # ---- paths and documents -------------------------------------------------------
 
     def session_dir(self, session_id: str) -> Path:
-        return self.sessions_dir / validate_id(session_id, "session")
+        """The session's directory; a link or a file in its place (or in place of
+        `sessions/`) is refused, so nothing under a session is reached through a link."""
+        path = self.sessions_dir / validate_id(session_id, "session")
+        check_dir(self.sessions_dir)
+        check_dir(path)
+        return path
+
+    def session_subdir(self, session_id: str, name: str) -> Path:
+        path = self.session_dir(session_id) / name
+        check_dir(path)
+        return path
 
     def _session_path(self, session_id: str) -> Path:
         return self.session_dir(session_id) / "session.json"
 
     def _slot_path(self, session_id: str, slot_id: str) -> Path:
-        return self.session_dir(session_id) / "slots" / f"{validate_id(slot_id, 'slot')}.json"
+        return self.session_subdir(session_id, "slots") / f"{validate_id(slot_id, 'slot')}.json"
 
     @staticmethod
     def _read(path: Path, model: type[D], what: str) -> D:
@@ -173,22 +279,82 @@ class Store:
     def lock(self, session_id: str) -> Iterator[None]:
         """Hold the session's exclusive lock; the session must exist once it is held."""
         path = self._session_path(session_id)
-        if not path.exists():
+        if not os.path.lexists(path):
             raise NotFound(f"session {session_id!r} not found")
         lock_path = path.parent / ".lock"
         outermost = not holds_lock(lock_path)
-        with exclusive_lock(lock_path):
-            if not path.exists():
+        with exclusive_lock(lock_path, lock_timeout):
+            if not os.path.lexists(path):
                 raise NotFound(f"session {session_id!r} was destroyed")
-            if outermost and (path.parent / TURN_JOURNAL).exists():
-                from agctl.turns import finish_turn
-
-                finish_turn(self, session_id)
-            if outermost and (path.parent / RESTORE_JOURNAL).exists():
-                from agctl.checkpoints import finish_restore
-
-                finish_restore(self, session_id)
+            if outermost:
+                self._recover(session_id)
+                self._sweep_temp_files(session_id)
             yield
+        if outermost and not self._swept_leftovers:
+            self._swept_leftovers = True
+            self._sweep_leftovers()
+
+    def _recover(self, session_id: str) -> None:
+        """Finish what a killed writer left half done (called with the lock held)."""
+        directory = self.session_dir(session_id)
+        if self.trusted_journal(directory / TURN_JOURNAL):
+            from agctl.turns import finish_turn
+
+            finish_turn(self, session_id)
+        if self.trusted_journal(directory / RESTORE_JOURNAL):
+            from agctl.checkpoints import finish_restore
+
+            finish_restore(self, session_id)
+
+    def pending_recovery(self, session_id: str) -> bool:
+        directory = self.session_dir(session_id)
+        return any(os.path.lexists(directory / name) for name in (TURN_JOURNAL, RESTORE_JOURNAL))
+
+    def settle(self, session_id: str) -> None:
+        """Finish an interrupted commit or rollback before reading, so a view is never
+        built from a half-restored session (takes the lock only when one is pending)."""
+        if self.pending_recovery(session_id):
+            with self.lock(session_id):
+                pass
+
+    def owner(self) -> int:
+        """The uid that owns the data dir: the one whose files agctl trusts."""
+        try:
+            return os.stat(self.root).st_uid
+        except OSError:
+            return os.geteuid()
+
+    def trusted_journal(self, path: Path) -> bool:
+        """Whether a recovery journal exists and may be applied: a regular file, not a
+        link, owned by the data dir's owner and writable by no one else. A journal
+        planted by someone else is refused (exit 5) instead of being replayed."""
+        try:
+            fd = open_regular(path)
+        except NotFound:
+            return False
+        try:
+            info = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if info.st_uid != self.owner() or info.st_mode & 0o022:
+            raise CorruptDocument(
+                path,
+                f"recovery journal owned by uid {info.st_uid} with mode "
+                f"{info.st_mode & 0o777:03o}, not by the data dir's owner ({self.owner()}) "
+                "with mode 600: not applied ('agctl doctor --fix' removes it)",
+            )
+        return True
+
+    def _sweep_temp_files(self, session_id: str, min_age: float = STALE_TEMP_SECONDS) -> None:
+        """Remove temp files of atomic writes that a killed writer left in this session
+        (each may be a whole copy of a slot): once per process and session."""
+        if session_id in self._swept:
+            return
+        self._swept.add(session_id)
+        for path in stale_temp_files(self.session_dir(session_id), self.owner(), min_age):
+            with contextlib.suppress(OSError):
+                path.unlink()
+                log.info("removed a stale temp file: %s", path)
 
     # ---- sessions ------------------------------------------------------------------
 
@@ -200,7 +366,7 @@ class Store:
         return sorted(
             n
             for n in names
-            if not n.startswith(".") and (self.sessions_dir / n / "session.json").exists()
+            if not n.startswith(".") and os.path.lexists(self.sessions_dir / n / "session.json")
         )
 
     def resolve_session(self, prefix: str) -> str:
@@ -225,14 +391,15 @@ class Store:
                     raise
                 problems.append(exc)
         by_id = {info.session.id: info for info in infos}
+        looped = _in_cycles({sid: info.session.parent_id for sid, info in by_id.items()})
         for info in infos:
             parent = info.session.parent_id
             if parent is None:
                 continue
-            if parent in by_id:
+            if parent in by_id and info.session.id not in looped:
                 by_id[parent].children.append(info.session.id)
             else:
-                info.orphan = True
+                info.orphan = True  # its parent is gone, or its parent chain loops
         infos.sort(key=lambda i: (i.session.created_at, i.session.id))
         return infos
 
@@ -277,9 +444,10 @@ class Store:
             raise AlreadyExists(f"session {session.id!r} already exists")
         self._sweep_leftovers()
         try:
-            self.sessions_dir.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.sessions_dir)
+            check_dir(self.sessions_dir)
             staging = self.sessions_dir / f".new-{session.id}-{secrets.token_hex(4)}"
-            (staging / "slots").mkdir(parents=True)
+            make_dirs(staging / "slots")
         except OSError as exc:
             raise StoreError(
                 f"cannot create session in {self.sessions_dir}: {exc.strerror}"
@@ -321,11 +489,17 @@ class Store:
         except FileNotFoundError:
             return
         cutoff = time.time() - min_age
+        owner = self.owner()
         for entry in entries:
             if not entry.name.startswith((".new-", ".trash-")):
                 continue
             with contextlib.suppress(FileNotFoundError):  # another process got there first
-                if entry.stat().st_mtime < cutoff:
+                info = entry.stat(follow_symlinks=False)
+                if (
+                    info.st_mtime < cutoff
+                    and info.st_uid == owner
+                    and entry.is_dir(follow_symlinks=False)
+                ):
                     shutil.rmtree(entry.path, ignore_errors=True)
 
     def update_session(self, session_id: str, change: Callable[[Session], T]) -> T:
@@ -336,6 +510,25 @@ class Store:
             session.updated_at = utcnow()
             self._write(self._session_path(session_id), session)
             return result
+
+    def check_parent(self, session_id: str, parent_id: str | None) -> None:
+        """Refuse a parent link that would make a loop: `parent_id` or one of its
+        ancestors is `session_id` itself (exit 5)."""
+        seen = {session_id}
+        node = parent_id
+        while node is not None:
+            if node in seen:
+                raise InvalidInput(
+                    f"session {session_id!r} cannot have parent {parent_id!r}: "
+                    f"the parent chain would loop through {node!r}"
+                )
+            seen.add(node)
+            try:
+                node = self.load_session(node).parent_id
+            except NotFound:
+                return
+            except DataError:
+                return
 
     def parent(self, session_id: str) -> str | None:
         """The parent's id, or None when there is none or it was destroyed (an orphan)."""
@@ -365,6 +558,8 @@ class Store:
         queue = [session_id]
         while queue:
             sid = queue.pop(0)
+            if sid in doomed:  # a parent chain that loops (imported before it was refused)
+                continue
             doomed.append(sid)
             if recursive:
                 queue.extend(kids.get(sid, []))
@@ -405,7 +600,7 @@ class Store:
             remove_file(self._current_path)
             return
         self.load_session(session_id)
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.root)
         write_atomic(self._current_path, session_id.encode() + b"\n")
 
     # ---- slots ---------------------------------------------------------------------
@@ -427,7 +622,7 @@ class Store:
         return slot
 
     def slot_ids(self, session_id: str) -> list[str]:
-        directory = self.session_dir(session_id) / "slots"
+        directory = self.session_subdir(session_id, "slots")
         try:
             names = os.listdir(directory)
         except FileNotFoundError:
@@ -649,10 +844,10 @@ class Store:
 
     def load_draft(self, session_id: str) -> Draft:
         path = self._draft_path(session_id)
-        if not path.exists():
-            raise NotFound(f"session {session_id!r} has no draft")
         try:
             return Draft.model_validate_json(read_bytes(path, "draft"))
+        except NotFound:
+            raise NotFound(f"session {session_id!r} has no draft") from None
         except ValidationError as exc:
             raise CorruptDocument(path, _validation_summary(exc)) from None
 

@@ -15,7 +15,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from agctl.budget import Breakdown, breakdown
-from agctl.errors import AgctlError, ContextFull, NotFound, ProviderError, TurnInterrupted
+from agctl.errors import (
+    AgctlError,
+    ContextFull,
+    NotFound,
+    ProviderError,
+    SlotChanged,
+    TurnInterrupted,
+)
 from agctl.fsio import deferred_interrupts, read_bytes, remove_file, write_atomic
 from agctl.models import (
     Draft,
@@ -185,6 +192,7 @@ def prepare_turn(
     `reuse` is the slot a previous turn committed (as `TurnResult.slot`): a loop of turns
     then skips parsing the slot again when no one else changed it.
     """
+    store.settle(session_id)
     session = store.load_session(session_id)
     slot = store.load_slot(session_id, options.slot, reuse=reuse)
     slot.check_writable("send a turn")
@@ -345,8 +353,15 @@ def _fit_in_window(
     raise ContextFull(fit.total, fit.limit, fit.window, fit.budget.reserve, options.model)
 
 
-def _keep_draft(store: Store, session_id: str, prepared: PreparedTurn, error: AgctlError) -> None:
-    """Save the prompt of a failed turn; if even that fails, put the prompt in the error."""
+def _keep_draft(
+    store: Store,
+    session_id: str,
+    prepared: PreparedTurn,
+    error: AgctlError,
+    reply: Message | None = None,
+) -> None:
+    """Save the prompt (and the reply, if one came) of a failed turn; if even that fails,
+    put the prompt in the error."""
     prompt = prepared.user_message.text()
     # A compression done for the turn is a change of its own, checkpointed before and after.
     outcome = (
@@ -355,7 +370,10 @@ def _keep_draft(store: Store, session_id: str, prepared: PreparedTurn, error: Ag
         else "nothing was written"
     )
     try:
-        store.save_draft(session_id, Draft(prompt=prompt, slot=prepared.slot.id, error=str(error)))
+        store.save_draft(
+            session_id,
+            Draft(prompt=prompt, slot=prepared.slot.id, error=str(error), reply=reply),
+        )
     except AgctlError as draft_error:
         error.add_note(f"{outcome}, and the draft could not be kept ({draft_error})")
         error.add_note(f"your prompt was:\n{prompt}")
@@ -438,8 +456,27 @@ def _keep_reply(
 ) -> None:
     """The model answered but the answer could not be written: keep the prompt, show the
     answer, so that neither is lost."""
-    _keep_draft(store, session_id, prepared, error)
+    _keep_draft(store, session_id, prepared, error, reply)
     error.add_note(f"the model's reply, which was not written:\n{reply.text()}")
+
+
+def check_only_appended(seen: Slot, now: Slot) -> None:
+    """Refuse to commit onto a slot that changed since the view was built, unless the
+    change is only messages appended after what was seen (another turn's, which stays
+    allowed and ordered). Raises SlotChanged."""
+    if now.config != seen.config:
+        raise SlotChanged(now.id, "its settings changed")
+    for zone in ("immutable", "compressed"):
+        if _hashes(getattr(now, zone)) != _hashes(getattr(seen, zone)):
+            raise SlotChanged(now.id, f"its {zone} zone changed")
+    if len(now.messages) < len(seen.messages):
+        raise SlotChanged(now.id, "messages were removed")
+    if _hashes(now.messages[: len(seen.messages)]) != _hashes(seen.messages):
+        raise SlotChanged(now.id, "messages were edited or replaced")
+
+
+def _hashes(messages: Sequence[Message]) -> list[str]:
+    return [content_hash(m.model_dump(mode="json")) for m in messages]
 
 
 def _commit(
@@ -464,6 +501,8 @@ def _commit(
 
     def add_messages(slot: Slot) -> None:
         slot.check_writable("send a turn")
+        if slot is not prepared.slot:
+            check_only_appended(prepared.slot, slot)
         committed.append((slot, slot._version))  # the version these messages extend
         slot.messages.extend([prepared.user_message, reply])
         journal = TurnJournal(

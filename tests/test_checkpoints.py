@@ -17,6 +17,7 @@ from agctl.errors import (
     HasChildren,
     NotFound,
     ProviderError,
+    SlotChanged,
     TurnInterrupted,
     UsageError,
 )
@@ -99,7 +100,7 @@ def log_records(store: Store, sid: str = SID) -> Iterator[tuple[int, bytes, dict
     """(offset, line, record) for every line of the checkpoint log."""
     offset = 0
     for line in log_path(store, sid).read_bytes().splitlines(keepends=True):
-        yield offset, line, json.loads(line)
+        yield offset, line, json.loads(line.rpartition(b"\t")[0] or line)
         offset += len(line)
 
 
@@ -158,14 +159,20 @@ class FailingProvider:
 
 
 class EditingProvider(OfflineProvider):
-    """Offline replies, but another writer edits the first message while the model thinks."""
+    """Offline replies, but another writer edits the first message while the model thinks
+    (or, with `append`, adds a message after the last)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, append: bool = False) -> None:
         super().__init__()
         self.store = store
+        self.append = append
 
     def stream(self, request: ChatRequest) -> Iterator[Event]:
-        self.store.update_slot(SID, None, lambda slot: slot.edit(0, "edited meanwhile"))
+        if self.append:
+            message = Message(role="user", content="appended meanwhile")
+            self.store.update_slot(SID, None, lambda slot: slot.messages.append(message))
+        else:
+            self.store.update_slot(SID, None, lambda slot: slot.edit(0, "edited meanwhile"))
         yield from super().stream(request)
 
 
@@ -931,13 +938,24 @@ def test_an_unusable_restore_journal_is_dropped(store: Store) -> None:
 # ---- concurrency -----------------------------------------------------------------------
 
 
-def test_a_checkpoint_sees_edits_made_during_the_model_call(store: Store) -> None:
+def test_a_checkpoint_sees_appends_made_during_the_model_call(store: Store) -> None:
     store.create_session(SID)
     turn(store, "one")
-    result = send_turn(store, SID, "two", EditingProvider(store), OPTIONS)
-    assert store.load_slot(SID).messages[0].text() == "edited meanwhile"
+    result = send_turn(store, SID, "two", EditingProvider(store, append=True), OPTIONS)
+    assert store.load_slot(SID).messages[2].text() == "appended meanwhile"
     assert result.checkpoint is not None
     assert at(store, result.checkpoint) == live(store)
+
+
+def test_an_edit_made_during_the_model_call_refuses_the_turn(store: Store) -> None:
+    store.create_session(SID)
+    turn(store, "one")
+    before = Checkpointer(store).ids(SID)
+    with pytest.raises(SlotChanged):
+        send_turn(store, SID, "two", EditingProvider(store), OPTIONS)
+    assert store.load_slot(SID).messages[0].text() == "edited meanwhile"
+    assert len(store.load_slot(SID).messages) == 2
+    assert Checkpointer(store).ids(SID) == before
 
 
 def test_a_slot_file_whose_inode_and_size_recur_still_gets_a_new_version(store: Store) -> None:
@@ -954,7 +972,7 @@ def test_a_slot_file_whose_inode_and_size_recur_still_gets_a_new_version(store: 
         if (now.st_ino, now.st_size) == (seen.st_ino, seen.st_size):
             break
     else:
-        pytest.skip("this file system did not hand the freed inode back")
+        pytest.skip("optional: this file system did not hand the freed inode back")
     assert current_version(path) != token, "every write must give the file a new version"
     checkpoint = keeper.create(SID)
     assert at(store, checkpoint.id) == live(store)

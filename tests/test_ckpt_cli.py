@@ -358,7 +358,7 @@ def test_a_corrupt_checkpoint_is_a_data_error_naming_the_log(
     log.write_bytes(raw.replace(b'"prompt 3"', b'"prompt X"'))
     live = documents(isolated_env)
 
-    fails(run("ckpt", "rollback", turns[3][0]), EXIT_DATA, str(log), "does not match its hash")
+    fails(run("ckpt", "rollback", turns[3][0]), EXIT_DATA, str(log), "does not match its checksum")
     fails(run("ckpt", "show", turns[3][0]), EXIT_DATA, str(log))
     fails(run("ckpt", "diff", turns[3][0]), EXIT_DATA, str(log))
     assert documents(isolated_env) == live

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agctl.errors import NotFound, StoreError
+from agctl.errors import CorruptDocument, NotFound, StoreError
 from agctl.fsio import exclusive_lock, read_bytes, write_atomic
 
 
@@ -57,7 +57,7 @@ def test_interrupted_write_removes_the_temp(
 def test_read_bytes_errors(tmp_path: Path) -> None:
     with pytest.raises(NotFound):
         read_bytes(tmp_path / "missing")
-    with pytest.raises(StoreError):
+    with pytest.raises(CorruptDocument, match="is a directory"):
         read_bytes(tmp_path)
 
 

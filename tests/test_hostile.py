@@ -26,6 +26,7 @@ from fake_openai import FakeOpenAI
 import agctl
 from agctl.checkpoints import checkpoint_offset
 from agctl.config import mask
+from agctl.pack import line_sum
 from agctl.store import Store
 
 Run = Callable[..., Result]
@@ -432,8 +433,10 @@ def test_a_checkpoint_from_a_future_major_version_is_refused(
     start = checkpoint_offset(checkpoint)
     end = raw.index(b"\n", start)
     record = raw[start:end]
-    bumped = record.replace(b'"schema_version":"1.0"', b'"schema_version":"2.0"', 1)
-    assert bumped != record and len(bumped) == len(record)
+    body = record.rpartition(b"\t")[0]
+    bumped = body.replace(b'"schema_version":"1.0"', b'"schema_version":"2.0"', 1)
+    assert bumped != body
+    bumped += b"\t" + line_sum(bumped)  # a well-formed record of a newer version
     log.write_bytes(raw[:start] + bumped + raw[end:])
     assert run("msg", "append", "user", "after").exit_code == 0
     for args in (
