@@ -212,12 +212,12 @@ class Checkpointer:
             return False
         return bool(self._log(session_id).line_digest(tail[0]) == tail[1])
 
-    def _save_heads(self, session_id: str, heads: dict[str, Any], last: int) -> None:
+    def _save_heads(self, session_id: str, heads: dict[str, Any], history: Log, last: int) -> None:
         """Best effort: a cache the log can do without (a full or read-only disk is no error
         once the checkpoint itself is in the log). `last` is the offset of the log's last
         record, whose fingerprint ties the cache to this log."""
         path = self.directory(session_id) / "heads.json"
-        heads["tail"] = [last, self._log(session_id).line_digest(last)]
+        heads["tail"] = [last, history.line_digest(last)]
         try:
             write_atomic(path, orjson.dumps(heads), durable=False)
         except StoreError as exc:
@@ -307,7 +307,7 @@ class Checkpointer:
                     for slot_id, plan in planned.items()
                 },
             }
-            self._save_heads(session_id, heads, offsets[-1])
+            self._save_heads(session_id, heads, history, offsets[-1])
         log.info(
             "checkpoint written: %s/%s turn %d, %d bytes",
             session_id,
@@ -488,15 +488,18 @@ class Checkpointer:
             lines = []
         size = history.size()
         damaged = False
+        indexed: list[CheckpointSummary] = []
         for line in lines:
             try:
                 summary = CheckpointSummary.model_validate_json(line)
             except ValidationError:
                 damaged = True
                 continue
-            if summary.end > size:
-                continue
-            if summary.digest is None or history.line_digest(summary.offset) != summary.digest:
+            if summary.end <= size:
+                indexed.append(summary)
+        digests = history.line_digests([s.offset for s in indexed])
+        for summary in indexed:
+            if summary.digest is None or digests.get(summary.offset) != summary.digest:
                 damaged = True  # not this log's record (cut short and grown again?)
                 continue
             found[summary.offset] = summary
@@ -646,7 +649,7 @@ class Checkpointer:
                 for slot_id, entry in target.slots.items()
             },
         }
-        self._save_heads(session_id, heads, last)
+        self._save_heads(session_id, heads, history, last)
 
     def fork(self, session_id: str, identifier: str, new_id: str | None = None) -> Session:
         """A new child session starting from the checkpoint; the original is untouched."""

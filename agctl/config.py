@@ -21,9 +21,10 @@ from pydantic import Field, PositiveInt, ValidationError, field_validator
 
 from agctl import schema
 from agctl.errors import CorruptDocument, NotFound, StoreError, UsageError
-from agctl.fsio import write_atomic
+from agctl.fsio import make_dirs, open_regular, write_atomic
 from agctl.ids import validate_id
 from agctl.models import Document, Model, Session
+from agctl.redact import mask_url
 
 ProviderName = Literal["offline", "openai", "replay"]
 PROVIDERS: tuple[str, ...] = ("offline", "openai", "replay")
@@ -102,15 +103,15 @@ class Config(Document):
     compress_keep_recent: int = Field(default=6, ge=0)
     context_windows: dict[str, PositiveInt] = Field(default_factory=dict)
     max_retries: int = Field(default=3, ge=0, le=20)
-    connect_timeout: float = Field(default=10.0, gt=0)
-    read_timeout: float = Field(default=120.0, gt=0)
+    connect_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    read_timeout: float = Field(default=120.0, gt=0, allow_inf_nan=False)
     # The whole request, from sending it to the last byte of the reply.
-    request_timeout: float = Field(default=600.0, gt=0)
+    request_timeout: float = Field(default=600.0, gt=0, allow_inf_nan=False)
     max_reply_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     # A server asking to wait longer than this before a retry fails the turn at once.
-    max_retry_wait: float = Field(default=60.0, ge=0)
+    max_retry_wait: float = Field(default=60.0, ge=0, allow_inf_nan=False)
     # How long a writer waits for another process's lock on a session.
-    lock_timeout: float = Field(default=30.0, gt=0)
+    lock_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     prices: dict[str, Price] = Field(default_factory=dict)
     profiles: dict[str, Profile] = Field(default_factory=dict)
 
@@ -159,10 +160,13 @@ class ConfigStore:
         self.path = path or default_config_path()
 
     def load(self) -> Config:
-        # The user's own file: a symlink into a dotfiles repository is fine.
+        # The user's own file: a symlink into a dotfiles repository is fine, but a FIFO
+        # or a device (AGCTL_CONFIG=/dev/stdin) would hang or mislead: refused before
+        # a byte is read.
         try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
+            with os.fdopen(open_regular(self.path, follow=True), "rb") as handle:
+                raw = handle.read()
+        except NotFound:
             return Config()
         except OSError as exc:
             raise StoreError(f"cannot read {self.path}: {exc.strerror}") from None
@@ -174,9 +178,10 @@ class ConfigStore:
             raise CorruptDocument(self.path, f"invalid config: {where}: {first['msg']}") from None
 
     def save(self, config: Config) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_atomic(self.path, config.model_dump_json(indent=2, exclude_none=True).encode())
-        os.chmod(self.path, 0o600)
+        """Write the config atomically, 0600; through a link, to the file it names."""
+        target = Path(os.path.realpath(self.path))
+        make_dirs(target.parent)
+        write_atomic(target, config.model_dump_json(indent=2, exclude_none=True).encode())
 
     def set(self, key: str, value: str) -> Config:
         """Set a dotted key (`max_retries`, `prices.gpt-4o.prompt`, `profiles.x.model`)."""
@@ -245,12 +250,14 @@ def _check_key(key: str, parts: list[str]) -> None:
 
 
 def mask_secrets(data: Any) -> Any:
-    """A copy of config data with every API key and header value masked."""
+    """A copy of config data with every API key, header value and URL password masked."""
     if isinstance(data, dict):
         masked: dict[str, Any] = {}
         for key, value in data.items():
             if key == "api_key" and isinstance(value, str):
                 masked[key] = mask(value)
+            elif key == "base_url" and isinstance(value, str):
+                masked[key] = mask_url(value)
             elif key == "headers" and isinstance(value, dict):
                 masked[key] = {name: mask(str(v)) for name, v in value.items()}
             else:
@@ -286,15 +293,18 @@ class Resolved:
     max_retries: int = 3
     connect_timeout: float = 10.0
     read_timeout: float = 120.0
+    request_timeout: float = 600.0
+    max_reply_bytes: int = 16 * 1024 * 1024
+    max_retry_wait: float = 60.0
     sources: dict[str, str] = field(default_factory=dict)
 
     def public(self) -> dict[str, Any]:
-        """The settings with the key masked, for display."""
+        """The settings with the key and the base URL's password masked, for display."""
         return {
             "provider": self.provider,
             "model": self.model,
             "profile": self.profile,
-            "base_url": self.base_url,
+            "base_url": mask_url(self.base_url),
             "api_key": mask(self.api_key),
             "headers": sorted(self.headers),
             "sources": self.sources,
@@ -406,6 +416,9 @@ def resolve(
         max_retries=config.max_retries,
         connect_timeout=config.connect_timeout,
         read_timeout=config.read_timeout,
+        request_timeout=config.request_timeout,
+        max_reply_bytes=config.max_reply_bytes,
+        max_retry_wait=config.max_retry_wait,
         sources={
             "profile": name_source,
             "provider": provider_source,

@@ -60,14 +60,18 @@ def _refuse_link_error(path: Path | str, exc: OSError) -> CorruptDocument | None
     return None
 
 
-def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = PRIVATE_FILE) -> int:
+def open_regular(
+    path: Path | str, flags: int = os.O_RDONLY, mode: int = PRIVATE_FILE, *, follow: bool = False
+) -> int:
     """A descriptor on the regular file `path`, never through a symlink, never blocking.
 
     Raises NotFound when it does not exist (and O_CREAT is not given), CorruptDocument
-    (exit 5, naming the path) when it is a link, a directory, a FIFO or a device.
+    (exit 5, naming the path) when it is a link, a directory, a FIFO or a device. With
+    `follow` (a file of the user's, like the config), a link to a regular file is fine.
     """
+    safe = _SAFE_FLAGS & ~os.O_NOFOLLOW if follow else _SAFE_FLAGS
     try:
-        fd = os.open(path, flags | _SAFE_FLAGS, mode)
+        fd = os.open(path, flags | safe, mode)
     except FileNotFoundError as exc:
         raise NotFound(f"not found: {path}") from exc
     except OSError as exc:

@@ -61,6 +61,7 @@ class Log:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._checked: bool | None = None  # whether every line must carry a checksum
+        self._written: dict[int, str] = {}  # line_digest of the lines appended here
 
     def size(self) -> int:
         if not check_regular(self.path):
@@ -86,10 +87,12 @@ class Log:
         if not records:
             return []
         offsets: list[int] = []
+        written: dict[int, str] = {}
 
         def encode(start: int) -> bytes:
             chunks = []
             end = start
+            written.clear()
             if start == 0:
                 chunks.append(encode_record(HEADER))
                 end += len(chunks[0])
@@ -97,11 +100,13 @@ class Log:
                 value = record(offsets) if callable(record) else record
                 line = encode_record(value)
                 offsets.append(end)
+                written[end] = line_sum(line).decode()
                 end += len(line)
                 chunks.append(line)
             return b"".join(chunks)
 
         append_durably(self.path, encode)
+        self._written.update(written)
         return offsets
 
     def checked(self) -> bool:
@@ -169,14 +174,24 @@ class Log:
     def line_digest(self, offset: int) -> str | None:
         """A fingerprint of the whole line at `offset` (None if no line starts there):
         what the caches over the log remember, to notice a log that was replaced."""
+        return self.line_digests([offset]).get(offset)
+
+    def line_digests(self, offsets: Sequence[int]) -> dict[int, str]:
+        """`line_digest` of many offsets, with one open file; lines this object just
+        appended are not read again."""
+        found = {o: self._written[o] for o in offsets if o in self._written}
+        wanted = [o for o in offsets if o not in found]
+        if not wanted:
+            return found
         try:
             with self._open() as handle:
-                line = self._line_at(handle, offset)
+                for offset in wanted:
+                    line = self._line_at(handle, offset)
+                    if line.endswith(b"\n"):
+                        found[offset] = line_sum(line).decode()
         except (OSError, DataError):
-            return None
-        if not line.endswith(b"\n"):
-            return None
-        return line_sum(line).decode()
+            pass
+        return found
 
     def blob(self, offset: int) -> dict[str, Any]:
         record = self.read(offset)

@@ -363,6 +363,9 @@ class Store:
             names = os.listdir(self.sessions_dir)
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            check_dir(self.sessions_dir)  # a file or a link in its place: exit 5
+            raise StoreError(f"cannot list {self.sessions_dir}: {exc.strerror}") from None
         return sorted(
             n
             for n in names

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from fake_openai import FakeOpenAI
 
 from agctl.cli import cli
 from agctl.store import Store
@@ -25,6 +27,25 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in ("AGCTL_SESSION", "AGCTL_LOG", "AGCTL_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     return data_dir
+
+
+@pytest.fixture(autouse=True)
+def agctl_logging() -> Iterator[None]:
+    """`-v` and the CLI's warning handler install handlers on the 'agctl' logger; give
+    the next test the logger back."""
+    logger = logging.getLogger("agctl")
+    handlers, level = logger.handlers[:], logger.level
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAI]:
+    """A fake OpenAI-compatible server on loopback; a test fails if it saw a bad request."""
+    with FakeOpenAI() as fake:
+        yield fake
+    assert fake.errors == []
 
 
 @pytest.fixture

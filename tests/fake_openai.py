@@ -32,13 +32,27 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Literal, Self, cast
 
-FaultKind = Literal["status", "malformed_sse", "slow", "drop_mid_stream", "garbage"]
+FaultKind = Literal[
+    "status",
+    "malformed_sse",
+    "slow",
+    "drop_mid_stream",
+    "garbage",
+    "sse",
+    "keepalive",
+    "drip",
+    "oversize",
+]
 FAULT_KINDS: tuple[FaultKind, ...] = (
     "status",
     "malformed_sse",
     "slow",
     "drop_mid_stream",
     "garbage",
+    "sse",
+    "keepalive",
+    "drip",
+    "oversize",
 )
 CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
@@ -90,6 +104,7 @@ class Reply:
     tool_calls: tuple[ToolCall, ...]
     finish_reason: str
     usage: dict[str, Any] | None
+    chunk_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +117,10 @@ class Fault:
     retry_after: float | None
     seconds: float
     body: bytes
+    retry_after_ms: float | None = None
+    interval: float = 0.1
+    size: int = 0
+    events: tuple[Any, ...] = ()
 
 
 class FakeOpenAI:
@@ -190,12 +209,15 @@ class FakeOpenAI:
         tool_calls: Sequence[Mapping[str, Any]] | None = None,
         finish_reason: str | None = None,
         usage: Mapping[str, Any] | None = None,
+        chunk_size: int | None = None,
     ) -> None:
         """Queue the next assistant reply; `text=None` means null content.
 
         Tool calls are complete calls `{"id"?, "name", "arguments"}` (arguments a JSON string or
         a dict); `finish_reason` defaults to "tool_calls" when there are some, else "stop";
         `usage` is sent verbatim, else estimated from the request and reply lengths.
+        `chunk_size` streams text, reasoning and arguments in pieces of that many characters
+        (else text by words and arguments in three pieces).
         """
         calls = tuple(
             ToolCall(
@@ -211,6 +233,7 @@ class FakeOpenAI:
             tool_calls=calls,
             finish_reason=finish_reason or ("tool_calls" if calls else "stop"),
             usage=dict(usage) if usage is not None else None,
+            chunk_size=chunk_size,
         )
         with self._lock:
             self._replies.append(scripted)
@@ -224,21 +247,47 @@ class FakeOpenAI:
         error_type: str | None = None,
         code: str | None = None,
         retry_after: float | None = None,
+        retry_after_ms: float | None = None,
         seconds: float = 1.0,
+        interval: float = 0.1,
+        size: int = 0,
         body: bytes = GARBAGE_BODY,
+        events: Sequence[Any] = (),
     ) -> None:
         """Queue a fault for the next request; faults are consumed before replies, in order.
 
-        status: `status` with an OpenAI error body (and `Retry-After: retry_after` if given).
+        status: `status` with an OpenAI error body (and `Retry-After: retry_after`,
+            `retry-after-ms: retry_after_ms` if given).
         malformed_sse: one good chunk, then `data: {not json`, then the stream ends.
         slow: wait `seconds` before sending anything, then answer with the echo reply.
         drop_mid_stream: headers and two chunks, then the connection is closed (non-streaming:
             a Content-Length longer than the body sent).
-        garbage: 200 with a JSON content type and `body`, which is not JSON.
+        garbage: 200 with a JSON content type and `body` (not JSON, or JSON of a bad shape).
+        sse: 200 and a stream of `events` (objects sent as `data:` JSON, bytes as raw lines),
+            then `data: [DONE]`.
+        keepalive: for `seconds`, every `interval`, something that carries no data (streams:
+            a comment, a ping event, a blank event, an empty delta; JSON: a space), then the
+            reply (the next scripted one, else the echo). The server stops by itself.
+        drip: the reply (scripted, else the echo) one byte every `interval` for `seconds`,
+            then the rest at once.
+        oversize: a well-formed echo reply whose text is `size` bytes of "x".
         """
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; expected one of {FAULT_KINDS}")
-        fault = Fault(kind, status, message, error_type, code, retry_after, seconds, body)
+        fault = Fault(
+            kind,
+            status,
+            message,
+            error_type,
+            code,
+            retry_after,
+            seconds,
+            body,
+            retry_after_ms=retry_after_ms,
+            interval=interval,
+            size=size,
+            events=tuple(events),
+        )
         with self._lock:
             self._faults.append(fault)
 
@@ -350,6 +399,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         stream = isinstance(body, dict) and body.get("stream") is True
         fault = self.fake._next_fault()
+        if fault is not None and fault.kind in ("keepalive", "drip", "oversize"):
+            if self._authorized():
+                handler(body, scripted=fault.kind != "oversize", fault=fault)
+            return
         if fault is not None and not self._fault(fault, stream):
             return
         if not self._authorized():
@@ -363,11 +416,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_error(401, "Incorrect API key provided.", code="invalid_api_key")
         return False
 
-    def _models(self, body: Any, *, scripted: bool) -> None:
+    def _models(self, body: Any, *, scripted: bool, fault: Fault | None = None) -> None:
         model = {"id": self.fake.model, "object": "model", "created": 0, "owned_by": "fake"}
         self._send_json(200, {"object": "list", "data": [model]})
 
-    def _chat(self, body: Any, *, scripted: bool) -> None:
+    def _chat(self, body: Any, *, scripted: bool, fault: Fault | None = None) -> None:
         if not isinstance(body, dict):
             self._send_error(400, "We could not parse the JSON body of your request.")
             return
@@ -379,12 +432,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(400, "Missing required parameter: 'messages'.", param="messages")
             return
         number, queued = self.fake._next_reply(scripted=scripted)
+        text = f"echo: {_last_user_text(messages)}"
+        if fault is not None and fault.kind == "oversize":
+            text = "x" * fault.size
         reply = queued or Reply(
-            text=f"echo: {_last_user_text(messages)}",
+            text=text,
             reasoning=None,
             tool_calls=(),
             finish_reason="stop",
             usage=None,
+            chunk_size=1000 if fault is not None and fault.kind == "oversize" else None,
         )
         completion = _Completion(
             id=f"chatcmpl-fake{number}",
@@ -394,14 +451,78 @@ class _Handler(BaseHTTPRequestHandler):
             usage=_estimate_usage(messages, reply) if reply.usage is None else reply.usage,
             include_usage=_include_usage(body),
         )
-        if body.get("stream") is True:
-            self._start_stream()
+        stream = body.get("stream") is True
+        if fault is not None and fault.kind == "keepalive":
+            if not self._keep_alive(fault, stream):
+                return
+        elif fault is not None and fault.kind == "drip":
+            self._drip(fault, completion, stream)
+            return
+        if stream:
+            if fault is None or fault.kind != "keepalive":
+                self._start_stream()
             for chunk in completion.chunks():
                 self._send_event(chunk)
             self._send_sse_line(b"data: [DONE]")
             self._end_stream()
+        elif fault is not None and fault.kind == "keepalive":
+            self._send_chunk(json.dumps(completion.response()).encode())
+            self._end_stream()
         else:
             self._send_json(200, completion.response())
+
+    def _keep_alive(self, fault: Fault, stream: bool) -> bool:
+        """Send what carries no data for `fault.seconds`; False if the server is stopping."""
+        if stream:
+            self._start_stream()
+            empty = {"id": "chatcmpl-keepalive", "object": "chat.completion.chunk"}
+            fillers = itertools.cycle(
+                [
+                    b": keepalive",
+                    b'event: ping\ndata: {"type": "ping"}',
+                    b"data:",
+                    b"data: " + json.dumps({**empty, "choices": [{"delta": {}}]}).encode(),
+                ]
+            )
+        else:
+            self._start_json_stream()
+        deadline = time.monotonic() + fault.seconds
+        while time.monotonic() < deadline:
+            if stream:
+                self._send_sse_line(next(fillers))
+            else:
+                self._send_chunk(b" ")
+            if not self.fake._sleep(fault.interval):
+                self.close_connection = True
+                return False
+        return True
+
+    def _drip(self, fault: Fault, completion: _Completion, stream: bool) -> None:
+        """The reply one byte every `fault.interval` for `fault.seconds`, then the rest."""
+        if stream:
+            lines = [
+                b"data: " + json.dumps(chunk, separators=(",", ":")).encode()
+                for chunk in completion.chunks()
+            ]
+            data = b"".join(line + b"\n\n" for line in [*lines, b"data: [DONE]"])
+            self._start_stream()
+        else:
+            data = json.dumps(completion.response()).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+        deadline = time.monotonic() + fault.seconds
+        sent = 0
+        while sent < len(data) and time.monotonic() < deadline:
+            self._write(data[sent : sent + 1], chunked=stream)
+            sent += 1
+            if not self.fake._sleep(fault.interval):
+                self.close_connection = True
+                return
+        self._write(data[sent:], chunked=stream)
+        if stream:
+            self._end_stream()
 
     # Faults
 
@@ -411,6 +532,8 @@ class _Handler(BaseHTTPRequestHandler):
             headers: dict[str, str] = {}
             if fault.retry_after is not None:
                 headers["Retry-After"] = _number_text(fault.retry_after)
+            if fault.retry_after_ms is not None:
+                headers["retry-after-ms"] = _number_text(fault.retry_after_ms)
             default_type, default_code = _error_kind(fault.status)
             self._send_error(
                 fault.status,
@@ -427,6 +550,16 @@ class _Handler(BaseHTTPRequestHandler):
             return False
         if fault.kind == "garbage":
             self._send_bytes(200, fault.body, "application/json")
+            return False
+        if fault.kind == "sse":
+            self._start_stream()
+            for event in fault.events:
+                if isinstance(event, bytes):
+                    self._send_sse_line(event)
+                else:
+                    self._send_sse_line(b"data: " + json.dumps(event).encode())
+            self._send_sse_line(b"data: [DONE]")
+            self._end_stream()
             return False
         probe = _Completion(
             id="chatcmpl-fault",
@@ -496,9 +629,24 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_event(self, chunk: dict[str, Any]) -> None:
         self._send_sse_line(b"data: " + json.dumps(chunk, separators=(",", ":")).encode())
 
+    def _start_json_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
     def _send_sse_line(self, line: bytes) -> None:
-        data = line + b"\n\n"
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self._send_chunk(line + b"\n\n")
+
+    def _send_chunk(self, data: bytes) -> None:
+        if data:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _write(self, data: bytes, *, chunked: bool) -> None:
+        if chunked:
+            self._send_chunk(data)
+        else:
+            self.wfile.write(data)
 
     def _end_stream(self) -> None:
         self.wfile.write(b"0\r\n\r\n")
@@ -549,10 +697,11 @@ class _Completion:
     def chunks(self) -> Iterator[dict[str, Any]]:
         """Role, reasoning pieces, text pieces, tool call fragments, finish, then usage."""
         reply = self.reply
+        size = reply.chunk_size
         yield self._chunk({"role": "assistant", "content": "" if reply.text else None})
-        for piece in _pieces(reply.reasoning or ""):
+        for piece in _pieces(reply.reasoning or "", size):
             yield self._chunk({"content": None, "reasoning_content": piece})
-        for piece in _pieces(reply.text or ""):
+        for piece in _pieces(reply.text or "", size):
             yield self._chunk({"content": piece})
         for index, call in enumerate(reply.tool_calls):
             head = {
@@ -562,7 +711,8 @@ class _Completion:
                 "function": {"name": call.name, "arguments": ""},
             }
             yield self._chunk({"tool_calls": [head]})
-            for fragment in _fragments(call.arguments):
+            fragments = _pieces(call.arguments, size) if size else _fragments(call.arguments)
+            for fragment in fragments:
                 tail = {"index": index, "function": {"arguments": fragment}}
                 yield self._chunk({"tool_calls": [tail]})
         yield self._chunk({}, finish_reason=reply.finish_reason)
@@ -590,8 +740,10 @@ def _arguments_text(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
-def _pieces(text: str) -> list[str]:
-    """Word-sized pieces (each word with its trailing space) that join back to `text`."""
+def _pieces(text: str, size: int | None = None) -> list[str]:
+    """Pieces that join back to `text`: of `size` characters, else each word with its space."""
+    if size:
+        return [text[i : i + size] for i in range(0, len(text), size)]
     return re.findall(r"\S+\s*|\s+", text)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,13 +124,6 @@ def sid(run: Run, store: Store) -> str:
     store.set_current_session("s1")
     ok(run("config", "set", "compress_keep_recent", str(KEEP)))
     return "s1"
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as fake:
-        yield fake
-    assert fake.errors == []
 
 
 @pytest.fixture

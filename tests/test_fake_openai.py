@@ -6,7 +6,6 @@ import http.client
 import json
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,13 +13,6 @@ import pytest
 from fake_openai import FakeOpenAI
 
 CHAT = "/v1/chat/completions"
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as fake:
-        yield fake
-    assert fake.errors == []
 
 
 def chat_body(text: str = "hello", **extra: Any) -> dict[str, Any]:

@@ -8,14 +8,13 @@ lock is not writing data).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -715,16 +714,6 @@ def test_a_missing_cassette_is_refused(
 ENV_KEY = "sk-env-hostile-Jd83KsQp1Wm5Xt7ZaB4c"
 PROFILE_KEY = "sk-prof-hostile-Pq92LsMx4Vn6Yt8RcD5e"
 MODEL = "fake-model"
-
-
-@pytest.fixture(autouse=True)
-def agctl_logging() -> Iterator[None]:
-    """`-v` installs a handler on the 'agctl' logger; give the next test the logger back."""
-    logger = logging.getLogger("agctl")
-    handlers, level = logger.handlers[:], logger.level
-    yield
-    logger.handlers[:] = handlers
-    logger.setLevel(level)
 
 
 def fragments(secret: str, size: int = 10) -> list[bytes]:

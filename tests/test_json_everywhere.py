@@ -67,6 +67,8 @@ INVOCATIONS: dict[str, list[str]] = {
     "ckpt diff": ["ckpt", "diff", "{older}"],
     "ckpt fork": ["ckpt", "fork", "{older}", "--id", "forked"],
     "ckpt list": ["ckpt", "list"],
+    "ckpt verify": ["ckpt", "verify"],
+    "doctor": ["doctor"],
     "ckpt prune": ["ckpt", "prune", "--keep", "2"],
     "ckpt rm": ["ckpt", "rm", "{older}"],
     "ckpt rollback": ["ckpt", "rollback", "{older}"],

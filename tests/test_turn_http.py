@@ -7,14 +7,13 @@ but a draft), cassettes, secrets, cost, and a real Ctrl-C in a child process.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,23 +37,6 @@ KEY = "sk-agctl-test-Zq7Xw3Kp9Lm2Vb8N"
 SYSTEM = "You are terse."
 MODEL = "fake-model"
 CHAT_PATH = "/v1/chat/completions"
-
-
-@pytest.fixture(autouse=True)
-def agctl_logging() -> Iterator[None]:
-    """`-v` installs a handler on the 'agctl' logger; give the next test the logger back."""
-    logger = logging.getLogger("agctl")
-    handlers, level = logger.handlers[:], logger.level
-    yield
-    logger.handlers[:] = handlers
-    logger.setLevel(level)
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as fake:
-        yield fake
-    assert fake.errors == []
 
 
 @pytest.fixture

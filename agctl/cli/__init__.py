@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
 from agctl import __version__
-from agctl.cli.app import App
+from agctl.cli import output
+from agctl.cli.app import App, PathType, echo
 from agctl.cli.complete import complete_sessions
-from agctl.errors import EXIT_INTERRUPTED, AgctlError
+from agctl.errors import EXIT_INTERRUPTED, EXIT_USAGE, AgctlError, UsageError
 
 # Each command group lives in its own module, imported only when it runs, so that
 # `agctl --help` and shell completion load click and nothing else. The one-line help
@@ -35,6 +38,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "completion": ("agctl.cli.completion", "Print the completion script for SHELL."),
     "schema": ("agctl.cli.schema", "Print the JSON Schema of a stored document or input format."),
     "demo": ("agctl.cli.demo", "Run a scripted tour of sessions, slots and messages."),
+    "doctor": (
+        "agctl.cli.doctor",
+        "Check the data dir for loose modes, planted files and leftovers.",
+    ),
 }
 
 EXIT_CODES = """\b
@@ -49,11 +56,41 @@ Exit codes:
     7  context full (the request does not fit the model's window)
     8  replay check failed (a reply differs from the expected one)
   130  interrupted (Ctrl-C); nothing was written
+  141  standard output was closed early (agctl ... | head -1); nothing is printed
 """
 
 
 class RootGroup(click.Group):
     """Loads subcommands on demand; maps library errors to stderr and an exit code."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Refuse arguments that cannot be text before anything runs, and report a standard
+        output that cannot be written (a full disk, a closed pipe) once, without a traceback.
+        """
+        with output.guarded() as stdout:
+            try:
+                if not os.environ.get(complete_var or "_AGCTL_COMPLETE"):
+                    problem = unusable_input(sys.argv[1:] if args is None else list(args))
+                    if problem:
+                        if not standalone_mode:
+                            raise UsageError(problem)
+                        echo(f"agctl: error: {problem}", err=True)
+                        sys.exit(EXIT_USAGE)
+                return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+            except OSError as exc:
+                if exc is not stdout.failure or not standalone_mode:
+                    raise
+            finally:
+                status = output.settle(stdout) if standalone_mode else None
+                if status is not None:
+                    sys.exit(status)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(SUBCOMMANDS)
@@ -74,17 +111,114 @@ class RootGroup(click.Group):
         try:
             return super().invoke(ctx)
         except AgctlError as exc:
-            click.echo(f"agctl: error: {exc}", err=True)
+            echo(f"agctl: error: {exc}", err=True)
             for note in getattr(exc, "__notes__", ()):
-                click.echo(f"agctl: {note}", err=True)
+                echo(f"agctl: {note}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
-            click.echo("agctl: interrupted", err=True)
+            echo("agctl: interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
 
 
+# ---- input that cannot be text ---------------------------------------------------------
+
+# Python decodes argv and the environment with surrogateescape: bytes that are not UTF-8
+# become lone surrogates, which no file, JSON document or terminal can take.
+_NOT_UTF8 = re.compile("[\ud800-\udfff]")
+_SHOWN_LIMIT = 60
+
+
+def _shown(value: str) -> str:
+    """`value` quoted, its undecodable bytes as \\xNN (cut when long)."""
+    cut = value[:_SHOWN_LIMIT]
+    chars = []
+    for char in cut:
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:
+            chars.append(f"\\x{code - 0xDC00:02x}")
+        elif 0xD800 <= code <= 0xDFFF:
+            chars.append(f"\\u{code:04x}")
+        else:
+            chars.append(char)
+    more = f"… ({len(value)} characters)" if len(value) > len(cut) else ""
+    return "'" + "".join(chars) + "'" + more
+
+
+def unusable_input(argv: list[str]) -> str | None:
+    """What is wrong with the command line or agctl's environment variables, if anything:
+    a value that is not valid UTF-8, named with its option or position."""
+    for index, value in enumerate(argv):
+        if _NOT_UTF8.search(value):
+            return f"{_argument_name(argv, index)} is not valid UTF-8: {_shown(value)}"
+    for name, value in sorted(os.environ.items()):
+        if name.startswith("AGCTL_") and _NOT_UTF8.search(value):
+            return f"environment variable {name} is not valid UTF-8: {_shown(value)}"
+    return None
+
+
+def _find_option(command: click.Command, token: str) -> click.Option | None:
+    name = token.split("=", 1)[0]
+    for param in command.params:
+        if isinstance(param, click.Option) and name in (*param.opts, *param.secondary_opts):
+            return param
+    return None
+
+
+def _argument_name(argv: list[str], index: int) -> str:
+    """Which option or argument `argv[index]` is, found by walking the Click tree as far as
+    the command line goes; its position when the walk cannot tell."""
+    position = f"argument {index + 1}"
+    ctx = click.Context(cli)
+    command: click.Command = cli
+    path: list[str] = []
+    positionals = 0
+    only_positionals = False
+    i = 0
+    while i <= index:
+        token = argv[i]
+        is_option = not only_positionals and token.startswith("-") and token != "-"
+        if is_option and token == "--":
+            only_positionals = True
+        elif is_option and not re.fullmatch(r"-\d+", token):
+            option = _find_option(command, token)
+            takes_value = option is not None and not option.is_flag and not option.count
+            if i == index:
+                if option is not None and "=" in token:
+                    return f"the value of {token.split('=', 1)[0]} ({position})"
+                return f"option {position}"
+            if takes_value and "=" not in token:
+                i += 1
+                if i == index:
+                    return f"the value of {token} ({position})"
+        elif isinstance(command, click.Group):
+            sub = command.get_command(ctx, token) if i < index else None
+            if sub is None:
+                return position
+            command, path = sub, [*path, token]
+        elif i < index:
+            positionals += 1
+        i += 1
+    arguments = [p for p in command.params if isinstance(p, click.Argument)]
+    for argument in arguments:
+        if argument.nargs < 0 or positionals < argument.nargs:
+            where = " ".join(["agctl", *path])
+            return f"argument {argument.human_readable_name} of '{where}' ({position})"
+        positionals -= argument.nargs
+    return position
+
+
+# ---- logging ---------------------------------------------------------------------------
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
 def _configure_logging(verbose: int) -> None:
-    level_name = os.environ.get("AGCTL_LOG", "").upper()
+    level_name = os.environ.get("AGCTL_LOG", "")
+    if level_name and level_name.lower() not in LOG_LEVELS:
+        raise UsageError(
+            f"AGCTL_LOG={_shown(level_name)} is not a log level: use one of "
+            + ", ".join(LOG_LEVELS)
+        )
     if not verbose and not level_name:
         return
     import logging
@@ -92,7 +226,7 @@ def _configure_logging(verbose: int) -> None:
     if verbose:
         level = logging.INFO if verbose == 1 else logging.DEBUG
     else:
-        level = getattr(logging, level_name, logging.INFO)
+        level = logging.getLevelName(level_name.upper())
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("agctl: %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("agctl")
@@ -107,7 +241,7 @@ def _configure_logging(verbose: int) -> None:
 )
 @click.option(
     "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=PathType(file_okay=False, path_type=Path),
     envvar="AGCTL_DATA_DIR",
     show_envvar=True,
     help="Where sessions are stored (default: the platform's user data dir).",
@@ -149,6 +283,9 @@ def cli(
 
     Sessions hold named context slots (branchable message lists); everything is stored
     as plain JSON under the data dir.
+
+    On a terminal, control characters in what is printed (a reply, a title) are shown as
+    escapes such as \\u001b, never sent raw; a pipe, a file and --json get the exact text.
 
     \b
     Examples:

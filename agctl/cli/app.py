@@ -5,6 +5,7 @@ Imports click and the standard library only; the core is imported by commands wh
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from agctl.cli.complete import complete_sessions, complete_slots
+from agctl.cli.output import neutralise
 from agctl.errors import InvalidInput, NoSessionSelected, UsageError
 
 if TYPE_CHECKING:
@@ -43,6 +45,7 @@ class App:
         if self._store is None:
             from agctl.store import Store
 
+            warnings_to_stderr()
             self._store = Store(self.data_dir)
         return self._store
 
@@ -68,9 +71,9 @@ class App:
             if text:
                 page(text)
         elif isinstance(payload, dict):
-            click.echo(key_values(payload))
+            echo(key_values(payload))
         else:
-            click.echo(str(payload))
+            echo(str(payload))
 
     def done(self, payload: Any, text: str) -> None:
         """Report a change: like `emit`, but silent for people with --quiet."""
@@ -92,27 +95,60 @@ class App:
         if self.json:
             echo_json(list(rows))
         elif rows:
-            click.echo(table(display if display is not None else rows, columns))
+            echo(table(display if display is not None else rows, columns))
         elif empty:
-            click.echo(empty, err=True)
+            echo(empty, err=True)
 
 
 pass_app = click.make_pass_decorator(App)
 
 
+def warnings_to_stderr() -> None:
+    """The library's warnings (a data dir open to other users, a cache not updated) reach
+    people as `agctl: warning: ...` even without -v; -v and AGCTL_LOG configure more."""
+    import logging
+
+    class ToStderr(logging.StreamHandler):  # type: ignore[type-arg]
+        """Writes to whatever sys.stderr is at the time (a test runner swaps it)."""
+
+        @property
+        def stream(self) -> Any:
+            return sys.stderr
+
+        @stream.setter
+        def stream(self, value: Any) -> None:
+            pass
+
+    logger = logging.getLogger("agctl")
+    if logger.handlers:
+        return
+    handler = ToStderr()
+    handler.setFormatter(logging.Formatter("agctl: warning: %(message)s"))
+    handler.setLevel(logging.WARNING)
+    logger.addHandler(handler)
+
+
+def echo(text: str = "", *, err: bool = False, nl: bool = True) -> None:
+    """Print text exactly: click.echo would strip what looks like a colour or cursor
+    sequence from text sent to a pipe, changing a message. What may reach a terminal is
+    agctl.cli.output's job."""
+    click.echo(text, err=err, nl=nl, color=True)
+
+
 def page(text: str) -> None:
     """Print text for people: through $PAGER when it does not fit a terminal, else plainly."""
     if sys.stdout.isatty() and text.count("\n") >= shutil.get_terminal_size().lines - 1:
-        click.echo_via_pager(text)
+        # The pager writes to the terminal itself, past agctl's guard on standard output.
+        click.echo_via_pager(neutralise(text), color=True)
     else:
-        click.echo(text)
+        echo(text)
 
 
 def echo_json(payload: Any) -> None:
     import orjson
 
     data = orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
-    click.echo(data.decode())
+    echo(data.decode())
 
 
 def _cell(value: Any) -> str:
@@ -204,6 +240,38 @@ NEGATIVE_INDEX = {"ignore_unknown_options": True}
 # ---- input ---------------------------------------------------------------------------
 
 
+INT64_MAX = 2**63 - 1
+
+
+class Count(click.IntRange):
+    """A number of messages or checkpoints: 0 or more, and no more than 64 bits hold, since
+    settings are stored and JSON writers (orjson among them) stop there."""
+
+    def __init__(self) -> None:
+        super().__init__(min=0)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if number > INT64_MAX:
+            self.fail(f"{number} is too large (at most {INT64_MAX}).", param, ctx)
+        return number
+
+
+class PathType(click.Path):
+    """`click.Path` that refuses, as usage errors, a NUL (click's own check of the path,
+    os.stat, raises ValueError on one; only a caller of main() can pass it, no shell can)
+    and, for a directory, anything else that exists there (click only refuses a regular
+    file, so /dev/null would pass)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and "\x00" in value:
+            self.fail(f"{value!r}: a path cannot contain a NUL character", param, ctx)
+        path = super().convert(value, param, ctx)
+        if not self.file_okay and os.path.exists(path) and not os.path.isdir(path):
+            self.fail(f"{os.fsdecode(path)!r} is not a directory", param, ctx)
+        return path
+
+
 def read_stdin_text() -> str:
     data = sys.stdin.buffer.read()
     try:
@@ -230,10 +298,16 @@ def text_argument(value: str | None, what: str = "TEXT") -> str:
     return text
 
 
+def _refuse_nul(path: str) -> None:
+    if "\x00" in path:
+        raise UsageError(f"{path!r}: a path cannot contain a NUL character")
+
+
 def read_input_file(path: str) -> tuple[bytes, str]:
     """The bytes of PATH, or of stdin for '-', with a name for error messages."""
     if path == "-":
         return sys.stdin.buffer.read(), "<stdin>"
+    _refuse_nul(path)
     try:
         return Path(path).read_bytes(), path
     except OSError as exc:
@@ -254,6 +328,7 @@ def write_output(target: str, data: bytes) -> None:
         return
     from agctl.errors import StoreError
 
+    _refuse_nul(target)
     try:
         with open(target, "wb") as handle:
             handle.write(data)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, command_options, pass_app
+from agctl.cli.app import App, Count, command_options, echo, pass_app
 from agctl.cli.complete import complete_checkpoints
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
         "cost": f"${session.cost.cost:.4f}",
     }
     app.emit(head)
-    click.echo()
+    echo()
     columns = [
         ("id", "SLOT"),
         ("mode", "MODE"),
@@ -156,7 +156,7 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
         ("messages", "MESSAGES"),
         ("tokens", "TOKENS"),
     ]
-    click.echo(table(slots, columns))
+    echo(table(slots, columns))
 
 
 def _diff_text(diff: dict[str, Any]) -> str:
@@ -283,7 +283,7 @@ def rm(app: App, checkpoint_ids: tuple[str, ...]) -> None:
 
 
 @command.command("prune")
-@click.option("--keep", type=click.IntRange(min=0), required=True, metavar="N")
+@click.option("--keep", type=Count(), required=True, metavar="N")
 @command_options
 @pass_app
 def prune(app: App, keep: int) -> None:
@@ -295,3 +295,38 @@ def prune(app: App, keep: int) -> None:
     """
     removed = checkpointer(app).prune(app.session_id(), keep)
     app.done({"removed": removed}, text=f"removed {len(removed)} checkpoint(s)")
+
+
+@command.command("verify")
+@command_options
+@pass_app
+def verify(app: App) -> None:
+    """Check the whole checkpoint log: every record's checksum and hash, every link
+    between records, and that every checkpoint can be rebuilt. Exits 5 on any problem.
+
+    \b
+    Examples:
+      agctl ckpt verify
+      agctl -s 1q2w ckpt verify --json
+    """
+    from agctl.errors import DataError
+
+    report = checkpointer(app).verify(app.session_id())
+    lines = [
+        f"{report.path}: {report.records} records, {report.checkpoints} checkpoints, "
+        f"{report.bytes} bytes"
+    ]
+    if not report.checksums:
+        lines.append(
+            f"note: written before checksums: {report.unverifiable} records cannot be verified"
+        )
+    if report.torn:
+        lines.append(f"note: {report.torn} bytes of a record cut short by a crash (harmless)")
+    lines += [f"problem: {problem}" for problem in report.problems]
+    lines += [f"checkpoint {bad['id']}: {bad['reason']}" for bad in report.bad_checkpoints]
+    if report.ok:
+        lines.append("ok")
+    app.emit(report.to_dict(), text="\n".join(lines))
+    if not report.ok:
+        found = len(report.problems) + len(report.bad_checkpoints)
+        raise DataError(f"{report.path}: {found} problem(s) found")

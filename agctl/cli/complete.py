@@ -30,11 +30,24 @@ def data_dir(ctx: click.Context) -> Path:
     return Path(platformdirs.user_data_dir("agctl"))
 
 
-def _read_json(path: Path) -> Any:
+def _open_regular(path: Path, *, follow: bool = False) -> Any:
+    """A regular file opened for reading, never blocking on a FIFO (a TAB must not hang)
+    and, unless `follow` (the user's config), never through a link; else OSError."""
+    import stat
+
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def _read_json(path: Path, *, follow: bool = False) -> Any:
     import json
 
     try:
-        with open(path, "rb") as handle:
+        with _open_regular(path, follow=follow) as handle:
             return json.load(handle)
     except (OSError, ValueError):
         return None
@@ -59,7 +72,8 @@ def selected_session(ctx: click.Context) -> str | None:
     wanted = wanted or _root_params(ctx).get("session")
     if not wanted:
         try:
-            wanted = (root / "current-session").read_text().strip()
+            with _open_regular(root / "current-session") as handle:
+                wanted = handle.read().decode("utf-8", "replace").strip()
         except OSError:
             return None
     ids = _session_ids(root)
@@ -118,7 +132,7 @@ def complete_checkpoints(
     removed = set(_read_json(directory / "removed.json") or [])
     found: dict[str, str] = {}
     try:
-        with open(directory / "index.jsonl", "rb") as handle:
+        with _open_regular(directory / "index.jsonl") as handle:
             for line in handle:
                 try:
                     entry = json.loads(line)
@@ -141,7 +155,7 @@ def _config(ctx: click.Context) -> dict[str, Any]:
         import platformdirs
 
         config_path = Path(platformdirs.user_config_dir("agctl")) / "config.json"
-    data = _read_json(config_path)
+    data = _read_json(config_path, follow=True)
     return data if isinstance(data, dict) else {}
 
 

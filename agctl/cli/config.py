@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from agctl.cli.app import App, json_option, pass_app
+from agctl.cli.app import App, echo, json_option, pass_app
 from agctl.cli.complete import complete_models, complete_profiles
 
 
@@ -66,15 +66,15 @@ def show(app: App, profile: str | None, model: str | None) -> None:
         return
     import orjson
 
-    click.echo(f"# {config_store.path}")
-    click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
-    click.echo("\n# the next turn would use")
+    echo(f"# {config_store.path}")
+    echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+    echo("\n# the next turn would use")
     if "error" in public:
-        click.echo(f"nothing: {public['error']}")
+        echo(f"nothing: {public['error']}")
         return
     for key in ("provider", "model", "profile", "base_url", "api_key"):
         source = public["sources"].get(key, "")
-        click.echo(f"{key:9} {public[key] if public[key] is not None else '-':40} ({source})")
+        echo(f"{key:9} {public[key] if public[key] is not None else '-':40} ({source})")
 
 
 @command.command("set")
@@ -86,7 +86,9 @@ def set_(app: App, key: str, value: str) -> None:
     """Set KEY (dotted path) to VALUE (JSON when it parses, else a string).
 
     \b
-    Keys: default_profile, auto_checkpoint, max_retries, connect_timeout, read_timeout,
+    Keys: default_profile, auto_checkpoint, auto_compress, compress_keep_recent,
+          max_retries, connect_timeout, read_timeout, request_timeout,
+          max_reply_bytes, max_retry_wait, lock_timeout, context_windows.MODEL,
           prices.MODEL.prompt / .completion (USD per million tokens),
           profiles.NAME.FIELD (see 'agctl profile add --help').
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from agctl.cli.app import App, command_options, pass_app, slot_option
+from agctl.cli.app import App, Count, PathType, command_options, echo, pass_app, slot_option
 from agctl.cli.turn import Setup, provider_options
 
 
@@ -76,7 +76,7 @@ def show(
         {**zone, "share": f"{zone['tokens'] / max(result.limit, 1):.1%}"}
         for zone in payload["zones"]
     ]
-    click.echo(
+    echo(
         f"slot {target.id} · model {result.model} · window {result.window} · "
         f"reserve {result.budget.reserve} · limit {result.limit}"
     )
@@ -87,15 +87,15 @@ def show(
         ("share", "OF LIMIT"),
         ("budget", "BUDGET"),
     ]
-    click.echo(table(rows, columns))
+    echo(table(rows, columns))
     parts = [
         {"part": part, "used": v["used"], "budget": v["budget"]}
         for part, v in payload["budget"].items()
     ]
-    click.echo()
-    click.echo(table(parts, [("part", "BUDGET"), ("used", "USED"), ("budget", "OF")]))
+    echo()
+    echo(table(parts, [("part", "BUDGET"), ("used", "USED"), ("budget", "OF")]))
     state = "over by" if result.room < 0 else "room left"
-    click.echo(f"\ntotal {result.total} of {result.limit}: {state} {abs(result.room)}")
+    echo(f"\ntotal {result.total} of {result.limit}: {state} {abs(result.room)}")
 
 
 @command.command("compress")
@@ -107,15 +107,15 @@ def show(
     show_default=True,
     help="summarize: the provider folds older messages into a summary; truncate: drop them.",
 )
-@click.option("--keep-recent", type=click.IntRange(min=0), metavar="K", help="Messages kept.")
+@click.option("--keep-recent", type=Count(), metavar="K", help="Messages kept.")
 @click.option("--instructions", metavar="TEXT", help="How to summarise (replaces the default).")
 @provider_options
 @click.option(
     "--script",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=PathType(dir_okay=False, path_type=Path),
     help="Offline provider with canned replies (summaries stay deterministic).",
 )
-@click.option("--cassette", type=click.Path(dir_okay=False, path_type=Path), help="Replay.")
+@click.option("--cassette", type=PathType(dir_okay=False, path_type=Path), help="Replay.")
 @command_options
 @pass_app
 def compress(

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from agctl.cli import output
 from agctl.cli.app import App, json_option, pass_app
 
 if TYPE_CHECKING:
@@ -190,10 +191,10 @@ def command(app: App) -> None:
             for step in _steps():
                 if step.say:
                     if not app.json:
-                        click.secho(f"\n# {step.say}", bold=True)
+                        output.secho(f"\n# {step.say}", bold=True)
                     continue
                 if not app.json:
-                    click.secho(f"$ agctl {step.command}", fg="cyan")
+                    output.secho(f"$ agctl {step.command}", fg="cyan")
                 args = ["--data-dir", str(data_dir), *shlex.split(step.command)]
                 captured = io.StringIO()
                 with contextlib.redirect_stdout(captured) if app.json else contextlib.nullcontext():
@@ -212,14 +213,14 @@ def command(app: App) -> None:
                 if app.json:
                     continue
                 if status:
-                    click.secho(f"✗ the command failed (exit code {status})", fg="red")
+                    output.secho(f"✗ the command failed (exit code {status})", fg="red")
                 elif holds is True:
-                    click.secho(f"✓ {step.claim}", fg="green")
+                    output.secho(f"✓ {step.claim}", fg="green")
                 elif holds is False:
-                    click.secho(f"✗ not so: {step.claim}", fg="red")
+                    output.secho(f"✗ not so: {step.claim}", fg="red")
     if app.json:
         app.emit({"steps": report, "failures": failures})
     if failures:
         raise click.ClickException(f"the demo found {failures} problem(s)")
     if not app.json:
-        click.secho("\nAll claims checked.", bold=True)
+        output.secho("\nAll claims checked.", bold=True)

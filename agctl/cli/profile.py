@@ -111,6 +111,7 @@ def list_(app: App) -> None:
       agctl profile list --json
     """
     from agctl.config import ConfigStore, mask, preset_named
+    from agctl.redact import mask_url
 
     config = ConfigStore().load()
     rows = []
@@ -122,7 +123,7 @@ def list_(app: App) -> None:
                 "default": name == config.default_profile,
                 "provider": profile.provider,
                 "preset": profile.preset,
-                "base_url": profile.base_url or (preset.base_url if preset else None),
+                "base_url": mask_url(profile.base_url or (preset.base_url if preset else None)),
                 "model": profile.model or (preset.model if preset else None),
                 "api_key": mask(profile.api_key)
                 or (f"${profile.api_key_env}" if profile.api_key_env else None),

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, json_option, pass_app, session_option, text_argument
+from agctl.cli.app import App, echo, json_option, pass_app, session_option, text_argument
 from agctl.cli.complete import complete_models, complete_profiles, complete_sessions
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def list_(app: App) -> None:
     infos = app.store.list_sessions(problems=problems)
     current = app.store.current_session_id()
     for problem in problems:
-        click.echo(f"agctl: warning: skipped {problem}", err=True)
+        echo(f"agctl: warning: skipped {problem}", err=True)
     rows = [session_row(info, current) for info in infos]
     display = [
         {
@@ -295,7 +295,7 @@ def tree(app: App, session_id: str | None) -> None:
     problems: list[AgctlError] = []
     infos = {i.session.id: i for i in app.store.list_sessions(problems=problems)}
     for problem in problems:
-        click.echo(f"agctl: warning: skipped {problem}", err=True)
+        echo(f"agctl: warning: skipped {problem}", err=True)
     current = app.store.current_session_id()
     if session_id is not None:
         roots = [app.store.resolve_session(session_id)]

@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from agctl.cli.app import App, command_options, pass_app, read_input_file, slot_option
+from agctl.cli.app import (
+    App,
+    Count,
+    command_options,
+    pass_app,
+    read_input_file,
+    slot_option,
+)
 from agctl.cli.complete import complete_slots
 from agctl.cli.turn import Setup, provider_options
 
@@ -42,7 +49,7 @@ def focus_options(fn: F) -> F:
     )(fn)
     fn = click.option(
         "--recent",
-        type=click.IntRange(min=0),
+        type=Count(),
         metavar="N",
         help="Focused: keep the last N messages.",
     )(fn)

@@ -9,8 +9,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from agctl.cli.app import App, command_options, echo_json, pass_app, slot_option, text_argument
+from agctl.cli.app import (
+    INT64_MAX,
+    App,
+    PathType,
+    command_options,
+    echo,
+    echo_json,
+    pass_app,
+    slot_option,
+    text_argument,
+)
 from agctl.cli.complete import complete_models, complete_profiles
+from agctl.cli.output import secho
 
 if TYPE_CHECKING:
     from agctl.providers.base import Event
@@ -39,6 +50,34 @@ class Setup:
         )
 
 
+class FiniteFloatRange(click.FloatRange):
+    """A FloatRange that refuses nan (which passes every comparison) and infinities."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+class TokenCount(click.IntRange):
+    """A positive number of tokens that JSON writers (orjson among them) can still write."""
+
+    def __init__(self) -> None:
+        super().__init__(min=1)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if number > INT64_MAX:
+            self.fail(f"{number} is too large (at most {INT64_MAX}).", param, ctx)
+        return number
+
+
+TEMPERATURE = FiniteFloatRange(0, 2)
+
+
 def provider_options(fn: F) -> F:
     """--model and --profile, for the commands that call a model."""
     fn = click.option(
@@ -59,17 +98,17 @@ def source_options(fn: F) -> F:
     """--script, --cassette and --record: where replies come from, and where they go."""
     fn = click.option(
         "--record",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=PathType(dir_okay=False, path_type=Path),
         help="Append every request and its full reply to this cassette.",
     )(fn)
     fn = click.option(
         "--cassette",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=PathType(dir_okay=False, path_type=Path),
         help="Replay provider: answer from this recorded cassette; a miss fails (no network).",
     )(fn)
     return click.option(
         "--script",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=PathType(dir_okay=False, path_type=Path),
         help="Offline provider answering from FILE's canned replies, one per turn.",
     )(fn)
 
@@ -101,18 +140,18 @@ class StreamPrinter:
 
             from agctl.providers.base import event_to_dict
 
-            click.echo(orjson.dumps(event_to_dict(event)).decode())
+            echo(orjson.dumps(event_to_dict(event)).decode())
             return
         if not self.show_text:
             return
         if event.type == "reasoning":
-            click.echo(click.style(event.text, dim=True), nl=False, err=True)
+            secho(event.text, dim=True, nl=False, err=True)
             self.in_reasoning = True
         elif event.type == "text":
             if self.in_reasoning:
-                click.echo(err=True)
+                echo(err=True)
                 self.in_reasoning = False
-            click.echo(event.text, nl=False)
+            echo(event.text, nl=False)
             sys.stdout.flush()
             self.printed = True
 
@@ -121,8 +160,8 @@ class StreamPrinter:
 @click.argument("prompt", required=False)
 @slot_option
 @provider_options
-@click.option("--temperature", type=click.FloatRange(0, 2), help="Sampling temperature.")
-@click.option("--max-tokens", type=click.IntRange(min=1), metavar="N", help="Reply length cap.")
+@click.option("--temperature", type=TEMPERATURE, help="Sampling temperature.")
+@click.option("--max-tokens", type=TokenCount(), metavar="N", help="Reply length cap.")
 @click.option("--system", metavar="TEXT", help="System prompt for this turn only.")
 @click.option(
     "--scratch",
@@ -204,10 +243,12 @@ def send(
         stream=streaming or jsonl,
     )
     if dry_run:
+        from agctl.redact import mask_url
+
         prepared = prepare_turn(store, sid, prompt, options)
         payload: dict[str, Any] = {
             "provider": settings.provider,
-            "url": f"{settings.base_url.rstrip('/')}/chat/completions"
+            "url": mask_url(f"{settings.base_url.rstrip('/')}/chat/completions")
             if settings.provider == "openai" and settings.base_url
             else None,
             "slot": prepared.slot.id,
@@ -224,25 +265,23 @@ def send(
     if jsonl:
         import orjson
 
-        click.echo(orjson.dumps({"type": "result", **data}).decode())
+        echo(orjson.dumps({"type": "result", **data}).decode())
     elif app.json:
         echo_json(data)
     else:
         if printer.printed:
-            click.echo()
+            echo()
         else:
-            click.echo(result.reply.text())
+            echo(result.reply.text())
         for call in result.reply.tool_calls or ():
-            click.echo(f"→ {call.function.name}({call.function.arguments})  [{call.id}]")
+            echo(f"→ {call.function.name}({call.function.arguments})  [{call.id}]")
         if sys.stderr.isatty():
             usage = result.usage
             tokens = f"{usage.prompt_tokens}+{usage.completion_tokens} tokens" if usage else ""
             cost = f" ${result.cost:.4f}" if result.cost else ""
-            click.echo(
-                click.style(
-                    f"[turn {result.turn} · {result.slot_id} · {result.model} · {tokens}{cost}]",
-                    dim=True,
-                ),
+            secho(
+                f"[turn {result.turn} · {result.slot_id} · {result.model} · {tokens}{cost}]",
+                dim=True,
                 err=True,
             )
 
@@ -338,7 +377,7 @@ def replay(
 
     def on_turn(outcome: Any) -> None:
         if app.json:
-            click.echo(orjson.dumps({"type": "turn", **outcome.to_dict()}).decode())
+            echo(orjson.dumps({"type": "turn", **outcome.to_dict()}).decode())
         if bar is not None:
             bar.update(1)
 
@@ -357,7 +396,7 @@ def replay(
             bar.render_finish()
     result = summary.to_dict()
     if app.json:
-        click.echo(orjson.dumps({"type": "summary", **result}).decode())
+        echo(orjson.dumps({"type": "summary", **result}).decode())
     else:
         rate = f" ({result['turns_per_second']} turns/s)" if result["turns_per_second"] else ""
         line = f"{summary.sent} turns replayed in {summary.seconds:.2f} s{rate}"
@@ -365,13 +404,13 @@ def replay(
             line += f"; {summary.checked} checked, {result['matched']} matched" + (
                 f", {len(summary.mismatched)} differ" if summary.mismatched else ""
             )
-        click.echo(line)
+        echo(line)
     if summary.mismatched:
         first = summary.first_mismatch
         assert first is not None and first.result is not None and first.expected is not None
         if not app.json:
-            click.echo(f"\nturn {first.number}: {first.input!r}", err=True)
-            click.echo(mismatch_diff(first.expected, first.result.reply.text()), err=True)
+            echo(f"\nturn {first.number}: {first.input!r}", err=True)
+            echo(mismatch_diff(first.expected, first.result.reply.text()), err=True)
         numbers = ", ".join(str(n) for n in summary.mismatched[:20])
         raise CheckFailed(
             f"{len(summary.mismatched)} of {summary.checked} replies differ "

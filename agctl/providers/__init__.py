@@ -6,12 +6,46 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agctl.errors import UsageError
-from agctl.providers.base import ChatRequest, Event, Provider, TurnContext
+from agctl.providers.base import ChatRequest, Event, Provider, RedactingProvider, TurnContext
+from agctl.redact import Redactor, mask_url
 
 if TYPE_CHECKING:
     from agctl.config import Resolved
 
-__all__ = ["ChatRequest", "Event", "Provider", "TurnContext", "build_provider"]
+__all__ = ["ChatRequest", "Event", "Provider", "TurnContext", "build_provider", "check_base_url"]
+
+
+def check_base_url(url: str) -> None:
+    """Refuse a base URL no request could be sent to, naming it with its password masked."""
+    from urllib.parse import urlsplit
+
+    shown = mask_url(url)
+    problem = None
+    if any(char.isspace() or not char.isprintable() for char in url):
+        problem = "it contains spaces or control characters"
+    else:
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            problem = str(exc)
+        else:
+            if parts.scheme not in ("http", "https"):
+                problem = "the scheme must be http or https"
+            elif not parts.hostname:
+                problem = "it names no host"
+            elif port == 0:
+                problem = "port 0 is not a port a server listens on"
+    if problem is None:
+        import httpx
+
+        try:
+            httpx.URL(url)
+        except httpx.InvalidURL as exc:
+            problem = str(exc)
+    if problem is not None:
+        problem = Redactor.for_credentials(None, url).text(problem)
+        raise UsageError(f"invalid base URL {shown!r}: {problem}")
 
 
 def build_provider(
@@ -22,6 +56,8 @@ def build_provider(
     record: Path | None = None,
 ) -> Provider:
     """The provider for resolved settings; `cassette` replays, `record` records."""
+    from agctl.providers.openai import OpenAIProvider
+
     provider: Provider
     if cassette is not None or settings.provider == "replay":
         from agctl.providers.cassette import ReplayProvider
@@ -35,10 +71,11 @@ def build_provider(
 
         provider = OfflineProvider(load_script(script))
     elif settings.provider == "openai":
-        from agctl.providers.openai import HttpSettings, OpenAIProvider
+        from agctl.providers.openai import HttpSettings
 
         if not settings.base_url:
             raise UsageError("the openai provider needs a base URL (profile, preset or env)")
+        check_base_url(settings.base_url)
         provider = OpenAIProvider(
             HttpSettings(
                 base_url=settings.base_url,
@@ -46,13 +83,21 @@ def build_provider(
                 headers=settings.headers,
                 connect_timeout=settings.connect_timeout,
                 read_timeout=settings.read_timeout,
+                request_timeout=settings.request_timeout,
+                max_reply_bytes=settings.max_reply_bytes,
                 max_retries=settings.max_retries,
+                max_retry_wait=settings.max_retry_wait,
             )
         )
     else:
         from agctl.providers.offline import OfflineProvider
 
         provider = OfflineProvider()
+    redactor = Redactor.for_credentials(settings.api_key, settings.base_url)
+    if redactor and not isinstance(provider, OpenAIProvider):
+        # The openai provider redacts its own replies; a cassette recorded before it did,
+        # or a script, must not bring the key back either.
+        provider = RedactingProvider(provider, redactor)
     if record is not None:
         from agctl.providers.cassette import RecordingProvider
 

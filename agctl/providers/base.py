@@ -9,9 +9,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
+
+from agctl.errors import AgctlError
+
+if TYPE_CHECKING:
+    from agctl.redact import Redactor
 
 
 @dataclass(frozen=True)
@@ -126,3 +131,68 @@ class Provider(Protocol):
     def stream(self, request: ChatRequest) -> Iterator[Event]:
         """Yield the reply to `request` as events; raise ProviderError on failure."""
         ...
+
+
+class RedactingProvider:
+    """Wraps a provider so that no event or error it gives carries a secret."""
+
+    def __init__(self, inner: Provider, redactor: Redactor) -> None:
+        self.inner = inner
+        self.redactor = redactor
+        self.name = inner.name
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        return redacted_events(self.inner.stream(request), self.redactor)
+
+
+def redacted_events(events: Iterator[Event], redactor: Redactor) -> Iterator[Event]:
+    """`events` with every secret removed, and any AgctlError they raise redacted too.
+
+    Text, reasoning and tool-call arguments arrive in pieces, and a secret may be cut
+    across two of them: the end of each stream that may begin a secret is held back until
+    the next piece shows what it is, and flushed before usage, finish and the end.
+    """
+    held: dict[tuple[str, int], str] = {}
+
+    def flush() -> Iterator[Event]:
+        for (kind, index), text in held.items():
+            if not text:
+                continue
+            if kind == "text":
+                yield TextDelta(text)
+            elif kind == "reasoning":
+                yield ReasoningDelta(text)
+            else:
+                yield ToolCallDelta(index, arguments=text)
+        held.clear()
+
+    def hold(key: tuple[str, int], text: str) -> str:
+        ready, held[key] = redactor.split_safe(held.get(key, "") + text)
+        return ready
+
+    try:
+        for event in events:
+            if isinstance(event, TextDelta):
+                if ready := hold(("text", 0), event.text):
+                    yield TextDelta(ready)
+            elif isinstance(event, ReasoningDelta):
+                if ready := hold(("reasoning", 0), event.text):
+                    yield ReasoningDelta(ready)
+            elif isinstance(event, ToolCallDelta):
+                ready = hold(("tool_call", event.index), event.arguments)
+                if ready or event.id is not None or event.name is not None:
+                    yield ToolCallDelta(
+                        event.index,
+                        id=None if event.id is None else redactor.text(event.id),
+                        name=None if event.name is None else redactor.text(event.name),
+                        arguments=ready,
+                    )
+            else:
+                yield from flush()
+                yield event
+    except AgctlError as exc:
+        exc.args = tuple(redactor.text(a) if isinstance(a, str) else a for a in exc.args)
+        if hasattr(exc, "__notes__"):
+            exc.__notes__ = [redactor.text(note) for note in exc.__notes__]
+        raise
+    yield from flush()

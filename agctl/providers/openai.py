@@ -1,9 +1,17 @@
-"""Any OpenAI-compatible chat-completions server, over httpx (streaming or not)."""
+"""Any OpenAI-compatible chat-completions server, over httpx (streaming or not).
+
+A reply is read within bounds — the time between events that carry data, a deadline for
+the whole request, a cap on its size — and every field agctl reads from it is checked,
+so a broken or hostile server gives a ProviderError, never a hang or a traceback. No
+message, log line or event leaves this module with the key or a URL's password in it.
+"""
 
 from __future__ import annotations
 
 import logging
+import math
 import random
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,7 +30,9 @@ from agctl.providers.base import (
     TextDelta,
     ToolCallDelta,
     Usage,
+    redacted_events,
 )
+from agctl.redact import Redactor, mask_url, strip_userinfo, userinfo
 
 if TYPE_CHECKING:
     import httpx
@@ -30,8 +40,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("agctl.provider")
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-MAX_RETRY_AFTER = 120.0
 JSON_HEADERS = {"Content-Type": "application/json"}
+# Enough of an error body to show its message; the rest is not read.
+ERROR_BODY_LIMIT = 64 * 1024
+MAX_TOKEN_COUNT = 2**63 - 1
+MAX_TOOL_INDEX = 65535
+_LINE_BREAK = re.compile(rb"\r\n|\r|\n")
 
 
 @dataclass
@@ -40,8 +54,14 @@ class HttpSettings:
     api_key: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     connect_timeout: float = 10.0
+    # The longest wait for an event that carries data (keepalives do not count).
     read_timeout: float = 120.0
+    # The whole call, retries and their waits included.
+    request_timeout: float = 600.0
+    max_reply_bytes: int = 16 * 1024 * 1024
     max_retries: int = 3
+    # A server asking for a longer wait before a retry fails the call at once.
+    max_retry_wait: float = 60.0
     backoff_base: float = 0.5
     backoff_max: float = 20.0
 
@@ -54,82 +74,271 @@ class _Retry(Exception):
         self.retry_after = retry_after
 
 
+def _seconds(text: str, scale: float = 1.0) -> float | None:
+    try:
+        value = float(text) / scale
+    except ValueError:
+        return None
+    return max(value, 0.0) if math.isfinite(value) else None
+
+
+def _finite(seconds: float) -> float | None:
+    """A socket timeout; an infinite one (which sockets refuse) is no timeout."""
+    return seconds if math.isfinite(seconds) else None
+
+
 def _retry_after(headers: httpx.Headers) -> float | None:
     if "retry-after-ms" in headers:
-        try:
-            return float(headers["retry-after-ms"]) / 1000
-        except ValueError:
-            pass
+        wait = _seconds(headers["retry-after-ms"], 1000)
+        if wait is not None:
+            return wait
     value = headers.get("retry-after")
     if value is None:
         return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
+    wait = _seconds(value)
+    if wait is not None:
+        return wait
     try:
         return max(parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
-def _server_message(body: bytes) -> str:
+def _server_message(body: bytes, redact: Callable[[str], str]) -> str:
+    """The message of an error body, redacted before it is cut to a line."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
-        text = body.decode("utf-8", "replace").strip()
-        return " ".join(text.split())[:300] or "(empty body)"
+        data = None
+    text = body.decode("utf-8", "replace")
     if isinstance(data, dict):
         error = data.get("error", data)
         if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
-        if isinstance(error, str):
-            return error
-    return " ".join(body.decode("utf-8", "replace").split())[:300]
+            text = str(error["message"])
+        elif isinstance(error, str):
+            text = error
+    return " ".join(redact(text).split())[:500] or "(empty body)"
 
 
-def chunk_events(chunk: dict[str, Any]) -> Iterator[Event]:
-    """Events of one streamed `chat.completion.chunk`."""
-    for choice in chunk.get("choices") or ():
-        delta = choice.get("delta") or {}
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+# ---- reading a reply ---------------------------------------------------------------------
+
+
+class Malformed(Exception):
+    """A field of a reply is missing or of the wrong type; the message says which."""
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _object(value: Any, where: str, *, optional: bool = False) -> dict[str, Any]:
+    if value is None and optional:
+        return {}
+    if not isinstance(value, dict):
+        raise Malformed(f"{where} is {_kind(value)}, not an object")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise Malformed(f"{where} is {_kind(value)}, not a list")
+    return value
+
+
+def _string(obj: dict[str, Any], key: str, where: str) -> str | None:
+    value = obj.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise Malformed(f"{where}.{key} is {_kind(value)}, not a string")
+
+
+def _content(message: dict[str, Any], where: str) -> str | None:
+    """`content` as text: a string, or a list of text parts (some servers send those)."""
+    value = message.get("content")
+    if not isinstance(value, list):
+        return _string(message, "content", where)
+    texts = []
+    for number, item in enumerate(value):
+        part = _object(item, f"{where}.content[{number}]")
+        if part.get("type", "text") != "text":
+            raise Malformed(f"{where}.content[{number}] is a {part['type']!r} part, not text")
+        texts.append(_string(part, "text", f"{where}.content[{number}]") or "")
+    return "".join(texts)
+
+
+def _whole_number(value: Any, where: str, ceiling: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Malformed(f"{where} is {_kind(value)}, not a whole number")
+    if not 0 <= value <= ceiling:
+        raise Malformed(f"{where} is {value}, out of range (0 to {ceiling})")
+    return value
+
+
+class ReplyParser:
+    """The events of one reply, streamed or whole, with every field agctl reads checked."""
+
+    def __init__(self) -> None:
+        self._calls: set[int] = set()
+        self._named: set[int] = set()
+
+    def chunk(self, data: Any) -> list[Event]:
+        """Events of one streamed `chat.completion.chunk`."""
+        chunk = _object(data, "the chunk")
+        events: list[Event] = []
+        for number, item in enumerate(_list(chunk.get("choices"), "choices")):
+            where = f"choices[{number}]"
+            choice = _object(item, where)
+            delta = _object(choice.get("delta"), f"{where}.delta", optional=True)
+            events += self._message(delta, f"{where}.delta", streamed=True)
+            reason = _string(choice, "finish_reason", where)
+            if reason:
+                events.append(Finish(reason))
+        return events + self._usage(chunk)
+
+    def completion(self, data: Any) -> list[Event]:
+        """Events of one whole `chat.completion` object."""
+        reply = _object(data, "the reply")
+        if reply.get("choices") is None:
+            raise Malformed("choices is missing")
+        choices = _list(reply["choices"], "choices")
+        if not choices:
+            raise Malformed("choices is empty")
+        choice = _object(choices[0], "choices[0]")
+        if choice.get("message") is None:
+            raise Malformed("choices[0].message is missing")
+        message = _object(choice["message"], "choices[0].message")
+        events = self._message(message, "choices[0].message", streamed=False)
+        events += self._usage(reply)
+        events.append(Finish(_string(choice, "finish_reason", "choices[0]") or "stop"))
+        self.end()
+        return events
+
+    def end(self) -> None:
+        """Check what only the whole reply shows: every tool call got a name."""
+        unnamed = sorted(self._calls - self._named)
+        if unnamed:
+            raise Malformed(f"tool call {unnamed[0]} has no function name")
+
+    def _message(self, message: dict[str, Any], where: str, *, streamed: bool) -> list[Event]:
+        events: list[Event] = []
+        reasoning_content = _string(message, "reasoning_content", where)
+        reasoning = reasoning_content or _string(message, "reasoning", where)
         if reasoning:
-            yield ReasoningDelta(str(reasoning))
-        if delta.get("content"):
-            yield TextDelta(str(delta["content"]))
-        for call in delta.get("tool_calls") or ():
-            function = call.get("function") or {}
-            yield ToolCallDelta(
-                index=int(call.get("index", 0)),
-                id=call.get("id"),
-                name=function.get("name"),
-                arguments=function.get("arguments") or "",
-            )
-        if choice.get("finish_reason"):
-            yield Finish(str(choice["finish_reason"]))
-    usage = chunk.get("usage")
-    if usage:
-        yield Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
+            events.append(ReasoningDelta(reasoning))
+        content = _content(message, where)
+        if content:
+            events.append(TextDelta(content))
+        for number, item in enumerate(_list(message.get("tool_calls"), f"{where}.tool_calls")):
+            events.append(self._tool_call(item, number, f"{where}.tool_calls[{number}]", streamed))
+        return events
 
-
-def completion_events(data: dict[str, Any]) -> Iterator[Event]:
-    """Events of one whole `chat.completion` object."""
-    choice = data["choices"][0]
-    message = choice["message"]
-    reasoning = message.get("reasoning_content") or message.get("reasoning")
-    if reasoning:
-        yield ReasoningDelta(str(reasoning))
-    if message.get("content"):
-        yield TextDelta(str(message["content"]))
-    for index, call in enumerate(message.get("tool_calls") or ()):
-        function = call["function"]
-        yield ToolCallDelta(
-            index, id=call.get("id"), name=function["name"], arguments=function.get("arguments", "")
+    def _tool_call(self, item: Any, number: int, where: str, streamed: bool) -> ToolCallDelta:
+        call = _object(item, where)
+        index = (
+            _whole_number(call.get("index", number), f"{where}.index", MAX_TOOL_INDEX)
+            if streamed
+            else number
         )
-    usage = data.get("usage")
-    if usage:
-        yield Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
-    yield Finish(str(choice.get("finish_reason") or "stop"))
+        function = _object(call.get("function"), f"{where}.function", optional=streamed)
+        name = _string(function, "name", f"{where}.function")
+        if not streamed and not name:
+            raise Malformed(f"{where}.function.name is {_kind(name) if name is None else 'empty'}")
+        if "arguments" in function and function["arguments"] is None:
+            raise Malformed(f"{where}.function.arguments is null, not a string")
+        arguments = _string(function, "arguments", f"{where}.function") or ""
+        self._calls.add(index)
+        if name:
+            self._named.add(index)
+        return ToolCallDelta(
+            index, id=_string(call, "id", where), name=name or None, arguments=arguments
+        )
+
+    @staticmethod
+    def _usage(container: dict[str, Any]) -> list[Event]:
+        usage = _object(container.get("usage"), "usage", optional=True)
+        if not usage:
+            return []
+        counts = [
+            _whole_number(usage[key], f"usage.{key}", MAX_TOKEN_COUNT)
+            if usage.get(key) is not None
+            else 0
+            for key in ("prompt_tokens", "completion_tokens")
+        ]
+        return [Usage(prompt_tokens=counts[0], completion_tokens=counts[1])]
+
+
+# ---- the provider ------------------------------------------------------------------------
+
+
+class _Body:
+    """A response body, read within the request's bounds: time, deadline and size."""
+
+    def __init__(self, provider: OpenAIProvider, response: httpx.Response, deadline: float):
+        self.provider = provider
+        self.response = response
+        self.deadline = deadline
+        self.size = 0
+        self.last_data = time.monotonic()
+
+    def data(self) -> None:
+        """An event that carries data arrived: the read timeout starts again."""
+        self.last_data = time.monotonic()
+
+    def chunks(self) -> Iterator[bytes]:
+        import httpx
+
+        provider, settings = self.provider, self.provider.settings
+        for chunk in self.response.iter_bytes():
+            self.size += len(chunk)
+            if max(self.size, self.response.num_bytes_downloaded) > settings.max_reply_bytes:
+                raise provider.error(
+                    f"the reply from {provider.url} is larger than max_reply_bytes "
+                    f"({settings.max_reply_bytes} bytes)"
+                )
+            now = time.monotonic()
+            if now > self.deadline:
+                raise provider.overdue()
+            if now - self.last_data > settings.read_timeout:
+                raise httpx.ReadTimeout(f"no data for {settings.read_timeout:g} s (read_timeout)")
+            yield chunk
+
+    def read(self, limit: int | None = None) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        for chunk in self.chunks():
+            parts.append(chunk)
+            size += len(chunk)
+            if limit is not None and size >= limit:
+                break
+        return b"".join(parts)[:limit]
+
+
+def _lines(body: _Body) -> Iterator[bytes]:
+    """The lines of a body, split on any of CR LF, LF and CR."""
+    buffer = bytearray()
+    for chunk in body.chunks():
+        buffer += chunk
+        if b"\n" not in chunk and b"\r" not in chunk:
+            continue
+        *lines, rest = _LINE_BREAK.split(bytes(buffer))
+        buffer = bytearray(rest)
+        yield from lines
+    if buffer:
+        yield bytes(buffer)
 
 
 class OpenAIProvider:
@@ -141,21 +350,24 @@ class OpenAIProvider:
         self, settings: HttpSettings, *, sleep: Callable[[float], None] = time.sleep
     ) -> None:
         self.settings = settings
-        self.url = settings.base_url.rstrip("/") + "/chat/completions"
+        endpoint = settings.base_url.rstrip("/") + "/chat/completions"
+        # Shown in messages and logs; httpx gets the URL without its userinfo, as Basic auth.
+        self.url = mask_url(endpoint) or endpoint
+        self._endpoint = strip_userinfo(endpoint)
+        info = userinfo(endpoint)
+        self._auth = (info.user, info.password or "") if info is not None else None
+        self.redactor = Redactor.for_credentials(settings.api_key, settings.base_url)
         self._sleep = sleep
         self._client: httpx.Client | None = None
 
-    def _redact(self, text: str) -> str:
-        key = self.settings.api_key
-        return text.replace(key, "***") if key else text
+    def error(self, message: str, **kwargs: Any) -> ProviderError:
+        return ProviderError(self.redactor.text(message), **kwargs)
 
-    def _redact_bytes(self, body: bytes) -> bytes:
-        """The key out of a server's body before any of it is cut or shown."""
-        key = self.settings.api_key
-        return body.replace(key.encode(), b"***") if key else body
-
-    def _error(self, message: str, **kwargs: Any) -> ProviderError:
-        return ProviderError(self._redact(message), **kwargs)
+    def overdue(self) -> ProviderError:
+        return self.error(
+            f"request to {self.url} did not finish within request_timeout "
+            f"({self.settings.request_timeout:g} s)"
+        )
 
     @property
     def client(self) -> httpx.Client:
@@ -168,14 +380,9 @@ class OpenAIProvider:
                 headers["Authorization"] = f"Bearer {settings.api_key}"
             self._client = httpx.Client(
                 headers=headers,
-                timeout=httpx.Timeout(
-                    connect=settings.connect_timeout,
-                    read=settings.read_timeout,
-                    write=settings.read_timeout,
-                    pool=settings.connect_timeout,
-                ),
+                auth=self._auth,
                 # An SSL context costs ~50 ms to build; plain http needs none.
-                verify=not self.url.startswith("http://"),
+                verify=not self._endpoint.startswith("http://"),
             )
         return self._client
 
@@ -185,20 +392,23 @@ class OpenAIProvider:
             self._client = None
 
     def stream(self, request: ChatRequest) -> Iterator[Event]:
+        """The reply's events, with the key and the URL's password removed (even if the
+        server echoes them, cut across pieces), before anyone stores or prints them."""
+        if not self.redactor:
+            return self._attempts(request)
+        return redacted_events(self._attempts(request), self.redactor)
+
+    def _attempts(self, request: ChatRequest) -> Iterator[Event]:
+        deadline = time.monotonic() + self.settings.request_timeout
         attempt = 0
         while True:
             try:
-                if request.stream:
-                    yield from self._sse(request)
-                else:
-                    yield from self._complete(request)
+                yield from self._attempt(request, deadline)
                 return
             except _Retry as retry:
                 if attempt >= self.settings.max_retries:
                     raise retry.error from None
-                delay = self._delay(attempt, retry.retry_after)
-                if delay is None:
-                    raise retry.error from None
+                delay = self._delay(attempt, retry, deadline)
                 attempt += 1
                 log.info(
                     "retry %d/%d in %.2fs: %s",
@@ -209,17 +419,33 @@ class OpenAIProvider:
                 )
                 self._sleep(delay)
 
-    def _delay(self, attempt: int, retry_after: float | None) -> float | None:
-        if retry_after is not None:
-            return retry_after if retry_after <= MAX_RETRY_AFTER else None
-        ceiling = min(self.settings.backoff_max, self.settings.backoff_base * 2**attempt)
-        return random.uniform(ceiling / 2, ceiling)
+    def _delay(self, attempt: int, retry: _Retry, deadline: float) -> float:
+        """How long to wait before the next attempt; a wait too long fails at once."""
+        settings = self.settings
+        wait = retry.retry_after
+        if wait is None:
+            ceiling = min(settings.backoff_max, settings.backoff_base * 2**attempt)
+            delay = random.uniform(ceiling / 2, ceiling)
+            if time.monotonic() + delay >= deadline:
+                raise retry.error from None
+            return delay
+        if wait > settings.max_retry_wait:
+            why = f"longer than max_retry_wait ({settings.max_retry_wait:g} s)"
+        elif time.monotonic() + wait >= deadline:
+            why = f"past request_timeout ({settings.request_timeout:g} s)"
+        else:
+            return wait
+        error = retry.error
+        raise self.error(
+            f"{error}; the server asks to wait {wait:g} s before a retry, {why}",
+            status=error.status,
+            retryable=error.retryable,
+        ) from None
 
     def _status_error(self, response: httpx.Response, body: bytes) -> Exception:
         status = response.status_code
-        message = self._redact(
-            f"{status} {response.reason_phrase} from {self.url}: "
-            f"{_server_message(self._redact_bytes(body))}"
+        message = self.redactor.text(
+            f"{status} {response.reason_phrase} from {self.url}: {self._message_of(body)}"
         )
         if status in RETRY_STATUSES:
             error = ProviderError(message, status=status, retryable=True)
@@ -229,73 +455,104 @@ class OpenAIProvider:
     def _transport_error(self, exc: Exception, started: bool) -> Exception:
         import httpx
 
+        if isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError):
+            # No retry can fix a URL agctl cannot speak to.
+            return self.error(f"cannot send to {self.url}: {exc}")
+        if isinstance(exc, httpx.DecodingError):
+            return self.error(f"malformed response from {self.url}: {exc}")
         kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "failed"
         phase = "mid-stream" if started else "before a reply"
-        error = self._error(f"request to {self.url} {kind} {phase}: {exc or type(exc).__name__}")
-        return error if started else _Retry(error)
+        error = self.error(f"request to {self.url} {kind} {phase}: {exc or type(exc).__name__}")
+        return error if started or not isinstance(exc, httpx.TransportError) else _Retry(error)
 
-    def _fatal_transport(self, exc: Exception) -> bool:
-        """Errors no retry can fix: a URL agctl cannot speak to."""
+    def _attempt(self, request: ChatRequest, deadline: float) -> Iterator[Event]:
         import httpx
 
-        return isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError)
-
-    def _complete(self, request: ChatRequest) -> Iterator[Event]:
-        import httpx
-
-        try:
-            response = self.client.post(
-                self.url, content=orjson.dumps(request.payload()), headers=JSON_HEADERS
-            )
-            body = response.content
-        except httpx.TransportError as exc:
-            if self._fatal_transport(exc):
-                raise self._error(f"cannot send to {self.url}: {exc}") from None
-            raise self._transport_error(exc, started=False) from None
-        if response.status_code != 200:
-            raise self._status_error(response, body)
-        try:
-            events = list(completion_events(orjson.loads(body)))
-        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError):
-            snippet = " ".join(self._redact_bytes(body).decode("utf-8", "replace").split())[:200]
-            raise self._error(f"malformed response from {self.url}: {snippet!r}") from None
-        yield from events
-
-    def _sse(self, request: ChatRequest) -> Iterator[Event]:
-        import httpx
-
+        settings = self.settings
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise self.overdue()
+        wait = _finite(min(settings.read_timeout, remaining))
+        connect = _finite(min(settings.connect_timeout, remaining))
+        timeout = httpx.Timeout(connect=connect, read=wait, write=wait, pool=connect)
+        headers = JSON_HEADERS
+        if request.stream:
+            headers = {**JSON_HEADERS, "Accept": "text/event-stream"}
+        log.debug("POST %s: model=%s stream=%s", self.url, request.model, request.stream)
         started = False
         try:
             with self.client.stream(
                 "POST",
-                self.url,
+                self._endpoint,
                 content=orjson.dumps(request.payload()),
-                headers={**JSON_HEADERS, "Accept": "text/event-stream"},
+                headers=headers,
+                timeout=timeout,
             ) as response:
+                body = _Body(self, response, deadline)
                 if response.status_code != 200:
-                    raise self._status_error(response, response.read())
-                for line in response.iter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        return
-                    try:
-                        chunk = orjson.loads(data)
-                        if isinstance(chunk, dict) and "error" in chunk:
-                            raise self._error(
-                                f"error mid-stream from {self.url}: "
-                                f"{_server_message(self._redact_bytes(data.encode()))}"
-                            )
-                        events = list(chunk_events(chunk))
-                    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
-                        raise self._error(
-                            f"malformed stream data from {self.url}: {self._redact(data)[:200]!r}"
-                        ) from None
+                    raise self._status_error(response, body.read(ERROR_BODY_LIMIT))
+                if not request.stream:
+                    yield from self._whole(body.read())
+                    return
+                for events in self._sse(body):
                     started = started or bool(events)
                     yield from events
-        except httpx.TransportError as exc:
-            if self._fatal_transport(exc):
-                raise self._error(f"cannot send to {self.url}: {exc}") from None
+        except httpx.InvalidURL as exc:
+            raise self.error(f"cannot send to {self.url}: {exc}") from None
+        except httpx.RequestError as exc:
             raise self._transport_error(exc, started) from None
-        raise self._error(f"the stream from {self.url} ended before [DONE]")
+
+    def _message_of(self, body: bytes) -> str:
+        return _server_message(self.redactor.bytes(body), self.redactor.text)
+
+    def _snippet(self, data: bytes) -> str:
+        return " ".join(self.redactor.bytes(data).decode("utf-8", "replace").split())[:200]
+
+    def _whole(self, body: bytes) -> list[Event]:
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise self.error(
+                f"malformed response from {self.url}: {self._snippet(body)!r}"
+            ) from None
+        if isinstance(data, dict) and data.get("error") is not None and "choices" not in data:
+            raise self.error(f"error from {self.url}: {self._message_of(body)}")
+        try:
+            return ReplyParser().completion(data)
+        except Malformed as exc:
+            raise self.error(f"malformed response from {self.url}: {exc}") from None
+
+    def _sse(self, body: _Body) -> Iterator[list[Event]]:
+        """The events of each `data:` line; comments, other fields and blank lines are skipped."""
+        parser = ReplyParser()
+        for line in _lines(body):
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                try:
+                    parser.end()
+                except Malformed as exc:
+                    raise self.error(f"malformed stream from {self.url}: {exc}") from None
+                return
+            if not data:
+                continue
+            events = self._chunk(parser, data)
+            if events:
+                body.data()
+            yield events
+        raise self.error(f"the stream from {self.url} ended before [DONE]")
+
+    def _chunk(self, parser: ReplyParser, data: bytes) -> list[Event]:
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise self.error(
+                f"malformed stream data from {self.url}: {self._snippet(data)!r}"
+            ) from None
+        if isinstance(chunk, dict) and chunk.get("error") is not None:
+            raise self.error(f"error mid-stream from {self.url}: {self._message_of(data)}")
+        try:
+            return parser.chunk(chunk)
+        except Malformed as exc:
+            raise self.error(f"malformed stream data from {self.url}: {exc}") from None

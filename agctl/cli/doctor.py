@@ -1,0 +1,50 @@
+"""`agctl doctor`: check the data dir for loose modes, planted files and leftovers."""
+
+from __future__ import annotations
+
+import click
+
+from agctl.cli.app import App, json_option, pass_app
+
+
+@click.command("doctor")
+@click.option("--fix", is_flag=True, help="Repair what can be repaired safely.")
+@json_option
+@pass_app
+def command(app: App, fix: bool) -> None:
+    """Check the data dir for loose modes, planted files and leftovers.
+
+    Reports modes open to other users, links and FIFOs where agctl keeps its files, files
+    owned by another user, temp files and directories left by killed writers, untrusted
+    recovery journals, and checkpoint records that fail their checks or cannot be
+    verified (written before checksums).
+
+    Exits 0 when nothing is wrong (or everything found was fixed), 5 otherwise.
+
+    \b
+    Examples:
+      agctl doctor
+      agctl doctor --fix
+      agctl doctor --json | jq '.findings[].kind'
+    """
+    from agctl.doctor import diagnose
+    from agctl.errors import DataError
+
+    findings = diagnose(app.store, fix=fix)
+    unresolved = [f for f in findings if not f.fixed and not f.notice]
+    payload = {
+        "data_dir": str(app.store.root),
+        "ok": not unresolved,
+        "findings": [f.to_dict() for f in findings],
+    }
+    lines = []
+    for finding in findings:
+        state = "fixed" if finding.fixed else ("note" if finding.notice else "found")
+        lines.append(f"{state:5}  {finding.kind:12}  {finding.path}: {finding.detail}")
+    if not findings:
+        lines.append(f"{app.store.root}: nothing to report")
+    elif unresolved and not fix and any(f.fixable for f in unresolved):
+        lines.append("run 'agctl doctor --fix' to repair what can be repaired")
+    app.emit(payload, text="\n".join(lines))
+    if unresolved:
+        raise DataError(f"{len(unresolved)} problem(s) in {app.store.root} not fixed")

@@ -1,0 +1,241 @@
+"""Everything agctl prints passes through here: standard output and standard error are
+wrapped for the whole run of a command, so two rules hold for every writer (click.echo,
+sys.stdout, the logging handler, click's own error messages, streaming turn output).
+
+- On a terminal, control characters in the text never reach it raw: a reply, a title or an
+  imported message could otherwise set the window title, plant a hyperlink or write the
+  clipboard (OSC 52), clear the screen or overwrite a line. Every C0 control except newline
+  and tab, DEL and every C1 control is written as its JSON escape (ESC as ``\\u001b``), which
+  people can read and which keeps JSON output valid JSON of the exact text; colour
+  sequences (SGR, ``ESC [ … m``) are dropped. agctl's own colours pass through `secho`,
+  click's progress bar draws as it does. Redirected output is written as it is (and
+  `agctl.cli.app.echo` keeps click from stripping sequences from it).
+- A failure to write standard output (a full disk, a closed pipe) is recorded, so that the
+  command line reports it once instead of a traceback (see `Output.failure`).
+
+Imports click and the standard library only.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import contextvars
+import errno
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO, cast
+
+import click
+
+_CONTROLS = re.compile("\x1b\\[[0-9;]*m|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_trusted = contextvars.ContextVar("agctl_trusted_output", default=False)
+
+
+def _shown(match: re.Match[str]) -> str:
+    found = match.group()
+    return "" if len(found) > 1 else f"\\u{ord(found):04x}"
+
+
+def neutralise(text: str) -> str:
+    """`text` with no control character a terminal would act on (see the module's rules)."""
+    return _CONTROLS.sub(_shown, text)
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def _from_click_terminal_ui() -> bool:
+    """Whether the write in progress comes from click's progress bar, which draws with CR
+    and cursor sequences of its own and shows no user data (`page` neutralises what goes
+    to click's pager). Frame 0 is this function, 1 `Output.write`, 2 its caller."""
+    try:
+        frame = sys._getframe(2)
+    except ValueError:  # called from the bottom of the stack: not from click
+        return False
+    if frame.f_globals.get("__name__") == "click.utils" and frame.f_back is not None:
+        frame = frame.f_back  # through click.echo
+    return frame.f_globals.get("__name__") == "click._termui_impl"
+
+
+class Output:
+    """A text stream in front of sys.stdout or sys.stderr (or of nothing, when the process
+    was started with that descriptor closed)."""
+
+    def __init__(self, stream: TextIO | None, *, report_failures: bool) -> None:
+        self.stream = stream
+        self.neutralising = _isatty(stream)
+        self.report_failures = report_failures
+        self.failure: OSError | None = None
+        self._buffer: _BinaryOutput | None = None
+
+    # ---- what callers check ----------------------------------------------------------
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+    @property
+    def errors(self) -> str:
+        return getattr(self.stream, "errors", None) or "strict"
+
+    @property
+    def buffer(self) -> _BinaryOutput:
+        if self._buffer is None:
+            self._buffer = _BinaryOutput(self)
+        return self._buffer
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def isatty(self) -> bool:
+        return _isatty(self.stream)
+
+    def fileno(self) -> int:
+        if self.stream is None:
+            raise OSError(errno.EBADF, "it is closed")
+        return self.stream.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+    # ---- writing ---------------------------------------------------------------------
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        shown = text
+        if self.neutralising and not _trusted.get() and not _from_click_terminal_ui():
+            shown = neutralise(text)
+        self._do(lambda stream: stream.write(shown))
+        return len(text)
+
+    def flush(self) -> None:
+        if self.stream is not None:
+            self._do(lambda stream: stream.flush())
+
+    def _do(self, action: Callable[[TextIO], object]) -> None:
+        """Run `action` on the stream; a failure is kept, and raised unless this is the
+        stream of diagnostics (which has nowhere else to report it)."""
+        try:
+            if self.stream is None:
+                raise OSError(errno.EBADF, "it is closed")
+            action(self.stream)
+        except OSError as exc:
+            if self.failure is None:
+                self.failure = exc
+            if self.report_failures:
+                raise
+
+
+class _BinaryOutput:
+    """`Output.buffer`: on a terminal, bytes are decoded, neutralised and encoded again (by
+    an incremental decoder: a character may be split across writes)."""
+
+    def __init__(self, text: Output) -> None:
+        self.text = text
+        self._decoder = codecs.getincrementaldecoder(text.encoding)(errors="replace")
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        size = len(data)
+        if self.text.neutralising:
+            shown = neutralise(self._decoder.decode(bytes(data)))
+            data = shown.encode(self.text.encoding, errors="replace")
+
+        def write(stream: TextIO) -> None:
+            stream.flush()  # text written before these bytes comes first
+            stream.buffer.write(data)
+
+        self.text._do(write)
+        return size
+
+    def flush(self) -> None:
+        self.text.flush()
+
+    def isatty(self) -> bool:
+        return self.text.isatty()
+
+    def fileno(self) -> int:
+        return self.text.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+
+@contextlib.contextmanager
+def _trusted_writes() -> Iterator[None]:
+    """agctl's own styled text, written inside this, keeps its colours on a terminal."""
+    token = _trusted.set(True)
+    try:
+        yield
+    finally:
+        _trusted.reset(token)
+
+
+def secho(message: str, *, err: bool = False, nl: bool = True, **styles: Any) -> None:
+    """`click.secho` for agctl's own words: its style reaches a terminal (click decides
+    when, as ever: not on a pipe, not with --no-color); controls in `message` do not."""
+    stream = sys.stderr if err else sys.stdout
+    if isinstance(stream, Output) and stream.neutralising:
+        message = neutralise(message)
+    with _trusted_writes():
+        click.secho(message, err=err, nl=nl, **styles)
+
+
+@contextlib.contextmanager
+def guarded() -> Iterator[Output]:
+    """Put `Output` in front of sys.stdout and sys.stderr for the body; yield the one of
+    standard output, whose `failure` tells whether it could not be written."""
+    if isinstance(sys.stdout, Output):  # a command running commands (agctl demo)
+        yield sys.stdout
+        return
+    saved = sys.stdout, sys.stderr
+    stdout = Output(sys.stdout, report_failures=True)
+    sys.stdout = cast(TextIO, stdout)
+    if not isinstance(sys.stderr, Output):
+        sys.stderr = cast(TextIO, Output(sys.stderr, report_failures=False))
+    try:
+        yield stdout
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell shows for a tool killed by the signal
+
+
+def settle(stdout: Output) -> int | None:
+    """Flush standard output at the end of a command. When it could not be written, point
+    the descriptor at /dev/null (so that the interpreter's own flush at exit finds nothing
+    to fail on), say so on stderr unless the reader just went away, and return the status:
+    141 for a closed pipe (`agctl … | head -1`), else 1."""
+    with contextlib.suppress(OSError):
+        stdout.flush()
+    failure = stdout.failure
+    if failure is None:
+        return None
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        fd = stdout.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    if failure.errno == errno.EPIPE:
+        return EXIT_BROKEN_PIPE
+    reason = failure.strerror or str(failure)
+    click.echo(f"agctl: error: cannot write to standard output: {reason}", err=True)
+    return 1
