@@ -48,7 +48,16 @@ from agctl.fsio import (
 )
 from agctl.ids import resolve_prefix, validate_id
 from agctl.models import Document, Message, Model, Session, Slot, message_list_adapter, utcnow
-from agctl.pack import NO_PARENT, Log, common_prefix, content_hash, line_sum
+from agctl.pack import (
+    NO_PARENT,
+    Log,
+    NoRecord,
+    checked_value,
+    common_prefix,
+    content_hash,
+    encode_record,
+    line_sum,
+)
 from agctl.store import RESTORE_JOURNAL, Store
 
 log = logging.getLogger("agctl.checkpoint")
@@ -195,14 +204,15 @@ class Checkpointer:
         """The heads cache, or an empty one when it is missing, damaged or not of this log."""
         path = self.directory(session_id) / "heads.json"
         try:
-            heads = orjson.loads(read_bytes(path, "heads"))
-            if _valid_heads(heads, log_size) and self._describes(session_id, heads):
-                return heads  # type: ignore[no-any-return]
-            log.warning("ignoring %s: it does not describe this log", path)
+            heads = checked_value(read_bytes(path, "heads"))
         except NotFound:
-            pass
-        except orjson.JSONDecodeError:
-            log.warning("ignoring unreadable %s", path)
+            return {"slots": {}}
+        if heads is None:
+            log.warning("ignoring %s: damaged (its checksum fails)", path)
+        elif _valid_heads(heads, log_size) and self._describes(session_id, heads):
+            return heads  # type: ignore[no-any-return]
+        else:
+            log.warning("ignoring %s: it does not describe this log", path)
         return {"slots": {}}
 
     def _describes(self, session_id: str, heads: dict[str, Any]) -> bool:
@@ -219,7 +229,7 @@ class Checkpointer:
         path = self.directory(session_id) / "heads.json"
         heads["tail"] = [last, history.line_digest(last)]
         try:
-            write_atomic(path, orjson.dumps(heads), durable=False)
+            write_atomic(path, encode_record(heads), durable=False)
         except StoreError as exc:
             log.warning("checkpoint cache not updated: %s", exc)
             with contextlib.suppress(OSError):
@@ -469,7 +479,7 @@ class Checkpointer:
 
     def _append_index(self, session_id: str, summary: CheckpointSummary) -> None:
         """Best effort: the index is rebuilt from the log when it is behind."""
-        line = summary.model_dump_json().encode() + b"\n"
+        line = encode_record(summary.model_dump(mode="json"))
         path = self.directory(session_id) / "index.jsonl"
         try:
             append_durably(path, lambda offset: line, durable=False)
@@ -491,9 +501,9 @@ class Checkpointer:
         indexed: list[CheckpointSummary] = []
         for line in lines:
             try:
-                summary = CheckpointSummary.model_validate_json(line)
+                summary = CheckpointSummary.model_validate(checked_value(line))
             except ValidationError:
-                damaged = True
+                damaged = True  # garbled, edited (its checksum fails), or of an old format
                 continue
             if summary.end <= size:
                 indexed.append(summary)
@@ -565,8 +575,13 @@ class Checkpointer:
             raise NotFound(f"checkpoint {identifier!r} not found in session {session_id!r}")
         try:
             return self._checkpoint(history, offset)
-        except (CorruptDocument, NotFound):
-            if identifier in self._indexed_ids(session_id):
+        except NoRecord:
+            raise NotFound(f"checkpoint {identifier!r} not found") from None
+        except (CorruptDocument, NotFound) as exc:
+            # A record starts there but fails its checksum (it cannot be told from a
+            # checkpoint), or the index knew a checkpoint there: damaged, not absent.
+            damaged = isinstance(exc, CorruptDocument) and history.checked()
+            if damaged or identifier in self._indexed_ids(session_id):
                 raise CorruptDocument(
                     history.path, f"checkpoint {identifier} (byte {offset}) is damaged"
                 ) from None
@@ -579,8 +594,8 @@ class Checkpointer:
         except NotFound:
             return ids
         for line in lines:
-            with contextlib.suppress(orjson.JSONDecodeError, TypeError, KeyError):
-                ids.add(str(orjson.loads(line)["id"]))
+            with contextlib.suppress(TypeError, KeyError):
+                ids.add(str(checked_value(line)["id"]))
         return ids
 
     def state(self, session_id: str, checkpoint: Checkpoint) -> SessionState:

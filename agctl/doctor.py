@@ -26,6 +26,7 @@ from agctl.store import (
     TURN_JOURNAL,
     Store,
     stale_temp_files,
+    stale_temp_files_in,
 )
 
 
@@ -68,6 +69,17 @@ def _walk(root: Path) -> Iterator[tuple[Path, os.stat_result]]:
             yield Path(entry.path), info
             if stat.S_ISDIR(info.st_mode):
                 stack.append(Path(entry.path))
+
+
+def _chmod_no_follow(path: Path, mode: int) -> None:
+    """chmod through a descriptor opened without following a link, so a link swapped in
+    after the walk changes nothing outside the data dir."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode) or stat.S_ISREG(os.fstat(fd).st_mode):
+            os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 def _remove(path: Path, info: os.stat_result) -> None:
@@ -146,7 +158,7 @@ class Doctor:
                 "mode",
                 path,
                 f"mode {mode:03o}: open to other users (wanted {wanted:03o})",
-                lambda: os.chmod(path, wanted),
+                lambda: _chmod_no_follow(path, wanted),
             )
 
     def _sessions(self) -> list[Path]:
@@ -160,14 +172,16 @@ class Doctor:
             return []
 
     def _leftovers(self) -> None:
+        stale = stale_temp_files_in(self.store.root, self.owner, STALE_TEMP_SECONDS)
         for directory in self._sessions():
-            for path in stale_temp_files(directory, self.owner, STALE_TEMP_SECONDS):
-                self._found(
-                    "temp-file",
-                    path,
-                    "a temp file left by a killed writer (it may hold deleted messages)",
-                    lambda p=path: p.unlink(),
-                )
+            stale += stale_temp_files(directory, self.owner, STALE_TEMP_SECONDS)
+        for path in stale:
+            self._found(
+                "temp-file",
+                path,
+                "a temp file left by a killed writer (it may hold deleted messages)",
+                lambda p=path: p.unlink(),
+            )
         try:
             entries = list(os.scandir(self.store.sessions_dir))
         except OSError:

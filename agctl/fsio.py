@@ -150,18 +150,14 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(
-    path: Path, data: bytes, *, durable: bool = True, replace_link: bool = False
-) -> None:
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace `path` with `data` so that a crash leaves the old or the new file, never a mix.
 
-    `durable=False` skips the fsyncs, for caches that can be rebuilt. The file is 0600.
-    Anything but a regular file in its place is refused, unless `replace_link` (the
-    user's own config, which may be a link into a dotfiles repository) lets a link go.
+    `durable=False` skips the fsyncs, for caches that can be rebuilt. The file is 0600;
+    anything but a regular file in its place (a link, a FIFO) is refused.
     """
     info = _lstat(path)
-    linked = info is not None and stat.S_ISLNK(info.st_mode)
-    if info is not None and not stat.S_ISREG(info.st_mode) and not (replace_link and linked):
+    if info is not None and not stat.S_ISREG(info.st_mode):
         raise not_regular(path, info.st_mode)
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
@@ -312,7 +308,7 @@ def _wait_for_lock(fd: int, lock_path: Path, timeout: Callable[[], float]) -> No
     holder = _holder(fd)
     log.info("waiting up to %.1fs for %s, held by %s", limit, lock_path, holder or "another")
     deadline = time.monotonic() + limit
-    delay = 0.005
+    delay = 0.001
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -324,7 +320,7 @@ def _wait_for_lock(fd: int, lock_path: Path, timeout: Callable[[], float]) -> No
             holder = _holder(fd) or holder
             raise LockTimeout(lock_path, limit, holder)
         time.sleep(min(delay, left))
-        delay = min(delay * 2, 0.1)
+        delay = min(delay * 2, 0.02)
 
 
 class LockTimeout(Conflict):

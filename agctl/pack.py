@@ -23,6 +23,7 @@ nothing refers to and the next append seals.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -33,10 +34,15 @@ import orjson
 from agctl.errors import CorruptDocument, DataError, NotFound, StoreError
 from agctl.fsio import append_durably, check_regular, open_regular
 
+log = logging.getLogger("agctl.checkpoint")
 NO_PARENT = -1
 Node = tuple[str, int, dict[str, Any]]  # (hash, own offset, message)
 HEADER = {"agctl": "checkpoint-log", "checksums": 1}
 SUM_LENGTH = 8
+
+
+class NoRecord(CorruptDocument):
+    """No record starts at the offset asked for (an id that names nothing)."""
 
 
 def line_sum(data: bytes) -> bytes:
@@ -47,6 +53,18 @@ def line_sum(data: bytes) -> bytes:
 def encode_record(value: Any) -> bytes:
     data = orjson.dumps(value)
     return data + b"\t" + line_sum(data) + b"\n"
+
+
+def checked_value(line: bytes) -> Any:
+    """The JSON value of a line written by `encode_record`, or None when the line has no
+    checksum, fails it, or does not parse: for the caches, which are rebuilt then."""
+    body, sep, digest = line.rstrip(b"\n").rpartition(b"\t")
+    if not sep or digest != line_sum(body):
+        return None
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def content_hash(data: Any) -> str:
@@ -105,9 +123,23 @@ class Log:
                 chunks.append(line)
             return b"".join(chunks)
 
+        self._drop_torn_tail()
         append_durably(self.path, encode)
         self._written.update(written)
         return offsets
+
+    def _drop_torn_tail(self) -> None:
+        """Cut off what a crash mid-append left after the last newline (nothing refers to
+        it), so a torn header cannot turn a new log into one without checksums."""
+        if not self.size():
+            return
+        torn_at, torn = self.torn_tail()
+        if torn:
+            try:
+                os.truncate(self.path, torn_at)
+            except OSError as exc:
+                raise StoreError(f"cannot repair {self.path}: {exc.strerror}") from None
+            self._checked = None
 
     def checked(self) -> bool:
         """Whether this log carries checksums (its first line is the header)."""
@@ -167,9 +199,26 @@ class Log:
                 line = self._line_at(handle, offset)
         except OSError as exc:
             raise StoreError(f"cannot read {self.path}: {exc.strerror}") from None
+        if not line:
+            if self._whole_record_at(offset):
+                raise CorruptDocument(
+                    self.path, f"the newline before the record at byte {offset} is damaged"
+                )
+            raise NoRecord(self.path, f"no record starts at byte {offset}")
         if not line.endswith(b"\n"):
-            raise CorruptDocument(self.path, f"no record starts at byte {offset}")
+            raise CorruptDocument(self.path, f"the record at byte {offset} is cut short")
         return self.decode(line, offset)
+
+    def _whole_record_at(self, offset: int) -> bool:
+        """Whether a line that passes its checksum runs from `offset` (though the byte
+        before it is not a newline): a record whose separator was damaged."""
+        if offset < 0:
+            return False
+        with self._open() as handle:
+            handle.seek(offset)
+            line = handle.readline()
+        body, sep, digest = line.rstrip(b"\n").rpartition(b"\t")
+        return bool(sep) and digest == line_sum(body)
 
     def line_digest(self, offset: int) -> str | None:
         """A fingerprint of the whole line at `offset` (None if no line starts there):
@@ -240,27 +289,39 @@ class Log:
         return [(digest, offset, data) for digest, offset, _, data in reversed(walked)]
 
     def last(self) -> tuple[int, dict[str, Any]] | None:
-        """The last whole record and its offset (a torn last line is skipped)."""
+        """The last sound record and its offset: a torn last line is skipped, and so is a
+        damaged one (with a warning), so one changed byte cannot stop every later append."""
         size = self.size()
         if not size:
             return None
-        data = b""
-        position = size
         with self._open() as handle:
+            position = size  # `data` holds the file from `position` to its end
+            data = b""
+            end = -1  # where in `data` the newline ending the next candidate line is
             while True:
+                if end < 0:
+                    end = data.rfind(b"\n")
+                start = data.rfind(b"\n", 0, end) + 1 if end >= 0 else 0
+                if end >= 0 and (start or not position):
+                    offset = position + start
+                    try:
+                        record = self.decode(data[start : end + 1], offset)
+                    except CorruptDocument as exc:
+                        log.warning("skipping %s", exc)
+                    else:
+                        return None if record == HEADER and not offset else (offset, record)
+                    if not start:
+                        return None
+                    end = start - 1
+                    continue
+                if not position:
+                    return None
                 step = min(65536, position)
                 position -= step
                 handle.seek(position)
                 data = handle.read(step) + data
-                end = data.rfind(b"\n")
                 if end >= 0:
-                    start = data.rfind(b"\n", 0, end) + 1
-                    if start or not position:
-                        offset = position + start
-                        record = self.decode(data[start : end + 1], offset)
-                        return None if record == HEADER else (offset, record)
-                if not position:
-                    return None
+                    end += step
 
     def torn_tail(self) -> tuple[int, bytes]:
         """Where the bytes after the last newline start, and those bytes (b"" if none):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, quote_plus, unquote
 
@@ -132,9 +133,20 @@ class Redactor:
         self.longest = len(self.forms[0]) if self.forms else 0
 
     @classmethod
-    def for_credentials(cls, api_key: str | None, base_url: str | None) -> Redactor:
-        """For an API key and the password (if any) in a base URL."""
+    def for_credentials(
+        cls,
+        api_key: str | None,
+        base_url: str | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Redactor:
+        """For an API key, the password (if any) in a base URL, and the values of extra
+        headers (an `api-key: …` or `Authorization: Bearer …` of a profile), which the
+        config masks as secrets too."""
         forms = secret_forms(api_key) if api_key else set()
+        for value in (headers or {}).values():
+            scheme, _, token = value.strip().partition(" ")
+            for secret in {value.strip(), token.strip() if scheme else ""} - {""}:
+                forms |= secret_forms(secret)
         info = userinfo(base_url) if base_url else None
         if info is not None:
             for password in {info.password, info.raw_password} - {None, ""}:

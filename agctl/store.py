@@ -90,7 +90,8 @@ STALE_SECONDS = 600.0
 # A temp file of an atomic write older than this was left by a killed writer.
 STALE_TEMP_SECONDS = 300.0
 DEFAULT_LOCK_TIMEOUT = 30.0
-# Data dirs already warned about in this process.
+# Data dirs already warned about in this process; the note that says so across processes.
+WARNED_NOTE = ".loose-modes-warned"
 _warned_loose: set[str] = set()
 D = TypeVar("D", bound=Document)
 T = TypeVar("T")
@@ -148,24 +149,31 @@ def _in_cycles(parents: Mapping[str, str | None]) -> set[str]:
 def stale_temp_files(session_dir: Path, owner: int, min_age: float) -> list[Path]:
     """Temp files of atomic writes under a session, older than `min_age` seconds and
     owned by `owner` (regular files only: a link is never followed or removed here)."""
+    found: list[Path] = []
+    for directory in (session_dir, session_dir / "slots", session_dir / "checkpoints"):
+        found += stale_temp_files_in(directory, owner, min_age)
+    return found
+
+
+def stale_temp_files_in(directory: Path, owner: int, min_age: float) -> list[Path]:
+    """The stale temp files directly in `directory` (see stale_temp_files)."""
     import stat
 
     cutoff = time.time() - min_age
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return []
     found: list[Path] = []
-    for directory in (session_dir, session_dir / "slots", session_dir / "checkpoints"):
+    for entry in entries:
+        if not (entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX)):
+            continue
         try:
-            entries = list(os.scandir(directory))
+            info = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        for entry in entries:
-            if not (entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX)):
-                continue
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISREG(info.st_mode) and info.st_uid == owner and info.st_mtime < cutoff:
-                found.append(Path(entry.path))
+        if stat.S_ISREG(info.st_mode) and info.st_uid == owner and info.st_mtime < cutoff:
+            found.append(Path(entry.path))
     return found
 
 
@@ -176,6 +184,9 @@ class SessionInfo:
     session: Session
     children: list[str] = field(default_factory=list)
     orphan: bool = False
+    # Its parent chain loops back (data written by hand, or imported before imports
+    # checked): shown as a root, its parent link ignored by every walk.
+    looped: bool = False
 
 
 @dataclass
@@ -213,27 +224,44 @@ class Store:
         self.sessions_dir = self.root / "sessions"
         self._swept: set[str] = set()
         self._swept_leftovers = False
+        self._real_dirs: set[Path] = set()
+        if os.environ.get("AGCTL_LOCK_TIMEOUT"):
+            lock_timeout()  # a bad value is an error now, not only when a lock is busy
         self._warn_if_loose()
 
     def _warn_if_loose(self) -> None:
-        """A data dir that others may read or write is used, but never silently."""
+        """A data dir that others may read or write is used, but never silently: warned
+        about once (a note in the data dir remembers the modes warned about; if they
+        change, the warning comes again)."""
         key = str(self.root)
         if key in _warned_loose:
             return
         _warned_loose.add(key)
+        loose = []
         for path in (self.root, self.sessions_dir):
             try:
                 mode = os.stat(path).st_mode & 0o777
             except OSError:
                 continue
             if mode & 0o077:
-                log.warning(
-                    "%s is open to other users (mode %03o): conversations should be private; "
-                    "'agctl doctor --fix' (or chmod -R go-rwx) closes it",
-                    path,
-                    mode,
-                )
+                loose.append(f"{path.name or path} {mode:03o}")
+        if not loose:
+            return
+        note = self.root / WARNED_NOTE
+        seen = ", ".join(loose)
+        try:
+            if read_bytes(note).decode("utf-8", "replace") == seen:
                 return
+        except AgctlError:
+            pass
+        log.warning(
+            "%s is open to other users (%s): conversations should be private; "
+            "'agctl doctor --fix' (or chmod -R go-rwx) closes it (said once)",
+            self.root,
+            seen,
+        )
+        with contextlib.suppress(AgctlError):
+            write_atomic(note, seen.encode(), durable=False)
 
     # ---- paths and documents -------------------------------------------------------
 
@@ -241,14 +269,20 @@ class Store:
         """The session's directory; a link or a file in its place (or in place of
         `sessions/`) is refused, so nothing under a session is reached through a link."""
         path = self.sessions_dir / validate_id(session_id, "session")
-        check_dir(self.sessions_dir)
-        check_dir(path)
+        self._check_dir(self.sessions_dir)
+        self._check_dir(path)
         return path
 
     def session_subdir(self, session_id: str, name: str) -> Path:
         path = self.session_dir(session_id) / name
-        check_dir(path)
+        self._check_dir(path)
         return path
+
+    def _check_dir(self, path: Path) -> None:
+        """check_dir, once per process for a directory found real (a turn builds paths
+        dozens of times; agctl's own directories are private, so not swapped meanwhile)."""
+        if path not in self._real_dirs and check_dir(path):
+            self._real_dirs.add(path)
 
     def _session_path(self, session_id: str) -> Path:
         return self.session_dir(session_id) / "session.json"
@@ -399,10 +433,12 @@ class Store:
             parent = info.session.parent_id
             if parent is None:
                 continue
-            if parent in by_id and info.session.id not in looped:
+            if info.session.id in looped:
+                info.looped = True
+            elif parent in by_id:
                 by_id[parent].children.append(info.session.id)
             else:
-                info.orphan = True  # its parent is gone, or its parent chain loops
+                info.orphan = True
         infos.sort(key=lambda i: (i.session.created_at, i.session.id))
         return infos
 
@@ -552,8 +588,9 @@ class Store:
             raise NotFound(f"session {session_id!r} not found")
         kids: dict[str, list[str]] = {}
         for info in self.list_sessions(problems=[]):
-            if info.session.parent_id is not None:
-                kids.setdefault(info.session.parent_id, []).append(info.session.id)
+            parent = info.session.parent_id
+            if parent is not None and not info.looped:  # a parent that may be unreadable
+                kids.setdefault(parent, []).append(info.session.id)
         children = kids.get(session_id, [])
         if children and not (recursive or orphan):
             raise HasChildren(session_id, children)

@@ -22,6 +22,7 @@ from agctl.errors import (
     ProviderError,
     SlotChanged,
     TurnInterrupted,
+    UsageError,
 )
 from agctl.fsio import deferred_interrupts, read_bytes, remove_file, write_atomic
 from agctl.models import (
@@ -69,6 +70,17 @@ class TurnOptions:
     # The config's auto-compress; a slot's or the session's own setting wins.
     auto_compress: bool = True
     keep_recent: int = 6
+
+    def __post_init__(self) -> None:
+        """The library refuses what the CLI's option types refuse, for scripts too."""
+        import math
+
+        if self.temperature is not None and not (
+            math.isfinite(self.temperature) and 0 <= self.temperature <= 2
+        ):
+            raise UsageError(f"temperature must be a number from 0 to 2, not {self.temperature}")
+        if self.max_tokens is not None and not 1 <= self.max_tokens <= 2**63 - 1:
+            raise UsageError(f"max_tokens must be from 1 to 2**63-1, not {self.max_tokens}")
 
 
 @dataclass

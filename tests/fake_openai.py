@@ -121,6 +121,7 @@ class Fault:
     interval: float = 0.1
     size: int = 0
     events: tuple[Any, ...] = ()
+    piece: int = 1
 
 
 class FakeOpenAI:
@@ -253,6 +254,7 @@ class FakeOpenAI:
         size: int = 0,
         body: bytes = GARBAGE_BODY,
         events: Sequence[Any] = (),
+        piece: int = 1,
     ) -> None:
         """Queue a fault for the next request; faults are consumed before replies, in order.
 
@@ -268,8 +270,8 @@ class FakeOpenAI:
         keepalive: for `seconds`, every `interval`, something that carries no data (streams:
             a comment, a ping event, a blank event, an empty delta; JSON: a space), then the
             reply (the next scripted one, else the echo). The server stops by itself.
-        drip: the reply (scripted, else the echo) one byte every `interval` for `seconds`,
-            then the rest at once.
+        drip: the reply (scripted, else the echo) `piece` bytes (default 1) every
+            `interval` for `seconds`, then the rest at once.
         oversize: a well-formed echo reply whose text is `size` bytes of "x".
         """
         if kind not in FAULT_KINDS:
@@ -287,6 +289,7 @@ class FakeOpenAI:
             interval=interval,
             size=size,
             events=tuple(events),
+            piece=piece,
         )
         with self._lock:
             self._faults.append(fault)
@@ -515,8 +518,8 @@ class _Handler(BaseHTTPRequestHandler):
         deadline = time.monotonic() + fault.seconds
         sent = 0
         while sent < len(data) and time.monotonic() < deadline:
-            self._write(data[sent : sent + 1], chunked=stream)
-            sent += 1
+            self._write(data[sent : sent + fault.piece], chunked=stream)
+            sent += fault.piece
             if not self.fake._sleep(fault.interval):
                 self.close_connection = True
                 return

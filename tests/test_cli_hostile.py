@@ -446,13 +446,30 @@ def test_undecodable_bytes_on_the_command_line_are_refused_before_anything_runs(
     assert files(world.root / "data") == before
 
 
-@pytest.mark.parametrize("variable", ["AGCTL_SESSION", "AGCTL_DATA_DIR", "AGCTL_MODEL"])
+@pytest.mark.parametrize("variable", ["AGCTL_SESSION", "AGCTL_MODEL", "AGCTL_PROFILE"])
 def test_undecodable_bytes_in_an_environment_variable_are_refused(
     process_env: dict[str, str], variable: str
 ) -> None:
     env = {**process_env, variable: os.fsdecode(b"caf\xe9")}
     stderr = assert_clean_refusal(agctl(env, "msg", "list"), 2)
     assert f"environment variable {variable} is not valid UTF-8: 'caf\\xe9'" in stderr
+
+
+def test_a_data_dir_whose_name_is_not_utf8_works(
+    process_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A file name is bytes on POSIX: a data dir named with any of them is valid, through
+    --data-dir or AGCTL_DATA_DIR, and --json escapes it (a review found it refused)."""
+    data = os.fsdecode(bytes(tmp_path) + b"/d\xff")
+    for extra, env in (
+        (["--data-dir", data], process_env),
+        ([], {**process_env, "AGCTL_DATA_DIR": data}),
+    ):
+        made = agctl(env, *extra, "session", "new")
+        assert made.returncode == 0, made.stderr
+        listed = agctl(env, *extra, "--json", "doctor")
+        assert listed.returncode == 0, listed.stderr
+        assert json.loads(listed.stdout)["data_dir"] == data
 
 
 def test_agctl_log_must_name_a_level(process_env: dict[str, str]) -> None:

@@ -447,3 +447,17 @@ def test_content_with_a_part_that_is_not_text_is_malformed(
     wired.fail("garbage", body=json.dumps(image).encode())
     failed = run("turn", "send", "hello")
     assert_failed_with_a_draft(failed, store, sid, "malformed", "content[0]")
+
+
+def test_a_whole_body_arriving_in_parts_is_not_a_timeout(
+    run: Run, sid: str, wired: FakeOpenAI
+) -> None:
+    """A reply body that keeps arriving (here 3 KiB parts, 0.4 s apart, past a 0.6 s
+    read_timeout in all) is progress, not a stalled server (a review found it refused)."""
+    configure(run, read_timeout="0.6")
+    text = "x" * 9000
+    wired.reply(text)
+    wired.fail("drip", seconds=5, interval=0.4, piece=3072)
+    result = run("--json", "turn", "send", "hello", "--no-stream")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["reply"] == text

@@ -26,7 +26,7 @@ from agctl.providers.base import (
     Usage,
 )
 from agctl.providers.offline import OfflineProvider, ScriptedReply
-from agctl.redact import Redactor, mask_url, strip_userinfo
+from agctl.redact import MARK, Redactor, mask_url, strip_userinfo
 from agctl.store import Store
 
 Run = Callable[..., Result]
@@ -293,3 +293,23 @@ def test_a_key_echoed_mid_stream_in_an_error_is_redacted(
     assert result.exit_code == 6
     assert "key *** is over quota" in result.stderr
     assert_nowhere(key_forms(KEY), [tmp_path / "data"], [result])
+
+
+@pytest.mark.parametrize(
+    "header", ["api-key: azureSECRET12345", "Authorization: Bearer hdrTOKEN98765"]
+)
+def test_a_header_secret_echoed_in_a_reply_is_redacted(
+    run: Run, sid: str, server: FakeOpenAI, tmp_path: Path, header: str
+) -> None:
+    """Before (review): only the API key and the URL password were hunted in replies; a
+    secret sent in a profile's header (Azure's api-key) was stored when echoed."""
+    secret = header.split()[-1]
+    added = run("profile", "add", "az", "--base-url", server.base_url, "--model", MODEL,
+                "--header", header, "--default")  # fmt: skip
+    assert added.exit_code == 0, added.output
+    cassette = tmp_path / "h.cassette"
+    server.reply(text=f"the header was {secret}", chunk_size=3)
+    sent = run("turn", "send", "hi", "--stream", "--record", str(cassette))
+    assert sent.exit_code == 0, sent.output
+    assert f"the header was {MARK}" in sent.stdout
+    assert_nowhere(key_forms(secret), [tmp_path / "data", cassette], [sent])

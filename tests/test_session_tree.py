@@ -43,6 +43,7 @@ def test_tree_json_is_nested(run: Run, family: None) -> None:
         "id": "c",
         "title": None,
         "orphan": False,
+        "looped": False,
         "current": False,
         "children": [],
     }

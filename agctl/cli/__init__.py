@@ -149,11 +149,20 @@ def unusable_input(argv: list[str]) -> str | None:
     a value that is not valid UTF-8, named with its option or position."""
     for index, value in enumerate(argv):
         if _NOT_UTF8.search(value):
-            return f"{_argument_name(argv, index)} is not valid UTF-8: {_shown(value)}"
+            name, param = _argument_name(argv, index)
+            if param is not None and isinstance(param.type, click.Path):
+                continue  # a file name is bytes on POSIX: any of them is a valid path
+            return f"{name} is not valid UTF-8: {_shown(value)}"
     for name, value in sorted(os.environ.items()):
+        if name in PATH_VARIABLES:
+            continue
         if name.startswith("AGCTL_") and _NOT_UTF8.search(value):
             return f"environment variable {name} is not valid UTF-8: {_shown(value)}"
     return None
+
+
+# Variables that name files: any bytes are a valid path.
+PATH_VARIABLES = frozenset({"AGCTL_DATA_DIR", "AGCTL_CONFIG"})
 
 
 def _find_option(command: click.Command, token: str) -> click.Option | None:
@@ -164,9 +173,10 @@ def _find_option(command: click.Command, token: str) -> click.Option | None:
     return None
 
 
-def _argument_name(argv: list[str], index: int) -> str:
-    """Which option or argument `argv[index]` is, found by walking the Click tree as far as
-    the command line goes; its position when the walk cannot tell."""
+def _argument_name(argv: list[str], index: int) -> tuple[str, click.Parameter | None]:
+    """Which option or argument `argv[index]` is (a name for people, and the parameter),
+    found by walking the Click tree as far as the command line goes; its position when
+    the walk cannot tell."""
     position = f"argument {index + 1}"
     ctx = click.Context(cli)
     command: click.Command = cli
@@ -184,16 +194,16 @@ def _argument_name(argv: list[str], index: int) -> str:
             takes_value = option is not None and not option.is_flag and not option.count
             if i == index:
                 if option is not None and "=" in token:
-                    return f"the value of {token.split('=', 1)[0]} ({position})"
-                return f"option {position}"
+                    return f"the value of {token.split('=', 1)[0]} ({position})", option
+                return f"option {position}", None
             if takes_value and "=" not in token:
                 i += 1
                 if i == index:
-                    return f"the value of {token} ({position})"
+                    return f"the value of {token} ({position})", option
         elif isinstance(command, click.Group):
             sub = command.get_command(ctx, token) if i < index else None
             if sub is None:
-                return position
+                return position, None
             command, path = sub, [*path, token]
         elif i < index:
             positionals += 1
@@ -202,9 +212,10 @@ def _argument_name(argv: list[str], index: int) -> str:
     for argument in arguments:
         if argument.nargs < 0 or positionals < argument.nargs:
             where = " ".join(["agctl", *path])
-            return f"argument {argument.human_readable_name} of '{where}' ({position})"
+            name = f"argument {argument.human_readable_name} of '{where}' ({position})"
+            return name, argument
         positionals -= argument.nargs
-    return position
+    return position, None
 
 
 # ---- logging ---------------------------------------------------------------------------

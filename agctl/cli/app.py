@@ -147,8 +147,14 @@ def page(text: str) -> None:
 def echo_json(payload: Any) -> None:
     import orjson
 
-    data = orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
-    echo(data.decode())
+    try:
+        text = orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        # A file name that is not UTF-8 (any bytes are a valid path): escaped, as JSON can.
+        import json
+
+        text = json.dumps(payload, indent=2, default=str)
+    echo(text)
 
 
 def _cell(value: Any) -> str:
@@ -244,11 +250,11 @@ INT64_MAX = 2**63 - 1
 
 
 class Count(click.IntRange):
-    """A number of messages or checkpoints: 0 or more, and no more than 64 bits hold, since
-    settings are stored and JSON writers (orjson among them) stop there."""
+    """A number of messages, checkpoints or tokens: `min` or more, and no more than 64 bits
+    hold, since settings are stored and JSON writers (orjson among them) stop there."""
 
-    def __init__(self) -> None:
-        super().__init__(min=0)
+    def __init__(self, min: int = 0) -> None:
+        super().__init__(min=min)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         number = super().convert(value, param, ctx)
@@ -321,7 +327,8 @@ def read_input_file(path: str) -> tuple[bytes, str]:
 def write_output(target: str, data: bytes) -> None:
     """Write `data` to the FILE the user named (following symlinks, devices welcome), or to
     stdout for '-'. Unlike agctl's own documents, this file is the user's: it is opened and
-    written in place, with their umask."""
+    written in place; a file it creates holds a conversation, so it is 0600 whatever the
+    umask (an existing file keeps its mode)."""
     if target == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
@@ -330,7 +337,8 @@ def write_output(target: str, data: bytes) -> None:
 
     _refuse_nul(target)
     try:
-        with open(target, "wb") as handle:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
             handle.write(data)
     except OSError as exc:
         raise StoreError(f"cannot write {target}: {exc.strerror}") from None

@@ -134,8 +134,8 @@ def complete_checkpoints(
     try:
         with _open_regular(directory / "index.jsonl") as handle:
             for line in handle:
-                try:
-                    entry = json.loads(line)
+                try:  # JSON, a tab and its checksum (agctl.pack.encode_record)
+                    entry = json.loads(line.rpartition(b"\t")[0] or line)
                 except ValueError:
                     continue
                 if isinstance(entry, dict) and entry.get("id") not in removed:

@@ -14,6 +14,13 @@ if TYPE_CHECKING:
     from agctl.store import SessionInfo
 
 
+def parent_label(row: dict[str, Any]) -> str | None:
+    """The PARENT column: the id, marked when it is gone or its chain loops."""
+    if row["looped"]:
+        return f"{row['parent_id']} (loop)"
+    return f"{row['parent_id']} (gone)" if row["orphan"] else row["parent_id"]
+
+
 def session_row(info: SessionInfo, current: str | None) -> dict[str, Any]:
     from agctl.models import isoformat
 
@@ -23,6 +30,7 @@ def session_row(info: SessionInfo, current: str | None) -> dict[str, Any]:
         "current": session.id == current,
         "parent_id": session.parent_id,
         "orphan": info.orphan,
+        "looped": info.looped,
         "children": info.children,
         "title": session.title,
         "created_at": isoformat(session.created_at),
@@ -139,7 +147,7 @@ def list_(app: App) -> None:
             **row,
             "mark": "*" if row["current"] else "",
             "created_at": row["created_at"][:16].replace("T", " "),
-            "parent": f"{row['parent_id']} (gone)" if row["orphan"] else row["parent_id"],
+            "parent": parent_label(row),
         }
         for row in rows
     ]
@@ -300,7 +308,9 @@ def tree(app: App, session_id: str | None) -> None:
     if session_id is not None:
         roots = [app.store.resolve_session(session_id)]
     else:
-        roots = [sid for sid, i in infos.items() if i.session.parent_id is None or i.orphan]
+        roots = [
+            sid for sid, i in infos.items() if i.session.parent_id is None or i.orphan or i.looped
+        ]
 
     def node(sid: str) -> dict[str, Any]:
         info = infos[sid]
@@ -308,6 +318,7 @@ def tree(app: App, session_id: str | None) -> None:
             "id": sid,
             "title": info.session.title,
             "orphan": info.orphan,
+            "looped": info.looped,
             "current": sid == current,
             "children": [node(kid) for kid in info.children if kid in infos],
         }
@@ -320,7 +331,8 @@ def tree(app: App, session_id: str | None) -> None:
 
     def draw(entry: dict[str, Any], prefix: str, last: bool, top: bool) -> None:
         branch = "" if top else ("└── " if last else "├── ")
-        notes = [n for n in (entry["title"], "orphan" if entry["orphan"] else None) if n]
+        flags = ("orphan" if entry["orphan"] else None, "parent loop" if entry["looped"] else None)
+        notes = [n for n in (entry["title"], *flags) if n]
         mark = "* " if entry["current"] else ""
         suffix = f"  ({', '.join(notes)})" if notes else ""
         lines.append(f"{prefix}{branch}{mark}{entry['id']}{suffix}")

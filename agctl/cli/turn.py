@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from agctl.cli.app import (
-    INT64_MAX,
     App,
+    Count,
     PathType,
     command_options,
     echo,
@@ -59,19 +59,6 @@ class FiniteFloatRange(click.FloatRange):
         number = super().convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return number
-
-
-class TokenCount(click.IntRange):
-    """A positive number of tokens that JSON writers (orjson among them) can still write."""
-
-    def __init__(self) -> None:
-        super().__init__(min=1)
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if number > INT64_MAX:
-            self.fail(f"{number} is too large (at most {INT64_MAX}).", param, ctx)
         return number
 
 
@@ -161,7 +148,7 @@ class StreamPrinter:
 @slot_option
 @provider_options
 @click.option("--temperature", type=TEMPERATURE, help="Sampling temperature.")
-@click.option("--max-tokens", type=TokenCount(), metavar="N", help="Reply length cap.")
+@click.option("--max-tokens", type=Count(min=1), metavar="N", help="Reply length cap.")
 @click.option("--system", metavar="TEXT", help="System prompt for this turn only.")
 @click.option(
     "--scratch",

@@ -93,7 +93,7 @@ def build_provider(
         from agctl.providers.offline import OfflineProvider
 
         provider = OfflineProvider()
-    redactor = Redactor.for_credentials(settings.api_key, settings.base_url)
+    redactor = Redactor.for_credentials(settings.api_key, settings.base_url, settings.headers)
     if redactor and not isinstance(provider, OpenAIProvider):
         # The openai provider redacts its own replies; a cassette recorded before it did,
         # or a script, must not bring the key back either.

@@ -171,7 +171,8 @@ def append_recording(path: Path, request: ChatRequest, events: list[Event]) -> N
         "events": [event_to_dict(e) for e in events],
     }
     line = orjson.dumps(entry) + b"\n"
-    append_durably(path, lambda offset: line, lock=True)
+    # The cassette is the user's file: a link to one in a fixtures folder is fine.
+    append_durably(path, lambda offset: line, lock=True, follow=True)
 
 
 class RecordingProvider:

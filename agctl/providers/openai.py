@@ -284,6 +284,10 @@ class ReplyParser:
 # ---- the provider ------------------------------------------------------------------------
 
 
+# How much of a whole (not streamed) body must arrive to count as data for read_timeout.
+PROGRESS_BYTES = 1024
+
+
 class _Body:
     """A response body, read within the request's bounds: time, deadline and size."""
 
@@ -317,11 +321,19 @@ class _Body:
             yield chunk
 
     def read(self, limit: int | None = None) -> bytes:
+        """A whole body (a reply, an error). Its one event is the body itself, so progress
+        counts as data: every `PROGRESS_BYTES` received restart the read timeout, which a
+        body dripping a byte at a time (or spaces before the JSON) never does."""
         parts: list[bytes] = []
         size = 0
+        since_data = 0
         for chunk in self.chunks():
             parts.append(chunk)
             size += len(chunk)
+            since_data += len(chunk.strip())
+            if since_data >= PROGRESS_BYTES:
+                self.data()
+                since_data = 0
             if limit is not None and size >= limit:
                 break
         return b"".join(parts)[:limit]
@@ -356,7 +368,9 @@ class OpenAIProvider:
         self._endpoint = strip_userinfo(endpoint)
         info = userinfo(endpoint)
         self._auth = (info.user, info.password or "") if info is not None else None
-        self.redactor = Redactor.for_credentials(settings.api_key, settings.base_url)
+        self.redactor = Redactor.for_credentials(
+            settings.api_key, settings.base_url, settings.headers
+        )
         self._sleep = sleep
         self._client: httpx.Client | None = None
 
