@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Literal, Self, cast
+from typing import Any, Literal, Self, cast, get_args
 
 FaultKind = Literal[
     "status",
@@ -43,17 +43,7 @@ FaultKind = Literal[
     "drip",
     "oversize",
 ]
-FAULT_KINDS: tuple[FaultKind, ...] = (
-    "status",
-    "malformed_sse",
-    "slow",
-    "drop_mid_stream",
-    "garbage",
-    "sse",
-    "keepalive",
-    "drip",
-    "oversize",
-)
+FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
 FINGERPRINT = "fp_fake"
