@@ -288,20 +288,81 @@ def read_stdin_text() -> str:
         ) from None
 
 
-def text_argument(value: str | None, what: str = "TEXT") -> str:
-    """TEXT from the argument, or from stdin when it is '-' or absent and stdin is piped.
+def stdin_is_piped() -> bool:
+    """Whether standard input is a pipe or a file (not a terminal, not closed)."""
+    stream = sys.stdin
+    if stream is None:
+        return False
+    try:
+        return not stream.isatty()
+    except (ValueError, OSError):
+        return False
 
-    One trailing newline is dropped from stdin, as `$(...)` would in a shell.
-    """
-    if value is not None and value != "-":
-        return value
-    if value is None and sys.stdin.isatty():
-        raise UsageError(f"give {what} as an argument, or '-' and pipe it on standard input")
+
+def _stdin_text() -> str:
     text = read_stdin_text()
-    text = text[:-1] if text.endswith("\n") else text
-    if not text:
-        raise UsageError(f"no {what} on standard input")
-    return text
+    return text[:-1] if text.endswith("\n") else text
+
+
+def attached_file(path: str) -> str:
+    """The text of a file given with -f/--file, under a header line naming it; a missing
+    or non-UTF-8 file is a usage error (exit 2), before anything is sent or written."""
+    _refuse_nul(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"--file {path}: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"--file {path}: not valid UTF-8 (byte {exc.start}: {exc.reason})"
+        ) from None
+    return f"--- {path} ---\n" + (text[:-1] if text.endswith("\n") else text)
+
+
+def text_argument(value: str | None, what: str = "TEXT", files: Sequence[str] = ()) -> str:
+    """The text of a command that reads text, never dropping piped input.
+
+    - `-`: standard input only.
+    - absent: standard input when it is piped (else a usage error, unless `files`).
+    - given: the argument; with piped standard input that is not empty, the argument, a
+      blank line, then standard input (as `llm` joins them).
+
+    Each of `files` follows, after a blank line, under a header line naming it. One
+    trailing newline is dropped from stdin and from files, as `$(...)` would in a shell.
+    """
+    attached = [attached_file(path) for path in files]
+    if value == "-":
+        text = _stdin_text()
+        if not text:
+            raise UsageError(f"no {what} on standard input")
+    elif value is None:
+        piped = stdin_is_piped()
+        if not piped and not attached:
+            raise UsageError(f"give {what} as an argument, or '-' and pipe it on standard input")
+        text = _stdin_text() if piped else ""
+        if not text and not attached:
+            raise UsageError(f"no {what} on standard input")
+    else:
+        text = value
+        if stdin_is_piped():
+            piped_text = _stdin_text()
+            if piped_text:
+                text = f"{value}\n\n{piped_text}"
+    return "\n\n".join([text, *attached] if text else attached)
+
+
+def file_option(fn: F) -> F:
+    """`-f/--file PATH` (repeatable): a file's text added to the message."""
+    return click.option(
+        "-f",
+        "--file",
+        "files",
+        multiple=True,
+        metavar="PATH",
+        help="Add this file's text to the message, under a line naming it. Repeatable.",
+    )(fn)
 
 
 def _refuse_nul(path: str) -> None:

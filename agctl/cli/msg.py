@@ -11,6 +11,7 @@ from agctl.cli.app import (
     NEGATIVE_INDEX,
     App,
     command_options,
+    file_option,
     pass_app,
     read_input_file,
     slot_option,
@@ -163,6 +164,7 @@ def get(app: App, index: int, slot: str | None) -> None:
 @click.argument("role", type=click.Choice(ROLES))
 @click.argument("text", required=False)
 @message_options
+@file_option
 @slot_option
 @command_options
 @pass_app
@@ -172,17 +174,23 @@ def append(
     text: str | None,
     name: str | None,
     tool_call_id: str | None,
+    files: tuple[str, ...],
     slot: str | None,
 ) -> None:
     """Append a message; TEXT comes from stdin when absent or '-'.
+
+    With both TEXT and piped stdin, the message is TEXT, a blank line, then stdin; each
+    --file follows under a line naming it.
 
     \b
     Examples:
       agctl msg append user "Hello"
       git diff | agctl msg append user -
+      git diff | agctl msg append user "Review this diff:"
+      agctl msg append user "Compare these:" -f a.py -f b.py
       agctl msg append tool '{"ok": true}' --tool-call-id call_1
     """
-    message = _new_message(role, text_argument(text), name, tool_call_id)
+    message = _new_message(role, text_argument(text, files=files), name, tool_call_id)
     _change_message(app, slot, "appended", lambda s: (s.append(message), message))
 
 

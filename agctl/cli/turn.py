@@ -16,6 +16,7 @@ from agctl.cli.app import (
     command_options,
     echo,
     echo_json,
+    file_option,
     pass_app,
     slot_option,
     text_argument,
@@ -164,6 +165,7 @@ class StreamPrinter:
 )
 @click.option("--dry-run", is_flag=True, help="Print the exact request; send and write nothing.")
 @source_options
+@file_option
 @click.option("--resume-draft", is_flag=True, help="Send the prompt of the last failed turn.")
 @click.option(
     "--checkpoint/--no-checkpoint",
@@ -188,10 +190,14 @@ def send(
     script: Path | None,
     cassette: Path | None,
     record: Path | None,
+    files: tuple[str, ...],
     resume_draft: bool,
     checkpoint: bool | None,
 ) -> None:
     """Send PROMPT (or stdin) with the slot's view; commit the reply, or nothing on failure.
+
+    With both PROMPT and piped stdin, the prompt is PROMPT, a blank line, then stdin (as
+    llm does); each --file follows under a line naming it.
 
     The request is: session system prompt, the slot's zones through its mode, the
     --scratch messages, then PROMPT. On success the prompt and the reply are written to
@@ -202,6 +208,8 @@ def send(
     Examples:
       agctl turn send "What are my options?"
       agctl turn send - --slot option-a < question.txt
+      agctl turn send "Summarise this" < notes.txt
+      agctl turn send "Review:" -f main.py -f test_main.py
       agctl turn send "Go on" --profile deepseek --model deepseek-reasoner --stream
       agctl turn send "Hi" --record chat.cassette     # then: --cassette chat.cassette
       agctl turn send --resume-draft
@@ -211,12 +219,12 @@ def send(
     store = app.store
     sid = app.session_id()
     if resume_draft:
-        if prompt is not None:
-            raise click.UsageError("give either PROMPT or --resume-draft, not both")
+        if prompt is not None or files:
+            raise click.UsageError("give either PROMPT (or --file) or --resume-draft, not both")
         draft = store.load_draft(sid)
         prompt, slot = draft.prompt, slot or draft.slot
     else:
-        prompt = text_argument(prompt, "PROMPT")
+        prompt = text_argument(prompt, "PROMPT", files=files)
     setup = Setup.resolve(app, sid, profile=profile, model=model, script=script, cassette=cassette)
     settings = setup.settings
     streaming = sys.stdout.isatty() if stream is None else stream

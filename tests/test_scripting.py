@@ -1,0 +1,124 @@
+"""Issue 11, input that was lost or misread: piped stdin joined to an argument, --file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+
+import agctl
+
+Run = Callable[..., Result]
+SID = "s"
+SOURCE_ROOT = str(Path(agctl.__file__).resolve().parents[1])
+
+
+@pytest.fixture(autouse=True)
+def session(run: Run) -> None:
+    assert run("session", "new", SID).exit_code == 0
+    assert run("msg", "append", "user", "first").exit_code == 0
+
+
+def last_text(run: Run) -> str:
+    return str(json.loads(run("msg", "get", "-1", "--json").stdout)["content"])
+
+
+# Every command that reads text, with what to read back afterwards.
+TEXT_COMMANDS: dict[str, tuple[list[str], Callable[[Run], str]]] = {
+    "msg append": (["msg", "append", "user", "ARG"], last_text),
+    "msg insert": (["msg", "insert", "0", "user", "ARG"], lambda run: _message(run, 0)),
+    "msg edit": (["msg", "edit", "0", "ARG"], lambda run: _message(run, 0)),
+    "memory set": (
+        ["memory", "set", "key", "ARG"],
+        lambda run: run("memory", "get", "key").stdout.rstrip("\n"),
+    ),
+    "turn send": (["turn", "send", "ARG", "--no-stream"], lambda run: _message(run, -2)),
+}
+
+
+def _message(run: Run, index: int) -> str:
+    return str(json.loads(run("msg", "get", str(index), "--json").stdout)["content"])
+
+
+@pytest.mark.parametrize("name", sorted(TEXT_COMMANDS))
+def test_an_argument_and_piped_stdin_are_joined(run: Run, name: str) -> None:
+    """Before: `agctl turn send "Summarise this" < notes.txt` sent only the argument."""
+    args, read_back = TEXT_COMMANDS[name]
+    result = run(*[a.replace("ARG", "Summarise this") for a in args], input="the notes\n")
+    assert result.exit_code == 0, result.output
+    assert read_back(run) == "Summarise this\n\nthe notes"
+
+
+@pytest.mark.parametrize("name", sorted(TEXT_COMMANDS))
+def test_a_dash_is_stdin_only_and_no_stdin_is_the_argument_only(run: Run, name: str) -> None:
+    args, read_back = TEXT_COMMANDS[name]
+    assert run(*[a.replace("ARG", "-") for a in args], input="only stdin\n").exit_code == 0
+    assert read_back(run) == "only stdin"
+    assert run(*[a.replace("ARG", "alone") for a in args], input="").exit_code == 0
+    assert read_back(run) == "alone"
+
+
+@pytest.mark.parametrize("command", [["msg", "append", "user"], ["turn", "send"]])
+def test_files_follow_the_text_each_under_a_line_naming_it(
+    run: Run, tmp_path: Path, command: list[str]
+) -> None:
+    one, two = tmp_path / "one.py", tmp_path / "two.txt"
+    one.write_text("print(1)\n")
+    two.write_text("notes")
+    result = run(*command, "Compare:", "-f", str(one), "--file", str(two), input="piped")
+    assert result.exit_code == 0, result.output
+    index = "-1" if command[0] == "msg" else "-2"
+    assert _message(run, int(index)) == (
+        f"Compare:\n\npiped\n\n--- {one} ---\nprint(1)\n\n--- {two} ---\nnotes"
+    )
+
+
+def test_files_alone_make_the_message(run: Run, tmp_path: Path) -> None:
+    path = tmp_path / "q.txt"
+    path.write_text("just the file")
+    assert run("msg", "append", "user", "-f", str(path), input="").exit_code == 0
+    assert last_text(run) == f"--- {path} ---\njust the file"
+
+
+@pytest.mark.parametrize("content", [None, b"caf\xe9"], ids=["missing", "not-utf8"])
+@pytest.mark.parametrize("command", [["msg", "append", "user"], ["turn", "send"]])
+def test_a_bad_file_is_exit_2_before_anything_is_sent_or_written(
+    run: Run, tmp_path: Path, isolated_env: Path, content: bytes | None, command: list[str]
+) -> None:
+    path = tmp_path / "input.txt"
+    if content is not None:
+        path.write_bytes(content)
+    before = run("slot", "show", "--json").stdout
+    result = run(*command, "hi", "-f", str(path))
+    assert result.exit_code == 2, result.output
+    assert f"--file {path}" in result.stderr
+    assert run("slot", "show", "--json").stdout == before
+    assert not (isolated_env / "sessions" / SID / "draft.json").exists()
+
+
+def test_the_readme_stdin_example_runs_as_printed(isolated_env: Path, tmp_path: Path) -> None:
+    """`agctl turn send "Summarise this" < notes.txt`, in a real process and shell."""
+    (tmp_path / "notes.txt").write_text("the meeting moved to Tuesday\n")
+    env = {
+        **os.environ,
+        "AGCTL_DATA_DIR": str(isolated_env),
+        "AGCTL_SESSION": SID,
+        "PYTHONPATH": SOURCE_ROOT,
+    }
+    done = subprocess.run(
+        ["sh", "-c", f'"{sys.executable}" -m agctl turn send "Summarise this" < notes.txt'],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Summarise this the meeting moved to Tuesday" in done.stdout
