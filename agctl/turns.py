@@ -89,9 +89,19 @@ class PreparedTurn:
 
     session: Session
     slot: Slot
-    user_message: Message
+    # None when an empty prompt continues a conversation whose last message is a tool
+    # result: the view is sent as it is, and no empty user message is written.
+    user_message: Message | None
     request: ChatRequest
     view: list[Message]
+
+    @property
+    def prompt(self) -> str:
+        return self.user_message.text() if self.user_message is not None else ""
+
+    @property
+    def new_messages(self) -> list[Message]:
+        return [self.user_message] if self.user_message is not None else []
 
     @property
     def tokens(self) -> int:
@@ -208,7 +218,15 @@ def prepare_turn(
     session = store.load_session(session_id)
     slot = store.load_slot(session_id, options.slot, reuse=reuse)
     slot.check_writable("send a turn")
-    user_message = Message(role="user", content=prompt, created_at=utcnow())
+    user_message: Message | None = Message(role="user", content=prompt, created_at=utcnow())
+    if not prompt:
+        last = slot.messages[-1] if slot.messages else None
+        if last is None or last.role != "tool":
+            raise UsageError(
+                "the prompt is empty: an empty prompt only continues a conversation whose "
+                "last message is a tool result"
+            )
+        user_message = None
     scratch = [Message(role="system", content=text) for text in options.scratch]
     view = request_view(
         session, slot, scratch=scratch, user_input=user_message, system_prompt=options.system
@@ -374,7 +392,7 @@ def _keep_draft(
 ) -> None:
     """Save the prompt (and the reply, if one came) of a failed turn; if even that fails,
     put the prompt in the error."""
-    prompt = prepared.user_message.text()
+    prompt = prepared.prompt
     # A compression done for the turn is a change of its own, checkpointed before and after.
     outcome = (
         "the turn was not sent"
@@ -516,7 +534,7 @@ def _commit(
         if slot is not prepared.slot:
             check_only_appended(prepared.slot, slot)
         committed.append((slot, slot._version))  # the version these messages extend
-        slot.messages.extend([prepared.user_message, reply])
+        slot.messages.extend([*prepared.new_messages, reply])
         journal = TurnJournal(
             slot=slot.id,
             message_count=len(slot.messages),
@@ -549,13 +567,14 @@ def _commit(
             # The prompt and the reply are in the slot: the turn happened. Its journal stays,
             # and the next command that takes the lock completes the count and cost.
             raise TurnCommitted(session_id, exc) from exc
-        store.clear_draft(session_id, prompt=prepared.user_message.text())
+        store.clear_draft(session_id, prompt=prepared.prompt)
         if not checkpoint:
             return None
         turn = store.load_session(session_id).turn_count
         try:
             slot, base_version = committed[0]
-            hint = TurnHint(slot=slot, base_version=base_version, appended=2)
+            appended = len(prepared.new_messages) + 1
+            hint = TurnHint(slot=slot, base_version=base_version, appended=appended)
             label = f"after turn {turn}"
             return checkpointer.create(session_id, label=label, auto=True, hint=hint).id
         except AgctlError as exc:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import Result
@@ -122,3 +123,38 @@ def test_the_readme_stdin_example_runs_as_printed(isolated_env: Path, tmp_path: 
     )
     assert done.returncode == 0, done.stderr
     assert "Summarise this the meeting moved to Tuesday" in done.stdout
+
+
+def test_an_empty_prompt_after_a_tool_result_sends_the_view_as_it_is(run: Run, store: Any) -> None:
+    """Before: `turn send ""` after a tool result appended an empty user message."""
+    from agctl.models import Message
+    from agctl.providers.base import ChatRequest, Finish, TextDelta
+    from agctl.turns import TurnOptions, send_turn
+
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    asked = Message.from_openai({"role": "assistant", "content": None, "tool_calls": [call]})
+    store.update_slot(SID, None, lambda s: s.messages.append(asked))
+    assert run("msg", "append", "tool", '{"ok": true}', "--tool-call-id", "c1").exit_code == 0
+    seen: list[list[dict[str, Any]]] = []
+
+    class Spy:
+        name = "spy"
+
+        def stream(self, request: ChatRequest) -> Any:
+            seen.append(request.messages)
+            yield TextDelta("done")
+            yield Finish("stop")
+
+    result = send_turn(store, SID, "", Spy(), TurnOptions(model="m"))
+    assert seen[0][-1]["role"] == "tool"
+    roles = [m.role for m in store.load_slot(SID).messages]
+    assert roles[-3:] == ["assistant", "tool", "assistant"]
+    assert result.reply.text() == "done"
+    assert run("turn", "send", "", "--no-stream").exit_code == 2  # last is no tool result
+
+
+def test_an_empty_prompt_is_refused_before_anything_is_sent(run: Run) -> None:
+    result = run("turn", "send", "", "--no-stream")
+    assert result.exit_code == 2
+    assert "prompt is empty" in result.stderr
+    assert [m["content"] for m in json.loads(run("msg", "list", "--json").stdout)] == ["first"]
