@@ -306,11 +306,11 @@ def send_turn(
         _keep_reply(store, session_id, prepared, reply, exc)
         raise
     log.info(
-        "reply committed: slot=%s turn=%d latency=%.3fs usage=%s",
+        "reply committed: slot=%s turn=%d latency=%.3fs tokens=%s",
         prepared.slot.id,
         request.context.turn,
         latency,
-        usage,
+        f"{usage.prompt_tokens}+{usage.completion_tokens}" if usage else "unknown",
     )
     return TurnResult(
         session_id=session_id,

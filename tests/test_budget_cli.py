@@ -324,7 +324,7 @@ def test_auto_compress_on_asks_for_a_summary_then_sends(
 
 def test_slot_and_session_settings_are_shown(run: Run, sid: str) -> None:
     assert ok(run("slot", "set", "auto_compress", "false")).stdout == (
-        "slot default: auto_compress = False\n"
+        "slot default: auto_compress = false\n"
     )
     assert "auto compress  no" in ok(run("slot", "show")).stdout
     assert as_json(run("--json", "session", "set", "auto_compress", "false")) == {

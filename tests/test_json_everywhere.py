@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -140,3 +141,33 @@ def test_json_output_is_one_valid_document(name: str, run: Run, world: dict[str,
         assert lines[-1]["type"] == "summary"
         return
     json.loads(result.stdout)
+
+
+# A Python repr in text meant for people: True/False/None, a dict or list repr with
+# quoted keys, a dataclass repr.
+PYTHON_REPR = re.compile(r"\b(True|False|None)\b|\{'|\['|\b[A-Z][A-Za-z]+\([a-z_]+=")
+# Values to set that print a boolean, a null and an object back.
+SETTINGS = [
+    ["config", "set", "auto_compress", "false"],
+    ["config", "set", "prices.m", '{"prompt": 1.0, "completion": 2}'],
+    ["session", "set", "auto_compress", "true"],
+    ["session", "set", "title", "none"],
+    ["slot", "set", "budget", "null"],
+    ["slot", "set", "budget", '{"system": 1, "history": 1, "tools": 1, "tool_results": 1, '
+     '"reserve": 100}'],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args",
+    [*(INVOCATIONS[name] for name in sorted(INVOCATIONS) if name != "completion"), *SETTINGS],
+    ids=lambda args: " ".join(args)[:40],
+)
+def test_text_output_holds_no_python_repr(args: list[str], run: Run, world: dict[str, str]) -> None:
+    """Before: `config set`, `session set`, `slot set` printed {'prompt': 1.0}, True, None,
+    and -v logged Usage(prompt_tokens=…)."""
+    placeholder = {f"{{{name}}}": value for name, value in world.items()}
+    result = run("-v", *[placeholder.get(arg, arg) for arg in args])
+    assert result.exit_code == 0, result.output
+    found = PYTHON_REPR.search(result.stdout + result.stderr)
+    assert found is None, f"{found.group()!r} in: {result.stdout + result.stderr}"

@@ -182,6 +182,16 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) ->
     return "\n".join(lines)
 
 
+def plain(value: Any) -> str:
+    """A value for people: text as it is, anything else as JSON (true, null, {"a": 1}),
+    never a Python repr (True, None, {'a': 1})."""
+    if isinstance(value, str):
+        return value
+    import orjson
+
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
 def key_values(payload: dict[str, Any]) -> str:
     width = max((len(k) for k in payload), default=0)
     return "\n".join(f"{k.ljust(width)}  {_cell(v)}" for k, v in payload.items())

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, Count, command_options, echo, pass_app
+from agctl.cli.app import App, Count, command_options, echo, pass_app, plain
 from agctl.cli.complete import complete_checkpoints
 
 if TYPE_CHECKING:
@@ -186,9 +186,11 @@ def _diff_text(diff: dict[str, Any]) -> str:
     if old_turns != new_turns:
         lines.append(f"turns: {old_turns} -> {new_turns}")
     memory = diff["memory"]
-    lines += [f"+ memory {k} = {v}" for k, v in memory["added"].items()]
+    lines += [f"+ memory {k} = {plain(v)}" for k, v in memory["added"].items()]
     lines += [f"- memory {k}" for k in memory["removed"]]
-    lines += [f"~ memory {k}: {old} -> {new}" for k, (old, new) in memory["changed"].items()]
+    lines += [
+        f"~ memory {k}: {plain(old)} -> {plain(new)}" for k, (old, new) in memory["changed"].items()
+    ]
     lines.append(f"tokens: {diff['tokens']:+d}")
     return "\n".join(lines)
 

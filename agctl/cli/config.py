@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from agctl.cli.app import App, echo, json_option, pass_app
+from agctl.cli.app import App, echo, json_option, pass_app, plain
 from agctl.cli.complete import complete_models, complete_profiles
 
 
@@ -108,4 +108,4 @@ def set_(app: App, key: str, value: str) -> None:
         node = node.get(part) if isinstance(node, dict) else None
     if key.endswith("api_key") or ".headers." in key:
         node = mask(str(node))
-    app.done({"key": key, "value": node}, text=f"{key} = {node}")
+    app.done({"key": key, "value": node}, text=f"{key} = {plain(node)}")

@@ -6,7 +6,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, echo, json_option, pass_app, session_option, text_argument
+from agctl.cli.app import (
+    App,
+    echo,
+    json_option,
+    pass_app,
+    plain,
+    session_option,
+    text_argument,
+)
 from agctl.cli.complete import complete_models, complete_profiles, complete_sessions
 
 if TYPE_CHECKING:
@@ -376,7 +384,7 @@ def set_(app: App, key: str, value: str) -> None:
         parsed = value
     session = app.store.configure_session(app.session_id(), {key: parsed})
     shown = getattr(session, key)
-    app.done({"session": session.id, key: shown}, text=f"{key} = {shown}")
+    app.done({"session": session.id, key: shown}, text=f"{key} = {plain(shown)}")
 
 
 @command.command("export")

@@ -12,6 +12,7 @@ from agctl.cli.app import (
     Count,
     command_options,
     pass_app,
+    plain,
     read_input_file,
     slot_option,
 )
@@ -489,7 +490,7 @@ def set_(app: App, key: str, value: str, slot: str | None) -> None:
     shown = getattr(changed.config, key)
     if hasattr(shown, "model_dump"):
         shown = shown.model_dump()
-    app.done({"slot": changed.id, key: shown}, text=f"slot {changed.id}: {key} = {shown}")
+    app.done({"slot": changed.id, key: shown}, text=f"slot {changed.id}: {key} = {plain(shown)}")
 
 
 def parse_setting(value: str) -> Any:
