@@ -287,6 +287,7 @@ class Resolved:
     profile: str | None = None
     base_url: str | None = None
     api_key: str | None = None
+    key_env: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     cassette: str | None = None
     context_window: int | None = None
@@ -404,12 +405,18 @@ def resolve(
     api_key, key_source = _first(*keys)
     if api_key is not None:
         api_key = _checked_key(str(api_key), key_source)
+    # The variable a key is expected from: the profile's, its preset's, or OpenAI's own
+    # (a server named by OPENAI_BASE_URL or AGCTL_BASE_URL may need none).
+    key_env = chosen.api_key_env or (preset.key_env if preset is not None else None)
+    if key_env is None and base_source == "preset openai":
+        key_env = "OPENAI_API_KEY"
     return Resolved(
         provider=provider,
         model=str(chosen_model),
         profile=name,
         base_url=base_url,
         api_key=api_key or None,
+        key_env=key_env,
         headers=dict(chosen.headers),
         cassette=chosen.cassette,
         context_window=chosen.context_window,

@@ -158,3 +158,38 @@ def test_an_empty_prompt_is_refused_before_anything_is_sent(run: Run) -> None:
     assert result.exit_code == 2
     assert "prompt is empty" in result.stderr
     assert [m["content"] for m in json.loads(run("msg", "list", "--json").stdout)] == ["first"]
+
+
+@pytest.mark.parametrize(
+    ("profile", "variable"),
+    [
+        (["--preset", "openai"], "OPENAI_API_KEY"),
+        (["--preset", "deepseek"], "DEEPSEEK_API_KEY"),
+        (["--base-url", "http://127.0.0.1:9/v1", "--api-key-env", "BOX_KEY"], "BOX_KEY"),
+    ],
+)
+def test_an_unset_key_variable_fails_before_any_request(
+    run: Run,
+    server: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    profile: list[str],
+    variable: str,
+) -> None:
+    """Before: the request went out unauthenticated, and its 401 was retried."""
+    for name in ("OPENAI_API_KEY", "DEEPSEEK_API_KEY", "BOX_KEY", "AGCTL_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AGCTL_BASE_URL", server.base_url)
+    assert run("profile", "add", "p", *profile, "--model", "m", "--default").exit_code == 0
+    result = run("turn", "send", "hi", "--no-stream")
+    assert result.exit_code == 6, result.output
+    assert f"{variable} is not set (profile p)" in result.stderr
+    assert server.requests == []
+    monkeypatch.setenv(variable, "sk-now-it-is-set-123456")
+    assert run("turn", "send", "hi", "--no-stream").exit_code == 0
+    assert len(server.requests) == 1
+
+
+def test_a_keyless_local_server_needs_no_key(run: Run, server: Any) -> None:
+    assert run("profile", "add", "local", "--base-url", server.base_url, "--model", "m",
+               "--default").exit_code == 0  # fmt: skip
+    assert run("turn", "send", "hi", "--no-stream").exit_code == 0

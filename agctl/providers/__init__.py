@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agctl.errors import UsageError
+from agctl.errors import ProviderError, UsageError
 from agctl.providers.base import ChatRequest, Event, Provider, RedactingProvider, TurnContext
 from agctl.redact import Redactor, mask_url
 
@@ -48,6 +48,19 @@ def check_base_url(url: str) -> None:
         raise UsageError(f"invalid base URL {shown!r}: {problem}")
 
 
+def check_key(settings: Resolved) -> None:
+    """A profile that expects a key from a variable that is unset fails here, before any
+    request, instead of sending one unauthenticated and retrying its 401 (exit 6)."""
+    authorized = any(name.lower() in ("authorization", "api-key") for name in settings.headers)
+    if settings.api_key or settings.key_env is None or authorized:
+        return
+    profile = f"profile {settings.profile}" if settings.profile else "the openai preset"
+    raise ProviderError(
+        f"{settings.key_env} is not set ({profile}); export it, or give the key with "
+        "'agctl profile add NAME --api-key -' or AGCTL_API_KEY"
+    )
+
+
 def build_provider(
     settings: Resolved,
     *,
@@ -76,6 +89,7 @@ def build_provider(
         if not settings.base_url:
             raise UsageError("the openai provider needs a base URL (profile, preset or env)")
         check_base_url(settings.base_url)
+        check_key(settings)
         provider = OpenAIProvider(
             HttpSettings(
                 base_url=settings.base_url,
