@@ -21,7 +21,7 @@ from pydantic import Field, PositiveInt, ValidationError, field_validator
 
 from agctl import schema
 from agctl.errors import CorruptDocument, NotFound, StoreError, UsageError
-from agctl.fsio import make_dirs, open_regular, write_atomic
+from agctl.fsio import DEFAULT_LOCK_TIMEOUT, make_dirs, open_regular, write_atomic
 from agctl.ids import validate_id
 from agctl.models import Document, Model, Session
 from agctl.redact import mask_url
@@ -111,7 +111,7 @@ class Config(Document):
     # A server asking to wait longer than this before a retry fails the turn at once.
     max_retry_wait: float = Field(default=60.0, ge=0, allow_inf_nan=False)
     # How long a writer waits for another process's lock on a session.
-    lock_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    lock_timeout: float = Field(default=DEFAULT_LOCK_TIMEOUT, gt=0, allow_inf_nan=False)
     prices: dict[str, Price] = Field(default_factory=dict)
     profiles: dict[str, Profile] = Field(default_factory=dict)
 

@@ -335,8 +335,12 @@ class LockTimeout(Conflict):
         )
 
 
+# How long a writer waits for another process's lock (config `lock_timeout`).
+DEFAULT_LOCK_TIMEOUT = 30.0
+
+
 def _default_timeout() -> float:
-    return 30.0
+    return DEFAULT_LOCK_TIMEOUT
 
 
 @contextlib.contextmanager

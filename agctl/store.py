@@ -41,6 +41,7 @@ from agctl.errors import (
     UsageError,
 )
 from agctl.fsio import (
+    DEFAULT_LOCK_TIMEOUT,
     TEMP_SUFFIX,
     check_dir,
     current_version,
@@ -89,7 +90,6 @@ TURN_JOURNAL = "turn.json"
 STALE_SECONDS = 600.0
 # A temp file of an atomic write older than this was left by a killed writer.
 STALE_TEMP_SECONDS = 300.0
-DEFAULT_LOCK_TIMEOUT = 30.0
 # Data dirs already warned about in this process; the note that says so across processes.
 WARNED_NOTE = ".loose-modes-warned"
 _warned_loose: set[str] = set()
@@ -213,7 +213,7 @@ def lock_timeout() -> float:
     try:
         return ConfigStore().load().lock_timeout
     except AgctlError:
-        return DEFAULT_LOCK_TIMEOUT
+        return DEFAULT_LOCK_TIMEOUT  # the config cannot be read: its default
 
 
 class Store:
@@ -564,9 +564,7 @@ class Store:
             seen.add(node)
             try:
                 node = self.load_session(node).parent_id
-            except NotFound:
-                return
-            except DataError:
+            except (NotFound, DataError):  # an ancestor gone or unreadable ends the chain
                 return
 
     def parent(self, session_id: str) -> str | None:
