@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agctl.errors import AgctlError, DataError
+from agctl.errors import AgctlError, DataError, StoreError
 from agctl.fsio import PRIVATE_DIR, PRIVATE_FILE
 from agctl.store import (
     RESTORE_JOURNAL,
@@ -118,10 +118,14 @@ class Doctor:
 
     def run(self) -> list[Finding]:
         root = self.store.root
-        if not root.exists():
+        try:
+            root_info = os.stat(root)
+        except FileNotFoundError:
             return self.findings
+        except OSError as exc:
+            raise StoreError(f"cannot read the data dir {root}: {exc.strerror}") from None
         self._journals()  # before modes are fixed: a loose journal is removed, not trusted
-        self._modes(root, os.stat(root))
+        self._modes(root, root_info)
         for path, info in _walk(root):
             if stat.S_ISLNK(info.st_mode):
                 self._found(

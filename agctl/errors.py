@@ -22,6 +22,9 @@ class AgctlError(Exception):
     """Base of every error the library raises on purpose."""
 
     exit_code = EXIT_ERROR
+    # What to do about it, when the message alone does not say: shown after the message,
+    # and as "hint" in a JSON error.
+    hint: str | None = None
 
 
 class UsageError(AgctlError):

@@ -59,7 +59,9 @@ def run() -> Callable[..., Result]:
     runner = CliRunner()
 
     def invoke(*args: str, input: str | bytes | None = None) -> Result:
-        return runner.invoke(cli, list(args), input=input, catch_exceptions=False)
+        return runner.invoke(
+            cli, list(args), input=input, catch_exceptions=False, prog_name="agctl"
+        )
 
     return invoke
 

@@ -438,12 +438,16 @@ def test_undecodable_bytes_on_the_command_line_are_refused_before_anything_runs(
     process_env: dict[str, str], world: World, args: list[str | bytes], named: str
 ) -> None:
     before = files(world.root / "data")
-    result = agctl(process_env, *args, "--json")
-    stderr = assert_clean_refusal(result, 2)
-    assert named in stderr
-    assert "is not valid UTF-8: " in stderr
-    assert "caf\\xe9'" in stderr or "'\\xff'" in stderr
+    result = agctl(process_env, *args, "--json")  # the error too is JSON then
+    assert result.returncode == 2 and not result.stdout, result
+    error = json.loads(result.stderr)["error"]
+    assert error["type"] == "UsageError" and error["exit"] == 2
+    assert named in error["message"]
+    assert "is not valid UTF-8: " in error["message"]
+    assert "caf\\xe9'" in error["message"] or "'\\xff'" in error["message"]
     assert files(world.root / "data") == before
+    stderr = assert_clean_refusal(agctl(process_env, *args), 2)
+    assert named in stderr
 
 
 @pytest.mark.parametrize("variable", ["AGCTL_SESSION", "AGCTL_MODEL", "AGCTL_PROFILE"])
@@ -500,7 +504,9 @@ def test_a_sample_as_real_processes(process_env: dict[str, str], args: list[str]
     assert b"Traceback" not in result.stderr + result.stdout
     assert result.returncode in DOCUMENTED_EXIT_CODES, result.stderr
     if result.returncode:
-        assert result.stderr.startswith(b"agctl: error: ") or b"Error: " in result.stderr
+        # One format: `agctl: error: ...` (a usage error keeps Click's usage line above it).
+        errors = [line for line in result.stderr.splitlines() if line.startswith(b"agctl: ")]
+        assert errors and errors[0].startswith(b"agctl: error: "), result.stderr
 
 
 def test_a_broken_environment_as_real_processes(process_env: dict[str, str], world: World) -> None:

@@ -11,15 +11,14 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import click
 
 from agctl import __version__
 from agctl.cli import output
-from agctl.cli.app import App, PathType, echo
-from agctl.cli.complete import complete_sessions
+from agctl.cli.app import App, echo
+from agctl.cli.options import add_global_options, json_requested, root_options, shown
 from agctl.errors import EXIT_INTERRUPTED, EXIT_USAGE, AgctlError, UsageError
 
 # Each command group lives in its own module, imported only when it runs, so that
@@ -74,15 +73,17 @@ class RootGroup(click.Group):
         """Refuse arguments that cannot be text before anything runs, and report a standard
         output that cannot be written (a full disk, a closed pipe) once, without a traceback.
         """
+        argv = sys.argv[1:] if args is None else list(args)
+        completing = bool(os.environ.get(complete_var or "_AGCTL_COMPLETE"))
+        self.json_errors = not completing and json_requested(argv)
         with output.guarded() as stdout:
             try:
-                if not os.environ.get(complete_var or "_AGCTL_COMPLETE"):
-                    problem = unusable_input(sys.argv[1:] if args is None else list(args))
-                    if problem:
-                        if not standalone_mode:
-                            raise UsageError(problem)
-                        echo(f"agctl: error: {problem}", err=True)
-                        sys.exit(EXIT_USAGE)
+                problem = None if completing else unusable_input(argv)
+                if problem:
+                    if not standalone_mode:
+                        raise UsageError(problem)
+                    self.report(UsageError(problem))
+                    sys.exit(EXIT_USAGE)
                 return super().main(args, prog_name, complete_var, standalone_mode, **extra)
             except OSError as exc:
                 if exc is not stdout.failure or not standalone_mode:
@@ -92,6 +93,54 @@ class RootGroup(click.Group):
                 if status is not None:
                     sys.exit(status)
 
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        """The root's own options are parsed here, before `invoke`: their errors too are
+        reported in agctl's format."""
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except (AgctlError, click.ClickException, KeyboardInterrupt) as exc:
+            raise click.exceptions.Exit(self.report(exc)) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (AgctlError, click.ClickException, KeyboardInterrupt) as exc:
+            ctx.exit(self.report(exc, ctx))
+
+    def report(
+        self,
+        exc: AgctlError | click.ClickException | KeyboardInterrupt,
+        ctx: click.Context | None = None,
+    ) -> int:
+        """Print `exc` on stderr, as one JSON object with --json or AGCTL_JSON, else as
+        `agctl: error: ...` lines (after Click's usage line for a usage error); return the
+        exit code."""
+        app = ctx.find_object(App) if ctx is not None else None
+        described = describe_error(exc)
+        if getattr(self, "json_errors", False) or (app is not None and app.json):
+            from agctl.cli.app import echo_json
+
+            echo_json({"error": described}, err=True)
+        else:
+            if isinstance(exc, click.UsageError) and exc.ctx is not None:
+                if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+                    exc.show()
+                    return exc.exit_code
+                echo(exc.ctx.get_usage(), err=True)
+                echo(f"{described['hint']}\n", err=True)
+            echo(f"agctl: error: {described['message']}", err=True)
+            if described["hint"] and not isinstance(exc, click.UsageError):
+                echo(f"agctl: hint: {described['hint']}", err=True)
+            for note in described.get("notes", ()):
+                echo(f"agctl: {note}", err=True)
+        return int(described["exit"])
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(SUBCOMMANDS)
 
@@ -99,25 +148,47 @@ class RootGroup(click.Group):
         if cmd_name not in SUBCOMMANDS:
             return None
         module = importlib.import_module(SUBCOMMANDS[cmd_name][0])
-        command: click.Command = module.command
-        return command
+        return add_global_options(module.command)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, SUBCOMMANDS[name][1]) for name in self.list_commands(ctx)]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except AgctlError as exc:
-            echo(f"agctl: error: {exc}", err=True)
-            for note in getattr(exc, "__notes__", ()):
-                echo(f"agctl: {note}", err=True)
-            ctx.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            echo("agctl: interrupted", err=True)
-            ctx.exit(EXIT_INTERRUPTED)
+
+def describe_error(exc: BaseException) -> dict[str, Any]:
+    """An error as scripts read it: its type, exit code, message and hint (and the notes
+    a library error carries: the draft kept, the prompt)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return {
+            "type": "Interrupted",
+            "exit": EXIT_INTERRUPTED,
+            "message": "interrupted; nothing was written",
+            "hint": None,
+        }
+    if isinstance(exc, click.ClickException):
+        hint = None
+        if isinstance(exc, click.UsageError) and exc.ctx is not None:
+            command = exc.ctx.command_path
+            option = exc.ctx.help_option_names[0] if exc.ctx.help_option_names else "--help"
+            hint = f"Try '{command} {option}' for help."
+        kind = "UsageError" if isinstance(exc, click.UsageError) else "Error"
+        message = exc.format_message()
+        if isinstance(exc, click.exceptions.NoArgsIsHelpError):  # help, for people
+            group = isinstance(exc.ctx.command, click.Group)
+            message = "Missing command." if group else "Missing argument."
+        return {"type": kind, "exit": exc.exit_code, "message": message, "hint": hint}
+    assert isinstance(exc, AgctlError)
+    described: dict[str, Any] = {
+        "type": type(exc).__name__,
+        "exit": exc.exit_code,
+        "message": str(exc),
+        "hint": exc.hint,
+    }
+    notes = list(getattr(exc, "__notes__", ()))
+    if notes:
+        described["notes"] = notes
+    return described
 
 
 # ---- input that cannot be text ---------------------------------------------------------
@@ -125,23 +196,6 @@ class RootGroup(click.Group):
 # Python decodes argv and the environment with surrogateescape: bytes that are not UTF-8
 # become lone surrogates, which no file, JSON document or terminal can take.
 _NOT_UTF8 = re.compile("[\ud800-\udfff]")
-_SHOWN_LIMIT = 60
-
-
-def _shown(value: str) -> str:
-    """`value` quoted, its undecodable bytes as \\xNN (cut when long)."""
-    cut = value[:_SHOWN_LIMIT]
-    chars = []
-    for char in cut:
-        code = ord(char)
-        if 0xDC80 <= code <= 0xDCFF:
-            chars.append(f"\\x{code - 0xDC00:02x}")
-        elif 0xD800 <= code <= 0xDFFF:
-            chars.append(f"\\u{code:04x}")
-        else:
-            chars.append(char)
-    more = f"… ({len(value)} characters)" if len(value) > len(cut) else ""
-    return "'" + "".join(chars) + "'" + more
 
 
 def unusable_input(argv: list[str]) -> str | None:
@@ -152,12 +206,12 @@ def unusable_input(argv: list[str]) -> str | None:
             name, param = _argument_name(argv, index)
             if param is not None and isinstance(param.type, click.Path):
                 continue  # a file name is bytes on POSIX: any of them is a valid path
-            return f"{name} is not valid UTF-8: {_shown(value)}"
+            return f"{name} is not valid UTF-8: {shown(value)}"
     for name, value in sorted(os.environ.items()):
         if name in PATH_VARIABLES:
             continue
         if name.startswith("AGCTL_") and _NOT_UTF8.search(value):
-            return f"environment variable {name} is not valid UTF-8: {_shown(value)}"
+            return f"environment variable {name} is not valid UTF-8: {shown(value)}"
     return None
 
 
@@ -218,82 +272,24 @@ def _argument_name(argv: list[str], index: int) -> tuple[str, click.Parameter | 
     return position, None
 
 
-# ---- logging ---------------------------------------------------------------------------
-
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-
-
-def _configure_logging(verbose: int) -> None:
-    level_name = os.environ.get("AGCTL_LOG", "")
-    if level_name and level_name.lower() not in LOG_LEVELS:
-        raise UsageError(
-            f"AGCTL_LOG={_shown(level_name)} is not a log level: use one of "
-            + ", ".join(LOG_LEVELS)
-        )
-    if not verbose and not level_name:
-        return
-    import logging
-
-    if verbose:
-        level = logging.INFO if verbose == 1 else logging.DEBUG
-    else:
-        level = logging.getLevelName(level_name.upper())
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("agctl: %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("agctl")
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-
-
 @click.group(
     cls=RootGroup,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=EXIT_CODES,
 )
-@click.option(
-    "--data-dir",
-    type=PathType(file_okay=False, path_type=Path),
-    envvar="AGCTL_DATA_DIR",
-    show_envvar=True,
-    help="Where sessions are stored (default: the platform's user data dir).",
-)
-@click.option(
-    "--session",
-    "-s",
-    metavar="ID",
-    envvar="AGCTL_SESSION",
-    shell_complete=complete_sessions,
-    show_envvar=True,
-    help="Session id or unique prefix (default: the one chosen with 'session use').",
-)
-@click.option("--json", "json_output", is_flag=True, help="Print machine-readable JSON.")
-@click.option("--quiet", "-q", is_flag=True, help="Print no confirmations, only data and errors.")
-@click.option(
-    "--no-color",
-    is_flag=True,
-    help="Never color the output (also when NO_COLOR is set; never on a pipe).",
-)
-@click.option(
-    "-v",
-    "--verbose",
-    count=True,
-    help="Log what the engine does to stderr (-vv for debug). [env var: AGCTL_LOG]",
-)
+@root_options
 @click.version_option(__version__, "--version", prog_name="agctl")
 @click.pass_context
-def cli(
-    ctx: click.Context,
-    data_dir: Path | None,
-    session: str | None,
-    json_output: bool,
-    quiet: bool,
-    no_color: bool,
-    verbose: int,
-) -> None:
+def cli(ctx: click.Context) -> None:
     """Manage the context of LLM conversations as data.
 
     Sessions hold named context slots (branchable message lists); everything is stored
     as plain JSON under the data dir.
+
+    The options below are global: each is accepted before the group, after it or after
+    the command (agctl -q slot new x, agctl slot -q new x, agctl slot new x -q); given
+    twice, the rightmost wins. With --json (or AGCTL_JSON=1) an error too is one JSON
+    object on stderr: {"error": {"type", "exit", "message", "hint"}}.
 
     On a terminal, control characters in what is printed (a reply, a title) are shown as
     escapes such as \\u001b, never sent raw; a pipe, a file and --json get the exact text.
@@ -305,10 +301,7 @@ def cli(
       agctl slot derive experiment --use
       agctl slot show --view --json
     """
-    _configure_logging(verbose)
-    if no_color or os.environ.get("NO_COLOR"):
-        ctx.color = False
-    ctx.obj = App(data_dir=data_dir, session=session, json=json_output, quiet=quiet)
+    ctx.ensure_object(App)
 
 
 def main(*args: Any, **kwargs: Any) -> Any:

@@ -5,6 +5,7 @@ Imports click and the standard library only; the core is imported by commands wh
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import sys
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from agctl.cli.complete import complete_sessions, complete_slots
+from agctl.cli.complete import complete_slots
 from agctl.cli.output import neutralise
 from agctl.errors import InvalidInput, NoSessionSelected, UsageError
 
@@ -35,9 +36,11 @@ class App:
         quiet: bool = False,
     ) -> None:
         self.data_dir = data_dir
+        self.data_dir_given = False  # --data-dir on the command line, not AGCTL_DATA_DIR
         self.session_arg = session
         self.json = json
         self.quiet = quiet
+        self.verbose = 0
         self._store: Store | None = None
 
     @property
@@ -144,7 +147,7 @@ def page(text: str) -> None:
         echo(text)
 
 
-def echo_json(payload: Any) -> None:
+def echo_json(payload: Any, *, err: bool = False) -> None:
     import orjson
 
     try:
@@ -154,7 +157,7 @@ def echo_json(payload: Any) -> None:
         import json
 
         text = json.dumps(payload, indent=2, default=str)
-    echo(text)
+    echo(text, err=err)
 
 
 def _cell(value: Any) -> str:
@@ -200,39 +203,18 @@ def key_values(payload: dict[str, Any]) -> str:
 # ---- shared options ------------------------------------------------------------------
 
 
-def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    if value:
-        ctx.ensure_object(App).json = True
-
-
-def _set_session(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    if value:
-        ctx.ensure_object(App).session_arg = value
-
-
 def json_option(fn: F) -> F:
-    """`--json` on a command, the same as the global one."""
-    return click.option(
-        "--json",
-        is_flag=True,
-        expose_value=False,
-        is_eager=True,
-        callback=_set_json,
-        help="Print machine-readable JSON.",
-    )(fn)
+    """`--json` on a command, shown in its help: the global option (agctl.cli.options)."""
+    from agctl.cli.options import visible
+
+    return visible("--json")(fn)
 
 
 def session_option(fn: F) -> F:
-    """`--session/-s` on a command, the same as the global one."""
-    return click.option(
-        "--session",
-        "-s",
-        metavar="ID",
-        expose_value=False,
-        callback=_set_session,
-        shell_complete=complete_sessions,
-        help="Session id or unique prefix (default: AGCTL_SESSION, else 'session use').",
-    )(fn)
+    """`--session/-s` on a command, shown in its help: the global option."""
+    from agctl.cli.options import visible
+
+    return visible("--session")(fn)
 
 
 def slot_option(fn: F) -> F:
@@ -283,9 +265,18 @@ class PathType(click.Path):
         if isinstance(value, str) and "\x00" in value:
             self.fail(f"{value!r}: a path cannot contain a NUL character", param, ctx)
         path = super().convert(value, param, ctx)
+        try:
+            os.stat(path)
+        except OSError as exc:
+            if exc.errno in (errno.ENAMETOOLONG, errno.ELOOP):
+                self.fail(f"{_cut(os.fsdecode(path))!r}: {exc.strerror}", param, ctx)
         if not self.file_okay and os.path.exists(path) and not os.path.isdir(path):
             self.fail(f"{os.fsdecode(path)!r} is not a directory", param, ctx)
         return path
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def read_stdin_text() -> str:

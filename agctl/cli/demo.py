@@ -143,9 +143,7 @@ def _steps() -> list[Step]:
 
 @contextlib.contextmanager
 def _data_dir(app: App) -> Iterator[Path]:
-    ctx = click.get_current_context()
-    explicit = ctx.find_root().get_parameter_source("data_dir")
-    if app.data_dir is not None and explicit == click.core.ParameterSource.COMMANDLINE:
+    if app.data_dir is not None and app.data_dir_given:
         yield app.data_dir
         return
     import tempfile

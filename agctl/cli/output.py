@@ -34,6 +34,14 @@ _CONTROLS = re.compile("\x1b\\[[0-9;]*m|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _trusted = contextvars.ContextVar("agctl_trusted_output", default=False)
 
 
+_UNDECODED = re.compile("[\ud800-\udfff]")
+
+
+def _undecoded(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
 def _shown(match: re.Match[str]) -> str:
     found = match.group()
     return "" if len(found) > 1 else f"\\u{ord(found):04x}"
@@ -116,11 +124,13 @@ class Output:
         return getattr(self.stream, name)
 
     # ---- writing ---------------------------------------------------------------------
+    # A file name that is not UTF-8 (any bytes are a valid path) reaches text as lone
+    # surrogates, which no stream can encode: they are shown as \xNN.
 
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        shown = text
+        shown = _UNDECODED.sub(_undecoded, text)
         if self.neutralising and not _trusted.get() and not _from_click_terminal_ui():
             shown = neutralise(text)
         self._do(lambda stream: stream.write(shown))
