@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -111,6 +111,9 @@ class Checkpoint(Document):
     # The checkpoint the session descended from when this one was taken: the newest
     # checkpoint then, or the target of the latest rollback. Undo follows these links.
     parent: int | None = None
+    # The command a checkpoint was written before ("msg clear"): it undoes that edit, and
+    # `turn undo`, which returns to the state after a turn, passes over it.
+    edit: str | None = None
     session_static: int
     session_volatile: dict[str, Any]
     slots: dict[str, SlotEntry]
@@ -124,6 +127,7 @@ class Checkpoint(Document):
             created_at=self.created_at,
             label=self.label,
             auto=self.auto,
+            edit=self.edit,
             current_slot=str(self.session_volatile.get("current_slot", "")),
             slot_count=len(self.slots),
             message_count=sum(count for entry in self.slots.values() for _, count in entry.zones),
@@ -141,6 +145,7 @@ class CheckpointSummary(Model):
     created_at: datetime
     label: str | None = None
     auto: bool = False
+    edit: str | None = None
     current_slot: str = ""
     slot_count: int = 0
     message_count: int = 0
@@ -252,10 +257,12 @@ class Checkpointer:
         label: str | None = None,
         auto: bool = False,
         hint: TurnHint | None = None,
+        edit: str | None = None,
     ) -> Checkpoint:
         """Snapshot the session as it is now; only what is not stored yet is written.
 
-        `hint` tells which messages a turn just appended, so that they alone are hashed.
+        `hint` tells which messages a turn just appended, so that they alone are hashed;
+        `edit` names the command about to change the session (see Store.undoable).
         """
         with self.store.lock(session_id):
             make_dirs(self.directory(session_id))
@@ -283,6 +290,7 @@ class Checkpointer:
                         "label": label,
                         "auto": auto,
                         "parent": parent,
+                        **({"edit": edit} if edit is not None else {}),
                         "session_static": _place(static_ref, offsets),
                         "session_volatile": volatile,
                         "slots": {
@@ -546,10 +554,6 @@ class Checkpointer:
         except StoreError as exc:
             log.warning("checkpoint index not rebuilt: %s", exc)
 
-    def has_any(self, session_id: str) -> bool:
-        """Whether any checkpoint was ever written (cheap: no listing)."""
-        return Log(self.directory(session_id) / "log").size() > 0
-
     def ids(self, session_id: str) -> list[str]:
         return [s.id for s in self.summaries(session_id)]
 
@@ -689,22 +693,62 @@ class Checkpointer:
         log.info("fork: %s from %s/%s", session.id, session_id, target.id)
         return session
 
-    def checkpoint_at_turn(self, session_id: str, turn: int) -> Checkpoint:
-        """The checkpoint at `turn` in the current session's own history (its lineage)."""
+    def _lineage(self, session_id: str) -> Iterator[Checkpoint]:
+        """The checkpoints the live session descends from, newest first (removed ones too:
+        their links still lead on)."""
         history = self._log(session_id)
-        removed = self._removed(session_id)
         offset = self._head(history)
         while offset is not None:
             checkpoint = self._checkpoint(history, offset)
-            if checkpoint.turn_index == turn and checkpoint.id not in removed:
+            yield checkpoint
+            offset = checkpoint.parent
+
+    def undo_targets(self, session_id: str, turns: int) -> dict[int, Checkpoint]:
+        """What `undo` would restore for each of the last `turns` turns, by the turn it
+        returns to: in the session's own history, the newest checkpoint at that turn that
+        is not removed and was not written before an edit."""
+        current = self.store.load_session(session_id).turn_count
+        wanted = set(range(max(current - turns, 0), current))
+        if not wanted:
+            return {}
+        removed = self._removed(session_id)
+        found: dict[int, Checkpoint] = {}
+        for checkpoint in self._lineage(session_id):
+            if checkpoint.turn_index < min(wanted):
+                break
+            turn = checkpoint.turn_index
+            usable = checkpoint.edit is None and checkpoint.id not in removed
+            if turn in wanted and turn not in found and usable:
+                found[turn] = checkpoint
+                if len(found) == len(wanted):
+                    break
+        return found
+
+    def checkpoint_at_turn(self, session_id: str, turn: int) -> Checkpoint:
+        """The checkpoint at `turn` in the current session's own history (its lineage);
+        a checkpoint written before an edit is not one: it holds what the edit replaced."""
+        removed = self._removed(session_id)
+        for checkpoint in self._lineage(session_id):
+            usable = checkpoint.edit is None and checkpoint.id not in removed
+            if checkpoint.turn_index == turn and usable:
                 return checkpoint
             if checkpoint.turn_index < turn:
                 break
-            offset = checkpoint.parent
         raise NotFound(
             f"no checkpoint of session {session_id!r} at turn {turn} "
             "(automatic checkpoints may have been off)"
         )
+
+    def needs_baseline(self, session_id: str) -> bool:
+        """Whether a turn must checkpoint the state it starts from to be undoable: the
+        session has no checkpoint yet, or it was edited since its latest one (which then
+        holds the state before the edit, not the state the turn starts from)."""
+        history = self._log(session_id)
+        head = self._head(history) if history.size() else None
+        if head is None:
+            return True
+        record = history.read(head).get("c")
+        return not isinstance(record, dict) or record.get("edit") is not None
 
     def undo(self, session_id: str, turns: int = 1) -> tuple[Checkpoint, Checkpoint]:
         """Roll back the last `turns` turns of the session's own history."""
@@ -791,11 +835,22 @@ class Checkpointer:
             write_atomic(self.directory(session_id) / "removed.json", orjson.dumps(removed))
         return list(identifiers)
 
-    def prune(self, session_id: str, keep: int) -> list[str]:
-        """Keep the newest `keep` checkpoints; remove the rest."""
+    def prune(self, session_id: str, keep: int, *, everything: bool = False) -> Pruned:
+        """Keep the newest `keep` checkpoints and, unless `everything`, the ones `undo`
+        needs for the last `keep` turns; remove the rest."""
         with self.store.lock(session_id):
-            doomed = [s.id for s in self.summaries(session_id)[keep:]]
-            return self.remove(session_id, doomed) if doomed else []
+            summaries = self.summaries(session_id)
+            newest = [s.id for s in summaries[:keep]]
+            protected = (
+                set()
+                if everything or not keep
+                else {c.id for c in self.undo_targets(session_id, keep).values()}
+            )
+            for_undo = [s.id for s in summaries[keep:] if s.id in protected]
+            doomed = [s.id for s in summaries[keep:] if s.id not in protected]
+            if doomed:
+                self.remove(session_id, doomed)
+            return Pruned(removed=doomed, kept=newest, kept_for_undo=for_undo)
 
     # ---- diff ----------------------------------------------------------------------
 
@@ -808,6 +863,18 @@ class Checkpointer:
             else self.live_state(session_id)
         )
         return diff_states(old, new, a, b or "live")
+
+
+@dataclass
+class Pruned:
+    """What `prune` removed, and what it kept: the newest, and what `undo` still needs."""
+
+    removed: list[str]
+    kept: list[str]
+    kept_for_undo: list[str]
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"removed": self.removed, "kept": self.kept, "kept_for_undo": self.kept_for_undo}
 
 
 @dataclass

@@ -81,6 +81,20 @@ class SlotChanged(Conflict):
         )
 
 
+class StaleDraft(Conflict):
+    """The draft's slot changed after the draft was kept: its prompt was written for a
+    context that is gone."""
+
+    def __init__(self, slot_id: str, what: str) -> None:
+        self.slot_id = slot_id
+        super().__init__(
+            f"the draft is older than the last change of slot {slot_id!r} ({what}): its "
+            "prompt was written for a context that is gone; send it anyway with "
+            "'agctl turn send --resume-draft --force', read it with 'agctl draft show', "
+            "or drop it with 'agctl draft rm'"
+        )
+
+
 class HasChildren(Conflict):
     def __init__(self, session_id: str, children: list[str]) -> None:
         self.children = children

@@ -392,3 +392,7 @@ class Draft(Model):
     error: str | None = None
     # The model's answer when it came but could not be committed (the slot changed).
     reply: Message | None = None
+    # What the slot held when the draft was kept (agctl.drafts.slot_state) and how many
+    # messages: a draft is not sent again onto a slot that changed since, unless forced.
+    slot_state: str | None = None
+    slot_messages: int | None = None

@@ -21,6 +21,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -225,6 +226,8 @@ class Store:
         self._swept: set[str] = set()
         self._swept_leftovers = False
         self._real_dirs: set[Path] = set()
+        # Session id -> the command whose first change is to be checkpointed (undoable).
+        self._pending_edits: dict[str, str] = {}
         if os.environ.get("AGCTL_LOCK_TIMEOUT"):
             lock_timeout()  # a bad value is an error now, not only when a lock is busy
         self._warn_if_loose()
@@ -339,6 +342,29 @@ class Store:
             from agctl.checkpoints import finish_restore
 
             finish_restore(self, session_id)
+
+    @contextlib.contextmanager
+    def undoable(self, session_id: str, command: str | None) -> Iterator[None]:
+        """Make the edit done in this block undoable: the first change this store makes to
+        the session in it is preceded, under the same lock, by a checkpoint labelled
+        "before COMMAND" that `ckpt rollback` restores (no checkpoint when `command` is
+        None). An edit refused before it writes (a bad index, a readonly slot) leaves no
+        checkpoint; no lock is held meanwhile (a merge may wait for a model)."""
+        if command is not None:
+            self._pending_edits[session_id] = command
+        try:
+            yield
+        finally:
+            self._pending_edits.pop(session_id, None)
+
+    def _before_change(self, session_id: str) -> None:
+        """Called, with the lock held, by every method that changes a session's documents."""
+        command = self._pending_edits.pop(session_id, None)
+        if command is not None:
+            from agctl.checkpoints import Checkpointer
+
+            label = f"before {command}"
+            Checkpointer(self).create(session_id, label=label, auto=True, edit=command)
 
     def pending_recovery(self, session_id: str) -> bool:
         directory = self.session_dir(session_id)
@@ -514,6 +540,7 @@ class Store:
         that are not in `slots` removed, the session document last.
         """
         keep = {slot.id for slot in slots}
+        self._before_change(session.id)
         for slot in slots:
             self._write(self._slot_path(session.id, slot.id), slot)
         for slot_id in self.slot_ids(session.id):
@@ -547,6 +574,7 @@ class Store:
             session = self.load_session(session_id)
             result = change(session)
             session.updated_at = utcnow()
+            self._before_change(session_id)
             self._write(self._session_path(session_id), session)
             return result
 
@@ -695,6 +723,7 @@ class Store:
         path = self._slot_path(session_id, slot.id)
         if path.exists():
             raise AlreadyExists(f"slot {slot.id!r} already exists in session {session_id!r}")
+        self._before_change(session_id)
         self._write(path, slot)
         if make_current:
             self.use_slot(session_id, slot.id)
@@ -804,6 +833,7 @@ class Store:
                 slot = self.load_slot(session_id, slot_id)
             result = change(slot)
             slot.refresh_meta()
+            self._before_change(session_id)
             self._write(self._slot_path(session_id, slot.id), slot)
             return result
 
@@ -837,9 +867,11 @@ class Store:
             if len(slots) == 1:
                 raise ProtectedSlot(f"slot {slot_id!r} is the last slot of {session_id!r}")
             session = self.load_session(session_id)
-            if session.current_slot == slot_id:
-                if DEFAULT_SLOT not in slots:
-                    raise Conflict(f"slot {slot_id!r} is current and there is no default slot")
+            falls_back = session.current_slot == slot_id
+            if falls_back and DEFAULT_SLOT not in slots:
+                raise Conflict(f"slot {slot_id!r} is current and there is no default slot")
+            self._before_change(session_id)
+            if falls_back:
 
                 def fall_back(s: Session) -> Session:
                     s.current_slot = DEFAULT_SLOT
@@ -889,15 +921,30 @@ class Store:
         except ValidationError as exc:
             raise CorruptDocument(path, _validation_summary(exc)) from None
 
-    def clear_draft(self, session_id: str, *, prompt: str | None = None) -> None:
-        """Drop the draft; with `prompt`, only if it is that prompt's (it was sent)."""
-        if prompt is not None:
-            try:
-                if self.load_draft(session_id).prompt != prompt:
-                    return
-            except (NotFound, CorruptDocument):
-                return
-        remove_file(self._draft_path(session_id))
+    def clear_draft(
+        self, session_id: str, *, slot: str | None = None, before: datetime | None = None
+    ) -> bool:
+        """Drop the draft; with `slot` and `before`, only a draft of that slot kept before
+        that moment (a turn on the slot that started then supersedes it). Returns whether
+        a draft was dropped."""
+        path = self._draft_path(session_id)
+        if slot is None and before is None:
+            remove_file(path)
+            return True
+        try:
+            raw, version = read_versioned(path, "draft")
+            draft = Draft.model_validate_json(raw)
+        except (NotFound, CorruptDocument, ValidationError):
+            return False  # none, or damaged: left for 'agctl draft show' to report
+        if (slot is not None and draft.slot != slot) or (
+            before is not None and draft.created_at >= before
+        ):
+            return False
+        if current_version(path) != version:
+            return False  # replaced meanwhile, by a draft newer than the turn
+        remove_file(path)
+        log.info("draft of slot %s dropped: a later turn on it superseded it", draft.slot)
+        return True
 
     # ---- settings ------------------------------------------------------------------
 

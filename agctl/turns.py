@@ -10,11 +10,13 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
 from agctl.budget import Breakdown, breakdown
+from agctl.drafts import new_draft
 from agctl.errors import (
     AgctlError,
     ContextFull,
@@ -26,7 +28,6 @@ from agctl.errors import (
 )
 from agctl.fsio import deferred_interrupts, read_bytes, remove_file, write_atomic
 from agctl.models import (
-    Draft,
     Message,
     Model,
     ModelCost,
@@ -94,6 +95,8 @@ class PreparedTurn:
     user_message: Message | None
     request: ChatRequest
     view: list[Message]
+    # A draft of the slot kept before this moment is superseded when the turn succeeds.
+    started: datetime = field(default_factory=utcnow)
 
     @property
     def prompt(self) -> str:
@@ -400,10 +403,8 @@ def _keep_draft(
         else "nothing was written"
     )
     try:
-        store.save_draft(
-            session_id,
-            Draft(prompt=prompt, slot=prepared.slot.id, error=str(error), reply=reply),
-        )
+        draft = new_draft(store, session_id, prepared.slot, prompt, str(error), reply)
+        store.save_draft(session_id, draft)
     except AgctlError as draft_error:
         error.add_note(f"{outcome}, and the draft could not be kept ({draft_error})")
         error.add_note(f"your prompt was:\n{prompt}")
@@ -521,8 +522,9 @@ def _commit(
     """The user message and the reply in one slot write, then cost and turn count.
 
     With `checkpoint`, the session is checkpointed after the commit; if it has no
-    checkpoint yet, its state before the turn is checkpointed first, so the turn can be
-    undone. Returns the id of the checkpoint written after the turn.
+    checkpoint yet, or was edited since its latest one, its state before the turn is
+    checkpointed first, so the turn can be undone exactly. Returns the id of the
+    checkpoint written after the turn.
     """
     from agctl.checkpoints import Checkpointer, TurnHint
 
@@ -552,7 +554,7 @@ def _commit(
     # it is held, an interrupt waits for the commit to finish and is then dropped.
     with store.lock(session_id), deferred_interrupts(reraise=False):
         baseline = None
-        if checkpoint and not checkpointer.has_any(session_id):
+        if checkpoint and checkpointer.needs_baseline(session_id):
             turn = prepared.request.context.turn
             baseline = checkpointer.create(session_id, label=f"before turn {turn}", auto=True)
         try:
@@ -567,7 +569,7 @@ def _commit(
             # The prompt and the reply are in the slot: the turn happened. Its journal stays,
             # and the next command that takes the lock completes the count and cost.
             raise TurnCommitted(session_id, exc) from exc
-        store.clear_draft(session_id, prompt=prepared.prompt)
+        store.clear_draft(session_id, slot=prepared.slot.id, before=prepared.started)
         if not checkpoint:
             return None
         turn = store.load_session(session_id).turn_count

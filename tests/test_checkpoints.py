@@ -489,9 +489,10 @@ def test_prune_keeps_the_newest_and_they_still_restore_exactly(store: Store) -> 
     ids = keeper.ids(SID)
     assert ids == sorted(seen, key=checkpoint_offset, reverse=True)
 
-    removed = keeper.prune(SID, 3)
+    pruned = keeper.prune(SID, 3, everything=True)
+    removed = pruned.removed
 
-    assert removed == ids[3:]
+    assert (pruned.kept, removed, pruned.kept_for_undo) == (ids[:3], ids[3:], [])
     assert keeper.ids(SID) == ids[:3]
     for identifier in ids[:3]:
         keeper.rollback(SID, identifier)
@@ -503,7 +504,7 @@ def test_prune_keeps_the_newest_and_they_still_restore_exactly(store: Store) -> 
             keeper.rollback(SID, identifier)
         with pytest.raises(NotFound):
             keeper.resolve(SID, identifier)
-    assert keeper.prune(SID, 100) == []
+    assert keeper.prune(SID, 100).removed == []
 
 
 def test_remove_one_leaves_the_others_restorable(store: Store) -> None:

@@ -229,9 +229,11 @@ def test_rm_and_prune(
     left = [i for i in ids if i != doomed]
     assert [r["id"] for r in as_json(run("ckpt", "list", "--json"))] == left
 
-    assert ok(run("ckpt", "prune", "--keep", "2")).stdout.strip() == "removed 1 checkpoint(s)"
+    pruned = ok(run("ckpt", "prune", "--keep", "2")).stdout.strip()
+    assert pruned == "removed 1 checkpoint(s); kept the newest 2"
     assert [r["id"] for r in as_json(run("ckpt", "list", "--json"))] == left[:2]
-    assert as_json(run("ckpt", "prune", "--keep", "2", "--json")) == {"removed": []}
+    again = as_json(run("ckpt", "prune", "--keep", "2", "--json"))
+    assert again == {"removed": [], "kept": left[:2], "kept_for_undo": []}
     fails(run("ckpt", "prune", "--keep", "-1"), EXIT_USAGE)
     ok(run("ckpt", "rollback", turns[1][0]))
     assert documents(isolated_env) == turns[1][1]

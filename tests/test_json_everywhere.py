@@ -13,6 +13,7 @@ from click.testing import Result
 
 from agctl.checkpoints import Checkpointer
 from agctl.cli import cli
+from agctl.models import Draft
 from agctl.store import Store
 
 Run = Callable[..., Result]
@@ -47,6 +48,7 @@ def world(run: Run, store: Store, tmp_path: Path) -> dict[str, str]:
     assert run("slot", "new", "spare").exit_code == 0
     assert run("memory", "set", "k", "v").exit_code == 0
     assert run("profile", "add", "p", "--preset", "ollama").exit_code == 0
+    store.save_draft("s", Draft(prompt="kept", slot="default"))
     ids = Checkpointer(store).ids("s")
     messages = tmp_path / "messages.json"
     messages.write_text(json.dumps([{"role": "user", "content": "imported"}]))
@@ -80,6 +82,8 @@ INVOCATIONS: dict[str, list[str]] = {
     "ctx compress": ["ctx", "compress", "--keep-recent", "2"],
     "ctx show": ["ctx", "show", "next"],
     "demo": ["demo"],
+    "draft rm": ["draft", "rm"],
+    "draft show": ["draft", "show"],
     "memory get": ["memory", "get", "k"],
     "memory list": ["memory", "list"],
     "memory rm": ["memory", "rm", "k"],

@@ -62,8 +62,9 @@ def test_a_reply_that_cannot_be_written_is_shown_and_the_prompt_kept(store: Stor
     assert store.load_slot("s").messages == []
 
 
-def test_an_unrelated_turn_keeps_the_draft(store: Store) -> None:
+def test_a_turn_on_another_slot_keeps_the_draft_one_on_its_slot_clears_it(store: Store) -> None:
     store.create_session("s")
+    store.create_slot("s", "other")
 
     class Broken:
         name = "broken"
@@ -74,9 +75,10 @@ def test_an_unrelated_turn_keeps_the_draft(store: Store) -> None:
 
     with pytest.raises(ProviderError):
         send_turn(store, "s", "long careful prompt", Broken(), OPTIONS)
-    send_turn(store, "s", "quick question", OfflineProvider(), OPTIONS)
+    elsewhere = TurnOptions(model="offline", slot="other")
+    send_turn(store, "s", "quick question", OfflineProvider(), elsewhere)
     assert store.load_draft("s").prompt == "long careful prompt"
-    send_turn(store, "s", "long careful prompt", OfflineProvider(), OPTIONS)
+    send_turn(store, "s", "a different question", OfflineProvider(), OPTIONS)
     with pytest.raises(AgctlError):
         store.load_draft("s")
 

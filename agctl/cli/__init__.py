@@ -31,6 +31,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "memory": ("agctl.cli.memory", "Session memory: small key/value pairs."),
     "turn": ("agctl.cli.turn", "Send the current slot's context to a model."),
     "ckpt": ("agctl.cli.ckpt", "Checkpoints: snapshots of a whole session."),
+    "draft": (
+        "agctl.cli.draft",
+        "The prompt of a failed turn, kept so that nothing typed is lost.",
+    ),
     "ctx": ("agctl.cli.ctx", "The context of the next request: its budget, and compression."),
     "config": ("agctl.cli.config", "Show and change the configuration."),
     "profile": ("agctl.cli.profile", "Provider profiles: endpoint, model and key."),

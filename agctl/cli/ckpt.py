@@ -286,17 +286,33 @@ def rm(app: App, checkpoint_ids: tuple[str, ...]) -> None:
 
 @command.command("prune")
 @click.option("--keep", type=Count(), required=True, metavar="N")
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Also prune what 'turn undo' needs for the last N turns.",
+)
 @command_options
 @pass_app
-def prune(app: App, keep: int) -> None:
-    """Keep only the newest N checkpoints.
+def prune(app: App, keep: int, everything: bool) -> None:
+    """Keep only the newest N checkpoints, and those 'turn undo' needs for the last N turns.
+
+    Without --all, the checkpoints that 'turn undo 1' to 'turn undo N' would restore are
+    kept even when older than the newest N; the output says which.
 
     \b
     Examples:
       agctl ckpt prune --keep 20
+      agctl ckpt prune --keep 5 --all --json
     """
-    removed = checkpointer(app).prune(app.session_id(), keep)
-    app.done({"removed": removed}, text=f"removed {len(removed)} checkpoint(s)")
+    pruned = checkpointer(app).prune(app.session_id(), keep, everything=everything)
+    text = f"removed {len(pruned.removed)} checkpoint(s); kept the newest {len(pruned.kept)}"
+    if pruned.kept_for_undo:
+        text += (
+            f" and {len(pruned.kept_for_undo)} that 'turn undo' needs for the last {keep} "
+            f"turns: {', '.join(pruned.kept_for_undo)}"
+        )
+    app.done(pruned.to_dict(), text=text)
 
 
 @command.command("verify")

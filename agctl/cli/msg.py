@@ -51,14 +51,18 @@ def _change_message(
     verb: str,
     change: Callable[[Slot], tuple[int, Message]],
     text_only: bool = False,
+    undoable: str | None = None,
 ) -> None:
-    """Run one message edit under the session lock and report the message it touched."""
+    """Run one message edit under the session lock and report the message it touched;
+    an `undoable` command ("msg rm") checkpoints the session first."""
 
     def run(target: Slot) -> tuple[str, int, Message]:
         position, message = change(target)
         return target.id, position, message
 
-    slot_id, position, message = app.store.update_slot(app.session_id(), slot, run)
+    sid = app.session_id()
+    with app.store.undoable(sid, undoable):
+        slot_id, position, message = app.store.update_slot(sid, slot, run)
     text = (
         message.text()
         if text_only
@@ -230,13 +234,15 @@ def insert(
 def edit(app: App, index: int, text: str | None, slot: str | None) -> None:
     """Replace the text of the message at INDEX.
 
+    The session is checkpointed first: 'ckpt rollback' undoes it.
+
     \b
     Examples:
       agctl msg edit -1 "A shorter answer."
       sed s/foo/bar/ draft.txt | agctl msg edit 2 -
     """
     content = text_argument(text)
-    _change_message(app, slot, "edited", lambda s: s.edit(index, content))
+    _change_message(app, slot, "edited", lambda s: s.edit(index, content), undoable="msg edit")
 
 
 @command.command("rm", context_settings=NEGATIVE_INDEX)
@@ -247,12 +253,14 @@ def edit(app: App, index: int, text: str | None, slot: str | None) -> None:
 def rm(app: App, index: int, slot: str | None) -> None:
     """Remove the message at INDEX.
 
+    The session is checkpointed first: 'ckpt rollback' undoes it.
+
     \b
     Examples:
       agctl msg rm 3
       agctl msg rm -1 --slot plan-b
     """
-    _change_message(app, slot, "removed", lambda s: s.remove(index))
+    _change_message(app, slot, "removed", lambda s: s.remove(index), undoable="msg rm")
 
 
 @command.command("pop", context_settings=NEGATIVE_INDEX)
@@ -263,12 +271,14 @@ def rm(app: App, index: int, slot: str | None) -> None:
 def pop(app: App, index: int, slot: str | None) -> None:
     """Remove the message at INDEX (default: the last) and print its text.
 
+    The session is checkpointed first: 'ckpt rollback' undoes it.
+
     \b
     Examples:
       agctl msg pop
       agctl msg pop 0 --json
     """
-    _change_message(app, slot, "popped", lambda s: s.pop(index), text_only=True)
+    _change_message(app, slot, "popped", lambda s: s.pop(index), text_only=True, undoable="msg pop")
 
 
 @command.command("retain")
@@ -279,12 +289,15 @@ def pop(app: App, index: int, slot: str | None) -> None:
 def retain(app: App, roles: tuple[str, ...], slot: str | None) -> None:
     """Keep only the messages with one of ROLES; drop the rest.
 
+    The session is checkpointed first: 'ckpt rollback' undoes it.
+
     \b
     Examples:
       agctl msg retain user assistant
     """
     sid = app.session_id()
-    dropped = app.store.update_slot(sid, slot, lambda s: s.retain(set(roles)))
+    with app.store.undoable(sid, "msg retain"):
+        dropped = app.store.update_slot(sid, slot, lambda s: s.retain(set(roles)))
     app.done({"dropped": dropped}, text=f"dropped {dropped} message{'s' * (dropped != 1)}")
 
 
@@ -295,11 +308,15 @@ def retain(app: App, roles: tuple[str, ...], slot: str | None) -> None:
 def clear(app: App, slot: str | None) -> None:
     """Remove every message of the slot's incremental zone.
 
+    The session is checkpointed first: 'ckpt rollback' undoes it.
+
     \b
     Examples:
       agctl msg clear --slot scratchpad
     """
-    dropped = app.store.update_slot(app.session_id(), slot, lambda s: s.clear())
+    sid = app.session_id()
+    with app.store.undoable(sid, "msg clear"):
+        dropped = app.store.update_slot(sid, slot, lambda s: s.clear())
     app.done({"dropped": dropped}, text=f"dropped {dropped} message{'s' * (dropped != 1)}")
 
 
@@ -360,6 +377,8 @@ def export(app: App, fmt: str, view: bool, output: str, slot: str | None) -> Non
 def import_(app: App, source: str, fmt: str, replace: bool, slot: str | None) -> None:
     """Import messages from FILE ('-' for stdin); all are validated before any is written.
 
+    With --replace the session is checkpointed first: 'ckpt rollback' undoes it.
+
     \b
     Examples:
       agctl msg import chat.json
@@ -375,6 +394,7 @@ def import_(app: App, source: str, fmt: str, replace: bool, slot: str | None) ->
         target.extend(messages, replace=replace)
         return target.id, len(target.messages)
 
-    slot_id, total = app.store.update_slot(sid, slot, change)
+    with app.store.undoable(sid, "msg import --replace" if replace else None):
+        slot_id, total = app.store.update_slot(sid, slot, change)
     payload = {"slot": slot_id, "imported": len(messages), "message_count": total}
     app.done(payload, text=f"imported {len(messages)} messages into slot {slot_id} ({total} now)")

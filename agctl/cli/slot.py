@@ -353,13 +353,16 @@ def mode(
 def rm(app: App, slot_id: str) -> None:
     """Delete a slot. 'default' and the last slot are protected.
 
-    Deleting the current slot switches the session to 'default'.
+    Deleting the current slot switches the session to 'default'. The session is
+    checkpointed first: 'ckpt rollback' undoes it.
 
     \b
     Examples:
       agctl slot rm plan-b
     """
-    session = app.store.delete_slot(app.session_id(), slot_id)
+    sid = app.session_id()
+    with app.store.undoable(sid, "slot rm"):
+        session = app.store.delete_slot(sid, slot_id)
     payload = {"deleted": slot_id, "current_slot": session.current_slot}
     app.done(payload, text=f"deleted slot {slot_id}; current slot: {session.current_slot}")
 
@@ -428,7 +431,7 @@ def merge(
     """Bring back what SRC added since it branched from DST. Merging twice adds nothing.
 
     The merge is recorded on DST (source, strategy, which messages) and shown by
-    'slot show'.
+    'slot show'. The session is checkpointed first: 'ckpt rollback' undoes it.
 
     \b
     Examples:
@@ -443,15 +446,16 @@ def merge(
     if strategy == "summary":
         setup = Setup.resolve(app, sid, profile=profile, model=model)
         provider, chosen_model = setup.provider(), setup.settings.model
-    result = merge_slots(
-        app.store,
-        sid,
-        source,
-        target,
-        strategy=strategy,  # type: ignore[arg-type]
-        provider=provider,
-        model=chosen_model,
-    )
+    with app.store.undoable(sid, "slot merge"):
+        result = merge_slots(
+            app.store,
+            sid,
+            source,
+            target,
+            strategy=strategy,  # type: ignore[arg-type]
+            provider=provider,
+            model=chosen_model,
+        )
     payload = {
         "source": result.source,
         "into": result.target,

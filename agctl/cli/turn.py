@@ -166,7 +166,16 @@ class StreamPrinter:
 @click.option("--dry-run", is_flag=True, help="Print the exact request; send and write nothing.")
 @source_options
 @file_option
-@click.option("--resume-draft", is_flag=True, help="Send the prompt of the last failed turn.")
+@click.option(
+    "--resume-draft",
+    is_flag=True,
+    help="Send the prompt of the last failed turn (with --slot: that slot's), to its slot.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --resume-draft: send the draft even if its slot changed since it was kept.",
+)
 @click.option(
     "--checkpoint/--no-checkpoint",
     default=None,
@@ -192,6 +201,7 @@ def send(
     record: Path | None,
     files: tuple[str, ...],
     resume_draft: bool,
+    force: bool,
     checkpoint: bool | None,
 ) -> None:
     """Send PROMPT (or stdin) with the slot's view; commit the reply, or nothing on failure.
@@ -202,7 +212,9 @@ def send(
     The request is: session system prompt, the slot's zones through its mode, the
     --scratch messages, then PROMPT. On success the prompt and the reply are written to
     the slot in one atomic write and the session's turn count and cost go up. On failure
-    or Ctrl-C nothing is written and the prompt is kept as a draft for --resume-draft.
+    or Ctrl-C nothing is written and the prompt is kept as a draft for --resume-draft
+    (see 'agctl draft'), which refuses it (exit 4) if the slot changed since, unless
+    --force. A successful turn on a slot drops an older draft of that slot.
 
     \b
     Examples:
@@ -213,6 +225,7 @@ def send(
       agctl turn send "Go on" --profile deepseek --model deepseek-reasoner --stream
       agctl turn send "Hi" --record chat.cassette     # then: --cassette chat.cassette
       agctl turn send --resume-draft
+      agctl turn send --resume-draft --force   # even though the slot changed since
     """
     from agctl.turns import prepare_turn, send_turn
 
@@ -221,9 +234,15 @@ def send(
     if resume_draft:
         if prompt is not None or files:
             raise click.UsageError("give either PROMPT (or --file) or --resume-draft, not both")
-        draft = store.load_draft(sid)
-        prompt, slot = draft.prompt, slot or draft.slot
+        from agctl.drafts import check_resumable, find_draft
+
+        draft = find_draft(store, sid, slot)
+        if not force:
+            check_resumable(store, sid, draft)
+        prompt, slot = draft.prompt, draft.slot
     else:
+        if force:
+            raise click.UsageError("--force applies only with --resume-draft")
         prompt = text_argument(prompt, "PROMPT", files=files)
     setup = Setup.resolve(app, sid, profile=profile, model=model, script=script, cassette=cassette)
     settings = setup.settings
