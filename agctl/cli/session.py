@@ -94,6 +94,13 @@ def command() -> None:
     show_default=True,
     help="Make the new session the current one.",
 )
+@click.option(
+    "--replace", is_flag=True, help="Replace an existing session ID (with its checkpoints)."
+)
+@click.option(
+    "--recursive", "-r", is_flag=True, help="With --replace, also destroy its descendants."
+)
+@click.option("--orphan", is_flag=True, help="With --replace, keep its children, detached from it.")
 @json_option
 @pass_app
 def new(
@@ -105,30 +112,57 @@ def new(
     profile: str | None,
     model: str | None,
     make_current: bool,
+    replace: bool,
+    recursive: bool,
+    orphan: bool,
 ) -> None:
     """Create a session (with its 'default' slot) and print its id.
 
-    Without ID a short id that sorts by creation time is generated.
+    Without ID a short id that sorts by creation time is generated. With --replace an
+    existing session ID is replaced by the new one in one step (a failure leaves it as it
+    was); one with children is refused unless --recursive or --orphan.
 
     \b
     Examples:
       agctl session new
       agctl session new review --system "You review Python code." --title "PR 42"
       sid=$(agctl session new --no-use)
+      agctl session new ci --replace
     """
+    if (recursive or orphan) and not replace:
+        raise click.UsageError("--recursive and --orphan go with --replace")
+    if replace and session_id is None:
+        raise click.UsageError("--replace needs the ID of the session to replace")
     if system_prompt == "-":
         system_prompt = text_argument("-", "the system prompt")
-    session = app.store.create_session(
-        session_id,
-        system_prompt=system_prompt,
-        parent_id=parent_id,
-        title=title,
-        profile=profile,
-        model=model,
-    )
+    settings: dict[str, Any] = {
+        "system_prompt": system_prompt,
+        "parent_id": parent_id,
+        "title": title,
+        "profile": profile,
+        "model": model,
+    }
+    payload: dict[str, Any]
+    if replace:
+        assert session_id is not None
+        outcome = app.store.replace_session(
+            session_id, recursive=recursive, orphan=orphan, **settings
+        )
+        session = outcome.session
+        payload = session_document(session)
+        payload["replaced"] = outcome.replaced
+        payload["destroyed"] = outcome.destroyed
+        payload["detached"] = outcome.detached
+        for sid in outcome.destroyed:
+            echo(f"agctl: destroyed {sid}", err=True)
+        for sid in outcome.detached:
+            echo(f"agctl: detached {sid} (its parent was the replaced session)", err=True)
+    else:
+        session = app.store.create_session(session_id, **settings)
+        payload = session_document(session)
     if make_current:
         app.store.set_current_session(session.id)
-    app.emit(session_document(session), text=session.id)
+    app.emit(payload, text=session.id)
 
 
 @command.command("list")
