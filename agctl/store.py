@@ -559,12 +559,23 @@ class Store:
                 result.detached.append(child)
         return result
 
-    def materialize_session(self, session: Session, slots: Sequence[Slot]) -> None:
-        """Write a new session with these slots: built aside, then renamed into place whole."""
+    def materialize_session(
+        self,
+        session: Session,
+        slots: Sequence[Slot],
+        *,
+        files: Mapping[str, bytes] | None = None,
+        check: Callable[[Path], None] | None = None,
+    ) -> None:
+        """Write a new session with these slots: built aside, then renamed into place whole.
+
+        `files` are more files for the session's directory (relative path: bytes), and
+        `check` looks at the staged directory before it is placed (an error stops it).
+        """
         target = self.session_dir(session.id)
         if target.exists():
             raise AlreadyExists(f"session {session.id!r} already exists")
-        staging = self._stage(session, slots)
+        staging = self._stage(session, slots, files or {}, check)
         try:
             os.rename(staging, target)
         except OSError as exc:
@@ -577,7 +588,13 @@ class Store:
             raise
         fsync_dir(self.sessions_dir)
 
-    def _stage(self, session: Session, slots: Sequence[Slot]) -> Path:
+    def _stage(
+        self,
+        session: Session,
+        slots: Sequence[Slot],
+        files: Mapping[str, bytes] | None = None,
+        check: Callable[[Path], None] | None = None,
+    ) -> Path:
         """A session directory holding these documents, built (and synced) aside under
         `sessions/`, ready to be renamed into place."""
         self._sweep_leftovers()
@@ -594,6 +611,11 @@ class Store:
             for slot in slots:
                 self._write(staging / "slots" / f"{validate_id(slot.id, 'slot')}.json", slot)
             self._write(staging / "session.json", session)
+            for name, data in (files or {}).items():
+                make_dirs((staging / name).parent)
+                write_atomic(staging / name, data)
+            if check is not None:
+                check(staging)
             fsync_dir(staging)
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)

@@ -424,24 +424,33 @@ def set_(app: App, key: str, value: str) -> None:
 @command.command("export")
 @click.argument("session_id", metavar="[ID]", required=False, shell_complete=complete_sessions)
 @click.option("--output", "-o", metavar="FILE", default="-", help="Write to FILE ('-': stdout).")
+@click.option(
+    "--checkpoints",
+    "with_checkpoints",
+    is_flag=True,
+    help="Include the checkpoint history (verified), for ckpt rollback after import.",
+)
 @json_option
 @pass_app
-def export(app: App, session_id: str | None, output: str) -> None:
+def export(app: App, session_id: str | None, output: str, with_checkpoints: bool) -> None:
     """Export a whole session — every slot, memory, checkpoint metadata — as one JSON document.
 
-    'session import' reads it back into an identical session (its checkpoints' history is
-    not exported, only their list).
+    'session import' reads it back into an identical session. With --checkpoints the
+    checkpoint history goes along (the log is verified first, and the export is schema
+    version 2.0, which an agctl that cannot restore it refuses), so 'ckpt list',
+    'ckpt rollback' and 'turn undo' work on the imported session.
 
     \b
     Examples:
       agctl session export > backup.json
       agctl session export 1q2w -o 1q2w.json
+      agctl session export --checkpoints | agctl --data-dir /tmp/copy session import -
     """
     from agctl.cli.app import write_output
     from agctl.interchange import export_session
 
-    document = export_session(app.store, app.session_id(session_id))
-    write_output(output, document.model_dump_json(indent=2).encode() + b"\n")
+    document = export_session(app.store, app.session_id(session_id), checkpoints=with_checkpoints)
+    write_output(output, document.model_dump_json(indent=2, exclude_none=False).encode() + b"\n")
 
 
 @command.command("import")
@@ -453,6 +462,9 @@ def export(app: App, session_id: str | None, output: str) -> None:
 def import_(app: App, source: str, as_id: str | None, make_current: bool) -> None:
     """Import a session export ('-' for stdin); everything is validated before anything is
     written, and an existing id is refused unless --as NEW.
+
+    An export made with --checkpoints brings its checkpoint history, verified before the
+    session is written. Messages with the 'developer' role are stored as 'system'.
 
     \b
     Examples:
