@@ -246,9 +246,7 @@ def test_replay_reports_each_turn_and_counts_mismatches(store: Store) -> None:
         "matched": 1,
         "mismatched": [2],
     }
-    assert [(m.number, m.expected, m.received) for m in summary.mismatches] == [
-        (2, "BETA", "beta")
-    ]
+    assert [(m.number, m.expected, m.received) for m in summary.mismatches] == [(2, "BETA", "beta")]
     assert chat(store, "s") == [
         ("user", "a"),
         ("assistant", "alpha"),

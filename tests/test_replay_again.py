@@ -72,9 +72,10 @@ def test_the_readme_ci_snippet_runs_twice_on_one_machine(tmp_path: Path) -> None
     store = Store(os.environ["AGCTL_DATA_DIR"])
     sessions = store.session_ids()
     assert len(sessions) == 4  # a fresh session for each of the four runs
-    assert store.current_session_id() == sorted(
-        sessions, key=lambda s: store.load_session(s).created_at
-    )[-1]
+    assert (
+        store.current_session_id()
+        == sorted(sessions, key=lambda s: store.load_session(s).created_at)[-1]
+    )
     assert all(store.load_session(s).turn_count == 2 for s in sessions)
 
 
