@@ -34,6 +34,7 @@ from agctl.errors import (
     AlreadyExists,
     CorruptDocument,
     DataError,
+    InvalidInput,
     NotFound,
     StoreError,
     UsageError,
@@ -622,7 +623,8 @@ class Checkpointer:
             raise CorruptDocument(
                 exc.path, f"checkpoint {checkpoint.id} cannot be restored: {exc.reason}"
             ) from None
-        session_doc = {**static, **checkpoint.session_volatile}
+        # A session imported under another id keeps its log: the id is the one it has now.
+        session_doc = {**static, **checkpoint.session_volatile, "id": session_id}
         session = _validate(Session, session_doc, history.path, checkpoint.id)
         return SessionState(session=session, slots=slots)
 
@@ -767,7 +769,10 @@ class Checkpointer:
         """Check every record of the session's log (checksum, hash, references) and that
         every checkpoint can be rebuilt from it, in one pass over the log."""
         self.store.load_session(session_id)
-        history = self._log(session_id)
+        return self.verify_log(session_id, self._log(session_id))
+
+    def verify_log(self, session_id: str, history: Log) -> LogReport:
+        """`verify` for any log file (one being imported is checked before it is placed)."""
         report = LogReport(session=session_id, path=str(history.path), bytes=history.size())
         report.checksums = history.checked()
         problems: list[CorruptDocument] = []
@@ -822,6 +827,44 @@ class Checkpointer:
                 report.bad_checkpoints.append({"id": identifier, "reason": reason})
         return report
 
+    # ---- export and import -------------------------------------------------------
+
+    def export_history(self, session_id: str) -> CheckpointHistory:
+        """The session's checkpoint log as it is, verified (a damaged one is refused)."""
+        with self.store.lock(session_id):
+            history = self._log(session_id)
+            report = self.verify(session_id)
+            if not report.ok:
+                reasons = report.problems + [b["reason"] for b in report.bad_checkpoints]
+                raise CorruptDocument(
+                    history.path,
+                    f"the checkpoint log is damaged ({reasons[0]}); 'agctl ckpt verify' "
+                    "says more, and an export without --checkpoints leaves it behind",
+                )
+            try:
+                data = read_bytes(history.path, "checkpoint log")
+            except NotFound:
+                data = b""
+            data = data[: len(data) - report.torn]
+            removed = sorted(self._removed(session_id))
+        try:
+            records = data.decode("utf-8").split("\n")[:-1]
+        except UnicodeDecodeError:
+            raise CorruptDocument(history.path, "the checkpoint log is not UTF-8") from None
+        return CheckpointHistory(records=records, digest=log_digest(data), removed=removed)
+
+    def verify_import(self, session_id: str, directory: Path) -> None:
+        """Refuse an imported log, placed in a staged session `directory`, that does not
+        verify (raises InvalidInput naming the first problem)."""
+        report = self.verify_log(session_id, Log(directory / "checkpoints" / "log"))
+        reasons = report.problems + [
+            f"checkpoint {b['id']}: {b['reason']}" for b in report.bad_checkpoints
+        ]
+        if report.torn:
+            reasons.append("its last record is cut short")
+        if reasons:
+            raise InvalidInput(f"the exported checkpoint log does not verify: {reasons[0]}")
+
     # ---- remove --------------------------------------------------------------------
 
     def remove(self, session_id: str, identifiers: Sequence[str]) -> list[str]:
@@ -863,6 +906,31 @@ class Checkpointer:
             else self.live_state(session_id)
         )
         return diff_states(old, new, a, b or "live")
+
+
+def log_digest(data: bytes) -> str:
+    """The fingerprint of a whole exported log: any byte changed, lost or added shows."""
+    import hashlib
+
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+class CheckpointHistory(Model):
+    """A session's checkpoint log in an export: its records verbatim, one a line (so each
+    checkpoint keeps its offset, which is its id), and the ids of removed checkpoints.
+    The caches beside the log (index, heads) are rebuilt where it is imported."""
+
+    records: list[str] = Field(description="The log's lines, without their newlines.")
+    digest: str = Field(description="BLAKE2b (16 bytes, hex) of the log's bytes.")
+    removed: list[str] = Field(default_factory=list, description="Removed checkpoint ids.")
+
+    def log_bytes(self) -> bytes:
+        data = b"".join(record.encode() + b"\n" for record in self.records)
+        if log_digest(data) != self.digest:
+            raise InvalidInput(
+                "the exported checkpoint log does not match its digest (changed or cut short)"
+            )
+        return data
 
 
 @dataclass

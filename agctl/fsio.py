@@ -150,6 +150,30 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def exchange_paths(first: Path, second: Path) -> bool:
+    """Swap two directories in one atomic step (Linux renameat2 RENAME_EXCHANGE), so a
+    crash leaves one or the other in place; False where the system cannot (the caller
+    then renames twice)."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
+    renameat2.argtypes += [ctypes.c_uint]
+    at_cwd, rename_exchange = -100, 2
+    if renameat2(at_cwd, os.fsencode(first), at_cwd, os.fsencode(second), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(second))
+
+
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace `path` with `data` so that a crash leaves the old or the new file, never a mix.
 

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from agctl.checkpoints import CheckpointHistory
 from agctl.errors import AlreadyExists, InvalidId, InvalidInput, SchemaTooNew
 from agctl.ids import validate_id
 from agctl.models import Message, Session, Slot, messages_to_openai
@@ -87,12 +96,29 @@ def export_messages(messages: Sequence[Message], fmt: ExportFormat = "openai") -
     return "\n".join(blocks).encode()
 
 
+# An export with its checkpoint history is version 2: an agctl that reads only version 1
+# would import it without the history, so it refuses it instead, naming both versions.
+EXPORT_VERSION = "1.0"
+EXPORT_WITH_HISTORY_VERSION = "2.0"
+DEVELOPER_ROLE = "developer"  # OpenAI's newer name for the system role
+
+
+def system_for_developer(message: Any) -> Any:
+    """A message with the `developer` role as a `system` one (agctl stores that)."""
+    if isinstance(message, dict) and message.get("role") == DEVELOPER_ROLE:
+        return {**message, "role": "system"}
+    return message
+
+
 class SessionExport(BaseModel):
     """A whole session as one document: `session export` writes it, `session import` reads it."""
 
     model_config = ConfigDict(extra="allow")
 
-    schema_version: str = "1.0"
+    schema_version: str = Field(
+        default=EXPORT_VERSION,
+        description=f"{EXPORT_VERSION}, or {EXPORT_WITH_HISTORY_VERSION} with checkpoint_log",
+    )
     kind: Literal["agctl.session"] = "agctl.session"
     agctl_version: str = ""
     session: Session
@@ -100,28 +126,54 @@ class SessionExport(BaseModel):
     checkpoints: list[dict[str, Any]] = Field(
         default_factory=list, description="Checkpoint summaries, for information only."
     )
+    checkpoint_log: CheckpointHistory | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="The checkpoint history (`session export --checkpoints`).",
+    )
 
     @field_validator("schema_version")
     @classmethod
     def _not_newer(cls, value: str) -> str:
         from agctl.schema import parse_version
 
-        if parse_version(value)[0] > 1:
-            raise SchemaTooNew("export", value, "1.0")
+        if parse_version(value)[0] > parse_version(EXPORT_WITH_HISTORY_VERSION)[0]:
+            raise SchemaTooNew("export", value, EXPORT_WITH_HISTORY_VERSION)
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _developer_is_system(cls, data: Any) -> Any:
+        """Slots exported by other tools may say `developer` for `system`."""
+        if not isinstance(data, dict) or not isinstance(data.get("slots"), list):
+            return data
+        slots = []
+        for slot in data["slots"]:
+            if isinstance(slot, dict):
+                slot = dict(slot)
+                for zone in ("immutable", "compressed", "messages"):
+                    if isinstance(slot.get(zone), list):
+                        slot[zone] = [system_for_developer(m) for m in slot[zone]]
+            slots.append(slot)
+        return {**data, "slots": slots}
 
-def export_session(store: Store, session_id: str) -> SessionExport:
-    """The session, every slot, and its checkpoints' metadata."""
+
+def export_session(store: Store, session_id: str, *, checkpoints: bool = False) -> SessionExport:
+    """The session, every slot, its checkpoints' metadata, and with `checkpoints` their
+    whole history (verified first)."""
     from agctl import __version__
     from agctl.checkpoints import Checkpointer
 
-    summaries = Checkpointer(store).summaries(session_id)
+    checkpointer = Checkpointer(store)
+    history = checkpointer.export_history(session_id) if checkpoints else None
+    summaries = checkpointer.summaries(session_id)
     return SessionExport(
+        schema_version=EXPORT_WITH_HISTORY_VERSION if checkpoints else EXPORT_VERSION,
         agctl_version=__version__,
         session=store.load_session(session_id),
         slots=store.list_slots(session_id),
         checkpoints=[s.model_dump(mode="json") for s in summaries],
+        checkpoint_log=history,
     )
 
 
@@ -163,5 +215,26 @@ def import_session(
         store.check_parent(session.id, session.parent_id)
     except InvalidInput as exc:
         raise InvalidInput(f"{source}: {exc}") from None
-    store.materialize_session(session, document.slots)
+    files: dict[str, bytes] = {}
+    check = None
+    if document.checkpoint_log is not None:
+        from agctl.checkpoints import Checkpointer
+
+        history = document.checkpoint_log
+        try:
+            for identifier in history.removed:
+                validate_id(identifier, "checkpoint")
+            files["checkpoints/log"] = history.log_bytes()
+        except (InvalidId, InvalidInput) as exc:
+            raise InvalidInput(f"{source}: {exc}") from None
+        if history.removed:
+            files["checkpoints/removed.json"] = orjson.dumps(history.removed)
+
+        def check(directory: Path) -> None:
+            try:
+                Checkpointer(store).verify_import(session.id, directory)
+            except InvalidInput as exc:
+                raise InvalidInput(f"{source}: {exc}") from None
+
+    store.materialize_session(session, document.slots, files=files, check=check)
     return session

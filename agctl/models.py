@@ -92,7 +92,10 @@ class Message(Model):
 
     @classmethod
     def from_openai(cls, data: Any) -> Message:
-        """Validate one message in the OpenAI chat format (`reasoning_content` accepted)."""
+        """Validate one message in the OpenAI chat format (`reasoning_content` accepted,
+        and the `developer` role, OpenAI's newer name for `system`, stored as `system`)."""
+        if isinstance(data, dict) and data.get("role") == "developer":
+            data = {**data, "role": "system"}
         if isinstance(data, dict) and "reasoning_content" in data:
             data = dict(data)
             reasoning = data.pop("reasoning_content")

@@ -7,6 +7,7 @@ turn and the assistant message after it is the expected reply.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import re
 from collections.abc import Callable, Iterator
@@ -16,7 +17,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agctl.errors import AgctlError, InvalidInput
+from agctl.errors import AgctlError, InvalidInput, ReplayMiss
 from agctl.providers.base import Provider
 from agctl.store import Store
 from agctl.turns import TurnOptions, TurnResult, send_turn
@@ -155,13 +156,42 @@ class TurnOutcome:
 
 
 @dataclass
+class Mismatch:
+    """A reply that differs from the expected one: only the texts, not the turn's slot."""
+
+    number: int
+    input: str
+    expected: str
+    received: str
+
+    def report(self) -> str:
+        """The turn, its prompt's head, and the diff of expected against received."""
+        return f"turn {self.number}: {prompt_head(self.input)}\n" + mismatch_diff(
+            self.expected, self.received
+        )
+
+
+@dataclass
 class ReplaySummary:
     turns: int = 0
     sent: int = 0
     checked: int = 0
     mismatched: list[int] = field(default_factory=list)
     seconds: float = 0.0
-    first_mismatch: TurnOutcome | None = None
+    mismatches: list[Mismatch] = field(default_factory=list)
+
+    def mismatch_report(self, max_diffs: int) -> str:
+        """A diff for each of the first `max_diffs` mismatches, then how many are not shown."""
+        shown = [m.report() for m in self.mismatches[:max_diffs]]
+        hidden = self.mismatches[max_diffs:]
+        if hidden:
+            numbers = ", ".join(str(m.number) for m in hidden[:20])
+            more = " …" if len(hidden) > 20 else ""
+            shown.append(
+                f"{len(hidden)} more {'reply differs' if len(hidden) == 1 else 'replies differ'}"
+                f" (turns {numbers}{more}); --max-diffs N shows more"
+            )
+        return "\n\n".join(shown)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -175,6 +205,42 @@ class ReplaySummary:
         }
 
 
+def prompt_head(text: str, width: int = 60) -> str:
+    """The start of a prompt on one line, quoted, for naming a turn in a message."""
+    flat = " ".join(text.split())
+    return orjson.dumps(flat if len(flat) <= width else flat[: width - 1] + "…").decode()
+
+
+def _stopped_at(
+    exc: AgctlError, number: int, turns: list[TranscriptTurn], source: str
+) -> AgctlError:
+    """The error of a failed turn, naming the turn; no draft was kept (the transcript has
+    the prompt), so nothing points at --resume-draft."""
+    where = f"turn {number} of {len(turns)} in {source} ({prompt_head(turns[number - 1].input)})"
+    if isinstance(exc, ReplayMiss):
+        # the message names the cassette: "<cassette>: no recorded response for request …"
+        return ReplayMiss(f"{where} is not in the cassette: {exc}")
+    done = {1: "no turn was committed", 2: "turn 1 was committed"}.get(
+        number, f"turns 1 to {number - 1} were committed"
+    )
+    exc.add_note(f"the replay stopped at {where}: {done}, nothing of this turn was written")
+    return exc
+
+
+@contextlib.contextmanager
+def fresh_session(store: Store, session_id: str | None = None) -> Iterator[str]:
+    """A new session to replay into (`session_id`, else a generated id); if what runs
+    inside fails (a missing cassette, a bad profile) it is destroyed again, so a replay
+    that could not start leaves no session behind."""
+    session = store.create_session(session_id)
+    try:
+        yield session.id
+    except BaseException:
+        with contextlib.suppress(AgctlError):
+            store.destroy_session(session.id)
+        raise
+
+
 def replay(
     store: Store,
     session_id: str,
@@ -184,10 +250,15 @@ def replay(
     *,
     check: CheckMode | None = None,
     on_turn: Callable[[TurnOutcome], None] | None = None,
+    source: str = "the transcript",
 ) -> ReplaySummary:
     """Send every turn in order; check replies when asked. A failed turn stops the replay
-    (its error is raised after `on_turn` saw it); mismatches do not."""
+    (its error, naming the turn, is raised after `on_turn` saw it); mismatches do not.
+    A failed turn keeps no draft: the transcript holds its prompt."""
     import time
+    from dataclasses import replace as with_changes
+
+    base = with_changes(base, keep_draft=False)
 
     if check == "regex":
         for number, turn in enumerate(turns, start=1):
@@ -210,18 +281,22 @@ def replay(
                 )
                 last[options.slot] = outcome.result.slot
             except AgctlError as exc:
-                outcome.error = str(exc)
+                error = _stopped_at(exc, number, turns, source)
+                outcome.error = str(error)
                 if on_turn is not None:
                     on_turn(outcome)
-                raise
+                if error is exc:
+                    raise
+                raise error from None
             summary.sent += 1
             if check is not None and turn.expect is not None:
                 summary.checked += 1
                 outcome.expected = turn.expect
-                outcome.matched = matches(outcome.result.reply.text(), turn.expect, check)
+                received = outcome.result.reply.text()
+                outcome.matched = matches(received, turn.expect, check)
                 if not outcome.matched:
                     summary.mismatched.append(number)
-                    summary.first_mismatch = summary.first_mismatch or outcome
+                    summary.mismatches.append(Mismatch(number, turn.input, turn.expect, received))
             if on_turn is not None:
                 on_turn(outcome)
     finally:

@@ -46,6 +46,7 @@ from agctl.fsio import (
     TEMP_SUFFIX,
     check_dir,
     current_version,
+    exchange_paths,
     exclusive_lock,
     fsync_dir,
     holds_lock,
@@ -188,6 +189,16 @@ class SessionInfo:
     # Its parent chain loops back (data written by hand, or imported before imports
     # checked): shown as a root, its parent link ignored by every walk.
     looped: bool = False
+
+
+@dataclass
+class Replaced:
+    """What `replace_session` made, and what became of the old session's children."""
+
+    session: Session
+    replaced: bool
+    destroyed: list[str] = field(default_factory=list)
+    detached: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -487,10 +498,24 @@ class Store:
         model: str | None = None,
     ) -> Session:
         """Create a session with its `default` slot, all or nothing."""
+        session = self._new_session(session_id, system_prompt, parent_id, title, profile, model)
+        self.materialize_session(session, [self._new_slot(DEFAULT_SLOT)])
+        log.info("session created: %s (parent %s)", session.id, session.parent_id or "-")
+        return session
+
+    def _new_session(
+        self,
+        session_id: str | None,
+        system_prompt: str | None,
+        parent_id: str | None,
+        title: str | None,
+        profile: str | None,
+        model: str | None,
+    ) -> Session:
         sid = new_session_id() if session_id is None else validate_id(session_id, "session")
         if parent_id is not None:
             parent_id = self.resolve_session(parent_id)
-        session = Session(
+        return Session(
             id=sid,
             parent_id=parent_id,
             title=title,
@@ -498,15 +523,106 @@ class Store:
             profile=profile,
             model=model,
         )
-        self.materialize_session(session, [self._new_slot(DEFAULT_SLOT)])
-        log.info("session created: %s (parent %s)", sid, parent_id or "-")
-        return session
 
-    def materialize_session(self, session: Session, slots: Sequence[Slot]) -> None:
-        """Write a new session with these slots: built aside, then renamed into place whole."""
+    def replace_session(
+        self,
+        session_id: str,
+        *,
+        recursive: bool = False,
+        orphan: bool = False,
+        system_prompt: str | None = None,
+        parent_id: str | None = None,
+        title: str | None = None,
+        profile: str | None = None,
+        model: str | None = None,
+    ) -> Replaced:
+        """A new session `session_id`, in place of the one of that id if there is one.
+
+        The new session is built aside and swapped in whole (under the old one's lock),
+        so a failure leaves the old session as it was and a crash one or the other. A
+        session with children is refused unless `recursive` (its descendants are
+        destroyed) or `orphan` (its children are kept, detached: their parent would be a
+        different session now).
+        """
+        session = self._new_session(session_id, system_prompt, parent_id, title, profile, model)
+        sid = session.id
+        if sid not in self.session_ids():
+            self.materialize_session(session, [self._new_slot(DEFAULT_SLOT)])
+            log.info("session created: %s (parent %s)", sid, session.parent_id or "-")
+            return Replaced(session, replaced=False)
+        children = self.children(sid)
+        if children and not (recursive or orphan):
+            raise HasChildren(sid, children)
+        self.check_parent(sid, session.parent_id)
+        target = self.session_dir(sid)
+        staging = self._stage(session, [self._new_slot(DEFAULT_SLOT)])
+        swapped_out: Path | None = None  # where the old session is once the new one is in
+        try:
+            with self.lock(sid):
+                if exchange_paths(staging, target):
+                    swapped_out = staging
+                else:
+                    trash = self.sessions_dir / f".trash-{sid}-{secrets.token_hex(4)}"
+                    os.rename(target, trash)
+                    try:
+                        os.rename(staging, target)
+                    except OSError:
+                        os.rename(trash, target)
+                        raise
+                    swapped_out = trash
+                fsync_dir(self.sessions_dir)
+        except OSError as exc:
+            raise StoreError(f"cannot replace session {sid!r}: {exc.strerror}") from exc
+        finally:
+            shutil.rmtree(staging if swapped_out is None else swapped_out, ignore_errors=True)
+        log.info("session replaced: %s (parent %s)", sid, session.parent_id or "-")
+        result = Replaced(session, replaced=True)
+        for child in children:
+            if recursive:
+                result.destroyed += self.destroy_session(child, recursive=True).destroyed
+            else:
+                self.update_session(child, lambda s: setattr(s, "parent_id", None))
+                result.detached.append(child)
+        return result
+
+    def materialize_session(
+        self,
+        session: Session,
+        slots: Sequence[Slot],
+        *,
+        files: Mapping[str, bytes] | None = None,
+        check: Callable[[Path], None] | None = None,
+    ) -> None:
+        """Write a new session with these slots: built aside, then renamed into place whole.
+
+        `files` are more files for the session's directory (relative path: bytes), and
+        `check` looks at the staged directory before it is placed (an error stops it).
+        """
         target = self.session_dir(session.id)
         if target.exists():
             raise AlreadyExists(f"session {session.id!r} already exists")
+        staging = self._stage(session, slots, files or {}, check)
+        try:
+            os.rename(staging, target)
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            if target.exists():
+                raise AlreadyExists(f"session {session.id!r} already exists") from exc
+            raise StoreError(f"cannot create session {session.id!r}: {exc.strerror}") from exc
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        fsync_dir(self.sessions_dir)
+
+    def _stage(
+        self,
+        session: Session,
+        slots: Sequence[Slot],
+        files: Mapping[str, bytes] | None = None,
+        check: Callable[[Path], None] | None = None,
+    ) -> Path:
+        """A session directory holding these documents, built (and synced) aside under
+        `sessions/`, ready to be renamed into place."""
         self._sweep_leftovers()
         try:
             make_dirs(self.sessions_dir)
@@ -521,17 +637,19 @@ class Store:
             for slot in slots:
                 self._write(staging / "slots" / f"{validate_id(slot.id, 'slot')}.json", slot)
             self._write(staging / "session.json", session)
+            for name, data in (files or {}).items():
+                make_dirs((staging / name).parent)
+                write_atomic(staging / name, data)
+            if check is not None:
+                check(staging)
             fsync_dir(staging)
-            os.rename(staging, target)
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
-            if target.exists():
-                raise AlreadyExists(f"session {session.id!r} already exists") from exc
             raise StoreError(f"cannot create session {session.id!r}: {exc.strerror}") from exc
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        fsync_dir(self.sessions_dir)
+        return staging
 
     def replace_state(self, session: Session, slots: Sequence[Slot]) -> None:
         """Make the session exactly `session` with exactly `slots` (the caller holds the lock).

@@ -71,6 +71,8 @@ class TurnOptions:
     # The config's auto-compress; a slot's or the session's own setting wins.
     auto_compress: bool = True
     keep_recent: int = 6
+    # A failed turn's prompt is kept as a draft; a replay's prompts are in its transcript.
+    keep_draft: bool = True
 
     def __post_init__(self) -> None:
         """The library refuses what the CLI's option types refuse, for scripts too."""
@@ -97,6 +99,7 @@ class PreparedTurn:
     view: list[Message]
     # A draft of the slot kept before this moment is superseded when the turn succeeds.
     started: datetime = field(default_factory=utcnow)
+    keep_draft: bool = True
 
     @property
     def prompt(self) -> str:
@@ -242,7 +245,7 @@ def prepare_turn(
         stream=options.stream,
         context=TurnContext(session_id=session_id, slot_id=slot.id, turn=session.turn_count + 1),
     )
-    return PreparedTurn(session, slot, user_message, request, view)
+    return PreparedTurn(session, slot, user_message, request, view, keep_draft=options.keep_draft)
 
 
 def send_turn(
@@ -395,6 +398,8 @@ def _keep_draft(
 ) -> None:
     """Save the prompt (and the reply, if one came) of a failed turn; if even that fails,
     put the prompt in the error."""
+    if not prepared.keep_draft:
+        return
     prompt = prepared.prompt
     # A compression done for the turn is a change of its own, checkpointed before and after.
     outcome = (

@@ -294,7 +294,7 @@ def test_an_export_of_a_newer_major_version_is_refused(run: Run, chat: str, tmp_
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(document))
     other = tmp_path / "other"
-    fails(run("--data-dir", str(other), "session", "import", str(bad)), EXIT_DATA, "9.0", "1.0")
+    fails(run("--data-dir", str(other), "session", "import", str(bad)), EXIT_DATA, "9.0", "2.0")
     assert nothing_written(other)
 
 

@@ -457,11 +457,11 @@ def test_a_session_export_from_a_future_major_version_is_refused(
     run: Run, isolated_env: Path, session: str
 ) -> None:
     document = export_of(run)
-    data = _with(json.loads(_with(document, "session.id", "future")), "schema_version", "2.0")
+    data = _with(json.loads(_with(document, "session.id", "future")), "schema_version", "3.0")
     result = refuses_and_writes_nothing(
-        run, isolated_env, "session", "import", "-", input=data, code=5, says="2.0"
+        run, isolated_env, "session", "import", "-", input=data, code=5, says="3.0"
     )
-    assert "1.0" in result.stderr
+    assert "2.0" in result.stderr
 
 
 # ---- hostile ids ---------------------------------------------------------------------------

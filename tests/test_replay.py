@@ -15,7 +15,7 @@ import pytest
 from click.testing import Result
 
 from agctl.checkpoints import Checkpointer
-from agctl.errors import InvalidInput, ProviderError
+from agctl.errors import InvalidInput, NotFound, ProviderError
 from agctl.interchange import export_messages
 from agctl.models import Message, utcnow
 from agctl.providers.base import ChatRequest, Event, TextDelta
@@ -246,7 +246,7 @@ def test_replay_reports_each_turn_and_counts_mismatches(store: Store) -> None:
         "matched": 1,
         "mismatched": [2],
     }
-    assert summary.first_mismatch is not None and summary.first_mismatch.number == 2
+    assert [(m.number, m.expected, m.received) for m in summary.mismatches] == [(2, "BETA", "beta")]
     assert chat(store, "s") == [
         ("user", "a"),
         ("assistant", "alpha"),
@@ -277,11 +277,17 @@ def test_a_failed_turn_is_reported_then_stops_the_replay(store: Store) -> None:
 
     outcomes: list[TurnOutcome] = []
     turns = [TranscriptTurn(input=text) for text in ("one", "two", "three")]
-    with pytest.raises(ProviderError, match="went away"):
+    with pytest.raises(ProviderError, match="went away") as raised:
         replay(store, "s", turns, FailsOnSecondTurn(), OPTIONS, on_turn=outcomes.append)
     assert [(o.number, o.error) for o in outcomes] == [(1, None), (2, "the server went away")]
     assert chat(store, "s") == [("user", "one"), ("assistant", "fine")]
-    assert store.load_draft("s").prompt == "two"
+    # the transcript holds the prompt: no draft, and the error names the turn instead
+    with pytest.raises(NotFound):
+        store.load_draft("s")
+    assert raised.value.__notes__ == [
+        'the replay stopped at turn 2 of 3 in the transcript ("two"): turn 1 was '
+        "committed, nothing of this turn was written"
+    ]
 
 
 # ---- the command -----------------------------------------------------------------------
@@ -413,15 +419,17 @@ def test_a_mismatch_fails_after_every_turn_with_a_diff_and_a_summary(
     assert [text for role, text in chat(store, "s") if role == "assistant"] == REPLIES
     assert "5 turns replayed" in result.stdout
     assert "4 checked, 2 matched, 2 differ" in result.stdout
-    # the first mismatch, as a unified diff, on stderr; the second only in the summary
+    # every mismatch, as a unified diff, on stderr
     expected = EXPECTS[mode][1]
     assert expected is not None
     diff = mismatch_diff(expected, REPLIES[1])
     assert diff.startswith("--- expected\n+++ received\n@@ ")
-    assert "turn 2: 'b'" in result.stderr
+    assert 'turn 2: "b"' in result.stderr
     assert diff in result.stderr
     assert "+second line\n" in result.stderr
-    assert f"-{EXPECTS[mode][3]}\n" not in result.stderr
+    assert f'turn 4: "d"\n--- expected\n+++ received\n@@ -1 +1 @@\n-{EXPECTS[mode][3]}\n' in (
+        result.stderr
+    )
     assert f"2 of 4 replies differ ({mode}); turns: 2, 4" in result.stderr
     assert diff not in result.stdout
 
@@ -485,7 +493,8 @@ def test_a_cassette_miss_stops_the_replay_naming_the_request(
     assert "error" not in lines[0] and "no recorded response" in lines[1]["error"]
     assert chat(store, "fresh") == chat(store, "recorded")[:2]
     assert store.load_session("fresh").turn_count == 1
-    assert store.load_draft("fresh").prompt == "changed"
+    with pytest.raises(NotFound):
+        store.load_draft("fresh")
     assert len(cassette_entries(cassette)) == 2
 
 

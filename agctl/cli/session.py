@@ -94,6 +94,13 @@ def command() -> None:
     show_default=True,
     help="Make the new session the current one.",
 )
+@click.option(
+    "--replace", is_flag=True, help="Replace an existing session ID (with its checkpoints)."
+)
+@click.option(
+    "--recursive", "-r", is_flag=True, help="With --replace, also destroy its descendants."
+)
+@click.option("--orphan", is_flag=True, help="With --replace, keep its children, detached from it.")
 @json_option
 @pass_app
 def new(
@@ -105,30 +112,57 @@ def new(
     profile: str | None,
     model: str | None,
     make_current: bool,
+    replace: bool,
+    recursive: bool,
+    orphan: bool,
 ) -> None:
     """Create a session (with its 'default' slot) and print its id.
 
-    Without ID a short id that sorts by creation time is generated.
+    Without ID a short id that sorts by creation time is generated. With --replace an
+    existing session ID is replaced by the new one in one step (a failure leaves it as it
+    was); one with children is refused unless --recursive or --orphan.
 
     \b
     Examples:
       agctl session new
       agctl session new review --system "You review Python code." --title "PR 42"
       sid=$(agctl session new --no-use)
+      agctl session new ci --replace
     """
+    if (recursive or orphan) and not replace:
+        raise click.UsageError("--recursive and --orphan go with --replace")
+    if replace and session_id is None:
+        raise click.UsageError("--replace needs the ID of the session to replace")
     if system_prompt == "-":
         system_prompt = text_argument("-", "the system prompt")
-    session = app.store.create_session(
-        session_id,
-        system_prompt=system_prompt,
-        parent_id=parent_id,
-        title=title,
-        profile=profile,
-        model=model,
-    )
+    settings: dict[str, Any] = {
+        "system_prompt": system_prompt,
+        "parent_id": parent_id,
+        "title": title,
+        "profile": profile,
+        "model": model,
+    }
+    payload: dict[str, Any]
+    if replace:
+        assert session_id is not None
+        outcome = app.store.replace_session(
+            session_id, recursive=recursive, orphan=orphan, **settings
+        )
+        session = outcome.session
+        payload = session_document(session)
+        payload["replaced"] = outcome.replaced
+        payload["destroyed"] = outcome.destroyed
+        payload["detached"] = outcome.detached
+        for sid in outcome.destroyed:
+            echo(f"agctl: destroyed {sid}", err=True)
+        for sid in outcome.detached:
+            echo(f"agctl: detached {sid} (its parent was the replaced session)", err=True)
+    else:
+        session = app.store.create_session(session_id, **settings)
+        payload = session_document(session)
     if make_current:
         app.store.set_current_session(session.id)
-    app.emit(session_document(session), text=session.id)
+    app.emit(payload, text=session.id)
 
 
 @command.command("list")
@@ -390,24 +424,33 @@ def set_(app: App, key: str, value: str) -> None:
 @command.command("export")
 @click.argument("session_id", metavar="[ID]", required=False, shell_complete=complete_sessions)
 @click.option("--output", "-o", metavar="FILE", default="-", help="Write to FILE ('-': stdout).")
+@click.option(
+    "--checkpoints",
+    "with_checkpoints",
+    is_flag=True,
+    help="Include the checkpoint history (verified), for ckpt rollback after import.",
+)
 @json_option
 @pass_app
-def export(app: App, session_id: str | None, output: str) -> None:
+def export(app: App, session_id: str | None, output: str, with_checkpoints: bool) -> None:
     """Export a whole session — every slot, memory, checkpoint metadata — as one JSON document.
 
-    'session import' reads it back into an identical session (its checkpoints' history is
-    not exported, only their list).
+    'session import' reads it back into an identical session. With --checkpoints the
+    checkpoint history goes along (the log is verified first, and the export is schema
+    version 2.0, which an agctl that cannot restore it refuses), so 'ckpt list',
+    'ckpt rollback' and 'turn undo' work on the imported session.
 
     \b
     Examples:
       agctl session export > backup.json
       agctl session export 1q2w -o 1q2w.json
+      agctl session export --checkpoints | agctl --data-dir /tmp/copy session import -
     """
     from agctl.cli.app import write_output
     from agctl.interchange import export_session
 
-    document = export_session(app.store, app.session_id(session_id))
-    write_output(output, document.model_dump_json(indent=2).encode() + b"\n")
+    document = export_session(app.store, app.session_id(session_id), checkpoints=with_checkpoints)
+    write_output(output, document.model_dump_json(indent=2, exclude_none=False).encode() + b"\n")
 
 
 @command.command("import")
@@ -419,6 +462,9 @@ def export(app: App, session_id: str | None, output: str) -> None:
 def import_(app: App, source: str, as_id: str | None, make_current: bool) -> None:
     """Import a session export ('-' for stdin); everything is validated before anything is
     written, and an existing id is refused unless --as NEW.
+
+    An export made with --checkpoints brings its checkpoint history, verified before the
+    session is written. Messages with the 'developer' role are stored as 'system'.
 
     \b
     Examples:

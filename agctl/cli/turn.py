@@ -322,6 +322,10 @@ def undo(app: App, turns: int) -> None:
     app.done(payload, text=text)
 
 
+# `--new-session` with no value: a generated id (NUL is never in a command line).
+GENERATED_ID = "\0"
+
+
 @command.command("replay")
 @click.argument("transcript", metavar="TRANSCRIPT")
 @slot_option
@@ -333,6 +337,29 @@ def undo(app: App, turns: int) -> None:
     type=click.Choice(["exact", "contains", "regex"]),
     default="exact",
     show_default=True,
+)
+@click.option(
+    "--max-diffs",
+    type=Count(),
+    default=5,
+    show_default=True,
+    metavar="N",
+    help="With --check, print the diffs of the first N mismatches.",
+)
+@click.option(
+    "--new-session",
+    is_flag=False,
+    flag_value=GENERATED_ID,
+    default=None,
+    metavar="[ID]",
+    help="Replay into a new session ID (no ID: a generated one); give it after TRANSCRIPT.",
+)
+@click.option(
+    "--use/--no-use",
+    "make_current",
+    default=True,
+    show_default=True,
+    help="With --new-session, make the new session the current one.",
 )
 @click.option(
     "--checkpoint/--no-checkpoint",
@@ -352,6 +379,9 @@ def replay(
     script: Path | None,
     check: bool,
     check_mode: str,
+    max_diffs: int,
+    new_session: str | None,
+    make_current: bool,
     checkpoint: bool | None,
 ) -> None:
     """Replay TRANSCRIPT ('-' for stdin) turn by turn into the session, in one process.
@@ -359,29 +389,46 @@ def replay(
     TRANSCRIPT is JSON lines, one turn a line: {"input": ..., "expect": ..., "slot": ...,
     "model": ..., "system": ..., "scratch": [...], "temperature": ..., "max_tokens": ...}
     (only "input" is required), or an exported slot, whose user messages become the turns
-    and whose assistant messages the expected replies. With --check, a reply that differs
-    from the expected one is reported with a diff and the command exits 8 after the last
-    turn; an error stops the replay at once.
+    and whose assistant messages the expected replies. With --check, each reply that
+    differs from the expected one is reported with a diff (the first --max-diffs of
+    them), then the summary, and the command exits 8 after the last turn; an error stops
+    the replay at once, naming the turn.
+
+    With --new-session the replay goes into a new session, made current unless --no-use
+    (as 'session new' does), so the same replay can run again and again; it is printed
+    with the summary, and a replay that cannot start leaves no session behind.
 
     \b
     Examples:
-      agctl turn replay chat.jsonl --cassette chat.cassette --check
+      agctl turn replay chat.jsonl --cassette chat.cassette --check --new-session
       agctl turn replay chat.jsonl --record chat.cassette --profile openai
+      agctl turn replay chat.jsonl --cassette chat.cassette --new-session ci-42
       agctl msg export --slot good | agctl turn replay - --check-mode contains --check
     """
+    import contextlib
+
     import orjson
 
     from agctl.cli.app import read_input_file
     from agctl.errors import CheckFailed
-    from agctl.replay import mismatch_diff, parse_transcript
+    from agctl.replay import fresh_session, parse_transcript
     from agctl.replay import replay as run_replay
 
     data, source = read_input_file(transcript)
     turns = parse_transcript(data, source, regex=check and check_mode == "regex")
-    sid = app.session_id()
-    setup = Setup.resolve(app, sid, profile=profile, model=model, script=script, cassette=cassette)
-    base = setup.turn_options(checkpoint=checkpoint, slot=slot)
-    provider = setup.provider(record=record)
+    if new_session is None:
+        sid = app.session_id()
+        starting: contextlib.AbstractContextManager[str] = contextlib.nullcontext(sid)
+    else:
+        starting = fresh_session(app.store, None if new_session == GENERATED_ID else new_session)
+    with starting as sid:
+        setup = Setup.resolve(
+            app, sid, profile=profile, model=model, script=script, cassette=cassette
+        )
+        base = setup.turn_options(checkpoint=checkpoint, slot=slot)
+        provider = setup.provider(record=record)
+        if new_session is not None and make_current:
+            app.store.set_current_session(sid)
     show_bar = sys.stderr.isatty() and not app.json
     bar = (
         click.progressbar(length=len(turns), label="replaying", file=sys.stderr)
@@ -404,27 +451,26 @@ def replay(
             base,
             check=check_mode if check else None,  # type: ignore[arg-type]
             on_turn=on_turn,
+            source=source,
         )
     finally:
         if bar is not None:
             bar.render_finish()
-    result = summary.to_dict()
+    result = {"session": sid, **summary.to_dict()}
     if app.json:
         echo(orjson.dumps({"type": "summary", **result}).decode())
     else:
+        if summary.mismatches:
+            echo(summary.mismatch_report(max_diffs) + "\n", err=True)
         rate = f" ({result['turns_per_second']} turns/s)" if result["turns_per_second"] else ""
-        line = f"{summary.sent} turns replayed in {summary.seconds:.2f} s{rate}"
+        into = f" into session {sid}" if new_session is not None else ""
+        line = f"{summary.sent} turns replayed{into} in {summary.seconds:.2f} s{rate}"
         if check:
             line += f"; {summary.checked} checked, {result['matched']} matched" + (
                 f", {len(summary.mismatched)} differ" if summary.mismatched else ""
             )
         echo(line)
     if summary.mismatched:
-        first = summary.first_mismatch
-        assert first is not None and first.result is not None and first.expected is not None
-        if not app.json:
-            echo(f"\nturn {first.number}: {first.input!r}", err=True)
-            echo(mismatch_diff(first.expected, first.result.reply.text()), err=True)
         numbers = ", ".join(str(n) for n in summary.mismatched[:20])
         raise CheckFailed(
             f"{len(summary.mismatched)} of {summary.checked} replies differ "
