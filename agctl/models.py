@@ -216,9 +216,9 @@ class TokenBudget(Model):
 class ContextBudget(Model):
     """How a slot shares the model's window between the parts of a request.
 
-    Each part is a token count, a share of the window, or unset (None): then it gets its
-    auto share (BUDGET_RATIOS), so a budget that names only some parts never gets fixed
-    numbers for the others.
+    Each part is a token count (an integer from 0), a share of the window (a fraction
+    strictly between 0 and 1), or null: then it gets its auto share of the window, so a
+    budget that names only some parts never gets fixed numbers for the others.
     """
 
     system: BudgetPart = None
