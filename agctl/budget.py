@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from agctl.models import ContextBudget, Message, Session, Slot
+from pydantic import ValidationError
+
+from agctl.errors import UsageError
+from agctl.models import BUDGET_PARTS, ContextBudget, Message, Session, Slot, TokenBudget
+
+if TYPE_CHECKING:
+    from agctl.store import Store
 from agctl.view import memory_message, mode_messages
 
 # Context windows in tokens, by model name or prefix; the config and profiles override.
@@ -42,9 +49,61 @@ def context_window(model: str, overrides: Mapping[str, int] | None = None) -> in
     return table[max(prefixes, key=len)] if prefixes else DEFAULT_WINDOW
 
 
-def effective_budget(slot: Slot, window: int) -> ContextBudget:
-    """The slot's own budget when it has one, else the window split by fixed ratios."""
-    return slot.config.budget if slot.config.budget is not None else ContextBudget.auto(window)
+def effective_budget(slot: Slot, window: int) -> TokenBudget:
+    """The slot's own budget in tokens for `window`; its unset parts (all of them when it
+    has none) are the window split by fixed ratios."""
+    return (slot.config.budget or ContextBudget()).resolve(window)
+
+
+def updated_budget(current: ContextBudget | None, changes: Mapping[str, Any]) -> ContextBudget:
+    """`current` with `changes` applied: a part not named keeps its value (or stays auto),
+    a part set to None goes back to auto."""
+    unknown = sorted(set(changes) - set(BUDGET_PARTS))
+    if unknown:
+        raise UsageError(
+            f"unknown budget part {unknown[0]!r}; choose from {', '.join(BUDGET_PARTS)}"
+        )
+    data = (current or ContextBudget()).model_dump()
+    data.update(changes)
+    try:
+        return ContextBudget.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        message = error["msg"].removeprefix("Value error, ")
+        raise UsageError(f"budget part {error['loc'][0]}: {message}") from None
+
+
+def check_limit(budget: ContextBudget, window: int, model: str) -> TokenBudget:
+    """The budget in tokens, refused when its reserve leaves a request no room."""
+    tokens = budget.resolve(window)
+    limit = window - tokens.reserve
+    if limit <= 0:
+        raise UsageError(
+            f"budget refused: a reserve of {tokens.reserve} tokens leaves no room for the "
+            f"request in the {window}-token window of {model} (limit {limit}); "
+            "lower the reserve"
+        )
+    return tokens
+
+
+def set_budget(
+    store: Store,
+    session_id: str,
+    slot_id: str | None,
+    changes: Mapping[str, Any] | None,
+    *,
+    window: int,
+    model: str,
+) -> Slot:
+    """Change some parts of a slot's budget (None: back to auto), checked against `window`."""
+
+    def apply(slot: Slot) -> Slot:
+        budget = None if changes is None else updated_budget(slot.config.budget, changes)
+        check_limit(budget or ContextBudget(), window, model)
+        slot.config.budget = budget
+        return slot
+
+    return store.update_slot(session_id, slot_id, apply)
 
 
 @dataclass
@@ -64,7 +123,7 @@ class Breakdown:
 
     model: str
     window: int
-    budget: ContextBudget
+    budget: TokenBudget
     zones: list[Zone] = field(default_factory=list)
 
     @property
@@ -86,8 +145,18 @@ class Breakdown:
             used[zone.budget_part] += zone.tokens
         return used
 
+    def over_budget(self) -> dict[str, tuple[int, int]]:
+        """The parts that use more than their budget: part -> (used, budget)."""
+        budget = self.budget.model_dump()
+        return {
+            part: (used, budget[part])
+            for part, used in self.by_part().items()
+            if used > budget[part]
+        }
+
     def to_dict(self) -> dict[str, object]:
         budget = self.budget.model_dump()
+        over = self.over_budget()
         return {
             "model": self.model,
             "window": self.window,
@@ -105,9 +174,10 @@ class Breakdown:
                 for z in self.zones
             ],
             "budget": {
-                part: {"used": used, "budget": budget[part]}
+                part: {"used": used, "budget": budget[part], "over": part in over}
                 for part, used in self.by_part().items()
             },
+            "over_budget": list(over),
         }
 
 

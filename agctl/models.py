@@ -9,10 +9,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -176,27 +177,81 @@ BUDGET_RATIOS = {
 }
 
 
-class ContextBudget(Model):
-    """How a model's context window is shared between the parts of a request."""
+BUDGET_PARTS: tuple[str, ...] = tuple(BUDGET_RATIOS)
 
-    system: int = Field(default=8_000, ge=0)
-    history: int = Field(default=80_000, ge=0)
-    tools: int = Field(default=10_000, ge=0)
-    tool_results: int = Field(default=20_000, ge=0)
-    reserve: int = Field(default=10_000, ge=0)
+
+def _budget_part(value: object) -> int | float | None:
+    """A part is a token count (an integer from 0), a share of the window (a fraction
+    strictly between 0 and 1, such as 0.1), or None for its auto share."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a token count (2000), a share of the window (0.1) or null")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"a token count must be 0 or more, not {value}")
+        return value
+    if not 0 < value < 1:
+        raise ValueError(
+            f"{value} is neither a token count nor a share: write counts as whole numbers "
+            "(2000) and shares as fractions strictly between 0 and 1 (0.1 for 10 %)"
+        )
+    return value
+
+
+BudgetPart = Annotated[int | float | None, BeforeValidator(_budget_part)]
+
+
+class TokenBudget(Model):
+    """A budget in tokens for one window: what a request is checked against."""
+
+    system: int
+    history: int
+    tools: int
+    tool_results: int
+    reserve: int
+
+    @property
+    def total(self) -> int:
+        return self.system + self.history + self.tools + self.tool_results + self.reserve
+
+
+class ContextBudget(Model):
+    """How a slot shares the model's window between the parts of a request.
+
+    Each part is a token count (an integer from 0), a share of the window (a fraction
+    strictly between 0 and 1), or null: then it gets its auto share of the window, so a
+    budget that names only some parts never gets fixed numbers for the others.
+    """
+
+    system: BudgetPart = None
+    history: BudgetPart = None
+    tools: BudgetPart = None
+    tool_results: BudgetPart = None
+    reserve: BudgetPart = None
 
     @classmethod
-    def auto(cls, context_window: int) -> ContextBudget:
+    def auto(cls, context_window: int) -> TokenBudget:
         """Split `context_window` by the fixed ratios in BUDGET_RATIOS."""
         if context_window <= 0:
             raise ValueError("context_window must be positive")
         parts = {k: int(context_window * r) for k, r in BUDGET_RATIOS.items()}
         parts["history"] += context_window - sum(parts.values())
-        return cls(**parts)
+        return TokenBudget(**parts)
 
-    @property
-    def total(self) -> int:
-        return self.system + self.history + self.tools + self.tool_results + self.reserve
+    def resolve(self, context_window: int) -> TokenBudget:
+        """The budget in tokens for `context_window`: shares taken of it, unset parts auto."""
+        auto = self.auto(context_window)
+        parts: dict[str, int] = {}
+        for part in BUDGET_PARTS:
+            value = getattr(self, part)
+            if value is None:
+                parts[part] = getattr(auto, part)
+            elif isinstance(value, float):
+                parts[part] = int(context_window * value)
+            else:
+                parts[part] = value
+        return TokenBudget(**parts)
 
 
 class SlotConfig(Model):
@@ -357,13 +412,15 @@ class ModelCost(Model):
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cost: float = 0.0
+    # None: unknown, because a request of this model had no price.
+    cost: float | None = 0.0
 
 
 class Cost(Model):
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cost: float = 0.0
+    # None: unknown, because a request of some model had no price (see by_model).
+    cost: float | None = 0.0
     by_model: dict[str, ModelCost] = Field(default_factory=dict)
 
 

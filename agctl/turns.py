@@ -346,6 +346,19 @@ def fit_breakdown(prepared: PreparedTurn, options: TurnOptions, window: int) -> 
     )
 
 
+def warn_over_budget(fit: Breakdown, slot_id: str) -> None:
+    """A request that fits the window can still overrun a part's budget: say so, and send."""
+    for part, (used, budget) in fit.over_budget().items():
+        log.warning(
+            "slot %s: %s uses %d tokens, over its budget of %d by %d",
+            slot_id,
+            part,
+            used,
+            budget,
+            used - budget,
+        )
+
+
 def _fit_in_window(
     store: Store,
     session_id: str,
@@ -359,6 +372,7 @@ def _fit_in_window(
         return prepared
     fit = fit_breakdown(prepared, options, options.window)
     if fit.total <= fit.limit:
+        warn_over_budget(fit, prepared.slot.id)
         return prepared
     auto = prepared.slot.config.auto_compress
     if auto is None:
@@ -381,6 +395,7 @@ def _fit_in_window(
         prepared = prepare_turn(store, session_id, prompt, options)
         fit = fit_breakdown(prepared, options, options.window)
         if fit.total <= fit.limit:
+            warn_over_budget(fit, prepared.slot.id)
             return prepared
         if done.folded:
             raise ContextFull(
@@ -478,9 +493,15 @@ def finish_turn(store: Store, session_id: str, slot: Slot | None = None) -> None
         per_model.requests += 1
         per_model.prompt_tokens += journal.prompt_tokens
         per_model.completion_tokens += journal.completion_tokens
-        if journal.cost is not None:
-            session.cost.cost += journal.cost
+        # Unknown stays unknown: a total that left out an unpriced request would be wrong.
+        if journal.cost is None or per_model.cost is None:
+            per_model.cost = None
+        else:
             per_model.cost += journal.cost
+        if journal.cost is None or session.cost.cost is None:
+            session.cost.cost = None
+        else:
+            session.cost.cost += journal.cost
 
     if written:
         store.update_session(session_id, account)

@@ -170,7 +170,8 @@ def test_auto_budget_refuses_an_empty_window(window: int) -> None:
 
 def test_effective_budget_is_the_slots_own_else_auto() -> None:
     own = ContextBudget(system=100, history=1_000, tools=0, tool_results=200, reserve=300)
-    assert effective_budget(Slot(id="a", config=SlotConfig(budget=own)), 8_192) == own
+    in_tokens = effective_budget(Slot(id="a", config=SlotConfig(budget=own)), 8_192)
+    assert in_tokens.model_dump() == own.model_dump()
     assert effective_budget(Slot(id="b"), 8_192) == ContextBudget.auto(8_192)
     assert effective_budget(Slot(id="b"), 128_000).reserve == 10_240
 
@@ -302,11 +303,12 @@ def test_breakdown_limit_room_and_parts() -> None:
     data = result.to_dict()
     assert (data["limit"], data["total"], data["room"], data["reserve"]) == (7_537, 176, 7_361, 655)
     assert data["budget"] == {
-        "system": {"used": 58, "budget": 491},
-        "history": {"used": 94, "budget": 5_245},
-        "tools": {"used": 0, "budget": 655},
-        "tool_results": {"used": 24, "budget": 1_146},
+        "system": {"used": 58, "budget": 491, "over": False},
+        "history": {"used": 94, "budget": 5_245, "over": False},
+        "tools": {"used": 0, "budget": 655, "over": False},
+        "tool_results": {"used": 24, "budget": 1_146, "over": False},
     }
+    assert data["over_budget"] == []
 
 
 def test_breakdown_counts_exactly_the_request_view() -> None:

@@ -207,6 +207,7 @@ def test_ctx_show_before_and_after_an_automatic_compression(
     assert after["budget"]["history"] == {
         "used": cost(summary) + kept,
         "budget": ContextBudget.auto(window).history,
+        "over": cost(summary) + kept > ContextBudget.auto(window).history,
     }
     human = ok(run("ctx", "show")).stdout
     rows = zone_rows(human)

@@ -214,7 +214,7 @@ class TestSessionList:
     def test_table_marks_the_current_session(self, run: Run, session: str) -> None:
         ok(run("session", "new", "s2", "--parent", "s1", "--no-use"))
         lines = ok(run("session", "list")).stdout.splitlines()
-        assert lines[0].split() == ["ID", "CREATED", "TURNS", "SLOT", "PARENT", "TITLE"]
+        assert lines[0].split() == ["ID", "CREATED", "TURNS", "COST", "SLOT", "PARENT", "TITLE"]
         assert lines[1].startswith("*")
         assert lines[1].split()[1] == "s1"
         assert lines[1].split()[-1] == "First"

@@ -128,6 +128,7 @@ INVOCATIONS: dict[str, list[str]] = {
     "turn replay": ["turn", "replay", "{transcript}"],
     "turn send": ["turn", "send", "hi"],
     "turn undo": ["turn", "undo"],
+    "usage": ["usage", "--since", "2000-01-01"],
 }
 
 

@@ -135,6 +135,8 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
         app.emit(payload)
         return
     from agctl.cli.app import table
+    from agctl.config import ConfigStore
+    from agctl.usage import cost_text, session_cost
 
     session = state.session
     head = {
@@ -144,7 +146,7 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
         "created": payload["created_at"],
         "current slot": session.current_slot,
         "memory keys": ", ".join(sorted(session.memory)) or None,
-        "cost": f"${session.cost.cost:.4f}",
+        "cost": cost_text(session_cost(session, ConfigStore().load().price_overrides())),
     }
     app.emit(head)
     echo()

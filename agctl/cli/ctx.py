@@ -89,11 +89,16 @@ def show(
     ]
     echo(table(rows, columns))
     parts = [
-        {"part": part, "used": v["used"], "budget": v["budget"]}
+        {
+            "part": part,
+            "used": v["used"],
+            "budget": v["budget"],
+            "over": f"over by {v['used'] - v['budget']}" if v["over"] else "",
+        }
         for part, v in payload["budget"].items()
     ]
     echo()
-    echo(table(parts, [("part", "BUDGET"), ("used", "USED"), ("budget", "OF")]))
+    echo(table(parts, [("part", "BUDGET"), ("used", "USED"), ("budget", "OF"), ("over", "")]))
     state = "over by" if result.room < 0 else "room left"
     echo(f"\ntotal {result.total} of {result.limit}: {state} {abs(result.room)}")
 

@@ -20,6 +20,7 @@ from agctl.cli.complete import complete_models, complete_profiles, complete_sess
 if TYPE_CHECKING:
     from agctl.models import Session
     from agctl.store import SessionInfo
+    from agctl.usage import Prices
 
 
 def parent_label(row: dict[str, Any]) -> str | None:
@@ -29,8 +30,9 @@ def parent_label(row: dict[str, Any]) -> str | None:
     return f"{row['parent_id']} (gone)" if row["orphan"] else row["parent_id"]
 
 
-def session_row(info: SessionInfo, current: str | None) -> dict[str, Any]:
+def session_row(info: SessionInfo, current: str | None, prices: Prices) -> dict[str, Any]:
     from agctl.models import isoformat
+    from agctl.usage import session_cost
 
     session = info.session
     return {
@@ -44,6 +46,7 @@ def session_row(info: SessionInfo, current: str | None) -> dict[str, Any]:
         "created_at": isoformat(session.created_at),
         "turn_count": session.turn_count,
         "current_slot": session.current_slot,
+        "cost": session_cost(session, prices),
     }
 
 
@@ -176,20 +179,24 @@ def list_(app: App) -> None:
       agctl session list
       agctl session list --json | jq -r '.[].id'
     """
+    from agctl.config import ConfigStore
     from agctl.errors import AgctlError
+    from agctl.usage import cost_text
 
     problems: list[AgctlError] = []
     infos = app.store.list_sessions(problems=problems)
     current = app.store.current_session_id()
     for problem in problems:
         echo(f"agctl: warning: skipped {problem}", err=True)
-    rows = [session_row(info, current) for info in infos]
+    prices = ConfigStore().load().price_overrides()
+    rows = [session_row(info, current, prices) for info in infos]
     display = [
         {
             **row,
             "mark": "*" if row["current"] else "",
             "created_at": row["created_at"][:16].replace("T", " "),
             "parent": parent_label(row),
+            "cost": cost_text(row["cost"]),
         }
         for row in rows
     ]
@@ -198,6 +205,7 @@ def list_(app: App) -> None:
         ("id", "ID"),
         ("created_at", "CREATED"),
         ("turn_count", "TURNS"),
+        ("cost", "COST"),
         ("current_slot", "SLOT"),
         ("parent", "PARENT"),
         ("title", "TITLE"),
@@ -220,10 +228,16 @@ def show(app: App, session_id: str | None) -> None:
       agctl session show 1q2w --json
     """
     from agctl.cli.slot import slot_row
+    from agctl.config import ConfigStore
+    from agctl.usage import cost_text, session_cost, session_usage
 
     sid = app.session_id(session_id)
     session = app.store.load_session(sid)
+    prices = ConfigStore().load().price_overrides()
     payload = session_document(session)
+    payload["cost"]["cost"] = session_cost(session, prices)
+    for usage in session_usage(session, prices):
+        payload["cost"]["by_model"][usage.model]["cost"] = usage.cost
     payload["children"] = app.store.children(sid)
     payload["slots"] = [slot_row(s, session.current_slot) for s in app.store.list_slots(sid)]
     if app.json:
@@ -244,10 +258,16 @@ def show(app: App, session_id: str | None) -> None:
         "turns": session.turn_count,
         "tokens": f"{session.cost.prompt_tokens} prompt + "
         f"{session.cost.completion_tokens} completion",
-        "cost": f"${session.cost.cost:.4f}",
+        "cost": cost_text(session_cost(session, prices)),
         "memory keys": len(session.memory),
         "slots": ", ".join(s["id"] for s in payload["slots"]),
     }
+    for usage in session_usage(session, prices):
+        summary[f"cost of {usage.model}"] = (
+            f"{cost_text(usage.cost)} ({usage.requests} request"
+            f"{'s' if usage.requests != 1 else ''}, {usage.prompt_tokens} "
+            f"prompt + {usage.completion_tokens} completion tokens)"
+        )
     app.emit(summary)
 
 

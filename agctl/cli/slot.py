@@ -20,7 +20,7 @@ from agctl.cli.complete import complete_slots
 from agctl.cli.turn import Setup, provider_options
 
 if TYPE_CHECKING:
-    from agctl.models import Message, Slot
+    from agctl.models import ContextBudget, Message, Slot, TokenBudget
 
 F = TypeVar("F", bound=Callable[..., Any])
 MODES = ("full", "focused", "readonly")
@@ -298,7 +298,7 @@ def show(app: App, slot_id: str | None, view: bool) -> None:
     if config.auto_compress is not None:
         summary["auto compress"] = config.auto_compress
     if config.budget is not None:
-        summary["budget"] = ", ".join(f"{k} {v}" for k, v in config.budget.model_dump().items())
+        summary["budget"] = budget_text(config.budget)
     for merge in slot.meta.merges:
         summary.setdefault("merges", "")
         summary["merges"] += (
@@ -483,18 +483,72 @@ def merge(
 def set_(app: App, key: str, value: str, slot: str | None) -> None:
     """Set a slot setting: auto_compress (true, false, default) or budget (auto or JSON).
 
+    A budget names some or all of its parts (system, history, tools, tool_results,
+    reserve); parts left out keep their value, null puts one back to auto (its share of
+    the window). A part is a token count (a whole number: 2000) or a share of the model's
+    window (a fraction strictly between 0 and 1: 0.1 is 10 %). A reserve that leaves no
+    room in the window of the session's model is refused.
+
     \b
     Examples:
       agctl slot set auto_compress false
-      agctl slot set budget '{"system": 2000, "history": 20000, "tools": 0,
-                               "tool_results": 4000, "reserve": 4000}'
+      agctl slot set budget '{"reserve": 0.1}'
+      agctl slot set budget '{"system": 2000, "tool_results": 0.2}' --slot notes
       agctl slot set budget auto --slot notes
     """
-    changed = app.store.configure_slot(app.session_id(), slot, {key: parse_setting(value)})
+    setting = parse_setting(value)
+    if key == "budget":
+        set_budget_setting(app, slot, setting)
+        return
+    changed = app.store.configure_slot(app.session_id(), slot, {key: setting})
     shown = getattr(changed.config, key)
-    if hasattr(shown, "model_dump"):
-        shown = shown.model_dump()
     app.done({"slot": changed.id, key: shown}, text=f"slot {changed.id}: {key} = {plain(shown)}")
+
+
+def set_budget_setting(app: App, slot: str | None, setting: Any) -> None:
+    """`slot set budget`: merge the parts given into the slot's budget, then show it in
+    tokens for the window of the session's model."""
+    from agctl.budget import set_budget
+    from agctl.errors import UsageError
+    from agctl.models import ContextBudget
+
+    if setting is not None and not isinstance(setting, dict):
+        raise UsageError(f"a budget is a JSON object of parts or 'auto', not {plain(setting)}")
+    sid = app.session_id()
+    setup = Setup.resolve(app, sid, profile=None, model=None)
+    window, model = setup.window, setup.settings.model
+    changed = set_budget(app.store, sid, slot, setting, window=window, model=model)
+    budget = changed.config.budget
+    tokens = (budget or ContextBudget()).resolve(window)
+    payload = {
+        "slot": changed.id,
+        "budget": None if budget is None else budget.model_dump(),
+        "model": model,
+        "window": window,
+        "tokens": tokens.model_dump(),
+        "limit": window - tokens.reserve,
+    }
+    text = (
+        f"slot {changed.id}: budget {budget_text(budget, tokens)} "
+        f"(window {window} of {model}, limit {payload['limit']})"
+    )
+    app.done(payload, text=text)
+
+
+def budget_text(budget: ContextBudget | None, tokens: TokenBudget | None = None) -> str:
+    """Each part as it was given (a count, a share, auto), in tokens when they are known."""
+    from agctl.models import ContextBudget
+
+    given = (budget or ContextBudget()).model_dump()
+    in_tokens = tokens.model_dump() if tokens is not None else {}
+    parts = []
+    for part, value in given.items():
+        how = "auto" if value is None else f"{value:.0%}" if isinstance(value, float) else ""
+        if part in in_tokens:
+            parts.append(f"{part} {in_tokens[part]}" + (f" ({how})" if how else ""))
+        else:
+            parts.append(f"{part} {how or value}")
+    return ", ".join(parts)
 
 
 def parse_setting(value: str) -> Any:

@@ -290,9 +290,11 @@ def send(
         for call in result.reply.tool_calls or ():
             echo(f"→ {call.function.name}({call.function.arguments})  [{call.id}]")
         if sys.stderr.isatty():
+            from agctl.usage import cost_text
+
             usage = result.usage
             tokens = f"{usage.prompt_tokens}+{usage.completion_tokens} tokens" if usage else ""
-            cost = f" ${result.cost:.4f}" if result.cost else ""
+            cost = f" · {cost_text(result.cost)}" if usage else ""
             secho(
                 f"[turn {result.turn} · {result.slot_id} · {result.model} · {tokens}{cost}]",
                 dim=True,

@@ -1,0 +1,64 @@
+"""`agctl usage`: tokens and cost across sessions, by model."""
+
+from __future__ import annotations
+
+import click
+
+from agctl.cli.app import App, echo, json_option, pass_app
+
+
+@click.command("usage")
+@click.option(
+    "--since",
+    metavar="DATE",
+    help="Count only replies made at or after DATE: YYYY-MM-DD or an ISO timestamp (UTC).",
+)
+@json_option
+@pass_app
+def command(app: App, since: str | None) -> None:
+    """Total tokens and cost across all sessions, by model.
+
+    Without --since, the sessions' own accounts are summed (the numbers 'agctl session
+    show' prints). Sessions keep no time per turn, so --since counts the replies still in
+    the slots made at or after DATE (each reply once, however many slots or forked
+    sessions hold a copy), priced at today's prices; replies removed, compressed or
+    rolled back since are not counted. A model with no price makes its cost, and the
+    total, "unpriced" (null in JSON).
+
+    \b
+    Examples:
+      agctl usage
+      agctl usage --since 2026-01-01
+      agctl usage --since 2026-01-31T09:00:00Z --json | jq '.total.cost'
+    """
+    from agctl.cli.app import table
+    from agctl.config import ConfigStore
+    from agctl.errors import AgctlError
+    from agctl.usage import cost_text, parse_since, usage_report
+
+    start = parse_since(since) if since is not None else None
+    prices = ConfigStore().load().price_overrides()
+    problems: list[AgctlError] = []
+    report = usage_report(app.store, prices, start, problems=problems)
+    for problem in problems:
+        echo(f"agctl: warning: skipped {problem}", err=True)
+    if app.json:
+        app.emit(report.to_dict())
+        return
+    rows = [
+        {**row.to_dict(), "cost": cost_text(row.cost)}
+        for row in [*(report.models[name] for name in sorted(report.models)), report.total]
+    ]
+    columns = [
+        ("model", "MODEL"),
+        ("requests", "REQUESTS"),
+        ("prompt_tokens", "PROMPT"),
+        ("completion_tokens", "COMPLETION"),
+        ("cost", "COST"),
+    ]
+    counted = (
+        f"replies made since {since}, in {report.sessions} session(s)"
+        if start is not None
+        else f"the accounts of {report.sessions} session(s)"
+    )
+    app.emit(None, text=f"{table(rows, columns)}\n\ncounted: {counted}")

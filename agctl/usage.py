@@ -1,0 +1,208 @@
+"""Tokens and money, per model, per session and across sessions, where unknown stays unknown.
+
+A cost is None when some request had no price: a total that silently counted it as $0
+would be wrong. Sessions account each turn as it commits (`Session.cost`), without a time;
+only the replies themselves carry one (`created_at`, `model`, `usage`), so usage since a
+date is counted from the replies still held in the slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from agctl.errors import AgctlError, UsageError
+from agctl.models import Message, ModelCost, Session
+from agctl.pack import content_hash
+from agctl.pricing import cost_of, price_for
+
+if TYPE_CHECKING:
+    from agctl.store import Store
+
+Prices = Mapping[str, tuple[float, float]]
+
+
+def cost_text(cost: float | None) -> str:
+    """A cost for people: dollars, or 'unpriced' when it is not known."""
+    return "unpriced" if cost is None else f"${cost:.4f}"
+
+
+def known_cost(model: str, entry: ModelCost, prices: Prices) -> float | None:
+    """What `entry`'s requests of `model` cost, or None when that is not known.
+
+    Sessions written before unknown costs were recorded as None hold 0 for an unpriced
+    model; a model that no price table knows and that cost nothing is read as unknown.
+    """
+    if entry.cost is None:
+        return None
+    if entry.cost == 0 and entry.requests and price_for(model, prices) is None:
+        return None
+    return entry.cost
+
+
+def add_costs(costs: Iterable[float | None]) -> float | None:
+    """The sum, or None when any part is unknown."""
+    total = 0.0
+    for cost in costs:
+        if cost is None:
+            return None
+        total += cost
+    return total
+
+
+@dataclass
+class ModelUsage:
+    """Requests, tokens and cost of one model."""
+
+    model: str
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float | None = 0.0
+
+    def add(self, requests: int, prompt: int, completion: int, cost: float | None) -> None:
+        self.requests += requests
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+        self.cost = add_costs([self.cost, cost])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cost": self.cost,
+        }
+
+
+def session_usage(session: Session, prices: Prices) -> list[ModelUsage]:
+    """A session's accounted usage per model, by model name."""
+    rows = []
+    for model, entry in sorted(session.cost.by_model.items()):
+        row = ModelUsage(model)
+        row.add(
+            entry.requests,
+            entry.prompt_tokens,
+            entry.completion_tokens,
+            known_cost(model, entry, prices),
+        )
+        rows.append(row)
+    return rows
+
+
+def session_cost(session: Session, prices: Prices) -> float | None:
+    """A session's accounted cost, None when a model it used has no price."""
+    return add_costs(row.cost for row in session_usage(session, prices))
+
+
+def parse_since(text: str) -> datetime:
+    """An ISO date (YYYY-MM-DD, midnight UTC) or timestamp (UTC unless it names a zone)."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(
+            f"--since takes an ISO date (2026-01-31) or timestamp (2026-01-31T09:30:00Z), "
+            f"not {text!r}"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+@dataclass
+class UsageReport:
+    """Usage across sessions by model, and what was counted."""
+
+    counted: Literal["session totals", "replies"]
+    since: datetime | None = None
+    sessions: int = 0
+    models: dict[str, ModelUsage] = field(default_factory=dict)
+
+    def row(self, model: str) -> ModelUsage:
+        return self.models.setdefault(model, ModelUsage(model))
+
+    @property
+    def total(self) -> ModelUsage:
+        total = ModelUsage("total")
+        for row in self.models.values():
+            total.add(row.requests, row.prompt_tokens, row.completion_tokens, row.cost)
+        return total
+
+    def to_dict(self) -> dict[str, Any]:
+        from agctl.models import isoformat
+
+        total = self.total.to_dict()
+        del total["model"]
+        return {
+            "counted": self.counted,
+            "since": isoformat(self.since) if self.since else None,
+            "sessions": self.sessions,
+            "models": [self.models[name].to_dict() for name in sorted(self.models)],
+            "total": total,
+        }
+
+
+def usage_report(
+    store: Store,
+    prices: Prices,
+    since: datetime | None = None,
+    problems: list[AgctlError] | None = None,
+) -> UsageReport:
+    """Tokens and cost by model across every session.
+
+    Without `since`, the sessions' own accounting is summed (what `session show` prints).
+    With it, the replies at or after `since` still held in the slots are counted once each
+    however many slots or forked sessions hold a copy, and priced at today's prices; a
+    reply no slot holds any more (removed, compressed, rolled back) is not counted.
+    A session that cannot be read raises, unless `problems` is given (see list_sessions).
+    """
+    if since is None:
+        report = UsageReport(counted="session totals")
+        for info in store.list_sessions(problems=problems):
+            report.sessions += 1
+            for usage in session_usage(info.session, prices):
+                report.row(usage.model).add(
+                    usage.requests, usage.prompt_tokens, usage.completion_tokens, usage.cost
+                )
+        return report
+    report = UsageReport(counted="replies", since=since)
+    seen: set[str] = set()
+    for info in store.list_sessions(problems=problems):
+        counted = False
+        for slot in store.list_slots(info.session.id):
+            for message in (*slot.immutable, *slot.compressed, *slot.messages):
+                reply = _accounted_reply(message, since)
+                if reply is None:
+                    continue
+                identity = content_hash(message.model_dump(mode="json"))
+                if identity in seen:
+                    continue
+                seen.add(identity)
+                counted = True
+                model, prompt, completion = reply
+                cost = cost_of(model, prompt, completion, prices)
+                report.row(model).add(1, prompt, completion, cost)
+        report.sessions += counted
+    return report
+
+
+def _accounted_reply(message: Message, since: datetime) -> tuple[str, int, int] | None:
+    """(model, prompt tokens, completion tokens) of a model's reply made at or after
+    `since`, as a turn accounts it; None for anything else."""
+    usage = message.usage or {}
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if (
+        message.role != "assistant"
+        or message.model is None
+        or message.created_at is None
+        or not isinstance(prompt, int)
+        or not isinstance(completion, int)
+    ):
+        return None
+    created = message.created_at
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=UTC)
+    if created < since:
+        return None
+    return message.model, prompt, completion
