@@ -38,6 +38,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "completion": ("agctl.cli.completion", "Print the completion script for SHELL."),
     "schema": ("agctl.cli.schema", "Print the JSON Schema of a stored document or input format."),
     "demo": ("agctl.cli.demo", "Run a scripted tour of sessions, slots and messages."),
+    "man": ("agctl.cli.man", "Show the man page of agctl or of one of its commands."),
     "doctor": (
         "agctl.cli.doctor",
         "Check the data dir for loose modes, planted files and leftovers.",
