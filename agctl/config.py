@@ -20,8 +20,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, PositiveInt, ValidationError, field_validator
 
 from agctl import schema
-from agctl.errors import CorruptDocument, NotFound, StoreError, UsageError
-from agctl.fsio import DEFAULT_LOCK_TIMEOUT, make_dirs, open_regular, write_atomic
+from agctl.errors import CorruptDocument, NotFound, UsageError
+from agctl.fsio import DEFAULT_LOCK_TIMEOUT, make_dirs, read_bytes, write_atomic
 from agctl.ids import validate_id
 from agctl.models import Document, Model, Session
 from agctl.redact import mask_url
@@ -164,12 +164,9 @@ class ConfigStore:
         # or a device (AGCTL_CONFIG=/dev/stdin) would hang or mislead: refused before
         # a byte is read.
         try:
-            with os.fdopen(open_regular(self.path, follow=True), "rb") as handle:
-                raw = handle.read()
+            raw = read_bytes(self.path, "config", follow=True)
         except NotFound:
             return Config()
-        except OSError as exc:
-            raise StoreError(f"cannot read {self.path}: {exc.strerror}") from None
         try:
             return Config.model_validate_json(raw)
         except ValidationError as exc:

@@ -142,10 +142,21 @@ def make_dirs(path: Path) -> None:
             os.chmod(directory, PRIVATE_DIR)
 
 
+def _milliseconds(since: float) -> float:
+    return (time.monotonic() - since) * 1000
+
+
+def _fsync(fd: int, path: Path | str) -> None:
+    """fsync, with its duration in the debug log (`-vv`): the cost of durability."""
+    started = time.monotonic()
+    os.fsync(fd)
+    log.debug("fsync %s (%.1f ms)", path, _milliseconds(started))
+
+
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        os.fsync(fd)
+        _fsync(fd, path)
     finally:
         os.close(fd)
 
@@ -197,7 +208,7 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
             now = time.time_ns()
             os.utime(handle.fileno(), ns=(now, now))
             if durable:
-                os.fsync(handle.fileno())
+                _fsync(handle.fileno(), tmp)
         os.replace(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
@@ -205,6 +216,7 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
         if isinstance(exc, OSError):
             raise StoreError(f"cannot write {path}: {_describe(exc)}") from exc
         raise
+    log.debug("wrote %s (%d bytes)", path, len(data))
     if durable:
         fsync_dir(path.parent)
 
@@ -242,8 +254,9 @@ def append_durably(
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
+        log.debug("appended %d bytes to %s", len(data), path)
         if durable:
-            os.fsync(fd)
+            _fsync(fd, path)
     except OSError as exc:
         raise StoreError(f"cannot write {path}: {_describe(exc)}") from exc
     finally:
@@ -251,30 +264,35 @@ def append_durably(
     return end + len(seal)
 
 
-def read_bytes(path: Path, what: str = "file") -> bytes:
-    """Read a regular file, refusing symlinks so no document can point outside the data dir."""
-    return read_versioned(path, what)[0]
+def read_bytes(path: Path, what: str = "file", *, follow: bool = False) -> bytes:
+    """Read a regular file, refusing symlinks so no document can point outside the data dir
+    (unless `follow`: a file of the user's, like the config)."""
+    return read_versioned(path, what, follow=follow)[0]
 
 
 Version = tuple[int, int, int]
 
 
-def read_versioned(path: Path, what: str = "file") -> tuple[bytes, Version]:
+def read_versioned(
+    path: Path, what: str = "file", *, follow: bool = False
+) -> tuple[bytes, Version]:
     """The bytes of `path` and a token that changes whenever the file is replaced.
 
     Every write goes through `os.replace`, which gives the file a new inode, so (inode,
     mtime, size) taken from the same open descriptor identifies the version read.
     """
     try:
-        fd = open_regular(path)
+        fd = open_regular(path, follow=follow)
     except NotFound as exc:
         raise NotFound(f"{what} not found: {path}") from exc
     try:
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(handle.fileno())
-            return handle.read(), (info.st_ino, info.st_mtime_ns, info.st_size)
+            data = handle.read()
     except OSError as exc:
         raise StoreError(f"cannot read {path}: {_describe(exc)}") from exc
+    log.debug("read %s (%d bytes)", path, len(data))
+    return data, (info.st_ino, info.st_mtime_ns, info.st_size)
 
 
 def current_version(path: Path) -> Version | None:
@@ -390,7 +408,10 @@ def exclusive_lock(
     except NotFound as exc:
         raise StoreError(f"cannot open lock file {lock_path}: no such directory") from exc
     try:
+        asked = time.monotonic()
         _wait_for_lock(fd, lock_path, timeout)
+        taken = time.monotonic()
+        log.debug("lock %s taken (waited %.1f ms)", lock_path, _milliseconds(asked))
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -399,6 +420,7 @@ def exclusive_lock(
             yield
         finally:
             del held[key]
+            log.debug("lock %s released (held %.1f ms)", lock_path, _milliseconds(taken))
     finally:
         os.close(fd)
 

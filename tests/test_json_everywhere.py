@@ -72,6 +72,7 @@ INVOCATIONS: dict[str, list[str]] = {
     "ckpt list": ["ckpt", "list"],
     "ckpt verify": ["ckpt", "verify"],
     "doctor": ["doctor"],
+    "man": ["man", "turn", "send"],
     "ckpt prune": ["ckpt", "prune", "--keep", "2"],
     "ckpt rm": ["ckpt", "rm", "{older}"],
     "ckpt rollback": ["ckpt", "rollback", "{older}"],

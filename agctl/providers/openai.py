@@ -32,7 +32,7 @@ from agctl.providers.base import (
     Usage,
     redacted_events,
 )
-from agctl.redact import Redactor, mask_url, strip_userinfo, userinfo
+from agctl.redact import MARK, Redactor, mask_url, strip_userinfo, userinfo
 
 if TYPE_CHECKING:
     import httpx
@@ -492,13 +492,22 @@ class OpenAIProvider:
         headers = JSON_HEADERS
         if request.stream:
             headers = {**JSON_HEADERS, "Accept": "text/event-stream"}
-        log.debug("POST %s: model=%s stream=%s", self.url, request.model, request.stream)
+        content = orjson.dumps(request.payload())
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "POST %s: model=%s stream=%s, %d bytes, headers: %s",
+                self.url,
+                request.model,
+                request.stream,
+                len(content),
+                self._shown_headers(headers),
+            )
         started = False
         try:
             with self.client.stream(
                 "POST",
                 self._endpoint,
-                content=orjson.dumps(request.payload()),
+                content=content,
                 headers=headers,
                 timeout=timeout,
             ) as response:
@@ -515,6 +524,20 @@ class OpenAIProvider:
             raise self.error(f"cannot send to {self.url}: {exc}") from None
         except httpx.RequestError as exc:
             raise self._transport_error(exc, started) from None
+
+    def _shown_headers(self, extra: dict[str, str]) -> str:
+        """The headers a request carries, for the debug log: credentials as `***` (the
+        scheme of an Authorization kept), any other echo of a secret redacted."""
+        headers = {name.lower(): value for name, value in self.client.headers.items()}
+        headers.update((name.lower(), value) for name, value in extra.items())
+        if self._auth is not None:
+            headers["authorization"] = "Basic"  # added per request by httpx, from the URL
+        shown = []
+        for name, value in sorted(headers.items()):
+            if name in ("authorization", "proxy-authorization"):
+                value = f"{value.partition(' ')[0]} {MARK}"
+            shown.append(f"{name}: {self.redactor.text(value)}")
+        return "; ".join(shown)
 
     def _message_of(self, body: bytes) -> str:
         return _server_message(self.redactor.bytes(body), self.redactor.text)
