@@ -336,6 +336,7 @@ def resolve(
     session: Session | None = None,
     profile: str | None = None,
     model: str | None = None,
+    provider: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Resolved:
     """Work out provider, model, endpoint and key for a turn (see the module docstring)."""
@@ -360,6 +361,7 @@ def resolve(
             )
     preset = preset_named(chosen.preset) if chosen.preset else None
     provider, provider_source = _first(
+        ("flag", provider),
         ("AGCTL_PROVIDER", env.get("AGCTL_PROVIDER")),
         ("profile", chosen.provider if name is not None else None),
         ("default", "offline"),

@@ -34,6 +34,7 @@ class ModelSetup:
         *,
         profile: str | None = None,
         model: str | None = None,
+        provider: str | None = None,
         script: Path | None = None,
         cassette: Path | None = None,
         config: Config | None = None,
@@ -45,7 +46,7 @@ class ModelSetup:
 
         config = config if config is not None else ConfigStore().load()
         session = store.load_session(session_id)
-        settings = resolve(config, session=session, profile=profile, model=model)
+        settings = resolve(config, session=session, profile=profile, model=model, provider=provider)
         if cassette is not None:
             settings.provider = "replay"
         elif script is not None:

@@ -249,3 +249,49 @@ def test_json_errors_as_a_real_process(tmp_path: Path) -> None:
     error = json.loads(result.stderr)["error"]
     assert error["type"] == "NoSessionSelected"
     assert "Traceback" not in result.stderr
+
+
+# ---- one rule for selecting what a command makes ----------------------------------------
+
+
+def _current(run: Run) -> str:
+    return str(json.loads(run("session", "show", "--json").stdout)["id"])
+
+
+def _makers(run: Run, tmp_path: Path) -> dict[str, list[str]]:
+    """Each command that makes a session, with what it takes to make one named 'made'."""
+    assert run("session", "new", "home").exit_code == 0
+    assert run("turn", "send", "hi").exit_code == 0
+    checkpoint = json.loads(run("ckpt", "list", "--json").stdout)[0]["id"]
+    export = tmp_path / "home.json"
+    assert run("session", "export", "-o", str(export)).exit_code == 0
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text(json.dumps({"input": "replayed"}) + "\n")
+    return {
+        "session new": ["session", "new", "made"],
+        "ckpt fork": ["ckpt", "fork", checkpoint, "--id", "made"],
+        "session import": ["session", "import", str(export), "--as", "made"],
+        "turn replay --new-session": ["turn", "replay", str(transcript), "--new-session", "made"],
+    }
+
+
+@pytest.mark.parametrize(
+    "maker", ["session new", "ckpt fork", "session import", "turn replay --new-session"]
+)
+@pytest.mark.parametrize("flag", [None, "--use", "--no-use"])
+def test_a_new_session_is_selected_unless_no_use(
+    maker: str, flag: str | None, run: Run, tmp_path: Path
+) -> None:
+    args = _makers(run, tmp_path)[maker]
+    result = run(*args, *([flag] if flag else []))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert _current(run) == ("home" if flag == "--no-use" else "made")
+
+
+@pytest.mark.parametrize("maker", [["slot", "new", "made"], ["slot", "derive", "made"]])
+@pytest.mark.parametrize("flag", [None, "--use"])
+def test_a_new_slot_is_selected_only_with_use(maker: list[str], flag: str | None, run: Run) -> None:
+    assert run("session", "new", "home").exit_code == 0
+    assert run(*maker, *([flag] if flag else [])).exit_code == 0
+    current = json.loads(run("session", "show", "--json").stdout)["current_slot"]
+    assert current == ("made" if flag else "default")

@@ -217,6 +217,19 @@ def session_option(fn: F) -> F:
     return visible("--session")(fn)
 
 
+def select_option(what: str = "the new session") -> Callable[[F], F]:
+    """`--use/--no-use` on the commands that make a session (new, fork, import, replay
+    into a new one): the new session is selected unless --no-use. Commands that make a
+    slot take a plain --use instead: a new slot is not selected unless asked."""
+    return click.option(
+        "--use/--no-use",
+        "make_current",
+        default=True,
+        show_default=True,
+        help=f"Select {what} (--no-use keeps the current selection).",
+    )
+
+
 def slot_option(fn: F) -> F:
     return click.option(
         "--slot",

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, Count, command_options, echo, pass_app, plain
+from agctl.cli.app import App, Count, command_options, echo, pass_app, plain, select_option
 from agctl.cli.complete import complete_checkpoints
 
 if TYPE_CHECKING:
@@ -248,7 +248,7 @@ def rollback(app: App, checkpoint_id: str) -> None:
 @command.command("fork")
 @click.argument("checkpoint_id", metavar="ID", shell_complete=complete_checkpoints)
 @click.option("--id", "new_id", metavar="NEW", help="Id of the new session (default: generated).")
-@click.option("--use", "make_current", is_flag=True, help="Select the new session.")
+@select_option()
 @command_options
 @pass_app
 def fork(app: App, checkpoint_id: str, new_id: str | None, make_current: bool) -> None:
@@ -256,7 +256,7 @@ def fork(app: App, checkpoint_id: str, new_id: str | None, make_current: bool) -
 
     \b
     Examples:
-      agctl ckpt fork k3x9 --id what-if --use
+      agctl ckpt fork k3x9 --id what-if
     """
     sid = app.session_id()
     keeper = checkpointer(app)

@@ -36,6 +36,7 @@ def show(
     slot: str | None,
     model: str | None,
     profile: str | None,
+    provider_kind: str | None,
     system: str | None,
     scratch: tuple[str, ...],
 ) -> None:
@@ -54,7 +55,7 @@ def show(
     from agctl.models import Message
 
     sid = app.session_id()
-    setup = Setup.resolve(app, sid, profile=profile, model=model)
+    setup = Setup.resolve(app, sid, profile=profile, model=model, provider=provider_kind)
     session = app.store.load_session(sid)
     target = app.store.load_slot(sid, slot)
     result = breakdown(
@@ -66,7 +67,12 @@ def show(
         user_input=Message(role="user", content=prompt) if prompt else None,
         system_prompt=system,
     )
-    payload: dict[str, Any] = {"session": sid, "slot": target.id, **result.to_dict()}
+    payload: dict[str, Any] = {
+        "session": sid,
+        "slot": target.id,
+        "provider": setup.settings.provider,
+        **result.to_dict(),
+    }
     if app.json:
         app.emit(payload)
         return
@@ -77,7 +83,8 @@ def show(
         for zone in payload["zones"]
     ]
     echo(
-        f"slot {target.id} · model {result.model} · window {result.window} · "
+        f"slot {target.id} · {setup.settings.provider} model {result.model} · "
+        f"window {result.window} · "
         f"reserve {result.budget.reserve} · limit {result.limit}"
     )
     columns = [
@@ -131,6 +138,7 @@ def compress(
     instructions: str | None,
     model: str | None,
     profile: str | None,
+    provider_kind: str | None,
     script: Path | None,
     cassette: Path | None,
 ) -> None:
@@ -148,7 +156,15 @@ def compress(
     from agctl.compress import compress as run_compress
 
     sid = app.session_id()
-    setup = Setup.resolve(app, sid, profile=profile, model=model, script=script, cassette=cassette)
+    setup = Setup.resolve(
+        app,
+        sid,
+        profile=profile,
+        model=model,
+        provider=provider_kind,
+        script=script,
+        cassette=cassette,
+    )
     result = run_compress(
         app.store,
         sid,

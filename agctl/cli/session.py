@@ -12,6 +12,7 @@ from agctl.cli.app import (
     json_option,
     pass_app,
     plain,
+    select_option,
     session_option,
     text_argument,
 )
@@ -90,13 +91,7 @@ def command() -> None:
     help="Model the session's turns use by default.",
     shell_complete=complete_models,
 )
-@click.option(
-    "--use/--no-use",
-    "make_current",
-    default=True,
-    show_default=True,
-    help="Make the new session the current one.",
-)
+@select_option()
 @click.option(
     "--replace", is_flag=True, help="Replace an existing session ID (with its checkpoints)."
 )
@@ -476,7 +471,7 @@ def export(app: App, session_id: str | None, output: str, with_checkpoints: bool
 @command.command("import")
 @click.argument("source", metavar="FILE")
 @click.option("--as", "as_id", metavar="NEW", help="Import under this id (e.g. on a collision).")
-@click.option("--use", "make_current", is_flag=True, help="Select the imported session.")
+@select_option("the imported session")
 @json_option
 @pass_app
 def import_(app: App, source: str, as_id: str | None, make_current: bool) -> None:
@@ -490,7 +485,7 @@ def import_(app: App, source: str, as_id: str | None, make_current: bool) -> Non
     Examples:
       agctl session import backup.json
       agctl session export | agctl --data-dir /tmp/copy session import -
-      agctl session import backup.json --as restored --use
+      agctl session import backup.json --as restored --no-use
     """
     from agctl.cli.app import read_input_file
     from agctl.interchange import import_session

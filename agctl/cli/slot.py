@@ -374,7 +374,12 @@ def rm(app: App, slot_id: str) -> None:
 @command_options
 @pass_app
 def summarize(
-    app: App, slot_id: str | None, instructions: str | None, model: str | None, profile: str | None
+    app: App,
+    slot_id: str | None,
+    instructions: str | None,
+    model: str | None,
+    profile: str | None,
+    provider_kind: str | None,
 ) -> None:
     """Have the model summarise a slot; store it as the slot's focused summary.
 
@@ -388,7 +393,7 @@ def summarize(
     from agctl.compress import summarize_slot
 
     sid = app.session_id()
-    setup = Setup.resolve(app, sid, profile=profile, model=model)
+    setup = Setup.resolve(app, sid, profile=profile, model=model, provider=provider_kind)
     slot = summarize_slot(
         app.store,
         sid,
@@ -427,6 +432,7 @@ def merge(
     strategy: str,
     model: str | None,
     profile: str | None,
+    provider_kind: str | None,
 ) -> None:
     """Bring back what SRC added since it branched from DST. Merging twice adds nothing.
 
@@ -444,7 +450,7 @@ def merge(
     provider = None
     chosen_model = "offline"
     if strategy == "summary":
-        setup = Setup.resolve(app, sid, profile=profile, model=model)
+        setup = Setup.resolve(app, sid, profile=profile, model=model, provider=provider_kind)
         provider, chosen_model = setup.provider(), setup.settings.model
     with app.store.undoable(sid, "slot merge"):
         result = merge_slots(

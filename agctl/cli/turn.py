@@ -18,11 +18,13 @@ from agctl.cli.app import (
     echo_json,
     file_option,
     pass_app,
+    select_option,
     slot_option,
     text_argument,
 )
 from agctl.cli.complete import complete_models, complete_profiles
 from agctl.cli.output import secho
+from agctl.cli.profile import PROVIDERS
 
 if TYPE_CHECKING:
     from agctl.providers.base import Event
@@ -41,13 +43,20 @@ class Setup:
         *,
         profile: str | None,
         model: str | None,
+        provider: str | None = None,
         script: Path | None = None,
         cassette: Path | None = None,
     ) -> ModelSetup:
         from agctl.setup import ModelSetup
 
         return ModelSetup.resolve(
-            app.store, session_id, profile=profile, model=model, script=script, cassette=cassette
+            app.store,
+            session_id,
+            profile=profile,
+            model=model,
+            provider=provider,
+            script=script,
+            cassette=cassette,
         )
 
 
@@ -67,7 +76,14 @@ TEMPERATURE = FiniteFloatRange(0, 2)
 
 
 def provider_options(fn: F) -> F:
-    """--model and --profile, for the commands that call a model."""
+    """--model, --profile and --provider, for the commands that call a model."""
+    fn = click.option(
+        "--provider",
+        "provider_kind",
+        type=click.Choice(PROVIDERS),
+        help="Provider kind for this command (overrides AGCTL_PROVIDER and the profile): "
+        "offline answers with no network.",
+    )(fn)
     fn = click.option(
         "--profile",
         metavar="NAME",
@@ -189,6 +205,7 @@ def send(
     slot: str | None,
     model: str | None,
     profile: str | None,
+    provider_kind: str | None,
     temperature: float | None,
     max_tokens: int | None,
     system: str | None,
@@ -244,7 +261,15 @@ def send(
         if force:
             raise click.UsageError("--force applies only with --resume-draft")
         prompt = text_argument(prompt, "PROMPT", files=files)
-    setup = Setup.resolve(app, sid, profile=profile, model=model, script=script, cassette=cassette)
+    setup = Setup.resolve(
+        app,
+        sid,
+        profile=profile,
+        model=model,
+        provider=provider_kind,
+        script=script,
+        cassette=cassette,
+    )
     settings = setup.settings
     streaming = sys.stdout.isatty() if stream is None else stream
     options = setup.turn_options(
@@ -356,13 +381,7 @@ GENERATED_ID = "\0"
     metavar="[ID]",
     help="Replay into a new session ID (no ID: a generated one); give it after TRANSCRIPT.",
 )
-@click.option(
-    "--use/--no-use",
-    "make_current",
-    default=True,
-    show_default=True,
-    help="With --new-session, make the new session the current one.",
-)
+@select_option("the new session of --new-session")
 @click.option(
     "--checkpoint/--no-checkpoint",
     default=None,
@@ -376,6 +395,7 @@ def replay(
     slot: str | None,
     model: str | None,
     profile: str | None,
+    provider_kind: str | None,
     cassette: Path | None,
     record: Path | None,
     script: Path | None,
@@ -425,7 +445,13 @@ def replay(
         starting = fresh_session(app.store, None if new_session == GENERATED_ID else new_session)
     with starting as sid:
         setup = Setup.resolve(
-            app, sid, profile=profile, model=model, script=script, cassette=cassette
+            app,
+            sid,
+            profile=profile,
+            model=model,
+            provider=provider_kind,
+            script=script,
+            cassette=cassette,
         )
         base = setup.turn_options(checkpoint=checkpoint, slot=slot)
         provider = setup.provider(record=record)
