@@ -125,20 +125,38 @@ def list_(app: App, roles: tuple[str, ...], slot: str | None) -> None:
 
 
 @command.command("find")
-@click.argument("roles", nargs=-1, required=True, type=click.Choice(ROLES))
+@click.argument("roles", nargs=-1, type=click.Choice(ROLES))
+@click.option("--text", metavar="TEXT", help="Only messages whose text contains TEXT.")
+@click.option("--regex", is_flag=True, help="--text is a Python regular expression.")
 @slot_option
 @command_options
 @pass_app
-def find(app: App, roles: tuple[str, ...], slot: str | None) -> None:
-    """Print the indexes of the messages with one of ROLES.
+def find(app: App, roles: tuple[str, ...], text: str | None, regex: bool, slot: str | None) -> None:
+    """Print the indexes of the messages with one of ROLES and/or whose text matches.
+
+    --text matches as 'agctl search' does: a case-insensitive substring, or with --regex
+    a Python regular expression (case-sensitive unless it starts with (?i)).
 
     \b
     Examples:
       agctl msg find assistant
       agctl msg find user system --json
+      agctl msg find --text "stack trace"
+      agctl msg find assistant --text '^Error' --regex
     """
+    from agctl.errors import UsageError
+
+    if text is None and regex:
+        raise UsageError("--regex needs --text")
+    if text is None and not roles:
+        raise UsageError("give ROLES, --text TEXT or both")
     target = app.store.load_slot(app.session_id(), slot)
-    indices = target.find(set(roles))
+    if text is None:
+        indices = target.find(set(roles))
+    else:
+        from agctl.search import Matcher, find_messages
+
+        indices = find_messages(target.messages, Matcher(text, regex=regex), set(roles))
     app.emit(indices, text="\n".join(str(i) for i in indices))
 
 
