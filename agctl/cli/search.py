@@ -24,7 +24,7 @@ def explicit_session(app: App) -> str | None:
 @click.option("--regex", is_flag=True, help="TEXT is a Python regular expression.")
 @click.option("--role", "roles", multiple=True, type=click.Choice(ROLES), help="Only these roles.")
 @click.option(
-    "--limit", "-n", type=Count(), metavar="N", help="Stop after N hits (as grep -m does)."
+    "--limit", "-n", type=Count(min=1), metavar="N", help="Stop after N hits (as grep -m does)."
 )
 @slot_option
 @command_options

@@ -10,6 +10,8 @@ from agctl.cli.app import (
     App,
     echo,
     json_option,
+    limit_option,
+    most_recent,
     pass_app,
     plain,
     session_option,
@@ -132,20 +134,24 @@ def new(
 
 
 @command.command("list")
+@limit_option
 @json_option
 @pass_app
-def list_(app: App) -> None:
+def list_(app: App, limit: int | None) -> None:
     """List sessions, oldest first, with parents and orphans.
+
+    --limit N lists the N newest (still oldest first).
 
     \b
     Examples:
       agctl session list
+      agctl session list -n 5
       agctl session list --json | jq -r '.[].id'
     """
     from agctl.errors import AgctlError
 
     problems: list[AgctlError] = []
-    infos = app.store.list_sessions(problems=problems)
+    infos = most_recent(app.store.list_sessions(problems=problems), limit, newest_first=False)
     current = app.store.current_session_id()
     for problem in problems:
         echo(f"agctl: warning: skipped {problem}", err=True)
