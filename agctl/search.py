@@ -21,6 +21,7 @@ import orjson
 
 from agctl import schema
 from agctl.errors import AgctlError, NotFound, UsageError
+from agctl.ids import validate_id
 from agctl.models import ROLES, Message
 from agctl.store import Store
 
@@ -201,6 +202,8 @@ def search(
     (in one given session, a slot it does not have is NotFound). A session or slot that
     cannot be read goes to `on_problem` (default: a warning in the log) and is skipped.
     """
+    if slot_id is not None:
+        validate_id(slot_id, "slot")
     if limit is not None and limit <= 0:
         return
 

@@ -288,6 +288,7 @@ def test_no_hit_prints_nothing_and_succeeds(run: Run, sessions: Store) -> None:
         (["search", ""], 2, "empty"),
         (["search", "x", "--limit", "-1"], 2, "--limit"),
         (["search", "x", "--role", "robot"], 2, "--role"),
+        (["search", "x", "--slot", "../b"], 2, "../b"),
         (["-s", "b-session", "search", "x", "--slot", "plan"], 3, "slot 'plan' not found"),
         (["-s", "zzz", "search", "x"], 3, "zzz"),
     ],
