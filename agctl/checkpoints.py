@@ -633,6 +633,43 @@ class Checkpointer:
         slots = {slot.id: slot for slot in self.store.list_slots(session_id)}
         return SessionState(session=session, slots=slots)
 
+    def matching_live(self, session_id: str, summaries: Sequence[CheckpointSummary]) -> set[str]:
+        """The ids among `summaries` of the checkpoints that hold the live state (a
+        rollback to one would change nothing but timestamps).
+
+        Cheap: the summaries rule out most checkpoints without reading them; a slot file
+        not replaced since the latest checkpoint or rollback (the heads cache says) is
+        compared by its references alone; only other slots are read and hashed. No
+        checkpoint is rebuilt, and a damaged one matches nothing.
+        """
+        session = self.store.load_session(session_id)
+        slot_ids = self.store.slot_ids(session_id)
+        candidates = [
+            s
+            for s in summaries
+            if (s.turn_index, s.current_slot, s.slot_count)
+            == (session.turn_count, session.current_slot, len(slot_ids))
+        ]
+        if not candidates:
+            return set()
+        history = self._log(session_id)
+        slots_dir = self.store.session_subdir(session_id, "slots")
+        unchanged = {
+            slot_id: {k: known[k] for k in ("doc", "meta", "zones")}
+            for slot_id, known in self._load_heads(session_id, history.size())["slots"].items()
+            if slot_id in slot_ids
+            and list(current_version(slots_dir / f"{slot_id}.json") or ()) == known.get("version")
+        }
+        live = _LiveHashes(self.store, session, slot_ids, unchanged)
+        matched: set[str] = set()
+        for summary in candidates:
+            try:
+                if live.held_by(history, self._checkpoint(history, summary.offset)):
+                    matched.add(summary.id)
+            except DataError:
+                continue  # `ckpt verify` is what reports it
+        return matched
+
     # ---- rollback, fork, undo -------------------------------------------------------
 
     def rollback(self, session_id: str, identifier: str) -> tuple[Checkpoint, Checkpoint]:
@@ -1016,6 +1053,63 @@ def _valid_heads(heads: Any, log_size: int) -> bool:
         return True
     except (KeyError, TypeError, ValueError, AttributeError, ValidationError):
         return False
+
+
+class _LiveHashes:
+    """The live session as checkpoint records keep it (content hashes, or the references
+    of a slot unchanged since the heads cache), each slot read and hashed once at most."""
+
+    def __init__(
+        self,
+        store: Store,
+        session: Session,
+        slot_ids: Sequence[str],
+        unchanged: dict[str, dict[str, Any]],
+    ) -> None:
+        self.store = store
+        self.session = session
+        self.slot_ids = set(slot_ids)
+        self.unchanged = unchanged
+        document = session.model_dump(mode="json")
+        self.volatile = _untimed({k: v for k, v in document.items() if k in VOLATILE_SESSION})
+        self.static = content_hash(_static_session(session))
+        self._slots: dict[str, tuple[Slot, list[list[str]]]] = {}
+
+    def _slot(self, slot_id: str) -> tuple[Slot, list[list[str]]]:
+        if slot_id not in self._slots:
+            slot = self.store.load_slot(self.session.id, slot_id)
+            zones = [
+                [content_hash(m) for m in messages_to_json(getattr(slot, zone))] for zone in ZONES
+            ]
+            self._slots[slot_id] = slot, zones
+        return self._slots[slot_id]
+
+    def held_by(self, history: Log, checkpoint: Checkpoint) -> bool:
+        if _untimed(checkpoint.session_volatile) != self.volatile:
+            return False
+        if checkpoint.slots.keys() != self.slot_ids:
+            return False
+        if history.read(checkpoint.session_static).get("b") != self.static:
+            return False
+        for slot_id, entry in checkpoint.slots.items():
+            if self.unchanged.get(slot_id) == entry.model_dump(mode="json"):
+                continue  # the very references of the slot file as it is
+            slot, zones = self._slot(slot_id)
+            if _untimed(entry.meta) != _untimed(slot.meta.model_dump(mode="json")):
+                return False
+            if history.read(entry.doc).get("b") != content_hash(_without_zones(slot)):
+                return False
+            for (tip, count), hashes in zip(entry.zones, zones, strict=True):
+                if count != len(hashes):
+                    return False
+                if [digest for digest, _, _ in history.chain(tip, count)] != hashes:
+                    return False
+        return True
+
+
+def _untimed(document: dict[str, Any]) -> dict[str, Any]:
+    """A document without its update time, which every write stamps."""
+    return {k: v for k, v in document.items() if k != "updated_at"}
 
 
 def _static_session(session: Session) -> dict[str, Any]:

@@ -834,6 +834,10 @@ class Store:
             raise NotFound(f"slot {slot_id!r} not found in session {session_id!r}")
         return self._read(path, Slot, f"slot {slot_id!r}")
 
+    def slot_bytes(self, session_id: str, slot_id: str) -> bytes:
+        """A slot document as stored, unparsed: for readers that scan many (search)."""
+        return read_bytes(self._slot_path(session_id, slot_id), f"slot {slot_id!r}")
+
     def list_slots(self, session_id: str) -> list[Slot]:
         return [self.load_slot(session_id, s) for s in self.slot_ids(session_id)]
 

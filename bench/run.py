@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from checkpoints import measure as measure_checkpoints
 from fake_openai import FakeOpenAI
+from search import measure as measure_search
 from tokens import corpus
 from turn import fill
 
@@ -197,6 +198,36 @@ def storage(turns_count: int) -> list[dict[str, Any]]:
     ]
 
 
+def search(runs: int) -> list[dict[str, Any]]:
+    result = measure_search(runs)
+    seconds = result["seconds"]
+    ref = (
+        f"grep -ric {seconds['grep'] * 1000:.0f} ms; "
+        f"import click, pydantic {seconds['floor'] * 1000:.0f} ms"
+    )
+    size = f"{result['sessions']} x {result['messages']}"
+    return [
+        row(
+            f"agctl search, {size} messages",
+            seconds["search"] * 1000,
+            "ms",
+            ref,
+            seconds["search"] / seconds["grep"],
+            "< 1 s",
+            seconds["search"] < 1,
+        ),
+        row(
+            f"agctl search --regex, {size} messages",
+            seconds["regex"] * 1000,
+            "ms",
+            ref,
+            seconds["regex"] / seconds["grep"],
+            "< 1 s",
+            seconds["regex"] < 1,
+        ),
+    ]
+
+
 def tokens() -> list[dict[str, Any]]:
     text = corpus(10)
     size = len(text.encode()) / 1e6
@@ -232,6 +263,7 @@ def main() -> None:
         *turns(runs, sizes),
         *replay(100 if args.quick else 1000),
         *storage(100 if args.quick else 1000),
+        *search(runs),
         *tokens(),
     ]
     if args.json:

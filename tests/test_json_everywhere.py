@@ -105,6 +105,7 @@ INVOCATIONS: dict[str, list[str]] = {
     "profile list": ["profile", "list"],
     "profile rm": ["profile", "rm", "p"],
     "schema": ["schema", "slot"],
+    "search": ["search", "one"],
     "session children": ["session", "children", "s"],
     "session export": ["session", "export"],
     "session import": ["session", "import", "{export}", "--as", "copy"],
@@ -145,6 +146,10 @@ def test_json_output_is_one_valid_document(name: str, run: Run, world: dict[str,
     if name == "turn replay":
         lines = [json.loads(line) for line in result.stdout.splitlines()]
         assert lines[-1]["type"] == "summary"
+        return
+    if name == "search":  # JSON lines, one hit a line, printed as they are found
+        hits = [json.loads(line) for line in result.stdout.splitlines()]
+        assert hits and all(hit["snippet"] for hit in hits)
         return
     json.loads(result.stdout)
 

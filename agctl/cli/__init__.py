@@ -39,6 +39,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "config": ("agctl.cli.config", "Show and change the configuration."),
     "profile": ("agctl.cli.profile", "Provider profiles: endpoint, model and key."),
     "completion": ("agctl.cli.completion", "Print the completion script for SHELL."),
+    "search": (
+        "agctl.cli.search",
+        "Find messages whose text contains TEXT, in every session and slot.",
+    ),
     "schema": ("agctl.cli.schema", "Print the JSON Schema of a stored document or input format."),
     "demo": ("agctl.cli.demo", "Run a scripted tour of sessions, slots and messages."),
     "usage": ("agctl.cli.usage", "Total tokens and cost across all sessions, by model."),

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from agctl.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 class App:
@@ -242,6 +243,26 @@ def slot_option(fn: F) -> F:
 def command_options(fn: F) -> F:
     """The options every session-scoped command takes."""
     return session_option(json_option(fn))
+
+
+def limit_option(fn: F) -> F:
+    """`--limit/-n N` on a listing: its N most recent entries, as `git log -n` shows."""
+    return click.option(
+        "--limit",
+        "-n",
+        type=Count(min=1),
+        metavar="N",
+        help="Only the N most recent, in the usual order (as git log -n).",
+    )(fn)
+
+
+def most_recent(items: Sequence[T], limit: int | None, *, newest_first: bool) -> list[T]:
+    """The `limit` most recent of `items` (all when None), in their order."""
+    if limit is None:
+        return list(items)
+    if newest_first:
+        return list(items[:limit])
+    return list(items[max(len(items) - limit, 0) :])
 
 
 # Lets an INDEX argument be negative (`msg get -1`) instead of being parsed as an option.

@@ -6,7 +6,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, Count, command_options, echo, pass_app, plain, select_option
+from agctl.cli.app import (
+    App,
+    Count,
+    command_options,
+    echo,
+    limit_option,
+    most_recent,
+    pass_app,
+    plain,
+    select_option,
+)
 from agctl.cli.complete import complete_checkpoints
 
 if TYPE_CHECKING:
@@ -73,19 +83,37 @@ def create(app: App, label: str | None) -> None:
 
 
 @command.command("list")
+@limit_option
 @command_options
 @pass_app
-def list_(app: App) -> None:
-    """List checkpoints, newest first.
+def list_(app: App, limit: int | None) -> None:
+    """List checkpoints, newest first; * marks those that hold the live state.
+
+    A checkpoint holds the live state when rolling back to it would change nothing
+    (JSON: "live": true); --limit N lists the N newest.
 
     \b
     Examples:
       agctl ckpt list
+      agctl ckpt list -n 5
       agctl ckpt list --json | jq -r '.[0].id'
+      agctl ckpt list --json | jq -r '.[] | select(.live) | .id'
     """
-    rows = [summary_row(s) for s in checkpointer(app).summaries(app.session_id())]
-    display = [{**r, "created_at": r["created_at"][:19].replace("T", " ")} for r in rows]
+    sid = app.session_id()
+    keeper = checkpointer(app)
+    summaries = most_recent(keeper.summaries(sid), limit, newest_first=True)
+    live = keeper.matching_live(sid, summaries)
+    rows = [{**summary_row(s), "live": s.id in live} for s in summaries]
+    display = [
+        {
+            **r,
+            "mark": "*" if r["live"] else "",
+            "created_at": r["created_at"][:19].replace("T", " "),
+        }
+        for r in rows
+    ]
     columns = [
+        ("mark", ""),
         ("id", "ID"),
         ("turn", "TURN"),
         ("created_at", "CREATED"),

@@ -12,6 +12,8 @@ from agctl.cli.app import (
     App,
     command_options,
     file_option,
+    limit_option,
+    most_recent,
     pass_app,
     read_input_file,
     slot_option,
@@ -111,38 +113,85 @@ def command() -> None:
 
 @command.command("list")
 @click.option("--role", "roles", multiple=True, type=click.Choice(ROLES), help="Only these roles.")
+@limit_option
+@click.option("--full", is_flag=True, help="Print whole messages, not one cut line each.")
 @slot_option
 @command_options
 @pass_app
-def list_(app: App, roles: tuple[str, ...], slot: str | None) -> None:
-    """List the messages of a slot.
+def list_(
+    app: App, roles: tuple[str, ...], limit: int | None, full: bool, slot: str | None
+) -> None:
+    """List the messages of a slot, oldest first.
+
+    --limit N lists the last N (after --role), each with its own index; --full prints
+    each message whole under a line "#INDEX ROLE (N tokens)" (--json always has whole
+    messages).
 
     \b
     Examples:
       agctl msg list
+      agctl msg list -n 3 --full
       agctl msg list --slot plan-b --role user --json
     """
     target = app.store.load_slot(app.session_id(), slot)
     indices = target.find(set(roles)) if roles else list(range(len(target.messages)))
+    indices = most_recent(indices, limit, newest_first=False)
     rows, display = _list_rows(target, indices)
+    if full and rows and not app.json:
+        app.emit(rows, text="\n\n".join(whole_message(i, target.messages[i]) for i in indices))
+        return
     app.emit_rows(rows, LIST_COLUMNS, empty=f"slot {target.id} has no messages", display=display)
 
 
+def whole_message(index: int, message: Message) -> str:
+    """A message for people, whole: a header line, its text, then its tool calls."""
+    header = [f"#{index}", message.role]
+    if message.name:
+        header.append(f"name={message.name}")
+    if message.tool_call_id:
+        header.append(f"tool_call_id={message.tool_call_id}")
+    header.append(f"({message.token_count()} tokens)")
+    lines = [" ".join(header)]
+    if message.text():
+        lines.append(message.text())
+    for call in message.tool_calls or ():
+        lines.append(f"call {call.id}: {call.function.name}({call.function.arguments})")
+    return "\n".join(lines)
+
+
 @command.command("find")
-@click.argument("roles", nargs=-1, required=True, type=click.Choice(ROLES))
+@click.argument("roles", nargs=-1, type=click.Choice(ROLES))
+@click.option("--text", metavar="TEXT", help="Only messages whose text contains TEXT.")
+@click.option("--regex", is_flag=True, help="--text is a Python regular expression.")
 @slot_option
 @command_options
 @pass_app
-def find(app: App, roles: tuple[str, ...], slot: str | None) -> None:
-    """Print the indexes of the messages with one of ROLES.
+def find(app: App, roles: tuple[str, ...], text: str | None, regex: bool, slot: str | None) -> None:
+    """Print the indexes of the messages with one of ROLES and/or whose text matches.
+
+    --text matches as 'agctl search' does: a case-insensitive substring, or with --regex
+    a Python regular expression (case-sensitive unless it starts with (?i)).
 
     \b
     Examples:
       agctl msg find assistant
       agctl msg find user system --json
+      agctl msg find --text "stack trace"
+      agctl msg find assistant --text '^Error' --regex
     """
+    from agctl.errors import UsageError
+
+    if text is None and regex:
+        raise UsageError("--regex needs --text")
+    if text is None and not roles:
+        raise UsageError("give ROLES, --text TEXT or both")
     target = app.store.load_slot(app.session_id(), slot)
-    indices = target.find(set(roles))
+    if text is None:
+        indices = target.find(set(roles))
+    else:
+        from agctl.search import Matcher, find_messages
+
+        indices = find_messages(target.messages, Matcher(text, regex=regex), set(roles))
     app.emit(indices, text="\n".join(str(i) for i in indices))
 
 

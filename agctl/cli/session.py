@@ -10,6 +10,8 @@ from agctl.cli.app import (
     App,
     echo,
     json_option,
+    limit_option,
+    most_recent,
     pass_app,
     plain,
     select_option,
@@ -164,14 +166,18 @@ def new(
 
 
 @command.command("list")
+@limit_option
 @json_option
 @pass_app
-def list_(app: App) -> None:
+def list_(app: App, limit: int | None) -> None:
     """List sessions, oldest first, with parents and orphans.
+
+    --limit N lists the N newest (still oldest first).
 
     \b
     Examples:
       agctl session list
+      agctl session list -n 5
       agctl session list --json | jq -r '.[].id'
     """
     from agctl.config import ConfigStore
@@ -179,7 +185,7 @@ def list_(app: App) -> None:
     from agctl.usage import cost_text
 
     problems: list[AgctlError] = []
-    infos = app.store.list_sessions(problems=problems)
+    infos = most_recent(app.store.list_sessions(problems=problems), limit, newest_first=False)
     current = app.store.current_session_id()
     for problem in problems:
         echo(f"agctl: warning: skipped {problem}", err=True)

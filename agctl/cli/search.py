@@ -1,0 +1,77 @@
+"""`agctl search`: find messages by their text across every session and slot."""
+
+from __future__ import annotations
+
+import click
+from click.core import ParameterSource
+
+from agctl.cli.app import App, Count, command_options, echo, pass_app, slot_option
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def explicit_session(app: App) -> str | None:
+    """The session named with -s/--session on the command line, if any: AGCTL_SESSION and
+    `session use` choose a session to work in, not one to search in."""
+    ctx = click.get_current_context()
+    given = ctx.get_parameter_source("session") == ParameterSource.COMMANDLINE
+    root = ctx.find_root().get_parameter_source("session") == ParameterSource.COMMANDLINE
+    return app.session_id() if given or root else None
+
+
+@click.command("search")
+@click.argument("text")
+@click.option("--regex", is_flag=True, help="TEXT is a Python regular expression.")
+@click.option("--role", "roles", multiple=True, type=click.Choice(ROLES), help="Only these roles.")
+@click.option(
+    "--limit", "-n", type=Count(min=1), metavar="N", help="Stop after N hits (as grep -m does)."
+)
+@slot_option
+@command_options
+@pass_app
+def command(
+    app: App, text: str, regex: bool, roles: tuple[str, ...], limit: int | None, slot: str | None
+) -> None:
+    """Find messages whose text contains TEXT, in every session and slot.
+
+    TEXT matches case-insensitively as a plain substring (Unicode case folding: "strasse"
+    finds "Straße"); with --regex it is a Python regular expression, matched as written
+    (case-sensitive unless it starts with (?i)). Every zone of a slot is searched: the
+    messages, and the immutable and compressed zones, which a hit then names.
+
+    -s/--session on the command line limits the search to one session (AGCTL_SESSION and
+    'session use' do not: the search looks everywhere); --slot to the slots of that name.
+
+    Hits are printed as they are found, sessions in id order, one a line:
+    SESSION/SLOT:INDEX ROLE: SNIPPET (INDEX is what 'msg get' takes; a hit in another
+    zone reads SESSION/SLOT:ZONE:INDEX). With --json, one JSON object a line (JSON
+    lines, so a script can read hits as they come): session, slot, zone, index, role,
+    start and end (the first match, as character offsets in the message's text) and
+    snippet. No hit prints nothing and exits 0; a session or slot that cannot be read
+    is named on stderr and skipped.
+
+    \b
+    Examples:
+      agctl search "connection refused"
+      agctl search --regex 'error [0-9]+' --role assistant -n 5
+      agctl -s 1q2w search TODO --slot plan-b
+      agctl search deploy --json | jq -r '"\\(.session) \\(.index)"'
+    """
+    import orjson
+
+    from agctl.search import Matcher, search
+
+    matcher = Matcher(text, regex=regex)
+    hits = search(
+        app.store,
+        matcher,
+        session_id=explicit_session(app),
+        slot_id=slot,
+        roles=set(roles) or None,
+        limit=limit,
+    )
+    for hit in hits:
+        if app.json:
+            echo(orjson.dumps(hit.to_dict()).decode())
+        else:
+            echo(f"{hit.where} {hit.role}: {hit.snippet}")

@@ -1,0 +1,251 @@
+"""Finding messages by their text: across every session and slot (`agctl search`), or in
+one slot (`msg find --text`), with one matcher for both.
+
+Slot documents are read without a lock, as every reader does (writers replace files
+atomically). A slot in the current format is scanned straight from its JSON, checking
+only the fields the search reads; anything else (an older format, a shape the fast path
+cannot vouch for) goes through the Store's validated read, so its errors are the ones
+every command reports. A session or slot that cannot be read is reported and skipped:
+one damaged document never stops a search.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import orjson
+
+from agctl import schema
+from agctl.errors import AgctlError, NotFound, UsageError
+from agctl.ids import validate_id
+from agctl.models import ROLES, Message
+from agctl.store import Store
+
+log = logging.getLogger("agctl.search")
+
+ZONES = ("immutable", "compressed", "messages")
+# Characters of context shown on each side of a match, and the most of a match shown.
+SNIPPET_CONTEXT = 40
+SNIPPET_MATCH = 120
+
+# (role, text) of each message of a zone, in order.
+Entries = Sequence[tuple[str, str]]
+
+
+class Matcher:
+    """Case-insensitive substring matching by default (Unicode case folding: "STRASSE"
+    finds "Straße"); with `regex`, a Python regular expression matched as written
+    (case-sensitive unless it says `(?i)`)."""
+
+    def __init__(self, pattern: str, *, regex: bool = False) -> None:
+        if not pattern:
+            raise UsageError("the text to search for is empty")
+        self.pattern = pattern
+        self.regex = regex
+        self._folded = pattern.casefold()
+        try:
+            self._compiled = re.compile(
+                pattern if regex else re.escape(pattern), re.NOFLAG if regex else re.IGNORECASE
+            )
+        except re.error as exc:
+            raise UsageError(f"invalid regular expression {pattern!r}: {exc}") from None
+
+    def search(self, text: str) -> tuple[int, int] | None:
+        """The span of the first match in `text`, or None."""
+        if self.regex:
+            found = self._compiled.search(text)
+            return found.span() if found else None
+        # `in` on folded text is ten times faster than an IGNORECASE scan; the span of
+        # the few texts that match is then found in the original.
+        if self._folded not in text.casefold():
+            return None
+        found = self._compiled.search(text)
+        return found.span() if found else _folded_span(text, self._folded)
+
+
+def _folded_span(text: str, folded: str) -> tuple[int, int]:
+    """Where `folded` starts and ends in `text`, found by folding it character by
+    character (for matches that only full case folding sees, such as ß and ss)."""
+    origin: list[int] = []
+    for position, char in enumerate(text):
+        origin.extend([position] * len(char.casefold()))
+    start = text.casefold().index(folded)
+    return origin[start], origin[start + len(folded) - 1] + 1
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One message that matches: where it is, and the text around the first match."""
+
+    session: str
+    slot: str
+    zone: str  # immutable | compressed | messages (what `msg get INDEX` addresses)
+    index: int
+    role: str
+    start: int  # the first match, as character offsets in the message's text
+    end: int
+    snippet: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def where(self) -> str:
+        """`session/slot:INDEX`, with the zone named when it is not `messages`."""
+        zone = "" if self.zone == "messages" else f"{self.zone}:"
+        return f"{self.session}/{self.slot}:{zone}{self.index}"
+
+
+def snippet(text: str, start: int, end: int) -> str:
+    """The match with some context on each side, on one line (whitespace runs become a
+    space), with … where the text was cut."""
+    shown_end = min(end, start + SNIPPET_MATCH)
+    left = max(0, start - SNIPPET_CONTEXT)
+    right = min(len(text), shown_end + SNIPPET_CONTEXT)
+    body = " ".join(text[left:right].split())
+    return ("…" if left > 0 else "") + body + ("…" if right < len(text) else "")
+
+
+def matching(
+    entries: Entries, matcher: Matcher, roles: Collection[str] | None = None
+) -> Iterator[tuple[int, tuple[int, int]]]:
+    """(index, span of the first match) of each entry that matches, in order."""
+    for index, (role, text) in enumerate(entries):
+        if roles and role not in roles:
+            continue
+        span = matcher.search(text)
+        if span is not None:
+            yield index, span
+
+
+def find_messages(
+    messages: Sequence[Message], matcher: Matcher, roles: Collection[str] | None = None
+) -> list[int]:
+    """Indexes of the messages whose text matches (and whose role is in `roles`)."""
+    entries = [(m.role, m.text()) for m in messages]
+    return [index for index, _ in matching(entries, matcher, roles)]
+
+
+def raw_text(message: Any) -> str | None:
+    """What Message.text() would give for this stored message, or None when it is not a
+    message the model would accept (then the validated read decides)."""
+    if not isinstance(message, dict):
+        return None
+    role = message.get("role")
+    content = message.get("content")
+    if role not in ROLES or (role == "tool" and not message.get("tool_call_id")):
+        return None
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return "" if role == "assistant" and message.get("tool_calls") else None
+    if isinstance(content, list) and all(isinstance(part, dict) for part in content):
+        return "".join(str(part.get("text", "")) for part in content)
+    return None
+
+
+def _fast_zones(data: bytes) -> dict[str, list[tuple[str, str]]] | None:
+    """The zones of a slot document in the current format, or None when only the
+    validated read can tell what the document holds."""
+    current = schema.CURRENT["slot"]
+    try:
+        document = orjson.loads(data)
+        version = schema.parse_version(
+            document.get("schema_version", schema.format_version(current))
+        )
+    except (orjson.JSONDecodeError, AttributeError, ValueError):
+        return None
+    if version[0] != current[0] or version < current:
+        return None
+    zones: dict[str, list[tuple[str, str]]] = {}
+    for zone in ZONES:
+        messages = document.get(zone, [])
+        if not isinstance(messages, list):
+            return None
+        entries = []
+        for message in messages:
+            text = raw_text(message)
+            if text is None:
+                return None
+            entries.append((message["role"], text))
+        zones[zone] = entries
+    return zones
+
+
+def slot_entries(store: Store, session_id: str, slot_id: str) -> dict[str, list[tuple[str, str]]]:
+    """(role, text) of every message of a slot, per zone."""
+    zones = _fast_zones(store.slot_bytes(session_id, slot_id))
+    if zones is not None:
+        return zones
+    slot = store.load_slot(session_id, slot_id)
+    return {zone: [(m.role, m.text()) for m in getattr(slot, zone)] for zone in ZONES}
+
+
+def search(
+    store: Store,
+    matcher: Matcher,
+    *,
+    session_id: str | None = None,
+    slot_id: str | None = None,
+    roles: Collection[str] | None = None,
+    limit: int | None = None,
+    on_problem: Callable[[AgctlError], None] | None = None,
+) -> Iterator[Hit]:
+    """Every message that matches, session by session (by id), slot by slot, zone by zone,
+    as it is found; at most `limit` of them.
+
+    `session_id` limits the search to that session, `slot_id` to the slot of that name
+    (in one given session, a slot it does not have is NotFound). A session or slot that
+    cannot be read goes to `on_problem` (default: a warning in the log) and is skipped.
+    """
+    if slot_id is not None:
+        validate_id(slot_id, "slot")
+    if limit is not None and limit <= 0:
+        return
+
+    def report(problem: AgctlError) -> None:
+        if on_problem is not None:
+            on_problem(problem)
+        else:
+            log.warning("skipped %s", problem)
+
+    found = 0
+    for sid in [session_id] if session_id is not None else store.session_ids():
+        try:
+            slots = store.slot_ids(sid)
+        except AgctlError as exc:
+            if session_id is not None:
+                raise
+            report(exc)
+            continue
+        if slot_id is not None:
+            if slot_id not in slots and session_id is not None:
+                raise NotFound(f"slot {slot_id!r} not found in session {sid!r}")
+            slots = [slot_id] if slot_id in slots else []
+        for sl in slots:
+            try:
+                zones = slot_entries(store, sid, sl)
+            except AgctlError as exc:
+                report(exc)
+                continue
+            for zone in ZONES:
+                entries = zones[zone]
+                for index, (start, end) in matching(entries, matcher, roles):
+                    text = entries[index][1]
+                    yield Hit(
+                        session=sid,
+                        slot=sl,
+                        zone=zone,
+                        index=index,
+                        role=entries[index][0],
+                        start=start,
+                        end=end,
+                        snippet=snippet(text, start, end),
+                    )
+                    found += 1
+                    if limit is not None and found >= limit:
+                        return
