@@ -287,7 +287,7 @@ def send_turn(
                 on_event(event)
         reply = builder.message(request.model)
     except KeyboardInterrupt:
-        error = TurnInterrupted("interrupted: nothing was written")
+        error = TurnInterrupted("interrupted")
         _keep_draft(store, session_id, prepared, error)
         raise error from None
     except AgctlError as exc:
@@ -303,7 +303,7 @@ def send_turn(
     try:
         checkpoint = _commit(store, session_id, prepared, reply, usage, cost, options.checkpoint)
     except KeyboardInterrupt:
-        error = TurnInterrupted("interrupted before the reply was written: nothing was written")
+        error = TurnInterrupted("interrupted before the reply was written")
         _keep_reply(store, session_id, prepared, reply, error)
         raise error from None
     except TurnCommitted:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 import pytest
-from click.testing import Result
+from click.testing import CliRunner, Result
 
 import agctl
 from agctl.cli import cli
@@ -101,6 +101,15 @@ def test_every_command_and_group_has_help_with_an_example() -> None:
     )
     missing = [path for path, cmd in walked if "Example" not in (cmd.help or "")]
     assert missing == []
+    # The examples render as a block of their own lines (a "\\b" typed as two characters
+    # once ran them into one paragraph).
+    runner = CliRunner()
+    flowed = []
+    for path, _cmd in walked:
+        shown = runner.invoke(cli, [*path.split()[1:], "--help"], prog_name="agctl").stdout
+        if not re.search(r"^  Examples?:$", shown, re.M) or "\\b" in shown:
+            flowed.append(path)
+    assert flowed == []
 
 
 def test_version(run: Run) -> None:

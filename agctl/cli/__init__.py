@@ -114,18 +114,18 @@ class RootGroup(click.Group):
         reported in agctl's format."""
         try:
             return super().make_context(info_name, args, parent, **extra)
-        except (AgctlError, click.ClickException, KeyboardInterrupt) as exc:
+        except (AgctlError, click.ClickException, click.Abort, KeyboardInterrupt) as exc:
             raise click.exceptions.Exit(self.report(exc)) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (AgctlError, click.ClickException, KeyboardInterrupt) as exc:
+        except (AgctlError, click.ClickException, click.Abort, KeyboardInterrupt) as exc:
             ctx.exit(self.report(exc, ctx))
 
     def report(
         self,
-        exc: AgctlError | click.ClickException | KeyboardInterrupt,
+        exc: AgctlError | click.ClickException | click.Abort | KeyboardInterrupt,
         ctx: click.Context | None = None,
     ) -> int:
         """Print `exc` on stderr, as one JSON object with --json or AGCTL_JSON, else as
@@ -169,7 +169,7 @@ class RootGroup(click.Group):
 def describe_error(exc: BaseException) -> dict[str, Any]:
     """An error as scripts read it: its type, exit code, message and hint (and the notes
     a library error carries: the draft kept, the prompt)."""
-    if isinstance(exc, KeyboardInterrupt):
+    if isinstance(exc, (KeyboardInterrupt, click.Abort)):  # Ctrl-C, or Ctrl-D at a prompt
         return {
             "type": "Interrupted",
             "exit": EXIT_INTERRUPTED,

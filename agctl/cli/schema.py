@@ -53,7 +53,7 @@ def command(name: str) -> None:
     log; cassette: one line of a cassette; transcript: one line of a replay transcript;
     export: a session export; config: the config file.
 
-    \\b
+    \b
     Examples:
       agctl schema slot
       agctl schema transcript > transcript.schema.json
