@@ -30,10 +30,13 @@ def new_draft(
     error: str,
     reply: Message | None = None,
 ) -> Draft:
-    """The draft of a failed turn built from `seen`, recording the slot as it is now (it
-    may have changed while the model answered), or as seen if it cannot be read."""
+    """The draft of a failed turn built from `seen`, recording the slot as it is stored now
+    (it may have changed while the model answered), or as seen if it cannot be read.
+
+    Read afresh, never reusing `seen`: a commit that failed may have appended the turn to
+    it in memory, and the draft would then describe a slot that never was."""
     try:
-        slot = store.load_slot(session_id, seen.id, reuse=seen)
+        slot = store.load_slot(session_id, seen.id)
     except AgctlError:
         slot = seen
     return Draft(

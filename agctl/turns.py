@@ -346,12 +346,19 @@ def fit_breakdown(prepared: PreparedTurn, options: TurnOptions, window: int) -> 
     )
 
 
-def warn_over_budget(fit: Breakdown, slot_id: str) -> None:
-    """A request that fits the window can still overrun a part's budget: say so, and send."""
+def warn_over_budget(fit: Breakdown, slot: Slot) -> None:
+    """A request that fits the window can still overrun a part's budget: say so, and send.
+
+    Only for the parts the slot's budget sets: an auto share (history gets 64 % of the
+    window while compression waits for 92 %) would warn on every turn of a long
+    conversation; `ctx show` flags those."""
+    chosen = slot.config.budget
     for part, (used, budget) in fit.over_budget().items():
+        if chosen is None or getattr(chosen, part, None) is None:
+            continue
         log.warning(
             "slot %s: %s uses %d tokens, over its budget of %d by %d",
-            slot_id,
+            slot.id,
             part,
             used,
             budget,
@@ -372,7 +379,7 @@ def _fit_in_window(
         return prepared
     fit = fit_breakdown(prepared, options, options.window)
     if fit.total <= fit.limit:
-        warn_over_budget(fit, prepared.slot.id)
+        warn_over_budget(fit, prepared.slot)
         return prepared
     auto = prepared.slot.config.auto_compress
     if auto is None:
@@ -395,7 +402,7 @@ def _fit_in_window(
         prepared = prepare_turn(store, session_id, prompt, options)
         fit = fit_breakdown(prepared, options, options.window)
         if fit.total <= fit.limit:
-            warn_over_budget(fit, prepared.slot.id)
+            warn_over_budget(fit, prepared.slot)
             return prepared
         if done.folded:
             raise ContextFull(

@@ -172,7 +172,8 @@ def test_ctx_show_before_and_after_an_automatic_compression(
     assert zones(with_prompt)["input"] == (1, cost(PROMPT))
     human = ok(run("ctx", "show", PROMPT)).stdout
     assert human.splitlines()[0] == (
-        f"slot default · model offline · window {window} · reserve {reserve} · limit {limit}"
+        f"slot default · offline model offline · window {window} · "
+        f"reserve {reserve} · limit {limit}"
     )
     assert human.rstrip().splitlines()[-1] == f"total {limit + 1} of {limit}: over by 1"
 

@@ -160,6 +160,20 @@ def test_a_turn_over_a_part_budget_warns_and_is_still_sent(
     ]
 
 
+def test_a_turn_over_an_auto_share_warns_nothing_ctx_show_flags_it(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An auto share is no budget the user set: a long system prompt over it would warn
+    on every turn."""
+    store.create_session("s", system_prompt=LONG_SYSTEM)
+    store.configure_slot("s", None, {"budget": {"history": 0.5}})  # system stays auto
+    with caplog.at_level(logging.WARNING, logger="agctl"):
+        send_turn(store, "s", "hi", OfflineProvider(), TurnOptions(model="offline", window=WINDOW))
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    shown = breakdown(store.load_session("s"), store.load_slot("s"), model="offline", window=WINDOW)
+    assert "system" in shown.over_budget()
+
+
 def test_a_turn_within_every_part_budget_warns_nothing(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -199,7 +199,7 @@ def test_an_existing_id_is_refused_unless_imported_as_another(
     fails(run("session", "import", str(exported)), EXIT_CONFLICT, "'s' already exists", "--as")
     assert documents(isolated_env, "s") == before
 
-    result = ok(run("session", "import", str(exported), "--as", "copy", "--json"))
+    result = ok(run("session", "import", str(exported), "--as", "copy", "--no-use", "--json"))
     assert json.loads(result.stdout) == {"session": "copy"}
     copied = documents(isolated_env, "copy")
     assert copied["session.json"] == {**before["session.json"], "id": "copy"}
@@ -208,7 +208,7 @@ def test_an_existing_id_is_refused_unless_imported_as_another(
     }
     assert json.loads(ok(run("session", "show", "--json")).stdout)["id"] == "s"
     fails(run("session", "import", str(exported), "--as", "copy"), EXIT_CONFLICT, "'copy'")
-    ok(run("session", "import", str(exported), "--as", "third", "--use"))
+    ok(run("session", "import", str(exported), "--as", "third"))  # selected, as session new
     assert json.loads(ok(run("session", "show", "--json")).stdout)["id"] == "third"
 
 

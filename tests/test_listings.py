@@ -162,8 +162,11 @@ def test_a_change_is_seen_and_undoing_it_by_hand_matches_again(
         == turns.state("s", turns.load("s", newest)).slots["default"].meta.total_tokens
     )
     assert live_ids(run) == []
+    before_edit = turns.ids("s")[0]  # 'before msg edit': the state with "one"
+    assert turns.load("s", before_edit).label == "before msg edit"
     ok(run, "msg", "edit", "0", "one")
-    assert live_ids(run) == [newest]
+    # Back as it was: the turn's checkpoint matches, and so does the edit's first one.
+    assert live_ids(run) == [before_edit, newest]
 
 
 @pytest.mark.parametrize(

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import Result
+from test_checkpoints import documents
 
 from agctl.checkpoints import Checkpointer
 from agctl.errors import NotFound, ReadonlySlot
@@ -20,15 +20,6 @@ from agctl.turns import TurnOptions, send_turn
 
 Run = Callable[..., Result]
 SID = "s"
-
-
-def documents(store: Store, sid: str = SID) -> dict[str, Any]:
-    """session.json and every slot file, parsed: the whole live state."""
-    directory = store.session_dir(sid)
-    docs = {"session.json": json.loads((directory / "session.json").read_bytes())}
-    for path in sorted((directory / "slots").glob("*.json")):
-        docs[f"slots/{path.name}"] = json.loads(path.read_bytes())
-    return docs
 
 
 def turn(store: Store, prompt: str) -> str:
