@@ -382,8 +382,8 @@ def resolve(
     )
     if chosen_model is None:
         raise UsageError(
-            f"no model for provider {provider!r}: pass --model, set AGCTL_MODEL, "
-            "or set one in the profile"
+            f"no model for provider {provider!r}",
+            hint="pass --model, set AGCTL_MODEL, or set one in the profile",
         )
     base_url, base_source = _first(
         ("AGCTL_BASE_URL", env.get("AGCTL_BASE_URL")),

@@ -22,9 +22,14 @@ class AgctlError(Exception):
     """Base of every error the library raises on purpose."""
 
     exit_code = EXIT_ERROR
-    # What to do about it, when the message alone does not say: shown after the message,
-    # and as "hint" in a JSON error.
+    # What to do about it: shown after the message (`agctl: hint: ...`), and as "hint" in
+    # a JSON error, so that a script can show the message alone.
     hint: str | None = None
+
+    def __init__(self, *args: object, hint: str | None = None) -> None:
+        super().__init__(*args)
+        if hint is not None:
+            self.hint = hint
 
 
 class UsageError(AgctlError):
@@ -47,8 +52,8 @@ class AmbiguousId(UsageError):
 class NoSessionSelected(UsageError):
     def __init__(self) -> None:
         super().__init__(
-            "no session selected: pass --session ID, set AGCTL_SESSION, "
-            "or run 'agctl session use ID'"
+            "no session selected",
+            hint="pass --session ID, set AGCTL_SESSION, or run 'agctl session use ID'",
         )
 
 
@@ -89,9 +94,9 @@ class StaleDraft(Conflict):
         self.slot_id = slot_id
         super().__init__(
             f"the draft is older than the last change of slot {slot_id!r} ({what}): its "
-            "prompt was written for a context that is gone; send it anyway with "
-            "'agctl turn send --resume-draft --force', read it with 'agctl draft show', "
-            "or drop it with 'agctl draft rm'"
+            "prompt was written for a context that is gone",
+            hint="send it anyway with 'agctl turn send --resume-draft --force', read it "
+            "with 'agctl draft show', or drop it with 'agctl draft rm'",
         )
 
 
@@ -99,8 +104,8 @@ class HasChildren(Conflict):
     def __init__(self, session_id: str, children: list[str]) -> None:
         self.children = children
         super().__init__(
-            f"session {session_id!r} has children: {', '.join(children)}; destroy them too "
-            "with --recursive, or keep them as orphans with --orphan"
+            f"session {session_id!r} has children: {', '.join(children)}",
+            hint="destroy them too with --recursive, or keep them as orphans with --orphan",
         )
 
 
@@ -109,8 +114,8 @@ class ReadonlySlot(Conflict):
         self.slot_id = slot_id
         self.action = action
         super().__init__(
-            f"slot {slot_id!r} is readonly: cannot {action} "
-            f"(change it with 'agctl slot mode full {slot_id}')"
+            f"slot {slot_id!r} is readonly: cannot {action}",
+            hint=f"change it with 'agctl slot mode full {slot_id}'",
         )
 
 
@@ -157,8 +162,15 @@ class ProviderError(AgctlError):
 
     exit_code = EXIT_PROVIDER
 
-    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False):
-        super().__init__(message)
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
         self.status = status
         self.retryable = retryable
 
@@ -196,13 +208,16 @@ class ContextFull(AgctlError):
             f"({window} window - {reserve} reserve): {self.over} tokens over"
         )
         if compressed_from is None:
-            advice = "compress with 'agctl ctx compress', or turn auto-compress on"
-            super().__init__(f"context full: {needs}; {advice}")
+            super().__init__(
+                f"context full: {needs}",
+                hint="compress with 'agctl ctx compress', or turn auto-compress on",
+            )
         else:
             super().__init__(
                 f"context full even after compressing the slot (the originals are in "
-                f"checkpoint {compressed_from}): {needs}; the messages kept and the input "
-                "are too large: lower compress_keep_recent or shorten the input"
+                f"checkpoint {compressed_from}): {needs}",
+                hint="the messages kept and the input are too large: lower "
+                "compress_keep_recent or shorten the input",
             )
 
 

@@ -196,7 +196,8 @@ def import_session(
         session = session.model_copy(update={"id": validate_id(as_id, "session")})
     if session.id in store.session_ids():
         raise AlreadyExists(
-            f"session {session.id!r} already exists; import it under another id with --as NEW"
+            f"session {session.id!r} already exists",
+            hint="import it under another id with --as NEW",
         )
     ids = [slot.id for slot in document.slots]
     if len(set(ids)) != len(ids):

@@ -71,7 +71,7 @@ def find(words: Sequence[str]) -> ManPage:
         if close
         else f"'{PROGRAM} --help' lists the commands"
     )
-    raise UsageError(f"no man page for '{PROGRAM} {wanted}': {hint}")
+    raise UsageError(f"no man page for '{PROGRAM} {wanted}'", hint=hint)
 
 
 @contextlib.contextmanager

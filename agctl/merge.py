@@ -70,7 +70,9 @@ def merge_slots(
     source = store.load_slot(session_id, source_id)
     target_id = target_id or source.meta.parent_id
     if target_id is None:
-        raise UsageError(f"slot {source.id!r} was not derived from another: give --into SLOT")
+        raise UsageError(
+            f"slot {source.id!r} was not derived from another", hint="give --into SLOT"
+        )
     if target_id == source.id:
         raise UsageError("a slot cannot be merged into itself")
     target = store.load_slot(session_id, target_id)

@@ -229,15 +229,22 @@ def _stopped_at(
 
 @contextlib.contextmanager
 def fresh_session(store: Store, session_id: str | None = None) -> Iterator[str]:
-    """A new session to replay into (`session_id`, else a generated id); if what runs
-    inside fails (a missing cassette, a bad profile) it is destroyed again, so a replay
-    that could not start leaves no session behind."""
+    """A new session to replay into (`session_id`, else a generated id). If what runs
+    inside fails before a turn is committed (a missing cassette, a bad profile, a miss
+    on the first turn) it is destroyed again, and the selection it took is given back,
+    so a replay that got nowhere leaves nothing behind; one that got somewhere is kept,
+    to look at."""
+    previous = store.current_session_id()
     session = store.create_session(session_id)
     try:
         yield session.id
     except BaseException:
         with contextlib.suppress(AgctlError):
-            store.destroy_session(session.id)
+            if store.load_session(session.id).turn_count == 0:
+                selected = store.current_session_id() == session.id
+                store.destroy_session(session.id)
+                if selected and previous is not None:
+                    store.set_current_session(previous)
         raise
 
 

@@ -100,6 +100,8 @@ class PreparedTurn:
     # A draft of the slot kept before this moment is superseded when the turn succeeds.
     started: datetime = field(default_factory=utcnow)
     keep_draft: bool = True
+    # The checkpoint of the originals, when the slot was compressed to make room.
+    compressed_from: str | None = None
 
     @property
     def prompt(self) -> str:
@@ -400,6 +402,8 @@ def _fit_in_window(
             model=options.model,
         )
         prepared = prepare_turn(store, session_id, prompt, options)
+        if done.folded:
+            prepared.compressed_from = done.before
         fit = fit_breakdown(prepared, options, options.window)
         if fit.total <= fit.limit:
             warn_over_budget(fit, prepared.slot)
@@ -424,11 +428,15 @@ def _keep_draft(
         return
     prompt = prepared.prompt
     # A compression done for the turn is a change of its own, checkpointed before and after.
-    outcome = (
-        "the turn was not sent"
-        if isinstance(error, ContextFull) and error.compressed_from
-        else "nothing was written"
-    )
+    if isinstance(error, ContextFull) and error.compressed_from:
+        outcome = "the turn was not sent"
+    elif prepared.compressed_from:
+        outcome = (
+            "the slot was compressed to make room (the originals are in checkpoint "
+            f"{prepared.compressed_from}), but the turn was not written"
+        )
+    else:
+        outcome = "nothing was written"
     try:
         draft = new_draft(store, session_id, prepared.slot, prompt, str(error), reply)
         store.save_draft(session_id, draft)

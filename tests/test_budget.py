@@ -26,7 +26,7 @@ from agctl.compress import (
     render_transcript,
     summarize_slot,
 )
-from agctl.errors import ContextFull, ReadonlySlot, UsageError
+from agctl.errors import ContextFull, ProviderError, ReadonlySlot, UsageError
 from agctl.merge import added_since_branch, merge_slots, message_hashes
 from agctl.models import (
     ContextBudget,
@@ -566,6 +566,32 @@ def test_one_token_over_with_auto_compress_off_is_context_full(store: Store) -> 
     assert store.load_draft("s").prompt == PROMPT_OVER
 
 
+def test_a_turn_that_fails_after_compressing_does_not_say_nothing_was_written(
+    store: Store,
+) -> None:
+    """The compression was written (checkpointed before and after); the turn was not."""
+    _, window = threshold_session(store)
+
+    class FailsTheTurn(RecordingOffline):
+        def stream(self, request: ChatRequest) -> Iterator[Event]:
+            if request.context is not None and request.context.purpose == "turn":
+                raise ProviderError("the server went away")
+            return super().stream(request)
+
+    options = TurnOptions(model="offline", window=window, keep_recent=KEEP)
+    with pytest.raises(ProviderError) as caught:
+        send_turn(store, "s", PROMPT_OVER, FailsTheTurn(), options)
+    (note,) = caught.value.__notes__
+    before = Checkpointer(store).summaries("s")[-1]
+    assert before.label == "before compression"
+    assert note.startswith(
+        "the slot was compressed to make room (the originals are in checkpoint "
+        f"{before.id}), but the turn was not written; your prompt was kept as a draft"
+    )
+    assert "nothing was written" not in note
+    assert len(store.load_slot("s").compressed) == 1
+
+
 @pytest.mark.parametrize(
     ("config", "session", "slot", "compresses"),
     [
@@ -813,8 +839,9 @@ def test_merge_into_a_readonly_slot_is_refused(branched: Store) -> None:
 
 
 def test_merge_needs_a_target(branched: Store) -> None:
-    with pytest.raises(UsageError, match="--into"):
+    with pytest.raises(UsageError, match="not derived") as caught:
         merge_slots(branched, "s", "default")
+    assert caught.value.hint == "give --into SLOT"
     with pytest.raises(UsageError, match="itself"):
         merge_slots(branched, "s", "b", "b")
 

@@ -90,7 +90,7 @@ def test_a_draft_records_its_slot_and_is_fresh_until_the_slot_changes(session: S
     assert reason is not None and "2 messages then, 3 now" in reason
     with pytest.raises(StaleDraft, match="older than the last change of slot 'default'") as e:
         check_resumable(session, SID, draft)
-    assert e.value.exit_code == 4 and "--force" in str(e.value)
+    assert e.value.exit_code == 4 and "--force" in str(e.value.hint)
 
 
 def test_an_edit_that_keeps_the_count_makes_the_draft_stale(session: Store) -> None:

@@ -196,10 +196,40 @@ def test_a_library_error_is_json_with_its_type(run: Run) -> None:
     assert result.exit_code == 4
     error = _json_error(result)
     assert error["type"] == "ReadonlySlot"
-    assert "readonly" in error["message"]
+    assert error["message"] == "slot 'rules' is readonly: cannot append"
+    assert error["hint"] == "change it with 'agctl slot mode full rules'"
     text = run("msg", "append", "user", "hi", "--slot", "rules")
     assert text.exit_code == 4
-    assert text.stderr.startswith("agctl: error: slot 'rules' is readonly")
+    assert text.stderr.splitlines() == [
+        "agctl: error: slot 'rules' is readonly: cannot append",
+        "agctl: hint: change it with 'agctl slot mode full rules'",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "kind", "hint"),
+    [
+        (["msg", "list"], "NoSessionSelected", "pass --session ID"),
+        (["session", "rm", "parent"], "HasChildren", "--recursive"),
+        (["session", "import", "{export}"], "AlreadyExists", "--as NEW"),
+        (["turn", "send", "hi", "--provider", "replay"], "UsageError", "--cassette"),
+        (["man", "sesion"], "UsageError", "agctl man session"),
+    ],
+)
+def test_a_library_error_says_what_to_do_in_its_hint(
+    args: list[str], kind: str, hint: str, run: Run, tmp_path: Path
+) -> None:
+    assert run("session", "new", "parent", "--no-use").exit_code == 0
+    assert run("session", "new", "child", "--parent", "parent", "--no-use").exit_code == 0
+    export = tmp_path / "export.json"
+    assert run("-s", "parent", "session", "export", "-o", str(export)).exit_code == 0
+    argv = [arg.format(export=export) for arg in args]
+    if kind != "NoSessionSelected":
+        argv = ["-s", "parent", *argv]
+    error = _json_error(run(*argv, "--json"))
+    assert error["type"] == kind
+    assert hint in error["hint"]
+    assert hint not in error["message"]
 
 
 def test_agctl_json_is_the_same_as_json(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -295,3 +325,31 @@ def test_a_new_slot_is_selected_only_with_use(maker: list[str], flag: str | None
     assert run(*maker, *([flag] if flag else [])).exit_code == 0
     current = json.loads(run("session", "show", "--json").stdout)["current_slot"]
     assert current == ("made" if flag else "default")
+
+
+def test_with_json_stderr_is_json_lines_warnings_included(
+    run: Run, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: a warning came as `agctl: warning: ...` before the JSON error."""
+    assert run("session", "new", "s").exit_code == 0
+    assert run("slot", "set", "budget", '{"system": 1}').exit_code == 0
+    assert run("session", "set", "system_prompt", "a system prompt of some length").exit_code == 0
+    os.chmod(isolated_env, 0o755)  # loose: warned about, once per process
+    result = subprocess.run(
+        [sys.executable, "-m", "agctl", "turn", "send", "hi", "--json"],
+        env={**os.environ, "AGCTL_SESSION": "s"},
+        capture_output=True,
+        text=True,
+        cwd=isolated_env.parent,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stderr.splitlines()]
+    assert {"warning"} == {key for line in lines for key in line}
+    assert any("over its budget" in line["warning"] for line in lines), lines
+    assert any("open to other users" in line["warning"] for line in lines), lines
+    people = run("turn", "send", "hi")
+    assert any(
+        line.startswith("agctl: warning: slot default: system uses")
+        for line in people.stderr.splitlines()
+    )

@@ -70,7 +70,7 @@ def test_an_unknown_command_names_the_close_ones(words: list[str], suggested: st
     with pytest.raises(UsageError) as caught:
         manpages.find(words)
     assert f"no man page for 'agctl {' '.join(words)}'" in str(caught.value)
-    assert suggested in str(caught.value)
+    assert suggested in str(caught.value.hint)
 
 
 @pytest.mark.parametrize("words", [["xyzzy"], ["..", "..", "etc", "passwd"], ["man1/agctl"]])

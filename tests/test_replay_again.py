@@ -120,6 +120,35 @@ def test_a_replay_that_cannot_start_leaves_no_new_session(
     assert store.current_session_id() is None
 
 
+def test_a_replay_that_fails_before_any_turn_leaves_no_session_and_the_selection(
+    run: Run, store: Store, tmp_path: Path
+) -> None:
+    """Before: a miss on the first turn left an empty new session behind, selected."""
+    assert run("session", "new", "home").exit_code == 0
+    transcript = write_jsonl(tmp_path / "t.jsonl", [{"input": "one"}, {"input": "two"}])
+    empty = tmp_path / "empty.cassette"
+    empty.write_text("")
+    args = ["turn", "replay", str(transcript), "--cassette", str(empty), "--new-session"]
+    result = run(*args)
+    assert result.exit_code == 6, (result.stdout, result.stderr)
+    assert store.session_ids() == ["home"]
+    assert store.current_session_id() == "home"
+    # One that got a turn in is kept, to look at, and selected.
+    recorded = tmp_path / "one.cassette"
+    head = write_jsonl(tmp_path / "head.jsonl", [{"input": "one"}])
+    made = run("turn", "replay", str(head), "--record", str(recorded), "--new-session", "r1")
+    assert made.exit_code == 0, made.stderr
+    assert (
+        run(
+            "turn", "replay", str(transcript), "--cassette", str(recorded), "--new-session", "r2"
+        ).exit_code
+        == 6
+    )
+    assert "r2" in store.session_ids()
+    assert store.load_session("r2").turn_count == 1
+    assert store.current_session_id() == "r2"
+
+
 def test_fresh_session_is_destroyed_when_its_block_fails(store: Store) -> None:
     with pytest.raises(RuntimeError), fresh_session(store, "tmp") as sid:
         assert store.session_ids() == [sid] == ["tmp"]
@@ -290,7 +319,10 @@ def test_replace_recursive_destroys_the_descendants(run: Run, store: Store) -> N
     payload = json.loads(result.stdout)
     assert payload["replaced"] is True
     assert sorted(payload["destroyed"]) == ["grandkid", "kid"]
-    assert "agctl: destroyed kid" in result.stderr
+    assert result.stderr == ""  # with --json, said in the payload only
+    ok(run("session", "new", "kid", "--parent", "ci"))
+    people = ok(run("session", "new", "ci", "--replace", "-r", "--no-use"))
+    assert "agctl: destroyed kid" in people.stderr
     assert store.session_ids() == ["ci"]
     assert store.current_session_id() is None  # the current session (grandkid) is gone
 

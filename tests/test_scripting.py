@@ -153,8 +153,28 @@ def test_an_empty_prompt_after_a_tool_result_sends_the_view_as_it_is(run: Run, s
     assert run("turn", "send", "", "--no-stream").exit_code == 2  # last is no tool result
 
 
-def test_an_empty_prompt_is_refused_before_anything_is_sent(run: Run) -> None:
-    result = run("turn", "send", "", "--no-stream")
+@pytest.mark.parametrize(
+    "how", [[], ["-"], [""]], ids=["no prompt, empty stdin", "-, empty stdin", "empty argument"]
+)
+def test_no_prompt_continues_after_a_tool_result_from_the_command_line(
+    how: list[str], run: Run, store: Any
+) -> None:
+    """Before: `agctl turn send </dev/null` after a tool result was a usage error."""
+    from agctl.models import Message
+
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    asked = Message.from_openai({"role": "assistant", "content": None, "tool_calls": [call]})
+    store.update_slot(SID, None, lambda s: s.messages.append(asked))
+    assert run("msg", "append", "tool", '{"ok": true}', "--tool-call-id", "c1").exit_code == 0
+    result = run("turn", "send", *how, "--no-stream", input="")
+    assert result.exit_code == 0, result.stderr
+    roles = [m["role"] for m in json.loads(run("msg", "list", "--json").stdout)]
+    assert roles[-3:] == ["assistant", "tool", "assistant"]
+
+
+@pytest.mark.parametrize("how", [[], ["-"], [""]])
+def test_an_empty_prompt_is_refused_before_anything_is_sent(how: list[str], run: Run) -> None:
+    result = run("turn", "send", *how, "--no-stream", input="")
     assert result.exit_code == 2
     assert "prompt is empty" in result.stderr
     assert [m["content"] for m in json.loads(run("msg", "list", "--json").stdout)] == ["first"]
@@ -193,3 +213,16 @@ def test_a_keyless_local_server_needs_no_key(run: Run, server: Any) -> None:
     assert run("profile", "add", "local", "--base-url", server.base_url, "--model", "m",
                "--default").exit_code == 0  # fmt: skip
     assert run("turn", "send", "hi", "--no-stream").exit_code == 0
+
+
+@pytest.mark.parametrize("word", ["default", "none", "null"])
+def test_unsetting_a_session_text_setting_is_said_so(word: str, run: Run) -> None:
+    """Before: `session set model null` stored the model "null", shown as `model = null`,
+    like an unset one."""
+    assert run("session", "set", "model", "gpt-x").exit_code == 0
+    result = run("session", "set", "model", word)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "model unset (the default)\n"
+    assert json.loads(run("session", "show", "--json").stdout)["model"] is None
+    literal = run("session", "set", "model", "null-model")
+    assert literal.stdout == "model = null-model\n"

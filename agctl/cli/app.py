@@ -49,7 +49,7 @@ class App:
         if self._store is None:
             from agctl.store import Store
 
-            warnings_to_stderr()
+            warnings_to_stderr(json=self.json)
             self._store = Store(self.data_dir)
         return self._store
 
@@ -79,6 +79,10 @@ class App:
         else:
             echo(str(payload))
 
+    def warn(self, message: str) -> None:
+        """A warning from the command itself, in the library's warnings' format."""
+        echo(warning_text(message, self.json), err=True)
+
     def done(self, payload: Any, text: str) -> None:
         """Report a change: like `emit`, but silent for people with --quiet."""
         if self.quiet and not self.json:
@@ -107,12 +111,23 @@ class App:
 pass_app = click.make_pass_decorator(App)
 
 
-def warnings_to_stderr() -> None:
+def warning_text(message: str, json: bool) -> str:
+    """A warning on stderr: `agctl: warning: ...`, or with --json one JSON line
+    ({"warning": "..."}), so that stderr stays JSON throughout."""
+    if not json:
+        return f"agctl: warning: {message}"
+    import orjson
+
+    return orjson.dumps({"warning": message}).decode()
+
+
+def warnings_to_stderr(json: bool = False) -> None:
     """The library's warnings (a data dir open to other users, a cache not updated) reach
-    people as `agctl: warning: ...` even without -v; -v and AGCTL_LOG configure more."""
+    people as `agctl: warning: ...` (a JSON line with --json) even without -v; -v and
+    AGCTL_LOG configure more."""
     import logging
 
-    class ToStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    class WarningsToStderr(logging.StreamHandler):  # type: ignore[type-arg]
         """Writes to whatever sys.stderr is at the time (a test runner swaps it)."""
 
         @property
@@ -123,13 +138,20 @@ def warnings_to_stderr() -> None:
         def stream(self, value: Any) -> None:
             pass
 
+        def format(self, record: logging.LogRecord) -> str:
+            return warning_text(record.getMessage(), getattr(self, "json", False))
+
     logger = logging.getLogger("agctl")
+    for handler in logger.handlers:
+        if getattr(handler, "agctl_warnings", False):
+            handler.json = json  # type: ignore[attr-defined]  # a later command, same process
     if logger.handlers:
         return
-    handler = ToStderr()
-    handler.setFormatter(logging.Formatter("agctl: warning: %(message)s"))
-    handler.setLevel(logging.WARNING)
-    logger.addHandler(handler)
+    ours = WarningsToStderr()
+    ours.json = json  # type: ignore[attr-defined]
+    ours.agctl_warnings = True  # type: ignore[attr-defined]
+    ours.setLevel(logging.WARNING)
+    logger.addHandler(ours)
 
 
 def echo(text: str = "", *, err: bool = False, nl: bool = True) -> None:
@@ -356,11 +378,15 @@ def attached_file(path: str) -> str:
     return f"--- {path} ---\n" + (text[:-1] if text.endswith("\n") else text)
 
 
-def text_argument(value: str | None, what: str = "TEXT", files: Sequence[str] = ()) -> str:
+def text_argument(
+    value: str | None, what: str = "TEXT", files: Sequence[str] = (), may_be_empty: bool = False
+) -> str:
     """The text of a command that reads text, never dropping piped input.
 
     - `-`: standard input only.
     - absent: standard input when it is piped (else a usage error, unless `files`).
+    - `may_be_empty`: no text at all is not a usage error but "" (a turn after a tool
+      result continues with none; the library refuses it elsewhere).
     - given: the argument; with piped standard input that is not empty, the argument, a
       blank line, then standard input (as `llm` joins them).
 
@@ -370,14 +396,14 @@ def text_argument(value: str | None, what: str = "TEXT", files: Sequence[str] = 
     attached = [attached_file(path) for path in files]
     if value == "-":
         text = _stdin_text()
-        if not text:
+        if not text and not may_be_empty:
             raise UsageError(f"no {what} on standard input")
     elif value is None:
         piped = stdin_is_piped()
-        if not piped and not attached:
+        if not piped and not attached and not may_be_empty:
             raise UsageError(f"give {what} as an argument, or '-' and pipe it on standard input")
         text = _stdin_text() if piped else ""
-        if not text and not attached:
+        if not text and not attached and not may_be_empty:
             raise UsageError(f"no {what} on standard input")
     else:
         text = value

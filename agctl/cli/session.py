@@ -153,9 +153,9 @@ def new(
         payload["replaced"] = outcome.replaced
         payload["destroyed"] = outcome.destroyed
         payload["detached"] = outcome.detached
-        for sid in outcome.destroyed:
+        for sid in [] if app.json else outcome.destroyed:  # with --json, in the payload
             echo(f"agctl: destroyed {sid}", err=True)
-        for sid in outcome.detached:
+        for sid in [] if app.json else outcome.detached:
             echo(f"agctl: detached {sid} (its parent was the replaced session)", err=True)
     else:
         session = app.store.create_session(session_id, **settings)
@@ -420,7 +420,8 @@ def tree(app: App, session_id: str | None) -> None:
 @session_option
 @pass_app
 def set_(app: App, key: str, value: str) -> None:
-    """Change a session setting ('default' unsets profile, model and auto_compress).
+    """Change a session setting ('default', 'none' or 'null' unsets profile, model and
+    auto_compress).
 
     memory_in_context true renders the session memory as one system message in every
     request; auto_compress true/false overrides the config for this session's slots.
@@ -435,11 +436,12 @@ def set_(app: App, key: str, value: str) -> None:
 
     text_keys = ("title", "system_prompt", "profile", "model")
     parsed = parse_setting(value)
-    if key in text_keys and value not in ("default", "none"):
+    if key in text_keys and value not in ("default", "none", "null"):
         parsed = value
     session = app.store.configure_session(app.session_id(), {key: parsed})
     shown = getattr(session, key)
-    app.done({"session": session.id, key: shown}, text=f"{key} = {plain(shown)}")
+    text = f"{key} = {plain(shown)}" if shown is not None else f"{key} unset (the default)"
+    app.done({"session": session.id, key: shown}, text=text)
 
 
 @command.command("export")

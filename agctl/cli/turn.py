@@ -260,7 +260,7 @@ def send(
     else:
         if force:
             raise click.UsageError("--force applies only with --resume-draft")
-        prompt = text_argument(prompt, "PROMPT", files=files)
+        prompt = text_argument(prompt, "PROMPT", files=files, may_be_empty=True)
     setup = Setup.resolve(
         app,
         sid,
@@ -457,33 +457,33 @@ def replay(
         provider = setup.provider(record=record)
         if new_session is not None and make_current:
             app.store.set_current_session(sid)
-    show_bar = sys.stderr.isatty() and not app.json
-    bar = (
-        click.progressbar(length=len(turns), label="replaying", file=sys.stderr)
-        if show_bar
-        else None
-    )
-
-    def on_turn(outcome: Any) -> None:
-        if app.json:
-            echo(orjson.dumps({"type": "turn", **outcome.to_dict()}).decode())
-        if bar is not None:
-            bar.update(1)
-
-    try:
-        summary = run_replay(
-            app.store,
-            sid,
-            turns,
-            provider,
-            base,
-            check=check_mode if check else None,  # type: ignore[arg-type]
-            on_turn=on_turn,
-            source=source,
+        show_bar = sys.stderr.isatty() and not app.json
+        bar = (
+            click.progressbar(length=len(turns), label="replaying", file=sys.stderr)
+            if show_bar
+            else None
         )
-    finally:
-        if bar is not None:
-            bar.render_finish()
+
+        def on_turn(outcome: Any) -> None:
+            if app.json:
+                echo(orjson.dumps({"type": "turn", **outcome.to_dict()}).decode())
+            if bar is not None:
+                bar.update(1)
+
+        try:
+            summary = run_replay(
+                app.store,
+                sid,
+                turns,
+                provider,
+                base,
+                check=check_mode if check else None,  # type: ignore[arg-type]
+                on_turn=on_turn,
+                source=source,
+            )
+        finally:
+            if bar is not None:
+                bar.render_finish()
     result = {"session": sid, **summary.to_dict()}
     if app.json:
         echo(orjson.dumps({"type": "summary", **result}).decode())

@@ -56,8 +56,9 @@ def check_key(settings: Resolved) -> None:
         return
     profile = f"profile {settings.profile}" if settings.profile else "the openai preset"
     raise ProviderError(
-        f"{settings.key_env} is not set ({profile}); export it, or give the key with "
-        "'agctl profile add NAME --api-key -' or AGCTL_API_KEY"
+        f"{settings.key_env} is not set ({profile})",
+        hint="export it, or give the key with 'agctl profile add NAME --api-key -' or "
+        "AGCTL_API_KEY",
     )
 
 
@@ -77,7 +78,7 @@ def build_provider(
 
         path = cassette or (Path(settings.cassette) if settings.cassette else None)
         if path is None:
-            raise UsageError("the replay provider needs a cassette: pass --cassette FILE")
+            raise UsageError("the replay provider needs a cassette", hint="pass --cassette FILE")
         provider = ReplayProvider(path)
     elif script is not None:
         from agctl.providers.offline import OfflineProvider, load_script
