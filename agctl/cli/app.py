@@ -79,6 +79,11 @@ class App:
         else:
             echo(str(payload))
 
+    def emit_line(self, payload: Any) -> None:
+        """Print `payload` as one JSON line, for output a script reads as it comes (JSON
+        lines: search hits, stream events, replayed turns), whatever --json says."""
+        echo(json_text(payload))
+
     def done(self, payload: Any, text: str) -> None:
         """Report a change: like `emit`, but silent for people with --quiet."""
         if self.quiet and not self.json:
@@ -148,17 +153,24 @@ def page(text: str) -> None:
         echo(text)
 
 
-def echo_json(payload: Any, *, err: bool = False) -> None:
+def json_text(payload: Any, *, indent: bool = False) -> str:
+    """`payload` as JSON text: indented for a document, on one line for JSON lines."""
     import orjson
 
+    option = orjson.OPT_NON_STR_KEYS | (orjson.OPT_INDENT_2 if indent else 0)
     try:
-        text = orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+        return orjson.dumps(payload, option=option).decode()
     except TypeError:
         # A file name that is not UTF-8 (any bytes are a valid path): escaped, as JSON can.
         import json
 
-        text = json.dumps(payload, indent=2, default=str)
-    echo(text, err=err)
+        if indent:
+            return json.dumps(payload, indent=2, default=str)
+        return json.dumps(payload, separators=(",", ":"), default=str)
+
+
+def echo_json(payload: Any, *, err: bool = False) -> None:
+    echo(json_text(payload, indent=True), err=err)
 
 
 def _cell(value: Any) -> str:
@@ -191,9 +203,7 @@ def plain(value: Any) -> str:
     never a Python repr (True, None, {'a': 1})."""
     if isinstance(value, str):
         return value
-    import orjson
-
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    return json_text(value)
 
 
 def key_values(payload: dict[str, Any]) -> str:
