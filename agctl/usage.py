@@ -99,6 +99,21 @@ def session_cost(session: Session, prices: Prices) -> float | None:
     return add_costs(row.cost for row in session_usage(session, prices))
 
 
+def with_known_costs(session: Session, prices: Prices) -> Session:
+    """A copy of `session` whose costs are what is known at `prices` (an old 0 of an
+    unpriced model, and every total it is part of, read as None): what commands show,
+    so none prints a stale $0; the stored session is left as it is."""
+    rows = session_usage(session, prices)
+    by_model = {
+        row.model: session.cost.by_model[row.model].model_copy(update={"cost": row.cost})
+        for row in rows
+    }
+    cost = session.cost.model_copy(
+        update={"cost": add_costs(row.cost for row in rows), "by_model": by_model}
+    )
+    return session.model_copy(update={"cost": cost})
+
+
 def parse_since(text: str) -> datetime:
     """An ISO date (YYYY-MM-DD, midnight UTC) or timestamp (UTC unless it names a zone)."""
     try:

@@ -21,6 +21,7 @@ from agctl.errors import InvalidInput, NoSessionSelected, UsageError
 
 if TYPE_CHECKING:
     from agctl.store import Store
+    from agctl.usage import Prices
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -43,6 +44,7 @@ class App:
         self.quiet = quiet
         self.verbose = 0
         self._store: Store | None = None
+        self._prices: Prices | None = None
 
     @property
     def store(self) -> Store:
@@ -52,6 +54,16 @@ class App:
             warnings_to_stderr()
             self._store = Store(self.data_dir)
         return self._store
+
+    @property
+    def prices(self) -> Prices:
+        """The config's price table, read once: every cost a command shows is priced with
+        it (agctl.usage.with_known_costs for a session)."""
+        if self._prices is None:
+            from agctl.config import ConfigStore
+
+            self._prices = ConfigStore().load().price_overrides()
+        return self._prices
 
     def session_id(self, given: str | None = None) -> str:
         """The session named by `given` (a command's ID argument), else --session/-s or

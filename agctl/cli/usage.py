@@ -32,12 +32,10 @@ def command(app: App, since: str | None) -> None:
       agctl usage --since 2026-01-31T09:00:00Z --json | jq '.total.cost'
     """
     from agctl.cli.app import table
-    from agctl.config import ConfigStore
     from agctl.usage import cost_text, parse_since, usage_report
 
     start = parse_since(since) if since is not None else None
-    prices = ConfigStore().load().price_overrides()
-    report = usage_report(app.store, prices, start)
+    report = usage_report(app.store, app.prices, start)
     if app.json:
         app.emit(report.to_dict())
         return
