@@ -1,33 +1,28 @@
 """Finding messages by their text: across every session and slot (`agctl search`), or in
 one slot (`msg find --text`), with one matcher for both.
 
-Slot documents are read without a lock, as every reader does (writers replace files
-atomically). A slot in the current format is scanned straight from its JSON, checking
-only the fields the search reads; anything else (an older format, a shape the fast path
-cannot vouch for) goes through the Store's validated read, so its errors are the ones
-every command reports. A session or slot that cannot be read is reported and skipped:
-one damaged document never stops a search.
+Sessions and slots are walked as agctl.walk walks them (lock-free; a damaged document
+is reported and skipped). A slot in the current format is scanned straight from its JSON,
+checking only the fields the search reads; anything else (an older format, a shape the
+fast path cannot vouch for) goes through the Store's validated read, so its errors are
+the ones every command reports.
 """
 
 from __future__ import annotations
 
-import logging
 import re
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
 
 from agctl import schema
-from agctl.errors import AgctlError, NotFound, UsageError
-from agctl.ids import validate_id
+from agctl.errors import UsageError
 from agctl.models import ROLES, Message
 from agctl.store import Store
+from agctl.walk import ZONES, ProblemHandler, walk
 
-log = logging.getLogger("agctl.search")
-
-ZONES = ("immutable", "compressed", "messages")
 # Characters of context shown on each side of a match, and the most of a match shown.
 SNIPPET_CONTEXT = 40
 SNIPPET_MATCH = 120
@@ -193,7 +188,7 @@ def search(
     slot_id: str | None = None,
     roles: Collection[str] | None = None,
     limit: int | None = None,
-    on_problem: Callable[[AgctlError], None] | None = None,
+    on_problem: ProblemHandler | None = None,
 ) -> Iterator[Hit]:
     """Every message that matches, session by session (by id), slot by slot, zone by zone,
     as it is found; at most `limit` of them.
@@ -202,50 +197,25 @@ def search(
     (in one given session, a slot it does not have is NotFound). A session or slot that
     cannot be read goes to `on_problem` (default: a warning in the log) and is skipped.
     """
-    if slot_id is not None:
-        validate_id(slot_id, "slot")
     if limit is not None and limit <= 0:
         return
-
-    def report(problem: AgctlError) -> None:
-        if on_problem is not None:
-            on_problem(problem)
-        else:
-            log.warning("skipped %s", problem)
-
     found = 0
-    for sid in [session_id] if session_id is not None else store.session_ids():
-        try:
-            slots = store.slot_ids(sid)
-        except AgctlError as exc:
-            if session_id is not None:
-                raise
-            report(exc)
-            continue
-        if slot_id is not None:
-            if slot_id not in slots and session_id is not None:
-                raise NotFound(f"slot {slot_id!r} not found in session {sid!r}")
-            slots = [slot_id] if slot_id in slots else []
-        for sl in slots:
-            try:
-                zones = slot_entries(store, sid, sl)
-            except AgctlError as exc:
-                report(exc)
-                continue
-            for zone in ZONES:
-                entries = zones[zone]
-                for index, (start, end) in matching(entries, matcher, roles):
-                    text = entries[index][1]
-                    yield Hit(
-                        session=sid,
-                        slot=sl,
-                        zone=zone,
-                        index=index,
-                        role=entries[index][0],
-                        start=start,
-                        end=end,
-                        snippet=snippet(text, start, end),
-                    )
-                    found += 1
-                    if limit is not None and found >= limit:
-                        return
+    slots = walk(store, slot_entries, session_id=session_id, slot_id=slot_id, on_problem=on_problem)
+    for sid, sl, zones in slots:
+        for zone in ZONES:
+            entries = zones[zone]
+            for index, (start, end) in matching(entries, matcher, roles):
+                text = entries[index][1]
+                yield Hit(
+                    session=sid,
+                    slot=sl,
+                    zone=zone,
+                    index=index,
+                    role=entries[index][0],
+                    start=start,
+                    end=end,
+                    snippet=snippet(text, start, end),
+                )
+                found += 1
+                if limit is not None and found >= limit:
+                    return

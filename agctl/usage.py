@@ -17,6 +17,7 @@ from agctl.errors import AgctlError, UsageError
 from agctl.models import Message, ModelCost, Session
 from agctl.pack import content_hash
 from agctl.pricing import cost_of, price_for
+from agctl.walk import ProblemHandler, skip_with_warning, slot_messages, walk
 
 if TYPE_CHECKING:
     from agctl.store import Store
@@ -98,6 +99,21 @@ def session_cost(session: Session, prices: Prices) -> float | None:
     return add_costs(row.cost for row in session_usage(session, prices))
 
 
+def with_known_costs(session: Session, prices: Prices) -> Session:
+    """A copy of `session` whose costs are what is known at `prices` (an old 0 of an
+    unpriced model, and every total it is part of, read as None): what commands show,
+    so none prints a stale $0; the stored session is left as it is."""
+    rows = session_usage(session, prices)
+    by_model = {
+        row.model: session.cost.by_model[row.model].model_copy(update={"cost": row.cost})
+        for row in rows
+    }
+    cost = session.cost.model_copy(
+        update={"cost": add_costs(row.cost for row in rows), "by_model": by_model}
+    )
+    return session.model_copy(update={"cost": cost})
+
+
 def parse_since(text: str) -> datetime:
     """An ISO date (YYYY-MM-DD, midnight UTC) or timestamp (UTC unless it names a zone)."""
     try:
@@ -147,7 +163,7 @@ def usage_report(
     store: Store,
     prices: Prices,
     since: datetime | None = None,
-    problems: list[AgctlError] | None = None,
+    on_problem: ProblemHandler | None = None,
 ) -> UsageReport:
     """Tokens and cost by model across every session.
 
@@ -155,35 +171,41 @@ def usage_report(
     With it, the replies at or after `since` still held in the slots are counted once each
     however many slots or forked sessions hold a copy, and priced at today's prices; a
     reply no slot holds any more (removed, compressed, rolled back) is not counted.
-    A session that cannot be read raises, unless `problems` is given (see list_sessions).
+    A session or slot that cannot be read goes to `on_problem` (default: a warning) and
+    is skipped, as agctl.walk skips it.
     """
+    report_problem = on_problem or skip_with_warning
     if since is None:
         report = UsageReport(counted="session totals")
+        problems: list[AgctlError] = []
         for info in store.list_sessions(problems=problems):
             report.sessions += 1
             for usage in session_usage(info.session, prices):
                 report.row(usage.model).add(
                     usage.requests, usage.prompt_tokens, usage.completion_tokens, usage.cost
                 )
+        for problem in problems:
+            report_problem(problem)
         return report
+    from agctl.store import Store
+
     report = UsageReport(counted="replies", since=since)
     seen: set[str] = set()
-    for info in store.list_sessions(problems=problems):
-        counted = False
-        for slot in store.list_slots(info.session.id):
-            for message in (*slot.immutable, *slot.compressed, *slot.messages):
-                reply = _accounted_reply(message, since)
-                if reply is None:
-                    continue
-                identity = content_hash(message.model_dump(mode="json"))
-                if identity in seen:
-                    continue
-                seen.add(identity)
-                counted = True
-                model, prompt, completion = reply
-                cost = cost_of(model, prompt, completion, prices)
-                report.row(model).add(1, prompt, completion, cost)
-        report.sessions += counted
+    counted: set[str] = set()
+    for session_id, _, slot in walk(store, Store.load_slot, on_problem=report_problem):
+        for _, _, message in slot_messages(slot):
+            reply = _accounted_reply(message, since)
+            if reply is None:
+                continue
+            identity = content_hash(message.model_dump(mode="json"))
+            if identity in seen:
+                continue
+            seen.add(identity)
+            counted.add(session_id)
+            model, prompt, completion = reply
+            cost = cost_of(model, prompt, completion, prices)
+            report.row(model).add(1, prompt, completion, cost)
+    report.sessions = len(counted)
     return report
 
 

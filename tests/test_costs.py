@@ -28,6 +28,7 @@ from agctl.usage import (
     session_cost,
     session_usage,
     usage_report,
+    with_known_costs,
 )
 
 Run = Callable[..., Result]
@@ -126,6 +127,23 @@ def test_session_usage_and_cost_of_an_old_session_document() -> None:
     assert (rows[UNPRICED].cost, rows["offline"].cost) == (None, 0.0)
     assert session_cost(session, {}) is None
     assert session_cost(session, {UNPRICED: (1.0, 1.0)}) == 0.0
+
+
+def test_with_known_costs_fills_every_cost_of_a_copy(store: Store) -> None:
+    old = Session.model_validate(
+        {
+            "id": "old",
+            "cost": {
+                "cost": 0.0,
+                "by_model": {UNPRICED: {"requests": 1}, "offline": {"requests": 1}},
+            },
+        }
+    )
+    known = with_known_costs(old, {})
+    assert known.cost.cost is None
+    assert (known.cost.by_model[UNPRICED].cost, known.cost.by_model["offline"].cost) == (None, 0.0)
+    assert (old.cost.cost, old.cost.by_model[UNPRICED].cost) == (0.0, 0.0)  # left as it was
+    assert with_known_costs(old, {UNPRICED: (1.0, 1.0)}).cost.cost == 0.0
 
 
 # ---- usage across sessions ------------------------------------------------------------
@@ -310,3 +328,25 @@ def test_the_turn_status_line_on_a_terminal_says_unpriced(
     line = received.decode().strip().splitlines()[-1]
     assert line.startswith(f"[turn 1 · default · {UNPRICED} · ")
     assert line.endswith("tokens · unpriced]")
+
+
+def test_no_command_shows_an_old_zero_of_an_unpriced_model(run: Run, store: Store) -> None:
+    """Before: ckpt show --json printed the stored 0.0 of a session written before unknown
+    costs were recorded; session show patched its own copy, ckpt show did not."""
+    ok(run("session", "new", "old"))
+
+    def as_written_before(session: Session) -> None:
+        session.cost.cost = 0.0
+        session.cost.by_model[UNPRICED] = ModelCost(requests=2, prompt_tokens=9, cost=0.0)
+
+    store.update_session("old", as_written_before)
+    checkpoint = Checkpointer(store).create("old", label="old").id
+    shown = json.loads(ok(run("--json", "session", "show")).stdout)["cost"]
+    listed = json.loads(ok(run("--json", "session", "list")).stdout)[0]["cost"]
+    held = json.loads(ok(run("--json", "ckpt", "show", checkpoint)).stdout)["session"]["cost"]
+    assert (shown["cost"], listed, held["cost"]) == (None, None, None)
+    assert shown["by_model"][UNPRICED]["cost"] is None
+    assert held["by_model"][UNPRICED]["cost"] is None
+    for args in (("session", "show"), ("session", "list"), ("ckpt", "show", checkpoint)):
+        text = ok(run(*args)).stdout
+        assert "unpriced" in text and "$0.0000" not in text, args

@@ -179,7 +179,7 @@ def test_a_damaged_session_is_reported_and_the_search_goes_on(
     assert isinstance(problems[0], CorruptDocument)
     assert "default.json" in str(problems[0])
     assert "e-session" in str(problems[1])
-    with caplog.at_level("WARNING", logger="agctl.search"):
+    with caplog.at_level("WARNING", logger="agctl"):
         assert len(list(search(store, Matcher("hello")))) == 3
     assert "skipped" in caplog.text and "default.json" in caplog.text
 

@@ -21,6 +21,7 @@ from agctl.errors import InvalidInput, NoSessionSelected, UsageError
 
 if TYPE_CHECKING:
     from agctl.store import Store
+    from agctl.usage import Prices
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -43,6 +44,7 @@ class App:
         self.quiet = quiet
         self.verbose = 0
         self._store: Store | None = None
+        self._prices: Prices | None = None
 
     @property
     def store(self) -> Store:
@@ -52,6 +54,16 @@ class App:
             warnings_to_stderr(json=self.json)
             self._store = Store(self.data_dir)
         return self._store
+
+    @property
+    def prices(self) -> Prices:
+        """The config's price table, read once: every cost a command shows is priced with
+        it (agctl.usage.with_known_costs for a session)."""
+        if self._prices is None:
+            from agctl.config import ConfigStore
+
+            self._prices = ConfigStore().load().price_overrides()
+        return self._prices
 
     def session_id(self, given: str | None = None) -> str:
         """The session named by `given` (a command's ID argument), else --session/-s or
@@ -82,6 +94,11 @@ class App:
     def warn(self, message: str) -> None:
         """A warning from the command itself, in the library's warnings' format."""
         echo(warning_text(message, self.json), err=True)
+
+    def emit_line(self, payload: Any) -> None:
+        """Print `payload` as one JSON line, for output a script reads as it comes (JSON
+        lines: search hits, stream events, replayed turns), whatever --json says."""
+        echo(json_text(payload))
 
     def done(self, payload: Any, text: str) -> None:
         """Report a change: like `emit`, but silent for people with --quiet."""
@@ -114,11 +131,7 @@ pass_app = click.make_pass_decorator(App)
 def warning_text(message: str, json: bool) -> str:
     """A warning on stderr: `agctl: warning: ...`, or with --json one JSON line
     ({"warning": "..."}), so that stderr stays JSON throughout."""
-    if not json:
-        return f"agctl: warning: {message}"
-    import orjson
-
-    return orjson.dumps({"warning": message}).decode()
+    return json_text({"warning": message}) if json else f"agctl: warning: {message}"
 
 
 def warnings_to_stderr(json: bool = False) -> None:
@@ -170,17 +183,24 @@ def page(text: str) -> None:
         echo(text)
 
 
-def echo_json(payload: Any, *, err: bool = False) -> None:
+def json_text(payload: Any, *, indent: bool = False) -> str:
+    """`payload` as JSON text: indented for a document, on one line for JSON lines."""
     import orjson
 
+    option = orjson.OPT_NON_STR_KEYS | (orjson.OPT_INDENT_2 if indent else 0)
     try:
-        text = orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+        return orjson.dumps(payload, option=option).decode()
     except TypeError:
         # A file name that is not UTF-8 (any bytes are a valid path): escaped, as JSON can.
         import json
 
-        text = json.dumps(payload, indent=2, default=str)
-    echo(text, err=err)
+        if indent:
+            return json.dumps(payload, indent=2, default=str)
+        return json.dumps(payload, separators=(",", ":"), default=str)
+
+
+def echo_json(payload: Any, *, err: bool = False) -> None:
+    echo(json_text(payload, indent=True), err=err)
 
 
 def _cell(value: Any) -> str:
@@ -213,9 +233,7 @@ def plain(value: Any) -> str:
     never a Python repr (True, None, {'a': 1})."""
     if isinstance(value, str):
         return value
-    import orjson
-
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    return json_text(value)
 
 
 def key_values(payload: dict[str, Any]) -> str:

@@ -138,9 +138,12 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
       agctl ckpt show k3x9
       agctl ckpt show k3x9 --messages --json
     """
+    from agctl.usage import with_known_costs
+
     sid = app.session_id()
     checkpoint = _resolve(app, sid, checkpoint_id)
     state = checkpointer(app).state(sid, checkpoint)
+    session = with_known_costs(state.session, app.prices)
     slots = []
     for slot in state.slots.values():
         row: dict[str, Any] = {
@@ -156,17 +159,15 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
         slots.append(row)
     payload = {
         **summary_row(checkpoint.summary()),
-        "session": state.session.model_dump(mode="json"),
+        "session": session.model_dump(mode="json"),
         "slot_states": slots,
     }
     if app.json:
         app.emit(payload)
         return
     from agctl.cli.app import table
-    from agctl.config import ConfigStore
-    from agctl.usage import cost_text, session_cost
+    from agctl.usage import cost_text
 
-    session = state.session
     head = {
         "checkpoint": checkpoint.id,
         "label": checkpoint.label,
@@ -174,7 +175,7 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
         "created": payload["created_at"],
         "current slot": session.current_slot,
         "memory keys": ", ".join(sorted(session.memory)) or None,
-        "cost": cost_text(session_cost(session, ConfigStore().load().price_overrides())),
+        "cost": cost_text(session.cost.cost),
     }
     app.emit(head)
     echo()

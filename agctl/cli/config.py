@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from agctl.cli.app import App, echo, json_option, pass_app, plain
+from agctl.cli.app import App, echo, json_option, json_text, pass_app, plain
 from agctl.cli.complete import complete_models, complete_profiles
 
 
@@ -64,10 +64,8 @@ def show(app: App, profile: str | None, model: str | None) -> None:
     if app.json:
         app.emit(payload)
         return
-    import orjson
-
     echo(f"# {config_store.path}")
-    echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+    echo(json_text(data, indent=True))
     echo("\n# the next turn would use")
     if "error" in public:
         echo(f"nothing: {public['error']}")

@@ -57,8 +57,6 @@ def command(
       agctl -s 1q2w search TODO --slot plan-b
       agctl search deploy --json | jq -r '"\\(.session) \\(.index)"'
     """
-    import orjson
-
     from agctl.search import Matcher, search
 
     matcher = Matcher(text, regex=regex)
@@ -72,6 +70,6 @@ def command(
     )
     for hit in hits:
         if app.json:
-            echo(orjson.dumps(hit.to_dict()).decode())
+            app.emit_line(hit.to_dict())
         else:
             echo(f"{hit.where} {hit.role}: {hit.snippet}")

@@ -35,9 +35,9 @@ def parent_label(row: dict[str, Any]) -> str | None:
 
 def session_row(info: SessionInfo, current: str | None, prices: Prices) -> dict[str, Any]:
     from agctl.models import isoformat
-    from agctl.usage import session_cost
+    from agctl.usage import with_known_costs
 
-    session = info.session
+    session = with_known_costs(info.session, prices)
     return {
         "id": session.id,
         "current": session.id == current,
@@ -49,7 +49,7 @@ def session_row(info: SessionInfo, current: str | None, prices: Prices) -> dict[
         "created_at": isoformat(session.created_at),
         "turn_count": session.turn_count,
         "current_slot": session.current_slot,
-        "cost": session_cost(session, prices),
+        "cost": session.cost.cost,
     }
 
 
@@ -180,7 +180,6 @@ def list_(app: App, limit: int | None) -> None:
       agctl session list -n 5
       agctl session list --json | jq -r '.[].id'
     """
-    from agctl.config import ConfigStore
     from agctl.errors import AgctlError
     from agctl.usage import cost_text
 
@@ -188,9 +187,8 @@ def list_(app: App, limit: int | None) -> None:
     infos = most_recent(app.store.list_sessions(problems=problems), limit, newest_first=False)
     current = app.store.current_session_id()
     for problem in problems:
-        echo(f"agctl: warning: skipped {problem}", err=True)
-    prices = ConfigStore().load().price_overrides()
-    rows = [session_row(info, current, prices) for info in infos]
+        app.warn(f"skipped {problem}")
+    rows = [session_row(info, current, app.prices) for info in infos]
     display = [
         {
             **row,
@@ -229,16 +227,11 @@ def show(app: App, session_id: str | None) -> None:
       agctl session show 1q2w --json
     """
     from agctl.cli.slot import slot_row
-    from agctl.config import ConfigStore
-    from agctl.usage import cost_text, session_cost, session_usage
+    from agctl.usage import cost_text, with_known_costs
 
     sid = app.session_id(session_id)
-    session = app.store.load_session(sid)
-    prices = ConfigStore().load().price_overrides()
+    session = with_known_costs(app.store.load_session(sid), app.prices)
     payload = session_document(session)
-    payload["cost"]["cost"] = session_cost(session, prices)
-    for usage in session_usage(session, prices):
-        payload["cost"]["by_model"][usage.model]["cost"] = usage.cost
     payload["children"] = app.store.children(sid)
     payload["slots"] = [slot_row(s, session.current_slot) for s in app.store.list_slots(sid)]
     if app.json:
@@ -259,12 +252,12 @@ def show(app: App, session_id: str | None) -> None:
         "turns": session.turn_count,
         "tokens": f"{session.cost.prompt_tokens} prompt + "
         f"{session.cost.completion_tokens} completion",
-        "cost": cost_text(session_cost(session, prices)),
+        "cost": cost_text(session.cost.cost),
         "memory keys": len(session.memory),
         "slots": ", ".join(s["id"] for s in payload["slots"]),
     }
-    for usage in session_usage(session, prices):
-        summary[f"cost of {usage.model}"] = (
+    for model, usage in sorted(session.cost.by_model.items()):
+        summary[f"cost of {model}"] = (
             f"{cost_text(usage.cost)} ({usage.requests} request"
             f"{'s' if usage.requests != 1 else ''}, {usage.prompt_tokens} "
             f"prompt + {usage.completion_tokens} completion tokens)"
@@ -366,7 +359,7 @@ def tree(app: App, session_id: str | None) -> None:
     problems: list[AgctlError] = []
     infos = {i.session.id: i for i in app.store.list_sessions(problems=problems)}
     for problem in problems:
-        echo(f"agctl: warning: skipped {problem}", err=True)
+        app.warn(f"skipped {problem}")
     current = app.store.current_session_id()
     if session_id is not None:
         roots = [app.store.resolve_session(session_id)]

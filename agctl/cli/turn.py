@@ -132,7 +132,8 @@ def command() -> None:
 class StreamPrinter:
     """Shows events as they arrive: text to stdout, reasoning to stderr, or JSON lines."""
 
-    def __init__(self, jsonl: bool, show_text: bool) -> None:
+    def __init__(self, app: App, jsonl: bool, show_text: bool) -> None:
+        self.app = app
         self.jsonl = jsonl
         self.show_text = show_text
         self.printed = False
@@ -140,11 +141,9 @@ class StreamPrinter:
 
     def __call__(self, event: Event) -> None:
         if self.jsonl:
-            import orjson
-
             from agctl.providers.base import event_to_dict
 
-            echo(orjson.dumps(event_to_dict(event)).decode())
+            self.app.emit_line(event_to_dict(event))
             return
         if not self.show_text:
             return
@@ -298,13 +297,11 @@ def send(
         echo_json(payload)
         return
     provider = setup.provider(record=record)
-    printer = StreamPrinter(jsonl=jsonl, show_text=streaming and not app.json)
+    printer = StreamPrinter(app, jsonl=jsonl, show_text=streaming and not app.json)
     result = send_turn(store, sid, prompt, provider, options, on_event=printer)
     data = result.to_dict()
     if jsonl:
-        import orjson
-
-        echo(orjson.dumps({"type": "result", **data}).decode())
+        app.emit_line({"type": "result", **data})
     elif app.json:
         echo_json(data)
     else:
@@ -429,8 +426,6 @@ def replay(
     """
     import contextlib
 
-    import orjson
-
     from agctl.cli.app import read_input_file
     from agctl.errors import CheckFailed
     from agctl.replay import fresh_session, parse_transcript
@@ -466,7 +461,7 @@ def replay(
 
         def on_turn(outcome: Any) -> None:
             if app.json:
-                echo(orjson.dumps({"type": "turn", **outcome.to_dict()}).decode())
+                app.emit_line({"type": "turn", **outcome.to_dict()})
             if bar is not None:
                 bar.update(1)
 
@@ -486,7 +481,7 @@ def replay(
                 bar.render_finish()
     result = {"session": sid, **summary.to_dict()}
     if app.json:
-        echo(orjson.dumps({"type": "summary", **result}).decode())
+        app.emit_line({"type": "summary", **result})
     else:
         if summary.mismatches:
             echo(summary.mismatch_report(max_diffs) + "\n", err=True)

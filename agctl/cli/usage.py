@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from agctl.cli.app import App, echo, json_option, pass_app
+from agctl.cli.app import App, json_option, pass_app
 
 
 @click.command("usage")
@@ -32,16 +32,10 @@ def command(app: App, since: str | None) -> None:
       agctl usage --since 2026-01-31T09:00:00Z --json | jq '.total.cost'
     """
     from agctl.cli.app import table
-    from agctl.config import ConfigStore
-    from agctl.errors import AgctlError
     from agctl.usage import cost_text, parse_since, usage_report
 
     start = parse_since(since) if since is not None else None
-    prices = ConfigStore().load().price_overrides()
-    problems: list[AgctlError] = []
-    report = usage_report(app.store, prices, start, problems=problems)
-    for problem in problems:
-        echo(f"agctl: warning: skipped {problem}", err=True)
+    report = usage_report(app.store, app.prices, start)
     if app.json:
         app.emit(report.to_dict())
         return
