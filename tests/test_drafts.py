@@ -34,7 +34,7 @@ class Broken:
 def fail(store: Store, prompt: str, slot: str | None = None) -> Draft:
     with pytest.raises(ProviderError):
         send_turn(store, SID, prompt, Broken(), TurnOptions(model="offline", slot=slot))
-    return store.load_draft(SID)
+    return store.load_draft(SID, slot or "default")
 
 
 def succeed(store: Store, prompt: str, slot: str | None = None) -> None:
@@ -58,22 +58,21 @@ def session(store: Store) -> Store:
 def test_a_later_turn_on_the_slot_clears_its_older_draft(session: Store) -> None:
     fail(session, "lost cause")
     succeed(session, "something else")
-    with pytest.raises(NotFound, match="no draft"):
-        session.load_draft(SID)
+    assert session.draft_slots(SID) == []
 
 
 def test_a_turn_on_another_slot_keeps_the_draft(session: Store) -> None:
     session.create_slot(SID, "other")
     fail(session, "keep me")
     succeed(session, "elsewhere", slot="other")
-    assert session.load_draft(SID).prompt == "keep me"
+    assert session.load_draft(SID, "default").prompt == "keep me"
 
 
 def test_a_draft_kept_after_the_turn_started_stays(session: Store) -> None:
     later = Draft(prompt="newer", slot="default", created_at=utcnow() + timedelta(hours=1))
     session.save_draft(SID, later)
     succeed(session, "now")
-    assert session.load_draft(SID).prompt == "newer"
+    assert session.load_draft(SID, "default").prompt == "newer"
 
 
 # ---- what "older than the slot's last change" means ------------------------------------
@@ -121,7 +120,7 @@ def test_a_draft_kept_after_the_slot_changed_under_the_turn_is_fresh(session: St
 
     with pytest.raises(SlotChanged):
         send_turn(session, SID, "question", EditedMeanwhile(), OPTIONS)
-    draft = session.load_draft(SID)
+    draft = session.load_draft(SID, "default")
     assert draft.reply is not None
     assert staleness(session, SID, draft) is None
 
@@ -136,7 +135,7 @@ def test_a_draft_without_a_recorded_slot_goes_by_time(session: Store) -> None:
 def test_find_draft_by_slot(session: Store) -> None:
     session.save_draft(SID, new_draft(session, SID, session.load_slot(SID), "p", "boom"))
     assert find_draft(session, SID, "default").prompt == "p"
-    with pytest.raises(NotFound, match=r"slot 'other' has no draft .* is for slot 'default'"):
+    with pytest.raises(NotFound, match=r"'other' of session 's' has no draft \(drafts are kept for: default\)"):
         find_draft(session, SID, "other")
 
 
@@ -174,11 +173,17 @@ def test_draft_show_and_rm(run: Run, session: Store) -> None:
 
 
 def test_a_damaged_draft_can_be_removed(run: Run, session: Store) -> None:
-    (session.session_dir(SID) / "draft.json").write_text("{not json")
-    assert run("-s", SID, "draft", "show").exit_code == 5
-    text = ok(run("-s", SID, "draft", "rm")).stdout
+    fail(session, "fine")
+    session.create_slot(SID, "other")
+    fail(session, "lost to a bad disk", slot="other")
+    (session.session_dir(SID) / "drafts" / "other.json").write_text("{not json")
+    assert run("-s", SID, "draft", "show", "--slot", "other").exit_code == 5
+    listed = json.loads(ok(run("-s", SID, "draft", "show", "--all", "--json")).stdout)
+    assert [row["slot"] for row in listed] == ["default", "other"]
+    assert "damaged" in listed[1] and "other.json" in listed[1]["damaged"]
+    text = ok(run("-s", SID, "draft", "rm", "--slot", "other")).stdout
     assert text.startswith("removed a damaged draft: ")
-    assert run("-s", SID, "draft", "show").exit_code == 3
+    assert session.draft_slots(SID) == ["default"]
 
 
 def test_resume_draft_refuses_a_stale_draft_unless_forced(run: Run, session: Store) -> None:
