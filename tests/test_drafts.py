@@ -441,3 +441,21 @@ def test_draft_rm_waits_for_the_session_lock_and_removes_what_it_reports(
     assert child.returncode == 0, err
     assert json.loads(out)["prompt"] == "kept by a turn while draft rm waited"
     assert session.draft_slots(SID) == []
+
+
+def test_a_linked_drafts_directory_is_refused_and_the_prompt_kept_in_the_error(
+    run: Run, session: Store, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (session.session_dir(SID) / "drafts").symlink_to(elsewhere)
+    with pytest.raises(ProviderError) as raised:
+        send_turn(session, SID, "typed with care", Broken(), OPTIONS)
+    notes = "\n".join(raised.value.__notes__)
+    assert "the draft could not be kept" in notes and "symbolic link" in notes
+    assert "typed with care" in notes
+    assert list(elsewhere.iterdir()) == []
+    shown = run("-s", SID, "draft", "show")
+    assert shown.exit_code == 5 and "symbolic link" in shown.stderr
+    succeed(session, "a turn still commits")  # its draft clean-up is only a warning
+    assert session.load_slot(SID).messages[-2].text() == "a turn still commits"
