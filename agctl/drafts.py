@@ -1,14 +1,17 @@
 """Drafts: the prompt of a turn that did not complete, and whether it may still be sent.
 
-A session keeps one draft (`draft.json`), for the slot its turn was sent to. The draft
-remembers what that slot held when it was kept, so that sending it again after the slot
-changed (an edit, another turn, a rollback) is refused unless forced: the prompt was
-written for a context that is no longer there.
+Each slot keeps at most one draft (`drafts/<slot>.json`), so a failure on one slot never
+costs another slot its draft. A draft remembers what its slot held when it was kept, so
+that sending it again after the slot changed (an edit, another turn, a rollback) is refused
+unless forced: the prompt was written for a context that is no longer there.
+
+Which draft a command means when it names no slot: the current slot's, else the only one
+the session has; with drafts on several other slots, a usage error lists them.
 """
 
 from __future__ import annotations
 
-from agctl.errors import AgctlError, NotFound, StaleDraft
+from agctl.errors import AgctlError, CorruptDocument, NotFound, StaleDraft, UsageError
 from agctl.models import Draft, Message, Slot, isoformat
 from agctl.pack import content_hash
 from agctl.store import Store
@@ -49,16 +52,67 @@ def new_draft(
     )
 
 
+def draft_slot(store: Store, session_id: str, slot_id: str | None = None) -> str:
+    """The slot whose draft is meant: `slot_id` if given (it may have been removed since),
+    else the current slot if it has one, else the only slot with a draft."""
+    slots = store.draft_slots(session_id)
+    if slot_id is not None:
+        if slot_id not in slots:
+            others = f" (drafts are kept for: {', '.join(slots)})" if slots else ""
+            raise NotFound(f"slot {slot_id!r} of session {session_id!r} has no draft{others}")
+        return slot_id
+    if not slots:
+        raise NotFound(f"session {session_id!r} has no draft")
+    current = store.load_session(session_id).current_slot
+    if current in slots:
+        return current
+    if len(slots) == 1:
+        return slots[0]
+    raise UsageError(
+        f"session {session_id!r} has drafts for slots {', '.join(slots)}, none for the "
+        f"current slot {current!r}: choose one with --slot"
+    )
+
+
 def find_draft(store: Store, session_id: str, slot_id: str | None = None) -> Draft:
-    """The session's draft; with `slot_id`, only if it is that slot's."""
-    draft = store.load_draft(session_id)
-    if slot_id is not None and draft.slot != slot_id:
-        raise NotFound(
-            f"slot {slot_id!r} has no draft (the draft of session {session_id!r} is for "
-            f"slot {draft.slot!r}; to send it to {slot_id!r}: "
-            f"agctl draft show | agctl turn send - --slot {slot_id})"
-        )
-    return draft
+    """The draft meant by `slot_id` (see draft_slot)."""
+    return store.load_draft(session_id, draft_slot(store, session_id, slot_id))
+
+
+def all_drafts(store: Store, session_id: str) -> list[Draft | CorruptDocument]:
+    """Every draft of the session by slot; a damaged one as its error, so one bad file
+    does not hide the others."""
+    found: list[Draft | CorruptDocument] = []
+    for slot in store.draft_slots(session_id):
+        try:
+            found.append(store.load_draft(session_id, slot))
+        except CorruptDocument as exc:
+            found.append(exc)
+        except NotFound:
+            continue  # removed meanwhile
+    return found
+
+
+def remove_draft(
+    store: Store, session_id: str, slot_id: str | None = None
+) -> Draft | CorruptDocument:
+    """Drop the draft meant by `slot_id` and return it (or, if it was damaged, why), read
+    and removed under the session lock so that a draft a concurrent turn keeps meanwhile
+    is never dropped unseen."""
+    with store.lock(session_id):
+        try:
+            slot = draft_slot(store, session_id, slot_id)
+        except CorruptDocument as damage:  # a damaged legacy draft.json, of no known slot
+            if slot_id is not None:
+                raise
+            store.clear_legacy_draft(session_id)
+            return damage
+        try:
+            draft: Draft | CorruptDocument = store.load_draft(session_id, slot)
+        except CorruptDocument as damage:
+            draft = damage
+        store.clear_draft(session_id, slot)
+        return draft
 
 
 def staleness(store: Store, session_id: str, draft: Draft) -> str | None:

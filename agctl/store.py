@@ -34,6 +34,7 @@ from agctl.errors import (
     CorruptDocument,
     DataError,
     HasChildren,
+    InvalidId,
     InvalidInput,
     NotFound,
     ProtectedSlot,
@@ -78,6 +79,9 @@ from agctl.view import focused_messages
 log = logging.getLogger("agctl.store")
 
 DEFAULT_SLOT = "default"
+# Where drafts live in a session dir, one file per slot; the single file of older agctl.
+DRAFTS_DIR = "drafts"
+LEGACY_DRAFT = "draft.json"
 SESSION_SETTINGS = frozenset(
     {"title", "system_prompt", "profile", "model", "memory_in_context", "auto_compress"}
 )
@@ -152,7 +156,10 @@ def stale_temp_files(session_dir: Path, owner: int, min_age: float) -> list[Path
     """Temp files of atomic writes under a session, older than `min_age` seconds and
     owned by `owner` (regular files only: a link is never followed or removed here)."""
     found: list[Path] = []
-    for directory in (session_dir, session_dir / "slots", session_dir / "checkpoints"):
+    for directory in (
+        session_dir,
+        *(session_dir / d for d in ("slots", "checkpoints", DRAFTS_DIR)),
+    ):
         found += stale_temp_files_in(directory, owner, min_age)
     return found
 
@@ -1024,49 +1031,109 @@ class Store:
         return self.update_session(session_id, remove)
 
     # ---- drafts --------------------------------------------------------------------
+    # One file per slot, drafts/<slot>.json, so a failed turn on one slot never replaces
+    # another slot's draft. A data dir written before kept one draft.json per session: it
+    # is adopted as the draft of the slot it names the first time drafts are touched.
 
-    def _draft_path(self, session_id: str) -> Path:
-        return self.session_dir(session_id) / "draft.json"
+    def _drafts_dir(self, session_id: str) -> Path:
+        return self.session_subdir(session_id, DRAFTS_DIR)
+
+    def _draft_path(self, session_id: str, slot_id: str) -> Path:
+        return self._drafts_dir(session_id) / f"{validate_id(slot_id, 'slot')}.json"
+
+    def _adopt_legacy_draft(self, session_id: str) -> CorruptDocument | None:
+        """Move a legacy draft.json to drafts/<its slot>.json under the session lock (the
+        newer wins if that slot has a draft already); a damaged one stays, and is returned
+        so that a listing can report it. A cheap stat when there is none."""
+        legacy = self.session_dir(session_id) / LEGACY_DRAFT
+        if not os.path.lexists(legacy):
+            return None
+        with self.lock(session_id):
+            try:
+                raw = read_bytes(legacy, "draft")
+                draft = Draft.model_validate_json(raw)
+                target = self._draft_path(session_id, draft.slot)
+            except NotFound:
+                return None  # adopted meanwhile by another process
+            except CorruptDocument as exc:
+                return exc
+            except ValidationError as exc:
+                return CorruptDocument(legacy, _validation_summary(exc))
+            except InvalidId as exc:  # a slot name no file may have
+                return CorruptDocument(legacy, str(exc))
+            try:
+                kept = Draft.model_validate_json(read_bytes(target, "draft"))
+            except (NotFound, CorruptDocument, ValidationError):
+                kept = None
+            if kept is None or kept.created_at < draft.created_at:
+                make_dirs(target.parent)
+                write_atomic(target, raw)
+            remove_file(legacy)
+            log.info("legacy draft.json adopted as the draft of slot %s", draft.slot)
+        return None
+
+    def draft_slots(self, session_id: str) -> list[str]:
+        """The slots that have a draft (a slot removed since included), sorted. Raises
+        CorruptDocument for a damaged legacy draft.json, whose slot cannot be known."""
+        damage = self._adopt_legacy_draft(session_id)
+        if damage is not None:
+            raise damage
+        try:
+            names = os.listdir(self._drafts_dir(session_id))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StoreError(f"cannot list {self._drafts_dir(session_id)}: {exc}") from exc
+        return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
 
     def save_draft(self, session_id: str, draft: Draft) -> Path:
-        """Keep a prompt whose turn failed, so it can be sent again."""
-        path = self._draft_path(session_id)
-        write_atomic(path, draft.model_dump_json(indent=2).encode() + b"\n")
+        """Keep a prompt whose turn failed, as its slot's draft, so it can be sent again."""
+        with self.lock(session_id):
+            self._adopt_legacy_draft(session_id)
+            path = self._draft_path(session_id, draft.slot)
+            make_dirs(path.parent)
+            write_atomic(path, draft.model_dump_json(indent=2).encode() + b"\n")
         return path
 
-    def load_draft(self, session_id: str) -> Draft:
-        path = self._draft_path(session_id)
+    def load_draft(self, session_id: str, slot_id: str) -> Draft:
+        self._adopt_legacy_draft(session_id)
+        path = self._draft_path(session_id, slot_id)
         try:
             return Draft.model_validate_json(read_bytes(path, "draft"))
         except NotFound:
-            raise NotFound(f"session {session_id!r} has no draft") from None
+            raise NotFound(f"slot {slot_id!r} of session {session_id!r} has no draft") from None
         except ValidationError as exc:
             raise CorruptDocument(path, _validation_summary(exc)) from None
 
-    def clear_draft(
-        self, session_id: str, *, slot: str | None = None, before: datetime | None = None
-    ) -> bool:
-        """Drop the draft; with `slot` and `before`, only a draft of that slot kept before
-        that moment (a turn on the slot that started then supersedes it). Returns whether
-        a draft was dropped."""
-        path = self._draft_path(session_id)
-        if slot is None and before is None:
+    def clear_draft(self, session_id: str, slot_id: str, *, before: datetime | None = None) -> bool:
+        """Drop the slot's draft (a damaged one too); with `before`, only one kept before
+        that moment (a turn on the slot that started then supersedes it, and a damaged
+        draft is left for 'agctl draft show' to report). Returns whether one was dropped.
+
+        Read, compared and removed under the session lock, so a draft another process
+        keeps meanwhile is never removed unseen."""
+        with self.lock(session_id):
+            self._adopt_legacy_draft(session_id)
+            path = self._draft_path(session_id, slot_id)
+            if not os.path.lexists(path):
+                return False
+            if before is not None:
+                try:
+                    draft = Draft.model_validate_json(read_bytes(path, "draft"))
+                except (NotFound, CorruptDocument, ValidationError):
+                    return False
+                if draft.created_at >= before:
+                    return False
             remove_file(path)
-            return True
-        try:
-            raw, version = read_versioned(path, "draft")
-            draft = Draft.model_validate_json(raw)
-        except (NotFound, CorruptDocument, ValidationError):
-            return False  # none, or damaged: left for 'agctl draft show' to report
-        if (slot is not None and draft.slot != slot) or (
-            before is not None and draft.created_at >= before
-        ):
-            return False
-        if current_version(path) != version:
-            return False  # replaced meanwhile, by a draft newer than the turn
-        remove_file(path)
-        log.info("draft of slot %s dropped: a later turn on it superseded it", draft.slot)
+        if before is not None:
+            log.info("draft of slot %s dropped: a later turn on it superseded it", slot_id)
         return True
+
+    def clear_legacy_draft(self, session_id: str) -> None:
+        """Remove a damaged legacy draft.json (a readable one is adopted, never removed)."""
+        with self.lock(session_id):
+            if self._adopt_legacy_draft(session_id) is not None:
+                remove_file(self.session_dir(session_id) / LEGACY_DRAFT)
 
     # ---- settings ------------------------------------------------------------------
 

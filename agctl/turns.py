@@ -444,9 +444,11 @@ def _keep_draft(
         error.add_note(f"{outcome}, and the draft could not be kept ({draft_error})")
         error.add_note(f"your prompt was:\n{prompt}")
         return
+    # Without --slot, --resume-draft takes the current slot's draft: name any other slot.
+    elsewhere = "" if draft.slot == prepared.session.current_slot else f" --slot {draft.slot}"
     error.add_note(
         f"{outcome}; your prompt was kept as a draft: "
-        "send it again with 'agctl turn send --resume-draft'"
+        f"send it again with 'agctl turn send --resume-draft{elsewhere}'"
     )
 
 
@@ -610,7 +612,10 @@ def _commit(
             # The prompt and the reply are in the slot: the turn happened. Its journal stays,
             # and the next command that takes the lock completes the count and cost.
             raise TurnCommitted(session_id, exc) from exc
-        store.clear_draft(session_id, slot=prepared.slot.id, before=prepared.started)
+        try:
+            store.clear_draft(session_id, prepared.slot.id, before=prepared.started)
+        except AgctlError as exc:  # the turn is written: a draft left behind is only stale
+            log.warning("turn committed, but the older draft of its slot stays: %s", exc)
         if not checkpoint:
             return None
         turn = store.load_session(session_id).turn_count

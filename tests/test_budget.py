@@ -561,9 +561,9 @@ def test_one_token_over_with_auto_compress_off_is_context_full(store: Store) -> 
     assert "1 tokens over" in str(caught.value)
     assert provider.requests == []
     after = files(store)
-    assert set(after) - set(before) == {"sessions/s/draft.json"}
+    assert set(after) - set(before) == {"sessions/s/drafts/default.json"}
     assert {k: v for k, v in after.items() if k in before} == before
-    assert store.load_draft("s").prompt == PROMPT_OVER
+    assert store.load_draft("s", "default").prompt == PROMPT_OVER
 
 
 def test_a_turn_that_fails_after_compressing_does_not_say_nothing_was_written(
@@ -649,7 +649,7 @@ def test_compression_that_is_not_enough_is_still_context_full(store: Store) -> N
     options = TurnOptions(model="offline", window=60, keep_recent=KEEP)
     with pytest.raises(ContextFull):
         send_turn(store, "s", "next", RecordingOffline(), options)
-    assert store.load_draft("s").prompt == "next"
+    assert store.load_draft("s", "default").prompt == "next"
     assert len(store.load_slot("s").compressed) == 1
 
 

@@ -279,8 +279,11 @@ def test_context_full_sends_nothing_and_writes_nothing(
     assert result.stdout == ""
     assert wired.requests == []
     assert documents(isolated_env) == documents_before
-    assert listing(isolated_env) == files_before | {"draft.json"}
-    assert json.loads((isolated_env / "sessions/s1/draft.json").read_text())["prompt"] == PROMPT
+    assert listing(isolated_env) == files_before | {"drafts", "drafts/default.json"}
+    assert (
+        json.loads((isolated_env / "sessions/s1/drafts/default.json").read_text())["prompt"]
+        == PROMPT
+    )
 
 
 COMPRESS_ROUTES: dict[str, list[tuple[str, ...]]] = {

@@ -707,13 +707,15 @@ def test_a_failed_turn_leaves_no_checkpoint(
     turn(store, "second")
     ids = keeper.ids(SID)
     before = {
-        name: data for name, data in session_files(store, SID).items() if name != "draft.json"
+        name: data
+        for name, data in session_files(store, SID).items()
+        if name != "drafts/default.json"
     }
     with pytest.raises(raised):
         send_turn(store, SID, "third", FailingProvider(error, text), OPTIONS)
     assert keeper.ids(SID) == ids
     after = session_files(store, SID)
-    assert json.loads(after.pop("draft.json"))["prompt"] == "third"
+    assert json.loads(after.pop("drafts/default.json"))["prompt"] == "third"
     assert after == before
 
 

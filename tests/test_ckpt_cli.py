@@ -404,7 +404,7 @@ def test_a_failed_turn_leaves_the_checkpoints_alone(
     fails(run("turn", "send", "two", "--script", str(script)), EXIT_PROVIDER, "turn 2 has none")
     assert as_json(run("ckpt", "list", "--json")) == ids
     after = session_files(isolated_env, SID)
-    assert json.loads(after.pop("draft.json"))["prompt"] == "two"
+    assert json.loads(after.pop("drafts/default.json"))["prompt"] == "two"
     assert after == checkpoints
 
 

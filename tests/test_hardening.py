@@ -142,7 +142,7 @@ SESSION_FILES = [
     "checkpoints/index.jsonl",
     "checkpoints/heads.json",
     "checkpoints/removed.json",
-    "draft.json",
+    "drafts/default.json",
     ".lock",
 ]
 COMMANDS = [
@@ -492,7 +492,7 @@ def test_a_turn_is_refused_when_its_slot_changed_while_the_model_answered(
     assert caught.value.exit_code == 4
     texts = [m.text() for m in store.load_slot(SID).messages]
     assert "the answer" not in texts and "question" not in texts
-    draft = store.load_draft(SID)
+    draft = store.load_draft(SID, "default")
     assert draft.prompt == "question"
     assert draft.reply is not None and draft.reply.text() == "the answer"
 
@@ -537,7 +537,7 @@ def test_a_refused_turn_exits_4_on_the_command_line(
         _out, err = turn.communicate(timeout=30)
     assert turn.returncode == 4, err
     assert "changed while the model was answering" in err
-    draft = json.loads((isolated_env / "sessions" / SID / "draft.json").read_text())
+    draft = json.loads((isolated_env / "sessions" / SID / "drafts" / "default.json").read_text())
     assert draft["prompt"] == "question" and draft["reply"]["content"]
     assert draft["reply"]["content"] in err  # shown, and kept in the draft
     assert json.loads(run("-s", SID, "msg", "list", "--json").stdout) == []

@@ -60,7 +60,7 @@ def assert_failed_with_a_draft(
     assert result.stderr.startswith("agctl: error: "), result.stderr
     for fragment in fragments:
         assert fragment in result.stderr
-    assert store.load_draft(sid).prompt == prompt
+    assert store.load_draft(sid, "default").prompt == prompt
     assert store.load_slot(sid).messages == [], "nothing was committed"
 
 

@@ -16,7 +16,7 @@ import pytest
 from click.testing import Result
 
 from agctl import fsio
-from agctl.errors import InvalidInput, NotFound, ReplayMiss, StoreError
+from agctl.errors import InvalidInput, ReplayMiss, StoreError
 from agctl.replay import TranscriptTurn, fresh_session, replay
 from agctl.store import Store
 from agctl.turns import TurnOptions
@@ -181,7 +181,7 @@ def test_a_cassette_miss_names_the_cassette_and_the_turn_not_resume_draft(
     assert f"is not in the cassette: {cassette}: no recorded response" in first_line
     assert "…" in first_line  # the prompt's head only
     assert "resume-draft" not in result.stderr
-    assert all(not os.path.exists(store.session_dir(s) / "draft.json") for s in store.session_ids())
+    assert all(store.draft_slots(s) == [] for s in store.session_ids())
 
 
 def test_the_library_raises_a_replay_miss_naming_the_turn(store: Store) -> None:
@@ -200,8 +200,7 @@ def test_the_library_raises_a_replay_miss_naming_the_turn(store: Store) -> None:
         "c.cassette: no recorded response for request 0123"
     )
     assert not getattr(raised.value, "__notes__", None)
-    with pytest.raises(NotFound):
-        store.load_draft("s")
+    assert store.draft_slots("s") == []
 
 
 # ---- a diff for every mismatch ---------------------------------------------------------

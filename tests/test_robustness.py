@@ -58,7 +58,7 @@ def test_a_reply_that_cannot_be_written_is_shown_and_the_prompt_kept(store: Stor
         send_turn(store, "s", "my question", LockedMeanwhile(), OPTIONS)
     notes = "\n".join(caught.value.__notes__)
     assert "a costly answer" in notes and "--resume-draft" in notes
-    assert store.load_draft("s").prompt == "my question"
+    assert store.load_draft("s", "default").prompt == "my question"
     assert store.load_slot("s").messages == []
 
 
@@ -77,10 +77,10 @@ def test_a_turn_on_another_slot_keeps_the_draft_one_on_its_slot_clears_it(store:
         send_turn(store, "s", "long careful prompt", Broken(), OPTIONS)
     elsewhere = TurnOptions(model="offline", slot="other")
     send_turn(store, "s", "quick question", OfflineProvider(), elsewhere)
-    assert store.load_draft("s").prompt == "long careful prompt"
+    assert store.load_draft("s", "default").prompt == "long careful prompt"
     send_turn(store, "s", "a different question", OfflineProvider(), OPTIONS)
     with pytest.raises(AgctlError):
-        store.load_draft("s")
+        store.load_draft("s", "default")
 
 
 def test_the_openai_key_goes_only_toward_openai() -> None:

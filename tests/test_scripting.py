@@ -100,7 +100,7 @@ def test_a_bad_file_is_exit_2_before_anything_is_sent_or_written(
     assert result.exit_code == 2, result.output
     assert f"--file {path}" in result.stderr
     assert run("slot", "show", "--json").stdout == before
-    assert not (isolated_env / "sessions" / SID / "draft.json").exists()
+    assert not (isolated_env / "sessions" / SID / "drafts").exists()
 
 
 def test_the_readme_stdin_example_runs_as_printed(isolated_env: Path, tmp_path: Path) -> None:

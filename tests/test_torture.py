@@ -861,7 +861,7 @@ def test_full_disk_turn_fails_cleanly_and_keeps_the_prompt(
     result = agctl(env, "-s", chatty, "turn", "send", "y" * 300, preexec_fn=file_size_limit(limit))
     assert_clear_error(result, str(slot), "File too large", "--resume-draft")
     after = documents(session_dir)
-    assert after.pop("draft.json")  # the prompt is kept, as documented
+    assert after.pop("drafts/default.json")  # the prompt is kept, as documented
     # A turn journal may be left: it names a reply the slot does not hold, so the next
     # writer drops it.
     after.pop("turn.json", None)

@@ -23,7 +23,7 @@ from click.testing import Result
 from fake_openai import FakeOpenAI
 
 from agctl.config import Resolved, mask
-from agctl.errors import NotFound, ProviderError
+from agctl.errors import ProviderError
 from agctl.models import Message, ToolCall, ToolCallFunction
 from agctl.providers import build_provider
 from agctl.providers.base import ChatRequest, TextDelta, Usage
@@ -471,8 +471,8 @@ def test_a_fault_writes_nothing_and_keeps_a_draft_to_resume(
     assert "--resume-draft" in error
     assert len(chats(wired)) == fault.requests
     assert documents(isolated_env, sid) == before
-    assert listing(isolated_env, sid) == files | {"draft.json"}
-    draft = store.load_draft(sid)
+    assert listing(isolated_env, sid) == files | {"drafts", "drafts/default.json"}
+    draft = store.load_draft(sid, "default")
     assert (draft.prompt, draft.slot) == ("What now?", "default")
     assert draft.error is not None and fault.expect[0] in draft.error
 
@@ -487,8 +487,7 @@ def test_a_fault_writes_nothing_and_keeps_a_draft_to_resume(
         "Recovered.",
     ]
     assert store.load_session(sid).turn_count == 1
-    with pytest.raises(NotFound):
-        store.load_draft(sid)
+    assert store.draft_slots(sid) == []
 
 
 @pytest.mark.parametrize("stream", ["--stream", "--no-stream"])
@@ -508,8 +507,7 @@ def test_429_with_retry_after_is_waited_out_then_succeeds(
     first, second = chats(wired)
     assert first == second
     assert conversation(store, sid)[-1]["content"] == "After the wait."
-    with pytest.raises(NotFound):
-        store.load_draft(sid)
+    assert store.draft_slots(sid) == []
 
 
 def test_500_is_retried_with_backoff_then_succeeds(
@@ -676,7 +674,7 @@ def test_a_recorded_conversation_replays_offline_in_a_new_session(
     assert f"now      [5] user: {changed}" in miss.stderr
     assert f"recorded [5] user: {PROMPTS[2]}" in miss.stderr
     assert documents(isolated_env, "rep") == before
-    assert listing(isolated_env, "rep") <= files | {"draft.json"}
+    assert listing(isolated_env, "rep") <= files | {"drafts", "drafts/default.json"}
     assert cassette.read_bytes() == raw
 
     result = send(run, PROMPTS[2], "--cassette", str(cassette), "--json")
@@ -737,7 +735,7 @@ def test_the_key_never_reaches_disk_or_output(
     wired.fail("status", status=401, message=f"Incorrect API key provided: {KEY}")
     echoed = step("-v", "turn", "send", "refused", "--record", cassette, code=6)
     assert "Incorrect API key provided" in echoed.stderr
-    assert KEY not in store.load_draft(sid).model_dump_json()
+    assert KEY not in store.load_draft(sid, "default").model_dump_json()
     for _ in range(3):
         wired.fail("status", status=503, message=f"overloaded ({KEY})", retry_after=0.05)
     exhausted = step("-v", "turn", "send", "--resume-draft", "--stream", code=6)
@@ -889,5 +887,5 @@ def test_ctrl_c_mid_request_exits_130_and_writes_nothing(
     assert b"Traceback" not in stderr
     assert stdout == b""
     assert documents(isolated_env, sid) == before
-    assert store.load_draft(sid).prompt == "Are you there?"
+    assert store.load_draft(sid, "default").prompt == "Are you there?"
     assert len(wired.requests) == 1

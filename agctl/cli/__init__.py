@@ -33,7 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "ckpt": ("agctl.cli.ckpt", "Checkpoints: snapshots of a whole session."),
     "draft": (
         "agctl.cli.draft",
-        "The prompt of a failed turn, kept so that nothing typed is lost.",
+        "The prompts of failed turns, one per slot, kept so that nothing typed is lost.",
     ),
     "ctx": ("agctl.cli.ctx", "The context of the next request: its budget, and compression."),
     "config": ("agctl.cli.config", "Show and change the configuration."),

@@ -117,6 +117,27 @@ def complete_slots(
     return [CompletionItem(name) for name in slots if name.startswith(incomplete)]
 
 
+def complete_draft_slots(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Slots of the selected session that have a draft (a removed slot's included)."""
+    from click.shell_completion import CompletionItem
+
+    sid = selected_session(ctx)
+    if sid is None:
+        return []
+    directory = data_dir(ctx) / "sessions" / sid
+    try:
+        names = os.listdir(directory / "drafts")
+    except OSError:
+        names = []
+    slots = {n[:-5] for n in names if n.endswith(".json") and not n.startswith(".")}
+    legacy = _read_json(directory / "draft.json")  # not adopted yet (see Store)
+    if isinstance(legacy, dict) and isinstance(legacy.get("slot"), str):
+        slots.add(legacy["slot"])
+    return [CompletionItem(name) for name in sorted(slots) if name.startswith(incomplete)]
+
+
 def complete_checkpoints(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[CompletionItem]:

@@ -1,15 +1,32 @@
-"""`agctl draft`: the prompt of a failed turn, kept for `turn send --resume-draft`."""
+"""`agctl draft`: the prompts of failed turns, one per slot, kept for `turn send --resume-draft`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from agctl.cli.app import App, command_options, echo, pass_app, slot_option
+from agctl.cli.app import App, command_options, echo, pass_app
+from agctl.cli.complete import complete_draft_slots
 
 if TYPE_CHECKING:
+    from agctl.errors import CorruptDocument
     from agctl.models import Draft
+
+F = TypeVar("F", bound=Callable[..., Any])
+# How "stale" begins when the draft's slot was removed since (`slot rm`).
+GONE = "is gone"
+
+
+def draft_slot_option(fn: F) -> F:
+    """`--slot` for drafts: a removed slot's draft is still named by its slot."""
+    return click.option(
+        "--slot",
+        metavar="NAME",
+        shell_complete=complete_draft_slots,
+        help="The slot whose draft (default: the current slot's, else the only one).",
+    )(fn)
 
 
 def draft_row(app: App, session_id: str, draft: Draft) -> dict[str, Any]:
@@ -20,7 +37,7 @@ def draft_row(app: App, session_id: str, draft: Draft) -> dict[str, Any]:
     try:
         stale = staleness(app.store, session_id, draft)
     except NotFound as exc:  # its slot was deleted since
-        stale = f"is gone ({exc})"
+        stale = f"{GONE} ({exc})"
     return {
         "session": session_id,
         "slot": draft.slot,
@@ -32,48 +49,89 @@ def draft_row(app: App, session_id: str, draft: Draft) -> dict[str, Any]:
     }
 
 
+def damaged_row(session_id: str, damage: CorruptDocument) -> dict[str, Any]:
+    slot = damage.path.stem if damage.path.parent.name == "drafts" else None
+    return {"session": session_id, "slot": slot, "damaged": str(damage)}
+
+
 @click.group("draft")
 def command() -> None:
-    """The prompt of a failed turn, kept so that nothing typed is lost.
+    """The prompts of failed turns, one per slot, kept so that nothing typed is lost.
 
     A turn that fails or is interrupted keeps its prompt (and the reply, if one came but
-    could not be written) as the session's draft; 'turn send --resume-draft' sends it
-    again, and a later successful turn on its slot drops it.
+    could not be written) as its slot's draft; 'turn send --resume-draft' sends it again,
+    and a later successful turn on that slot drops it. Without --slot, a command means
+    the current slot's draft, else the session's only one; with drafts on several other
+    slots it names them and asks for --slot.
 
     \b
     Examples:
       agctl draft show
+      agctl draft show --all
       agctl draft show --json | jq -r .prompt
-      agctl draft rm
+      agctl draft rm --slot plan-b
     """
 
 
 @command.command("show")
-@slot_option
+@draft_slot_option
+@click.option("--all", "every", is_flag=True, help="List every draft of the session.")
 @command_options
 @pass_app
-def show(app: App, slot: str | None) -> None:
-    """Print the draft's prompt; what it is about goes to stderr (all of it with --json).
+def show(app: App, slot: str | None, every: bool) -> None:
+    """Print a draft's prompt; what it is about goes to stderr (all of it with --json).
 
-    With --slot, only that slot's draft. "stale" says why --resume-draft would refuse
-    it (its slot changed since), or is null.
+    "stale" says why --resume-draft would refuse it (its slot changed since, or is
+    gone), or is null. --all lists every draft, one row per slot (a JSON array).
 
     \b
     Examples:
       agctl draft show
       agctl draft show --slot plan-b --json
+      agctl draft show --all --json | jq -r '.[].slot'
       agctl draft show | agctl turn send - --slot other
     """
-    from agctl.drafts import find_draft
+    from agctl.errors import CorruptDocument
 
     sid = app.session_id()
+    if every:
+        if slot is not None:
+            raise click.UsageError("give either --slot or --all, not both")
+        from agctl.drafts import all_drafts
+
+        rows = [
+            damaged_row(sid, d) if isinstance(d, CorruptDocument) else draft_row(app, sid, d)
+            for d in all_drafts(app.store, sid)
+        ]
+        display = [
+            {
+                "slot": r["slot"],
+                "created_at": r.get("created_at", ""),
+                "state": "damaged" if "damaged" in r else ("stale" if r["stale"] else "fresh"),
+                "prompt": (r.get("prompt") or r.get("damaged", "")).split("\n", 1)[0][:60],
+            }
+            for r in rows
+        ]
+        columns = [
+            ("slot", "SLOT"),
+            ("created_at", "KEPT"),
+            ("state", "STATE"),
+            ("prompt", "PROMPT"),
+        ]
+        app.emit_rows(rows, columns, empty=f"session {sid} has no draft", display=display)
+        return
+    from agctl.drafts import find_draft
+
     row = draft_row(app, sid, find_draft(app.store, sid, slot))
     if app.json:
         app.emit(row)
         return
     about = f"draft for slot {row['slot']}, kept {row['created_at']}"
     echo(about + (f" after: {row['error']}" if row["error"] else ""), err=True)
-    if row["stale"]:
+    if row["stale"] and row["stale"].startswith(GONE):
+        again = f"agctl draft show --slot {row['slot']} | agctl turn send - --slot NAME"
+        echo(f"its slot {row['stale']}: to send it elsewhere, {again}", err=True)
+    elif row["stale"]:
         echo(f"stale: its slot {row['stale']} (--resume-draft needs --force)", err=True)
     if row["reply"] is not None:
         echo(f"the model's reply, which was not written:\n{row['reply']}", err=True)
@@ -81,29 +139,23 @@ def show(app: App, slot: str | None) -> None:
 
 
 @command.command("rm")
-@slot_option
+@draft_slot_option
 @command_options
 @pass_app
 def rm(app: App, slot: str | None) -> None:
-    """Drop the draft (with --slot, only if it is that slot's); a damaged one too.
+    """Drop a draft (the one 'draft show' prints with the same --slot); a damaged one too.
 
     \b
     Examples:
       agctl draft rm
       agctl draft rm --slot plan-b --json
     """
-    from agctl.drafts import find_draft
+    from agctl.drafts import remove_draft
     from agctl.errors import CorruptDocument
 
     sid = app.session_id()
-    try:
-        draft = find_draft(app.store, sid, slot)
-    except CorruptDocument as exc:
-        if slot is not None:
-            raise
-        app.store.clear_draft(sid)
-        app.done({"session": sid, "damaged": str(exc)}, text=f"removed a damaged draft: {exc}")
+    removed = remove_draft(app.store, sid, slot)
+    if isinstance(removed, CorruptDocument):
+        app.done(damaged_row(sid, removed), text=f"removed a damaged draft: {removed}")
         return
-    row = draft_row(app, sid, draft)
-    app.store.clear_draft(sid)
-    app.done(row, text=f"removed the draft for slot {draft.slot}")
+    app.done(draft_row(app, sid, removed), text=f"removed the draft for slot {removed.slot}")

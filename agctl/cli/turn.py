@@ -184,7 +184,8 @@ class StreamPrinter:
 @click.option(
     "--resume-draft",
     is_flag=True,
-    help="Send the prompt of the last failed turn (with --slot: that slot's), to its slot.",
+    help="Send a failed turn's prompt again, to its slot: --slot's draft, else the current "
+    "slot's, else the only one.",
 )
 @click.option(
     "--force",
@@ -228,9 +229,11 @@ def send(
     The request is: session system prompt, the slot's zones through its mode, the
     --scratch messages, then PROMPT. On success the prompt and the reply are written to
     the slot in one atomic write and the session's turn count and cost go up. On failure
-    or Ctrl-C nothing is written and the prompt is kept as a draft for --resume-draft
-    (see 'agctl draft'), which refuses it (exit 4) if the slot changed since, unless
-    --force. A successful turn on a slot drops an older draft of that slot.
+    or Ctrl-C nothing is written and the prompt is kept as the slot's draft for
+    --resume-draft (see 'agctl draft'), which refuses it (exit 4) if the slot changed
+    since, unless --force. Each slot keeps its own draft; without --slot, --resume-draft
+    takes the current slot's, else the session's only one, else asks for --slot (exit 2).
+    A successful turn on a slot drops an older draft of that slot.
 
     \b
     Examples:
