@@ -129,7 +129,7 @@ def test_destroy_refuses_children_unless_recursive(store: Store) -> None:
     store.create_session("b", parent_id="a")
     store.create_session("c", parent_id="b")
     store.create_session("other")
-    with pytest.raises(HasChildren, match="children: b$") as caught:
+    with pytest.raises(HasChildren, match=r"children: b$") as caught:
         store.destroy_session("a")
     assert "--recursive" in str(caught.value.hint) and "--orphan" in str(caught.value.hint)
     assert store.session_ids() == ["a", "b", "c", "other"]
