@@ -59,7 +59,8 @@ from agctl.pack import (
     encode_record,
     line_sum,
 )
-from agctl.store import RESTORE_JOURNAL, Store
+from agctl.storage.file import layout
+from agctl.store import Store
 
 log = logging.getLogger("agctl.checkpoint")
 
@@ -201,14 +202,20 @@ class Checkpointer:
     # ---- paths and caches ----------------------------------------------------------
 
     def directory(self, session_id: str) -> Path:
-        return self.store.session_subdir(session_id, "checkpoints")
+        return self.store.session_subdir(session_id, layout.CHECKPOINTS)
+
+    def _path(self, session_id: str, where: Callable[[Path], Path]) -> Path:
+        """A file of the session's checkpoints (`where` is one of layout's), its folder
+        checked first."""
+        self.directory(session_id)
+        return where(self.store.session_dir(session_id))
 
     def _log(self, session_id: str) -> Log:
-        return Log(self.directory(session_id) / "log")
+        return Log(self._path(session_id, layout.checkpoint_log))
 
     def _load_heads(self, session_id: str, log_size: int) -> dict[str, Any]:
         """The heads cache, or an empty one when it is missing, damaged or not of this log."""
-        path = self.directory(session_id) / "heads.json"
+        path = self._path(session_id, layout.checkpoint_heads)
         try:
             heads = checked_value(read_bytes(path, "heads"))
         except NotFound:
@@ -232,7 +239,7 @@ class Checkpointer:
         """Best effort: a cache the log can do without (a full or read-only disk is no error
         once the checkpoint itself is in the log). `last` is the offset of the log's last
         record, whose fingerprint ties the cache to this log."""
-        path = self.directory(session_id) / "heads.json"
+        path = self._path(session_id, layout.checkpoint_heads)
         heads["tail"] = [last, history.line_digest(last)]
         try:
             write_atomic(path, encode_record(heads), durable=False)
@@ -242,12 +249,13 @@ class Checkpointer:
                 path.unlink()  # a stale cache must not outlive the log it describes
 
     def _removed(self, session_id: str) -> set[str]:
+        path = self._path(session_id, layout.removed_checkpoints)
         try:
-            return set(orjson.loads(read_bytes(self.directory(session_id) / "removed.json")))
+            return set(orjson.loads(read_bytes(path)))
         except NotFound:
             return set()
         except (orjson.JSONDecodeError, TypeError) as exc:
-            raise CorruptDocument(self.directory(session_id) / "removed.json", str(exc)) from None
+            raise CorruptDocument(path, str(exc)) from None
 
     # ---- create --------------------------------------------------------------------
 
@@ -366,7 +374,7 @@ class Checkpointer:
     ) -> dict[str, Any]:
         """What one slot's entry will hold, adding to `batch` only what is new."""
         known = heads["slots"].get(slot_id)
-        path = self.store.session_dir(session_id) / "slots" / f"{slot_id}.json"
+        path = layout.slot_document(self.store.session_dir(session_id), slot_id)
         version = current_version(path)
         if known and version is not None and list(version) == known.get("version"):
             return {
@@ -489,7 +497,7 @@ class Checkpointer:
     def _append_index(self, session_id: str, summary: CheckpointSummary) -> None:
         """Best effort: the index is rebuilt from the log when it is behind."""
         line = encode_record(summary.model_dump(mode="json"))
-        path = self.directory(session_id) / "index.jsonl"
+        path = self._path(session_id, layout.checkpoint_index)
         try:
             append_durably(path, lambda offset: line, durable=False)
         except StoreError as exc:
@@ -498,11 +506,11 @@ class Checkpointer:
     def summaries(self, session_id: str) -> list[CheckpointSummary]:
         """Every checkpoint, newest first (from the index, completed from the log)."""
         self.store.load_session(session_id)
-        directory = self.directory(session_id)
-        history = Log(directory / "log")
+        history = self._log(session_id)
         found: dict[int, CheckpointSummary] = {}
         try:
-            lines = read_bytes(directory / "index.jsonl", "checkpoint index").splitlines()
+            index = self._path(session_id, layout.checkpoint_index)
+            lines = read_bytes(index, "checkpoint index").splitlines()
         except NotFound:
             lines = []
         size = history.size()
@@ -551,7 +559,7 @@ class Checkpointer:
     def _drop_index(self, session_id: str) -> None:
         """Remove an index that disagrees with the log; the listing rebuilds it."""
         try:
-            remove_file(self.directory(session_id) / "index.jsonl")
+            remove_file(self._path(session_id, layout.checkpoint_index))
         except StoreError as exc:
             log.warning("checkpoint index not rebuilt: %s", exc)
 
@@ -595,7 +603,7 @@ class Checkpointer:
     def _indexed_ids(self, session_id: str) -> set[str]:
         ids: set[str] = set()
         try:
-            lines = read_bytes(self.directory(session_id) / "index.jsonl").splitlines()
+            lines = read_bytes(self._path(session_id, layout.checkpoint_index)).splitlines()
         except NotFound:
             return ids
         for line in lines:
@@ -653,12 +661,14 @@ class Checkpointer:
         if not candidates:
             return set()
         history = self._log(session_id)
-        slots_dir = self.store.session_subdir(session_id, "slots")
+        self.store.session_subdir(session_id, layout.SLOTS)
+        session_dir = self.store.session_dir(session_id)
         unchanged = {
             slot_id: {k: known[k] for k in ("doc", "meta", "zones")}
             for slot_id, known in self._load_heads(session_id, history.size())["slots"].items()
             if slot_id in slot_ids
-            and list(current_version(slots_dir / f"{slot_id}.json") or ()) == known.get("version")
+            and list(current_version(layout.slot_document(session_dir, slot_id)) or ())
+            == known.get("version")
         }
         live = _LiveHashes(self.store, session, slot_ids, unchanged)
         matched: set[str] = set()
@@ -681,7 +691,7 @@ class Checkpointer:
             target = self.load(session_id, identifier)
             state = self.state(session_id, target)
             saved = self.create(session_id, label=f"before rollback to {target.id}", auto=True)
-            journal = self.store.session_dir(session_id) / RESTORE_JOURNAL
+            journal = layout.journal(self.store.session_dir(session_id), layout.RESTORE_JOURNAL)
             write_atomic(journal, orjson.dumps({"checkpoint": target.id}))
             self._restore(session_id, target, state)
             remove_file(journal)
@@ -893,7 +903,7 @@ class Checkpointer:
     def verify_import(self, session_id: str, directory: Path) -> None:
         """Refuse an imported log, placed in a staged session `directory`, that does not
         verify (raises InvalidInput naming the first problem)."""
-        report = self.verify_log(session_id, Log(directory / "checkpoints" / "log"))
+        report = self.verify_log(session_id, Log(layout.checkpoint_log(directory)))
         reasons = report.problems + [
             f"checkpoint {b['id']}: {b['reason']}" for b in report.bad_checkpoints
         ]
@@ -912,7 +922,7 @@ class Checkpointer:
                 if identifier not in live:
                     raise NotFound(f"checkpoint {identifier!r} not found")
             removed = sorted(self._removed(session_id) | set(identifiers))
-            write_atomic(self.directory(session_id) / "removed.json", orjson.dumps(removed))
+            write_atomic(self._path(session_id, layout.removed_checkpoints), orjson.dumps(removed))
         return list(identifiers)
 
     def prune(self, session_id: str, keep: int, *, everything: bool = False) -> Pruned:
@@ -1142,7 +1152,7 @@ def _validate(model: type[Document], data: dict[str, Any], path: Path, identifie
 def finish_restore(store: Store, session_id: str) -> None:
     """Complete a rollback that was interrupted (called with the session lock held)."""
     checkpointer = Checkpointer(store)
-    journal = store.session_dir(session_id) / RESTORE_JOURNAL
+    journal = layout.journal(store.session_dir(session_id), layout.RESTORE_JOURNAL)
     try:
         target_id = str(orjson.loads(read_bytes(journal, "restore journal"))["checkpoint"])
         target = checkpointer.load(session_id, target_id)

@@ -19,11 +19,10 @@ from typing import Any
 
 from agctl.errors import AgctlError, DataError, StoreError
 from agctl.fsio import PRIVATE_DIR, PRIVATE_FILE
+from agctl.storage.file import layout
 from agctl.store import (
-    RESTORE_JOURNAL,
     STALE_SECONDS,
     STALE_TEMP_SECONDS,
-    TURN_JOURNAL,
     Store,
     stale_temp_files,
     stale_temp_files_in,
@@ -192,7 +191,7 @@ class Doctor:
             return
         cutoff = time.time() - STALE_SECONDS
         for entry in entries:
-            if not entry.name.startswith((".new-", ".trash-")):
+            if not layout.is_leftover(entry.name):
                 continue
             info = entry.stat(follow_symlinks=False)
             if stat.S_ISDIR(info.st_mode) and info.st_mtime < cutoff:
@@ -206,8 +205,8 @@ class Doctor:
 
     def _journals(self) -> None:
         for directory in self._sessions():
-            for name in (TURN_JOURNAL, RESTORE_JOURNAL):
-                path = directory / name
+            for name in layout.JOURNALS:
+                path = layout.journal(directory, name)
                 if not os.path.lexists(path):
                     continue
                 try:
@@ -225,7 +224,7 @@ class Doctor:
 
         checkpointer = Checkpointer(self.store)
         for directory in self._sessions():
-            log = directory / "checkpoints" / "log"
+            log = layout.checkpoint_log(directory)
             if not os.path.lexists(log):
                 continue
             try:

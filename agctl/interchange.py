@@ -20,6 +20,7 @@ from agctl.checkpoints import CheckpointHistory
 from agctl.errors import AlreadyExists, InvalidId, InvalidInput, SchemaTooNew
 from agctl.ids import validate_id
 from agctl.models import Message, Session, Slot, messages_to_openai
+from agctl.storage.file import layout
 from agctl.store import Store
 
 ImportFormat = Literal["auto", "openai", "jsonl"]
@@ -225,11 +226,11 @@ def import_session(
         try:
             for identifier in history.removed:
                 validate_id(identifier, "checkpoint")
-            files["checkpoints/log"] = history.log_bytes()
+            files[layout.checkpoint_log(Path()).as_posix()] = history.log_bytes()
         except (InvalidId, InvalidInput) as exc:
             raise InvalidInput(f"{source}: {exc}") from None
         if history.removed:
-            files["checkpoints/removed.json"] = orjson.dumps(history.removed)
+            files[layout.removed_checkpoints(Path()).as_posix()] = orjson.dumps(history.removed)
 
         def check(directory: Path) -> None:
             try:

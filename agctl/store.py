@@ -74,24 +74,19 @@ from agctl.models import (
     utcnow,
 )
 from agctl.pack import content_hash
+from agctl.storage.file import layout
 from agctl.view import focused_messages
 
 log = logging.getLogger("agctl.store")
 
 DEFAULT_SLOT = "default"
-# Where drafts live in a session dir, one file per slot; the single file of older agctl.
-DRAFTS_DIR = "drafts"
-LEGACY_DRAFT = "draft.json"
 SESSION_SETTINGS = frozenset(
     {"title", "system_prompt", "profile", "model", "memory_in_context", "auto_compress"}
 )
 SLOT_SETTINGS = frozenset({"auto_compress", "budget"})
-# Written before a rollback starts rewriting documents, removed when it is done; if it
-# is found, a rollback was interrupted and the next writer finishes it first.
-RESTORE_JOURNAL = "checkpoints/restoring.json"
-# Written while a turn commits (slot, then session); if found, the next writer completes
-# the session's side, or drops it if the slot was never written.
-TURN_JOURNAL = "turn.json"
+# layout.RESTORE_JOURNAL is written before a rollback starts rewriting documents, removed
+# when it is done; layout.TURN_JOURNAL while a turn commits (slot, then session). If one is
+# found, the next writer finishes (or drops) what it describes first.
 # A staging or trash dir older than this was left by a crash, not by a live process.
 STALE_SECONDS = 600.0
 # A temp file of an atomic write older than this was left by a killed writer.
@@ -158,7 +153,7 @@ def stale_temp_files(session_dir: Path, owner: int, min_age: float) -> list[Path
     found: list[Path] = []
     for directory in (
         session_dir,
-        *(session_dir / d for d in ("slots", "checkpoints", DRAFTS_DIR)),
+        *(session_dir / d for d in layout.SESSION_SUBDIRS),
     ):
         found += stale_temp_files_in(directory, owner, min_age)
     return found
@@ -240,7 +235,7 @@ class Store:
 
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root) if root is not None else default_data_dir()
-        self.sessions_dir = self.root / "sessions"
+        self.sessions_dir = layout.sessions_dir(self.root)
         self._swept: set[str] = set()
         self._swept_leftovers = False
         self._real_dirs: set[Path] = set()
@@ -289,7 +284,7 @@ class Store:
     def session_dir(self, session_id: str) -> Path:
         """The session's directory; a link or a file in its place (or in place of
         `sessions/`) is refused, so nothing under a session is reached through a link."""
-        path = self.sessions_dir / validate_id(session_id, "session")
+        path = layout.session_dir(self.root, validate_id(session_id, "session"))
         self._check_dir(self.sessions_dir)
         self._check_dir(path)
         return path
@@ -306,10 +301,11 @@ class Store:
             self._real_dirs.add(path)
 
     def _session_path(self, session_id: str) -> Path:
-        return self.session_dir(session_id) / "session.json"
+        return layout.session_document(self.session_dir(session_id))
 
     def _slot_path(self, session_id: str, slot_id: str) -> Path:
-        return self.session_subdir(session_id, "slots") / f"{validate_id(slot_id, 'slot')}.json"
+        self.session_subdir(session_id, layout.SLOTS)
+        return layout.slot_document(self.session_dir(session_id), validate_id(slot_id, "slot"))
 
     @staticmethod
     def _read(path: Path, model: type[D], what: str) -> D:
@@ -336,7 +332,7 @@ class Store:
         path = self._session_path(session_id)
         if not os.path.lexists(path):
             raise NotFound(f"session {session_id!r} not found")
-        lock_path = path.parent / ".lock"
+        lock_path = layout.lock_file(path.parent)
         outermost = not holds_lock(lock_path)
         with exclusive_lock(lock_path, lock_timeout):
             if not os.path.lexists(path):
@@ -352,11 +348,11 @@ class Store:
     def _recover(self, session_id: str) -> None:
         """Finish what a killed writer left half done (called with the lock held)."""
         directory = self.session_dir(session_id)
-        if self.trusted_journal(directory / TURN_JOURNAL):
+        if self.trusted_journal(layout.journal(directory, layout.TURN_JOURNAL)):
             from agctl.turns import finish_turn
 
             finish_turn(self, session_id)
-        if self.trusted_journal(directory / RESTORE_JOURNAL):
+        if self.trusted_journal(layout.journal(directory, layout.RESTORE_JOURNAL)):
             from agctl.checkpoints import finish_restore
 
             finish_restore(self, session_id)
@@ -386,7 +382,7 @@ class Store:
 
     def pending_recovery(self, session_id: str) -> bool:
         directory = self.session_dir(session_id)
-        return any(os.path.lexists(directory / name) for name in (TURN_JOURNAL, RESTORE_JOURNAL))
+        return any(os.path.lexists(layout.journal(directory, name)) for name in layout.JOURNALS)
 
     def settle(self, session_id: str) -> None:
         """Finish an interrupted commit or rollback before reading, so a view is never
@@ -447,7 +443,8 @@ class Store:
         return sorted(
             n
             for n in names
-            if not n.startswith(".") and os.path.lexists(self.sessions_dir / n / "session.json")
+            if not n.startswith(".")
+            and os.path.lexists(layout.session_document(layout.session_dir(self.root, n)))
         )
 
     def resolve_session(self, prefix: str) -> str:
@@ -569,7 +566,7 @@ class Store:
                 if exchange_paths(staging, target):
                     swapped_out = staging
                 else:
-                    trash = self.sessions_dir / f".trash-{sid}-{secrets.token_hex(4)}"
+                    trash = layout.trash_dir(self.root, sid, secrets.token_hex(4))
                     os.rename(target, trash)
                     try:
                         os.rename(staging, target)
@@ -634,16 +631,16 @@ class Store:
         try:
             make_dirs(self.sessions_dir)
             check_dir(self.sessions_dir)
-            staging = self.sessions_dir / f".new-{session.id}-{secrets.token_hex(4)}"
-            make_dirs(staging / "slots")
+            staging = layout.staging_dir(self.root, session.id, secrets.token_hex(4))
+            make_dirs(layout.slots_dir(staging))
         except OSError as exc:
             raise StoreError(
                 f"cannot create session in {self.sessions_dir}: {exc.strerror}"
             ) from exc
         try:
             for slot in slots:
-                self._write(staging / "slots" / f"{validate_id(slot.id, 'slot')}.json", slot)
-            self._write(staging / "session.json", session)
+                self._write(layout.slot_document(staging, validate_id(slot.id, "slot")), slot)
+            self._write(layout.session_document(staging), session)
             for name, data in (files or {}).items():
                 make_dirs((staging / name).parent)
                 write_atomic(staging / name, data)
@@ -682,7 +679,7 @@ class Store:
         cutoff = time.time() - min_age
         owner = self.owner()
         for entry in entries:
-            if not entry.name.startswith((".new-", ".trash-")):
+            if not layout.is_leftover(entry.name):
                 continue
             with contextlib.suppress(FileNotFoundError):  # another process got there first
                 info = entry.stat(follow_symlinks=False)
@@ -762,7 +759,7 @@ class Store:
 
     def _remove_session_dir(self, session_id: str) -> None:
         with self.lock(session_id):
-            trash = self.sessions_dir / f".trash-{session_id}-{secrets.token_hex(4)}"
+            trash = layout.trash_dir(self.root, session_id, secrets.token_hex(4))
             try:
                 os.rename(self.session_dir(session_id), trash)
             except OSError as exc:
@@ -775,7 +772,7 @@ class Store:
 
     @property
     def _current_path(self) -> Path:
-        return self.root / "current-session"
+        return layout.current_pointer(self.root)
 
     def current_session_id(self) -> str | None:
         try:
@@ -813,12 +810,12 @@ class Store:
         return slot
 
     def slot_ids(self, session_id: str) -> list[str]:
-        directory = self.session_subdir(session_id, "slots")
+        directory = self.session_subdir(session_id, layout.SLOTS)
         try:
             names = os.listdir(directory)
         except FileNotFoundError:
             raise NotFound(f"session {session_id!r} not found") from None
-        return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
+        return layout.document_ids(names)
 
     def resolve_slot(self, session_id: str, slot_id: str | None) -> str:
         """The given slot id, or the session's current slot when None."""
@@ -1036,16 +1033,17 @@ class Store:
     # is adopted as the draft of the slot it names the first time drafts are touched.
 
     def _drafts_dir(self, session_id: str) -> Path:
-        return self.session_subdir(session_id, DRAFTS_DIR)
+        return self.session_subdir(session_id, layout.DRAFTS)
 
     def _draft_path(self, session_id: str, slot_id: str) -> Path:
-        return self._drafts_dir(session_id) / f"{validate_id(slot_id, 'slot')}.json"
+        self._drafts_dir(session_id)
+        return layout.draft_document(self.session_dir(session_id), validate_id(slot_id, "slot"))
 
     def _adopt_legacy_draft(self, session_id: str) -> CorruptDocument | None:
         """Move a legacy draft.json to drafts/<its slot>.json under the session lock (the
         newer wins if that slot has a draft already); a damaged one stays, and is returned
         so that a listing can report it. A cheap stat when there is none."""
-        legacy = self.session_dir(session_id) / LEGACY_DRAFT
+        legacy = layout.legacy_draft(self.session_dir(session_id))
         if not os.path.lexists(legacy):
             return None
         with self.lock(session_id):
@@ -1084,7 +1082,7 @@ class Store:
             return []
         except OSError as exc:
             raise StoreError(f"cannot list {self._drafts_dir(session_id)}: {exc}") from exc
-        return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
+        return layout.document_ids(names)
 
     def save_draft(self, session_id: str, draft: Draft) -> Path:
         """Keep a prompt whose turn failed, as its slot's draft, so it can be sent again."""
@@ -1133,7 +1131,7 @@ class Store:
         """Remove a damaged legacy draft.json (a readable one is adopted, never removed)."""
         with self.lock(session_id):
             if self._adopt_legacy_draft(session_id) is not None:
-                remove_file(self.session_dir(session_id) / LEGACY_DRAFT)
+                remove_file(layout.legacy_draft(self.session_dir(session_id)))
 
     # ---- settings ------------------------------------------------------------------
 

@@ -49,7 +49,8 @@ from agctl.providers.base import (
     TurnContext,
     Usage,
 )
-from agctl.store import TURN_JOURNAL, Store
+from agctl.storage.file import layout
+from agctl.store import Store
 from agctl.view import request_view
 
 log = logging.getLogger("agctl.turn")
@@ -484,7 +485,7 @@ def finish_turn(store: Store, session_id: str, slot: Slot | None = None) -> None
     if not, the turn never committed and the journal is dropped. `slot` is the slot just
     written, when the caller has it (it is then not read again).
     """
-    path = store.session_dir(session_id) / TURN_JOURNAL
+    path = layout.journal(store.session_dir(session_id), layout.TURN_JOURNAL)
     try:
         journal = TurnJournal.model_validate_json(read_bytes(path, "turn journal"))
         if slot is None or slot.id != journal.slot:
@@ -572,7 +573,7 @@ def _commit(
     from agctl.checkpoints import Checkpointer, TurnHint
 
     committed: list[tuple[Slot, tuple[int, int, int] | None]] = []
-    journal_path = store.session_dir(session_id) / TURN_JOURNAL
+    journal_path = layout.journal(store.session_dir(session_id), layout.TURN_JOURNAL)
 
     def add_messages(slot: Slot) -> None:
         slot.check_writable("send a turn")

@@ -33,7 +33,8 @@ from agctl.providers.base import (
     Usage,
 )
 from agctl.providers.offline import OfflineProvider
-from agctl.store import RESTORE_JOURNAL, Store
+from agctl.storage.file.layout import RESTORE_JOURNAL
+from agctl.store import Store
 from agctl.turns import TurnOptions, TurnResult, send_turn
 
 OPTIONS = TurnOptions(model="offline")

@@ -11,7 +11,8 @@ import pytest
 from click.testing import Result
 
 from agctl.checkpoints import Checkpointer
-from agctl.store import RESTORE_JOURNAL, Store
+from agctl.storage.file.layout import RESTORE_JOURNAL
+from agctl.store import Store
 
 Run = Callable[..., Result]
 

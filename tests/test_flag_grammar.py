@@ -353,3 +353,30 @@ def test_with_json_stderr_is_json_lines_warnings_included(
         line.startswith("agctl: warning: slot default: system uses")
         for line in people.stderr.splitlines()
     )
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        "agctl --data-dir {d} slot use ",
+        "agctl slot --data-dir {d} use ",
+        "agctl slot use --data-dir {d} ",
+        "agctl -s tabs --data-dir {d} slot use ",
+    ],
+)
+def test_tab_completion_reads_the_data_dir_given_anywhere(
+    words: str, tmp_path: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: once the global options wrote into the App, completion still looked for
+    --data-dir in the root's parameters, and offered nothing from that data dir."""
+    elsewhere = tmp_path / "elsewhere"
+    assert run("--data-dir", str(elsewhere), "session", "new", "tabs").exit_code == 0
+    assert run("--data-dir", str(elsewhere), "slot", "new", "beta").exit_code == 0
+    line = words.format(d=elsewhere)
+    env = {**os.environ, "_AGCTL_COMPLETE": "bash_complete", "COMP_WORDS": line}
+    env["COMP_CWORD"] = str(len(line.split()))
+    env.pop("AGCTL_DATA_DIR")
+    result = subprocess.run(
+        [sys.executable, "-m", "agctl"], env=env, capture_output=True, text=True, check=False
+    )
+    assert result.stdout.split() == ["plain,beta", "plain,default"], result.stderr

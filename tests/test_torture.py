@@ -34,7 +34,8 @@ from click.testing import CliRunner, Result
 from agctl.checkpoints import Checkpointer, checkpoint_offset
 from agctl.cli import cli
 from agctl.models import Message, Session, Slot
-from agctl.store import RESTORE_JOURNAL, Store
+from agctl.storage.file.layout import RESTORE_JOURNAL
+from agctl.store import Store
 
 SID = "torture"
 

@@ -13,16 +13,21 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agctl.storage.file import layout
+
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
 
 
-def _root_params(ctx: click.Context) -> dict[str, Any]:
-    return ctx.find_root().params
-
-
 def data_dir(ctx: click.Context) -> Path:
-    given = _root_params(ctx).get("data_dir") or os.environ.get("AGCTL_DATA_DIR")
+    """--data-dir wherever it was given (the global options write into the App object
+    the contexts share), else AGCTL_DATA_DIR, else the platform's."""
+    here: click.Context | None = ctx
+    given = None
+    while here is not None and given is None:
+        given = getattr(here.obj, "data_dir", None)
+        here = here.parent
+    given = given or os.environ.get("AGCTL_DATA_DIR")
     if given:
         return Path(given)
     import platformdirs
@@ -55,7 +60,7 @@ def _read_json(path: Path, *, follow: bool = False) -> Any:
 
 def _session_ids(root: Path) -> list[str]:
     try:
-        names = os.listdir(root / "sessions")
+        names = os.listdir(layout.sessions_dir(root))
     except OSError:
         return []
     return sorted(n for n in names if not n.startswith("."))
@@ -69,10 +74,9 @@ def selected_session(ctx: click.Context) -> str | None:
     while here is not None and wanted is None:
         wanted = getattr(here.obj, "session_arg", None)  # set by a command's own -s
         here = here.parent
-    wanted = wanted or _root_params(ctx).get("session")
     if not wanted:
         try:
-            with _open_regular(root / "current-session") as handle:
+            with _open_regular(layout.current_pointer(root)) as handle:
                 wanted = handle.read().decode("utf-8", "replace").strip()
         except OSError:
             return None
@@ -94,7 +98,7 @@ def complete_sessions(
     for sid in _session_ids(root):
         if not sid.startswith(incomplete):
             continue
-        document = _read_json(root / "sessions" / sid / "session.json") or {}
+        document = _read_json(layout.session_document(layout.session_dir(root, sid))) or {}
         about = document.get("title") or document.get("system_prompt") or ""
         items.append(CompletionItem(sid, help=" ".join(str(about).split())[:60] or None))
     return items
@@ -110,10 +114,10 @@ def complete_slots(
     if sid is None:
         return []
     try:
-        names = os.listdir(data_dir(ctx) / "sessions" / sid / "slots")
+        names = os.listdir(layout.slots_dir(layout.session_dir(data_dir(ctx), sid)))
     except OSError:
         return []
-    slots = sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
+    slots = layout.document_ids(names)
     return [CompletionItem(name) for name in slots if name.startswith(incomplete)]
 
 
@@ -126,13 +130,13 @@ def complete_draft_slots(
     sid = selected_session(ctx)
     if sid is None:
         return []
-    directory = data_dir(ctx) / "sessions" / sid
+    directory = layout.session_dir(data_dir(ctx), sid)
     try:
-        names = os.listdir(directory / "drafts")
+        names = os.listdir(layout.drafts_dir(directory))
     except OSError:
         names = []
-    slots = {n[:-5] for n in names if n.endswith(".json") and not n.startswith(".")}
-    legacy = _read_json(directory / "draft.json")  # not adopted yet (see Store)
+    slots = set(layout.document_ids(names))
+    legacy = _read_json(layout.legacy_draft(directory))  # not adopted yet (see Store)
     if isinstance(legacy, dict) and isinstance(legacy.get("slot"), str):
         slots.add(legacy["slot"])
     return [CompletionItem(name) for name in sorted(slots) if name.startswith(incomplete)]
@@ -149,11 +153,11 @@ def complete_checkpoints(
     sid = selected_session(ctx)
     if sid is None:
         return []
-    directory = data_dir(ctx) / "sessions" / sid / "checkpoints"
-    removed = set(_read_json(directory / "removed.json") or [])
+    directory = layout.session_dir(data_dir(ctx), sid)
+    removed = set(_read_json(layout.removed_checkpoints(directory)) or [])
     found: dict[str, str] = {}
     try:
-        with _open_regular(directory / "index.jsonl") as handle:
+        with _open_regular(layout.checkpoint_index(directory)) as handle:
             for line in handle:
                 try:  # JSON, a tab and its checksum (agctl.pack.encode_record)
                     entry = json.loads(line.rpartition(b"\t")[0] or line)

@@ -9,6 +9,7 @@ import click
 
 from agctl.cli.app import App, command_options, echo, pass_app
 from agctl.cli.complete import complete_draft_slots
+from agctl.storage.file import layout
 
 if TYPE_CHECKING:
     from agctl.errors import CorruptDocument
@@ -50,7 +51,7 @@ def draft_row(app: App, session_id: str, draft: Draft) -> dict[str, Any]:
 
 
 def damaged_row(session_id: str, damage: CorruptDocument) -> dict[str, Any]:
-    slot = damage.path.stem if damage.path.parent.name == "drafts" else None
+    slot = damage.path.stem if damage.path.parent.name == layout.DRAFTS else None
     return {"session": session_id, "slot": slot, "damaged": str(damage)}
 
 

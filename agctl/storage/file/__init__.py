@@ -1,0 +1,1 @@
+"""The file backend: sessions as plain JSON files under one data directory."""
