@@ -244,20 +244,6 @@ def key_values(payload: dict[str, Any]) -> str:
 # ---- shared options ------------------------------------------------------------------
 
 
-def json_option(fn: F) -> F:
-    """`--json` on a command, shown in its help: the global option (agctl.cli.options)."""
-    from agctl.cli.options import visible
-
-    return visible("--json")(fn)
-
-
-def session_option(fn: F) -> F:
-    """`--session/-s` on a command, shown in its help: the global option."""
-    from agctl.cli.options import visible
-
-    return visible("--session")(fn)
-
-
 def select_option(what: str = "the new session") -> Callable[[F], F]:
     """`--use/--no-use` on the commands that make a session (new, fork, import, replay
     into a new one): the new session is selected unless --no-use. Commands that make a
@@ -278,11 +264,6 @@ def slot_option(fn: F) -> F:
         shell_complete=complete_slots,
         help="Slot to act on (default: the current slot).",
     )(fn)
-
-
-def command_options(fn: F) -> F:
-    """The options every session-scoped command takes."""
-    return session_option(json_option(fn))
 
 
 def limit_option(fn: F) -> F:

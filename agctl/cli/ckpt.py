@@ -9,7 +9,6 @@ import click
 from agctl.cli.app import (
     App,
     Count,
-    command_options,
     echo,
     limit_option,
     most_recent,
@@ -18,6 +17,7 @@ from agctl.cli.app import (
     select_option,
 )
 from agctl.cli.complete import complete_checkpoints
+from agctl.cli.options import command_options
 
 if TYPE_CHECKING:
     from agctl.checkpoints import Checkpoint, Checkpointer, CheckpointSummary

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import click
 
-from agctl.cli.app import App, json_option, pass_app
+from agctl.cli.app import App, pass_app
+from agctl.cli.options import json_option
 
 SHELLS = ("bash", "zsh", "fish")
 

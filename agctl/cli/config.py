@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
-from agctl.cli.app import App, echo, json_option, json_text, pass_app, plain
+from agctl.cli.app import App, echo, json_text, pass_app, plain
 from agctl.cli.complete import complete_models, complete_profiles
+from agctl.cli.options import json_option
 
 
 @click.group("config")

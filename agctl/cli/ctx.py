@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from agctl.cli.app import App, Count, PathType, command_options, echo, pass_app, slot_option
+from agctl.cli.app import App, Count, PathType, echo, pass_app, slot_option
+from agctl.cli.options import command_options
 from agctl.cli.turn import Setup, provider_options
 
 

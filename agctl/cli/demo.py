@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import click
 
 from agctl.cli import output
-from agctl.cli.app import App, json_option, pass_app
+from agctl.cli.app import App, pass_app
+from agctl.cli.options import json_option
 
 if TYPE_CHECKING:
     from agctl.store import Store

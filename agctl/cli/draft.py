@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from agctl.cli.app import App, command_options, echo, pass_app
+from agctl.cli.app import App, echo, pass_app
 from agctl.cli.complete import complete_draft_slots
+from agctl.cli.options import command_options
 from agctl.storage.file import layout
 
 if TYPE_CHECKING:

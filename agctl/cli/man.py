@@ -9,7 +9,8 @@ import sys
 
 import click
 
-from agctl.cli.app import App, echo, json_option, pass_app
+from agctl.cli.app import App, echo, pass_app
+from agctl.cli.options import json_option
 from agctl.errors import AgctlError
 
 

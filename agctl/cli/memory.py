@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from agctl.cli.app import App, command_options, pass_app, text_argument
+from agctl.cli.app import App, pass_app, text_argument
+from agctl.cli.options import command_options
 
 
 @click.group("memory")

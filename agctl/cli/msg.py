@@ -10,7 +10,6 @@ import click
 from agctl.cli.app import (
     NEGATIVE_INDEX,
     App,
-    command_options,
     file_option,
     limit_option,
     most_recent,
@@ -20,6 +19,7 @@ from agctl.cli.app import (
     text_argument,
     write_output,
 )
+from agctl.cli.options import command_options
 
 if TYPE_CHECKING:
     from agctl.models import Message, Slot

@@ -230,3 +230,18 @@ def json_requested(argv: list[str]) -> bool:
         if token == "--json":
             return True
     return False
+
+
+def json_option(fn: F) -> F:
+    """`--json` on a command, shown in its help (the global option)."""
+    return visible("--json")(fn)
+
+
+def session_option(fn: F) -> F:
+    """`--session/-s` on a command, shown in its help (the global option)."""
+    return visible("--session")(fn)
+
+
+def command_options(fn: F) -> F:
+    """The options every session-scoped command shows: --session and --json."""
+    return session_option(json_option(fn))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from agctl.cli.app import App, json_option, pass_app, text_argument
+from agctl.cli.app import App, pass_app, text_argument
 from agctl.cli.complete import complete_profiles
+from agctl.cli.options import json_option
 
 PROVIDERS = ("openai", "offline", "replay")
 

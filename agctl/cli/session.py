@@ -9,16 +9,15 @@ import click
 from agctl.cli.app import (
     App,
     echo,
-    json_option,
     limit_option,
     most_recent,
     pass_app,
     plain,
     select_option,
-    session_option,
     text_argument,
 )
 from agctl.cli.complete import complete_models, complete_profiles, complete_sessions
+from agctl.cli.options import json_option, session_option
 
 if TYPE_CHECKING:
     from agctl.models import Session

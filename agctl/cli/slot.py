@@ -7,16 +7,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from agctl.cli.app import (
-    App,
-    Count,
-    command_options,
-    pass_app,
-    plain,
-    read_input_file,
-    slot_option,
-)
+from agctl.cli.app import App, Count, pass_app, plain, read_input_file, slot_option
 from agctl.cli.complete import complete_slots
+from agctl.cli.options import command_options
 from agctl.cli.turn import Setup, provider_options
 
 if TYPE_CHECKING:

@@ -13,7 +13,6 @@ from agctl.cli.app import (
     App,
     Count,
     PathType,
-    command_options,
     echo,
     echo_json,
     file_option,
@@ -23,6 +22,7 @@ from agctl.cli.app import (
     text_argument,
 )
 from agctl.cli.complete import complete_models, complete_profiles
+from agctl.cli.options import command_options
 from agctl.cli.output import secho
 from agctl.cli.profile import PROVIDERS
 

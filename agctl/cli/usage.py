@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from agctl.cli.app import App, json_option, pass_app
+from agctl.cli.app import App, pass_app
+from agctl.cli.options import json_option
 
 
 @click.command("usage")

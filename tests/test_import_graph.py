@@ -1,0 +1,104 @@
+"""The house is to be a stack (ARCHITECTURE.md): no module imports one above it.
+
+Issue 12 removes the last tangle (recovery from operation journals inside Store.lock
+imports turns and checkpoints; compress and turns call each other). Until then this test
+is a ratchet: the known tangle may only shrink, and no new cycle may appear anywhere.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "agctl"
+# The modules of the one cycle left, which the storage seam's unit of work dissolves.
+KNOWN_TANGLE = {"agctl.checkpoints", "agctl.compress", "agctl.drafts", "agctl.store", "agctl.turns"}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the agctl modules it imports, at any depth of the file (an import inside
+    a function still ties the two), but not under `if TYPE_CHECKING:`."""
+    known = modules()
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for name, path in known.items():
+        tree = ast.parse(path.read_text())
+        typing_only = {
+            id(sub)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for sub in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                submodules = [f"{node.module}.{a.name}" for a in node.names]
+                if all(sub in known for sub in submodules):
+                    graph[name].update(submodules)
+                elif node.module in known:
+                    graph[name].add(node.module)
+            elif isinstance(node, ast.Import):
+                graph[name].update(a.name for a in node.names if a.name in known)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_new_import_cycle_and_the_known_one_only_shrinks() -> None:
+    found = cycles(import_graph())
+    assert all(component <= KNOWN_TANGLE for component in found), found
+
+
+def test_the_library_never_imports_the_command_line() -> None:
+    graph = import_graph()
+    offenders = {
+        name: sorted(t for t in targets if t == "agctl.cli" or t.startswith("agctl.cli."))
+        for name, targets in graph.items()
+        if not (name == "agctl.cli" or name.startswith("agctl.cli."))
+        and name != "agctl.__main__"  # `python -m agctl` runs the command line
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [{"a", "b", "c"}]
