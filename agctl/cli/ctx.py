@@ -9,6 +9,7 @@ import click
 
 from agctl.cli.app import App, Count, PathType, command_options, echo, pass_app, slot_option
 from agctl.cli.turn import Setup, provider_options
+from agctl.vocab import COMPRESS_STRATEGIES
 
 
 @click.group("ctx")
@@ -114,7 +115,7 @@ def show(
 @slot_option
 @click.option(
     "--strategy",
-    type=click.Choice(["summarize", "truncate"]),
+    type=click.Choice(COMPRESS_STRATEGIES),
     default="summarize",
     show_default=True,
     help="summarize: the provider folds older messages into a summary; truncate: drop them.",

@@ -6,8 +6,7 @@ import click
 
 from agctl.cli.app import App, json_option, pass_app, text_argument
 from agctl.cli.complete import complete_profiles
-
-PROVIDERS = ("openai", "offline", "replay")
+from agctl.vocab import PROVIDERS
 
 
 @click.group("profile")

@@ -7,17 +7,7 @@ from typing import Any
 import click
 
 from agctl.cli.app import echo_json, json_option
-
-NAMES = (
-    "session",
-    "slot",
-    "message",
-    "checkpoint",
-    "cassette",
-    "transcript",
-    "export",
-    "config",
-)
+from agctl.vocab import SCHEMA_NAMES
 
 
 def schema_of(name: str) -> dict[str, Any]:
@@ -44,7 +34,7 @@ def schema_of(name: str) -> dict[str, Any]:
 
 
 @click.command("schema")
-@click.argument("name", type=click.Choice(NAMES))
+@click.argument("name", type=click.Choice(SCHEMA_NAMES))
 @json_option
 def command(name: str) -> None:
     """Print the JSON Schema of a stored document or input format.

@@ -6,8 +6,7 @@ import click
 from click.core import ParameterSource
 
 from agctl.cli.app import App, Count, command_options, echo, pass_app, slot_option
-
-ROLES = ("system", "user", "assistant", "tool")
+from agctl.vocab import ROLES
 
 
 def explicit_session(app: App) -> str | None:

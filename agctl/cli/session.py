@@ -19,6 +19,7 @@ from agctl.cli.app import (
     text_argument,
 )
 from agctl.cli.complete import complete_models, complete_profiles, complete_sessions
+from agctl.vocab import SESSION_SETTINGS
 
 if TYPE_CHECKING:
     from agctl.models import Session
@@ -404,9 +405,7 @@ def tree(app: App, session_id: str | None) -> None:
 @command.command("set")
 @click.argument(
     "key",
-    type=click.Choice(
-        ["title", "system_prompt", "profile", "model", "memory_in_context", "auto_compress"]
-    ),
+    type=click.Choice(SESSION_SETTINGS),
 )
 @click.argument("value")
 @json_option
