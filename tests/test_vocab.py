@@ -49,13 +49,11 @@ def string_lists(source: str) -> Iterator[tuple[int, frozenset[str]]]:
             items = list(node.keys)
         elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("Literal"):
             items = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
-        values = [i.value for i in items if isinstance(i, ast.Constant)]
-        if (
-            len(values) >= 2
-            and len(values) == len(items)
-            and all(isinstance(v, str) for v in values)
-        ):
-            yield node.lineno, frozenset(values)
+        strings = [
+            i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)
+        ]
+        if isinstance(node, ast.expr) and len(strings) >= 2 and len(strings) == len(items):
+            yield node.lineno, frozenset(strings)
 
 
 def copies_in(source: str) -> list[tuple[int, str]]:
