@@ -61,10 +61,10 @@ from agctl.pack import (
 )
 from agctl.storage.file import layout
 from agctl.store import Store
+from agctl.vocab import ZONES
 
 log = logging.getLogger("agctl.checkpoint")
 
-ZONES = ("immutable", "compressed", "messages")
 # Session fields that change with every turn are kept in each checkpoint record; the
 # rest of the session document is a blob, stored again only when it changes.
 VOLATILE_SESSION = frozenset({"updated_at", "current_slot", "turn_count", "cost"})

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from agctl.errors import Conflict
 from agctl.models import Message, Slot, utcnow
@@ -17,10 +16,10 @@ from agctl.pack import content_hash
 from agctl.providers.base import ChatRequest, Provider, TurnContext
 from agctl.store import Store
 from agctl.view import tool_safe_cut
+from agctl.vocab import CompressStrategy
 
 log = logging.getLogger("agctl.compress")
 
-Strategy = Literal["summarize", "truncate"]
 SUMMARY_INSTRUCTIONS = (
     "Summarise the conversation transcript below for your own later use. Keep facts, "
     "names, numbers, decisions and open questions; drop pleasantries. Be brief."
@@ -98,7 +97,7 @@ def plan_compression(slot: Slot, keep_recent: int) -> Plan | None:
 @dataclass
 class Compression:
     slot: str
-    strategy: Strategy
+    strategy: CompressStrategy
     folded: int
     kept: int
     before: str | None = None
@@ -111,7 +110,7 @@ def compress(
     session_id: str,
     slot_id: str | None,
     *,
-    strategy: Strategy = "summarize",
+    strategy: CompressStrategy = "summarize",
     keep_recent: int = 6,
     provider: Provider | None = None,
     model: str = "offline",

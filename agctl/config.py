@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from pydantic import Field, PositiveInt, ValidationError, field_validator
 
@@ -25,31 +25,8 @@ from agctl.fsio import DEFAULT_LOCK_TIMEOUT, make_dirs, read_bytes, write_atomic
 from agctl.ids import validate_id
 from agctl.models import Document, Model, Session
 from agctl.redact import mask_url
+from agctl.vocab import CONFIG_KEYS, PRESET_ALIASES, PRESETS, PROVIDERS, Preset, ProviderName
 
-ProviderName = Literal["offline", "openai", "replay"]
-PROVIDERS: tuple[str, ...] = ("offline", "openai", "replay")
-
-
-@dataclass(frozen=True)
-class Preset:
-    base_url: str
-    key_env: str | None
-    model: str | None
-
-
-PRESETS: dict[str, Preset] = {
-    "openai": Preset("https://api.openai.com/v1", "OPENAI_API_KEY", "gpt-4o-mini"),
-    "deepseek": Preset("https://api.deepseek.com/v1", "DEEPSEEK_API_KEY", "deepseek-chat"),
-    "zhipu": Preset("https://open.bigmodel.cn/api/paas/v4", "ZHIPUAI_API_KEY", "glm-4-flash"),
-    "ollama": Preset("http://localhost:11434/v1", None, "llama3.2"),
-    "vllm": Preset("http://localhost:8000/v1", None, None),
-    "llamacpp": Preset("http://localhost:8080/v1", None, None),
-    "lmstudio": Preset("http://localhost:1234/v1", None, None),
-    "openrouter": Preset(
-        "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY", "openai/gpt-4o-mini"
-    ),
-}
-PRESET_ALIASES = {"llama.cpp": "llamacpp", "lm-studio": "lmstudio", "glm": "zhipu"}
 OFFLINE_MODEL = "offline"
 
 schema.CURRENT.setdefault("config", (1, 0))
@@ -117,24 +94,6 @@ class Config(Document):
 
     def price_overrides(self) -> dict[str, tuple[float, float]]:
         return {name: (p.prompt, p.completion) for name, p in self.prices.items()}
-
-
-_SETTABLE = (
-    "default_profile",
-    "auto_checkpoint",
-    "auto_compress",
-    "compress_keep_recent",
-    "context_windows.MODEL",
-    "max_retries",
-    "connect_timeout",
-    "read_timeout",
-    "request_timeout",
-    "max_reply_bytes",
-    "max_retry_wait",
-    "lock_timeout",
-    "prices.MODEL",
-    "profiles.NAME",
-)
 
 
 def default_config_path() -> Path:
@@ -234,7 +193,7 @@ def _check_key(key: str, parts: list[str]) -> None:
     nested = {"profiles": Profile, "prices": Price, "context_windows": None}
     top = parts[0]
     if top not in Config.model_fields or top in ("schema_version",):
-        raise UsageError(f"unknown config key {key!r}; known: {', '.join(sorted(_SETTABLE))}")
+        raise UsageError(f"unknown config key {key!r}; known: {', '.join(sorted(CONFIG_KEYS))}")
     if top in nested:
         if len(parts) < 2 or not parts[1]:
             raise UsageError(f"config key {key!r} needs a name: {top}.NAME")

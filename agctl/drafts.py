@@ -15,8 +15,9 @@ from agctl.errors import AgctlError, CorruptDocument, NotFound, StaleDraft, Usag
 from agctl.models import Draft, Message, Slot, isoformat
 from agctl.pack import content_hash
 from agctl.store import Store
+from agctl.vocab import ZONES
 
-STATE_FIELDS = frozenset({"config", "immutable", "compressed", "messages"})
+STATE_FIELDS = frozenset({"config", *ZONES})
 
 
 def slot_state(slot: Slot) -> str:

@@ -22,9 +22,7 @@ from agctl.ids import validate_id
 from agctl.models import Message, Session, Slot, messages_to_openai
 from agctl.storage.file import layout
 from agctl.store import Store
-
-ImportFormat = Literal["auto", "openai", "jsonl"]
-ExportFormat = Literal["openai", "jsonl", "markdown", "text"]
+from agctl.vocab import DEVELOPER_ROLE, ZONES, ExportFormat, ImportFormat
 
 
 def _decode_lines(data: bytes, source: str) -> list[Any]:
@@ -101,7 +99,6 @@ def export_messages(messages: Sequence[Message], fmt: ExportFormat = "openai") -
 # would import it without the history, so it refuses it instead, naming both versions.
 EXPORT_VERSION = "1.0"
 EXPORT_WITH_HISTORY_VERSION = "2.0"
-DEVELOPER_ROLE = "developer"  # OpenAI's newer name for the system role
 
 
 def system_for_developer(message: Any) -> Any:
@@ -152,7 +149,7 @@ class SessionExport(BaseModel):
         for slot in data["slots"]:
             if isinstance(slot, dict):
                 slot = dict(slot)
-                for zone in ("immutable", "compressed", "messages"):
+                for zone in ZONES:
                     if isinstance(slot.get(zone), list):
                         slot[zone] = [system_for_developer(m) for m in slot[zone]]
             slots.append(slot)

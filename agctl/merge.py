@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal
 
 from agctl.errors import Conflict, UsageError
 from agctl.models import MergeRecord, Message, Slot
 from agctl.pack import content_hash
 from agctl.providers.base import Provider, TurnContext
 from agctl.store import Store
+from agctl.vocab import MergeStrategy
 
 log = logging.getLogger("agctl.merge")
-
-MergeStrategy = Literal["append", "summary"]
 
 
 def message_hashes(messages: list[Message]) -> list[str]:

@@ -25,12 +25,13 @@ from pydantic import (
 from agctl import schema
 from agctl.errors import NotFound, ReadonlySlot, UsageError
 from agctl.tokens import MESSAGE_OVERHEAD, estimate_content, estimate_text
-
-Role = Literal["system", "user", "assistant", "tool"]
-ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
-SlotMode = Literal["full", "focused", "readonly"]
-SLOT_MODES: tuple[str, ...] = ("full", "focused", "readonly")
-DeriveStrategy = Literal["full", "focused"]
+from agctl.vocab import (
+    DEVELOPER_ROLE,
+    DeriveStrategy,
+    MergeStrategy,
+    Role,
+    SlotMode,
+)
 
 
 def utcnow() -> datetime:
@@ -95,7 +96,7 @@ class Message(Model):
     def from_openai(cls, data: Any) -> Message:
         """Validate one message in the OpenAI chat format (`reasoning_content` accepted,
         and the `developer` role, OpenAI's newer name for `system`, stored as `system`)."""
-        if isinstance(data, dict) and data.get("role") == "developer":
+        if isinstance(data, dict) and data.get("role") == DEVELOPER_ROLE:
             data = {**data, "role": "system"}
         if isinstance(data, dict) and "reasoning_content" in data:
             data = dict(data)
@@ -268,7 +269,7 @@ class MergeRecord(Model):
     """One `slot merge` into this slot: from where, how, and which messages."""
 
     source: str
-    strategy: Literal["append", "summary"]
+    strategy: MergeStrategy
     hashes: list[str]
     added: int
     at: datetime = Field(default_factory=utcnow)

@@ -12,7 +12,7 @@ import difflib
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -21,8 +21,7 @@ from agctl.errors import AgctlError, InvalidInput, ReplayMiss
 from agctl.providers.base import Provider
 from agctl.store import Store
 from agctl.turns import TurnOptions, TurnResult, send_turn
-
-CheckMode = Literal["exact", "contains", "regex"]
+from agctl.vocab import CheckMode
 
 
 class TranscriptTurn(BaseModel):

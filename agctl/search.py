@@ -19,9 +19,10 @@ import orjson
 
 from agctl import schema
 from agctl.errors import UsageError
-from agctl.models import ROLES, Message
+from agctl.models import Message
 from agctl.store import Store
-from agctl.walk import ZONES, ProblemHandler, walk
+from agctl.vocab import ROLES, ZONES
+from agctl.walk import ProblemHandler, walk
 
 # Characters of context shown on each side of a match, and the most of a match shown.
 SNIPPET_CONTEXT = 40

@@ -60,8 +60,6 @@ from agctl.fsio import (
 )
 from agctl.ids import new_session_id, resolve_prefix, validate_id
 from agctl.models import (
-    SLOT_MODES,
-    DeriveStrategy,
     Document,
     Draft,
     FocusedConfig,
@@ -76,14 +74,17 @@ from agctl.models import (
 from agctl.pack import content_hash
 from agctl.storage.file import layout
 from agctl.view import focused_messages
+from agctl.vocab import (
+    DERIVE_STRATEGIES,
+    SESSION_SETTINGS,
+    SLOT_MODES,
+    SLOT_SETTINGS,
+    DeriveStrategy,
+)
 
 log = logging.getLogger("agctl.store")
 
 DEFAULT_SLOT = "default"
-SESSION_SETTINGS = frozenset(
-    {"title", "system_prompt", "profile", "model", "memory_in_context", "auto_compress"}
-)
-SLOT_SETTINGS = frozenset({"auto_compress", "budget"})
 # layout.RESTORE_JOURNAL is written before a rollback starts rewriting documents, removed
 # when it is done; layout.TURN_JOURNAL while a turn commits (slot, then session). If one is
 # found, the next writer finishes (or drops) what it describes first.
@@ -898,8 +899,9 @@ class Store:
         `focus` changes the parent's focused-mode settings for the new slot.
         """
         validate_id(slot_id, "slot")
-        if strategy not in ("full", "focused"):
-            raise UsageError(f"unknown derive strategy {strategy!r}; choose full or focused")
+        if strategy not in DERIVE_STRATEGIES:
+            choices = ", ".join(DERIVE_STRATEGIES)
+            raise UsageError(f"unknown derive strategy {strategy!r}; choose from {choices}")
         with self.lock(session_id):
             parent = self.load_slot(session_id, source)
             focused = _focus(parent.config.focused, focus)
@@ -1138,7 +1140,7 @@ class Store:
     def configure_session(self, session_id: str, changes: Mapping[str, Any]) -> Session:
         """Change session settings (validated): title, system_prompt, profile, model,
         memory_in_context, auto_compress."""
-        unknown = set(changes) - SESSION_SETTINGS
+        unknown = set(changes).difference(SESSION_SETTINGS)
         if unknown:
             raise UsageError(
                 f"unknown session setting {sorted(unknown)[0]!r}; "
@@ -1162,7 +1164,7 @@ class Store:
         self, session_id: str, slot_id: str | None, changes: Mapping[str, Any]
     ) -> Slot:
         """Change slot settings (validated): auto_compress, budget (None: auto)."""
-        unknown = set(changes) - SLOT_SETTINGS
+        unknown = set(changes).difference(SLOT_SETTINGS)
         if unknown:
             raise UsageError(
                 f"unknown slot setting {sorted(unknown)[0]!r}; "

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from agctl.errors import AgctlError, NotFound
 from agctl.ids import validate_id
+from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
     from agctl.models import Message, Slot
@@ -22,8 +23,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agctl.walk")
 
-# The zones of a slot, in the order a walk reads them (what `msg get` addresses by zone).
-ZONES = ("immutable", "compressed", "messages")
 T = TypeVar("T")
 ProblemHandler = Callable[[AgctlError], None]
 

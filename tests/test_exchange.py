@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from agctl.cli import cli
-from agctl.cli.schema import NAMES
 from agctl.interchange import SessionExport, export_session, import_session
 from agctl.replay import parse_transcript
 from agctl.store import Store
+from agctl.vocab import SCHEMA_NAMES
 
 Run = Callable[..., Result]
 
@@ -326,10 +326,12 @@ def test_library_round_trip(store: Store, tmp_path: Path) -> None:
 
 
 def test_every_stored_document_has_a_schema() -> None:
-    assert {"session", "slot", "message", "checkpoint", "cassette", "transcript"} <= set(NAMES)
+    assert {"session", "slot", "message", "checkpoint", "cassette", "transcript"} <= set(
+        SCHEMA_NAMES
+    )
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", SCHEMA_NAMES)
 def test_schema_prints_a_json_schema(name: str, run: Run) -> None:
     schema = json.loads(ok(run("schema", name)).stdout)
     assert isinstance(schema, dict)

@@ -11,9 +11,6 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from agctl.cli import profile as profile_cli
-from agctl.config import PROVIDERS
-
 Run = Callable[..., Result]
 
 
@@ -79,10 +76,6 @@ def test_an_unknown_provider_is_a_usage_error(run: Run, unreachable: str) -> Non
     result = run("turn", "send", "hi", "--provider", "carrier-pigeon")
     assert result.exit_code == 2
     assert "carrier-pigeon" in result.stderr
-
-
-def test_the_cli_offers_every_provider_kind_the_library_knows() -> None:
-    assert sorted(profile_cli.PROVIDERS) == sorted(PROVIDERS)
 
 
 @pytest.mark.parametrize(

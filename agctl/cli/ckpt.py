@@ -18,6 +18,7 @@ from agctl.cli.app import (
 )
 from agctl.cli.complete import complete_checkpoints
 from agctl.cli.options import command_options
+from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
     from agctl.checkpoints import Checkpoint, Checkpointer, CheckpointSummary
@@ -199,7 +200,7 @@ def _diff_text(diff: dict[str, Any]) -> str:
         lines.append(f"~ slot {slot_id} ({change['tokens']:+d} tokens)")
         for key, (old, new) in change.get("config", {}).items():
             lines.append(f"    config {key}: {old} -> {new}")
-        for zone in ("immutable", "compressed", "messages"):
+        for zone in ZONES:
             if zone not in change:
                 continue
             for item in change[zone]["removed"]:

@@ -184,23 +184,13 @@ def _config(ctx: click.Context) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-PRESET_NAMES = (
-    "openai",
-    "deepseek",
-    "zhipu",
-    "ollama",
-    "vllm",
-    "llamacpp",
-    "lmstudio",
-    "openrouter",
-)
-
-
 def complete_profiles(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[CompletionItem]:
     """Profiles of the config, then the presets (usable as profiles)."""
     from click.shell_completion import CompletionItem
+
+    from agctl.vocab import PRESET_NAMES
 
     profiles = _config(ctx).get("profiles") or {}
     items = [CompletionItem(name, help="profile") for name in sorted(profiles)]

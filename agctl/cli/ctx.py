@@ -10,6 +10,7 @@ import click
 from agctl.cli.app import App, Count, PathType, echo, pass_app, slot_option
 from agctl.cli.options import command_options
 from agctl.cli.turn import Setup, provider_options
+from agctl.vocab import COMPRESS_STRATEGIES
 
 
 @click.group("ctx")
@@ -115,7 +116,7 @@ def show(
 @slot_option
 @click.option(
     "--strategy",
-    type=click.Choice(["summarize", "truncate"]),
+    type=click.Choice(COMPRESS_STRATEGIES),
     default="summarize",
     show_default=True,
     help="summarize: the provider folds older messages into a summary; truncate: drop them.",

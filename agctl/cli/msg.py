@@ -20,11 +20,11 @@ from agctl.cli.app import (
     write_output,
 )
 from agctl.cli.options import command_options
+from agctl.vocab import EXPORT_FORMATS, IMPORT_FORMATS, ROLES
 
 if TYPE_CHECKING:
     from agctl.models import Message, Slot
 
-ROLES = ("system", "user", "assistant", "tool")
 LIST_COLUMNS = [("index", "#"), ("role", "ROLE"), ("tokens", "TOKENS"), ("text", "CONTENT")]
 
 
@@ -373,7 +373,7 @@ def clear(app: App, slot: str | None) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["openai", "jsonl", "markdown", "text"]),
+    type=click.Choice(EXPORT_FORMATS),
     default="openai",
     show_default=True,
     help="openai: a JSON array of chat messages; jsonl: one message a line with metadata; "
@@ -415,7 +415,7 @@ def export(app: App, fmt: str, view: bool, output: str, slot: str | None) -> Non
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["auto", "openai", "jsonl"]),
+    type=click.Choice(IMPORT_FORMATS),
     default="auto",
     show_default=True,
 )

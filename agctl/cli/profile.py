@@ -7,8 +7,7 @@ import click
 from agctl.cli.app import App, pass_app, text_argument
 from agctl.cli.complete import complete_profiles
 from agctl.cli.options import json_option
-
-PROVIDERS = ("openai", "offline", "replay")
+from agctl.vocab import PROVIDERS
 
 
 @click.group("profile")

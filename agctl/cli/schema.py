@@ -8,17 +8,7 @@ import click
 
 from agctl.cli.app import echo_json
 from agctl.cli.options import json_option
-
-NAMES = (
-    "session",
-    "slot",
-    "message",
-    "checkpoint",
-    "cassette",
-    "transcript",
-    "export",
-    "config",
-)
+from agctl.vocab import SCHEMA_NAMES
 
 
 def schema_of(name: str) -> dict[str, Any]:
@@ -45,7 +35,7 @@ def schema_of(name: str) -> dict[str, Any]:
 
 
 @click.command("schema")
-@click.argument("name", type=click.Choice(NAMES))
+@click.argument("name", type=click.Choice(SCHEMA_NAMES))
 @json_option
 def command(name: str) -> None:
     """Print the JSON Schema of a stored document or input format.

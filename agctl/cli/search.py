@@ -7,8 +7,7 @@ from click.core import ParameterSource
 
 from agctl.cli.app import App, Count, echo, pass_app, slot_option
 from agctl.cli.options import command_options
-
-ROLES = ("system", "user", "assistant", "tool")
+from agctl.vocab import ROLES
 
 
 def explicit_session(app: App) -> str | None:

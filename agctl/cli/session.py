@@ -18,6 +18,7 @@ from agctl.cli.app import (
 )
 from agctl.cli.complete import complete_models, complete_profiles, complete_sessions
 from agctl.cli.options import json_option, session_option
+from agctl.vocab import SESSION_SETTINGS
 
 if TYPE_CHECKING:
     from agctl.models import Session
@@ -403,9 +404,7 @@ def tree(app: App, session_id: str | None) -> None:
 @command.command("set")
 @click.argument(
     "key",
-    type=click.Choice(
-        ["title", "system_prompt", "profile", "model", "memory_in_context", "auto_compress"]
-    ),
+    type=click.Choice(SESSION_SETTINGS),
 )
 @click.argument("value")
 @json_option

@@ -11,12 +11,12 @@ from agctl.cli.app import App, Count, pass_app, plain, read_input_file, slot_opt
 from agctl.cli.complete import complete_slots
 from agctl.cli.options import command_options
 from agctl.cli.turn import Setup, provider_options
+from agctl.vocab import DERIVE_STRATEGIES, MERGE_STRATEGIES, SLOT_MODES, SLOT_SETTINGS
 
 if TYPE_CHECKING:
     from agctl.models import ContextBudget, Message, Slot, TokenBudget
 
 F = TypeVar("F", bound=Callable[..., Any])
-MODES = ("full", "focused", "readonly")
 
 
 def slot_row(slot: Slot, current_slot: str | None = None) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def command() -> None:
 
 @command.command("new")
 @click.argument("slot_id", metavar="NAME", shell_complete=complete_slots)
-@click.option("--mode", type=click.Choice(MODES), default="full", show_default=True)
+@click.option("--mode", type=click.Choice(SLOT_MODES), default="full", show_default=True)
 @focus_options
 @click.option(
     "--static",
@@ -149,7 +149,7 @@ def new(
 )
 @click.option(
     "--strategy",
-    type=click.Choice(["full", "focused"]),
+    type=click.Choice(DERIVE_STRATEGIES),
     default="full",
     show_default=True,
     help="full: copy every message; focused: copy the parent's focused view.",
@@ -312,7 +312,7 @@ def show(app: App, slot_id: str | None, view: bool) -> None:
 
 
 @command.command("mode")
-@click.argument("mode", type=click.Choice(MODES))
+@click.argument("mode", type=click.Choice(SLOT_MODES))
 @click.argument("slot_id", metavar="[NAME]", required=False, shell_complete=complete_slots)
 @focus_options
 @command_options
@@ -410,7 +410,7 @@ def summarize(
 )
 @click.option(
     "--strategy",
-    type=click.Choice(["append", "summary"]),
+    type=click.Choice(MERGE_STRATEGIES),
     default="append",
     show_default=True,
     help="append: copy what SRC added; summary: append one summary of it.",
@@ -474,7 +474,7 @@ def merge(
 
 
 @command.command("set")
-@click.argument("key", type=click.Choice(["auto_compress", "budget"]))
+@click.argument("key", type=click.Choice(SLOT_SETTINGS))
 @click.argument("value")
 @slot_option
 @command_options

@@ -24,7 +24,7 @@ from agctl.cli.app import (
 from agctl.cli.complete import complete_models, complete_profiles
 from agctl.cli.options import command_options
 from agctl.cli.output import secho
-from agctl.cli.profile import PROVIDERS
+from agctl.vocab import CHECK_MODES, PROVIDERS
 
 if TYPE_CHECKING:
     from agctl.providers.base import Event
@@ -361,7 +361,7 @@ GENERATED_ID = "\0"
 @click.option("--check", is_flag=True, help="Compare each reply with the expected one.")
 @click.option(
     "--check-mode",
-    type=click.Choice(["exact", "contains", "regex"]),
+    type=click.Choice(CHECK_MODES),
     default="exact",
     show_default=True,
 )

@@ -1,0 +1,101 @@
+"""agctl's vocabulary: every closed list of names, defined once for the library and the CLI.
+
+Standard library only: the CLI imports it on the `--help` and TAB-completion path. Each
+list is a `Literal` type (for pydantic models and mypy) and the tuple of its values
+(`typing.get_args`), in the order the CLI offers them; nothing else re-declares either
+(tests/test_vocab.py scans the package).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple, get_args
+
+# The roles a stored message can have.
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: tuple[Role, ...] = get_args(Role)
+# OpenAI's newer name for the system role: accepted on input, stored as "system".
+DEVELOPER_ROLE = "developer"
+
+# What a slot shows the model: everything, a focused window, or everything, frozen.
+SlotMode = Literal["full", "focused", "readonly"]
+SLOT_MODES: tuple[SlotMode, ...] = get_args(SlotMode)
+# How `slot derive` starts a child slot.
+DeriveStrategy = Literal["full", "focused"]
+DERIVE_STRATEGIES: tuple[DeriveStrategy, ...] = get_args(DeriveStrategy)
+# How `slot merge` brings a slot's new messages into another.
+MergeStrategy = Literal["append", "summary"]
+MERGE_STRATEGIES: tuple[MergeStrategy, ...] = get_args(MergeStrategy)
+# How `ctx compress` shrinks a slot's history.
+CompressStrategy = Literal["summarize", "truncate"]
+COMPRESS_STRATEGIES: tuple[CompressStrategy, ...] = get_args(CompressStrategy)
+# The zones of a slot, in the order a view, a walk and a checkpoint read them.
+Zone = Literal["immutable", "compressed", "messages"]
+ZONES: tuple[Zone, ...] = get_args(Zone)
+
+# The provider kinds a profile or `--provider` can name.
+ProviderName = Literal["openai", "offline", "replay"]
+PROVIDERS: tuple[ProviderName, ...] = get_args(ProviderName)
+# How `turn replay --check` compares a reply with the recorded one.
+CheckMode = Literal["exact", "contains", "regex"]
+CHECK_MODES: tuple[CheckMode, ...] = get_args(CheckMode)
+# What `msg import` reads and `msg export` writes.
+ImportFormat = Literal["auto", "openai", "jsonl"]
+IMPORT_FORMATS: tuple[ImportFormat, ...] = get_args(ImportFormat)
+ExportFormat = Literal["openai", "jsonl", "markdown", "text"]
+EXPORT_FORMATS: tuple[ExportFormat, ...] = get_args(ExportFormat)
+
+
+class Preset(NamedTuple):
+    """A known OpenAI-compatible service: usable as a profile name with no configuration."""
+
+    base_url: str
+    key_env: str | None
+    model: str | None
+
+
+PRESETS: dict[str, Preset] = {
+    "openai": Preset("https://api.openai.com/v1", "OPENAI_API_KEY", "gpt-4o-mini"),
+    "deepseek": Preset("https://api.deepseek.com/v1", "DEEPSEEK_API_KEY", "deepseek-chat"),
+    "zhipu": Preset("https://open.bigmodel.cn/api/paas/v4", "ZHIPUAI_API_KEY", "glm-4-flash"),
+    "ollama": Preset("http://localhost:11434/v1", None, "llama3.2"),
+    "vllm": Preset("http://localhost:8000/v1", None, None),
+    "llamacpp": Preset("http://localhost:8080/v1", None, None),
+    "lmstudio": Preset("http://localhost:1234/v1", None, None),
+    "openrouter": Preset(
+        "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY", "openai/gpt-4o-mini"
+    ),
+}
+PRESET_NAMES: tuple[str, ...] = tuple(PRESETS)
+PRESET_ALIASES = {"llama.cpp": "llamacpp", "lm-studio": "lmstudio", "glm": "zhipu"}
+
+# What `session set KEY` and `Store.update_session` may change.
+SessionSetting = Literal[
+    "title", "system_prompt", "profile", "model", "memory_in_context", "auto_compress"
+]
+SESSION_SETTINGS: tuple[SessionSetting, ...] = get_args(SessionSetting)
+# What `slot set KEY` and `Store.update_slot` may change.
+SlotSetting = Literal["auto_compress", "budget"]
+SLOT_SETTINGS: tuple[SlotSetting, ...] = get_args(SlotSetting)
+# What `config set KEY` accepts; MODEL and NAME stand for any model or profile name.
+CONFIG_KEYS: tuple[str, ...] = (
+    "default_profile",
+    "auto_checkpoint",
+    "auto_compress",
+    "compress_keep_recent",
+    "context_windows.MODEL",
+    "max_retries",
+    "connect_timeout",
+    "read_timeout",
+    "request_timeout",
+    "max_reply_bytes",
+    "max_retry_wait",
+    "lock_timeout",
+    "prices.MODEL",
+    "profiles.NAME",
+)
+
+# The documents `agctl schema NAME` describes.
+SchemaName = Literal[
+    "session", "slot", "message", "checkpoint", "cassette", "transcript", "export", "config"
+]
+SCHEMA_NAMES: tuple[SchemaName, ...] = get_args(SchemaName)
