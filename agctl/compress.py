@@ -46,7 +46,7 @@ def summarize(
     context: TurnContext | None = None,
 ) -> Message:
     """Ask the provider for a summary of `messages`; return it as a system message."""
-    from agctl.turns import ReplyBuilder
+    from agctl.reply import ReplyBuilder
 
     request = ChatRequest(
         model=model,

@@ -30,8 +30,9 @@ from agctl.providers.base import (
 )
 from agctl.providers.cassette import RecordingProvider, ReplayProvider, load_cassette
 from agctl.providers.offline import OfflineProvider, load_script
+from agctl.reply import ReplyBuilder
 from agctl.store import Store
-from agctl.turns import ReplyBuilder, TurnOptions, prepare_turn, send_turn
+from agctl.turns import TurnOptions, prepare_turn, send_turn
 
 OPTIONS = TurnOptions(model="offline")
 
