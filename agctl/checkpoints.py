@@ -47,6 +47,7 @@ from agctl.fsio import (
     remove_file,
     write_atomic,
 )
+from agctl.hashing import content_hash, data_hash, line_sum
 from agctl.ids import resolve_prefix, validate_id
 from agctl.models import Document, Message, Model, Session, Slot, message_list_adapter, utcnow
 from agctl.pack import (
@@ -55,9 +56,7 @@ from agctl.pack import (
     NoRecord,
     checked_value,
     common_prefix,
-    content_hash,
     encode_record,
-    line_sum,
 )
 from agctl.store import RESTORE_JOURNAL, Store
 
@@ -888,7 +887,7 @@ class Checkpointer:
             records = data.decode("utf-8").split("\n")[:-1]
         except UnicodeDecodeError:
             raise CorruptDocument(history.path, "the checkpoint log is not UTF-8") from None
-        return CheckpointHistory(records=records, digest=log_digest(data), removed=removed)
+        return CheckpointHistory(records=records, digest=data_hash(data), removed=removed)
 
     def verify_import(self, session_id: str, directory: Path) -> None:
         """Refuse an imported log, placed in a staged session `directory`, that does not
@@ -945,13 +944,6 @@ class Checkpointer:
         return diff_states(old, new, a, b or "live")
 
 
-def log_digest(data: bytes) -> str:
-    """The fingerprint of a whole exported log: any byte changed, lost or added shows."""
-    import hashlib
-
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-
 class CheckpointHistory(Model):
     """A session's checkpoint log in an export: its records verbatim, one a line (so each
     checkpoint keeps its offset, which is its id), and the ids of removed checkpoints.
@@ -963,7 +955,7 @@ class CheckpointHistory(Model):
 
     def log_bytes(self) -> bytes:
         data = b"".join(record.encode() + b"\n" for record in self.records)
-        if log_digest(data) != self.digest:
+        if data_hash(data) != self.digest:
             raise InvalidInput(
                 "the exported checkpoint log does not match its digest (changed or cut short)"
             )

@@ -7,18 +7,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agctl.errors import Conflict, UsageError
+from agctl.hashing import message_hashes
 from agctl.models import MergeRecord, Message, Slot
-from agctl.pack import content_hash
 from agctl.providers.base import Provider, TurnContext
 from agctl.store import Store
 
 log = logging.getLogger("agctl.merge")
 
 MergeStrategy = Literal["append", "summary"]
-
-
-def message_hashes(messages: list[Message]) -> list[str]:
-    return [content_hash(m.model_dump(mode="json")) for m in messages]
 
 
 def added_since_branch(

@@ -58,6 +58,7 @@ from agctl.fsio import (
     remove_file,
     write_atomic,
 )
+from agctl.hashing import message_hashes
 from agctl.ids import new_session_id, resolve_prefix, validate_id
 from agctl.models import (
     SLOT_MODES,
@@ -73,7 +74,6 @@ from agctl.models import (
     SlotSource,
     utcnow,
 )
-from agctl.pack import content_hash
 from agctl.view import focused_messages
 
 log = logging.getLogger("agctl.store")
@@ -922,7 +922,7 @@ class Store:
             slot = self._new_slot(slot_id, config, parent.immutable, parent_id=parent.id)
             slot.compressed = list(parent.compressed)
             slot.messages = messages
-            slot.meta.branch = [content_hash(m.model_dump(mode="json")) for m in messages]
+            slot.meta.branch = message_hashes(messages)
             slot.refresh_meta()
             self._insert_slot(session_id, slot, make_current)
         log.info("slot derived: %s/%s from %s (%s)", session_id, slot_id, parent.id, strategy)

@@ -27,6 +27,7 @@ from agctl.errors import (
     UsageError,
 )
 from agctl.fsio import deferred_interrupts, read_bytes, remove_file, write_atomic
+from agctl.hashing import message_hash, message_hashes
 from agctl.models import (
     Message,
     Model,
@@ -36,7 +37,6 @@ from agctl.models import (
     messages_to_openai,
     utcnow,
 )
-from agctl.pack import content_hash
 from agctl.pricing import cost_of
 from agctl.providers.base import (
     ChatRequest,
@@ -494,8 +494,7 @@ def finish_turn(store: Store, session_id: str, slot: Slot | None = None) -> None
         return
     written = (
         len(slot.messages) >= journal.message_count
-        and content_hash(slot.messages[journal.message_count - 1].model_dump(mode="json"))
-        == journal.last_hash
+        and message_hash(slot.messages[journal.message_count - 1]) == journal.last_hash
     )
 
     def account(session: Session) -> None:
@@ -541,16 +540,12 @@ def check_only_appended(seen: Slot, now: Slot) -> None:
     if now.config != seen.config:
         raise SlotChanged(now.id, "its settings changed")
     for zone in ("immutable", "compressed"):
-        if _hashes(getattr(now, zone)) != _hashes(getattr(seen, zone)):
+        if message_hashes(getattr(now, zone)) != message_hashes(getattr(seen, zone)):
             raise SlotChanged(now.id, f"its {zone} zone changed")
     if len(now.messages) < len(seen.messages):
         raise SlotChanged(now.id, "messages were removed")
-    if _hashes(now.messages[: len(seen.messages)]) != _hashes(seen.messages):
+    if message_hashes(now.messages[: len(seen.messages)]) != message_hashes(seen.messages):
         raise SlotChanged(now.id, "messages were edited or replaced")
-
-
-def _hashes(messages: Sequence[Message]) -> list[str]:
-    return [content_hash(m.model_dump(mode="json")) for m in messages]
 
 
 def _commit(
@@ -583,7 +578,7 @@ def _commit(
         journal = TurnJournal(
             slot=slot.id,
             message_count=len(slot.messages),
-            last_hash=content_hash(reply.model_dump(mode="json")),
+            last_hash=message_hash(reply),
             turn_before=store.load_session(session_id).turn_count,
             model=prepared.request.model,
             prompt_tokens=usage.prompt_tokens if usage else None,
