@@ -48,7 +48,7 @@ from agctl.fsio import (
     write_atomic,
 )
 from agctl.hashing import content_hash, data_hash, line_sum
-from agctl.ids import resolve_prefix, validate_id
+from agctl.ids import BASE32_ALPHABET, resolve_prefix, validate_id
 from agctl.models import Document, Message, Model, Session, Slot, message_list_adapter, utcnow
 from agctl.pack import (
     NO_PARENT,
@@ -66,7 +66,6 @@ ZONES = ("immutable", "compressed", "messages")
 # Session fields that change with every turn are kept in each checkpoint record; the
 # rest of the session document is a blob, stored again only when it changes.
 VOLATILE_SESSION = frozenset({"updated_at", "current_slot", "turn_count", "cost"})
-_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 
 schema.CURRENT.setdefault("checkpoint", (1, 0))
 schema.MIGRATIONS.setdefault("checkpoint", [])
@@ -77,7 +76,7 @@ def checkpoint_id(offset: int) -> str:
     digits = ""
     while True:
         offset, digit = divmod(offset, 32)
-        digits = _ALPHABET[digit] + digits
+        digits = BASE32_ALPHABET[digit] + digits
         if not offset:
             break
     return digits.rjust(4, "0")
@@ -86,7 +85,7 @@ def checkpoint_id(offset: int) -> str:
 def checkpoint_offset(identifier: str) -> int:
     value = 0
     for char in identifier:
-        digit = _ALPHABET.find(char)
+        digit = BASE32_ALPHABET.find(char)
         if digit < 0:
             raise NotFound(f"checkpoint {identifier!r} not found")
         value = value * 32 + digit
