@@ -59,6 +59,7 @@ from agctl.pack import (
     encode_record,
 )
 from agctl.store import RESTORE_JOURNAL, Store
+from agctl.validation import validation_summary
 
 log = logging.getLogger("agctl.checkpoint")
 
@@ -476,11 +477,8 @@ class Checkpointer:
         try:
             checkpoint = Checkpoint.model_validate(data)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "record"
-            raise CorruptDocument(
-                history.path, f"checkpoint at byte {offset}: {where}: {first['msg']}"
-            ) from None
+            summary = validation_summary(exc, "record")
+            raise CorruptDocument(history.path, f"checkpoint at byte {offset}: {summary}") from None
         checkpoint.id = checkpoint_id(offset)
         return checkpoint
 
@@ -1122,11 +1120,8 @@ def _validate(model: type[Document], data: dict[str, Any], path: Path, identifie
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "document"
-        reason = (
-            f"checkpoint {identifier}: cannot rebuild the {model.kind}: {where}: {first['msg']}"
-        )
+        summary = validation_summary(exc, "document")
+        reason = f"checkpoint {identifier}: cannot rebuild the {model.kind}: {summary}"
         raise CorruptDocument(path, reason) from None
 
 

@@ -21,6 +21,7 @@ from agctl.errors import AlreadyExists, InvalidId, InvalidInput, SchemaTooNew
 from agctl.ids import validate_id
 from agctl.models import Message, Session, Slot, messages_to_openai
 from agctl.store import Store
+from agctl.validation import validation_summary
 
 ImportFormat = Literal["auto", "openai", "jsonl"]
 ExportFormat = Literal["openai", "jsonl", "markdown", "text"]
@@ -68,10 +69,8 @@ def parse_messages(data: bytes, fmt: ImportFormat = "auto", source: str = "input
         try:
             messages.append(Message.from_openai(item))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            detail = f"{where}: {first['msg']}" if where else first["msg"]
-            raise InvalidInput(f"{source}: message {index} is invalid: {detail}") from None
+            summary = validation_summary(exc)
+            raise InvalidInput(f"{source}: message {index} is invalid: {summary}") from None
     return messages
 
 
@@ -184,9 +183,8 @@ def import_session(
     try:
         document = SessionExport.model_validate_json(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "document"
-        raise InvalidInput(f"{source}: not a session export: {where}: {first['msg']}") from None
+        summary = validation_summary(exc, "document")
+        raise InvalidInput(f"{source}: not a session export: {summary}") from None
     try:
         orjson.dumps(document.model_dump(mode="json"))
     except TypeError as exc:  # agctl's JSON tools hold integers of up to 64 bits

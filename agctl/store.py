@@ -74,6 +74,7 @@ from agctl.models import (
     SlotSource,
     utcnow,
 )
+from agctl.validation import validation_summary
 from agctl.view import focused_messages
 
 log = logging.getLogger("agctl.store")
@@ -113,11 +114,8 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("agctl"))
 
 
-def _validation_summary(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "document"
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"invalid document: {where}: {first['msg']}{more}"
+def _invalid_document(exc: ValidationError) -> str:
+    return f"invalid document: {validation_summary(exc, 'document')}"
 
 
 def _check_mode(mode: str) -> None:
@@ -129,7 +127,7 @@ def _focus(base: FocusedConfig, changes: Mapping[str, Any] | None) -> FocusedCon
     try:
         return base.updated(changes)
     except ValidationError as exc:
-        raise UsageError(f"invalid focused settings: {_validation_summary(exc)}") from None
+        raise UsageError(f"invalid focused settings: {validation_summary(exc)}") from None
 
 
 def _in_cycles(parents: Mapping[str, str | None]) -> set[str]:
@@ -323,7 +321,7 @@ class Store:
         except ValidationError as exc:
             if any(e["type"] == "json_invalid" for e in exc.errors()):
                 raise CorruptDocument(path, "not valid JSON") from None
-            raise CorruptDocument(path, _validation_summary(exc)) from None
+            raise CorruptDocument(path, _invalid_document(exc)) from None
 
     @staticmethod
     def _write(path: Path, document: Document) -> None:
@@ -1058,7 +1056,7 @@ class Store:
             except CorruptDocument as exc:
                 return exc
             except ValidationError as exc:
-                return CorruptDocument(legacy, _validation_summary(exc))
+                return CorruptDocument(legacy, _invalid_document(exc))
             except InvalidId as exc:  # a slot name no file may have
                 return CorruptDocument(legacy, str(exc))
             try:
@@ -1103,7 +1101,7 @@ class Store:
         except NotFound:
             raise NotFound(f"slot {slot_id!r} of session {session_id!r} has no draft") from None
         except ValidationError as exc:
-            raise CorruptDocument(path, _validation_summary(exc)) from None
+            raise CorruptDocument(path, _invalid_document(exc)) from None
 
     def clear_draft(self, session_id: str, slot_id: str, *, before: datetime | None = None) -> bool:
         """Drop the slot's draft (a damaged one too); with `before`, only one kept before
@@ -1153,7 +1151,7 @@ class Store:
             try:
                 updated = Session.model_validate(data)
             except ValidationError as exc:
-                raise UsageError(_validation_summary(exc)) from None
+                raise UsageError(f"invalid session setting: {validation_summary(exc)}") from None
             for key in changes:
                 setattr(session, key, getattr(updated, key))
             return session
@@ -1177,7 +1175,7 @@ class Store:
             try:
                 slot.config = SlotConfig.model_validate(data)
             except ValidationError as exc:
-                raise UsageError(_validation_summary(exc)) from None
+                raise UsageError(f"invalid slot setting: {validation_summary(exc)}") from None
             return slot
 
         return self.update_slot(session_id, slot_id, apply)
