@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from agctl.errors import UsageError
 from agctl.models import BUDGET_PARTS, ContextBudget, Message, Session, Slot, TokenBudget
+from agctl.validation import validation_summary
 
 if TYPE_CHECKING:
     from agctl.store import Store
@@ -68,9 +69,7 @@ def updated_budget(current: ContextBudget | None, changes: Mapping[str, Any]) ->
     try:
         return ContextBudget.model_validate(data)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        message = error["msg"].removeprefix("Value error, ")
-        raise UsageError(f"budget part {error['loc'][0]}: {message}") from None
+        raise UsageError(f"budget part {validation_summary(exc)}") from None
 
 
 def check_limit(budget: ContextBudget, window: int, model: str) -> TokenBudget:

@@ -47,7 +47,8 @@ from agctl.fsio import (
     remove_file,
     write_atomic,
 )
-from agctl.ids import resolve_prefix, validate_id
+from agctl.hashing import content_hash, data_hash, line_sum
+from agctl.ids import BASE32_ALPHABET, resolve_prefix, validate_id
 from agctl.models import Document, Message, Model, Session, Slot, message_list_adapter, utcnow
 from agctl.pack import (
     NO_PARENT,
@@ -55,12 +56,11 @@ from agctl.pack import (
     NoRecord,
     checked_value,
     common_prefix,
-    content_hash,
     encode_record,
-    line_sum,
 )
 from agctl.storage.file import layout
 from agctl.store import Store
+from agctl.validation import validation_summary
 from agctl.vocab import ZONES
 
 log = logging.getLogger("agctl.checkpoint")
@@ -68,7 +68,6 @@ log = logging.getLogger("agctl.checkpoint")
 # Session fields that change with every turn are kept in each checkpoint record; the
 # rest of the session document is a blob, stored again only when it changes.
 VOLATILE_SESSION = frozenset({"updated_at", "current_slot", "turn_count", "cost"})
-_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 
 schema.CURRENT.setdefault("checkpoint", (1, 0))
 schema.MIGRATIONS.setdefault("checkpoint", [])
@@ -79,7 +78,7 @@ def checkpoint_id(offset: int) -> str:
     digits = ""
     while True:
         offset, digit = divmod(offset, 32)
-        digits = _ALPHABET[digit] + digits
+        digits = BASE32_ALPHABET[digit] + digits
         if not offset:
             break
     return digits.rjust(4, "0")
@@ -88,7 +87,7 @@ def checkpoint_id(offset: int) -> str:
 def checkpoint_offset(identifier: str) -> int:
     value = 0
     for char in identifier:
-        digit = _ALPHABET.find(char)
+        digit = BASE32_ALPHABET.find(char)
         if digit < 0:
             raise NotFound(f"checkpoint {identifier!r} not found")
         value = value * 32 + digit
@@ -486,11 +485,8 @@ class Checkpointer:
         try:
             checkpoint = Checkpoint.model_validate(data)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "record"
-            raise CorruptDocument(
-                history.path, f"checkpoint at byte {offset}: {where}: {first['msg']}"
-            ) from None
+            summary = validation_summary(exc, "record")
+            raise CorruptDocument(history.path, f"checkpoint at byte {offset}: {summary}") from None
         checkpoint.id = checkpoint_id(offset)
         return checkpoint
 
@@ -898,7 +894,7 @@ class Checkpointer:
             records = data.decode("utf-8").split("\n")[:-1]
         except UnicodeDecodeError:
             raise CorruptDocument(history.path, "the checkpoint log is not UTF-8") from None
-        return CheckpointHistory(records=records, digest=log_digest(data), removed=removed)
+        return CheckpointHistory(records=records, digest=data_hash(data), removed=removed)
 
     def verify_import(self, session_id: str, directory: Path) -> None:
         """Refuse an imported log, placed in a staged session `directory`, that does not
@@ -955,13 +951,6 @@ class Checkpointer:
         return diff_states(old, new, a, b or "live")
 
 
-def log_digest(data: bytes) -> str:
-    """The fingerprint of a whole exported log: any byte changed, lost or added shows."""
-    import hashlib
-
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-
 class CheckpointHistory(Model):
     """A session's checkpoint log in an export: its records verbatim, one a line (so each
     checkpoint keeps its offset, which is its id), and the ids of removed checkpoints.
@@ -973,7 +962,7 @@ class CheckpointHistory(Model):
 
     def log_bytes(self) -> bytes:
         data = b"".join(record.encode() + b"\n" for record in self.records)
-        if log_digest(data) != self.digest:
+        if data_hash(data) != self.digest:
             raise InvalidInput(
                 "the exported checkpoint log does not match its digest (changed or cut short)"
             )
@@ -1141,11 +1130,8 @@ def _validate(model: type[Document], data: dict[str, Any], path: Path, identifie
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "document"
-        reason = (
-            f"checkpoint {identifier}: cannot rebuild the {model.kind}: {where}: {first['msg']}"
-        )
+        summary = validation_summary(exc, "document")
+        reason = f"checkpoint {identifier}: cannot rebuild the {model.kind}: {summary}"
         raise CorruptDocument(path, reason) from None
 
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agctl.errors import Conflict
+from agctl.hashing import message_hashes
 from agctl.models import Message, Slot, utcnow
-from agctl.pack import content_hash
 from agctl.providers.base import ChatRequest, Provider, TurnContext
 from agctl.store import Store
 from agctl.view import tool_safe_cut
@@ -90,7 +90,7 @@ def plan_compression(slot: Slot, keep_recent: int) -> Plan | None:
     start = max(head, tool_safe_cut(messages, start))
     if start <= head:
         return None
-    hashes = [content_hash(m.model_dump(mode="json")) for m in messages[head:start]]
+    hashes = message_hashes(messages[head:start])
     return Plan(head=head, start=start, hashes=hashes)
 
 
@@ -136,9 +136,7 @@ def compress(
 
     def apply(target: Slot) -> int:
         target.check_writable("compress")
-        current = [
-            content_hash(m.model_dump(mode="json")) for m in target.messages[plan.head : plan.start]
-        ]
+        current = message_hashes(target.messages[plan.head : plan.start])
         if current != plan.hashes:
             raise Conflict(f"slot {target.id!r} changed while it was being compressed; try again")
         target.messages = [*target.messages[: plan.head], *target.messages[plan.start :]]

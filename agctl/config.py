@@ -25,6 +25,7 @@ from agctl.fsio import DEFAULT_LOCK_TIMEOUT, make_dirs, read_bytes, write_atomic
 from agctl.ids import validate_id
 from agctl.models import Document, Model, Session
 from agctl.redact import mask_url
+from agctl.validation import validation_summary
 from agctl.vocab import CONFIG_KEYS, PRESET_ALIASES, PRESETS, PROVIDERS, Preset, ProviderName
 
 OFFLINE_MODEL = "offline"
@@ -62,9 +63,7 @@ def profile_from(fields: Mapping[str, Any]) -> Profile:
     try:
         return Profile.model_validate({k: v for k, v in fields.items() if v is not None})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "profile"
-        raise UsageError(f"invalid profile: {where}: {first['msg']}") from None
+        raise UsageError(f"invalid profile: {validation_summary(exc, 'profile')}") from None
 
 
 class Price(Model):
@@ -129,9 +128,8 @@ class ConfigStore:
         try:
             return Config.model_validate_json(raw)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "document"
-            raise CorruptDocument(self.path, f"invalid config: {where}: {first['msg']}") from None
+            reason = f"invalid config: {validation_summary(exc, 'document')}"
+            raise CorruptDocument(self.path, reason) from None
 
     def save(self, config: Config) -> None:
         """Write the config atomically, 0600; through a link, to the file it names."""
@@ -156,9 +154,7 @@ class ConfigStore:
         try:
             updated = Config.model_validate(data)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise UsageError(f"config key {key!r}: {where}: {first['msg']}") from None
+            raise UsageError(f"config key {key!r}: {validation_summary(exc)}") from None
         self.save(updated)
         return updated
 

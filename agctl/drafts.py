@@ -12,8 +12,8 @@ the session has; with drafts on several other slots, a usage error lists them.
 from __future__ import annotations
 
 from agctl.errors import AgctlError, CorruptDocument, NotFound, StaleDraft, UsageError
+from agctl.hashing import content_hash
 from agctl.models import Draft, Message, Slot, isoformat
-from agctl.pack import content_hash
 from agctl.store import Store
 from agctl.vocab import ZONES
 

@@ -10,8 +10,8 @@ from agctl.errors import AmbiguousId, InvalidId, NotFound
 
 MAX_ID_LENGTH = 128
 _ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-# Crockford's base32, lower case: no i, l, o or u to misread.
-_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+# Crockford's base32, lower case: no i, l, o or u to misread (session and checkpoint ids).
+BASE32_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 
 
 def validate_id(value: str, kind: str = "id") -> str:
@@ -36,8 +36,8 @@ def new_session_id(now: float | None = None) -> str:
     stamp = ""
     for _ in range(7):
         seconds, digit = divmod(seconds, 32)
-        stamp = _ALPHABET[digit] + stamp
-    return stamp + "".join(secrets.choice(_ALPHABET) for _ in range(3))
+        stamp = BASE32_ALPHABET[digit] + stamp
+    return stamp + "".join(secrets.choice(BASE32_ALPHABET) for _ in range(3))
 
 
 def resolve_prefix(kind: str, prefix: str, candidates: list[str]) -> str:

@@ -22,6 +22,7 @@ from agctl.ids import validate_id
 from agctl.models import Message, Session, Slot, messages_to_openai
 from agctl.storage.file import layout
 from agctl.store import Store
+from agctl.validation import validation_summary
 from agctl.vocab import DEVELOPER_ROLE, ZONES, ExportFormat, ImportFormat
 
 
@@ -67,10 +68,8 @@ def parse_messages(data: bytes, fmt: ImportFormat = "auto", source: str = "input
         try:
             messages.append(Message.from_openai(item))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            detail = f"{where}: {first['msg']}" if where else first["msg"]
-            raise InvalidInput(f"{source}: message {index} is invalid: {detail}") from None
+            summary = validation_summary(exc)
+            raise InvalidInput(f"{source}: message {index} is invalid: {summary}") from None
     return messages
 
 
@@ -182,9 +181,8 @@ def import_session(
     try:
         document = SessionExport.model_validate_json(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "document"
-        raise InvalidInput(f"{source}: not a session export: {where}: {first['msg']}") from None
+        summary = validation_summary(exc, "document")
+        raise InvalidInput(f"{source}: not a session export: {summary}") from None
     try:
         orjson.dumps(document.model_dump(mode="json"))
     except TypeError as exc:  # agctl's JSON tools hold integers of up to 64 bits

@@ -6,17 +6,13 @@ import logging
 from dataclasses import dataclass
 
 from agctl.errors import Conflict, UsageError
+from agctl.hashing import message_hashes
 from agctl.models import MergeRecord, Message, Slot
-from agctl.pack import content_hash
 from agctl.providers.base import Provider, TurnContext
 from agctl.store import Store
 from agctl.vocab import MergeStrategy
 
 log = logging.getLogger("agctl.merge")
-
-
-def message_hashes(messages: list[Message]) -> list[str]:
-    return [content_hash(m.model_dump(mode="json")) for m in messages]
 
 
 def added_since_branch(

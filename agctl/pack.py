@@ -22,7 +22,6 @@ nothing refers to and the next append seals.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -33,21 +32,16 @@ import orjson
 
 from agctl.errors import CorruptDocument, DataError, NotFound, StoreError
 from agctl.fsio import append_durably, check_regular, open_regular
+from agctl.hashing import content_hash, line_sum
 
 log = logging.getLogger("agctl.checkpoint")
 NO_PARENT = -1
 Node = tuple[str, int, dict[str, Any]]  # (hash, own offset, message)
 HEADER = {"agctl": "checkpoint-log", "checksums": 1}
-SUM_LENGTH = 8
 
 
 class NoRecord(CorruptDocument):
     """No record starts at the offset asked for (an id that names nothing)."""
-
-
-def line_sum(data: bytes) -> bytes:
-    """The checksum a log line carries: 8 hex digits of BLAKE2b over its JSON."""
-    return hashlib.blake2b(data, digest_size=SUM_LENGTH // 2).hexdigest().encode()
 
 
 def encode_record(value: Any) -> bytes:
@@ -65,12 +59,6 @@ def checked_value(line: bytes) -> Any:
         return orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
-
-
-def content_hash(data: Any) -> str:
-    """Hash of a JSON value as stored (sorted keys, compact)."""
-    encoded = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
-    return hashlib.blake2b(encoded, digest_size=16).hexdigest()
 
 
 class Log:

@@ -21,6 +21,7 @@ from agctl.errors import AgctlError, InvalidInput, ReplayMiss
 from agctl.providers.base import Provider
 from agctl.store import Store
 from agctl.turns import TurnOptions, TurnResult, send_turn
+from agctl.validation import validation_summary
 from agctl.vocab import CheckMode
 
 
@@ -100,9 +101,8 @@ def parse_transcript(
         try:
             turns.append(TranscriptTurn.model_validate(item))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "line"
-            raise InvalidInput(f"{source}: line {number}: {where}: {first['msg']}") from None
+            summary = validation_summary(exc, "line")
+            raise InvalidInput(f"{source}: line {number}: {summary}") from None
         if regex and turns[-1].expect is not None:
             _check_regex(turns[-1].expect, f"{source}: line {number}")
     if not turns:

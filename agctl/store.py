@@ -58,6 +58,7 @@ from agctl.fsio import (
     remove_file,
     write_atomic,
 )
+from agctl.hashing import message_hashes
 from agctl.ids import new_session_id, resolve_prefix, validate_id
 from agctl.models import (
     Document,
@@ -71,8 +72,8 @@ from agctl.models import (
     SlotSource,
     utcnow,
 )
-from agctl.pack import content_hash
 from agctl.storage.file import layout
+from agctl.validation import validation_summary
 from agctl.view import focused_messages
 from agctl.vocab import (
     DERIVE_STRATEGIES,
@@ -109,11 +110,8 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("agctl"))
 
 
-def _validation_summary(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "document"
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"invalid document: {where}: {first['msg']}{more}"
+def _invalid_document(exc: ValidationError) -> str:
+    return f"invalid document: {validation_summary(exc, 'document')}"
 
 
 def _check_mode(mode: str) -> None:
@@ -125,7 +123,7 @@ def _focus(base: FocusedConfig, changes: Mapping[str, Any] | None) -> FocusedCon
     try:
         return base.updated(changes)
     except ValidationError as exc:
-        raise UsageError(f"invalid focused settings: {_validation_summary(exc)}") from None
+        raise UsageError(f"invalid focused settings: {validation_summary(exc)}") from None
 
 
 def _in_cycles(parents: Mapping[str, str | None]) -> set[str]:
@@ -320,7 +318,7 @@ class Store:
         except ValidationError as exc:
             if any(e["type"] == "json_invalid" for e in exc.errors()):
                 raise CorruptDocument(path, "not valid JSON") from None
-            raise CorruptDocument(path, _validation_summary(exc)) from None
+            raise CorruptDocument(path, _invalid_document(exc)) from None
 
     @staticmethod
     def _write(path: Path, document: Document) -> None:
@@ -921,7 +919,7 @@ class Store:
             slot = self._new_slot(slot_id, config, parent.immutable, parent_id=parent.id)
             slot.compressed = list(parent.compressed)
             slot.messages = messages
-            slot.meta.branch = [content_hash(m.model_dump(mode="json")) for m in messages]
+            slot.meta.branch = message_hashes(messages)
             slot.refresh_meta()
             self._insert_slot(session_id, slot, make_current)
         log.info("slot derived: %s/%s from %s (%s)", session_id, slot_id, parent.id, strategy)
@@ -1058,7 +1056,7 @@ class Store:
             except CorruptDocument as exc:
                 return exc
             except ValidationError as exc:
-                return CorruptDocument(legacy, _validation_summary(exc))
+                return CorruptDocument(legacy, _invalid_document(exc))
             except InvalidId as exc:  # a slot name no file may have
                 return CorruptDocument(legacy, str(exc))
             try:
@@ -1103,7 +1101,7 @@ class Store:
         except NotFound:
             raise NotFound(f"slot {slot_id!r} of session {session_id!r} has no draft") from None
         except ValidationError as exc:
-            raise CorruptDocument(path, _validation_summary(exc)) from None
+            raise CorruptDocument(path, _invalid_document(exc)) from None
 
     def clear_draft(self, session_id: str, slot_id: str, *, before: datetime | None = None) -> bool:
         """Drop the slot's draft (a damaged one too); with `before`, only one kept before
@@ -1153,7 +1151,7 @@ class Store:
             try:
                 updated = Session.model_validate(data)
             except ValidationError as exc:
-                raise UsageError(_validation_summary(exc)) from None
+                raise UsageError(f"invalid session setting: {validation_summary(exc)}") from None
             for key in changes:
                 setattr(session, key, getattr(updated, key))
             return session
@@ -1177,7 +1175,7 @@ class Store:
             try:
                 slot.config = SlotConfig.model_validate(data)
             except ValidationError as exc:
-                raise UsageError(_validation_summary(exc)) from None
+                raise UsageError(f"invalid slot setting: {validation_summary(exc)}") from None
             return slot
 
         return self.update_slot(session_id, slot_id, apply)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -26,6 +27,7 @@ from agctl.errors import (
     UsageError,
 )
 from agctl.fsio import deferred_interrupts, read_bytes, remove_file, write_atomic
+from agctl.hashing import message_hash, message_hashes
 from agctl.models import (
     Message,
     Model,
@@ -35,7 +37,6 @@ from agctl.models import (
     messages_to_openai,
     utcnow,
 )
-from agctl.pack import content_hash
 from agctl.pricing import cost_of
 from agctl.providers.base import (
     ChatRequest,
@@ -201,15 +202,9 @@ def send_turn(
 ) -> TurnResult:
     """Send one turn and commit it; on any failure write nothing and keep a draft."""
     prepared = prepare_turn(store, session_id, prompt, options, reuse)
-    try:
+    fitting = "interrupted while fitting the request in the window"
+    with _kept_on_failure(store, session_id, prepared, fitting):
         prepared = _fit_in_window(store, session_id, prompt, provider, options, prepared)
-    except KeyboardInterrupt:
-        error = TurnInterrupted("interrupted while fitting the request in the window")
-        _keep_draft(store, session_id, prepared, error)
-        raise error from None
-    except AgctlError as exc:
-        _keep_draft(store, session_id, prepared, exc)
-        raise
     request = prepared.request
     builder = ReplyBuilder()
     if log.isEnabledFor(logging.INFO):
@@ -222,19 +217,12 @@ def send_turn(
             prepared.tokens,
         )
     started = time.perf_counter()
-    try:
+    with _kept_on_failure(store, session_id, prepared):
         for event in provider.stream(request):
             builder.feed(event)
             if on_event is not None:
                 on_event(event)
         reply = builder.message(request.model)
-    except KeyboardInterrupt:
-        error = TurnInterrupted("interrupted")
-        _keep_draft(store, session_id, prepared, error)
-        raise error from None
-    except AgctlError as exc:
-        _keep_draft(store, session_id, prepared, exc)
-        raise
     latency = time.perf_counter() - started
     usage = builder.usage
     cost = (
@@ -242,17 +230,9 @@ def send_turn(
         if usage
         else None
     )
-    try:
+    writing = "interrupted before the reply was written"
+    with _kept_on_failure(store, session_id, prepared, writing, reply):
         checkpoint = _commit(store, session_id, prepared, reply, usage, cost, options.checkpoint)
-    except KeyboardInterrupt:
-        error = TurnInterrupted("interrupted before the reply was written")
-        _keep_reply(store, session_id, prepared, reply, error)
-        raise error from None
-    except TurnCommitted:
-        raise
-    except AgctlError as exc:
-        _keep_reply(store, session_id, prepared, reply, exc)
-        raise
     log.info(
         "reply committed: slot=%s turn=%d latency=%.3fs tokens=%s",
         prepared.slot.id,
@@ -434,8 +414,7 @@ def finish_turn(store: Store, session_id: str, slot: Slot | None = None) -> None
         return
     written = (
         len(slot.messages) >= journal.message_count
-        and content_hash(slot.messages[journal.message_count - 1].model_dump(mode="json"))
-        == journal.last_hash
+        and message_hash(slot.messages[journal.message_count - 1]) == journal.last_hash
     )
 
     def account(session: Session) -> None:
@@ -465,13 +444,29 @@ def finish_turn(store: Store, session_id: str, slot: Slot | None = None) -> None
     remove_file(path)
 
 
-def _keep_reply(
-    store: Store, session_id: str, prepared: PreparedTurn, reply: Message, error: AgctlError
-) -> None:
-    """The model answered but the answer could not be written: keep the prompt, show the
-    answer, so that neither is lost."""
-    _keep_draft(store, session_id, prepared, error, reply)
-    error.add_note(f"the model's reply, which was not written:\n{reply.text()}")
+@contextmanager
+def _kept_on_failure(
+    store: Store,
+    session_id: str,
+    prepared: PreparedTurn,
+    interrupted: str = "interrupted",
+    reply: Message | None = None,
+) -> Iterator[None]:
+    """A step of a turn that, if it fails, keeps the prompt as a draft and re-raises (Ctrl-C
+    as TurnInterrupted(`interrupted`)); with the `reply` that came, keeps and shows it too,
+    so neither is lost. A TurnCommitted passes untouched: the turn was written."""
+    try:
+        yield
+    except TurnCommitted:
+        raise
+    except (KeyboardInterrupt, AgctlError) as caught:
+        error = caught if isinstance(caught, AgctlError) else TurnInterrupted(interrupted)
+        _keep_draft(store, session_id, prepared, error, reply)
+        if reply is not None:
+            error.add_note(f"the model's reply, which was not written:\n{reply.text()}")
+        if error is caught:
+            raise
+        raise error from None
 
 
 def check_only_appended(seen: Slot, now: Slot) -> None:
@@ -481,16 +476,12 @@ def check_only_appended(seen: Slot, now: Slot) -> None:
     if now.config != seen.config:
         raise SlotChanged(now.id, "its settings changed")
     for zone in ("immutable", "compressed"):
-        if _hashes(getattr(now, zone)) != _hashes(getattr(seen, zone)):
+        if message_hashes(getattr(now, zone)) != message_hashes(getattr(seen, zone)):
             raise SlotChanged(now.id, f"its {zone} zone changed")
     if len(now.messages) < len(seen.messages):
         raise SlotChanged(now.id, "messages were removed")
-    if _hashes(now.messages[: len(seen.messages)]) != _hashes(seen.messages):
+    if message_hashes(now.messages[: len(seen.messages)]) != message_hashes(seen.messages):
         raise SlotChanged(now.id, "messages were edited or replaced")
-
-
-def _hashes(messages: Sequence[Message]) -> list[str]:
-    return [content_hash(m.model_dump(mode="json")) for m in messages]
 
 
 def _commit(
@@ -523,7 +514,7 @@ def _commit(
         journal = TurnJournal(
             slot=slot.id,
             message_count=len(slot.messages),
-            last_hash=content_hash(reply.model_dump(mode="json")),
+            last_hash=message_hash(reply),
             turn_before=store.load_session(session_id).turn_count,
             model=prepared.request.model,
             prompt_tokens=usage.prompt_tokens if usage else None,

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from agctl.errors import AgctlError, UsageError
+from agctl.hashing import message_hash
 from agctl.models import Message, ModelCost, Session
-from agctl.pack import content_hash
 from agctl.pricing import cost_of, price_for
 from agctl.walk import ProblemHandler, skip_with_warning, slot_messages, walk
 
@@ -197,7 +197,7 @@ def usage_report(
             reply = _accounted_reply(message, since)
             if reply is None:
                 continue
-            identity = content_hash(message.model_dump(mode="json"))
+            identity = message_hash(message)
             if identity in seen:
                 continue
             seen.add(identity)

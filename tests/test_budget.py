@@ -27,7 +27,8 @@ from agctl.compress import (
     summarize_slot,
 )
 from agctl.errors import ContextFull, ProviderError, ReadonlySlot, UsageError
-from agctl.merge import added_since_branch, merge_slots, message_hashes
+from agctl.hashing import message_hashes
+from agctl.merge import added_since_branch, merge_slots
 from agctl.models import (
     ContextBudget,
     FocusedConfig,

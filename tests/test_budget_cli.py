@@ -17,7 +17,7 @@ from click.testing import Result
 from fake_openai import FakeOpenAI
 
 from agctl.compress import render_transcript
-from agctl.merge import message_hashes
+from agctl.hashing import message_hashes
 from agctl.models import ContextBudget, Message
 from agctl.providers.offline import offline_summary
 from agctl.store import Store

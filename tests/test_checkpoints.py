@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from agctl.checkpoints import Checkpoint, Checkpointer, SessionState, checkpoint_offset
+from agctl.checkpoints import (
+    Checkpoint,
+    Checkpointer,
+    SessionState,
+    checkpoint_id,
+    checkpoint_offset,
+)
 from agctl.errors import (
     AlreadyExists,
     AmbiguousId,
@@ -22,6 +28,7 @@ from agctl.errors import (
     UsageError,
 )
 from agctl.fsio import current_version
+from agctl.ids import BASE32_ALPHABET, new_session_id
 from agctl.models import Message, Slot
 from agctl.providers.base import (
     ChatRequest,
@@ -1022,6 +1029,16 @@ def test_recursive_destroy_removes_a_fork_child_and_orphans_keep_theirs(store: S
     assert live(store, "grandchild")["slots"]["default"]["messages"][-2]["content"] == (
         "in the child"
     )
+
+
+def test_checkpoint_ids_are_base32_offsets_in_the_alphabet_of_session_ids() -> None:
+    pinned = {0: "0000", 31: "000z", 1_234_567: "15nm7", 32**5: "100000"}
+    assert {offset: checkpoint_id(offset) for offset in pinned} == pinned
+    assert all(checkpoint_offset(identifier) == o for o, identifier in pinned.items())
+    assert set("".join(pinned.values())) <= set(BASE32_ALPHABET)
+    assert new_session_id(1_800_000_000)[:7] == "1nmkmg0"  # the same digits, time-sortable
+    with pytest.raises(NotFound):
+        checkpoint_offset("00il")  # letters base32 leaves out to be read unambiguously
 
 
 def test_a_checkpoint_id_is_the_offset_of_its_record_in_the_log(store: Store) -> None:

@@ -132,13 +132,13 @@ def test_a_changed_record_is_refused_and_nothing_is_written(
 def test_a_log_that_does_not_verify_is_refused_and_nothing_is_written(
     run: Run, store: Store, tmp_path: Path
 ) -> None:
-    from agctl.checkpoints import log_digest
+    from agctl.hashing import data_hash
 
     document = exported(run)
     history = document["checkpoint_log"]
     history["records"] = history["records"][:1] + history["records"][2:]  # one record lost
     data = "".join(r + "\n" for r in history["records"]).encode()
-    history["digest"] = log_digest(data)  # a consistent digest: the log itself must verify
+    history["digest"] = data_hash(data)  # a consistent digest: the log itself must verify
     source = tmp_path / "edited.json"
     source.write_text(json.dumps(document))
     result = run("session", "import", str(source), "--as", "copy")

@@ -25,7 +25,7 @@ from fake_openai import FakeOpenAI
 import agctl
 from agctl.checkpoints import checkpoint_offset
 from agctl.config import mask
-from agctl.pack import line_sum
+from agctl.hashing import line_sum
 from agctl.store import Store
 
 Run = Callable[..., Result]

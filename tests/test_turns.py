@@ -187,6 +187,75 @@ def test_interrupt_mid_stream_writes_nothing_and_keeps_a_draft(store: Store, sid
     assert store.load_draft(sid, "default").prompt == "my long question"
 
 
+def test_ctrl_c_while_fitting_the_request_keeps_a_draft_and_says_when(
+    store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agctl import turns
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(turns, "fit_breakdown", interrupted)
+    provider = ListProvider([TextDelta("never asked")])
+    before = files(store)
+    with pytest.raises(TurnInterrupted, match=r"^interrupted while fitting the request in the"):
+        send_turn(store, sid, "fit me", provider, TurnOptions(model="offline", window=100_000))
+    assert provider.requests == []
+    assert {k: v for k, v in files(store).items() if "draft" not in k} == before
+    assert store.load_draft(sid, "default").prompt == "fit me"
+
+
+@pytest.mark.parametrize(
+    ("failure", "raised", "says"),
+    [
+        (KeyboardInterrupt(), TurnInterrupted, "interrupted before the reply was written"),
+        (StoreError("No space left on device"), StoreError, "No space left on device"),
+    ],
+    ids=["interrupted", "store-error"],
+)
+def test_a_reply_that_could_not_be_written_is_kept_with_the_prompt_and_shown(
+    store: Store,
+    sid: str,
+    monkeypatch: pytest.MonkeyPatch,
+    failure: BaseException,
+    raised: type[Exception],
+    says: str,
+) -> None:
+    def failing(*args: object, **kwargs: object) -> None:
+        raise failure
+
+    before = files(store)
+    monkeypatch.setattr(store, "update_slot", failing)
+    provider = ListProvider([TextDelta("the answer"), Finish("stop")])
+    with pytest.raises(raised) as caught:  # no checkpoint: its dropped baseline changes the log
+        send_turn(store, sid, "keep both", provider, TurnOptions(model="offline", checkpoint=False))
+    assert str(caught.value) == says
+    assert "the model's reply, which was not written:\nthe answer" in caught.value.__notes__
+    monkeypatch.undo()
+    assert {k: v for k, v in files(store).items() if "draft" not in k} == before
+    draft = store.load_draft(sid, "default")
+    assert draft.prompt == "keep both" and draft.reply is not None
+    assert draft.reply.text() == "the answer"
+
+
+def test_a_turn_committed_before_its_accounting_failed_keeps_no_draft(
+    store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agctl import turns
+
+    def unaccounted(*args: object) -> None:
+        raise StoreError("cannot write session.json")
+
+    monkeypatch.setattr(turns, "finish_turn", unaccounted)
+    with pytest.raises(turns.TurnCommitted) as caught:
+        send_turn(store, sid, "written", OfflineProvider(), OPTIONS)
+    assert not any(
+        "reply, which was not written" in n for n in getattr(caught.value, "__notes__", [])
+    )
+    assert store.draft_slots(sid) == []
+    assert store.load_slot(sid).messages[-2].text() == "written"
+
+
 def test_a_draft_that_cannot_be_saved_puts_the_prompt_in_the_error(
     store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

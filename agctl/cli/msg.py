@@ -79,14 +79,14 @@ def _new_message(role: str, text: str, name: str | None, tool_call_id: str | Non
 
     from agctl.errors import UsageError
     from agctl.models import Message, utcnow
+    from agctl.validation import validation_summary
 
     try:
         return Message(
             role=role, content=text, name=name, tool_call_id=tool_call_id, created_at=utcnow()
         )
     except ValidationError as exc:
-        reason = exc.errors()[0]["msg"].removeprefix("Value error, ")
-        raise UsageError(f"invalid {role} message: {reason}") from None
+        raise UsageError(f"invalid {role} message: {validation_summary(exc)}") from None
 
 
 def message_options(fn: Any) -> Any:

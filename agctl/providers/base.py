@@ -6,14 +6,12 @@ once, around `Provider.stream`, for every provider (see agctl.turns).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import orjson
-
 from agctl.errors import AgctlError
+from agctl.hashing import request_fingerprint
 
 if TYPE_CHECKING:
     from agctl.redact import Redactor
@@ -111,8 +109,7 @@ class ChatRequest:
 
     def fingerprint(self) -> str:
         """A stable hash of the model input, for cassettes."""
-        canonical = orjson.dumps(self.model_input(), option=orjson.OPT_SORT_KEYS)
-        return hashlib.sha256(canonical).hexdigest()
+        return request_fingerprint(self.model_input())
 
     def payload(self) -> dict[str, Any]:
         """The chat-completions JSON body."""

@@ -23,6 +23,7 @@ from agctl.providers.base import (
     event_from_dict,
     event_to_dict,
 )
+from agctl.validation import validation_summary
 
 CASSETTE_VERSION = "1.0"
 
@@ -87,8 +88,7 @@ def load_cassette(path: Path) -> list[Recording]:
                 break  # a recording cut short by a crash: the entries before it stand
             reason: object = exc
             if isinstance(exc, ValidationError):
-                first = exc.errors()[0]
-                reason = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+                reason = validation_summary(exc)
             raise InvalidInput(
                 f"{path}: line {number} is not a cassette entry ({reason})"
             ) from None
