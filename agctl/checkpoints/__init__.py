@@ -1,0 +1,61 @@
+"""Checkpoints: snapshots of a whole session, rollback, diff and fork — in O(delta) space.
+
+Everything lives under `sessions/<id>/checkpoints/` (the format is in docs/checkpoints.md):
+
+    log            append-only records (agctl.pack): message nodes, document blobs and the
+                   checkpoints that refer to them; a checkpoint's id is its offset there
+    index.jsonl    one summary line per checkpoint, for listing; a cache that repairs
+                   itself from the log
+    heads.json     what the latest checkpoint refers to, per slot, with the version of the
+                   slot file it saw; a cache that lets the next checkpoint skip unchanged
+                   slots and store only new messages
+    removed.json   ids of removed checkpoints
+
+A checkpoint costs its new messages plus a small record; reading one walks only its own
+chains, whatever the number of checkpoints.
+
+The package is a stack, each module importing only those below it: records (the stored
+shapes and ids) · files (the log, index and removed set) · planner (what a new checkpoint
+must store; the heads cache) · reader · restore (rollback, fork, undo) · verify · prune ·
+diff · checkpointer (the Checkpointer, one object over them). This module only re-exports.
+"""
+
+from __future__ import annotations
+
+from agctl.checkpoints.checkpointer import Checkpointer
+from agctl.checkpoints.diff import diff_states
+from agctl.checkpoints.planner import Batch, Pending, TurnHint
+from agctl.checkpoints.records import (
+    VOLATILE_SESSION,
+    Checkpoint,
+    CheckpointHistory,
+    CheckpointSummary,
+    LogReport,
+    Pruned,
+    SessionState,
+    SlotEntry,
+    checkpoint_id,
+    checkpoint_offset,
+    messages_to_json,
+)
+from agctl.checkpoints.restore import finish_restore
+
+__all__ = [
+    "VOLATILE_SESSION",
+    "Batch",
+    "Checkpoint",
+    "CheckpointHistory",
+    "CheckpointSummary",
+    "Checkpointer",
+    "LogReport",
+    "Pending",
+    "Pruned",
+    "SessionState",
+    "SlotEntry",
+    "TurnHint",
+    "checkpoint_id",
+    "checkpoint_offset",
+    "diff_states",
+    "finish_restore",
+    "messages_to_json",
+]

@@ -1,0 +1,118 @@
+"""The Checkpointer: one object over a Store for every checkpoint job, each done by the
+package's module for it (planner, reader, restore, verify, prune, diff)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agctl.checkpoints import diff, files, planner, prune, reader, restore, verify
+from agctl.checkpoints.planner import TurnHint
+from agctl.checkpoints.records import (
+    Checkpoint,
+    CheckpointHistory,
+    CheckpointSummary,
+    LogReport,
+    Pruned,
+    SessionState,
+)
+from agctl.models import Session
+from agctl.pack import Log
+
+if TYPE_CHECKING:
+    from agctl.store import Store
+
+
+class Checkpointer:
+    """Create, list, read, diff, roll back to, fork from and remove checkpoints."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def directory(self, session_id: str) -> Path:
+        return files.directory(self.store, session_id)
+
+    # ---- create (planner) ----------------------------------------------------------
+
+    def create(
+        self,
+        session_id: str,
+        *,
+        label: str | None = None,
+        auto: bool = False,
+        hint: TurnHint | None = None,
+        edit: str | None = None,
+    ) -> Checkpoint:
+        """Snapshot the session as it is now; only what is not stored yet is written."""
+        return planner.create(self.store, session_id, label=label, auto=auto, hint=hint, edit=edit)
+
+    # ---- read (reader) -------------------------------------------------------------
+
+    def summaries(self, session_id: str) -> list[CheckpointSummary]:
+        return reader.summaries(self.store, session_id)
+
+    def ids(self, session_id: str) -> list[str]:
+        return reader.ids(self.store, session_id)
+
+    def resolve(self, session_id: str, prefix: str) -> str:
+        return reader.resolve(self.store, session_id, prefix)
+
+    def load(self, session_id: str, identifier: str) -> Checkpoint:
+        return reader.load(self.store, session_id, identifier)
+
+    def state(self, session_id: str, checkpoint: Checkpoint) -> SessionState:
+        return reader.state(self.store, session_id, checkpoint)
+
+    def live_state(self, session_id: str) -> SessionState:
+        return reader.live_state(self.store, session_id)
+
+    def matching_live(self, session_id: str, summaries: Sequence[CheckpointSummary]) -> set[str]:
+        return reader.matching_live(self.store, session_id, summaries)
+
+    # ---- rollback, fork, undo (restore) --------------------------------------------
+
+    def rollback(self, session_id: str, identifier: str) -> tuple[Checkpoint, Checkpoint]:
+        return restore.rollback(self.store, session_id, identifier)
+
+    def fork(self, session_id: str, identifier: str, new_id: str | None = None) -> Session:
+        return restore.fork(self.store, session_id, identifier, new_id)
+
+    def undo_targets(self, session_id: str, turns: int) -> dict[int, Checkpoint]:
+        return restore.undo_targets(self.store, session_id, turns)
+
+    def checkpoint_at_turn(self, session_id: str, turn: int) -> Checkpoint:
+        return restore.checkpoint_at_turn(self.store, session_id, turn)
+
+    def needs_baseline(self, session_id: str) -> bool:
+        return restore.needs_baseline(self.store, session_id)
+
+    def undo(self, session_id: str, turns: int = 1) -> tuple[Checkpoint, Checkpoint]:
+        return restore.undo(self.store, session_id, turns)
+
+    # ---- verify, export and import (verify) ----------------------------------------
+
+    def verify(self, session_id: str) -> LogReport:
+        return verify.verify(self.store, session_id)
+
+    def verify_log(self, session_id: str, history: Log) -> LogReport:
+        return verify.verify_log(session_id, history)
+
+    def export_history(self, session_id: str) -> CheckpointHistory:
+        return verify.export_history(self.store, session_id)
+
+    def verify_import(self, session_id: str, directory: Path) -> None:
+        verify.verify_import(session_id, directory)
+
+    # ---- remove (prune) ------------------------------------------------------------
+
+    def remove(self, session_id: str, identifiers: Sequence[str]) -> list[str]:
+        return prune.remove(self.store, session_id, identifiers)
+
+    def prune(self, session_id: str, keep: int, *, everything: bool = False) -> Pruned:
+        return prune.prune(self.store, session_id, keep, everything=everything)
+
+    # ---- diff ----------------------------------------------------------------------
+
+    def diff(self, session_id: str, a: str, b: str | None = None) -> dict[str, Any]:
+        return diff.diff(self.store, session_id, a, b)

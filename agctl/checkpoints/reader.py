@@ -1,0 +1,275 @@
+"""Reading checkpoints: the listing, lookup by id, a whole session rebuilt from one, and
+which checkpoints hold the live state."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from agctl.checkpoints.files import (
+    append_index,
+    drop_index,
+    indexed_ids,
+    log,
+    open_log,
+    path,
+    read_checkpoint,
+    removed_ids,
+)
+from agctl.checkpoints.planner import load_heads
+from agctl.checkpoints.records import (
+    VOLATILE_SESSION,
+    Checkpoint,
+    CheckpointSummary,
+    SessionState,
+    checkpoint_id,
+    checkpoint_offset,
+    messages_to_json,
+    static_session,
+    untimed,
+    without_zones,
+)
+from agctl.errors import CorruptDocument, DataError, NotFound
+from agctl.fsio import current_version, read_bytes
+from agctl.hashing import content_hash
+from agctl.ids import resolve_prefix, validate_id
+from agctl.models import Document, Session, Slot
+from agctl.pack import Log, NoRecord, checked_value
+from agctl.storage.file import layout
+from agctl.validation import validation_summary
+from agctl.vocab import ZONES
+
+if TYPE_CHECKING:
+    from agctl.store import Store
+
+
+def summaries(store: Store, session_id: str) -> list[CheckpointSummary]:
+    """Every checkpoint, newest first (from the index, completed from the log)."""
+    store.load_session(session_id)
+    history = open_log(store, session_id)
+    found: dict[int, CheckpointSummary] = {}
+    try:
+        index = path(store, session_id, layout.checkpoint_index)
+        lines = read_bytes(index, "checkpoint index").splitlines()
+    except NotFound:
+        lines = []
+    size = history.size()
+    damaged = False
+    indexed: list[CheckpointSummary] = []
+    for line in lines:
+        try:
+            summary = CheckpointSummary.model_validate(checked_value(line))
+        except ValidationError:
+            damaged = True  # garbled, edited (its checksum fails), or of an old format
+            continue
+        if summary.end <= size:
+            indexed.append(summary)
+    digests = history.line_digests([s.offset for s in indexed])
+    for summary in indexed:
+        if summary.digest is None or digests.get(summary.offset) != summary.digest:
+            damaged = True  # not this log's record (cut short and grown again?)
+            continue
+        found[summary.offset] = summary
+    # A damaged line may hide any checkpoint: then the whole log is scanned again.
+    indexed_end = 0 if damaged else max((s.end for s in found.values()), default=0)
+    if damaged:
+        found = {}
+        drop_index(store, session_id)
+    if indexed_end < size:
+        problems: list[CorruptDocument] = []
+        for offset, end, record in history.scan(indexed_end, problems):
+            if "c" in record and offset not in found:
+                try:
+                    summary = read_checkpoint(history, offset).summary(end)
+                except DataError as exc:
+                    log.warning("skipping %s", exc)
+                    continue
+                summary.digest = history.line_digest(offset)
+                found[offset] = summary
+                append_index(store, session_id, summary)
+        for problem in problems:
+            log.warning("skipping %s ('agctl ckpt verify' checks the whole log)", problem)
+    removed = removed_ids(store, session_id)
+    return sorted(
+        (s for s in found.values() if s.id not in removed),
+        key=lambda s: s.offset,
+        reverse=True,
+    )
+
+
+def ids(store: Store, session_id: str) -> list[str]:
+    return [s.id for s in summaries(store, session_id)]
+
+
+def resolve(store: Store, session_id: str, prefix: str) -> str:
+    validate_id(prefix, "checkpoint")
+    if len(prefix) >= 4 and prefix not in removed_ids(store, session_id):
+        try:
+            load(store, session_id, prefix)
+            return prefix
+        except NotFound:
+            pass
+    return resolve_prefix("checkpoint", prefix, ids(store, session_id))
+
+
+def load(store: Store, session_id: str, identifier: str) -> Checkpoint:
+    """The checkpoint with this exact id, read straight from its offset."""
+    history = open_log(store, session_id)
+    offset = checkpoint_offset(identifier)
+    if (
+        checkpoint_id(offset) != identifier
+        or offset >= history.size()
+        or identifier in removed_ids(store, session_id)
+    ):
+        raise NotFound(f"checkpoint {identifier!r} not found in session {session_id!r}")
+    try:
+        return read_checkpoint(history, offset)
+    except NoRecord:
+        raise NotFound(f"checkpoint {identifier!r} not found") from None
+    except (CorruptDocument, NotFound) as exc:
+        # A record starts there but fails its checksum (it cannot be told from a
+        # checkpoint), or the index knew a checkpoint there: damaged, not absent.
+        damaged = isinstance(exc, CorruptDocument) and history.checked()
+        if damaged or identifier in indexed_ids(store, session_id):
+            raise CorruptDocument(
+                history.path, f"checkpoint {identifier} (byte {offset}) is damaged"
+            ) from None
+        raise NotFound(f"checkpoint {identifier!r} not found") from None
+
+
+def state(store: Store, session_id: str, checkpoint: Checkpoint) -> SessionState:
+    """Rebuild the whole session as it was at `checkpoint`; any record it needs that
+    fails its checksum or hash is an error naming the checkpoint, never a different
+    state."""
+    history = open_log(store, session_id)
+    slots: dict[str, Slot] = {}
+    try:
+        for slot_id, entry in checkpoint.slots.items():
+            document = dict(history.blob(entry.doc))
+            document["meta"] = entry.meta
+            for zone, (tip, count) in zip(ZONES, entry.zones, strict=True):
+                document[zone] = [data for _, _, data in history.chain(tip, count)]
+            slots[slot_id] = _validate(Slot, document, history.path, checkpoint.id)
+        static = history.blob(checkpoint.session_static)
+    except CorruptDocument as exc:
+        if exc.reason.startswith("checkpoint "):
+            raise
+        raise CorruptDocument(
+            exc.path, f"checkpoint {checkpoint.id} cannot be restored: {exc.reason}"
+        ) from None
+    # A session imported under another id keeps its log: the id is the one it has now.
+    session_doc = {**static, **checkpoint.session_volatile, "id": session_id}
+    session = _validate(Session, session_doc, history.path, checkpoint.id)
+    return SessionState(session=session, slots=slots)
+
+
+def _validate(model: type[Document], data: dict[str, Any], where: Path, identifier: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        summary = validation_summary(exc, "document")
+        reason = f"checkpoint {identifier}: cannot rebuild the {model.kind}: {summary}"
+        raise CorruptDocument(where, reason) from None
+
+
+def live_state(store: Store, session_id: str) -> SessionState:
+    session = store.load_session(session_id)
+    slots = {slot.id: slot for slot in store.list_slots(session_id)}
+    return SessionState(session=session, slots=slots)
+
+
+def matching_live(
+    store: Store, session_id: str, summaries: Sequence[CheckpointSummary]
+) -> set[str]:
+    """The ids among `summaries` of the checkpoints that hold the live state (a
+    rollback to one would change nothing but timestamps).
+
+    Cheap: the summaries rule out most checkpoints without reading them; a slot file
+    not replaced since the latest checkpoint or rollback (the heads cache says) is
+    compared by its references alone; only other slots are read and hashed. No
+    checkpoint is rebuilt, and a damaged one matches nothing.
+    """
+    session = store.load_session(session_id)
+    slot_ids = store.slot_ids(session_id)
+    candidates = [
+        s
+        for s in summaries
+        if (s.turn_index, s.current_slot, s.slot_count)
+        == (session.turn_count, session.current_slot, len(slot_ids))
+    ]
+    if not candidates:
+        return set()
+    history = open_log(store, session_id)
+    store.session_subdir(session_id, layout.SLOTS)
+    session_dir = store.session_dir(session_id)
+    unchanged = {
+        slot_id: {k: known[k] for k in ("doc", "meta", "zones")}
+        for slot_id, known in load_heads(store, session_id, history.size())["slots"].items()
+        if slot_id in slot_ids
+        and list(current_version(layout.slot_document(session_dir, slot_id)) or ())
+        == known.get("version")
+    }
+    live = _LiveHashes(store, session, slot_ids, unchanged)
+    matched: set[str] = set()
+    for summary in candidates:
+        try:
+            if live.held_by(history, read_checkpoint(history, summary.offset)):
+                matched.add(summary.id)
+        except DataError:
+            continue  # `ckpt verify` is what reports it
+    return matched
+
+
+class _LiveHashes:
+    """The live session as checkpoint records keep it (content hashes, or the references
+    of a slot unchanged since the heads cache), each slot read and hashed once at most."""
+
+    def __init__(
+        self,
+        store: Store,
+        session: Session,
+        slot_ids: Sequence[str],
+        unchanged: dict[str, dict[str, Any]],
+    ) -> None:
+        self.store = store
+        self.session = session
+        self.slot_ids = set(slot_ids)
+        self.unchanged = unchanged
+        document = session.model_dump(mode="json")
+        self.volatile = untimed({k: v for k, v in document.items() if k in VOLATILE_SESSION})
+        self.static = content_hash(static_session(session))
+        self._slots: dict[str, tuple[Slot, list[list[str]]]] = {}
+
+    def _slot(self, slot_id: str) -> tuple[Slot, list[list[str]]]:
+        if slot_id not in self._slots:
+            slot = self.store.load_slot(self.session.id, slot_id)
+            zones = [
+                [content_hash(m) for m in messages_to_json(getattr(slot, zone))] for zone in ZONES
+            ]
+            self._slots[slot_id] = slot, zones
+        return self._slots[slot_id]
+
+    def held_by(self, history: Log, checkpoint: Checkpoint) -> bool:
+        if untimed(checkpoint.session_volatile) != self.volatile:
+            return False
+        if checkpoint.slots.keys() != self.slot_ids:
+            return False
+        if history.read(checkpoint.session_static).get("b") != self.static:
+            return False
+        for slot_id, entry in checkpoint.slots.items():
+            if self.unchanged.get(slot_id) == entry.model_dump(mode="json"):
+                continue  # the very references of the slot file as it is
+            slot, zones = self._slot(slot_id)
+            if untimed(entry.meta) != untimed(slot.meta.model_dump(mode="json")):
+                return False
+            if history.read(entry.doc).get("b") != content_hash(without_zones(slot)):
+                return False
+            for (tip, count), hashes in zip(entry.zones, zones, strict=True):
+                if count != len(hashes):
+                    return False
+                if [digest for digest, _, _ in history.chain(tip, count)] != hashes:
+                    return False
+        return True

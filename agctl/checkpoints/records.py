@@ -1,0 +1,202 @@
+"""The stored shapes of checkpoints: ids, the log's checkpoint record, summaries, reports.
+
+The bottom of the package: it imports nothing of it, and everything of it may import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from agctl import schema
+from agctl.errors import InvalidInput, NotFound
+from agctl.hashing import data_hash
+from agctl.ids import BASE32_ALPHABET
+from agctl.models import Document, Message, Model, Session, Slot, message_list_adapter, utcnow
+from agctl.vocab import ZONES
+
+# Session fields that change with every turn are kept in each checkpoint record; the
+# rest of the session document is a blob, stored again only when it changes.
+VOLATILE_SESSION = frozenset({"updated_at", "current_slot", "turn_count", "cost"})
+
+schema.CURRENT.setdefault("checkpoint", (1, 0))
+schema.MIGRATIONS.setdefault("checkpoint", [])
+
+
+def checkpoint_id(offset: int) -> str:
+    """A checkpoint's id: its offset in the log, in base32, at least four characters."""
+    digits = ""
+    while True:
+        offset, digit = divmod(offset, 32)
+        digits = BASE32_ALPHABET[digit] + digits
+        if not offset:
+            break
+    return digits.rjust(4, "0")
+
+
+def checkpoint_offset(identifier: str) -> int:
+    value = 0
+    for char in identifier:
+        digit = BASE32_ALPHABET.find(char)
+        if digit < 0:
+            raise NotFound(f"checkpoint {identifier!r} not found")
+        value = value * 32 + digit
+    return value
+
+
+class SlotEntry(Model):
+    doc: int
+    meta: dict[str, Any]
+    zones: list[tuple[int, int]]  # (tip offset, node count) for each of ZONES
+
+
+class Checkpoint(Document):
+    """The record of one checkpoint in the log."""
+
+    kind: ClassVar[str] = "checkpoint"
+    id: str = ""
+    turn_index: int
+    created_at: datetime = Field(default_factory=utcnow)
+    label: str | None = None
+    auto: bool = False
+    # The checkpoint the session descended from when this one was taken: the newest
+    # checkpoint then, or the target of the latest rollback. Undo follows these links.
+    parent: int | None = None
+    # The command a checkpoint was written before ("msg clear"): it undoes that edit, and
+    # `turn undo`, which returns to the state after a turn, passes over it.
+    edit: str | None = None
+    session_static: int
+    session_volatile: dict[str, Any]
+    slots: dict[str, SlotEntry]
+
+    def summary(self, end: int = 0) -> CheckpointSummary:
+        return CheckpointSummary(
+            id=self.id,
+            offset=checkpoint_offset(self.id),
+            end=end,
+            turn_index=self.turn_index,
+            created_at=self.created_at,
+            label=self.label,
+            auto=self.auto,
+            edit=self.edit,
+            current_slot=str(self.session_volatile.get("current_slot", "")),
+            slot_count=len(self.slots),
+            message_count=sum(count for entry in self.slots.values() for _, count in entry.zones),
+        )
+
+
+class CheckpointSummary(Model):
+    id: str
+    offset: int
+    end: int
+    # The record's line fingerprint (Log.line_digest): an index line whose record no
+    # longer reads the same (a log cut short and grown again) is dropped and rebuilt.
+    digest: str | None = None
+    turn_index: int
+    created_at: datetime
+    label: str | None = None
+    auto: bool = False
+    edit: str | None = None
+    current_slot: str = ""
+    slot_count: int = 0
+    message_count: int = 0
+
+
+@dataclass
+class SessionState:
+    """A whole session in memory: the session document and every slot."""
+
+    session: Session
+    slots: dict[str, Slot]
+
+
+class CheckpointHistory(Model):
+    """A session's checkpoint log in an export: its records verbatim, one a line (so each
+    checkpoint keeps its offset, which is its id), and the ids of removed checkpoints.
+    The caches beside the log (index, heads) are rebuilt where it is imported."""
+
+    records: list[str] = Field(description="The log's lines, without their newlines.")
+    digest: str = Field(description="BLAKE2b (16 bytes, hex) of the log's bytes.")
+    removed: list[str] = Field(default_factory=list, description="Removed checkpoint ids.")
+
+    def log_bytes(self) -> bytes:
+        data = b"".join(record.encode() + b"\n" for record in self.records)
+        if data_hash(data) != self.digest:
+            raise InvalidInput(
+                "the exported checkpoint log does not match its digest (changed or cut short)"
+            )
+        return data
+
+
+@dataclass
+class Pruned:
+    """What `prune` removed, and what it kept: the newest, and what `undo` still needs."""
+
+    removed: list[str]
+    kept: list[str]
+    kept_for_undo: list[str]
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"removed": self.removed, "kept": self.kept, "kept_for_undo": self.kept_for_undo}
+
+
+@dataclass
+class LogReport:
+    """What `ckpt verify` found in one session's checkpoint log."""
+
+    session: str
+    path: str
+    bytes: int = 0
+    records: int = 0
+    checkpoints: int = 0
+    # False for a log written before checksums: its records are readable, unverifiable.
+    checksums: bool = True
+    unverifiable: int = 0
+    # Bytes of a last record cut short by a crash: harmless, sealed by the next append.
+    torn: int = 0
+    problems: list[str] = field(default_factory=list)
+    bad_checkpoints: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.bad_checkpoints
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session": self.session,
+            "path": self.path,
+            "ok": self.ok,
+            "bytes": self.bytes,
+            "records": self.records,
+            "checkpoints": self.checkpoints,
+            "checksums": self.checksums,
+            "unverifiable": self.unverifiable,
+            "torn": self.torn,
+            "problems": self.problems,
+            "bad_checkpoints": self.bad_checkpoints,
+        }
+
+
+def untimed(document: dict[str, Any]) -> dict[str, Any]:
+    """A document without its update time, which every write stamps."""
+    return {k: v for k, v in document.items() if k != "updated_at"}
+
+
+def static_session(session: Session) -> dict[str, Any]:
+    """The session document without its volatile fields: what a session blob holds."""
+    document = session.model_dump(mode="json")
+    return {k: v for k, v in document.items() if k not in VOLATILE_SESSION}
+
+
+def without_zones(slot: Slot) -> dict[str, Any]:
+    """The slot document without its zones and meta: what a doc blob holds."""
+    return slot.model_dump(mode="json", exclude={*ZONES, "meta"})
+
+
+def messages_to_json(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Messages as stored in a slot document, in one serialiser call."""
+    return message_list_adapter().dump_python(list(messages), mode="json")  # type: ignore[no-any-return]

@@ -1,0 +1,180 @@
+"""Going back: rollback (journalled, finished by the next writer), fork, and undo along
+the session's own lineage of checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import orjson
+
+from agctl.checkpoints.files import head, log, open_log, read_checkpoint, removed_ids
+from agctl.checkpoints.planner import create, save_heads
+from agctl.checkpoints.reader import load, state
+from agctl.checkpoints.records import (
+    Checkpoint,
+    SessionState,
+    checkpoint_offset,
+    static_session,
+    without_zones,
+)
+from agctl.errors import AlreadyExists, NotFound, UsageError
+from agctl.fsio import read_bytes, remove_file, write_atomic
+from agctl.hashing import content_hash
+from agctl.ids import validate_id
+from agctl.models import Session, utcnow
+from agctl.storage.file import layout
+
+if TYPE_CHECKING:
+    from agctl.store import Store
+
+
+def rollback(store: Store, session_id: str, identifier: str) -> tuple[Checkpoint, Checkpoint]:
+    """Make the session exactly what it was; the replaced state is checkpointed first.
+
+    Returns (the checkpoint restored, the checkpoint of the state replaced).
+    """
+    with store.lock(session_id):
+        target = load(store, session_id, identifier)
+        rebuilt = state(store, session_id, target)
+        saved = create(store, session_id, label=f"before rollback to {target.id}", auto=True)
+        journal = layout.journal(store.session_dir(session_id), layout.RESTORE_JOURNAL)
+        write_atomic(journal, orjson.dumps({"checkpoint": target.id}))
+        _restore(store, session_id, target, rebuilt)
+        remove_file(journal)
+    log.info("rollback: %s to %s (turn %d)", session_id, target.id, target.turn_index)
+    return target, saved
+
+
+def _restore(store: Store, session_id: str, target: Checkpoint, rebuilt: SessionState) -> None:
+    store.replace_state(rebuilt.session, list(rebuilt.slots.values()))
+    history = open_log(store, session_id)
+    (last,) = history.append([{"r": checkpoint_offset(target.id)}])
+    heads = {
+        "end": history.size(),
+        "session": {
+            "hash": content_hash(static_session(rebuilt.session)),
+            "ref": target.session_static,
+        },
+        "slots": {
+            slot_id: {
+                "version": list(rebuilt.slots[slot_id]._version or ()),
+                "doc_hash": content_hash(without_zones(rebuilt.slots[slot_id])),
+                **entry.model_dump(mode="json"),
+            }
+            for slot_id, entry in target.slots.items()
+        },
+    }
+    save_heads(store, session_id, heads, history, last)
+
+
+def finish_restore(store: Store, session_id: str) -> None:
+    """Complete a rollback that was interrupted (called with the session lock held)."""
+    journal = layout.journal(store.session_dir(session_id), layout.RESTORE_JOURNAL)
+    try:
+        target_id = str(orjson.loads(read_bytes(journal, "restore journal"))["checkpoint"])
+        target = load(store, session_id, target_id)
+    except (orjson.JSONDecodeError, KeyError, TypeError, NotFound) as exc:
+        log.warning("dropping an unusable restore journal %s: %s", journal, exc)
+        remove_file(journal)
+        return
+    log.warning("finishing an interrupted rollback of %s to %s", session_id, target_id)
+    _restore(store, session_id, target, state(store, session_id, target))
+    remove_file(journal)
+
+
+def fork(store: Store, session_id: str, identifier: str, new_id: str | None = None) -> Session:
+    """A new child session starting from the checkpoint; the original is untouched."""
+    from agctl.ids import new_session_id
+
+    if new_id is not None:
+        validate_id(new_id, "session")
+        if new_id in store.session_ids():
+            raise AlreadyExists(f"session {new_id!r} already exists")
+    target = load(store, session_id, identifier)
+    rebuilt = state(store, session_id, target)
+    now = utcnow()
+    session = rebuilt.session.model_copy(
+        update={
+            "id": new_id or new_session_id(),
+            "parent_id": session_id,
+            "created_at": now,
+            "updated_at": now,
+        }
+    )
+    store.materialize_session(session, list(rebuilt.slots.values()))
+    log.info("fork: %s from %s/%s", session.id, session_id, target.id)
+    return session
+
+
+def _lineage(store: Store, session_id: str) -> Iterator[Checkpoint]:
+    """The checkpoints the live session descends from, newest first (removed ones too:
+    their links still lead on)."""
+    history = open_log(store, session_id)
+    offset = head(history)
+    while offset is not None:
+        checkpoint = read_checkpoint(history, offset)
+        yield checkpoint
+        offset = checkpoint.parent
+
+
+def undo_targets(store: Store, session_id: str, turns: int) -> dict[int, Checkpoint]:
+    """What `undo` would restore for each of the last `turns` turns, by the turn it
+    returns to: in the session's own history, the newest checkpoint at that turn that
+    is not removed and was not written before an edit."""
+    current = store.load_session(session_id).turn_count
+    wanted = set(range(max(current - turns, 0), current))
+    if not wanted:
+        return {}
+    removed = removed_ids(store, session_id)
+    found: dict[int, Checkpoint] = {}
+    for checkpoint in _lineage(store, session_id):
+        if checkpoint.turn_index < min(wanted):
+            break
+        turn = checkpoint.turn_index
+        usable = checkpoint.edit is None and checkpoint.id not in removed
+        if turn in wanted and turn not in found and usable:
+            found[turn] = checkpoint
+            if len(found) == len(wanted):
+                break
+    return found
+
+
+def checkpoint_at_turn(store: Store, session_id: str, turn: int) -> Checkpoint:
+    """The checkpoint at `turn` in the current session's own history (its lineage);
+    a checkpoint written before an edit is not one: it holds what the edit replaced."""
+    removed = removed_ids(store, session_id)
+    for checkpoint in _lineage(store, session_id):
+        usable = checkpoint.edit is None and checkpoint.id not in removed
+        if checkpoint.turn_index == turn and usable:
+            return checkpoint
+        if checkpoint.turn_index < turn:
+            break
+    raise NotFound(
+        f"no checkpoint of session {session_id!r} at turn {turn} "
+        "(automatic checkpoints may have been off)"
+    )
+
+
+def needs_baseline(store: Store, session_id: str) -> bool:
+    """Whether a turn must checkpoint the state it starts from to be undoable: the
+    session has no checkpoint yet, or it was edited since its latest one (which then
+    holds the state before the edit, not the state the turn starts from)."""
+    history = open_log(store, session_id)
+    latest = head(history) if history.size() else None
+    if latest is None:
+        return True
+    record = history.read(latest).get("c")
+    return not isinstance(record, dict) or record.get("edit") is not None
+
+
+def undo(store: Store, session_id: str, turns: int = 1) -> tuple[Checkpoint, Checkpoint]:
+    """Roll back the last `turns` turns of the session's own history."""
+    if turns < 1:
+        raise UsageError("the number of turns to undo must be at least 1")
+    with store.lock(session_id):
+        current = store.load_session(session_id).turn_count
+        if turns > current:
+            raise NotFound(f"session {session_id!r} has only {current} turns to undo")
+        target = checkpoint_at_turn(store, session_id, current - turns)
+        return rollback(store, session_id, target.id)

@@ -1,0 +1,133 @@
+"""Checking a checkpoint log end to end, and carrying it in and out of an export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agctl.checkpoints.files import open_log, read_checkpoint, removed_ids
+from agctl.checkpoints.records import Checkpoint, CheckpointHistory, LogReport, checkpoint_id
+from agctl.errors import CorruptDocument, DataError, InvalidInput, NotFound
+from agctl.fsio import read_bytes
+from agctl.hashing import content_hash, data_hash, line_sum
+from agctl.pack import NO_PARENT, Log
+from agctl.storage.file import layout
+from agctl.vocab import ZONES
+
+if TYPE_CHECKING:
+    from agctl.store import Store
+
+
+def verify(store: Store, session_id: str) -> LogReport:
+    """Check every record of the session's log (checksum, hash, references) and that
+    every checkpoint can be rebuilt from it, in one pass over the log."""
+    store.load_session(session_id)
+    return verify_log(session_id, open_log(store, session_id))
+
+
+def verify_log(session_id: str, history: Log) -> LogReport:
+    """`verify` for any log file (one being imported is checked before it is placed)."""
+    report = LogReport(session=session_id, path=str(history.path), bytes=history.size())
+    report.checksums = history.checked()
+    problems: list[CorruptDocument] = []
+    depth: dict[int, int] = {}
+    blobs: set[int] = set()
+    checkpoints: list[tuple[int, dict[str, Any]]] = []
+    for offset, _end, record in history.scan(0, problems):
+        report.records += 1
+        if "h" in record:
+            parent = record.get("p")
+            data = record.get("m")
+            if not isinstance(data, dict) or content_hash(data) != record["h"]:
+                report.problems.append(f"byte {offset}: node does not match its hash")
+            elif parent == NO_PARENT:
+                depth[offset] = 1
+            elif isinstance(parent, int) and parent in depth:
+                depth[offset] = depth[parent] + 1
+            else:
+                report.problems.append(f"byte {offset}: node's parent {parent} is no node")
+        elif "b" in record:
+            data = record.get("d")
+            if isinstance(data, dict) and content_hash(data) == record["b"]:
+                blobs.add(offset)
+            else:
+                report.problems.append(f"byte {offset}: blob does not match its hash")
+        elif "c" in record:
+            checkpoints.append((offset, record))
+    report.problems[:0] = [problem.reason for problem in problems]
+    torn_at, torn = history.torn_tail()
+    if torn:
+        # A crash leaves a prefix of a line; a whole record followed by one more byte
+        # is a line whose newline was changed.
+        body, sep, digest = torn[:-1].rpartition(b"\t")
+        if sep and digest == line_sum(body):
+            report.problems.append(f"byte {torn_at}: the newline ending the last record is damaged")
+        else:
+            report.torn = len(torn)
+    if not report.checksums:
+        report.unverifiable = report.records
+    for offset, _record in checkpoints:
+        identifier = checkpoint_id(offset)
+        report.checkpoints += 1
+        try:
+            checkpoint = read_checkpoint(history, offset)
+        except DataError as exc:
+            report.bad_checkpoints.append({"id": identifier, "reason": str(exc)})
+            continue
+        reason = _broken_reference(checkpoint, depth, blobs)
+        if reason:
+            report.bad_checkpoints.append({"id": identifier, "reason": reason})
+    return report
+
+
+def _broken_reference(checkpoint: Checkpoint, depth: dict[int, int], blobs: set[int]) -> str:
+    """Why `checkpoint` cannot be rebuilt from the records found, or "" if it can."""
+    if checkpoint.session_static not in blobs:
+        return f"its session document (byte {checkpoint.session_static}) is not a sound blob"
+    for slot_id, entry in checkpoint.slots.items():
+        if entry.doc not in blobs:
+            return f"slot {slot_id!r}: its document (byte {entry.doc}) is not a sound blob"
+        for zone, (tip, count) in zip(ZONES, entry.zones, strict=True):
+            if (tip, count) == (NO_PARENT, 0):
+                continue
+            if depth.get(tip) != count:
+                return f"slot {slot_id!r}: its {zone} zone ({count} at byte {tip}) is broken"
+    return ""
+
+
+def export_history(store: Store, session_id: str) -> CheckpointHistory:
+    """The session's checkpoint log as it is, verified (a damaged one is refused)."""
+    with store.lock(session_id):
+        history = open_log(store, session_id)
+        report = verify(store, session_id)
+        if not report.ok:
+            reasons = report.problems + [b["reason"] for b in report.bad_checkpoints]
+            raise CorruptDocument(
+                history.path,
+                f"the checkpoint log is damaged ({reasons[0]}); 'agctl ckpt verify' "
+                "says more, and an export without --checkpoints leaves it behind",
+            )
+        try:
+            data = read_bytes(history.path, "checkpoint log")
+        except NotFound:
+            data = b""
+        data = data[: len(data) - report.torn]
+        removed = sorted(removed_ids(store, session_id))
+    try:
+        records = data.decode("utf-8").split("\n")[:-1]
+    except UnicodeDecodeError:
+        raise CorruptDocument(history.path, "the checkpoint log is not UTF-8") from None
+    return CheckpointHistory(records=records, digest=data_hash(data), removed=removed)
+
+
+def verify_import(session_id: str, directory: Path) -> None:
+    """Refuse an imported log, placed in a staged session `directory`, that does not
+    verify (raises InvalidInput naming the first problem)."""
+    report = verify_log(session_id, Log(layout.checkpoint_log(directory)))
+    reasons = report.problems + [
+        f"checkpoint {b['id']}: {b['reason']}" for b in report.bad_checkpoints
+    ]
+    if report.torn:
+        reasons.append("its last record is cut short")
+    if reasons:
+        raise InvalidInput(f"the exported checkpoint log does not verify: {reasons[0]}")
