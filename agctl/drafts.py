@@ -11,13 +11,18 @@ the session has; with drafts on several other slots, a usage error lists them.
 
 from __future__ import annotations
 
+from typing import Any
+
 from agctl.errors import AgctlError, CorruptDocument, NotFound, StaleDraft, UsageError
 from agctl.hashing import content_hash
 from agctl.models import Draft, Message, Slot, isoformat
+from agctl.storage.file import layout
 from agctl.store import Store
 from agctl.vocab import ZONES
 
 STATE_FIELDS = frozenset({"config", *ZONES})
+# How "stale" begins when the draft's slot was removed since (`slot rm`).
+GONE = "is gone"
 
 
 def slot_state(slot: Slot) -> str:
@@ -139,3 +144,27 @@ def check_resumable(store: Store, session_id: str, draft: Draft) -> None:
     reason = staleness(store, session_id, draft)
     if reason is not None:
         raise StaleDraft(draft.slot, reason)
+
+
+def draft_document(store: Store, session_id: str, draft: Draft) -> dict[str, Any]:
+    """A draft as `draft show` and `draft rm` report it: "stale" says why --resume-draft
+    would refuse it (its slot changed since, or is gone), or is None."""
+    try:
+        stale = staleness(store, session_id, draft)
+    except NotFound as exc:  # its slot was deleted since
+        stale = f"{GONE} ({exc})"
+    return {
+        "session": session_id,
+        "slot": draft.slot,
+        "created_at": isoformat(draft.created_at),
+        "prompt": draft.prompt,
+        "error": draft.error,
+        "reply": draft.reply.text() if draft.reply is not None else None,
+        "stale": stale,
+    }
+
+
+def damaged_document(session_id: str, damage: CorruptDocument) -> dict[str, Any]:
+    """A draft file that cannot be read, named by its slot when it is a slot's."""
+    slot = damage.path.stem if damage.path.parent.name == layout.DRAFTS else None
+    return {"session": session_id, "slot": slot, "damaged": str(damage)}

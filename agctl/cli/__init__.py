@@ -17,8 +17,8 @@ import click
 
 from agctl import __version__
 from agctl.cli import output
-from agctl.cli.app import App, echo
-from agctl.cli.options import add_global_options, json_requested, root_options, shown
+from agctl.cli.app import App, echo, shown
+from agctl.cli.options import add_global_options, json_requested, root_options
 from agctl.errors import EXIT_INTERRUPTED, EXIT_USAGE, AgctlError, UsageError
 
 # Each command group lives in its own module, imported only when it runs, so that

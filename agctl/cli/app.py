@@ -324,14 +324,29 @@ class PathType(click.Path):
             os.stat(path)
         except OSError as exc:
             if exc.errno in (errno.ENAMETOOLONG, errno.ELOOP):
-                self.fail(f"{_cut(os.fsdecode(path))!r}: {exc.strerror}", param, ctx)
+                self.fail(f"{shown(os.fsdecode(path))}: {exc.strerror}", param, ctx)
         if not self.file_okay and os.path.exists(path) and not os.path.isdir(path):
             self.fail(f"{os.fsdecode(path)!r} is not a directory", param, ctx)
         return path
 
 
-def _cut(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+_SHOWN_LIMIT = 60
+
+
+def shown(value: str) -> str:
+    """`value` quoted, its undecodable bytes as \\xNN (cut when long)."""
+    cut = value[:_SHOWN_LIMIT]
+    chars = []
+    for char in cut:
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:
+            chars.append(f"\\x{code - 0xDC00:02x}")
+        elif 0xD800 <= code <= 0xDFFF:
+            chars.append(f"\\u{code:04x}")
+        else:
+            chars.append(char)
+    more = f"… ({len(value)} characters)" if len(value) > len(cut) else ""
+    return "'" + "".join(chars) + "'" + more
 
 
 def read_stdin_text() -> str:

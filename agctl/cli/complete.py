@@ -87,6 +87,12 @@ def selected_session(ctx: click.Context) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
+def selected_session_dir(ctx: click.Context) -> Path | None:
+    """The directory of the session the command line selects, if it selects one."""
+    sid = selected_session(ctx)
+    return None if sid is None else layout.session_dir(data_dir(ctx), sid)
+
+
 def complete_sessions(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[CompletionItem]:
@@ -110,11 +116,11 @@ def complete_slots(
     """Slot names of the selected session."""
     from click.shell_completion import CompletionItem
 
-    sid = selected_session(ctx)
-    if sid is None:
+    directory = selected_session_dir(ctx)
+    if directory is None:
         return []
     try:
-        names = os.listdir(layout.slots_dir(layout.session_dir(data_dir(ctx), sid)))
+        names = os.listdir(layout.slots_dir(directory))
     except OSError:
         return []
     slots = layout.document_ids(names)
@@ -127,10 +133,9 @@ def complete_draft_slots(
     """Slots of the selected session that have a draft (a removed slot's included)."""
     from click.shell_completion import CompletionItem
 
-    sid = selected_session(ctx)
-    if sid is None:
+    directory = selected_session_dir(ctx)
+    if directory is None:
         return []
-    directory = layout.session_dir(data_dir(ctx), sid)
     try:
         names = os.listdir(layout.drafts_dir(directory))
     except OSError:
@@ -150,10 +155,9 @@ def complete_checkpoints(
 
     from click.shell_completion import CompletionItem
 
-    sid = selected_session(ctx)
-    if sid is None:
+    directory = selected_session_dir(ctx)
+    if directory is None:
         return []
-    directory = layout.session_dir(data_dir(ctx), sid)
     removed = set(_read_json(layout.removed_checkpoints(directory)) or [])
     found: dict[str, str] = {}
     try:

@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from agctl.cli.app import App, echo, pass_app
 from agctl.cli.complete import complete_draft_slots
 from agctl.cli.options import command_options
-from agctl.storage.file import layout
-
-if TYPE_CHECKING:
-    from agctl.errors import CorruptDocument
-    from agctl.models import Draft
 
 F = TypeVar("F", bound=Callable[..., Any])
-# How "stale" begins when the draft's slot was removed since (`slot rm`).
-GONE = "is gone"
 
 
 def draft_slot_option(fn: F) -> F:
@@ -29,31 +22,6 @@ def draft_slot_option(fn: F) -> F:
         shell_complete=complete_draft_slots,
         help="The slot whose draft (default: the current slot's, else the only one).",
     )(fn)
-
-
-def draft_row(app: App, session_id: str, draft: Draft) -> dict[str, Any]:
-    from agctl.drafts import staleness
-    from agctl.errors import NotFound
-    from agctl.models import isoformat
-
-    try:
-        stale = staleness(app.store, session_id, draft)
-    except NotFound as exc:  # its slot was deleted since
-        stale = f"{GONE} ({exc})"
-    return {
-        "session": session_id,
-        "slot": draft.slot,
-        "created_at": isoformat(draft.created_at),
-        "prompt": draft.prompt,
-        "error": draft.error,
-        "reply": draft.reply.text() if draft.reply is not None else None,
-        "stale": stale,
-    }
-
-
-def damaged_row(session_id: str, damage: CorruptDocument) -> dict[str, Any]:
-    slot = damage.path.stem if damage.path.parent.name == layout.DRAFTS else None
-    return {"session": session_id, "slot": slot, "damaged": str(damage)}
 
 
 @click.group("draft")
@@ -93,6 +61,7 @@ def show(app: App, slot: str | None, every: bool) -> None:
       agctl draft show --all --json | jq -r '.[].slot'
       agctl draft show | agctl turn send - --slot other
     """
+    from agctl.drafts import GONE, damaged_document, draft_document
     from agctl.errors import CorruptDocument
 
     sid = app.session_id()
@@ -102,7 +71,9 @@ def show(app: App, slot: str | None, every: bool) -> None:
         from agctl.drafts import all_drafts
 
         rows = [
-            damaged_row(sid, d) if isinstance(d, CorruptDocument) else draft_row(app, sid, d)
+            damaged_document(sid, d)
+            if isinstance(d, CorruptDocument)
+            else draft_document(app.store, sid, d)
             for d in all_drafts(app.store, sid)
         ]
         display = [
@@ -124,7 +95,7 @@ def show(app: App, slot: str | None, every: bool) -> None:
         return
     from agctl.drafts import find_draft
 
-    row = draft_row(app, sid, find_draft(app.store, sid, slot))
+    row = draft_document(app.store, sid, find_draft(app.store, sid, slot))
     if app.json:
         app.emit(row)
         return
@@ -152,12 +123,14 @@ def rm(app: App, slot: str | None) -> None:
       agctl draft rm
       agctl draft rm --slot plan-b --json
     """
-    from agctl.drafts import remove_draft
+    from agctl.drafts import damaged_document, draft_document, remove_draft
     from agctl.errors import CorruptDocument
 
     sid = app.session_id()
     removed = remove_draft(app.store, sid, slot)
     if isinstance(removed, CorruptDocument):
-        app.done(damaged_row(sid, removed), text=f"removed a damaged draft: {removed}")
+        app.done(damaged_document(sid, removed), text=f"removed a damaged draft: {removed}")
         return
-    app.done(draft_row(app, sid, removed), text=f"removed the draft for slot {removed.slot}")
+    app.done(
+        draft_document(app.store, sid, removed), text=f"removed the draft for slot {removed.slot}"
+    )

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import click
 
-from agctl.cli.app import App, PathType
+from agctl.cli.app import App, PathType, shown
 from agctl.cli.complete import complete_sessions
 from agctl.errors import UsageError
 
@@ -26,12 +26,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
-# What click takes as true in a flag's environment variable (AGCTL_JSON=1).
-_TRUE_WORDS = frozenset({"1", "true", "t", "yes", "y", "on"})
-
 
 def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in _TRUE_WORDS
+    """A flag's environment variable read as click reads it (AGCTL_JSON=1, =yes, =true);
+    a value click would refuse counts as unset here, and click reports it."""
+    try:
+        return bool(click.BOOL.convert(os.environ.get(name, ""), None, None))
+    except click.BadParameter:
+        return False
 
 
 def _app(ctx: click.Context) -> App:
@@ -74,25 +76,6 @@ def _verbose(ctx: click.Context, _param: click.Parameter, value: int) -> None:
     if value or ctx.parent is None:
         app.verbose += value
         configure_logging(app.verbose)
-
-
-_SHOWN_LIMIT = 60
-
-
-def shown(value: str) -> str:
-    """`value` quoted, its undecodable bytes as \\xNN (cut when long)."""
-    cut = value[:_SHOWN_LIMIT]
-    chars = []
-    for char in cut:
-        code = ord(char)
-        if 0xDC80 <= code <= 0xDCFF:
-            chars.append(f"\\x{code - 0xDC00:02x}")
-        elif 0xD800 <= code <= 0xDFFF:
-            chars.append(f"\\u{code:04x}")
-        else:
-            chars.append(char)
-    more = f"… ({len(value)} characters)" if len(value) > len(cut) else ""
-    return "'" + "".join(chars) + "'" + more
 
 
 def configure_logging(verbose: int) -> None:

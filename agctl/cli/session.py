@@ -153,10 +153,11 @@ def new(
         payload["replaced"] = outcome.replaced
         payload["destroyed"] = outcome.destroyed
         payload["detached"] = outcome.detached
-        for sid in [] if app.json else outcome.destroyed:  # with --json, in the payload
-            echo(f"agctl: destroyed {sid}", err=True)
-        for sid in [] if app.json else outcome.detached:
-            echo(f"agctl: detached {sid} (its parent was the replaced session)", err=True)
+        if not app.json:  # with --json, said in the payload only
+            for sid in outcome.destroyed:
+                echo(f"agctl: destroyed {sid}", err=True)
+            for sid in outcome.detached:
+                echo(f"agctl: detached {sid} (its parent was the replaced session)", err=True)
     else:
         session = app.store.create_session(session_id, **settings)
         payload = session_document(session)
