@@ -1,0 +1,186 @@
+"""The storage interface: what the domain may ask of a backend, and nothing more.
+
+A backend keeps sessions. Each session holds one session document, its slot documents,
+one draft per slot at most, its checkpoint log (an append-only run of byte records whose
+offsets are checkpoint ids) and the set of removed checkpoint ids, plus caches that the
+checkpoint code rebuilds when they are missing or wrong.
+
+- Reads on the backend itself are lock-free snapshots: a document is read whole, as one
+  committed transaction left it, never half written.
+- `Backend.transaction(session_id)` yields a `Tx`: the session's exclusive lock is held
+  for its whole life; the `Tx` reads its own writes; everything written through it
+  becomes visible together when the block ends without an exception, or not at all.
+  Transactions of one thread nest: an inner `transaction` of the same session is the
+  outer `Tx` itself, committed with it.
+- Every stored document has a revision, `rev`: a counter the backend advances on each
+  write of it. "Did anyone change this since I read it" compares revisions.
+
+Nothing here knows what a turn, a rollback or a compression is; nothing above this
+package knows what a path, an inode or a journal file is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import IO, TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from agctl.models import Draft, Session, Slot
+
+# The caches a backend keeps for the checkpoint code, by name.
+CACHES = ("heads", "index")
+
+
+class LogReader(Protocol):
+    """The checkpoint log of one session, as bytes: `name` names it in messages."""
+
+    name: str
+
+    def size(self) -> int:
+        """Its length in bytes (0 when there is none)."""
+        ...
+
+    def open(self) -> IO[bytes]:
+        """A binary reader over a snapshot of it, positioned at 0 (seek, read, readline,
+        iteration by lines). Raises NotFound when the log does not exist."""
+        ...
+
+
+class LogWriter(LogReader, Protocol):
+    def append(self, build: Callable[[int], bytes]) -> int:
+        """Append `build(offset)`, where `offset` is where it will start (after a newline
+        sealing a torn last line, if any); return that offset."""
+        ...
+
+    def truncate(self, size: int) -> None:
+        """Cut the log to `size` bytes (a torn tail nothing refers to)."""
+        ...
+
+
+class Reader(Protocol):
+    """What can be read of a backend: lock-free on the backend, own writes seen in a Tx."""
+
+    def session_ids(self) -> list[str]:
+        """The ids of every session, sorted."""
+        ...
+
+    def has_session(self, session_id: str) -> bool: ...
+
+    def load_session(self, session_id: str) -> Session:
+        """The session document; NotFound if there is none, CorruptDocument (exit 5)
+        if it cannot be read; InvalidId for an id no session may have."""
+        ...
+
+    def slot_ids(self, session_id: str) -> list[str]:
+        """The session's slot ids, sorted; NotFound when the session is gone."""
+        ...
+
+    def load_slot(self, session_id: str, slot_id: str, *, reuse: Slot | None = None) -> Slot:
+        """The slot document. `reuse` is a slot read or written earlier through this
+        backend and not modified since: it is returned as it is when the stored slot is
+        still at its revision."""
+        ...
+
+    def slot_rev(self, session_id: str, slot_id: str) -> int | None:
+        """The slot's current revision, cheaply; None when it does not exist."""
+        ...
+
+    def draft_slots(self, session_id: str) -> list[str]:
+        """The slots that have a draft (slots removed since included), sorted."""
+        ...
+
+    def load_draft(self, session_id: str, slot_id: str) -> Draft:
+        """The slot's draft; NotFound when it has none."""
+        ...
+
+    def checkpoint_log(self, session_id: str) -> LogReader: ...
+
+    def removed_checkpoints(self, session_id: str) -> set[str]: ...
+
+    def cache(self, session_id: str, name: str) -> bytes | None:
+        """A cache of the checkpoint code (one of CACHES), or None."""
+        ...
+
+
+class Tx(Reader, Protocol):
+    """One unit of work on one session, under its exclusive lock."""
+
+    session_id: str
+
+    def put_session(self, session: Session) -> None:
+        """Write the session document (its `rev` is advanced)."""
+        ...
+
+    def put_slot(self, slot: Slot) -> None:
+        """Write the whole slot, replacing what is stored (its `rev` is advanced)."""
+        ...
+
+    def append_messages(self, slot: Slot, count: int) -> None:
+        """The slot as stored plus `count` messages appended to its `messages` zone: `slot`
+        is the whole slot in memory, its last `count` messages the new ones, and its
+        header (config, meta) as it is now. Earlier messages are not written again."""
+        ...
+
+    def delete_slot(self, slot_id: str) -> None: ...
+
+    def put_draft(self, draft: Draft) -> None: ...
+
+    def delete_draft(self, slot_id: str) -> bool:
+        """Remove the slot's draft; whether there was one."""
+        ...
+
+    def checkpoint_log(self, session_id: str | None = None) -> LogWriter:
+        """The session's checkpoint log, its appends part of this transaction."""
+        ...
+
+    def set_removed_checkpoints(self, ids: Iterable[str]) -> None: ...
+
+    def put_cache(self, name: str, data: bytes | None) -> None:
+        """Replace (None: drop) a cache of the checkpoint code."""
+        ...
+
+
+class Backend(Reader, Protocol):
+    """Where sessions live: the file store, the memory store (later: PostgreSQL)."""
+
+    def transaction(self, session_id: str) -> AbstractContextManager[Tx]:
+        """The session's exclusive lock and a Tx over it; NotFound if the session does
+        not exist (or is destroyed while waiting). A lock held too long by another
+        process raises Conflict (exit 4) after the lock timeout."""
+        ...
+
+    def in_transaction(self, session_id: str) -> Tx | None:
+        """The Tx this thread has open on the session, if any."""
+        ...
+
+    def create_session(
+        self,
+        session: Session,
+        slots: Sequence[Slot],
+        *,
+        checkpoint_log: bytes = b"",
+        removed: Iterable[str] = (),
+    ) -> None:
+        """A new session with these documents (and checkpoint history), all or nothing;
+        AlreadyExists if its id is taken."""
+        ...
+
+    def replace_session(self, session: Session, slots: Sequence[Slot]) -> None:
+        """Swap the existing session of this id for a new one with these documents and
+        no checkpoint history, all or nothing."""
+        ...
+
+    def destroy_session(self, session_id: str) -> None:
+        """Remove a session and everything it holds; NotFound if there is none."""
+        ...
+
+    def current_session_id(self) -> str | None:
+        """The session chosen with `session use` (kept on this machine)."""
+        ...
+
+    def set_current_session(self, session_id: str | None) -> None: ...
+
+    def pending(self, session_id: str) -> bool:
+        """Whether an interrupted commit waits to be finished by the next writer."""
+        ...
