@@ -16,7 +16,6 @@ from typing import Any
 from agctl.errors import AgctlError, CorruptDocument, NotFound, StaleDraft, UsageError
 from agctl.hashing import content_hash
 from agctl.models import Draft, Message, Slot, isoformat
-from agctl.storage.file import layout
 from agctl.store import Store
 from agctl.vocab import ZONES
 
@@ -166,5 +165,4 @@ def draft_document(store: Store, session_id: str, draft: Draft) -> dict[str, Any
 
 def damaged_document(session_id: str, damage: CorruptDocument) -> dict[str, Any]:
     """A draft file that cannot be read, named by its slot when it is a slot's."""
-    slot = damage.path.stem if damage.path.parent.name == layout.DRAFTS else None
-    return {"session": session_id, "slot": slot, "damaged": str(damage)}
+    return {"session": session_id, "slot": getattr(damage, "slot", None), "damaged": str(damage)}

@@ -132,6 +132,14 @@ class CorruptDocument(DataError):
         super().__init__(f"{path}: {reason}")
 
 
+class DamagedDraft(CorruptDocument):
+    """A slot's draft that cannot be read; `slot` names it (None: older agctl's one draft)."""
+
+    def __init__(self, path: Path | str, reason: str, slot: str | None) -> None:
+        super().__init__(path, reason)
+        self.slot = slot
+
+
 class SchemaTooNew(DataError):
     def __init__(
         self, kind: str, found: str, supported: str, path: Path | str | None = None
@@ -155,6 +163,18 @@ class InvalidInput(AgctlError):
 
 class StoreError(AgctlError):
     """The file system refused an operation (permissions, full disk, read-only mount)."""
+
+
+class CommitPending(StoreError):
+    """A change was committed (its redo journal is durable), but applying it failed: the
+    next agctl command on the session finishes it, so it must not be done again."""
+
+    def __init__(self, session_id: str, cause: AgctlError) -> None:
+        super().__init__(
+            f"the change was committed, but applying it failed ({cause}); the next agctl "
+            f"command on {session_id!r} finishes it: do not repeat it"
+        )
+        self.exit_code = cause.exit_code
 
 
 class ProviderError(AgctlError):

@@ -146,7 +146,7 @@ def _milliseconds(since: float) -> float:
     return (time.monotonic() - since) * 1000
 
 
-def _fsync(fd: int, path: Path | str) -> None:
+def fsync_file(fd: int, path: Path | str) -> None:
     """fsync, with its duration in the debug log (`-vv`): the cost of durability."""
     started = time.monotonic()
     os.fsync(fd)
@@ -156,7 +156,7 @@ def _fsync(fd: int, path: Path | str) -> None:
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        _fsync(fd, path)
+        fsync_file(fd, path)
     finally:
         os.close(fd)
 
@@ -208,7 +208,7 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
             now = time.time_ns()
             os.utime(handle.fileno(), ns=(now, now))
             if durable:
-                _fsync(handle.fileno(), tmp)
+                fsync_file(handle.fileno(), tmp)
         os.replace(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
@@ -256,7 +256,7 @@ def append_durably(
             view = view[os.write(fd, view) :]
         log.debug("appended %d bytes to %s", len(data), path)
         if durable:
-            _fsync(fd, path)
+            fsync_file(fd, path)
     except OSError as exc:
         raise StoreError(f"cannot write {path}: {_describe(exc)}") from exc
     finally:

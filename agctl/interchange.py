@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import orjson
@@ -20,7 +19,6 @@ from agctl.checkpoints import CheckpointHistory
 from agctl.errors import AlreadyExists, InvalidId, InvalidInput, SchemaTooNew
 from agctl.ids import validate_id
 from agctl.models import Message, Session, Slot, messages_to_openai
-from agctl.storage.file import layout
 from agctl.store import Store
 from agctl.validation import validation_summary
 from agctl.vocab import DEVELOPER_ROLE, ZONES, ExportFormat, ImportFormat
@@ -212,8 +210,8 @@ def import_session(
         store.check_parent(session.id, session.parent_id)
     except InvalidInput as exc:
         raise InvalidInput(f"{source}: {exc}") from None
-    files: dict[str, bytes] = {}
-    check = None
+    log_bytes = b""
+    removed: list[str] = []
     if document.checkpoint_log is not None:
         from agctl.checkpoints import Checkpointer
 
@@ -221,17 +219,10 @@ def import_session(
         try:
             for identifier in history.removed:
                 validate_id(identifier, "checkpoint")
-            files[layout.checkpoint_log(Path()).as_posix()] = history.log_bytes()
+            log_bytes = history.log_bytes()
+            Checkpointer(store).verify_import(session.id, log_bytes)
         except (InvalidId, InvalidInput) as exc:
             raise InvalidInput(f"{source}: {exc}") from None
-        if history.removed:
-            files[layout.removed_checkpoints(Path()).as_posix()] = orjson.dumps(history.removed)
-
-        def check(directory: Path) -> None:
-            try:
-                Checkpointer(store).verify_import(session.id, directory)
-            except InvalidInput as exc:
-                raise InvalidInput(f"{source}: {exc}") from None
-
-    store.materialize_session(session, document.slots, files=files, check=check)
+        removed = list(history.removed)
+    store.materialize_session(session, document.slots, checkpoint_log=log_bytes, removed=removed)
     return session

@@ -16,7 +16,6 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    PrivateAttr,
     TypeAdapter,
     field_validator,
     model_validator,
@@ -292,8 +291,11 @@ class Document(Model):
 
     kind: ClassVar[str]
     schema_version: str = "1.0"
-    # Which file version this document was read from (see agctl.fsio.read_versioned).
-    _version: tuple[int, int, int] | None = PrivateAttr(default=None)
+    # The revision the backend stored it at: advanced on every write, never reused by
+    # another document of the same id (see agctl.storage.base.next_rev). The backend's,
+    # so never part of a dump (exports, checkpoints and hashes leave it out); the file
+    # backend writes it into the document itself (see storage.file.backend.dump_document).
+    rev: int = Field(default=0, ge=0, exclude=True)
 
     @model_validator(mode="before")
     @classmethod

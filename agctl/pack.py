@@ -23,21 +23,37 @@ nothing refers to and the next append seals.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator, Sequence
-from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
 from agctl.errors import CorruptDocument, DataError, NotFound, StoreError
-from agctl.fsio import append_durably, check_regular, open_regular
 from agctl.hashing import content_hash, line_sum
+
+if TYPE_CHECKING:
+    from agctl.storage.base import LogReader, LogWriter
 
 log = logging.getLogger("agctl.checkpoint")
 NO_PARENT = -1
 Node = tuple[str, int, dict[str, Any]]  # (hash, own offset, message)
 HEADER = {"agctl": "checkpoint-log", "checksums": 1}
+
+
+class BytesLog:
+    """A log's bytes held in memory, read like a stored one (agctl.storage.base.LogReader)."""
+
+    def __init__(self, data: bytes, name: str = "checkpoint log") -> None:
+        self.data = data
+        self.name = name
+
+    def size(self) -> int:
+        return len(self.data)
+
+    def open(self) -> IO[bytes]:
+        import io
+
+        return io.BytesIO(self.data)
 
 
 class NoRecord(CorruptDocument):
@@ -62,24 +78,29 @@ def checked_value(line: bytes) -> Any:
 
 
 class Log:
-    """Append records in one fsynced write; read them back by offset, each one verified."""
+    """Append records in one write; read them back by offset, each one verified.
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    Over a backend's log storage (agctl.storage.base.LogReader; a LogWriter to append,
+    inside a transaction), or a BytesLog (an export being checked before it is stored)."""
+
+    def __init__(self, storage: LogReader | LogWriter) -> None:
+        self.storage = storage
+        self.path = storage.name
         self._checked: bool | None = None  # whether every line must carry a checksum
         self._written: dict[int, str] = {}  # line_digest of the lines appended here
 
     def size(self) -> int:
-        if not check_regular(self.path):
-            return 0
-        try:
-            return self.path.stat(follow_symlinks=False).st_size
-        except FileNotFoundError:
-            return 0
+        return self.storage.size()
 
-    def _open(self) -> Any:
+    def _writer(self) -> LogWriter:
+        append = getattr(self.storage, "append", None)
+        if append is None:
+            raise StoreError(f"{self.path} is not open for writing (no transaction)")
+        return self.storage  # type: ignore[return-value]
+
+    def _open(self) -> IO[bytes]:
         try:
-            return os.fdopen(open_regular(self.path), "rb")
+            return self.storage.open()
         except NotFound:
             raise CorruptDocument(self.path, "missing: the checkpoint history is gone") from None
 
@@ -112,7 +133,7 @@ class Log:
             return b"".join(chunks)
 
         self._drop_torn_tail()
-        append_durably(self.path, encode)
+        self._writer().append(encode)
         self._written.update(written)
         return offsets
 
@@ -123,10 +144,7 @@ class Log:
             return
         torn_at, torn = self.torn_tail()
         if torn:
-            try:
-                os.truncate(self.path, torn_at)
-            except OSError as exc:
-                raise StoreError(f"cannot repair {self.path}: {exc.strerror}") from None
+            self._writer().truncate(torn_at)
             self._checked = None
 
     def checked(self) -> bool:
@@ -336,7 +354,7 @@ class Log:
         """Every whole record from `start` on: (offset, end, record). A torn last line
         (a crash mid-append) is skipped; a damaged whole line is skipped too, and added
         to `problems` when given."""
-        if not check_regular(self.path):
+        if not self.size():
             return
         with self._open() as handle:
             handle.seek(start)

@@ -17,12 +17,12 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agctl.errors import AgctlError, InvalidInput, ReplayMiss
+from agctl.errors import AgctlError, InvalidInput, ReplayMiss, UsageError
 from agctl.providers.base import Provider
 from agctl.store import Store
 from agctl.turns import TurnOptions, TurnResult, send_turn
 from agctl.validation import validation_summary
-from agctl.vocab import CheckMode
+from agctl.vocab import SYNC_MODES, CheckMode, SyncMode
 
 
 class TranscriptTurn(BaseModel):
@@ -257,10 +257,32 @@ def replay(
     check: CheckMode | None = None,
     on_turn: Callable[[TurnOutcome], None] | None = None,
     source: str = "the transcript",
+    sync: SyncMode = "per-turn",
 ) -> ReplaySummary:
     """Send every turn in order; check replies when asked. A failed turn stops the replay
     (its error, naming the turn, is raised after `on_turn` saw it); mismatches do not.
-    A failed turn keeps no draft: the transcript holds its prompt."""
+    A failed turn keeps no draft: the transcript holds its prompt.
+
+    `sync="end"` makes the turns durable together when the replay ends, not one by one
+    (each turn is still committed whole): much faster; a power failure during the replay
+    may lose the turns replayed so far, which the transcript can send again."""
+    if sync not in SYNC_MODES:
+        raise UsageError(f"unknown sync mode {sync!r}; choose from {', '.join(SYNC_MODES)}")
+    grouped = store.synced_at_end() if sync == "end" else contextlib.nullcontext()
+    with grouped:
+        return _replay(store, session_id, turns, provider, base, check, on_turn, source)
+
+
+def _replay(
+    store: Store,
+    session_id: str,
+    turns: list[TranscriptTurn],
+    provider: Provider,
+    base: TurnOptions,
+    check: CheckMode | None,
+    on_turn: Callable[[TurnOutcome], None] | None,
+    source: str,
+) -> ReplaySummary:
     import time
     from dataclasses import replace as with_changes
 

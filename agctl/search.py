@@ -174,7 +174,8 @@ def _fast_zones(data: bytes) -> dict[str, list[tuple[str, str]]] | None:
 
 def slot_entries(store: Store, session_id: str, slot_id: str) -> dict[str, list[tuple[str, str]]]:
     """(role, text) of every message of a slot, per zone."""
-    zones = _fast_zones(store.slot_bytes(session_id, slot_id))
+    data = store.slot_bytes(session_id, slot_id)
+    zones = _fast_zones(data) if data is not None else None
     if zones is not None:
         return zones
     slot = store.load_slot(session_id, slot_id)

@@ -14,23 +14,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
-
 from agctl.budget import Breakdown, breakdown
 from agctl.drafts import new_draft
 from agctl.errors import (
     AgctlError,
+    CommitPending,
     ContextFull,
-    NotFound,
     SlotChanged,
     TurnInterrupted,
     UsageError,
 )
-from agctl.fsio import deferred_interrupts, read_bytes, remove_file, write_atomic
-from agctl.hashing import message_hash, message_hashes
+from agctl.fsio import deferred_interrupts
+from agctl.hashing import message_hashes
 from agctl.models import (
     Message,
-    Model,
     ModelCost,
     Session,
     Slot,
@@ -46,7 +43,6 @@ from agctl.providers.base import (
     Usage,
 )
 from agctl.reply import ReplyBuilder
-from agctl.storage.file import layout
 from agctl.store import Store
 from agctl.view import request_view
 
@@ -372,76 +368,26 @@ def _keep_draft(
     )
 
 
-class TurnCommitted(AgctlError):
-    """The turn's messages were written, but the session's count and cost not yet."""
-
-    def __init__(self, session_id: str, cause: AgctlError) -> None:
-        super().__init__(
-            f"the prompt and the reply were written to the slot, but the session could not "
-            f"be updated ({cause}); the next agctl command on {session_id!r} completes it: "
-            "do not send the prompt again"
-        )
-        self.exit_code = cause.exit_code
-
-
-class TurnJournal(Model):
-    """What a committing turn still owes the session once its slot is written."""
-
-    slot: str
-    message_count: int
-    last_hash: str
-    turn_before: int
-    model: str
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cost: float | None = None
-
-
-def finish_turn(store: Store, session_id: str, slot: Slot | None = None) -> None:
-    """Complete a turn's commit from its journal (called with the session lock held).
-
-    If the slot holds the turn's reply, the session gets its turn count and cost, once;
-    if not, the turn never committed and the journal is dropped. `slot` is the slot just
-    written, when the caller has it (it is then not read again).
-    """
-    path = layout.journal(store.session_dir(session_id), layout.TURN_JOURNAL)
-    try:
-        journal = TurnJournal.model_validate_json(read_bytes(path, "turn journal"))
-        if slot is None or slot.id != journal.slot:
-            slot = store.load_slot(session_id, journal.slot)
-    except (NotFound, ValidationError):
-        remove_file(path)
+def account(session: Session, model: str, usage: Usage | None, cost: float | None) -> None:
+    """Count a turn and its cost into the session: unknown stays unknown (a total that
+    left out an unpriced request would be wrong)."""
+    session.turn_count += 1
+    if usage is None:
         return
-    written = (
-        len(slot.messages) >= journal.message_count
-        and message_hash(slot.messages[journal.message_count - 1]) == journal.last_hash
-    )
-
-    def account(session: Session) -> None:
-        if session.turn_count != journal.turn_before:
-            return  # already accounted
-        session.turn_count += 1
-        if journal.prompt_tokens is None or journal.completion_tokens is None:
-            return
-        session.cost.prompt_tokens += journal.prompt_tokens
-        session.cost.completion_tokens += journal.completion_tokens
-        per_model = session.cost.by_model.setdefault(journal.model, ModelCost())
-        per_model.requests += 1
-        per_model.prompt_tokens += journal.prompt_tokens
-        per_model.completion_tokens += journal.completion_tokens
-        # Unknown stays unknown: a total that left out an unpriced request would be wrong.
-        if journal.cost is None or per_model.cost is None:
-            per_model.cost = None
-        else:
-            per_model.cost += journal.cost
-        if journal.cost is None or session.cost.cost is None:
-            session.cost.cost = None
-        else:
-            session.cost.cost += journal.cost
-
-    if written:
-        store.update_session(session_id, account)
-    remove_file(path)
+    session.cost.prompt_tokens += usage.prompt_tokens
+    session.cost.completion_tokens += usage.completion_tokens
+    per_model = session.cost.by_model.setdefault(model, ModelCost())
+    per_model.requests += 1
+    per_model.prompt_tokens += usage.prompt_tokens
+    per_model.completion_tokens += usage.completion_tokens
+    if cost is None or per_model.cost is None:
+        per_model.cost = None
+    else:
+        per_model.cost += cost
+    if cost is None or session.cost.cost is None:
+        session.cost.cost = None
+    else:
+        session.cost.cost += cost
 
 
 @contextmanager
@@ -454,10 +400,10 @@ def _kept_on_failure(
 ) -> Iterator[None]:
     """A step of a turn that, if it fails, keeps the prompt as a draft and re-raises (Ctrl-C
     as TurnInterrupted(`interrupted`)); with the `reply` that came, keeps and shows it too,
-    so neither is lost. A TurnCommitted passes untouched: the turn was written."""
+    so neither is lost. A CommitPending passes untouched: the turn is committed."""
     try:
         yield
-    except TurnCommitted:
+    except CommitPending:
         raise
     except (KeyboardInterrupt, AgctlError) as caught:
         error = caught if isinstance(caught, AgctlError) else TurnInterrupted(interrupted)
@@ -493,69 +439,48 @@ def _commit(
     cost: float | None,
     checkpoint: bool,
 ) -> str | None:
-    """The user message and the reply in one slot write, then cost and turn count.
+    """The turn as one unit of work: its messages appended to the slot, the session's
+    count and cost, the superseded draft dropped and the checkpoints, together or not
+    at all.
 
-    With `checkpoint`, the session is checkpointed after the commit; if it has no
+    With `checkpoint`, the session is checkpointed after the turn; if it has no
     checkpoint yet, or was edited since its latest one, its state before the turn is
     checkpointed first, so the turn can be undone exactly. Returns the id of the
     checkpoint written after the turn.
     """
     from agctl.checkpoints import Checkpointer, TurnHint
 
-    committed: list[tuple[Slot, tuple[int, int, int] | None]] = []
-    journal_path = layout.journal(store.session_dir(session_id), layout.TURN_JOURNAL)
-
-    def add_messages(slot: Slot) -> None:
+    checkpointer = Checkpointer(store)
+    new = [*prepared.new_messages, reply]
+    # The lock is taken first, so Ctrl-C while waiting for it stops the turn cleanly; once
+    # it is held, an interrupt waits for the commit to finish and is then dropped.
+    with store.transaction(session_id) as tx, deferred_interrupts(reraise=False):
+        if checkpoint and checkpointer.needs_baseline(session_id):
+            turn = prepared.request.context.turn
+            checkpointer.create(session_id, label=f"before turn {turn}", auto=True)
+        slot = store.load_slot(session_id, prepared.slot.id, reuse=prepared.slot)
         slot.check_writable("send a turn")
         if slot is not prepared.slot:
             check_only_appended(prepared.slot, slot)
-        committed.append((slot, slot._version))  # the version these messages extend
-        slot.messages.extend([*prepared.new_messages, reply])
-        journal = TurnJournal(
-            slot=slot.id,
-            message_count=len(slot.messages),
-            last_hash=message_hash(reply),
-            turn_before=store.load_session(session_id).turn_count,
-            model=prepared.request.model,
-            prompt_tokens=usage.prompt_tokens if usage else None,
-            completion_tokens=usage.completion_tokens if usage else None,
-            cost=cost,
-        )
-        write_atomic(journal_path, journal.model_dump_json().encode())
-
-    checkpointer = Checkpointer(store)
-    # The lock is taken first, so Ctrl-C while waiting for it stops the turn cleanly; once
-    # it is held, an interrupt waits for the commit to finish and is then dropped.
-    with store.lock(session_id), deferred_interrupts(reraise=False):
-        baseline = None
-        if checkpoint and checkpointer.needs_baseline(session_id):
-            turn = prepared.request.context.turn
-            baseline = checkpointer.create(session_id, label=f"before turn {turn}", auto=True)
+        base_rev = slot.rev
+        store.append_messages(session_id, slot, new)
+        session = tx.load_session(session_id)
+        account(session, prepared.request.model, usage, cost)
+        session.updated_at = utcnow()
+        tx.put_session(session)
+        prepared.slot = slot
         try:
-            store.update_slot(session_id, prepared.slot.id, add_messages, base=prepared.slot)
-        except BaseException:
-            if baseline is not None:
-                checkpointer.remove(session_id, [baseline.id])
-            raise
-        try:
-            finish_turn(store, session_id, committed[0][0])
-        except AgctlError as exc:
-            # The prompt and the reply are in the slot: the turn happened. Its journal stays,
-            # and the next command that takes the lock completes the count and cost.
-            raise TurnCommitted(session_id, exc) from exc
-        try:
-            store.clear_draft(session_id, prepared.slot.id, before=prepared.started)
+            store.clear_draft(session_id, slot.id, before=prepared.started)
         except AgctlError as exc:  # the turn is written: a draft left behind is only stale
             log.warning("turn committed, but the older draft of its slot stays: %s", exc)
         if not checkpoint:
             return None
-        turn = store.load_session(session_id).turn_count
         try:
-            slot, base_version = committed[0]
-            appended = len(prepared.new_messages) + 1
-            hint = TurnHint(slot=slot, base_version=base_version, appended=appended)
-            label = f"after turn {turn}"
+            hint = TurnHint(slot=slot, base_rev=base_rev, appended=len(new))
+            label = f"after turn {session.turn_count}"
             return checkpointer.create(session_id, label=label, auto=True, hint=hint).id
         except AgctlError as exc:
-            log.warning("turn %d was committed, but its checkpoint was not: %s", turn, exc)
+            log.warning(
+                "turn %d was committed, but its checkpoint was not: %s", session.turn_count, exc
+            )
             return None

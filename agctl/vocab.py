@@ -99,3 +99,8 @@ SchemaName = Literal[
     "session", "slot", "message", "checkpoint", "cassette", "transcript", "export", "config"
 ]
 SCHEMA_NAMES: tuple[SchemaName, ...] = get_args(SchemaName)
+
+
+# How `turn replay` makes its turns durable: each as it commits, or all at the end.
+SyncMode = Literal["per-turn", "end"]
+SYNC_MODES: tuple[SyncMode, ...] = ("per-turn", "end")

@@ -88,7 +88,7 @@ def files(store: Store) -> dict[str, bytes]:
     return {
         str(p.relative_to(store.root)): p.read_bytes()
         for p in store.root.rglob("*")
-        if p.is_file() and p.name != ".lock"
+        if p.is_file() and p.name not in (".lock", "journal")
     }
 
 

@@ -91,7 +91,7 @@ def documents(data_dir: Path) -> dict[str, bytes]:
 
 def listing(data_dir: Path) -> set[str]:
     root = data_dir / "sessions" / "s1"
-    return {str(p.relative_to(root)) for p in root.rglob("*") if p.name != ".lock"}
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.name not in (".lock", "journal")}
 
 
 def zone_rows(output: str) -> dict[str, list[str]]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import checkpoints_dir, dying_after_one_change, stored_documents
 
 from agctl.checkpoints import (
     Checkpoint,
@@ -27,7 +28,6 @@ from agctl.errors import (
     TurnInterrupted,
     UsageError,
 )
-from agctl.fsio import current_version
 from agctl.ids import BASE32_ALPHABET, new_session_id
 from agctl.models import Message, Slot
 from agctl.providers.base import (
@@ -66,12 +66,8 @@ def edit(store: Store, index: int, text: str, slot: str | None = None) -> None:
 
 
 def documents(store: Store, sid: str = SID) -> dict[str, Any]:
-    """session.json and every slot file, parsed, keyed by their path in the session dir."""
-    directory = store.session_dir(sid)
-    docs = {"session.json": json.loads((directory / "session.json").read_bytes())}
-    for path in sorted((directory / "slots").glob("*.json")):
-        docs[f"slots/{path.name}"] = json.loads(path.read_bytes())
-    return docs
+    """The session document and every slot, parsed, keyed by their path in the session dir."""
+    return stored_documents(store, sid)
 
 
 def dumped(state: SessionState) -> dict[str, Any]:
@@ -96,12 +92,12 @@ def session_files(store: Store, sid: str) -> dict[str, bytes]:
     return {
         str(p.relative_to(directory)): p.read_bytes()
         for p in sorted(directory.rglob("*"))
-        if p.is_file() and p.name != ".lock"
+        if p.is_file() and p.name not in (".lock", "journal")
     }
 
 
 def log_path(store: Store, sid: str = SID) -> Path:
-    return Checkpointer(store).directory(sid) / "log"
+    return checkpoints_dir(store, sid) / "log"
 
 
 def log_records(store: Store, sid: str = SID) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
@@ -127,12 +123,12 @@ def overwrite(path: Path, offset: int, data: bytes) -> None:
 
 
 def checkpoint_bytes(store: Store, sid: str = SID) -> int:
-    return sum(p.stat().st_size for p in Checkpointer(store).directory(sid).iterdir())
+    return sum(p.stat().st_size for p in checkpoints_dir(store, sid).iterdir())
 
 
 def live_bytes(store: Store, sid: str = SID) -> int:
     directory = store.session_dir(sid)
-    slots = sum(p.stat().st_size for p in (directory / "slots").glob("*.json"))
+    slots = sum(p.stat().st_size for p in (directory / "slots").iterdir())
     return (directory / "session.json").stat().st_size + slots
 
 
@@ -384,7 +380,7 @@ def test_without_checkpoints_there_is_nothing_to_undo_to(store: Store) -> None:
     turn(store, "two", checkpoint=False)
     assert result.checkpoint is None
     assert keeper.ids(SID) == []
-    assert not keeper.directory(SID).exists()
+    assert not checkpoints_dir(keeper.store, SID).exists()
     before = documents(store)
     with pytest.raises(NotFound, match="automatic checkpoints may have been off"):
         keeper.undo(SID)
@@ -817,7 +813,7 @@ def test_a_lost_index_is_rebuilt_from_the_log(store: Store, damage: str) -> None
     keeper = Checkpointer(store)
     keeper.remove(SID, [seen[1][0]])
     summaries = keeper.summaries(SID)
-    index = keeper.directory(SID) / "index.jsonl"
+    index = checkpoints_dir(keeper.store, SID) / "index.jsonl"
     if damage == "deleted":
         index.unlink()
     else:
@@ -837,7 +833,7 @@ def test_one_garbled_index_line_is_repaired(store: Store) -> None:
     four_turns(store)
     keeper = Checkpointer(store)
     ids = keeper.ids(SID)
-    index = keeper.directory(SID) / "index.jsonl"
+    index = checkpoints_dir(keeper.store, SID) / "index.jsonl"
     lines = index.read_bytes().splitlines()
     lines[2] = b"garbage"
     index.write_bytes(b"\n".join(lines) + b"\n")
@@ -848,7 +844,7 @@ def test_one_garbled_index_line_is_repaired(store: Store) -> None:
 def test_lost_heads_are_rebuilt_and_the_next_checkpoint_is_exact(store: Store, damage: str) -> None:
     seen = four_turns(store)
     keeper = Checkpointer(store)
-    heads = keeper.directory(SID) / "heads.json"
+    heads = checkpoints_dir(keeper.store, SID) / "heads.json"
     if damage == "deleted":
         heads.unlink()
     elif damage == "garbage":
@@ -867,7 +863,7 @@ def test_lost_heads_are_rebuilt_and_the_next_checkpoint_is_exact(store: Store, d
 def test_heads_without_slots_are_rebuilt(store: Store) -> None:
     four_turns(store)
     keeper = Checkpointer(store)
-    (keeper.directory(SID) / "heads.json").write_bytes(b"{}")
+    (checkpoints_dir(keeper.store, SID) / "heads.json").write_bytes(b"{}")
     result = turn(store, "after the repair")
     assert result.checkpoint is not None
     assert at(store, result.checkpoint) == live(store)
@@ -907,18 +903,15 @@ def test_an_interrupted_rollback_is_finished_by_the_next_writer(store: Store) ->
     store.derive_slot(SID, "later", make_current=True)
     store.memory_set(SID, "k", "changed")
 
-    # The rollback died after rewriting one document of four (two slots, a stray, session).
-    state = keeper.state(SID, keeper.load(SID, target.id))
-    directory = store.session_dir(SID)
-    (directory / "slots" / "default.json").write_bytes(
-        state.slots["default"].model_dump_json(indent=2).encode()
-    )
-    journal = directory / RESTORE_JOURNAL
-    journal.write_bytes(json.dumps({"checkpoint": target.id}).encode())
+    # The rollback died after its commit point, having rewritten one document of four (two
+    # slots, a stray, the session): the next writer finishes it first.
+    with dying_after_one_change():
+        keeper.rollback(SID, target.id)
+    assert store.pending_recovery(SID)
 
     append_user(store, "new", "default")
 
-    assert not journal.exists()
+    assert not store.pending_recovery(SID)
     now = live(store)
     assert now["session"] == expected["session"]
     assert sorted(now["slots"]) == ["copy", "default"]
@@ -933,11 +926,11 @@ def test_an_interrupted_rollback_is_finished_by_the_next_writer(store: Store) ->
     assert at(store, result.checkpoint) == live(store)
 
 
-def test_an_unusable_restore_journal_is_dropped(store: Store) -> None:
+def test_a_restore_journal_of_older_agctl_is_dropped(store: Store) -> None:
     store.create_session(SID)
     turn(store, "one")
     before = live(store)
-    journal = store.session_dir(SID) / RESTORE_JOURNAL
+    journal = store.session_dir(SID) / "checkpoints" / "restoring.json"
     journal.write_bytes(json.dumps({"checkpoint": "zzzz"}).encode())
     store.memory_set(SID, "k", "v")
     assert not journal.exists()
@@ -969,24 +962,31 @@ def test_an_edit_made_during_the_model_call_refuses_the_turn(store: Store) -> No
     assert Checkpointer(store).ids(SID) == before
 
 
-def test_a_slot_file_whose_inode_and_size_recur_still_gets_a_new_version(store: Store) -> None:
+def test_a_slot_made_again_under_its_old_id_never_repeats_a_revision(store: Store) -> None:
+    """The heads cache skips a slot whose revision it saw: a new slot of the same id
+    must not come back at that revision (before revisions, an inode and size that recur
+    did this)."""
     store.create_session(SID)
-    append_user(store, "aaaa")
+    store.create_slot(SID, "x")
+    append_user(store, "aaaa", "x")
     keeper = Checkpointer(store)
     keeper.create(SID)
-    path = store.session_dir(SID) / "slots" / "default.json"
-    seen = path.stat()
-    token = current_version(path)
-    for attempt in range(20):
-        edit(store, 0, f"b{attempt:03d}")
-        now = path.stat()
-        if (now.st_ino, now.st_size) == (seen.st_ino, seen.st_size):
-            break
-    else:
-        pytest.skip("optional: this file system did not hand the freed inode back")
-    assert current_version(path) != token, "every write must give the file a new version"
+    seen = store.load_slot(SID, "x").rev
+    store.delete_slot(SID, "x")
+    store.create_slot(SID, "x")
+    append_user(store, "bbbb", "x")
+    assert store.load_slot(SID, "x").rev != seen
     checkpoint = keeper.create(SID)
     assert at(store, checkpoint.id) == live(store)
+
+
+def test_every_write_advances_the_revision(store: Store) -> None:
+    store.create_session(SID)
+    revs = [store.load_slot(SID).rev]
+    for text in ("a", "b", "c"):
+        append_user(store, text)
+        revs.append(store.load_slot(SID).rev)
+    assert revs == sorted(set(revs)), revs
 
 
 # ---- destroying sessions ---------------------------------------------------------------
@@ -997,7 +997,7 @@ def test_destroying_a_session_removes_its_checkpoints(store: Store) -> None:
     store.create_session("keep")
     turn(store, "one")
     turn(store, "kept", sid="keep")
-    assert Checkpointer(store).directory(SID).is_dir()
+    assert checkpoints_dir(store, SID).is_dir()
     store.destroy_session(SID)
     assert not store.session_dir(SID).exists()
     assert sorted(p.name for p in store.sessions_dir.iterdir()) == ["keep"]

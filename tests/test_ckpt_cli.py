@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from click.testing import Result
+from helpers import dying_after_one_change, stored_documents
 
 from agctl.checkpoints import Checkpointer
-from agctl.storage.file.layout import RESTORE_JOURNAL
 from agctl.store import Store
 
 Run = Callable[..., Result]
@@ -43,11 +43,7 @@ def as_json(result: Result) -> Any:
 
 
 def documents(data_dir: Path, sid: str = SID) -> dict[str, Any]:
-    directory = data_dir / "sessions" / sid
-    docs = {"session.json": json.loads((directory / "session.json").read_bytes())}
-    for path in sorted((directory / "slots").glob("*.json")):
-        docs[f"slots/{path.name}"] = json.loads(path.read_bytes())
-    return docs
+    return stored_documents(data_dir, sid)
 
 
 def session_files(data_dir: Path, sid: str) -> dict[str, bytes]:
@@ -55,7 +51,7 @@ def session_files(data_dir: Path, sid: str) -> dict[str, bytes]:
     return {
         str(p.relative_to(directory)): p.read_bytes()
         for p in sorted(directory.rglob("*"))
-        if p.is_file() and p.name != ".lock"
+        if p.is_file() and p.name not in (".lock", "journal")
     }
 
 
@@ -375,14 +371,14 @@ def test_an_interrupted_rollback_is_finished_before_the_next_write(
     ok(run("slot", "derive", "later", "--use"))
     ok(run("memory", "set", "k", "v"))
     target, expected = turns[2]
-    directory = isolated_env / "sessions" / SID
-    # Half the documents were rewritten when the rollback died: the default slot only.
-    (directory / "slots" / "default.json").write_text(json.dumps(expected["slots/default.json"]))
-    (directory / RESTORE_JOURNAL).write_text(json.dumps({"checkpoint": target}))
+    # The rollback died after its commit point, half its documents rewritten.
+    with dying_after_one_change():
+        run("ckpt", "rollback", target)
+    assert Store(isolated_env).pending_recovery(SID)
 
     ok(run("msg", "append", "user", "after the crash"))
 
-    assert not (directory / RESTORE_JOURNAL).exists()
+    assert not Store(isolated_env).pending_recovery(SID)
     now = documents(isolated_env)
     assert sorted(now) == ["session.json", "slots/default.json"]
     assert now["session.json"] == expected["session.json"]

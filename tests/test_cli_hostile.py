@@ -414,7 +414,11 @@ def assert_clean_refusal(result: subprocess.CompletedProcess[bytes], code: int) 
 
 
 def files(root: Path) -> dict[Path, bytes]:
-    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p.name != ".lock"}
+    return {
+        p: p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and p.name not in (".lock", "journal")
+    }
 
 
 UNDECODABLE = [

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from helpers import stored_documents
 
 from agctl.cli import cli
 from agctl.interchange import SessionExport, export_session, import_session
@@ -60,11 +61,7 @@ def fails(result: Result, code: int, *needles: str) -> Result:
 
 def documents(data_dir: Path, session: str) -> dict[str, Any]:
     """Every stored document of a session, parsed: session.json and each slot."""
-    root = data_dir / "sessions" / session
-    found = {"session.json": json.loads((root / "session.json").read_text())}
-    for path in sorted((root / "slots").iterdir()):
-        found[f"slots/{path.name}"] = json.loads(path.read_text())
-    return found
+    return stored_documents(data_dir, session)
 
 
 def nothing_written(data_dir: Path) -> bool:

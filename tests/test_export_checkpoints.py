@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from click.testing import Result
+from helpers import checkpoints_dir
 
 from agctl.checkpoints import Checkpointer
 from agctl.errors import CorruptDocument, InvalidInput, SchemaTooNew
@@ -150,7 +151,7 @@ def test_a_log_that_does_not_verify_is_refused_and_nothing_is_written(
 
 def test_a_damaged_log_is_not_exported(run: Run, store: Store) -> None:
     session_with_history(run)
-    log = Checkpointer(store).directory("s") / "log"
+    log = checkpoints_dir(store, "s") / "log"
     data = bytearray(log.read_bytes())
     data[len(data) // 2] ^= 0x01
     log.write_bytes(bytes(data))
@@ -217,4 +218,6 @@ def test_the_developer_role_in_messages_and_msg_import(
     source.write_text('{"role": "developer", "content": "Rules."}\n')
     ok(run("msg", "import", str(source)))
     assert [m.role for m in store.load_slot("s").messages] == ["system"]
-    assert '"role": "developer"' not in store._slot_path("s", "default").read_text()
+    assert (
+        '"role": "developer"' not in (store.session_dir("s") / "slots" / "default.json").read_text()
+    )

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from click.testing import Result
+from helpers import checkpoints_dir, dying_after_one_change
 
 import agctl
 from agctl.checkpoints import Checkpointer, checkpoint_offset
@@ -28,6 +29,7 @@ from agctl.interchange import export_session, import_session
 from agctl.models import Message
 from agctl.pack import Log
 from agctl.providers.base import ChatRequest, Event, Finish, TextDelta
+from agctl.storage.file.backend import FileLog
 from agctl.store import Store
 from agctl.turns import TurnOptions, send_turn
 
@@ -274,13 +276,28 @@ def _fake_rollback_journal(store: Store, isolated_env: Path) -> tuple[Path, str]
     return journal, oldest
 
 
+def _planted_redo_journal(isolated_env: Path) -> Path:
+    """A redo journal whose one pending record would empty the default slot."""
+    from agctl.storage.file import journal as redo
+
+    journal = isolated_env / "sessions" / SID / "journal"
+    slot = {"id": "default", "messages": []}
+    record = {"ops": [["put", "slots/default.json", redo.pack_data(json.dumps(slot).encode())]]}
+    journal.write_bytes(redo._header(redo._header_size(), redo._BOOT) + redo._encode(record))
+    return journal
+
+
+@pytest.mark.parametrize("kind", ["redo", "legacy"])
 @pytest.mark.parametrize("how", ["group-writable", "world-writable", "other-owner"])
-def test_a_planted_rollback_journal_is_not_applied(
-    run: Run, store: Store, isolated_env: Path, session: str, how: str
+def test_a_planted_journal_is_not_applied(
+    run: Run, store: Store, isolated_env: Path, session: str, how: str, kind: str
 ) -> None:
     """Before: any restoring.json found was replayed, rolling the session back."""
     assert run("-s", SID, "msg", "append", "user", "kept").exit_code == 0
-    journal, _ = _fake_rollback_journal(store, isolated_env)
+    if kind == "redo":
+        journal = _planted_redo_journal(isolated_env)
+    else:
+        journal, _ = _fake_rollback_journal(store, isolated_env)
     if how == "group-writable":
         os.chmod(journal, 0o620)
     elif how == "world-writable":
@@ -301,13 +318,31 @@ def test_a_planted_rollback_journal_is_not_applied(
     assert run("-s", SID, "msg", "append", "user", "x").exit_code == 0
 
 
-def test_a_trusted_interrupted_rollback_is_finished_before_a_turn_builds_its_view(
+def test_a_trusted_journal_naming_a_file_outside_the_session_is_refused(
+    run: Run, store: Store, isolated_env: Path, session: str
+) -> None:
+    from agctl.storage.file import journal as redo
+
+    journal = isolated_env / "sessions" / SID / "journal"
+    target = isolated_env / "planted"
+    record = {"ops": [["put", "../../planted", redo.pack_data(b"owned")]]}
+    journal.write_bytes(redo._header(redo._header_size(), redo._BOOT) + redo._encode(record))
+    os.chmod(journal, 0o600)
+    result = run("-s", SID, "msg", "append", "user", "x")
+    assert result.exit_code == 5, result.output
+    assert "may not change" in result.stderr
+    assert not target.exists()
+
+
+def test_a_rollback_cut_after_its_commit_point_is_finished_before_a_turn_builds_its_view(
     store: Store, isolated_env: Path, session: str
 ) -> None:
     """Before: a turn read the half-restored slot without the lock and sent it."""
     store.update_slot(SID, None, lambda s: s.messages.append(Message(role="user", content="X")))
-    journal, _oldest = _fake_rollback_journal(store, isolated_env)
-    os.chmod(journal, 0o600)
+    keeper = Checkpointer(store)
+    with dying_after_one_change():
+        keeper.rollback(SID, keeper.ids(SID)[-1])
+    assert store.pending_recovery(SID)
     seen: list[list[str]] = []
 
     class Spy:
@@ -319,7 +354,7 @@ def test_a_trusted_interrupted_rollback_is_finished_before_a_turn_builds_its_vie
             yield Finish("stop")
 
     send_turn(store, SID, "after", Spy(), TurnOptions(model="m"))
-    assert not journal.exists()
+    assert not store.pending_recovery(SID)
     assert "X" not in seen[0] and "hello" not in seen[0]  # the baseline had neither
     assert seen[0][-1] == "after"
 
@@ -357,7 +392,7 @@ def test_no_one_byte_change_of_the_log_restores_a_different_state(
     state (turn count, current slot, cost) with exit 0."""
     store, ids = small_log
     keeper = Checkpointer(store)
-    log = keeper.directory(SID) / "log"
+    log = checkpoints_dir(keeper.store, SID) / "log"
     pristine = log.read_bytes()
     expected = {i: _state(keeper, i) for i in ids}
     silent: list[int] = []
@@ -417,9 +452,9 @@ def test_a_log_written_before_checksums_stays_readable_and_is_reported(
     with monkeypatch.context() as patch:
         patch.setattr(pack, "encode_record", legacy)
         keeper.create(SID, label="old")
-    assert b"\t" not in (keeper.directory(SID) / "log").read_bytes()
+    assert b"\t" not in (checkpoints_dir(keeper.store, SID) / "log").read_bytes()
     keeper.create(SID, label="new")
-    assert Log(keeper.directory(SID) / "log").checked() is False
+    assert Log(FileLog(checkpoints_dir(keeper.store, SID) / "log")).checked() is False
     assert [s.label for s in keeper.summaries(SID)] == ["new", "old"]
     assert keeper.state(SID, keeper.load(SID, keeper.ids(SID)[-1])).session.id == SID
     report = keeper.verify(SID)
@@ -434,7 +469,7 @@ def test_the_index_and_heads_follow_a_log_cut_short_and_grown_again(
     """Before: `ckpt list` kept showing checkpoints that no longer existed."""
     store, ids = small_log
     keeper = Checkpointer(store)
-    log = keeper.directory(SID) / "log"
+    log = checkpoints_dir(keeper.store, SID) / "log"
     first_end = next(s.end for s in keeper.summaries(SID) if s.id == ids[0])
     with open(log, "r+b") as handle:
         handle.truncate(first_end)
@@ -661,8 +696,10 @@ def test_a_writer_sweeps_stale_temp_files_of_its_session(
     findings = {f.path for f in diagnose(store) if f.kind == "temp-file"}
     assert findings == {str(stale)}
     assert run("-s", SID, "msg", "append", "user", "x").exit_code == 0
-    assert not stale.exists()
-    assert fresh.exists() and outside.exists()
+    # Every write into a session dir is made under its lock: a writer holding it knows
+    # that any temp file there is a killed writer's, however recent (a link is left).
+    assert not stale.exists() and not fresh.exists()
+    assert outside.exists() and link.is_symlink()
 
 
 def test_doctor_reports_and_fixes_modes_links_and_leftovers(
@@ -765,7 +802,7 @@ def test_no_one_byte_change_of_the_heads_cache_gives_a_wrong_checkpoint(
     which then restored a wrong message count or merge bases with a valid checksum."""
     store, _ids = small_log
     keeper = Checkpointer(store)
-    heads = keeper.directory(SID) / "heads.json"
+    heads = checkpoints_dir(keeper.store, SID) / "heads.json"
     pristine = heads.read_bytes()
     wrong: list[int] = []
     for offset in range(0, len(pristine), 3):
@@ -787,7 +824,7 @@ def test_a_damaged_last_record_does_not_stop_later_checkpoints(
 ) -> None:
     store, ids = small_log
     keeper = Checkpointer(store)
-    log = keeper.directory(SID) / "log"
+    log = checkpoints_dir(keeper.store, SID) / "log"
     raw = bytearray(log.read_bytes())
     last = checkpoint_offset(ids[-1])
     raw[last + 3] ^= 1
@@ -806,7 +843,7 @@ def test_a_damaged_last_record_does_not_stop_later_checkpoints(
 def test_an_edited_index_line_is_not_believed(small_log: tuple[Store, list[str]]) -> None:
     store, _ids = small_log
     keeper = Checkpointer(store)
-    index = keeper.directory(SID) / "index.jsonl"
+    index = checkpoints_dir(keeper.store, SID) / "index.jsonl"
     index.write_bytes(index.read_bytes().replace(b'"label":"c1"', b'"label":"XX"'))
     assert sorted(s.label or "" for s in keeper.summaries(SID)) == ["c0", "c1", "c2"]
 
@@ -814,8 +851,8 @@ def test_an_edited_index_line_is_not_believed(small_log: tuple[Store, list[str]]
 def test_a_torn_header_does_not_make_a_log_unverifiable(store: Store) -> None:
     store.create_session(SID)
     keeper = Checkpointer(store)
-    keeper.directory(SID).mkdir(mode=0o700, exist_ok=True)
-    (keeper.directory(SID) / "log").write_bytes(b'{"agctl":"checkpoint-log","chec')
+    checkpoints_dir(keeper.store, SID).mkdir(mode=0o700, exist_ok=True)
+    (checkpoints_dir(keeper.store, SID) / "log").write_bytes(b'{"agctl":"checkpoint-log","chec')
     keeper.create(SID)
     report = keeper.verify(SID)
     assert report.ok and report.checksums and not report.unverifiable

@@ -23,6 +23,7 @@ from agctl.hashing import (
 from agctl.models import Message, Slot, SlotConfig, ToolCall
 from agctl.pack import Log, encode_record
 from agctl.providers.base import ChatRequest
+from agctl.storage.file.backend import FileLog
 from agctl.store import Store
 
 MOMENT = datetime(2024, 5, 17, 9, 30, 0, tzinfo=UTC)
@@ -99,7 +100,7 @@ def test_the_digest_of_an_exported_log_and_the_checksum_of_a_log_line_are_pinned
 
 
 def test_a_log_verifies_a_node_by_the_pinned_message_digest(tmp_path: Path) -> None:
-    history = Log(tmp_path / "log")
+    history = Log(FileLog(tmp_path / "log"))
     data = messages_to_json(fixed_messages())[0]
     [good, bad] = history.append(
         [

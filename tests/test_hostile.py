@@ -40,7 +40,7 @@ def files(root: Path) -> dict[str, bytes]:
     if not root.exists():
         return found
     for path in sorted(root.rglob("*")):
-        if path.name == ".lock":
+        if path.name in (".lock", "journal"):
             continue
         if path.is_symlink():
             found[str(path.relative_to(root))] = b"symlink -> " + os.readlink(path).encode()

@@ -1,9 +1,5 @@
-"""The house is to be a stack (ARCHITECTURE.md): no module imports one above it.
-
-Issue 12 removes the last tangle (recovery from operation journals inside Store.lock
-imports turns and checkpoints; compress and turns call each other). Until then this test
-is a ratchet: the known tangle may only shrink, and no new cycle may appear anywhere.
-"""
+"""The house is a stack (ARCHITECTURE.md): no module imports one above it, and only the
+file backend (and TAB completion, for speed) knows the data dir's layout."""
 
 from __future__ import annotations
 
@@ -11,9 +7,9 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "agctl"
-# The modules of the one cycle left, which the storage seam's unit of work dissolves.
-# (agctl.checkpoints left it when it became a package: it needs the Store only as a type.)
-KNOWN_TANGLE = {"agctl.compress", "agctl.drafts", "agctl.store", "agctl.turns"}
+# Above storage/file/, who may import it: the facade that builds the default backend,
+# the doctor that runs the file backend's checks, and TAB completion (the layout, fast).
+FILE_BACKEND_USERS = {"agctl.store", "agctl.doctor", "agctl.cli.complete"}
 
 
 def modules() -> dict[str, Path]:
@@ -84,9 +80,50 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
-def test_no_new_import_cycle_and_the_known_one_only_shrinks() -> None:
-    found = cycles(import_graph())
-    assert all(component <= KNOWN_TANGLE for component in found), found
+def test_the_import_graph_has_no_cycle() -> None:
+    """Before the storage seam: store, turns, compress and drafts imported each other
+    (recovery from two operation journals ran inside Store.lock)."""
+    assert cycles(import_graph()) == []
+
+
+def test_only_the_file_backend_knows_the_layout() -> None:
+    graph = import_graph()
+    inside = "agctl.storage.file"
+    users = {
+        name
+        for name, targets in graph.items()
+        if not name.startswith(inside) and any(t.startswith(inside) for t in targets)
+    }
+    assert users <= FILE_BACKEND_USERS, users - FILE_BACKEND_USERS
+    layout_users = {
+        name
+        for name, targets in graph.items()
+        if not name.startswith(inside) and f"{inside}.layout" in targets
+    }
+    assert layout_users == {"agctl.cli.complete"}
+
+
+def test_storage_knows_nothing_of_the_domain() -> None:
+    """Nothing in storage/ knows what a turn, a checkpoint or a compression is."""
+    graph = import_graph()
+    domain = (
+        "agctl.turns",
+        "agctl.checkpoints",
+        "agctl.compress",
+        "agctl.merge",
+        "agctl.store",
+        "agctl.sessions",
+        "agctl.slots",
+        "agctl.drafts",
+        "agctl.replay",
+        "agctl.cli",
+    )
+    offenders = {
+        name: sorted(t for t in targets if t.startswith(domain))
+        for name, targets in graph.items()
+        if name.startswith("agctl.storage")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
 
 
 def test_the_library_never_imports_the_command_line() -> None:

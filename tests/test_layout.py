@@ -93,5 +93,8 @@ def test_the_layout_is_todays_layout(tmp_path: Path) -> None:
     assert layout.journal(session, layout.RESTORE_JOURNAL) == (
         session / "checkpoints" / "restoring.json"
     )
+    assert layout.journal(session, layout.JOURNAL) == session / "journal"
+    slot = layout.slot_document(session, "default")
+    assert layout.slot_log(slot) == session / "slots" / "default.log"
     assert layout.current_pointer(tmp_path) == tmp_path / "current-session"
     assert layout.document_ids(["b.json", ".a.json.tmp", "a.json", "notes"]) == ["a", "b"]

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 from click.testing import Result
+from helpers import checkpoints_dir
 
 from agctl.checkpoints import Checkpointer
 from agctl.cli.app import most_recent
@@ -193,7 +194,7 @@ def test_two_checkpoints_of_the_same_state_both_hold_it(run: Run, turns: Checkpo
 
 def test_the_comparison_needs_no_cache(run: Run, turns: Checkpointer) -> None:
     """Without the heads cache every slot is compared by content, with the same answer."""
-    (turns.directory("s") / "heads.json").unlink()
+    (checkpoints_dir(turns.store, "s") / "heads.json").unlink()
     assert live_ids(run) == [turns.ids("s")[0]]
     ok(run, "msg", "append", "user", "extra")
     assert live_ids(run) == []

@@ -371,15 +371,17 @@ def message(text: str) -> Any:
 def test_a_failed_write_of_the_new_session_leaves_the_old_one(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from agctl.storage.file import backend
+
     old_session_with_a_message(store)
-    real_write = Store._write
+    real_write = backend.write_atomic
 
-    def failing(path: Path, document: Any) -> None:
-        if path.parent.name.startswith(".new-"):
+    def failing(path: Path, data: bytes, **kwargs: Any) -> None:
+        if any(part.startswith(".new-") for part in path.parts):
             raise StoreError("disk full")
-        real_write(path, document)
+        real_write(path, data, **kwargs)
 
-    monkeypatch.setattr(Store, "_write", staticmethod(failing))
+    monkeypatch.setattr(backend, "write_atomic", failing)
     with pytest.raises(StoreError, match="disk full"):
         store.replace_session("ci")
     assert [m.text() for m in store.load_slot("ci").messages] == ["old"]
@@ -390,7 +392,7 @@ def test_without_an_atomic_exchange_a_failed_rename_puts_the_old_one_back(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     old_session_with_a_message(store)
-    monkeypatch.setattr("agctl.store.exchange_paths", lambda first, second: False)
+    monkeypatch.setattr("agctl.storage.file.backend.exchange_paths", lambda first, second: False)
     real_rename = os.rename
 
     def rename(source: Any, target: Any) -> None:

@@ -87,7 +87,7 @@ def documents(data_dir: Path, sid: str) -> dict[str, bytes]:
 
 def listing(data_dir: Path, sid: str) -> set[str]:
     root = data_dir / "sessions" / sid
-    return {str(p.relative_to(root)) for p in root.rglob("*") if p.name != ".lock"}
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.name not in (".lock", "journal")}
 
 
 def configure(run: Run, **settings: str) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
+from helpers import dying_after_one_change
 
 from agctl.errors import (
     InvalidInput,
@@ -58,7 +59,7 @@ def files(store: Store) -> dict[str, bytes]:
     return {
         str(p.relative_to(store.root)): p.read_bytes()
         for p in store.root.rglob("*")
-        if p.is_file() and p.name != ".lock"
+        if p.is_file() and p.name not in (".lock", "journal")
     }
 
 
@@ -225,7 +226,7 @@ def test_a_reply_that_could_not_be_written_is_kept_with_the_prompt_and_shown(
         raise failure
 
     before = files(store)
-    monkeypatch.setattr(store, "update_slot", failing)
+    monkeypatch.setattr(store, "append_messages", failing)
     provider = ListProvider([TextDelta("the answer"), Finish("stop")])
     with pytest.raises(raised) as caught:  # no checkpoint: its dropped baseline changes the log
         send_turn(store, sid, "keep both", provider, TurnOptions(model="offline", checkpoint=False))
@@ -238,22 +239,24 @@ def test_a_reply_that_could_not_be_written_is_kept_with_the_prompt_and_shown(
     assert draft.reply.text() == "the answer"
 
 
-def test_a_turn_committed_before_its_accounting_failed_keeps_no_draft(
+def test_a_turn_whose_accounting_fails_writes_none_of_it(
     store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """One unit of work: messages, count and cost, and checkpoints commit together."""
     from agctl import turns
 
     def unaccounted(*args: object) -> None:
-        raise StoreError("cannot write session.json")
+        raise StoreError("cannot count the turn")
 
-    monkeypatch.setattr(turns, "finish_turn", unaccounted)
-    with pytest.raises(turns.TurnCommitted) as caught:
-        send_turn(store, sid, "written", OfflineProvider(), OPTIONS)
-    assert not any(
-        "reply, which was not written" in n for n in getattr(caught.value, "__notes__", [])
-    )
-    assert store.draft_slots(sid) == []
-    assert store.load_slot(sid).messages[-2].text() == "written"
+    before = files(store)
+    monkeypatch.setattr(turns, "account", unaccounted)
+    with pytest.raises(StoreError) as caught:
+        send_turn(store, sid, "not written", OfflineProvider(), OPTIONS)
+    monkeypatch.undo()
+    assert "the model's reply, which was not written:" in "\n".join(caught.value.__notes__)
+    assert {k: v for k, v in files(store).items() if "draft" not in k} == before
+    assert [m.text() for m in store.load_slot(sid).messages] == ["hi"]
+    assert store.load_draft(sid, "default").prompt == "not written"
 
 
 def test_a_draft_that_cannot_be_saved_puts_the_prompt_in_the_error(
@@ -462,20 +465,23 @@ def test_a_write_during_the_call_is_kept_by_the_commit(store: Store, sid: str) -
 def test_an_unchanged_slot_is_not_read_again_at_commit(
     store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from agctl.storage.file import backend
+
     prepared = prepare_turn(store, sid, "q", OPTIONS)
-    reads: list[str | None] = []
-    original = store.load_slot
+    parsed: list[str] = []
+    original = backend.parse_document
 
-    def counting(session_id: str, slot_id: str | None = None) -> object:
-        reads.append(slot_id)
-        return original(session_id, slot_id)
+    def counting(raw: bytes, model: type, path: object) -> object:
+        parsed.append(model.__name__)
+        return original(raw, model, path)
 
-    monkeypatch.setattr(store, "load_slot", counting)
+    monkeypatch.setattr(backend, "parse_document", counting)
     store.update_slot(
         sid, None, lambda s: s.append(Message(role="user", content="x")), base=prepared.slot
     )
-    assert reads == []
-    assert [m.text() for m in original(sid).messages] == ["hi", "x"]
+    assert "Slot" not in parsed
+    assert [m.text() for m in prepared.slot.messages] == ["hi", "x"]
+    assert [m.text() for m in store.load_slot(sid).messages] == ["hi", "x"]
 
 
 def test_earlier_reasoning_is_not_sent_back_but_is_kept(store: Store, sid: str) -> None:
@@ -502,30 +508,21 @@ def test_a_recording_cut_short_by_a_crash_is_skipped(tmp_path: Path) -> None:
         load_cassette(path)
 
 
-def test_a_turn_cut_between_its_slot_and_session_writes_is_completed(
+def test_a_turn_cut_after_its_commit_point_is_completed_by_the_next_writer(
     store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agctl import turns
-
-    class ProcessDied(BaseException):
-        """A death runs no handler: not even the one that keeps a draft (which takes the
-        lock, and so would finish the turn itself)."""
-
-    def crash(store: Store, session_id: str, slot: object = None) -> None:
-        raise ProcessDied  # the process dies right after the slot was written
-
-    with monkeypatch.context() as patched:
-        patched.setattr(turns, "finish_turn", crash)
-        with pytest.raises(ProcessDied):
-            send_turn(store, sid, "cut short", OfflineProvider(), OPTIONS)
-    assert [m.text() for m in store.load_slot(sid).messages][-2] == "cut short"
-    assert (store.session_dir(sid) / "turn.json").exists()
-    store.memory_set(sid, "next", "writer")  # any locked command finishes the turn first
-    session = store.load_session(sid)
+    with dying_after_one_change():  # the slot's new messages are written, nothing else
+        send_turn(store, sid, "cut short", OfflineProvider(), OPTIONS)
+    fresh = Store(store.root)
+    assert fresh.pending_recovery(sid)
+    fresh.memory_set(sid, "next", "writer")  # any writer finishes the commit first
+    session = fresh.load_session(sid)
     assert session.turn_count == 1 and session.cost.by_model["offline"].requests == 1
-    assert not (store.session_dir(sid) / "turn.json").exists()
-    store.memory_set(sid, "again", "once")
-    assert store.load_session(sid).turn_count == 1, "accounted once only"
+    assert fresh.load_slot(sid).messages[-2].text() == "cut short"
+    assert len(fresh.load_slot(sid).messages) == 3, "the messages are appended once only"
+    assert not fresh.pending_recovery(sid)
+    fresh.memory_set(sid, "again", "once")
+    assert fresh.load_session(sid).turn_count == 1, "accounted once only"
 
 
 def test_a_journal_of_a_slot_write_that_never_happened_is_dropped(store: Store, sid: str) -> None:

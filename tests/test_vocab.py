@@ -121,7 +121,7 @@ def test_the_models_validate_against_the_vocabulary(
 def test_the_setting_names_are_fields_of_their_documents() -> None:
     assert set(vocab.SESSION_SETTINGS) <= set(Session.model_fields)
     assert set(vocab.SLOT_SETTINGS) <= set(SlotConfig.model_fields)
-    settable = set(Config.model_fields) - {"schema_version"}
+    settable = set(Config.model_fields) - {"schema_version", "rev"}
     assert {key.split(".")[0] for key in vocab.CONFIG_KEYS} == settable
 
 

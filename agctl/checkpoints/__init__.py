@@ -1,15 +1,16 @@
 """Checkpoints: snapshots of a whole session, rollback, diff and fork — in O(delta) space.
 
-Everything lives under `sessions/<id>/checkpoints/` (the format is in docs/checkpoints.md):
+A session's backend keeps (the file backend under `sessions/<id>/checkpoints/`; the format
+is in docs/checkpoints.md):
 
-    log            append-only records (agctl.pack): message nodes, document blobs and the
+    the log        append-only records (agctl.pack): message nodes, document blobs and the
                    checkpoints that refer to them; a checkpoint's id is its offset there
-    index.jsonl    one summary line per checkpoint, for listing; a cache that repairs
+    the index      one summary line per checkpoint, for listing; a cache that repairs
                    itself from the log
-    heads.json     what the latest checkpoint refers to, per slot, with the version of the
-                   slot file it saw; a cache that lets the next checkpoint skip unchanged
+    the heads      what the latest checkpoint refers to, per slot, with the revision of
+                   the slot it saw; a cache that lets the next checkpoint skip unchanged
                    slots and store only new messages
-    removed.json   ids of removed checkpoints
+    removed ids    of removed checkpoints
 
 A checkpoint costs its new messages plus a small record; reading one walks only its own
 chains, whatever the number of checkpoints.
@@ -38,7 +39,6 @@ from agctl.checkpoints.records import (
     checkpoint_offset,
     messages_to_json,
 )
-from agctl.checkpoints.restore import finish_restore
 
 __all__ = [
     "VOLATILE_SESSION",
@@ -56,6 +56,5 @@ __all__ = [
     "checkpoint_id",
     "checkpoint_offset",
     "diff_states",
-    "finish_restore",
     "messages_to_json",
 ]

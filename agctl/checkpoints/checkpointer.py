@@ -4,10 +4,9 @@ package's module for it (planner, reader, restore, verify, prune, diff)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agctl.checkpoints import diff, files, planner, prune, reader, restore, verify
+from agctl.checkpoints import diff, planner, prune, reader, restore, verify
 from agctl.checkpoints.planner import TurnHint
 from agctl.checkpoints.records import (
     Checkpoint,
@@ -29,9 +28,6 @@ class Checkpointer:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-
-    def directory(self, session_id: str) -> Path:
-        return files.directory(self.store, session_id)
 
     # ---- create (planner) ----------------------------------------------------------
 
@@ -101,8 +97,8 @@ class Checkpointer:
     def export_history(self, session_id: str) -> CheckpointHistory:
         return verify.export_history(self.store, session_id)
 
-    def verify_import(self, session_id: str, directory: Path) -> None:
-        verify.verify_import(session_id, directory)
+    def verify_import(self, session_id: str, data: bytes) -> None:
+        verify.verify_import(session_id, data)
 
     # ---- remove (prune) ------------------------------------------------------------
 

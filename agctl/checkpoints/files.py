@@ -1,24 +1,17 @@
-"""A session's checkpoint files: the log and its records, the index, the removed set.
-
-Paths come from agctl.storage.file.layout; the heads cache is the planner's.
-"""
+"""A session's checkpoint records, as its backend keeps them: the log and its records,
+the index cache, the removed set (the heads cache is the planner's)."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-import orjson
 from pydantic import ValidationError
 
 from agctl.checkpoints.records import Checkpoint, CheckpointSummary, checkpoint_id
 from agctl.errors import CorruptDocument, NotFound, StoreError
-from agctl.fsio import append_durably, read_bytes, remove_file
 from agctl.pack import Log, checked_value, encode_record
-from agctl.storage.file import layout
 from agctl.validation import validation_summary
 
 if TYPE_CHECKING:
@@ -27,29 +20,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("agctl.checkpoint")
 
 
-def directory(store: Store, session_id: str) -> Path:
-    return store.session_subdir(session_id, layout.CHECKPOINTS)
-
-
-def path(store: Store, session_id: str, where: Callable[[Path], Path]) -> Path:
-    """A file of the session's checkpoints (`where` is one of layout's), its folder
-    checked first."""
-    directory(store, session_id)
-    return where(store.session_dir(session_id))
-
-
 def open_log(store: Store, session_id: str) -> Log:
-    return Log(path(store, session_id, layout.checkpoint_log))
+    """The session's log: as the open transaction sees it (its appends held until it
+    commits), else as stored."""
+    return Log(store.reader(session_id).checkpoint_log(session_id))
 
 
 def removed_ids(store: Store, session_id: str) -> set[str]:
-    where = path(store, session_id, layout.removed_checkpoints)
-    try:
-        return set(orjson.loads(read_bytes(where)))
-    except NotFound:
-        return set()
-    except (orjson.JSONDecodeError, TypeError) as exc:
-        raise CorruptDocument(where, str(exc)) from None
+    return store.reader(session_id).removed_checkpoints(session_id)
 
 
 def read_checkpoint(history: Log, offset: int) -> Checkpoint:
@@ -82,28 +60,31 @@ def head(history: Log) -> int | None:
 def append_index(store: Store, session_id: str, summary: CheckpointSummary) -> None:
     """Best effort: the index is rebuilt from the log when it is behind."""
     line = encode_record(summary.model_dump(mode="json"))
-    where = path(store, session_id, layout.checkpoint_index)
+    tx = store.backend.in_transaction(session_id)
     try:
-        append_durably(where, lambda offset: line, durable=False)
+        if tx is not None:
+            tx.append_cache("index", line)
+        else:
+            store.backend.repair_cache(session_id, "index", line)
     except StoreError as exc:
         log.warning("checkpoint index not updated: %s", exc)
 
 
 def drop_index(store: Store, session_id: str) -> None:
     """Remove an index that disagrees with the log; the listing rebuilds it."""
+    tx = store.backend.in_transaction(session_id)
     try:
-        remove_file(path(store, session_id, layout.checkpoint_index))
+        if tx is not None:
+            tx.put_cache("index", None)
+        else:
+            store.backend.repair_cache(session_id, "index", None)
     except StoreError as exc:
         log.warning("checkpoint index not rebuilt: %s", exc)
 
 
 def indexed_ids(store: Store, session_id: str) -> set[str]:
     ids: set[str] = set()
-    try:
-        lines = read_bytes(path(store, session_id, layout.checkpoint_index)).splitlines()
-    except NotFound:
-        return ids
-    for line in lines:
+    for line in (store.reader(session_id).cache(session_id, "index") or b"").splitlines():
         with contextlib.suppress(TypeError, KeyError):
             ids.add(str(checked_value(line)["id"]))
     return ids

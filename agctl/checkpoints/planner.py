@@ -1,9 +1,8 @@
 """What a new checkpoint must store: only what changed since the heads cache's checkpoint.
 
-The heads cache (`heads.json`) says what the latest checkpoint or rollback refers to, per
-slot, with the version of the slot file it saw: an unchanged slot costs nothing, a slot a
-turn appended to costs its new messages, any other slot is chained onto the longest
-prefix already stored.
+The heads cache says what the latest checkpoint or rollback refers to, per slot, with the
+revision of the slot it saw: an unchanged slot costs nothing, a slot a turn appended to
+costs its new messages, any other slot is chained onto the longest prefix already stored.
 """
 
 from __future__ import annotations
@@ -16,15 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from agctl import schema
-from agctl.checkpoints.files import (
-    append_index,
-    directory,
-    head,
-    log,
-    open_log,
-    path,
-    read_checkpoint,
-)
+from agctl.checkpoints.files import append_index, head, log, open_log, read_checkpoint
 from agctl.checkpoints.records import (
     VOLATILE_SESSION,
     Checkpoint,
@@ -33,12 +24,10 @@ from agctl.checkpoints.records import (
     static_session,
     without_zones,
 )
-from agctl.errors import NotFound, StoreError
-from agctl.fsio import current_version, make_dirs, read_bytes, write_atomic
+from agctl.errors import StoreError
 from agctl.hashing import content_hash
 from agctl.models import Message, Slot, utcnow
 from agctl.pack import NO_PARENT, Log, checked_value, common_prefix, encode_record
-from agctl.storage.file import layout
 from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
@@ -70,10 +59,10 @@ class Batch:
 
 @dataclass
 class TurnHint:
-    """What a turn just did to one slot: appended `appended` messages to a known version."""
+    """What a turn just did to one slot: appended `appended` messages to revision `base_rev`."""
 
     slot: Slot
-    base_version: tuple[int, int, int] | None
+    base_rev: int | None
     appended: int
 
 
@@ -82,11 +71,11 @@ class TurnHint:
 
 def load_heads(store: Store, session_id: str, log_size: int) -> dict[str, Any]:
     """The heads cache, or an empty one when it is missing, damaged or not of this log."""
-    where = path(store, session_id, layout.checkpoint_heads)
-    try:
-        heads = checked_value(read_bytes(where, "heads"))
-    except NotFound:
+    raw = store.reader(session_id).cache(session_id, "heads")
+    if raw is None:
         return {"slots": {}}
+    where = f"the heads cache of {session_id!r}"
+    heads = checked_value(raw)
     if heads is None:
         log.warning("ignoring %s: damaged (its checksum fails)", where)
     elif _valid_heads(heads, log_size) and _describes(store, session_id, heads):
@@ -107,17 +96,16 @@ def _describes(store: Store, session_id: str, heads: dict[str, Any]) -> bool:
 def save_heads(
     store: Store, session_id: str, heads: dict[str, Any], history: Log, last: int
 ) -> None:
-    """Best effort: a cache the log can do without (a full or read-only disk is no error
-    once the checkpoint itself is in the log). `last` is the offset of the log's last
-    record, whose fingerprint ties the cache to this log."""
-    where = path(store, session_id, layout.checkpoint_heads)
+    """Written in the transaction of the checkpoint it describes. `last` is the offset of
+    the log's last record, whose fingerprint ties the cache to this log."""
     heads["tail"] = [last, history.line_digest(last)]
+    tx = store.current_tx(session_id)
     try:
-        write_atomic(where, encode_record(heads), durable=False)
+        tx.put_cache("heads", encode_record(heads))
     except StoreError as exc:
         log.warning("checkpoint cache not updated: %s", exc)
-        with contextlib.suppress(OSError):
-            where.unlink()  # a stale cache must not outlive the log it describes
+        with contextlib.suppress(StoreError):
+            tx.put_cache("heads", None)  # a stale cache must not outlive the log it describes
 
 
 def _valid_heads(heads: Any, log_size: int) -> bool:
@@ -132,7 +120,8 @@ def _valid_heads(heads: Any, log_size: int) -> bool:
             return False
         for entry in heads["slots"].values():
             SlotEntry.model_validate(entry)
-            if not isinstance(entry["doc_hash"], str) or not isinstance(entry["version"], list):
+            version = entry["version"]
+            if not isinstance(entry["doc_hash"], str) or not isinstance(version, int):
                 return False
             if any(int(tip) >= log_size for tip, _ in entry["zones"]):
                 return False
@@ -158,8 +147,7 @@ def create(
     `hint` tells which messages a turn just appended, so that they alone are hashed;
     `edit` names the command about to change the session (see Store.undoable).
     """
-    with store.lock(session_id):
-        make_dirs(directory(store, session_id))
+    with store.transaction(session_id):
         history = open_log(store, session_id)
         size = history.size()
         heads = load_heads(store, session_id, size)
@@ -248,9 +236,8 @@ def _plan_slot(
 ) -> dict[str, Any]:
     """What one slot's entry will hold, adding to `batch` only what is new."""
     known = heads["slots"].get(slot_id)
-    where = layout.slot_document(store.session_dir(session_id), slot_id)
-    version = current_version(where)
-    if known and version is not None and list(version) == known.get("version"):
+    version = store.reader(session_id).slot_rev(session_id, slot_id)
+    if known and version is not None and version == known.get("version"):
         return {
             "version": known["version"],
             "doc_hash": known["doc_hash"],
@@ -259,7 +246,7 @@ def _plan_slot(
             "zones": [tuple(z) for z in known["zones"]],
         }
     slot = None
-    if hint is not None and hint.slot.id == slot_id and hint.slot._version == version:
+    if hint is not None and hint.slot.id == slot_id and hint.slot.rev == version:
         slot = hint.slot
     if slot is None:
         slot = store.load_slot(session_id, slot_id)
@@ -273,8 +260,8 @@ def _plan_slot(
         if hint is not None
         and hint.slot.id == slot_id
         and known is not None
-        and hint.base_version is not None
-        and list(hint.base_version) == known.get("version")
+        and hint.base_rev is not None
+        and hint.base_rev == known.get("version")
         else None
     )
     zones: list[tuple[Ref, int]] = []
@@ -291,7 +278,7 @@ def _plan_slot(
         dumped = messages_to_json(messages)
         zones.append(_store_zone(history, heads, batch, slot_id, position, dumped))
     return {
-        "version": list(version) if version else None,
+        "version": version,
         "doc_hash": content_hash(document),
         "doc": doc_ref,
         "meta": meta,

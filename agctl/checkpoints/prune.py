@@ -5,15 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import orjson
-
-from agctl.checkpoints.files import path, removed_ids
+from agctl.checkpoints.files import removed_ids
 from agctl.checkpoints.reader import ids, summaries
 from agctl.checkpoints.records import Pruned
 from agctl.checkpoints.restore import undo_targets
 from agctl.errors import NotFound
-from agctl.fsio import write_atomic
-from agctl.storage.file import layout
 
 if TYPE_CHECKING:
     from agctl.store import Store
@@ -21,20 +17,19 @@ if TYPE_CHECKING:
 
 def remove(store: Store, session_id: str, identifiers: Sequence[str]) -> list[str]:
     """Remove checkpoints; the history they share with others stays."""
-    with store.lock(session_id):
+    with store.transaction(session_id) as tx:
         live = set(ids(store, session_id))
         for identifier in identifiers:
             if identifier not in live:
                 raise NotFound(f"checkpoint {identifier!r} not found")
-        removed = sorted(removed_ids(store, session_id) | set(identifiers))
-        write_atomic(path(store, session_id, layout.removed_checkpoints), orjson.dumps(removed))
+        tx.set_removed_checkpoints(removed_ids(store, session_id) | set(identifiers))
     return list(identifiers)
 
 
 def prune(store: Store, session_id: str, keep: int, *, everything: bool = False) -> Pruned:
     """Keep the newest `keep` checkpoints and, unless `everything`, the ones `undo`
     needs for the last `keep` turns; remove the rest."""
-    with store.lock(session_id):
+    with store.transaction(session_id):
         found = summaries(store, session_id)
         newest = [s.id for s in found[:keep]]
         protected = (

@@ -4,7 +4,6 @@ which checkpoints hold the live state."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -15,7 +14,6 @@ from agctl.checkpoints.files import (
     indexed_ids,
     log,
     open_log,
-    path,
     read_checkpoint,
     removed_ids,
 )
@@ -33,12 +31,10 @@ from agctl.checkpoints.records import (
     without_zones,
 )
 from agctl.errors import CorruptDocument, DataError, NotFound
-from agctl.fsio import current_version, read_bytes
 from agctl.hashing import content_hash
 from agctl.ids import resolve_prefix, validate_id
 from agctl.models import Document, Session, Slot
 from agctl.pack import Log, NoRecord, checked_value
-from agctl.storage.file import layout
 from agctl.validation import validation_summary
 from agctl.vocab import ZONES
 
@@ -51,11 +47,7 @@ def summaries(store: Store, session_id: str) -> list[CheckpointSummary]:
     store.load_session(session_id)
     history = open_log(store, session_id)
     found: dict[int, CheckpointSummary] = {}
-    try:
-        index = path(store, session_id, layout.checkpoint_index)
-        lines = read_bytes(index, "checkpoint index").splitlines()
-    except NotFound:
-        lines = []
+    lines = (store.reader(session_id).cache(session_id, "index") or b"").splitlines()
     size = history.size()
     damaged = False
     indexed: list[CheckpointSummary] = []
@@ -166,7 +158,7 @@ def state(store: Store, session_id: str, checkpoint: Checkpoint) -> SessionState
     return SessionState(session=session, slots=slots)
 
 
-def _validate(model: type[Document], data: dict[str, Any], where: Path, identifier: str) -> Any:
+def _validate(model: type[Document], data: dict[str, Any], where: str, identifier: str) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -203,14 +195,11 @@ def matching_live(
     if not candidates:
         return set()
     history = open_log(store, session_id)
-    store.session_subdir(session_id, layout.SLOTS)
-    session_dir = store.session_dir(session_id)
+    reader = store.reader(session_id)
     unchanged = {
         slot_id: {k: known[k] for k in ("doc", "meta", "zones")}
         for slot_id, known in load_heads(store, session_id, history.size())["slots"].items()
-        if slot_id in slot_ids
-        and list(current_version(layout.slot_document(session_dir, slot_id)) or ())
-        == known.get("version")
+        if slot_id in slot_ids and reader.slot_rev(session_id, slot_id) == known.get("version")
     }
     live = _LiveHashes(store, session, slot_ids, unchanged)
     matched: set[str] = set()

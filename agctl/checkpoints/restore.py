@@ -1,12 +1,10 @@
-"""Going back: rollback (journalled, finished by the next writer), fork, and undo along
-the session's own lineage of checkpoints."""
+"""Going back: rollback (one transaction), fork, and undo along the session's own lineage
+of checkpoints."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
-
-import orjson
 
 from agctl.checkpoints.files import head, log, open_log, read_checkpoint, removed_ids
 from agctl.checkpoints.planner import create, save_heads
@@ -19,11 +17,9 @@ from agctl.checkpoints.records import (
     without_zones,
 )
 from agctl.errors import AlreadyExists, NotFound, UsageError
-from agctl.fsio import read_bytes, remove_file, write_atomic
 from agctl.hashing import content_hash
 from agctl.ids import validate_id
 from agctl.models import Session, utcnow
-from agctl.storage.file import layout
 
 if TYPE_CHECKING:
     from agctl.store import Store
@@ -34,14 +30,11 @@ def rollback(store: Store, session_id: str, identifier: str) -> tuple[Checkpoint
 
     Returns (the checkpoint restored, the checkpoint of the state replaced).
     """
-    with store.lock(session_id):
+    with store.transaction(session_id):
         target = load(store, session_id, identifier)
         rebuilt = state(store, session_id, target)
         saved = create(store, session_id, label=f"before rollback to {target.id}", auto=True)
-        journal = layout.journal(store.session_dir(session_id), layout.RESTORE_JOURNAL)
-        write_atomic(journal, orjson.dumps({"checkpoint": target.id}))
         _restore(store, session_id, target, rebuilt)
-        remove_file(journal)
     log.info("rollback: %s to %s (turn %d)", session_id, target.id, target.turn_index)
     return target, saved
 
@@ -58,7 +51,7 @@ def _restore(store: Store, session_id: str, target: Checkpoint, rebuilt: Session
         },
         "slots": {
             slot_id: {
-                "version": list(rebuilt.slots[slot_id]._version or ()),
+                "version": rebuilt.slots[slot_id].rev,
                 "doc_hash": content_hash(without_zones(rebuilt.slots[slot_id])),
                 **entry.model_dump(mode="json"),
             }
@@ -66,21 +59,6 @@ def _restore(store: Store, session_id: str, target: Checkpoint, rebuilt: Session
         },
     }
     save_heads(store, session_id, heads, history, last)
-
-
-def finish_restore(store: Store, session_id: str) -> None:
-    """Complete a rollback that was interrupted (called with the session lock held)."""
-    journal = layout.journal(store.session_dir(session_id), layout.RESTORE_JOURNAL)
-    try:
-        target_id = str(orjson.loads(read_bytes(journal, "restore journal"))["checkpoint"])
-        target = load(store, session_id, target_id)
-    except (orjson.JSONDecodeError, KeyError, TypeError, NotFound) as exc:
-        log.warning("dropping an unusable restore journal %s: %s", journal, exc)
-        remove_file(journal)
-        return
-    log.warning("finishing an interrupted rollback of %s to %s", session_id, target_id)
-    _restore(store, session_id, target, state(store, session_id, target))
-    remove_file(journal)
 
 
 def fork(store: Store, session_id: str, identifier: str, new_id: str | None = None) -> Session:
@@ -172,7 +150,7 @@ def undo(store: Store, session_id: str, turns: int = 1) -> tuple[Checkpoint, Che
     """Roll back the last `turns` turns of the session's own history."""
     if turns < 1:
         raise UsageError("the number of turns to undo must be at least 1")
-    with store.lock(session_id):
+    with store.transaction(session_id):
         current = store.load_session(session_id).turn_count
         if turns > current:
             raise NotFound(f"session {session_id!r} has only {current} turns to undo")

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agctl.checkpoints.files import open_log, read_checkpoint, removed_ids
 from agctl.checkpoints.records import Checkpoint, CheckpointHistory, LogReport, checkpoint_id
 from agctl.errors import CorruptDocument, DataError, InvalidInput, NotFound
-from agctl.fsio import read_bytes
 from agctl.hashing import content_hash, data_hash, line_sum
-from agctl.pack import NO_PARENT, Log
-from agctl.storage.file import layout
+from agctl.pack import NO_PARENT, BytesLog, Log
 from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
@@ -97,7 +94,7 @@ def _broken_reference(checkpoint: Checkpoint, depth: dict[int, int], blobs: set[
 
 def export_history(store: Store, session_id: str) -> CheckpointHistory:
     """The session's checkpoint log as it is, verified (a damaged one is refused)."""
-    with store.lock(session_id):
+    with store.transaction(session_id):
         history = open_log(store, session_id)
         report = verify(store, session_id)
         if not report.ok:
@@ -108,7 +105,8 @@ def export_history(store: Store, session_id: str) -> CheckpointHistory:
                 "says more, and an export without --checkpoints leaves it behind",
             )
         try:
-            data = read_bytes(history.path, "checkpoint log")
+            with history.storage.open() as handle:
+                data = handle.read()
         except NotFound:
             data = b""
         data = data[: len(data) - report.torn]
@@ -120,10 +118,10 @@ def export_history(store: Store, session_id: str) -> CheckpointHistory:
     return CheckpointHistory(records=records, digest=data_hash(data), removed=removed)
 
 
-def verify_import(session_id: str, directory: Path) -> None:
-    """Refuse an imported log, placed in a staged session `directory`, that does not
-    verify (raises InvalidInput naming the first problem)."""
-    report = verify_log(session_id, Log(layout.checkpoint_log(directory)))
+def verify_import(session_id: str, data: bytes) -> None:
+    """Refuse an imported log that does not verify, before it is stored (raises
+    InvalidInput naming the first problem)."""
+    report = verify_log(session_id, Log(BytesLog(data, "the exported checkpoint log")))
     reasons = report.problems + [
         f"checkpoint {b['id']}: {b['reason']}" for b in report.bad_checkpoints
     ]

@@ -32,6 +32,19 @@ if TYPE_CHECKING:
 CACHES = ("heads", "index")
 
 
+def next_rev(stored: int | None) -> int:
+    """The revision a write gives a document stored at `stored` (None or 0: not stored).
+
+    A new document starts from the clock (microseconds), so one deleted and made again
+    under the same id never repeats a revision its predecessor had: a cache that says
+    "unchanged since revision R" cannot mistake the new one for the old."""
+    if stored:
+        return stored + 1
+    import time
+
+    return time.time_ns() // 1000
+
+
 class LogReader(Protocol):
     """The checkpoint log of one session, as bytes: `name` names it in messages."""
 
@@ -140,6 +153,10 @@ class Tx(Reader, Protocol):
         """Replace (None: drop) a cache of the checkpoint code."""
         ...
 
+    def append_cache(self, name: str, data: bytes) -> None:
+        """Append to a cache of the checkpoint code (the index grows a line a checkpoint)."""
+        ...
+
 
 class Backend(Reader, Protocol):
     """Where sessions live: the file store, the memory store (later: PostgreSQL)."""
@@ -183,4 +200,10 @@ class Backend(Reader, Protocol):
 
     def pending(self, session_id: str) -> bool:
         """Whether an interrupted commit waits to be finished by the next writer."""
+        ...
+
+    def repair_cache(self, session_id: str, name: str, append: bytes | None) -> None:
+        """Best effort and lock-free, for a reader that found a cache behind: append to
+        it, or drop it (None). A cache is never trusted blindly, so a lost repair is
+        only work done again."""
         ...

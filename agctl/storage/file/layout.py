@@ -4,11 +4,13 @@
     <root>/sessions/<id>/session.json      the session document
     <root>/sessions/<id>/.lock             flock target of every read-modify-write
     <root>/sessions/<id>/slots/<slot>.json one document per slot
+    <root>/sessions/<id>/slots/<slot>.log  turns appended to it since it was written whole
     <root>/sessions/<id>/drafts/<slot>.json the prompt of a failed turn, per slot
     <root>/sessions/<id>/draft.json        the single draft of older agctl (adopted)
-    <root>/sessions/<id>/turn.json         journal of a turn being committed
+    <root>/sessions/<id>/journal           the redo journal of its transactions
+    <root>/sessions/<id>/turn.json         journal of a turn, of agctl before the redo journal
     <root>/sessions/<id>/checkpoints/      log, index.jsonl, heads.json, removed.json,
-                                           restoring.json (journal of a rollback)
+                                           restoring.json (a rollback's, of older agctl)
     <root>/sessions/.new-<id>-<hex>        a session being built (staging)
     <root>/sessions/.trash-<id>-<hex>      a session being destroyed
 
@@ -27,6 +29,7 @@ LOCK = ".lock"
 SLOTS = "slots"
 DRAFTS = "drafts"
 LEGACY_DRAFT = "draft.json"
+JOURNAL = "journal"
 TURN_JOURNAL = "turn.json"
 CHECKPOINTS = "checkpoints"
 LOG = "log"
@@ -35,12 +38,13 @@ HEADS = "heads.json"
 REMOVED = "removed.json"
 RESTORE_JOURNAL = f"{CHECKPOINTS}/restoring.json"
 DOCUMENT = ".json"
+SLOT_LOG = ".log"
 STAGING = ".new-"
 TRASH = ".trash-"
 # The directories a session dir holds.
 SESSION_SUBDIRS = (SLOTS, CHECKPOINTS, DRAFTS)
-# The journals of an unfinished operation, relative to the session dir.
-JOURNALS = (TURN_JOURNAL, RESTORE_JOURNAL)
+# The journals of an unfinished operation that older agctl wrote, relative to the session dir.
+LEGACY_JOURNALS = (TURN_JOURNAL, RESTORE_JOURNAL)
 
 
 def sessions_dir(root: Path) -> Path:
@@ -87,6 +91,11 @@ def slot_document(directory: Path, slot_id: str) -> Path:
     return slots_dir(directory) / f"{slot_id}{DOCUMENT}"
 
 
+def slot_log(document: Path) -> Path:
+    """The append-only log beside a slot document."""
+    return document.with_name(document.name[: -len(DOCUMENT)] + SLOT_LOG)
+
+
 def drafts_dir(directory: Path) -> Path:
     return directory / DRAFTS
 
@@ -100,7 +109,7 @@ def legacy_draft(directory: Path) -> Path:
 
 
 def journal(directory: Path, name: str) -> Path:
-    """One of JOURNALS."""
+    """JOURNAL, or one of LEGACY_JOURNALS."""
     return directory / name
 
 

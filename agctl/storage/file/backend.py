@@ -1,0 +1,1024 @@
+"""The file backend: sessions as plain JSON files under one data directory.
+
+Layout in `layout.py`. Every change to a session runs under its lock (an flock on
+`.lock`) as one transaction, committed through the session's redo journal (`journal.py`),
+so parallel processes never lose an update and a crash leaves the old state or the new.
+Readers take no lock. A live slot is its document plus an append-only log of the turns
+appended since it was last written whole (`slotlog.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import orjson
+from pydantic import ValidationError
+
+from agctl.errors import (
+    AlreadyExists,
+    CorruptDocument,
+    DamagedDraft,
+    InvalidId,
+    NotFound,
+    SchemaTooNew,
+    StoreError,
+)
+from agctl.fsio import (
+    DEFAULT_LOCK_TIMEOUT,
+    TEMP_SUFFIX,
+    append_durably,
+    check_dir,
+    check_regular,
+    exchange_paths,
+    exclusive_lock,
+    fsync_dir,
+    make_dirs,
+    open_regular,
+    read_bytes,
+    remove_file,
+    write_atomic,
+)
+from agctl.ids import validate_id
+from agctl.models import Document, Draft, Session, Slot
+from agctl.storage.base import next_rev
+from agctl.storage.file import layout, slotlog
+from agctl.storage.file.journal import Journal, Op, pack_data, trusted_file
+from agctl.validation import validation_summary
+
+log = logging.getLogger("agctl.store")
+
+# A staging or trash dir older than this was left by a crash, not by a live process.
+STALE_SECONDS = 600.0
+# A temp file of an atomic write older than this was left by a killed writer.
+STALE_TEMP_SECONDS = 300.0
+D = TypeVar("D", bound=Document)
+_CACHE_FILES = {"heads": layout.HEADS, "index": layout.INDEX}
+# A document at least this large is put through a temp file, not inline in the journal.
+LARGE_PUT = 256 * 1024
+
+
+def _invalid_document(exc: ValidationError) -> str:
+    return f"invalid document: {validation_summary(exc, 'document')}"
+
+
+def parse_document(raw: bytes, model: type[D], path: Path | str) -> D:
+    """A document from its bytes, or CorruptDocument / SchemaTooNew naming `path`."""
+    try:
+        return model.model_validate_json(raw)
+    except SchemaTooNew as exc:
+        raise SchemaTooNew(exc.kind, exc.found, exc.supported, path) from None
+    except ValidationError as exc:
+        if any(e["type"] == "json_invalid" for e in exc.errors()):
+            raise CorruptDocument(path, "not valid JSON") from None
+        raise CorruptDocument(path, _invalid_document(exc)) from None
+
+
+def dump_document(document: Document) -> bytes:
+    """A document's bytes as stored: its JSON with its revision as the first key (which
+    no dump holds, see Document.rev)."""
+    data = document.model_dump_json(indent=2).encode()
+    return b'{\n  "rev": %d,' % document.rev + data[1:] + b"\n"
+
+
+def stale_temp_files(session_dir: Path, owner: int, min_age: float) -> list[Path]:
+    """Temp files of atomic writes under a session, older than `min_age` seconds and
+    owned by `owner` (regular files only: a link is never followed or removed here)."""
+    found: list[Path] = []
+    for directory in (session_dir, *(session_dir / d for d in layout.SESSION_SUBDIRS)):
+        found += stale_temp_files_in(directory, owner, min_age)
+    return found
+
+
+def stale_temp_files_in(directory: Path, owner: int, min_age: float) -> list[Path]:
+    """The stale temp files directly in `directory` (see stale_temp_files)."""
+    import stat
+
+    cutoff = time.time() - min_age
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return []
+    found: list[Path] = []
+    for entry in entries:
+        if not (entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX)):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_uid == owner and info.st_mtime < cutoff:
+            found.append(Path(entry.path))
+    return found
+
+
+def _stat_key(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_mtime_ns, info.st_size)
+
+
+class _Spliced(io.RawIOBase):
+    """A file's first `cut` bytes followed by bytes not written yet: a Tx's view of a log."""
+
+    def __init__(self, path: Path, cut: int, staged: bytes) -> None:
+        super().__init__()
+        self._fd = open_regular(path) if cut else -1
+        self._cut = cut
+        self._staged = staged
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        size = self._cut + len(self._staged)
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: size}[whence]
+        self._position = max(base + offset, 0)
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        want = len(buffer)
+        if self._position < self._cut:
+            data = os.pread(self._fd, min(want, self._cut - self._position), self._position)
+        else:
+            start = self._position - self._cut
+            data = self._staged[start : start + want]
+        buffer[: len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        super().close()
+
+
+class FileLog:
+    """A checkpoint log file outside any transaction: read by anyone; appended to directly
+    (each append fsynced) only by tools and tests that work on a log file itself."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.name = str(path)
+
+    def size(self) -> int:
+        if not check_regular(self.path):
+            return 0
+        try:
+            return self.path.stat(follow_symlinks=False).st_size
+        except FileNotFoundError:
+            return 0
+
+    def open(self) -> IO[bytes]:
+        return os.fdopen(open_regular(self.path), "rb")
+
+    def append(self, build: Callable[[int], bytes]) -> int:
+        return append_durably(self.path, build)
+
+    def truncate(self, size: int) -> None:
+        try:
+            os.truncate(self.path, size)
+        except OSError as exc:
+            raise StoreError(f"cannot repair {self.path}: {exc.strerror}") from None
+
+
+class TxLog(FileLog):
+    """The checkpoint log inside a transaction: appends are held until it commits."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.base = super().size()
+        self.cut: int | None = None  # the file cut short to this, before `staged`
+        self.staged = bytearray()
+
+    def size(self) -> int:
+        return (self.base if self.cut is None else self.cut) + len(self.staged)
+
+    def _last_byte(self) -> bytes:
+        if self.staged:
+            return bytes(self.staged[-1:])
+        end = self.base if self.cut is None else self.cut
+        if not end:
+            return b""
+        fd = open_regular(self.path)
+        try:
+            return os.pread(fd, 1, end - 1)
+        finally:
+            os.close(fd)
+
+    def open(self) -> IO[bytes]:
+        if self.cut is None and not self.staged:
+            return super().open()
+        cut = self.base if self.cut is None else self.cut
+        if not cut and not os.path.lexists(self.path) and not self.staged:
+            raise NotFound(f"not found: {self.path}")
+        return io.BufferedReader(_Spliced(self.path, cut, bytes(self.staged)))
+
+    def append(self, build: Callable[[int], bytes]) -> int:
+        end = self.size()
+        seal = b"\n" if end and self._last_byte() != b"\n" else b""
+        offset = end + len(seal)
+        self.staged += seal + build(offset)
+        return offset
+
+    def truncate(self, size: int) -> None:
+        kept = self.base if self.cut is None else self.cut
+        if size >= kept:
+            del self.staged[size - kept :]
+        else:
+            self.cut = size
+            self.staged.clear()
+
+    def ops(self, name: str) -> list[Op]:
+        if self.cut is None and not self.staged:
+            return []
+        start = self.base if self.cut is None else self.cut
+        return [["at", name, start, pack_data(bytes(self.staged))]]
+
+
+_tx_local = threading.local()
+
+
+def lock_timeout() -> float:
+    """AGCTL_LOCK_TIMEOUT, else the config's `lock_timeout`, else 30 seconds."""
+    from agctl.errors import AgctlError, UsageError
+
+    env = os.environ.get("AGCTL_LOCK_TIMEOUT")
+    if env:
+        try:
+            value = float(env)
+        except ValueError:
+            value = -1.0
+        if not value > 0 or value == float("inf"):
+            raise UsageError(f"AGCTL_LOCK_TIMEOUT must be a number of seconds above 0, not {env!r}")
+        return value
+    from agctl.config import ConfigStore
+
+    try:
+        return ConfigStore().load().lock_timeout
+    except AgctlError:
+        return DEFAULT_LOCK_TIMEOUT  # the config cannot be read: its default
+
+
+class FileBackend:
+    """Sessions under `root` as plain files (see the module docstring and layout.py).
+
+    `sync="end"` commits without fsyncing each transaction; `flush()` makes everything
+    durable at once (a replay that can be run again if the machine fails meanwhile)."""
+
+    def __init__(self, root: Path, *, sync: str = "per-turn") -> None:
+        self.root = root
+        self.sessions_dir = layout.sessions_dir(root)
+        self.durable = sync != "end"
+        self._real_dirs: set[Path] = set()
+        self._swept: set[str] = set()
+        self._swept_leftovers = False
+        self._touched: set[str] = set()
+        # path -> (stat of document, stat of its log, rev, digest of the document's bytes):
+        # a slot's rev, and what its log's lines extend, without reading it again.
+        self._revs: dict[Path, tuple[Any, Any, int, str]] = {}
+
+    # ---- paths ---------------------------------------------------------------------
+
+    def session_dir(self, session_id: str) -> Path:
+        """The session's directory; a link or a file in its place (or in place of
+        `sessions/`) is refused, so nothing under a session is reached through a link."""
+        path = layout.session_dir(self.root, validate_id(session_id, "session"))
+        self._check_dir(self.sessions_dir)
+        self._check_dir(path)
+        return path
+
+    def _subdir(self, session_id: str, name: str) -> Path:
+        path = self.session_dir(session_id) / name
+        self._check_dir(path)
+        return path
+
+    def _check_dir(self, path: Path) -> None:
+        """check_dir, once per process for a directory found real (a turn builds paths
+        dozens of times; agctl's own directories are private, so not swapped meanwhile)."""
+        if path not in self._real_dirs and check_dir(path):
+            self._real_dirs.add(path)
+
+    def _session_path(self, session_id: str) -> Path:
+        return layout.session_document(self.session_dir(session_id))
+
+    def _slot_path(self, session_id: str, slot_id: str) -> Path:
+        self._subdir(session_id, layout.SLOTS)
+        return layout.slot_document(self.session_dir(session_id), validate_id(slot_id, "slot"))
+
+    def _draft_path(self, session_id: str, slot_id: str) -> Path:
+        self._subdir(session_id, layout.DRAFTS)
+        return layout.draft_document(self.session_dir(session_id), validate_id(slot_id, "slot"))
+
+    def _checkpoint_path(self, session_id: str, where: Callable[[Path], Path]) -> Path:
+        self._subdir(session_id, layout.CHECKPOINTS)
+        return where(self.session_dir(session_id))
+
+    def owner(self) -> int:
+        """The uid that owns the data dir: the one whose files agctl trusts."""
+        try:
+            return os.stat(self.root).st_uid
+        except OSError:
+            return os.geteuid()
+
+    def journal(self, session_id: str) -> Journal:
+        directory = self.session_dir(session_id)
+        return Journal(directory, layout.journal(directory, layout.JOURNAL), self.owner())
+
+    # ---- reads ---------------------------------------------------------------------
+
+    def session_ids(self) -> list[str]:
+        try:
+            names = os.listdir(self.sessions_dir)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            check_dir(self.sessions_dir)  # a file or a link in its place: exit 5
+            raise StoreError(f"cannot list {self.sessions_dir}: {exc.strerror}") from None
+        return sorted(
+            n
+            for n in names
+            if not n.startswith(".")
+            and os.path.lexists(layout.session_document(layout.session_dir(self.root, n)))
+        )
+
+    def has_session(self, session_id: str) -> bool:
+        return os.path.lexists(self._session_path(session_id))
+
+    def load_session(self, session_id: str) -> Session:
+        path = self._session_path(session_id)
+        try:
+            raw = read_bytes(path, f"session {session_id!r}")
+        except NotFound:
+            raise NotFound(f"session {session_id!r} not found") from None
+        return parse_document(raw, Session, path)
+
+    def slot_ids(self, session_id: str) -> list[str]:
+        directory = self._subdir(session_id, layout.SLOTS)
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            raise NotFound(f"session {session_id!r} not found") from None
+        return layout.document_ids(names)
+
+    def _missing_slot(self, session_id: str, slot_id: str) -> NotFound:
+        self.load_session(session_id)
+        return NotFound(f"slot {slot_id!r} not found in session {session_id!r}")
+
+    def slot_rev(self, session_id: str, slot_id: str) -> int | None:
+        path = self._slot_path(session_id, slot_id)
+        keys = _stat_key(path), _stat_key(slotlog.log_path(path))
+        if keys[0] is None:
+            return None
+        known = self._revs.get(path)
+        if known is not None and (known[0], known[1]) == keys:
+            return known[2]
+        return self.load_slot(session_id, slot_id).rev
+
+    def load_slot(self, session_id: str, slot_id: str, *, reuse: Slot | None = None) -> Slot:
+        path = self._slot_path(session_id, slot_id)
+        if reuse is not None and reuse.id == slot_id:
+            known = self._revs.get(path)
+            keys = _stat_key(path), _stat_key(slotlog.log_path(path))
+            if known is not None and (known[0], known[1]) == keys and known[2] == reuse.rev:
+                return reuse
+        keys = _stat_key(path), _stat_key(slotlog.log_path(path))
+        try:
+            raw = read_bytes(path, f"slot {slot_id!r}")
+        except NotFound:
+            raise self._missing_slot(session_id, slot_id) from None
+        slot = parse_document(raw, Slot, path)
+        base = slotlog.base_of(raw)
+        slotlog.replay(path, slot, base)
+        if keys == (_stat_key(path), _stat_key(slotlog.log_path(path))):
+            self._revs[path] = (keys[0], keys[1], slot.rev, base)
+        return slot
+
+    def slot_base(self, session_id: str, slot_id: str) -> str:
+        """The digest of a slot document's bytes: what a line appended to its log names."""
+        path = self._slot_path(session_id, slot_id)
+        known = self._revs.get(path)
+        if known is not None and known[0] == _stat_key(path):
+            return known[3]
+        return slotlog.base_of(read_bytes(path, f"slot {slot_id!r}"))
+
+    def slot_bytes(self, session_id: str, slot_id: str) -> list[bytes]:
+        """A slot as stored, unparsed (the document, then its log's lines): for readers
+        that scan many slots (search)."""
+        path = self._slot_path(session_id, slot_id)
+        try:
+            parts = [read_bytes(path, f"slot {slot_id!r}")]
+        except NotFound:
+            raise self._missing_slot(session_id, slot_id) from None
+        with contextlib.suppress(NotFound):
+            parts.append(read_bytes(slotlog.log_path(path), f"slot {slot_id!r}"))
+        return parts
+
+    def remember(self, session_id: str, slot: Slot, base: str) -> None:
+        """Note the stored state of a slot just written, for a cheap `reuse` later."""
+        path = self._slot_path(session_id, slot.id)
+        keys = _stat_key(path), _stat_key(slotlog.log_path(path))
+        self._revs[path] = (keys[0], keys[1], slot.rev, base)
+
+    def legacy_draft_path(self, session_id: str) -> Path:
+        return layout.legacy_draft(self.session_dir(session_id))
+
+    def draft_slots(self, session_id: str) -> list[str]:
+        try:
+            names = os.listdir(self._subdir(session_id, layout.DRAFTS))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StoreError(f"cannot list drafts of {session_id!r}: {exc}") from exc
+        return layout.document_ids(names)
+
+    def load_draft(self, session_id: str, slot_id: str) -> Draft:
+        path = self._draft_path(session_id, slot_id)
+        try:
+            return Draft.model_validate_json(read_bytes(path, "draft"))
+        except NotFound:
+            raise NotFound(f"slot {slot_id!r} of session {session_id!r} has no draft") from None
+        except ValidationError as exc:
+            raise DamagedDraft(path, _invalid_document(exc), slot_id) from None
+        except CorruptDocument as exc:
+            raise DamagedDraft(exc.path, exc.reason, slot_id) from None
+
+    def checkpoint_log(self, session_id: str) -> FileLog:
+        return FileLog(self._checkpoint_path(session_id, layout.checkpoint_log))
+
+    def removed_checkpoints(self, session_id: str) -> set[str]:
+        where = self._checkpoint_path(session_id, layout.removed_checkpoints)
+        try:
+            return set(orjson.loads(read_bytes(where)))
+        except NotFound:
+            return set()
+        except (orjson.JSONDecodeError, TypeError) as exc:
+            raise CorruptDocument(where, str(exc)) from None
+
+    def cache_path(self, session_id: str, name: str) -> Path:
+        file_name = _CACHE_FILES[name]
+        return self._checkpoint_path(session_id, lambda d: layout.checkpoints_dir(d) / file_name)
+
+    def cache(self, session_id: str, name: str) -> bytes | None:
+        where = self.cache_path(session_id, name)
+        try:
+            return read_bytes(where, name)
+        except NotFound:
+            return None
+
+    def repair_cache(self, session_id: str, name: str, append: bytes | None) -> None:
+        """Best effort and lock-free, for a reader that found a cache behind: append a
+        line to it, or drop it (None)."""
+        where = self.cache_path(session_id, name)
+        if append is None:
+            remove_file(where)
+        elif os.path.isdir(where.parent):
+            append_durably(where, lambda offset: append, durable=False)
+
+    def pending(self, session_id: str) -> bool:
+        return self.journal(session_id).pending()
+
+    # ---- transactions --------------------------------------------------------------
+
+    def in_transaction(self, session_id: str) -> FileTx | None:
+        open_txs: dict[tuple[int, str], FileTx] = _tx_local.__dict__.setdefault("open", {})
+        return open_txs.get((id(self), session_id))
+
+    @contextlib.contextmanager
+    def transaction(self, session_id: str) -> Iterator[FileTx]:
+        outer = self.in_transaction(session_id)
+        if outer is not None:
+            yield outer
+            return
+        path = self._session_path(session_id)
+        if not os.path.lexists(path):
+            raise NotFound(f"session {session_id!r} not found")
+        open_txs: dict[tuple[int, str], FileTx] = _tx_local.__dict__.setdefault("open", {})
+        with exclusive_lock(layout.lock_file(path.parent), lock_timeout):
+            if not os.path.lexists(path):
+                raise NotFound(f"session {session_id!r} was destroyed")
+            journal = self.journal(session_id)
+            journal.recover()
+            self._drop_legacy_journals(session_id)
+            self._sweep_temp_files(session_id)
+            tx = FileTx(self, session_id)
+            open_txs[(id(self), session_id)] = tx
+            try:
+                yield tx
+            finally:
+                del open_txs[(id(self), session_id)]
+            ops = tx.ops()
+            if ops:
+                journal.commit(ops, durable=self.durable)
+                self._touched.add(session_id)
+                tx.committed()
+        if not self._swept_leftovers:
+            self._swept_leftovers = True
+            self.sweep_leftovers()
+
+    def _drop_legacy_journals(self, session_id: str) -> None:
+        """The per-operation journals of agctl before the redo journal: not replayed (an
+        upgrade in the middle of a crashed commit is the only way to have one); a
+        trusted one is removed with a warning, an untrusted one refused (exit 5)."""
+        directory = self.session_dir(session_id)
+        for name in layout.LEGACY_JOURNALS:
+            path = layout.journal(directory, name)
+            if trusted_file(path, self.owner()):
+                log.warning(
+                    "%s: a journal of an older agctl's interrupted commit, not replayed; "
+                    "check the session's turn count and cost ('agctl session show')",
+                    path,
+                )
+                remove_file(path)
+
+    def trusted_journal(self, path: Path) -> bool:
+        """Whether a journal exists and may be applied (see journal.trusted_file)."""
+        return trusted_file(path, self.owner())
+
+    def flush(self) -> None:
+        """Make every transaction committed without sync durable (sync="end")."""
+        for session_id in sorted(self._touched):
+            with contextlib.suppress(NotFound), self._locked(session_id):
+                self.journal(session_id).flush()
+        self._touched.clear()
+
+    @contextlib.contextmanager
+    def _locked(self, session_id: str) -> Iterator[None]:
+        path = self._session_path(session_id)
+        if not os.path.lexists(path):
+            raise NotFound(f"session {session_id!r} not found")
+        with exclusive_lock(layout.lock_file(path.parent), lock_timeout):
+            yield
+
+    def _sweep_temp_files(self, session_id: str, min_age: float = 0.0) -> None:
+        """Remove temp files that a killed writer left in this session (each may be a whole
+        copy of a slot): once per backend and session, with its lock held (every write
+        into a session dir is made under it, so none is another writer's)."""
+        if session_id in self._swept:
+            return
+        self._swept.add(session_id)
+        for path in stale_temp_files(self.session_dir(session_id), self.owner(), min_age):
+            with contextlib.suppress(OSError):
+                path.unlink()
+                log.info("removed a stale temp file: %s", path)
+
+    def sweep_leftovers(self, min_age: float = STALE_SECONDS) -> None:
+        """Remove staging and trash dirs that a crashed create or destroy left behind."""
+        try:
+            entries = list(os.scandir(self.sessions_dir))
+        except FileNotFoundError:
+            return
+        cutoff = time.time() - min_age
+        owner = self.owner()
+        for entry in entries:
+            if not layout.is_leftover(entry.name):
+                continue
+            with contextlib.suppress(FileNotFoundError):  # another process got there first
+                info = entry.stat(follow_symlinks=False)
+                if (
+                    info.st_mtime < cutoff
+                    and info.st_uid == owner
+                    and entry.is_dir(follow_symlinks=False)
+                ):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+
+    # ---- whole sessions ------------------------------------------------------------
+
+    def create_session(
+        self,
+        session: Session,
+        slots: Sequence[Slot],
+        *,
+        checkpoint_log: bytes = b"",
+        removed: Iterable[str] = (),
+        check: Callable[[Path], None] | None = None,
+    ) -> None:
+        """Write a new session: built aside, then renamed into place whole. `check`
+        looks at the staged directory before it is placed (an error stops it)."""
+        target = self.session_dir(session.id)
+        if target.exists():
+            raise AlreadyExists(f"session {session.id!r} already exists")
+        staging = self._stage(session, slots, checkpoint_log, sorted(removed), check)
+        try:
+            os.rename(staging, target)
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            if target.exists():
+                raise AlreadyExists(f"session {session.id!r} already exists") from exc
+            raise StoreError(f"cannot create session {session.id!r}: {exc.strerror}") from exc
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        fsync_dir(self.sessions_dir)
+
+    def _stage(
+        self,
+        session: Session,
+        slots: Sequence[Slot],
+        checkpoint_log: bytes = b"",
+        removed: Sequence[str] = (),
+        check: Callable[[Path], None] | None = None,
+    ) -> Path:
+        """A session directory holding these documents, built (and synced) aside under
+        `sessions/`, ready to be renamed into place."""
+        self.sweep_leftovers()
+        try:
+            make_dirs(self.sessions_dir)
+            check_dir(self.sessions_dir)
+            staging = layout.staging_dir(self.root, session.id, secrets.token_hex(4))
+            make_dirs(layout.slots_dir(staging))
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create session in {self.sessions_dir}: {exc.strerror}"
+            ) from exc
+        try:
+            for slot in slots:
+                slot.rev = next_rev(None)
+                path = layout.slot_document(staging, validate_id(slot.id, "slot"))
+                write_atomic(path, dump_document(slot))
+            session.rev = next_rev(None)
+            write_atomic(layout.session_document(staging), dump_document(session))
+            if checkpoint_log or removed:
+                make_dirs(layout.checkpoints_dir(staging))
+            if checkpoint_log:
+                write_atomic(layout.checkpoint_log(staging), checkpoint_log)
+            if removed:
+                write_atomic(layout.removed_checkpoints(staging), orjson.dumps(list(removed)))
+            if check is not None:
+                check(staging)
+            fsync_dir(staging)
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise StoreError(f"cannot create session {session.id!r}: {exc.strerror}") from exc
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return staging
+
+    def replace_session(self, session: Session, slots: Sequence[Slot]) -> None:
+        """Swap the session of this id for a new one (built aside, swapped in whole under
+        the old one's lock), so a failure leaves the old as it was and a crash one or the
+        other."""
+        sid = session.id
+        target = self.session_dir(sid)
+        staging = self._stage(session, slots)
+        swapped_out: Path | None = None  # where the old session is once the new one is in
+        try:
+            with self._locked(sid):
+                if exchange_paths(staging, target):
+                    swapped_out = staging
+                else:
+                    trash = layout.trash_dir(self.root, sid, secrets.token_hex(4))
+                    os.rename(target, trash)
+                    try:
+                        os.rename(staging, target)
+                    except OSError:
+                        os.rename(trash, target)
+                        raise
+                    swapped_out = trash
+                fsync_dir(self.sessions_dir)
+        except OSError as exc:
+            raise StoreError(f"cannot replace session {sid!r}: {exc.strerror}") from exc
+        finally:
+            shutil.rmtree(staging if swapped_out is None else swapped_out, ignore_errors=True)
+
+    def destroy_session(self, session_id: str) -> None:
+        with self._locked(session_id):
+            trash = layout.trash_dir(self.root, session_id, secrets.token_hex(4))
+            try:
+                os.rename(self.session_dir(session_id), trash)
+            except OSError as exc:
+                raise StoreError(f"cannot remove session {session_id!r}: {exc.strerror}") from exc
+            fsync_dir(self.sessions_dir)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    # ---- the current-session pointer -----------------------------------------------
+
+    def current_session_id(self) -> str | None:
+        path = layout.current_pointer(self.root)
+        try:
+            value = read_bytes(path, "current-session pointer").decode().strip()
+        except NotFound:
+            return None
+        except UnicodeDecodeError:
+            raise CorruptDocument(path, "not UTF-8 text") from None
+        return value or None
+
+    def set_current_session(self, session_id: str | None) -> None:
+        path = layout.current_pointer(self.root)
+        if session_id is None:
+            remove_file(path)
+            return
+        self.load_session(session_id)
+        make_dirs(self.root)
+        write_atomic(path, session_id.encode() + b"\n")
+
+    # ---- legacy --------------------------------------------------------------------
+
+    def adopt_legacy_draft(self, session_id: str) -> CorruptDocument | None:
+        """Move the one draft.json of older agctl to drafts/<its slot>.json, in a
+        transaction (the newer wins if that slot has a draft already); a damaged one stays,
+        and is returned so that a listing can report it. A cheap stat when there is none."""
+        legacy = layout.legacy_draft(self.session_dir(session_id))
+        if not os.path.lexists(legacy):
+            return None
+        with self.transaction(session_id) as tx:
+            try:
+                draft = Draft.model_validate_json(read_bytes(legacy, "draft"))
+                validate_id(draft.slot, "slot")
+            except NotFound:
+                return None  # adopted meanwhile by another process
+            except CorruptDocument as exc:
+                return exc
+            except ValidationError as exc:
+                return CorruptDocument(legacy, _invalid_document(exc))
+            except InvalidId as exc:  # a slot name no file may have
+                return CorruptDocument(legacy, str(exc))
+            try:
+                kept: Draft | None = tx.load_draft(session_id, draft.slot)
+            except (NotFound, CorruptDocument):
+                kept = None
+            if kept is None or kept.created_at < draft.created_at:
+                tx.put_draft(draft)
+            tx.drop_legacy_draft()
+            log.info("legacy draft.json adopted as the draft of slot %s", draft.slot)
+        return None
+
+    def remove_legacy_draft(self, session_id: str) -> None:
+        """Remove a damaged legacy draft.json (a readable one is adopted, never removed)."""
+        with self.transaction(session_id) as tx:
+            if self.adopt_legacy_draft(session_id) is not None:
+                tx.drop_legacy_draft()
+
+    def append_index_line(self, session_id: str, line: bytes) -> None:
+        """Best effort, outside any transaction: the index is rebuilt from the log."""
+        where = self._checkpoint_path(session_id, layout.checkpoint_index)
+        append_durably(where, lambda offset: line, durable=False)
+
+
+class FileTx:
+    """One transaction of a FileBackend: writes are held, and read back, until commit."""
+
+    def __init__(self, backend: FileBackend, session_id: str) -> None:
+        self.backend = backend
+        self.session_id = session_id
+        self._session: Session | None = None
+        # slot id -> (slot, how it is written: "put", "append" with a count, or None: delete)
+        self._slots: dict[str, tuple[Slot | None, str, int]] = {}
+        self._drafts: dict[str, Draft | None] = {}
+        self._log: TxLog | None = None
+        self._removed: list[str] | None = None
+        self._caches: dict[str, bytes | None] = {}
+        self._cache_appends: dict[str, bytearray] = {}
+        self._written: list[tuple[Slot, str]] = []  # each slot written, with its base
+        self._drop_legacy = False
+
+    def _check(self, session_id: str) -> None:
+        if session_id != self.session_id:
+            raise StoreError(
+                f"a transaction of session {self.session_id!r} cannot touch {session_id!r}"
+            )
+
+    # ---- reads (own writes first) --------------------------------------------------
+
+    def session_ids(self) -> list[str]:
+        return self.backend.session_ids()
+
+    def has_session(self, session_id: str) -> bool:
+        return self.backend.has_session(session_id)
+
+    def load_session(self, session_id: str) -> Session:
+        if session_id == self.session_id and self._session is not None:
+            return self._session
+        return self.backend.load_session(session_id)
+
+    def slot_ids(self, session_id: str) -> list[str]:
+        ids = set(self.backend.slot_ids(session_id))
+        if session_id == self.session_id:
+            for slot_id, (slot, _, _) in self._slots.items():
+                (ids.add if slot is not None else ids.discard)(slot_id)
+        return sorted(ids)
+
+    def load_slot(self, session_id: str, slot_id: str, *, reuse: Slot | None = None) -> Slot:
+        if session_id == self.session_id and slot_id in self._slots:
+            slot, _, _ = self._slots[slot_id]
+            if slot is None:
+                raise NotFound(f"slot {slot_id!r} not found in session {session_id!r}")
+            return slot
+        return self.backend.load_slot(session_id, slot_id, reuse=reuse)
+
+    def slot_rev(self, session_id: str, slot_id: str) -> int | None:
+        if session_id == self.session_id and slot_id in self._slots:
+            slot = self._slots[slot_id][0]
+            return None if slot is None else slot.rev
+        return self.backend.slot_rev(session_id, slot_id)
+
+    def draft_slots(self, session_id: str) -> list[str]:
+        ids = set(self.backend.draft_slots(session_id))
+        if session_id == self.session_id:
+            for slot_id, draft in self._drafts.items():
+                (ids.add if draft is not None else ids.discard)(slot_id)
+        return sorted(ids)
+
+    def load_draft(self, session_id: str, slot_id: str) -> Draft:
+        if session_id == self.session_id and slot_id in self._drafts:
+            draft = self._drafts[slot_id]
+            if draft is None:
+                raise NotFound(f"slot {slot_id!r} of session {session_id!r} has no draft")
+            return draft
+        return self.backend.load_draft(session_id, slot_id)
+
+    def checkpoint_log(self, session_id: str | None = None) -> TxLog:
+        self._check(session_id or self.session_id)
+        if self._log is None:
+            self._log = TxLog(self.backend._checkpoint_path(self.session_id, layout.checkpoint_log))
+        return self._log
+
+    def removed_checkpoints(self, session_id: str) -> set[str]:
+        if session_id == self.session_id and self._removed is not None:
+            return set(self._removed)
+        return self.backend.removed_checkpoints(session_id)
+
+    def cache(self, session_id: str, name: str) -> bytes | None:
+        if session_id == self.session_id and name in self._caches:
+            return self._caches[name]
+        stored = self.backend.cache(session_id, name)
+        if session_id == self.session_id and name in self._cache_appends:
+            return (stored or b"") + bytes(self._cache_appends[name])
+        return stored
+
+    # ---- writes --------------------------------------------------------------------
+
+    def _slot_rev(self, slot_id: str) -> int:
+        """The revision a slot written in this transaction gets (one per transaction)."""
+        known = self._slots.get(slot_id)
+        if known is not None and known[0] is not None:
+            return known[0].rev
+        if known is not None:
+            return next_rev(None)
+        return next_rev(self.backend.slot_rev(self.session_id, slot_id))
+
+    def put_session(self, session: Session) -> None:
+        self._check(session.id)
+        if self._session is None:
+            try:
+                stored: int | None = self.backend.load_session(self.session_id).rev
+            except NotFound:
+                stored = None
+            session.rev = next_rev(stored)
+        else:
+            session.rev = self._session.rev
+        self._session = session
+
+    def put_slot(self, slot: Slot) -> None:
+        validate_id(slot.id, "slot")
+        slot.rev = self._slot_rev(slot.id)
+        self._slots[slot.id] = (slot, "put", 0)
+
+    def append_messages(self, slot: Slot, count: int) -> None:
+        validate_id(slot.id, "slot")
+        known = self._slots.get(slot.id)
+        if known is not None:
+            # Written in this transaction already: the whole slot goes as one write.
+            if known[1] == "append" and known[0] is slot:
+                self._slots[slot.id] = (slot, "append", known[2] + count)
+            else:
+                self.put_slot(slot)
+            return
+        slot.rev = self._slot_rev(slot.id)
+        self._slots[slot.id] = (slot, "append", count)
+
+    def delete_slot(self, slot_id: str) -> None:
+        validate_id(slot_id, "slot")
+        self._slots[slot_id] = (None, "put", 0)
+
+    def put_draft(self, draft: Draft) -> None:
+        self.backend._draft_path(self.session_id, draft.slot)  # a link in its way is refused
+        self._drafts[draft.slot] = draft
+
+    def delete_draft(self, slot_id: str) -> bool:
+        validate_id(slot_id, "slot")
+        try:
+            self.load_draft(self.session_id, slot_id)
+            existed = True
+        except NotFound:
+            existed = False
+        except (CorruptDocument, InvalidId):
+            existed = True
+        self._drafts[slot_id] = None
+        return existed
+
+    def drop_legacy_draft(self) -> None:
+        self._drop_legacy = True
+
+    def set_removed_checkpoints(self, ids: Iterable[str]) -> None:
+        self._removed = sorted(set(ids))
+
+    def put_cache(self, name: str, data: bytes | None) -> None:
+        if name not in _CACHE_FILES:
+            raise StoreError(f"no cache {name!r}")
+        self._caches[name] = data
+        self._cache_appends.pop(name, None)
+
+    def append_cache(self, name: str, data: bytes) -> None:
+        if name not in _CACHE_FILES:
+            raise StoreError(f"no cache {name!r}")
+        if name in self._caches:
+            self._caches[name] = (self._caches[name] or b"") + data
+        else:
+            self._cache_appends.setdefault(name, bytearray()).extend(data)
+
+    # ---- commit --------------------------------------------------------------------
+
+    def ops(self) -> list[Op]:
+        """The changes of this transaction as the journal's records hold them."""
+        ops: list[Op] = []
+        for slot_id, (slot, how, count) in self._slots.items():
+            name = f"{layout.SLOTS}/{slot_id}{layout.DOCUMENT}"
+            log_name = slotlog.log_name(name)
+            if slot is None:
+                ops += [["del", name], ["del", log_name]]
+            elif how == "append":
+                path = self.backend._slot_path(self.session_id, slot_id)
+                base = self.backend.slot_base(self.session_id, slot_id)
+                ops.append(slotlog.append_op(path, log_name, slot, count, base))
+                self._written.append((slot, base))
+            else:
+                data = dump_document(slot)
+                ops += [self._put(name, data), ["del", log_name]]
+                self._written.append((slot, slotlog.base_of(data)))
+        for slot_id, draft in self._drafts.items():
+            name = f"{layout.DRAFTS}/{slot_id}{layout.DOCUMENT}"
+            if draft is None:
+                ops.append(["del", name])
+            else:
+                data = draft.model_dump_json(indent=2).encode() + b"\n"
+                ops.append(self._put(name, data))
+        if self._drop_legacy:
+            ops.append(["del", layout.LEGACY_DRAFT])
+        if self._log is not None:
+            ops += self._log.ops(f"{layout.CHECKPOINTS}/{layout.LOG}")
+        if self._removed is not None:
+            data = orjson.dumps(self._removed)
+            ops.append(["put", f"{layout.CHECKPOINTS}/{layout.REMOVED}", pack_data(data)])
+        for name, cache in self._caches.items():
+            where = f"{layout.CHECKPOINTS}/{_CACHE_FILES[name]}"
+            ops.append(["del", where] if cache is None else ["put", where, pack_data(cache)])
+        for name, appended in self._cache_appends.items():
+            path = self.backend.cache_path(self.session_id, name)
+            try:
+                offset = os.stat(path, follow_symlinks=False).st_size
+            except FileNotFoundError:
+                offset = 0
+            where = f"{layout.CHECKPOINTS}/{_CACHE_FILES[name]}"
+            ops.append(["at", where, offset, pack_data(bytes(appended))])
+        if self._session is not None:
+            ops.append(self._put(layout.SESSION, dump_document(self._session)))
+        return ops
+
+    def _put(self, name: str, data: bytes) -> Op:
+        """A put: inline in the journal, or for a large document a temp file written (and
+        synced) first, which the journal's record then moves into place."""
+        if len(data) < LARGE_PUT:
+            return ["put", name, pack_data(data)]
+        directory = self.backend.session_dir(self.session_id)
+        target = directory / name
+        make_dirs(target.parent)
+        fd, temp = tempfile.mkstemp(
+            dir=target.parent, prefix=f".{target.name}.", suffix=TEMP_SUFFIX
+        )
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                if self.backend.durable:
+                    os.fsync(handle.fileno())
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise StoreError(f"cannot write {target}: {exc.strerror}") from exc
+        return ["mv", str(Path(temp).relative_to(directory)), name]
+
+    def committed(self) -> None:
+        for slot, base in self._written:
+            self.backend.remember(self.session_id, slot, base)
