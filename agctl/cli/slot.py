@@ -495,7 +495,9 @@ def set_(app: App, key: str, value: str, slot: str | None) -> None:
       agctl slot set budget '{"system": 2000, "tool_results": 0.2}' --slot notes
       agctl slot set budget auto --slot notes
     """
-    setting = parse_setting(value)
+    from agctl.settings import setting_from_text
+
+    setting = setting_from_text(value)
     if key == "budget":
         set_budget_setting(app, slot, setting)
         return
@@ -548,15 +550,3 @@ def budget_text(budget: ContextBudget | None, tokens: TokenBudget | None = None)
         else:
             parts.append(f"{part} {how or value}")
     return ", ".join(parts)
-
-
-def parse_setting(value: str) -> Any:
-    """JSON when it parses; 'default' and 'auto' mean unset."""
-    if value in ("default", "auto", "none"):
-        return None
-    import orjson
-
-    try:
-        return orjson.loads(value)
-    except orjson.JSONDecodeError:
-        return value
