@@ -9,13 +9,12 @@ import errno
 import os
 import shutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from agctl.cli.complete import complete_slots
 from agctl.cli.output import neutralise
 from agctl.errors import InvalidInput, NoSessionSelected, UsageError
 
@@ -23,7 +22,6 @@ if TYPE_CHECKING:
     from agctl.store import Store
     from agctl.usage import Prices
 
-F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
@@ -244,39 +242,6 @@ def key_values(payload: dict[str, Any]) -> str:
 # ---- shared options ------------------------------------------------------------------
 
 
-def select_option(what: str = "the new session") -> Callable[[F], F]:
-    """`--use/--no-use` on the commands that make a session (new, fork, import, replay
-    into a new one): the new session is selected unless --no-use. Commands that make a
-    slot take a plain --use instead: a new slot is not selected unless asked."""
-    return click.option(
-        "--use/--no-use",
-        "make_current",
-        default=True,
-        show_default=True,
-        help=f"Select {what} (--no-use keeps the current selection).",
-    )
-
-
-def slot_option(fn: F) -> F:
-    return click.option(
-        "--slot",
-        metavar="NAME",
-        shell_complete=complete_slots,
-        help="Slot to act on (default: the current slot).",
-    )(fn)
-
-
-def limit_option(fn: F) -> F:
-    """`--limit/-n N` on a listing: its N most recent entries, as `git log -n` shows."""
-    return click.option(
-        "--limit",
-        "-n",
-        type=Count(min=1),
-        metavar="N",
-        help="Only the N most recent, in the usual order (as git log -n).",
-    )(fn)
-
-
 def most_recent(items: Sequence[T], limit: int | None, *, newest_first: bool) -> list[T]:
     """The `limit` most recent of `items` (all when None), in their order."""
     if limit is None:
@@ -426,18 +391,6 @@ def text_argument(
             if piped_text:
                 text = f"{value}\n\n{piped_text}"
     return "\n\n".join([text, *attached] if text else attached)
-
-
-def file_option(fn: F) -> F:
-    """`-f/--file PATH` (repeatable): a file's text added to the message."""
-    return click.option(
-        "-f",
-        "--file",
-        "files",
-        multiple=True,
-        metavar="PATH",
-        help="Add this file's text to the message, under a line naming it. Repeatable.",
-    )(fn)
 
 
 def _refuse_nul(path: str) -> None:

@@ -6,18 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import (
-    App,
-    Count,
-    echo,
-    limit_option,
-    most_recent,
-    pass_app,
-    plain,
-    select_option,
-)
+from agctl.cli.app import App, Count, echo, most_recent, pass_app, plain
 from agctl.cli.complete import complete_checkpoints
-from agctl.cli.options import command_options
+from agctl.cli.options import command_options, limit_option, select_option
 from agctl.vocab import ZONES
 
 if TYPE_CHECKING:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, Count, PathType, echo, pass_app, slot_option
-from agctl.cli.options import command_options
-from agctl.cli.turn import Setup, provider_options
+from agctl.cli.app import App, Count, PathType, echo, pass_app
+from agctl.cli.options import command_options, provider_options, slot_option
 from agctl.vocab import COMPRESS_STRATEGIES
+
+if TYPE_CHECKING:
+    from agctl.setup import ModelChoice
 
 
 @click.group("ctx")
@@ -36,9 +38,7 @@ def show(
     app: App,
     prompt: str | None,
     slot: str | None,
-    model: str | None,
-    profile: str | None,
-    provider_kind: str | None,
+    choice: ModelChoice,
     system: str | None,
     scratch: tuple[str, ...],
 ) -> None:
@@ -55,9 +55,10 @@ def show(
     """
     from agctl.budget import breakdown
     from agctl.models import Message
+    from agctl.setup import ModelSetup
 
     sid = app.session_id()
-    setup = Setup.resolve(app, sid, profile=profile, model=model, provider=provider_kind)
+    setup = ModelSetup.chosen(app.store, sid, choice)
     session = app.store.load_session(sid)
     target = app.store.load_slot(sid, slot)
     result = breakdown(
@@ -138,11 +139,7 @@ def compress(
     strategy: str,
     keep_recent: int | None,
     instructions: str | None,
-    model: str | None,
-    profile: str | None,
-    provider_kind: str | None,
-    script: Path | None,
-    cassette: Path | None,
+    choice: ModelChoice,
 ) -> None:
     """Fold older messages of a slot into its compressed zone, keeping the recent ones.
 
@@ -156,17 +153,10 @@ def compress(
       agctl ctx compress --instructions "Keep every date and amount."
     """
     from agctl.compress import compress as run_compress
+    from agctl.setup import ModelSetup
 
     sid = app.session_id()
-    setup = Setup.resolve(
-        app,
-        sid,
-        profile=profile,
-        model=model,
-        provider=provider_kind,
-        script=script,
-        cassette=cassette,
-    )
+    setup = ModelSetup.chosen(app.store, sid, choice)
     result = run_compress(
         app.store,
         sid,

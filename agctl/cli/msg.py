@@ -10,16 +10,13 @@ import click
 from agctl.cli.app import (
     NEGATIVE_INDEX,
     App,
-    file_option,
-    limit_option,
     most_recent,
     pass_app,
     read_input_file,
-    slot_option,
     text_argument,
     write_output,
 )
-from agctl.cli.options import command_options
+from agctl.cli.options import command_options, file_option, limit_option, slot_option
 from agctl.vocab import EXPORT_FORMATS, IMPORT_FORMATS, ROLES
 
 if TYPE_CHECKING:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 from click.core import ParameterSource
 
-from agctl.cli.app import App, Count, echo, pass_app, slot_option
-from agctl.cli.options import command_options
+from agctl.cli.app import App, Count, echo, pass_app
+from agctl.cli.options import command_options, slot_option
 from agctl.vocab import ROLES
 
 

@@ -3,61 +3,26 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import (
-    App,
-    Count,
-    PathType,
-    echo,
-    echo_json,
+from agctl.cli.app import App, Count, echo, echo_json, pass_app, text_argument
+from agctl.cli.options import (
+    command_options,
     file_option,
-    pass_app,
+    provider_options,
     select_option,
     slot_option,
-    text_argument,
+    source_options,
 )
-from agctl.cli.complete import complete_models, complete_profiles
-from agctl.cli.options import command_options
 from agctl.cli.output import secho
-from agctl.vocab import CHECK_MODES, PROVIDERS
+from agctl.vocab import CHECK_MODES
 
 if TYPE_CHECKING:
     from agctl.providers.base import Event
-    from agctl.setup import ModelSetup
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class Setup:
-    """The library's ModelSetup for the selected session of a command."""
-
-    @staticmethod
-    def resolve(
-        app: App,
-        session_id: str,
-        *,
-        profile: str | None,
-        model: str | None,
-        provider: str | None = None,
-        script: Path | None = None,
-        cassette: Path | None = None,
-    ) -> ModelSetup:
-        from agctl.setup import ModelSetup
-
-        return ModelSetup.resolve(
-            app.store,
-            session_id,
-            profile=profile,
-            model=model,
-            provider=provider,
-            script=script,
-            cassette=cassette,
-        )
+    from agctl.setup import ModelChoice
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -73,48 +38,6 @@ class FiniteFloatRange(click.FloatRange):
 
 
 TEMPERATURE = FiniteFloatRange(0, 2)
-
-
-def provider_options(fn: F) -> F:
-    """--model, --profile and --provider, for the commands that call a model."""
-    fn = click.option(
-        "--provider",
-        "provider_kind",
-        type=click.Choice(PROVIDERS),
-        help="Provider kind for this command (overrides AGCTL_PROVIDER and the profile): "
-        "offline answers with no network.",
-    )(fn)
-    fn = click.option(
-        "--profile",
-        metavar="NAME",
-        shell_complete=complete_profiles,
-        help="Profile (or preset name) to use.",
-    )(fn)
-    return click.option(
-        "--model",
-        metavar="NAME",
-        shell_complete=complete_models,
-        help="Model (overrides env, session, profile).",
-    )(fn)
-
-
-def source_options(fn: F) -> F:
-    """--script, --cassette and --record: where replies come from, and where they go."""
-    fn = click.option(
-        "--record",
-        type=PathType(dir_okay=False, path_type=Path),
-        help="Append every request and its full reply to this cassette.",
-    )(fn)
-    fn = click.option(
-        "--cassette",
-        type=PathType(dir_okay=False, path_type=Path),
-        help="Replay provider: answer from this recorded cassette; a miss fails (no network).",
-    )(fn)
-    return click.option(
-        "--script",
-        type=PathType(dir_okay=False, path_type=Path),
-        help="Offline provider answering from FILE's canned replies, one per turn.",
-    )(fn)
 
 
 @click.group("turn")
@@ -203,9 +126,7 @@ def send(
     app: App,
     prompt: str | None,
     slot: str | None,
-    model: str | None,
-    profile: str | None,
-    provider_kind: str | None,
+    choice: ModelChoice,
     temperature: float | None,
     max_tokens: int | None,
     system: str | None,
@@ -213,8 +134,6 @@ def send(
     stream: bool | None,
     jsonl: bool,
     dry_run: bool,
-    script: Path | None,
-    cassette: Path | None,
     record: Path | None,
     files: tuple[str, ...],
     resume_draft: bool,
@@ -246,6 +165,7 @@ def send(
       agctl turn send --resume-draft
       agctl turn send --resume-draft --force   # even though the slot changed since
     """
+    from agctl.setup import ModelSetup
     from agctl.turns import prepare_turn, send_turn
 
     store = app.store
@@ -263,15 +183,7 @@ def send(
         if force:
             raise click.UsageError("--force applies only with --resume-draft")
         prompt = text_argument(prompt, "PROMPT", files=files, may_be_empty=True)
-    setup = Setup.resolve(
-        app,
-        sid,
-        profile=profile,
-        model=model,
-        provider=provider_kind,
-        script=script,
-        cassette=cassette,
-    )
+    setup = ModelSetup.chosen(store, sid, choice)
     settings = setup.settings
     streaming = sys.stdout.isatty() if stream is None else stream
     options = setup.turn_options(
@@ -393,12 +305,8 @@ def replay(
     app: App,
     transcript: str,
     slot: str | None,
-    model: str | None,
-    profile: str | None,
-    provider_kind: str | None,
-    cassette: Path | None,
+    choice: ModelChoice,
     record: Path | None,
-    script: Path | None,
     check: bool,
     check_mode: str,
     max_diffs: int,
@@ -433,6 +341,7 @@ def replay(
     from agctl.errors import CheckFailed
     from agctl.replay import fresh_session, parse_transcript
     from agctl.replay import replay as run_replay
+    from agctl.setup import ModelSetup
 
     data, source = read_input_file(transcript)
     turns = parse_transcript(data, source, regex=check and check_mode == "regex")
@@ -442,15 +351,7 @@ def replay(
     else:
         starting = fresh_session(app.store, None if new_session == GENERATED_ID else new_session)
     with starting as sid:
-        setup = Setup.resolve(
-            app,
-            sid,
-            profile=profile,
-            model=model,
-            provider=provider_kind,
-            script=script,
-            cassette=cassette,
-        )
+        setup = ModelSetup.chosen(app.store, sid, choice)
         base = setup.turn_options(checkpoint=checkpoint, slot=slot)
         provider = setup.provider(record=record)
         if new_session is not None and make_current:
