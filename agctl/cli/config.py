@@ -47,12 +47,12 @@ def show(app: App, profile: str | None, model: str | None) -> None:
       agctl config show
       agctl config show --profile deepseek --json
     """
-    from agctl.config import ConfigStore, mask_secrets, resolve
+    from agctl.config import ConfigStore, masked_config, resolve
     from agctl.errors import AgctlError
 
     config_store = ConfigStore()
     config = config_store.load()
-    data: dict[str, Any] = mask_secrets(config.model_dump(mode="json", exclude_none=True))
+    data = masked_config(config)
     session = None
     with contextlib.suppress(AgctlError):
         session = app.store.load_session(app.session_id())
@@ -97,14 +97,7 @@ def set_(app: App, key: str, value: str) -> None:
       agctl config set read_timeout 300
       agctl config set prices.gpt-4o.prompt 2.5
     """
-    from agctl.config import ConfigStore
+    from agctl.config import ConfigStore, masked_value
 
-    config = ConfigStore().set(key, value)
-    from agctl.config import mask, mask_secrets
-
-    node: Any = mask_secrets(config.model_dump(mode="json"))
-    for part in key.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    if key.endswith("api_key") or ".headers." in key:
-        node = mask(str(node))
+    node = masked_value(ConfigStore().set(key, value), key)
     app.done({"key": key, "value": node}, text=f"{key} = {plain(node)}")

@@ -173,11 +173,9 @@ def send(
     if resume_draft:
         if prompt is not None or files:
             raise click.UsageError("give either PROMPT (or --file) or --resume-draft, not both")
-        from agctl.drafts import check_resumable, find_draft
+        from agctl.drafts import resumable_draft
 
-        draft = find_draft(store, sid, slot)
-        if not force:
-            check_resumable(store, sid, draft)
+        draft = resumable_draft(store, sid, slot, force=force)
         prompt, slot = draft.prompt, draft.slot
     else:
         if force:
@@ -196,14 +194,10 @@ def send(
         stream=streaming or jsonl,
     )
     if dry_run:
-        from agctl.redact import mask_url
-
         prepared = prepare_turn(store, sid, prompt, options)
         payload: dict[str, Any] = {
             "provider": settings.provider,
-            "url": mask_url(f"{settings.base_url.rstrip('/')}/chat/completions")
-            if settings.provider == "openai" and settings.base_url
-            else None,
+            "url": settings.request_url(),
             "slot": prepared.slot.id,
             "turn": prepared.request.context.turn,
             "tokens": prepared.tokens,
