@@ -54,7 +54,7 @@ def show(
       agctl ctx show "next question" --model gpt-4o --json
     """
     from agctl.budget import breakdown
-    from agctl.models import Message
+    from agctl.messages import prompt_message, scratch_messages
     from agctl.setup import ModelSetup
 
     sid = app.session_id()
@@ -66,8 +66,8 @@ def show(
         target,
         model=setup.settings.model,
         window=setup.window,
-        scratch=[Message(role="system", content=text) for text in scratch],
-        user_input=Message(role="user", content=prompt) if prompt else None,
+        scratch=scratch_messages(scratch),
+        user_input=prompt_message(prompt),
         system_prompt=system,
     )
     payload: dict[str, Any] = {

@@ -71,21 +71,6 @@ def _change_message(
     show(message_row(position, message), text=text)
 
 
-def _new_message(role: str, text: str, name: str | None, tool_call_id: str | None) -> Message:
-    from pydantic import ValidationError
-
-    from agctl.errors import UsageError
-    from agctl.models import Message, utcnow
-    from agctl.validation import validation_summary
-
-    try:
-        return Message(
-            role=role, content=text, name=name, tool_call_id=tool_call_id, created_at=utcnow()
-        )
-    except ValidationError as exc:
-        raise UsageError(f"invalid {role} message: {validation_summary(exc)}") from None
-
-
 def message_options(fn: Any) -> Any:
     fn = click.option(
         "--tool-call-id", metavar="ID", help="For a tool message: the call it answers."
@@ -240,7 +225,11 @@ def append(
       agctl msg append user "Compare these:" -f a.py -f b.py
       agctl msg append tool '{"ok": true}' --tool-call-id call_1
     """
-    message = _new_message(role, text_argument(text, files=files), name, tool_call_id)
+    from agctl.messages import typed_message
+
+    message = typed_message(
+        role, text_argument(text, files=files), name=name, tool_call_id=tool_call_id
+    )
     _change_message(app, slot, "appended", lambda s: (s.append(message), message))
 
 
@@ -267,7 +256,9 @@ def insert(
     Examples:
       agctl msg insert 0 system "Answer in French."
     """
-    message = _new_message(role, text_argument(text), name, tool_call_id)
+    from agctl.messages import typed_message
+
+    message = typed_message(role, text_argument(text), name=name, tool_call_id=tool_call_id)
     _change_message(app, slot, "inserted", lambda s: (s.insert(index, message), message))
 
 
