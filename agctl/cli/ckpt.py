@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, Count, echo, most_recent, pass_app, plain
+from agctl.cli.app import App, Count, most_recent, pass_app
 from agctl.cli.complete import complete_checkpoints
 from agctl.cli.options import command_options, limit_option, select_option
+from agctl.cli.output import echo, plain
 from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
     if app.json:
         app.emit(payload)
         return
-    from agctl.cli.app import table
+    from agctl.cli.output import table
     from agctl.usage import cost_text
 
     head = {

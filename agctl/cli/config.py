@@ -7,9 +7,10 @@ from typing import Any
 
 import click
 
-from agctl.cli.app import App, echo, json_text, pass_app, plain
+from agctl.cli.app import App, pass_app
 from agctl.cli.complete import complete_models, complete_profiles
 from agctl.cli.options import json_option
+from agctl.cli.output import echo, json_text, plain
 
 
 @click.group("config")

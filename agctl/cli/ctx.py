@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, Count, PathType, echo, pass_app
+from agctl.cli.app import App, Count, PathType, pass_app
 from agctl.cli.options import command_options, provider_options, slot_option
+from agctl.cli.output import echo
 from agctl.vocab import COMPRESS_STRATEGIES
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def show(
     if app.json:
         app.emit(payload)
         return
-    from agctl.cli.app import table
+    from agctl.cli.output import table
 
     rows = [
         {**zone, "share": f"{zone['tokens'] / max(result.limit, 1):.1%}"}

@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, echo, most_recent, pass_app, plain, text_argument
+from agctl.cli.app import App, most_recent, pass_app, text_argument
 from agctl.cli.complete import complete_models, complete_profiles, complete_sessions
 from agctl.cli.options import json_option, limit_option, select_option, session_option
+from agctl.cli.output import echo, plain
 from agctl.vocab import SESSION_SETTINGS
 
 if TYPE_CHECKING:

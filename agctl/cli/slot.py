@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from agctl.cli.app import App, Count, pass_app, plain, read_input_file
+from agctl.cli.app import App, Count, pass_app, read_input_file
 from agctl.cli.complete import complete_slots
 from agctl.cli.options import command_options, provider_options, slot_option
+from agctl.cli.output import plain
 from agctl.vocab import DERIVE_STRATEGIES, MERGE_STRATEGIES, SLOT_MODES, SLOT_SETTINGS
 
 if TYPE_CHECKING:

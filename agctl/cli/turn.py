@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, Count, echo, echo_json, pass_app, text_argument
+from agctl.cli.app import App, Count, pass_app, text_argument
 from agctl.cli.options import (
     command_options,
     file_option,
@@ -17,7 +17,7 @@ from agctl.cli.options import (
     slot_option,
     source_options,
 )
-from agctl.cli.output import secho
+from agctl.cli.output import echo, echo_json, secho
 from agctl.vocab import CHECK_MODES
 
 if TYPE_CHECKING:
