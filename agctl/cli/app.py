@@ -97,6 +97,11 @@ class App:
         lines: search hits, stream events, replayed turns), whatever --json says."""
         echo(json_text(payload))
 
+    def emit_json(self, payload: Any) -> None:
+        """Print `payload` as a JSON document whatever --json says, for output that is
+        only ever read by a program (the request a dry run would send)."""
+        echo_json(payload)
+
     def done(self, payload: Any, text: str) -> None:
         """Report a change: like `emit`, but silent for people with --quiet."""
         if self.quiet and not self.json:

@@ -9,7 +9,7 @@ import click
 from agctl.cli.app import App, Count, most_recent, pass_app
 from agctl.cli.complete import complete_checkpoints
 from agctl.cli.options import command_options, limit_option, select_option
-from agctl.cli.output import echo, plain
+from agctl.cli.output import plain
 from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
     if app.json:
         app.emit(payload)
         return
-    from agctl.cli.output import table
+    from agctl.cli.output import key_values, table
     from agctl.usage import cost_text
 
     head = {
@@ -170,8 +170,6 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
         "memory keys": ", ".join(sorted(session.memory)) or None,
         "cost": cost_text(session.cost.cost),
     }
-    app.emit(head)
-    echo()
     columns = [
         ("id", "SLOT"),
         ("mode", "MODE"),
@@ -180,7 +178,7 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
         ("messages", "MESSAGES"),
         ("tokens", "TOKENS"),
     ]
-    echo(table(slots, columns))
+    app.emit(payload, text=f"{key_values(head)}\n\n{table(slots, columns)}")
 
 
 def _diff_text(diff: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ import click
 from agctl.cli.app import App, pass_app
 from agctl.cli.complete import complete_models, complete_profiles
 from agctl.cli.options import json_option
-from agctl.cli.output import echo, json_text, plain
+from agctl.cli.output import aligned, json_text, plain
 
 
 @click.group("config")
@@ -63,18 +63,20 @@ def show(app: App, profile: str | None, model: str | None) -> None:
     except AgctlError as exc:
         public = {"error": str(exc)}
     payload = {"path": str(config_store.path), "config": data, "resolved": public}
-    if app.json:
-        app.emit(payload)
-        return
-    echo(f"# {config_store.path}")
-    echo(json_text(data, indent=True))
-    echo("\n# the next turn would use")
+    lines = [f"# {config_store.path}", json_text(data, indent=True), "\n# the next turn would use"]
     if "error" in public:
-        echo(f"nothing: {public['error']}")
-        return
-    for key in ("provider", "model", "profile", "base_url", "api_key"):
-        source = public["sources"].get(key, "")
-        echo(f"{key:9} {public[key] if public[key] is not None else '-':40} ({source})")
+        lines.append(f"nothing: {public['error']}")
+    else:
+        settings = [
+            [
+                key,
+                "-" if public[key] is None else public[key],
+                f"({public['sources'].get(key, '')})",
+            ]
+            for key in ("provider", "model", "profile", "base_url", "api_key")
+        ]
+        lines.append(aligned(settings, (9, 40, 0)))
+    app.emit(payload, text="\n".join(lines))
 
 
 @command.command("set")

@@ -9,7 +9,6 @@ import click
 
 from agctl.cli.app import App, Count, PathType, pass_app
 from agctl.cli.options import command_options, provider_options, slot_option
-from agctl.cli.output import echo
 from agctl.vocab import COMPRESS_STRATEGIES
 
 if TYPE_CHECKING:
@@ -86,7 +85,7 @@ def show(
         {**zone, "share": f"{zone['tokens'] / max(result.limit, 1):.1%}"}
         for zone in payload["zones"]
     ]
-    echo(
+    heading = (
         f"slot {target.id} · {setup.settings.provider} model {result.model} · "
         f"window {result.window} · "
         f"reserve {result.budget.reserve} · limit {result.limit}"
@@ -98,7 +97,6 @@ def show(
         ("share", "OF LIMIT"),
         ("budget", "BUDGET"),
     ]
-    echo(table(rows, columns))
     parts = [
         {
             "part": part,
@@ -108,10 +106,11 @@ def show(
         }
         for part, v in payload["budget"].items()
     ]
-    echo()
-    echo(table(parts, [("part", "BUDGET"), ("used", "USED"), ("budget", "OF"), ("over", "")]))
+    part_columns = [("part", "BUDGET"), ("used", "USED"), ("budget", "OF"), ("over", "")]
     state = "over by" if result.room < 0 else "room left"
-    echo(f"\ntotal {result.total} of {result.limit}: {state} {abs(result.room)}")
+    total = f"total {result.total} of {result.limit}: {state} {abs(result.room)}"
+    text = "\n".join([heading, table(rows, columns), "", table(parts, part_columns), "", total])
+    app.emit(payload, text=text)
 
 
 @command.command("compress")

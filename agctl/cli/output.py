@@ -327,6 +327,14 @@ def plain(value: Any) -> str:
     return json_text(value)
 
 
+def aligned(lines: Sequence[Sequence[str]], widths: Sequence[int]) -> str:
+    """Lines of cells, each cell padded to its column's fixed width (one space between),
+    for output whose layout must not move with its values."""
+    return "\n".join(
+        " ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)) for cells in lines
+    )
+
+
 def key_values(payload: dict[str, Any]) -> str:
     width = max((len(k) for k in payload), default=0)
     return "\n".join(f"{k.ljust(width)}  {_cell(v)}" for k, v in payload.items())

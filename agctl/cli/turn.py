@@ -17,7 +17,7 @@ from agctl.cli.options import (
     slot_option,
     source_options,
 )
-from agctl.cli.output import echo, echo_json, secho
+from agctl.cli.output import echo, secho
 from agctl.vocab import CHECK_MODES
 
 if TYPE_CHECKING:
@@ -203,7 +203,7 @@ def send(
             "tokens": prepared.tokens,
             "request": prepared.request.payload(),
         }
-        echo_json(payload)
+        app.emit_json(payload)
         return
     provider = setup.provider(record=record)
     printer = StreamPrinter(app, jsonl=jsonl, show_text=streaming and not app.json)
@@ -212,7 +212,7 @@ def send(
     if jsonl:
         app.emit_line({"type": "result", **data})
     elif app.json:
-        echo_json(data)
+        app.emit(data)
     else:
         if printer.printed:
             echo()
