@@ -24,6 +24,7 @@ from agctl.errors import CorruptDocument, NotFound, UsageError
 from agctl.fsio import DEFAULT_LOCK_TIMEOUT, make_dirs, read_bytes, write_atomic
 from agctl.ids import validate_id
 from agctl.models import Document, Model, Session
+from agctl.providers.base import chat_completions_url
 from agctl.redact import mask_url
 from agctl.validation import validation_summary
 from agctl.vocab import CONFIG_KEYS, PRESET_ALIASES, PRESETS, PROVIDERS, Preset, ProviderName
@@ -220,6 +221,46 @@ def mask_secrets(data: Any) -> Any:
     return data
 
 
+def masked_config(config: Config) -> dict[str, Any]:
+    """The config as `config show` prints it: the fields set, every secret masked."""
+    masked: dict[str, Any] = mask_secrets(config.model_dump(mode="json", exclude_none=True))
+    return masked
+
+
+def masked_value(config: Config, key: str) -> Any:
+    """The value at dotted `key` (as `config set` names it), secrets masked; None when the
+    config has nothing there. A key or a header value is masked even when it is read
+    through a table (`profiles.x`) or its own key (`profiles.x.headers.Authorization`)."""
+    node: Any = mask_secrets(config.model_dump(mode="json"))
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    if key.endswith("api_key") or ".headers." in key:
+        node = mask(str(node))
+    return node
+
+
+def profile_listing(config: Config) -> list[dict[str, Any]]:
+    """Every profile by name, as `profile list` shows it: a base URL or a model the
+    profile leaves to its preset is the preset's; the key masked, or the variable it
+    comes from."""
+    rows = []
+    for name, profile in sorted(config.profiles.items()):
+        preset = preset_named(profile.preset) if profile.preset else None
+        rows.append(
+            {
+                "name": name,
+                "default": name == config.default_profile,
+                "provider": profile.provider,
+                "preset": profile.preset,
+                "base_url": mask_url(profile.base_url or (preset.base_url if preset else None)),
+                "model": profile.model or (preset.model if preset else None),
+                "api_key": mask(profile.api_key)
+                or (f"${profile.api_key_env}" if profile.api_key_env else None),
+            }
+        )
+    return rows
+
+
 def _parse_value(value: str) -> Any:
     """JSON when it parses (numbers, booleans, null, objects), else the plain string."""
     import orjson
@@ -262,6 +303,13 @@ class Resolved:
             "headers": sorted(self.headers),
             "sources": self.sources,
         }
+
+    def request_url(self) -> str | None:
+        """Where a turn's request would go, its password masked (as `--dry-run` shows it):
+        the chat-completions URL of an OpenAI-compatible provider, else None."""
+        if self.provider != "openai" or not self.base_url:
+            return None
+        return mask_url(chat_completions_url(self.base_url))
 
 
 def _checked_key(key: str, source: str) -> str:

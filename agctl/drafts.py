@@ -145,6 +145,18 @@ def check_resumable(store: Store, session_id: str, draft: Draft) -> None:
         raise StaleDraft(draft.slot, reason)
 
 
+def resumable_draft(
+    store: Store, session_id: str, slot_id: str | None = None, *, force: bool = False
+) -> Draft:
+    """The draft `turn send --resume-draft` sends again (the one meant by `slot_id`, see
+    draft_slot), refused (StaleDraft) when its slot changed since it was kept, unless
+    `force`: its prompt was written for a context no longer there."""
+    draft = find_draft(store, session_id, slot_id)
+    if not force:
+        check_resumable(store, session_id, draft)
+    return draft
+
+
 def draft_document(store: Store, session_id: str, draft: Draft) -> dict[str, Any]:
     """A draft as `draft show` and `draft rm` report it: "stale" says why --resume-draft
     would refuse it (its slot changed since, or is gone), or is None."""

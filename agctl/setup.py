@@ -16,6 +16,19 @@ if TYPE_CHECKING:
     from agctl.turns import TurnOptions
 
 
+@dataclass(frozen=True)
+class ModelChoice:
+    """What a caller chose for a model call, each None when not chosen: the settings that
+    override the session's (profile, model, provider kind) and where replies come from
+    (`script` for the scripted offline provider, `cassette` for the replay one)."""
+
+    profile: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    script: Path | None = None
+    cassette: Path | None = None
+
+
 @dataclass
 class ModelSetup:
     """The config, the resolved settings and the model's window for one session."""
@@ -53,6 +66,22 @@ class ModelSetup:
             settings.provider = "offline"
         window = settings.context_window or context_window(settings.model, config.context_windows)
         return cls(config, settings, window, script, cassette)
+
+    @classmethod
+    def chosen(
+        cls, store: Store, session_id: str, choice: ModelChoice, *, config: Config | None = None
+    ) -> ModelSetup:
+        """`resolve` with what a command line chose, given as one value."""
+        return cls.resolve(
+            store,
+            session_id,
+            profile=choice.profile,
+            model=choice.model,
+            provider=choice.provider,
+            script=choice.script,
+            cassette=choice.cassette,
+            config=config,
+        )
 
     def provider(self, record: Path | None = None) -> Provider:
         from agctl.providers import build_provider

@@ -17,8 +17,9 @@ import click
 
 from agctl import __version__
 from agctl.cli import output
-from agctl.cli.app import App, echo, shown
+from agctl.cli.app import App, shown
 from agctl.cli.options import add_global_options, json_requested, root_options
+from agctl.cli.output import echo
 from agctl.errors import EXIT_INTERRUPTED, EXIT_USAGE, AgctlError, UsageError
 
 # Each command group lives in its own module, imported only when it runs, so that
@@ -134,7 +135,7 @@ class RootGroup(click.Group):
         app = ctx.find_object(App) if ctx is not None else None
         described = describe_error(exc)
         if getattr(self, "json_errors", False) or (app is not None and app.json):
-            from agctl.cli.app import echo_json
+            from agctl.cli.output import echo_json
 
             echo_json({"error": described}, err=True)
         else:

@@ -7,23 +7,20 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from agctl.cli.complete import complete_slots
-from agctl.cli.output import neutralise
+from agctl.cli.output import echo, echo_json, json_text, key_values, page, table
 from agctl.errors import InvalidInput, NoSessionSelected, UsageError
 
 if TYPE_CHECKING:
     from agctl.store import Store
     from agctl.usage import Prices
 
-F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
@@ -100,6 +97,11 @@ class App:
         lines: search hits, stream events, replayed turns), whatever --json says."""
         echo(json_text(payload))
 
+    def emit_json(self, payload: Any) -> None:
+        """Print `payload` as a JSON document whatever --json says, for output that is
+        only ever read by a program (the request a dry run would send)."""
+        echo_json(payload)
+
     def done(self, payload: Any, text: str) -> None:
         """Report a change: like `emit`, but silent for people with --quiet."""
         if self.quiet and not self.json:
@@ -167,114 +169,7 @@ def warnings_to_stderr(json: bool = False) -> None:
     logger.addHandler(ours)
 
 
-def echo(text: str = "", *, err: bool = False, nl: bool = True) -> None:
-    """Print text exactly: click.echo would strip what looks like a colour or cursor
-    sequence from text sent to a pipe, changing a message. What may reach a terminal is
-    agctl.cli.output's job."""
-    click.echo(text, err=err, nl=nl, color=True)
-
-
-def page(text: str) -> None:
-    """Print text for people: through $PAGER when it does not fit a terminal, else plainly."""
-    if sys.stdout.isatty() and text.count("\n") >= shutil.get_terminal_size().lines - 1:
-        # The pager writes to the terminal itself, past agctl's guard on standard output.
-        click.echo_via_pager(neutralise(text), color=True)
-    else:
-        echo(text)
-
-
-def json_text(payload: Any, *, indent: bool = False) -> str:
-    """`payload` as JSON text: indented for a document, on one line for JSON lines."""
-    import orjson
-
-    option = orjson.OPT_NON_STR_KEYS | (orjson.OPT_INDENT_2 if indent else 0)
-    try:
-        return orjson.dumps(payload, option=option).decode()
-    except TypeError:
-        # A file name that is not UTF-8 (any bytes are a valid path): escaped, as JSON can.
-        import json
-
-        if indent:
-            return json.dumps(payload, indent=2, default=str)
-        return json.dumps(payload, separators=(",", ":"), default=str)
-
-
-def echo_json(payload: Any, *, err: bool = False) -> None:
-    echo(json_text(payload, indent=True), err=err)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return " ".join(str(value).split())
-
-
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
-    """A plain left-aligned table; the last column is cut to the terminal width."""
-    cells = [[_cell(row.get(key)) for key, _ in columns] for row in rows]
-    headers = [header for _, header in columns]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
-    room = shutil.get_terminal_size((100, 24)).columns - sum(w + 2 for w in widths[:-1])
-    widths[-1] = max(min(widths[-1], room), len(headers[-1]))
-    lines = []
-    for line in [headers, *cells]:
-        last = line[-1]
-        if len(last) > widths[-1]:
-            last = last[: max(widths[-1] - 1, 0)] + "…"
-        parts = [v.ljust(w) for v, w in zip(line[:-1], widths[:-1], strict=True)]
-        lines.append("  ".join([*parts, last]).rstrip())
-    return "\n".join(lines)
-
-
-def plain(value: Any) -> str:
-    """A value for people: text as it is, anything else as JSON (true, null, {"a": 1}),
-    never a Python repr (True, None, {'a': 1})."""
-    if isinstance(value, str):
-        return value
-    return json_text(value)
-
-
-def key_values(payload: dict[str, Any]) -> str:
-    width = max((len(k) for k in payload), default=0)
-    return "\n".join(f"{k.ljust(width)}  {_cell(v)}" for k, v in payload.items())
-
-
 # ---- shared options ------------------------------------------------------------------
-
-
-def select_option(what: str = "the new session") -> Callable[[F], F]:
-    """`--use/--no-use` on the commands that make a session (new, fork, import, replay
-    into a new one): the new session is selected unless --no-use. Commands that make a
-    slot take a plain --use instead: a new slot is not selected unless asked."""
-    return click.option(
-        "--use/--no-use",
-        "make_current",
-        default=True,
-        show_default=True,
-        help=f"Select {what} (--no-use keeps the current selection).",
-    )
-
-
-def slot_option(fn: F) -> F:
-    return click.option(
-        "--slot",
-        metavar="NAME",
-        shell_complete=complete_slots,
-        help="Slot to act on (default: the current slot).",
-    )(fn)
-
-
-def limit_option(fn: F) -> F:
-    """`--limit/-n N` on a listing: its N most recent entries, as `git log -n` shows."""
-    return click.option(
-        "--limit",
-        "-n",
-        type=Count(min=1),
-        metavar="N",
-        help="Only the N most recent, in the usual order (as git log -n).",
-    )(fn)
 
 
 def most_recent(items: Sequence[T], limit: int | None, *, newest_first: bool) -> list[T]:
@@ -426,18 +321,6 @@ def text_argument(
             if piped_text:
                 text = f"{value}\n\n{piped_text}"
     return "\n\n".join([text, *attached] if text else attached)
-
-
-def file_option(fn: F) -> F:
-    """`-f/--file PATH` (repeatable): a file's text added to the message."""
-    return click.option(
-        "-f",
-        "--file",
-        "files",
-        multiple=True,
-        metavar="PATH",
-        help="Add this file's text to the message, under a line naming it. Repeatable.",
-    )(fn)
 
 
 def _refuse_nul(path: str) -> None:

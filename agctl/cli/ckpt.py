@@ -6,18 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import (
-    App,
-    Count,
-    echo,
-    limit_option,
-    most_recent,
-    pass_app,
-    plain,
-    select_option,
-)
+from agctl.cli.app import App, Count, most_recent, pass_app
 from agctl.cli.complete import complete_checkpoints
-from agctl.cli.options import command_options
+from agctl.cli.options import command_options, limit_option, select_option
+from agctl.cli.output import plain
 from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
@@ -166,7 +158,7 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
     if app.json:
         app.emit(payload)
         return
-    from agctl.cli.app import table
+    from agctl.cli.output import key_values, table
     from agctl.usage import cost_text
 
     head = {
@@ -178,8 +170,6 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
         "memory keys": ", ".join(sorted(session.memory)) or None,
         "cost": cost_text(session.cost.cost),
     }
-    app.emit(head)
-    echo()
     columns = [
         ("id", "SLOT"),
         ("mode", "MODE"),
@@ -188,7 +178,7 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
         ("messages", "MESSAGES"),
         ("tokens", "TOKENS"),
     ]
-    echo(table(slots, columns))
+    app.emit(payload, text=f"{key_values(head)}\n\n{table(slots, columns)}")
 
 
 def _diff_text(diff: dict[str, Any]) -> str:

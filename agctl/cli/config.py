@@ -7,9 +7,10 @@ from typing import Any
 
 import click
 
-from agctl.cli.app import App, echo, json_text, pass_app, plain
+from agctl.cli.app import App, pass_app
 from agctl.cli.complete import complete_models, complete_profiles
 from agctl.cli.options import json_option
+from agctl.cli.output import aligned, json_text, plain
 
 
 @click.group("config")
@@ -47,12 +48,12 @@ def show(app: App, profile: str | None, model: str | None) -> None:
       agctl config show
       agctl config show --profile deepseek --json
     """
-    from agctl.config import ConfigStore, mask_secrets, resolve
+    from agctl.config import ConfigStore, masked_config, resolve
     from agctl.errors import AgctlError
 
     config_store = ConfigStore()
     config = config_store.load()
-    data: dict[str, Any] = mask_secrets(config.model_dump(mode="json", exclude_none=True))
+    data = masked_config(config)
     session = None
     with contextlib.suppress(AgctlError):
         session = app.store.load_session(app.session_id())
@@ -62,18 +63,20 @@ def show(app: App, profile: str | None, model: str | None) -> None:
     except AgctlError as exc:
         public = {"error": str(exc)}
     payload = {"path": str(config_store.path), "config": data, "resolved": public}
-    if app.json:
-        app.emit(payload)
-        return
-    echo(f"# {config_store.path}")
-    echo(json_text(data, indent=True))
-    echo("\n# the next turn would use")
+    lines = [f"# {config_store.path}", json_text(data, indent=True), "\n# the next turn would use"]
     if "error" in public:
-        echo(f"nothing: {public['error']}")
-        return
-    for key in ("provider", "model", "profile", "base_url", "api_key"):
-        source = public["sources"].get(key, "")
-        echo(f"{key:9} {public[key] if public[key] is not None else '-':40} ({source})")
+        lines.append(f"nothing: {public['error']}")
+    else:
+        settings = [
+            [
+                key,
+                "-" if public[key] is None else public[key],
+                f"({public['sources'].get(key, '')})",
+            ]
+            for key in ("provider", "model", "profile", "base_url", "api_key")
+        ]
+        lines.append(aligned(settings, (9, 40, 0)))
+    app.emit(payload, text="\n".join(lines))
 
 
 @command.command("set")
@@ -97,14 +100,7 @@ def set_(app: App, key: str, value: str) -> None:
       agctl config set read_timeout 300
       agctl config set prices.gpt-4o.prompt 2.5
     """
-    from agctl.config import ConfigStore
+    from agctl.config import ConfigStore, masked_value
 
-    config = ConfigStore().set(key, value)
-    from agctl.config import mask, mask_secrets
-
-    node: Any = mask_secrets(config.model_dump(mode="json"))
-    for part in key.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    if key.endswith("api_key") or ".headers." in key:
-        node = mask(str(node))
+    node = masked_value(ConfigStore().set(key, value), key)
     app.done({"key": key, "value": node}, text=f"{key} = {plain(node)}")

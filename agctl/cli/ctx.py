@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, Count, PathType, echo, pass_app, slot_option
-from agctl.cli.options import command_options
-from agctl.cli.turn import Setup, provider_options
+from agctl.cli.app import App, Count, PathType, pass_app
+from agctl.cli.options import command_options, provider_options, slot_option
 from agctl.vocab import COMPRESS_STRATEGIES
+
+if TYPE_CHECKING:
+    from agctl.setup import ModelChoice
 
 
 @click.group("ctx")
@@ -36,9 +38,7 @@ def show(
     app: App,
     prompt: str | None,
     slot: str | None,
-    model: str | None,
-    profile: str | None,
-    provider_kind: str | None,
+    choice: ModelChoice,
     system: str | None,
     scratch: tuple[str, ...],
 ) -> None:
@@ -54,10 +54,11 @@ def show(
       agctl ctx show "next question" --model gpt-4o --json
     """
     from agctl.budget import breakdown
-    from agctl.models import Message
+    from agctl.messages import prompt_message, scratch_messages
+    from agctl.setup import ModelSetup
 
     sid = app.session_id()
-    setup = Setup.resolve(app, sid, profile=profile, model=model, provider=provider_kind)
+    setup = ModelSetup.chosen(app.store, sid, choice)
     session = app.store.load_session(sid)
     target = app.store.load_slot(sid, slot)
     result = breakdown(
@@ -65,8 +66,8 @@ def show(
         target,
         model=setup.settings.model,
         window=setup.window,
-        scratch=[Message(role="system", content=text) for text in scratch],
-        user_input=Message(role="user", content=prompt) if prompt else None,
+        scratch=scratch_messages(scratch),
+        user_input=prompt_message(prompt),
         system_prompt=system,
     )
     payload: dict[str, Any] = {
@@ -78,13 +79,13 @@ def show(
     if app.json:
         app.emit(payload)
         return
-    from agctl.cli.app import table
+    from agctl.cli.output import table
 
     rows = [
         {**zone, "share": f"{zone['tokens'] / max(result.limit, 1):.1%}"}
         for zone in payload["zones"]
     ]
-    echo(
+    heading = (
         f"slot {target.id} · {setup.settings.provider} model {result.model} · "
         f"window {result.window} · "
         f"reserve {result.budget.reserve} · limit {result.limit}"
@@ -96,7 +97,6 @@ def show(
         ("share", "OF LIMIT"),
         ("budget", "BUDGET"),
     ]
-    echo(table(rows, columns))
     parts = [
         {
             "part": part,
@@ -106,10 +106,11 @@ def show(
         }
         for part, v in payload["budget"].items()
     ]
-    echo()
-    echo(table(parts, [("part", "BUDGET"), ("used", "USED"), ("budget", "OF"), ("over", "")]))
+    part_columns = [("part", "BUDGET"), ("used", "USED"), ("budget", "OF"), ("over", "")]
     state = "over by" if result.room < 0 else "room left"
-    echo(f"\ntotal {result.total} of {result.limit}: {state} {abs(result.room)}")
+    total = f"total {result.total} of {result.limit}: {state} {abs(result.room)}"
+    text = "\n".join([heading, table(rows, columns), "", table(parts, part_columns), "", total])
+    app.emit(payload, text=text)
 
 
 @command.command("compress")
@@ -138,11 +139,7 @@ def compress(
     strategy: str,
     keep_recent: int | None,
     instructions: str | None,
-    model: str | None,
-    profile: str | None,
-    provider_kind: str | None,
-    script: Path | None,
-    cassette: Path | None,
+    choice: ModelChoice,
 ) -> None:
     """Fold older messages of a slot into its compressed zone, keeping the recent ones.
 
@@ -156,17 +153,10 @@ def compress(
       agctl ctx compress --instructions "Keep every date and amount."
     """
     from agctl.compress import compress as run_compress
+    from agctl.setup import ModelSetup
 
     sid = app.session_id()
-    setup = Setup.resolve(
-        app,
-        sid,
-        profile=profile,
-        model=model,
-        provider=provider_kind,
-        script=script,
-        cassette=cassette,
-    )
+    setup = ModelSetup.chosen(app.store, sid, choice)
     result = run_compress(
         app.store,
         sid,

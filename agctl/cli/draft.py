@@ -7,9 +7,10 @@ from typing import Any, TypeVar
 
 import click
 
-from agctl.cli.app import App, echo, pass_app
+from agctl.cli.app import App, pass_app
 from agctl.cli.complete import complete_draft_slots
 from agctl.cli.options import command_options
+from agctl.cli.output import echo
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -9,8 +9,9 @@ import sys
 
 import click
 
-from agctl.cli.app import App, echo, pass_app
+from agctl.cli.app import App, pass_app
 from agctl.cli.options import json_option
+from agctl.cli.output import echo
 from agctl.errors import AgctlError
 
 

@@ -10,16 +10,13 @@ import click
 from agctl.cli.app import (
     NEGATIVE_INDEX,
     App,
-    file_option,
-    limit_option,
     most_recent,
     pass_app,
     read_input_file,
-    slot_option,
     text_argument,
     write_output,
 )
-from agctl.cli.options import command_options
+from agctl.cli.options import command_options, file_option, limit_option, slot_option
 from agctl.vocab import EXPORT_FORMATS, IMPORT_FORMATS, ROLES
 
 if TYPE_CHECKING:
@@ -72,21 +69,6 @@ def _change_message(
     )
     show = app.emit if text_only else app.done
     show(message_row(position, message), text=text)
-
-
-def _new_message(role: str, text: str, name: str | None, tool_call_id: str | None) -> Message:
-    from pydantic import ValidationError
-
-    from agctl.errors import UsageError
-    from agctl.models import Message, utcnow
-    from agctl.validation import validation_summary
-
-    try:
-        return Message(
-            role=role, content=text, name=name, tool_call_id=tool_call_id, created_at=utcnow()
-        )
-    except ValidationError as exc:
-        raise UsageError(f"invalid {role} message: {validation_summary(exc)}") from None
 
 
 def message_options(fn: Any) -> Any:
@@ -243,7 +225,11 @@ def append(
       agctl msg append user "Compare these:" -f a.py -f b.py
       agctl msg append tool '{"ok": true}' --tool-call-id call_1
     """
-    message = _new_message(role, text_argument(text, files=files), name, tool_call_id)
+    from agctl.messages import typed_message
+
+    message = typed_message(
+        role, text_argument(text, files=files), name=name, tool_call_id=tool_call_id
+    )
     _change_message(app, slot, "appended", lambda s: (s.append(message), message))
 
 
@@ -270,7 +256,9 @@ def insert(
     Examples:
       agctl msg insert 0 system "Answer in French."
     """
-    message = _new_message(role, text_argument(text), name, tool_call_id)
+    from agctl.messages import typed_message
+
+    message = typed_message(role, text_argument(text), name=name, tool_call_id=tool_call_id)
     _change_message(app, slot, "inserted", lambda s: (s.insert(index, message), message))
 
 

@@ -11,16 +11,23 @@ Imports click and the standard library only.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
-from agctl.cli.app import App, PathType, shown
-from agctl.cli.complete import complete_sessions
+from agctl.cli.app import App, Count, PathType, shown
+from agctl.cli.complete import (
+    complete_models,
+    complete_profiles,
+    complete_sessions,
+    complete_slots,
+)
 from agctl.errors import UsageError
+from agctl.vocab import PROVIDERS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -228,3 +235,112 @@ def session_option(fn: F) -> F:
 def command_options(fn: F) -> F:
     """The options every session-scoped command shows: --session and --json."""
     return session_option(json_option(fn))
+
+
+# ---- options some commands share --------------------------------------------------
+
+
+def select_option(what: str = "the new session") -> Callable[[F], F]:
+    """`--use/--no-use` on the commands that make a session (new, fork, import, replay
+    into a new one): the new session is selected unless --no-use. Commands that make a
+    slot take a plain --use instead: a new slot is not selected unless asked."""
+    return click.option(
+        "--use/--no-use",
+        "make_current",
+        default=True,
+        show_default=True,
+        help=f"Select {what} (--no-use keeps the current selection).",
+    )
+
+
+def slot_option(fn: F) -> F:
+    return click.option(
+        "--slot",
+        metavar="NAME",
+        shell_complete=complete_slots,
+        help="Slot to act on (default: the current slot).",
+    )(fn)
+
+
+def limit_option(fn: F) -> F:
+    """`--limit/-n N` on a listing: its N most recent entries, as `git log -n` shows."""
+    return click.option(
+        "--limit",
+        "-n",
+        type=Count(min=1),
+        metavar="N",
+        help="Only the N most recent, in the usual order (as git log -n).",
+    )(fn)
+
+
+def file_option(fn: F) -> F:
+    """`-f/--file PATH` (repeatable): a file's text added to the message."""
+    return click.option(
+        "-f",
+        "--file",
+        "files",
+        multiple=True,
+        metavar="PATH",
+        help="Add this file's text to the message, under a line naming it. Repeatable.",
+    )(fn)
+
+
+def provider_options(fn: F) -> F:
+    """--model, --profile and --provider, for the commands that call a model. The command
+    gets them as one `choice` (an agctl.setup.ModelChoice, for ModelSetup.chosen), with
+    its --script and --cassette when it has those options."""
+
+    @functools.wraps(fn)
+    def with_choice(
+        *args: Any, model: str | None, profile: str | None, provider_kind: str | None, **kw: Any
+    ) -> Any:
+        from agctl.setup import ModelChoice
+
+        choice = ModelChoice(
+            profile=profile,
+            model=model,
+            provider=provider_kind,
+            script=kw.pop("script", None),
+            cassette=kw.pop("cassette", None),
+        )
+        return fn(*args, choice=choice, **kw)
+
+    chosen = cast(F, with_choice)
+    chosen = click.option(
+        "--provider",
+        "provider_kind",
+        type=click.Choice(PROVIDERS),
+        help="Provider kind for this command (overrides AGCTL_PROVIDER and the profile): "
+        "offline answers with no network.",
+    )(chosen)
+    chosen = click.option(
+        "--profile",
+        metavar="NAME",
+        shell_complete=complete_profiles,
+        help="Profile (or preset name) to use.",
+    )(chosen)
+    return click.option(
+        "--model",
+        metavar="NAME",
+        shell_complete=complete_models,
+        help="Model (overrides env, session, profile).",
+    )(chosen)
+
+
+def source_options(fn: F) -> F:
+    """--script, --cassette and --record: where replies come from, and where they go."""
+    fn = click.option(
+        "--record",
+        type=PathType(dir_okay=False, path_type=Path),
+        help="Append every request and its full reply to this cassette.",
+    )(fn)
+    fn = click.option(
+        "--cassette",
+        type=PathType(dir_okay=False, path_type=Path),
+        help="Replay provider: answer from this recorded cassette; a miss fails (no network).",
+    )(fn)
+    return click.option(
+        "--script",
+        type=PathType(dir_okay=False, path_type=Path),
+        help="Offline provider answering from FILE's canned replies, one per turn.",
+    )(fn)

@@ -13,6 +13,9 @@ sys.stdout, the logging handler, click's own error messages, streaming turn outp
 - A failure to write standard output (a full disk, a closed pipe) is recorded, so that the
   command line reports it once instead of a traceback (see `Output.failure`).
 
+It also renders what commands print (`table`, `key_values`, `json_text`, `plain`), so
+that no command formats output of its own.
+
 Imports click and the standard library only.
 """
 
@@ -24,8 +27,9 @@ import contextvars
 import errno
 import os
 import re
+import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO, cast
 
 import click
@@ -249,3 +253,88 @@ def settle(stdout: Output) -> int | None:
     reason = failure.strerror or str(failure)
     click.echo(f"agctl: error: cannot write to standard output: {reason}", err=True)
     return 1
+
+
+# ---- rendering: every table, JSON document and JSON line agctl prints ---------------
+
+
+def echo(text: str = "", *, err: bool = False, nl: bool = True) -> None:
+    """Print text exactly: click.echo would strip what looks like a colour or cursor
+    sequence from text sent to a pipe, changing a message. What may reach a terminal is
+    agctl.cli.output's job."""
+    click.echo(text, err=err, nl=nl, color=True)
+
+
+def page(text: str) -> None:
+    """Print text for people: through $PAGER when it does not fit a terminal, else plainly."""
+    if sys.stdout.isatty() and text.count("\n") >= shutil.get_terminal_size().lines - 1:
+        # The pager writes to the terminal itself, past agctl's guard on standard output.
+        click.echo_via_pager(neutralise(text), color=True)
+    else:
+        echo(text)
+
+
+def json_text(payload: Any, *, indent: bool = False) -> str:
+    """`payload` as JSON text: indented for a document, on one line for JSON lines."""
+    import orjson
+
+    option = orjson.OPT_NON_STR_KEYS | (orjson.OPT_INDENT_2 if indent else 0)
+    try:
+        return orjson.dumps(payload, option=option).decode()
+    except TypeError:
+        # A file name that is not UTF-8 (any bytes are a valid path): escaped, as JSON can.
+        import json
+
+        if indent:
+            return json.dumps(payload, indent=2, default=str)
+        return json.dumps(payload, separators=(",", ":"), default=str)
+
+
+def echo_json(payload: Any, *, err: bool = False) -> None:
+    echo(json_text(payload, indent=True), err=err)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return " ".join(str(value).split())
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
+    """A plain left-aligned table; the last column is cut to the terminal width."""
+    cells = [[_cell(row.get(key)) for key, _ in columns] for row in rows]
+    headers = [header for _, header in columns]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    room = shutil.get_terminal_size((100, 24)).columns - sum(w + 2 for w in widths[:-1])
+    widths[-1] = max(min(widths[-1], room), len(headers[-1]))
+    lines = []
+    for line in [headers, *cells]:
+        last = line[-1]
+        if len(last) > widths[-1]:
+            last = last[: max(widths[-1] - 1, 0)] + "…"
+        parts = [v.ljust(w) for v, w in zip(line[:-1], widths[:-1], strict=True)]
+        lines.append("  ".join([*parts, last]).rstrip())
+    return "\n".join(lines)
+
+
+def plain(value: Any) -> str:
+    """A value for people: text as it is, anything else as JSON (true, null, {"a": 1}),
+    never a Python repr (True, None, {'a': 1})."""
+    if isinstance(value, str):
+        return value
+    return json_text(value)
+
+
+def aligned(lines: Sequence[Sequence[str]], widths: Sequence[int]) -> str:
+    """Lines of cells, each cell padded to its column's fixed width (one space between),
+    for output whose layout must not move with its values."""
+    return "\n".join(
+        " ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)) for cells in lines
+    )
+
+
+def key_values(payload: dict[str, Any]) -> str:
+    width = max((len(k) for k in payload), default=0)
+    return "\n".join(f"{k.ljust(width)}  {_cell(v)}" for k, v in payload.items())

@@ -110,25 +110,9 @@ def list_(app: App) -> None:
     Examples:
       agctl profile list --json
     """
-    from agctl.config import ConfigStore, mask, preset_named
-    from agctl.redact import mask_url
+    from agctl.config import ConfigStore, profile_listing
 
-    config = ConfigStore().load()
-    rows = []
-    for name, profile in sorted(config.profiles.items()):
-        preset = preset_named(profile.preset) if profile.preset else None
-        rows.append(
-            {
-                "name": name,
-                "default": name == config.default_profile,
-                "provider": profile.provider,
-                "preset": profile.preset,
-                "base_url": mask_url(profile.base_url or (preset.base_url if preset else None)),
-                "model": profile.model or (preset.model if preset else None),
-                "api_key": mask(profile.api_key)
-                or (f"${profile.api_key_env}" if profile.api_key_env else None),
-            }
-        )
+    rows = profile_listing(ConfigStore().load())
     display = [{**r, "mark": "*" if r["default"] else ""} for r in rows]
     columns = [
         ("mark", ""),

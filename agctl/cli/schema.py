@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
-from agctl.cli.app import echo_json
 from agctl.cli.options import json_option
+from agctl.cli.output import echo_json
 from agctl.vocab import SCHEMA_NAMES
 
 

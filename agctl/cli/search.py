@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 from click.core import ParameterSource
 
-from agctl.cli.app import App, Count, echo, pass_app, slot_option
-from agctl.cli.options import command_options
+from agctl.cli.app import App, Count, pass_app
+from agctl.cli.options import command_options, slot_option
+from agctl.cli.output import echo
 from agctl.vocab import ROLES
 
 

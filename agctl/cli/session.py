@@ -6,18 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import (
-    App,
-    echo,
-    limit_option,
-    most_recent,
-    pass_app,
-    plain,
-    select_option,
-    text_argument,
-)
+from agctl.cli.app import App, most_recent, pass_app, text_argument
 from agctl.cli.complete import complete_models, complete_profiles, complete_sessions
-from agctl.cli.options import json_option, session_option
+from agctl.cli.options import json_option, limit_option, select_option, session_option
+from agctl.cli.output import echo, plain
 from agctl.vocab import SESSION_SETTINGS
 
 if TYPE_CHECKING:
@@ -299,17 +291,12 @@ def rm(app: App, session_ids: tuple[str, ...], recursive: bool, orphan: bool) ->
       agctl session rm --recursive experiment-root
       agctl session rm --orphan old-parent
     """
-    targets = [app.store.resolve_session(prefix) for prefix in session_ids]
-    destroyed: list[str] = []
-    orphaned: list[str] = []
-    for sid in dict.fromkeys(targets):
-        if sid in destroyed:
-            continue
-        result = app.store.destroy_session(sid, recursive=recursive, orphan=orphan)
-        destroyed += result.destroyed
-        orphaned = [o for o in orphaned + result.orphaned if o not in destroyed]
-    lines = [f"destroyed {s}" for s in destroyed] + [f"orphaned {s}" for s in orphaned]
-    app.done({"destroyed": destroyed, "orphaned": orphaned}, text="\n".join(lines))
+    from agctl.sessions import remove_sessions
+
+    removal = remove_sessions(app.store, session_ids, recursive=recursive, orphan=orphan)
+    lines = [f"destroyed {s}" for s in removal.destroyed]
+    lines += [f"orphaned {s}" for s in removal.orphaned]
+    app.done(removal.to_dict(), text="\n".join(lines))
 
 
 @command.command("children")
@@ -356,31 +343,13 @@ def tree(app: App, session_id: str | None) -> None:
       agctl session tree 1q2w --json
     """
     from agctl.errors import AgctlError
+    from agctl.sessions import session_forest
 
     problems: list[AgctlError] = []
-    infos = {i.session.id: i for i in app.store.list_sessions(problems=problems)}
+    nodes = session_forest(app.store, session_id, problems=problems)
     for problem in problems:
         app.warn(f"skipped {problem}")
-    current = app.store.current_session_id()
-    if session_id is not None:
-        roots = [app.store.resolve_session(session_id)]
-    else:
-        roots = [
-            sid for sid, i in infos.items() if i.session.parent_id is None or i.orphan or i.looped
-        ]
-
-    def node(sid: str) -> dict[str, Any]:
-        info = infos[sid]
-        return {
-            "id": sid,
-            "title": info.session.title,
-            "orphan": info.orphan,
-            "looped": info.looped,
-            "current": sid == current,
-            "children": [node(kid) for kid in info.children if kid in infos],
-        }
-
-    forest = [node(sid) for sid in roots if sid in infos]
+    forest = [node.to_dict() for node in nodes]
     if app.json:
         app.emit(forest if session_id is None else forest[0])
         return
@@ -424,13 +393,9 @@ def set_(app: App, key: str, value: str) -> None:
       agctl session set auto_compress false
       agctl session set system_prompt "You are terse."
     """
-    from agctl.cli.slot import parse_setting
+    from agctl.sessions import set_session_setting
 
-    text_keys = ("title", "system_prompt", "profile", "model")
-    parsed = parse_setting(value)
-    if key in text_keys and value not in ("default", "none", "null"):
-        parsed = value
-    session = app.store.configure_session(app.session_id(), {key: parsed})
+    session = set_session_setting(app.store, app.session_id(), key, value)
     shown = getattr(session, key)
     text = f"{key} = {plain(shown)}" if shown is not None else f"{key} unset (the default)"
     app.done({"session": session.id, key: shown}, text=text)

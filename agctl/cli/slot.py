@@ -7,14 +7,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from agctl.cli.app import App, Count, pass_app, plain, read_input_file, slot_option
+from agctl.cli.app import App, Count, pass_app, read_input_file
 from agctl.cli.complete import complete_slots
-from agctl.cli.options import command_options
-from agctl.cli.turn import Setup, provider_options
+from agctl.cli.options import command_options, provider_options, slot_option
+from agctl.cli.output import plain
 from agctl.vocab import DERIVE_STRATEGIES, MERGE_STRATEGIES, SLOT_MODES, SLOT_SETTINGS
 
 if TYPE_CHECKING:
     from agctl.models import ContextBudget, Message, Slot, TokenBudget
+    from agctl.setup import ModelChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -370,9 +371,7 @@ def summarize(
     app: App,
     slot_id: str | None,
     instructions: str | None,
-    model: str | None,
-    profile: str | None,
-    provider_kind: str | None,
+    choice: ModelChoice,
 ) -> None:
     """Have the model summarise a slot; store it as the slot's focused summary.
 
@@ -384,9 +383,10 @@ def summarize(
       agctl slot summarize research --profile ds && agctl slot mode focused research
     """
     from agctl.compress import summarize_slot
+    from agctl.setup import ModelSetup
 
     sid = app.session_id()
-    setup = Setup.resolve(app, sid, profile=profile, model=model, provider=provider_kind)
+    setup = ModelSetup.chosen(app.store, sid, choice)
     slot = summarize_slot(
         app.store,
         sid,
@@ -423,9 +423,7 @@ def merge(
     source: str,
     target: str | None,
     strategy: str,
-    model: str | None,
-    profile: str | None,
-    provider_kind: str | None,
+    choice: ModelChoice,
 ) -> None:
     """Bring back what SRC added since it branched from DST. Merging twice adds nothing.
 
@@ -443,7 +441,9 @@ def merge(
     provider = None
     chosen_model = "offline"
     if strategy == "summary":
-        setup = Setup.resolve(app, sid, profile=profile, model=model, provider=provider_kind)
+        from agctl.setup import ModelSetup
+
+        setup = ModelSetup.chosen(app.store, sid, choice)
         provider, chosen_model = setup.provider(), setup.settings.model
     with app.store.undoable(sid, "slot merge"):
         result = merge_slots(
@@ -495,7 +495,9 @@ def set_(app: App, key: str, value: str, slot: str | None) -> None:
       agctl slot set budget '{"system": 2000, "tool_results": 0.2}' --slot notes
       agctl slot set budget auto --slot notes
     """
-    setting = parse_setting(value)
+    from agctl.settings import setting_from_text
+
+    setting = setting_from_text(value)
     if key == "budget":
         set_budget_setting(app, slot, setting)
         return
@@ -510,11 +512,12 @@ def set_budget_setting(app: App, slot: str | None, setting: Any) -> None:
     from agctl.budget import set_budget
     from agctl.errors import UsageError
     from agctl.models import ContextBudget
+    from agctl.setup import ModelSetup
 
     if setting is not None and not isinstance(setting, dict):
         raise UsageError(f"a budget is a JSON object of parts or 'auto', not {plain(setting)}")
     sid = app.session_id()
-    setup = Setup.resolve(app, sid, profile=None, model=None)
+    setup = ModelSetup.resolve(app.store, sid)
     window, model = setup.window, setup.settings.model
     changed = set_budget(app.store, sid, slot, setting, window=window, model=model)
     budget = changed.config.budget
@@ -548,15 +551,3 @@ def budget_text(budget: ContextBudget | None, tokens: TokenBudget | None = None)
         else:
             parts.append(f"{part} {how or value}")
     return ", ".join(parts)
-
-
-def parse_setting(value: str) -> Any:
-    """JSON when it parses; 'default' and 'auto' mean unset."""
-    if value in ("default", "auto", "none"):
-        return None
-    import orjson
-
-    try:
-        return orjson.loads(value)
-    except orjson.JSONDecodeError:
-        return value

@@ -3,61 +3,26 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import (
-    App,
-    Count,
-    PathType,
-    echo,
-    echo_json,
+from agctl.cli.app import App, Count, pass_app, text_argument
+from agctl.cli.options import (
+    command_options,
     file_option,
-    pass_app,
+    provider_options,
     select_option,
     slot_option,
-    text_argument,
+    source_options,
 )
-from agctl.cli.complete import complete_models, complete_profiles
-from agctl.cli.options import command_options
-from agctl.cli.output import secho
-from agctl.vocab import CHECK_MODES, PROVIDERS
+from agctl.cli.output import echo, secho
+from agctl.vocab import CHECK_MODES
 
 if TYPE_CHECKING:
     from agctl.providers.base import Event
-    from agctl.setup import ModelSetup
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class Setup:
-    """The library's ModelSetup for the selected session of a command."""
-
-    @staticmethod
-    def resolve(
-        app: App,
-        session_id: str,
-        *,
-        profile: str | None,
-        model: str | None,
-        provider: str | None = None,
-        script: Path | None = None,
-        cassette: Path | None = None,
-    ) -> ModelSetup:
-        from agctl.setup import ModelSetup
-
-        return ModelSetup.resolve(
-            app.store,
-            session_id,
-            profile=profile,
-            model=model,
-            provider=provider,
-            script=script,
-            cassette=cassette,
-        )
+    from agctl.setup import ModelChoice
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -73,48 +38,6 @@ class FiniteFloatRange(click.FloatRange):
 
 
 TEMPERATURE = FiniteFloatRange(0, 2)
-
-
-def provider_options(fn: F) -> F:
-    """--model, --profile and --provider, for the commands that call a model."""
-    fn = click.option(
-        "--provider",
-        "provider_kind",
-        type=click.Choice(PROVIDERS),
-        help="Provider kind for this command (overrides AGCTL_PROVIDER and the profile): "
-        "offline answers with no network.",
-    )(fn)
-    fn = click.option(
-        "--profile",
-        metavar="NAME",
-        shell_complete=complete_profiles,
-        help="Profile (or preset name) to use.",
-    )(fn)
-    return click.option(
-        "--model",
-        metavar="NAME",
-        shell_complete=complete_models,
-        help="Model (overrides env, session, profile).",
-    )(fn)
-
-
-def source_options(fn: F) -> F:
-    """--script, --cassette and --record: where replies come from, and where they go."""
-    fn = click.option(
-        "--record",
-        type=PathType(dir_okay=False, path_type=Path),
-        help="Append every request and its full reply to this cassette.",
-    )(fn)
-    fn = click.option(
-        "--cassette",
-        type=PathType(dir_okay=False, path_type=Path),
-        help="Replay provider: answer from this recorded cassette; a miss fails (no network).",
-    )(fn)
-    return click.option(
-        "--script",
-        type=PathType(dir_okay=False, path_type=Path),
-        help="Offline provider answering from FILE's canned replies, one per turn.",
-    )(fn)
 
 
 @click.group("turn")
@@ -203,9 +126,7 @@ def send(
     app: App,
     prompt: str | None,
     slot: str | None,
-    model: str | None,
-    profile: str | None,
-    provider_kind: str | None,
+    choice: ModelChoice,
     temperature: float | None,
     max_tokens: int | None,
     system: str | None,
@@ -213,8 +134,6 @@ def send(
     stream: bool | None,
     jsonl: bool,
     dry_run: bool,
-    script: Path | None,
-    cassette: Path | None,
     record: Path | None,
     files: tuple[str, ...],
     resume_draft: bool,
@@ -246,6 +165,7 @@ def send(
       agctl turn send --resume-draft
       agctl turn send --resume-draft --force   # even though the slot changed since
     """
+    from agctl.setup import ModelSetup
     from agctl.turns import prepare_turn, send_turn
 
     store = app.store
@@ -253,25 +173,15 @@ def send(
     if resume_draft:
         if prompt is not None or files:
             raise click.UsageError("give either PROMPT (or --file) or --resume-draft, not both")
-        from agctl.drafts import check_resumable, find_draft
+        from agctl.drafts import resumable_draft
 
-        draft = find_draft(store, sid, slot)
-        if not force:
-            check_resumable(store, sid, draft)
+        draft = resumable_draft(store, sid, slot, force=force)
         prompt, slot = draft.prompt, draft.slot
     else:
         if force:
             raise click.UsageError("--force applies only with --resume-draft")
         prompt = text_argument(prompt, "PROMPT", files=files, may_be_empty=True)
-    setup = Setup.resolve(
-        app,
-        sid,
-        profile=profile,
-        model=model,
-        provider=provider_kind,
-        script=script,
-        cassette=cassette,
-    )
+    setup = ModelSetup.chosen(store, sid, choice)
     settings = setup.settings
     streaming = sys.stdout.isatty() if stream is None else stream
     options = setup.turn_options(
@@ -284,20 +194,16 @@ def send(
         stream=streaming or jsonl,
     )
     if dry_run:
-        from agctl.redact import mask_url
-
         prepared = prepare_turn(store, sid, prompt, options)
         payload: dict[str, Any] = {
             "provider": settings.provider,
-            "url": mask_url(f"{settings.base_url.rstrip('/')}/chat/completions")
-            if settings.provider == "openai" and settings.base_url
-            else None,
+            "url": settings.request_url(),
             "slot": prepared.slot.id,
             "turn": prepared.request.context.turn,
             "tokens": prepared.tokens,
             "request": prepared.request.payload(),
         }
-        echo_json(payload)
+        app.emit_json(payload)
         return
     provider = setup.provider(record=record)
     printer = StreamPrinter(app, jsonl=jsonl, show_text=streaming and not app.json)
@@ -306,7 +212,7 @@ def send(
     if jsonl:
         app.emit_line({"type": "result", **data})
     elif app.json:
-        echo_json(data)
+        app.emit(data)
     else:
         if printer.printed:
             echo()
@@ -393,12 +299,8 @@ def replay(
     app: App,
     transcript: str,
     slot: str | None,
-    model: str | None,
-    profile: str | None,
-    provider_kind: str | None,
-    cassette: Path | None,
+    choice: ModelChoice,
     record: Path | None,
-    script: Path | None,
     check: bool,
     check_mode: str,
     max_diffs: int,
@@ -433,6 +335,7 @@ def replay(
     from agctl.errors import CheckFailed
     from agctl.replay import fresh_session, parse_transcript
     from agctl.replay import replay as run_replay
+    from agctl.setup import ModelSetup
 
     data, source = read_input_file(transcript)
     turns = parse_transcript(data, source, regex=check and check_mode == "regex")
@@ -442,15 +345,7 @@ def replay(
     else:
         starting = fresh_session(app.store, None if new_session == GENERATED_ID else new_session)
     with starting as sid:
-        setup = Setup.resolve(
-            app,
-            sid,
-            profile=profile,
-            model=model,
-            provider=provider_kind,
-            script=script,
-            cassette=cassette,
-        )
+        setup = ModelSetup.chosen(app.store, sid, choice)
         base = setup.turn_options(checkpoint=checkpoint, slot=slot)
         provider = setup.provider(record=record)
         if new_session is not None and make_current:

@@ -32,7 +32,7 @@ def command(app: App, since: str | None) -> None:
       agctl usage --since 2026-01-01
       agctl usage --since 2026-01-31T09:00:00Z --json | jq '.total.cost'
     """
-    from agctl.cli.app import table
+    from agctl.cli.output import table
     from agctl.usage import cost_text, parse_since, usage_report
 
     start = parse_since(since) if since is not None else None

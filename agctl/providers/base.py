@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from agctl.redact import Redactor
 
 
+def chat_completions_url(base_url: str) -> str:
+    """The endpoint an OpenAI-compatible server answers on, under its base URL (…/v1)."""
+    return base_url.rstrip("/") + "/chat/completions"
+
+
 @dataclass(frozen=True)
 class TextDelta:
     text: str

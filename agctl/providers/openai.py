@@ -30,6 +30,7 @@ from agctl.providers.base import (
     TextDelta,
     ToolCallDelta,
     Usage,
+    chat_completions_url,
     redacted_events,
 )
 from agctl.redact import MARK, Redactor, mask_url, strip_userinfo, userinfo
@@ -362,7 +363,7 @@ class OpenAIProvider:
         self, settings: HttpSettings, *, sleep: Callable[[float], None] = time.sleep
     ) -> None:
         self.settings = settings
-        endpoint = settings.base_url.rstrip("/") + "/chat/completions"
+        endpoint = chat_completions_url(settings.base_url)
         # Shown in messages and logs; httpx gets the URL without its userinfo, as Basic auth.
         self.url = mask_url(endpoint) or endpoint
         self._endpoint = strip_userinfo(endpoint)

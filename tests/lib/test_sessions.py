@@ -1,0 +1,118 @@
+"""agctl.sessions: the session forest, removing several sessions, settings as text."""
+
+from __future__ import annotations
+
+import pytest
+
+from agctl.errors import AgctlError, NotFound, UsageError
+from agctl.sessions import SessionNode, remove_sessions, session_forest, set_session_setting
+from agctl.store import Store
+
+
+@pytest.fixture
+def family(store: Store) -> Store:
+    """root -> a -> c, root -> b, and lone; root is the current session."""
+    store.create_session("root", title="Root")
+    store.create_session("a", parent_id="root")
+    store.create_session("b", parent_id="root")
+    store.create_session("c", parent_id="a")
+    store.create_session("lone")
+    store.set_current_session("root")
+    return store
+
+
+Shape = list[tuple[str, "Shape"]]
+
+
+def shape(nodes: list[SessionNode]) -> Shape:
+    return [(n.id, shape(n.children)) for n in nodes]
+
+
+def test_the_forest_nests_children_under_their_roots(family: Store) -> None:
+    forest = session_forest(family)
+    assert shape(forest) == [("root", [("a", [("c", [])]), ("b", [])]), ("lone", [])]
+    assert forest[0].current and forest[0].title == "Root"
+    assert not forest[1].current
+
+
+def test_the_forest_under_a_prefix(family: Store) -> None:
+    assert shape(session_forest(family, "ro")) == [("root", [("a", [("c", [])]), ("b", [])])]
+    assert shape(session_forest(family, "c")) == [("c", [])]
+    with pytest.raises(NotFound):
+        session_forest(family, "nosuch")
+
+
+def test_an_orphan_is_a_root_and_marked(family: Store) -> None:
+    family.destroy_session("a", orphan=True)
+    forest = session_forest(family)
+    assert shape(forest) == [("root", [("b", [])]), ("c", []), ("lone", [])]
+    assert [n.orphan for n in forest] == [False, True, False]
+
+
+def test_unreadable_sessions_are_reported_and_left_out(family: Store) -> None:
+    path = family.session_dir("b") / "session.json"
+    path.write_text("{not json")
+    problems: list[AgctlError] = []
+    assert shape(session_forest(family, problems=problems)) == [
+        ("root", [("a", [("c", [])])]),
+        ("lone", []),
+    ]
+    assert len(problems) == 1 and "b" in str(problems[0])
+    with pytest.raises(AgctlError):
+        session_forest(family, "b")
+
+
+def test_to_dict_is_the_nested_document(family: Store) -> None:
+    assert session_forest(family, "a")[0].to_dict() == {
+        "id": "a",
+        "title": None,
+        "orphan": False,
+        "looped": False,
+        "current": False,
+        "children": [
+            {
+                "id": "c",
+                "title": None,
+                "orphan": False,
+                "looped": False,
+                "current": False,
+                "children": [],
+            }
+        ],
+    }
+
+
+def test_removing_a_parent_and_its_descendant_destroys_each_once(family: Store) -> None:
+    removal = remove_sessions(family, ["a", "c", "a"], recursive=True)
+    assert sorted(removal.destroyed) == ["a", "c"]
+    assert removal.orphaned == []
+    assert sorted(family.session_ids()) == ["b", "lone", "root"]
+
+
+def test_a_name_that_resolves_to_nothing_destroys_nothing(family: Store) -> None:
+    with pytest.raises(NotFound):
+        remove_sessions(family, ["lone", "nosuch"])
+    assert "lone" in family.session_ids()
+
+
+def test_orphans_destroyed_later_are_not_reported_as_orphans(family: Store) -> None:
+    removal = remove_sessions(family, ["a", "c"], orphan=True)
+    assert removal.to_dict() == {"destroyed": ["a", "c"], "orphaned": []}
+    removal = remove_sessions(family, ["root"], orphan=True)
+    assert removal.to_dict() == {"destroyed": ["root"], "orphaned": ["b"]}
+
+
+def test_a_parent_is_refused_without_recursive_or_orphan(family: Store) -> None:
+    with pytest.raises(AgctlError):
+        remove_sessions(family, ["root"])
+    assert "root" in family.session_ids()
+
+
+def test_session_settings_from_text(family: Store) -> None:
+    assert set_session_setting(family, "lone", "title", "42").title == "42"
+    assert set_session_setting(family, "lone", "title", "null").title is None
+    assert set_session_setting(family, "lone", "memory_in_context", "true").memory_in_context
+    assert set_session_setting(family, "lone", "auto_compress", "false").auto_compress is False
+    assert set_session_setting(family, "lone", "auto_compress", "default").auto_compress is None
+    with pytest.raises(UsageError):
+        set_session_setting(family, "lone", "memory_in_context", "maybe")
