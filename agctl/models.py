@@ -292,6 +292,8 @@ class Document(Model):
 
     kind: ClassVar[str]
     schema_version: str = "1.0"
+    # The revision the backend gave this document when it was last read or written.
+    rev: int = Field(default=0, ge=0)
     # Which file version this document was read from (see agctl.fsio.read_versioned).
     _version: tuple[int, int, int] | None = PrivateAttr(default=None)
 
