@@ -187,8 +187,7 @@ class MemoryTx(_Reading):
     def put_session(self, session: Session) -> None:
         if validate_id(session.id, "session") != self.session_id:
             raise UsageError(
-                f"session {session.id!r} written in a transaction of session "
-                f"{self.session_id!r}"
+                f"session {session.id!r} written in a transaction of session {self.session_id!r}"
             )
         self._staged.session = self._stored(session)
 

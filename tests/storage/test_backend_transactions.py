@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from backend_docs import SID, dump, rich_draft, seed, snapshot, user
+from backend_docs import SID, rich_draft, seed, snapshot, user
 
 import agctl
 from agctl.errors import Conflict, NotFound
@@ -241,8 +241,9 @@ def test_exclusive_transactions_of_processes_lose_no_append(
     seed(new_file_backend())
     appender = script(tmp_path, "appender.py", APPENDER)
     children = [
-        subprocess.Popen([sys.executable, str(appender), str(isolated_env), str(writer)],
-                         env=child_env())
+        subprocess.Popen(
+            [sys.executable, str(appender), str(isolated_env), str(writer)], env=child_env()
+        )
         for writer in range(WRITERS)
     ]
     assert [child.wait(timeout=300) for child in children] == [0] * WRITERS
