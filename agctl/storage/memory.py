@@ -239,6 +239,10 @@ class MemoryTx(_Reading):
         else:
             self._staged.caches[_check_cache(name)] = bytes(data)
 
+    def append_cache(self, name: str, data: bytes) -> None:
+        caches = self._staged.caches
+        caches[_check_cache(name)] = caches.get(name, b"") + bytes(data)
+
 
 class MemoryBackend(_Reading):
     """Sessions in a dict of immutable snapshots, one RLock per session."""
@@ -321,6 +325,15 @@ class MemoryBackend(_Reading):
             if session.id in self._sessions:
                 raise AlreadyExists(f"session {session.id!r} already exists")
             self._sessions[session.id] = state
+
+    def repair_cache(self, session_id: str, name: str, append: bytes | None) -> None:
+        """A cache repaired outside a transaction: in memory, a short one of its own."""
+        if self.in_transaction(session_id) is None:
+            with self.transaction(session_id) as tx:
+                if append is None:
+                    tx.put_cache(name, None)
+                else:
+                    tx.append_cache(name, append)
 
     def _check_not_in_transaction(self, session_id: str, action: str) -> None:
         """The open Tx would write its copy back over the replaced or destroyed session."""

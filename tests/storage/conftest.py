@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from agctl.storage.base import Backend
+from agctl.storage.file.backend import FileBackend
 from agctl.storage.memory import MemoryBackend
 from agctl.store import Store
 
@@ -17,10 +18,6 @@ def memory_backend(root: Path) -> Backend:
 
 
 def file_backend(root: Path) -> Backend:
-    try:
-        from agctl.storage.file.backend import FileBackend
-    except ImportError:
-        pytest.skip("FileBackend not merged yet")
     backend: Backend = FileBackend(root)
     return backend
 
@@ -52,21 +49,13 @@ def new_file_backend(isolated_env: Path) -> Callable[[], Backend]:
 
 
 def memory_store(root: Path) -> Store:
-    return Store(backend=MemoryBackend())  # type: ignore[call-arg]
+    return Store(backend=MemoryBackend())
 
 
 STORES: dict[str, Callable[[Path], Store]] = {"file": Store, "memory": memory_store}
 
 
-@pytest.fixture(
-    params=[
-        "file",
-        pytest.param(
-            "memory",
-            marks=pytest.mark.xfail(reason="Store over a backend not merged yet", strict=False),
-        ),
-    ]
-)
+@pytest.fixture(params=list(STORES))
 def store(request: pytest.FixtureRequest, isolated_env: Path) -> Store:
     """The Store facade over each backend, for the domain's tests."""
     return STORES[request.param](isolated_env)

@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -27,6 +28,7 @@ from pydantic import ValidationError
 
 from agctl.errors import (
     AlreadyExists,
+    Conflict,
     CorruptDocument,
     DamagedDraft,
     InvalidId,
@@ -50,7 +52,7 @@ from agctl.fsio import (
     write_atomic,
 )
 from agctl.ids import validate_id
-from agctl.models import Document, Draft, Session, Slot
+from agctl.models import Document, Draft, Message, Session, Slot
 from agctl.storage.base import next_rev
 from agctl.storage.file import layout, slotlog
 from agctl.storage.file.journal import Journal, Op, pack_data, trusted_file
@@ -131,11 +133,13 @@ def _stat_key(path: Path) -> tuple[int, int, int] | None:
 
 
 class _Spliced(io.RawIOBase):
-    """A file's first `cut` bytes followed by bytes not written yet: a Tx's view of a log."""
+    """An open file's first `cut` bytes, then bytes not written yet: a snapshot of a log
+    (nothing appended after `cut` is seen; a log is cut short only by a rename, so the
+    file read stays whole), or a Tx's view of it with its staged appends."""
 
-    def __init__(self, path: Path, cut: int, staged: bytes) -> None:
+    def __init__(self, fd: int, cut: int, staged: bytes) -> None:
         super().__init__()
-        self._fd = open_regular(path) if cut else -1
+        self._fd = fd
         self._cut = cut
         self._staged = staged
         self._position = 0
@@ -190,7 +194,8 @@ class FileLog:
             return 0
 
     def open(self) -> IO[bytes]:
-        return os.fdopen(open_regular(self.path), "rb")
+        fd = open_regular(self.path)
+        return io.BufferedReader(_Spliced(fd, os.fstat(fd).st_size, b""))
 
     def append(self, build: Callable[[int], bytes]) -> int:
         return append_durably(self.path, build)
@@ -230,9 +235,8 @@ class TxLog(FileLog):
         if self.cut is None and not self.staged:
             return super().open()
         cut = self.base if self.cut is None else self.cut
-        if not cut and not os.path.lexists(self.path) and not self.staged:
-            raise NotFound(f"not found: {self.path}")
-        return io.BufferedReader(_Spliced(self.path, cut, bytes(self.staged)))
+        fd = open_regular(self.path) if cut else -1
+        return io.BufferedReader(_Spliced(fd, cut, bytes(self.staged)))
 
     def append(self, build: Callable[[int], bytes]) -> int:
         end = self.size()
@@ -249,14 +253,66 @@ class TxLog(FileLog):
             self.cut = size
             self.staged.clear()
 
-    def ops(self, name: str) -> list[Op]:
+    def ops(self, name: str, put: Callable[[str, bytes], Op]) -> list[Op]:
+        """Appends are written in place; a log cut short is replaced whole (by `put`), so
+        that a reader holding the old file keeps reading what it opened."""
         if self.cut is None and not self.staged:
             return []
-        start = self.base if self.cut is None else self.cut
-        return [["at", name, start, pack_data(bytes(self.staged))]]
+        if self.cut is None:
+            return [["at", name, self.base, pack_data(bytes(self.staged))]]
+        kept = b""
+        if self.cut:
+            with self.open() as handle:
+                kept = handle.read(self.cut)
+        return [put(name, kept + bytes(self.staged))]
 
 
 _tx_local = threading.local()
+
+
+def _header(slot: Slot) -> dict[str, Any]:
+    """What of a slot an append does not change: its config, and its meta but counters."""
+    return {
+        "config": slot.config.model_dump(mode="json"),
+        "meta": slot.meta.model_dump(mode="json", exclude=set(slotlog.APPENDED_META)),
+    }
+
+
+@dataclass
+class _Stored:
+    """A slot as this backend last read or wrote it: its files' stats and revision, what
+    its log's lines extend, and its zones and header then (what an append must extend)."""
+
+    keys: tuple[Any, Any]
+    rev: int
+    base: str
+    immutable: list[Message]
+    compressed: list[Message]
+    messages: list[Message]
+    header: dict[str, Any]
+
+    @classmethod
+    def of(cls, slot: Slot, base: str, keys: tuple[Any, Any]) -> _Stored:
+        return cls(
+            keys,
+            slot.rev,
+            base,
+            list(slot.immutable),
+            list(slot.compressed),
+            list(slot.messages),
+            _header(slot),
+        )
+
+    def extended_by(self, slot: Slot, count: int) -> str | None:
+        """Why `slot` is not this stored slot plus `count` appended messages, or None."""
+        kept = len(slot.messages) - count
+        if count < 0 or kept != len(self.messages):
+            return f"it holds {len(self.messages)} messages, not {kept}"
+        if slot.immutable != self.immutable or slot.compressed != self.compressed:
+            return "its immutable or compressed zone differs"
+        if slot.messages[:kept] != self.messages:
+            return "its earlier messages differ"
+        return None
 
 
 def lock_timeout() -> float:
@@ -294,9 +350,9 @@ class FileBackend:
         self._swept: set[str] = set()
         self._swept_leftovers = False
         self._touched: set[str] = set()
-        # path -> (stat of document, stat of its log, rev, digest of the document's bytes):
-        # a slot's rev, and what its log's lines extend, without reading it again.
-        self._revs: dict[Path, tuple[Any, Any, int, str]] = {}
+        # A slot's rev, what its log's lines extend and what an append must extend,
+        # without reading it again (while its files are as this backend left them).
+        self._revs: dict[Path, _Stored] = {}
 
     # ---- paths ---------------------------------------------------------------------
 
@@ -391,8 +447,8 @@ class FileBackend:
         if keys[0] is None:
             return None
         known = self._revs.get(path)
-        if known is not None and (known[0], known[1]) == keys:
-            return known[2]
+        if known is not None and known.keys == keys:
+            return known.rev
         return self.load_slot(session_id, slot_id).rev
 
     def load_slot(self, session_id: str, slot_id: str, *, reuse: Slot | None = None) -> Slot:
@@ -400,7 +456,7 @@ class FileBackend:
         if reuse is not None and reuse.id == slot_id:
             known = self._revs.get(path)
             keys = _stat_key(path), _stat_key(slotlog.log_path(path))
-            if known is not None and (known[0], known[1]) == keys and known[2] == reuse.rev:
+            if known is not None and known.keys == keys and known.rev == reuse.rev:
                 return reuse
         keys = _stat_key(path), _stat_key(slotlog.log_path(path))
         try:
@@ -411,15 +467,28 @@ class FileBackend:
         base = slotlog.base_of(raw)
         slotlog.replay(path, slot, base)
         if keys == (_stat_key(path), _stat_key(slotlog.log_path(path))):
-            self._revs[path] = (keys[0], keys[1], slot.rev, base)
+            self._revs[path] = _Stored.of(slot, base, keys)
         return slot
+
+    def stored(self, session_id: str, slot_id: str, rev: int) -> _Stored:
+        """The slot as stored at revision `rev` (read again if this backend has not seen
+        it lately); Conflict when it is at another revision now."""
+        path = self._slot_path(session_id, slot_id)
+        known = self._revs.get(path)
+        keys = _stat_key(path), _stat_key(slotlog.log_path(path))
+        if known is None or known.keys != keys:
+            self.load_slot(session_id, slot_id)
+            known = self._revs.get(path)
+        if known is None or known.rev != rev:
+            raise Conflict(f"slot {slot_id!r} changed since it was read (another writer?)")
+        return known
 
     def slot_base(self, session_id: str, slot_id: str) -> str:
         """The digest of a slot document's bytes: what a line appended to its log names."""
         path = self._slot_path(session_id, slot_id)
         known = self._revs.get(path)
-        if known is not None and known[0] == _stat_key(path):
-            return known[3]
+        if known is not None and known.keys[0] == _stat_key(path):
+            return known.base
         return slotlog.base_of(read_bytes(path, f"slot {slot_id!r}"))
 
     def slot_bytes(self, session_id: str, slot_id: str) -> list[bytes]:
@@ -438,7 +507,7 @@ class FileBackend:
         """Note the stored state of a slot just written, for a cheap `reuse` later."""
         path = self._slot_path(session_id, slot.id)
         keys = _stat_key(path), _stat_key(slotlog.log_path(path))
-        self._revs[path] = (keys[0], keys[1], slot.rev, base)
+        self._revs[path] = _Stored.of(slot, base, keys)
 
     def legacy_draft_path(self, session_id: str) -> Path:
         return layout.legacy_draft(self.session_dir(session_id))
@@ -502,7 +571,12 @@ class FileBackend:
 
     def in_transaction(self, session_id: str) -> FileTx | None:
         open_txs: dict[tuple[int, str], FileTx] = _tx_local.__dict__.setdefault("open", {})
-        return open_txs.get((id(self), session_id))
+        return open_txs.get((id(self), validate_id(session_id, "session")))
+
+    def _not_in_transaction(self, session_id: str, action: str) -> None:
+        """A Tx open on the session would write its documents back over it."""
+        if self.in_transaction(session_id) is not None:
+            raise Conflict(f"cannot {action} session {session_id!r} inside a transaction on it")
 
     @contextlib.contextmanager
     def transaction(self, session_id: str) -> Iterator[FileTx]:
@@ -525,6 +599,9 @@ class FileBackend:
             open_txs[(id(self), session_id)] = tx
             try:
                 yield tx
+            except BaseException:
+                tx.aborted()
+                raise
             finally:
                 del open_txs[(id(self), session_id)]
             ops = tx.ops()
@@ -680,6 +757,7 @@ class FileBackend:
         the old one's lock), so a failure leaves the old as it was and a crash one or the
         other."""
         sid = session.id
+        self._not_in_transaction(sid, "replace")
         target = self.session_dir(sid)
         staging = self._stage(session, slots)
         swapped_out: Path | None = None  # where the old session is once the new one is in
@@ -703,6 +781,7 @@ class FileBackend:
             shutil.rmtree(staging if swapped_out is None else swapped_out, ignore_errors=True)
 
     def destroy_session(self, session_id: str) -> None:
+        self._not_in_transaction(session_id, "destroy")
         with self._locked(session_id):
             trash = layout.trash_dir(self.root, session_id, secrets.token_hex(4))
             try:
@@ -791,6 +870,7 @@ class FileTx:
         self._caches: dict[str, bytes | None] = {}
         self._cache_appends: dict[str, bytearray] = {}
         self._written: list[tuple[Slot, str]] = []  # each slot written, with its base
+        self._bumped: list[Document] = []  # documents given a revision of this Tx
         self._drop_legacy = False
 
     def _check(self, session_id: str) -> None:
@@ -879,7 +959,7 @@ class FileTx:
         return next_rev(self.backend.slot_rev(self.session_id, slot_id))
 
     def put_session(self, session: Session) -> None:
-        self._check(session.id)
+        self._check(validate_id(session.id, "session"))
         if self._session is None:
             try:
                 stored: int | None = self.backend.load_session(self.session_id).rev
@@ -889,11 +969,13 @@ class FileTx:
         else:
             session.rev = self._session.rev
         self._session = session
+        self._bumped.append(session)
 
     def put_slot(self, slot: Slot) -> None:
         validate_id(slot.id, "slot")
         slot.rev = self._slot_rev(slot.id)
         self._slots[slot.id] = (slot, "put", 0)
+        self._bumped.append(slot)
 
     def append_messages(self, slot: Slot, count: int) -> None:
         validate_id(slot.id, "slot")
@@ -905,8 +987,16 @@ class FileTx:
             else:
                 self.put_slot(slot)
             return
+        stored = self.backend.stored(self.session_id, slot.id, slot.rev)
+        problem = stored.extended_by(slot, count)
+        if problem is not None:
+            raise Conflict(f"slot {slot.id!r} cannot be appended to as given: {problem}")
+        if _header(slot) != stored.header:
+            self.put_slot(slot)  # its settings changed too: written whole
+            return
         slot.rev = self._slot_rev(slot.id)
         self._slots[slot.id] = (slot, "append", count)
+        self._bumped.append(slot)
 
     def delete_slot(self, slot_id: str) -> None:
         validate_id(slot_id, "slot")
@@ -977,7 +1067,7 @@ class FileTx:
         if self._drop_legacy:
             ops.append(["del", layout.LEGACY_DRAFT])
         if self._log is not None:
-            ops += self._log.ops(f"{layout.CHECKPOINTS}/{layout.LOG}")
+            ops += self._log.ops(f"{layout.CHECKPOINTS}/{layout.LOG}", self._put)
         if self._removed is not None:
             data = orjson.dumps(self._removed)
             ops.append(["put", f"{layout.CHECKPOINTS}/{layout.REMOVED}", pack_data(data)])
@@ -1018,6 +1108,11 @@ class FileTx:
                 os.unlink(temp)
             raise StoreError(f"cannot write {target}: {exc.strerror}") from exc
         return ["mv", str(Path(temp).relative_to(directory)), name]
+
+    def aborted(self) -> None:
+        """Nothing of this Tx was written: its documents are at no stored revision."""
+        for document in self._bumped:
+            document.rev = 0
 
     def committed(self) -> None:
         for slot, base in self._written:
