@@ -107,13 +107,16 @@ def set_budget(
 
 @dataclass
 class Zone:
+    """One part of the next request: how many messages, and their tokens."""
+
     name: str
-    messages: list[Message]
+    messages: int
+    tokens: int
     budget_part: str
 
-    @property
-    def tokens(self) -> int:
-        return sum(m.token_count() for m in self.messages)
+    @classmethod
+    def of(cls, name: str, messages: Sequence[Message], budget_part: str) -> Zone:
+        return cls(name, len(messages), sum(m.token_count() for m in messages), budget_part)
 
 
 @dataclass
@@ -166,7 +169,7 @@ class Breakdown:
             "zones": [
                 {
                     "zone": z.name,
-                    "messages": len(z.messages),
+                    "messages": z.messages,
                     "tokens": z.tokens,
                     "budget": z.budget_part,
                 }
@@ -193,17 +196,27 @@ def breakdown(
     """Every zone of the next request on `slot`, in the order the model receives them."""
     prompt = system_prompt if system_prompt is not None else session.system_prompt
     result = Breakdown(model=model, window=window, budget=effective_budget(slot, window))
-    history = mode_messages(slot)
     memory = memory_message(session)
-    parts = [
-        ("system prompt", [Message(role="system", content=prompt)] if prompt else [], "system"),
-        ("memory", [memory] if memory else [], "system"),
-        ("immutable", list(slot.immutable), "system"),
-        ("compressed", list(slot.compressed), "history"),
-        ("messages", [m for m in history if m.role != "tool"], "history"),
-        ("tool results", [m for m in history if m.role == "tool"], "tool_results"),
-        ("scratch", list(scratch), "system"),
-        ("input", [user_input] if user_input else [], "history"),
+    immutable, compressed = slot.memo("immutable"), slot.memo("compressed")
+    if slot.config.mode == "focused":
+        history = mode_messages(slot)
+        said = Zone.of("messages", [m for m in history if m.role != "tool"], "history")
+        results = Zone.of("tool results", [m for m in history if m.role == "tool"], "tool_results")
+    else:  # the whole zone: its memo has the sums, whatever its length
+        memo = slot.memo("messages")
+        count = len(memo.seen) - memo.tool_messages
+        said = Zone("messages", count, memo.tokens - memo.tool_tokens, "history")
+        results = Zone("tool results", memo.tool_messages, memo.tool_tokens, "tool_results")
+    result.zones = [
+        Zone.of(
+            "system prompt", [Message(role="system", content=prompt)] if prompt else [], "system"
+        ),
+        Zone.of("memory", [memory] if memory else [], "system"),
+        Zone("immutable", len(immutable.seen), immutable.tokens, "system"),
+        Zone("compressed", len(compressed.seen), compressed.tokens, "history"),
+        said,
+        results,
+        Zone.of("scratch", list(scratch), "system"),
+        Zone.of("input", [user_input] if user_input else [], "history"),
     ]
-    result.zones = [Zone(name, messages, part) for name, messages, part in parts]
     return result

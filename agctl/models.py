@@ -16,6 +16,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     TypeAdapter,
     field_validator,
     model_validator,
@@ -26,10 +27,12 @@ from agctl.errors import NotFound, ReadonlySlot, UsageError
 from agctl.tokens import MESSAGE_OVERHEAD, estimate_content, estimate_text
 from agctl.vocab import (
     DEVELOPER_ROLE,
+    ZONES,
     DeriveStrategy,
     MergeStrategy,
     Role,
     SlotMode,
+    Zone,
 )
 
 
@@ -124,6 +127,11 @@ class Message(Model):
             total += estimate_text(call.function.name) + estimate_text(call.function.arguments)
         return total
 
+    def content_estimate(self) -> int:
+        """The estimate of the message's content alone, whatever the provider reported:
+        what the offline provider counts as prompt tokens."""
+        return MESSAGE_OVERHEAD + estimate_content(self.content)
+
 
 def messages_to_openai(
     messages: Sequence[Message], *, reasoning: bool = True
@@ -146,6 +154,54 @@ def messages_to_openai(
 @functools.cache
 def message_list_adapter() -> TypeAdapter[list[Message]]:
     return TypeAdapter(list[Message])
+
+
+class ZoneMemo:
+    """What is known of a zone's messages while they stay the same: each one's token count
+    summed (in all, and for tool results), the content estimate, and, once asked for,
+    their request form. A zone that only grew is brought up to date by its new messages
+    alone, so a turn costs what it adds, not the slot's length."""
+
+    __slots__ = ("_requests", "estimate", "seen", "tokens", "tool_messages", "tool_tokens")
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.seen: list[Message] = []
+        self.tokens = 0
+        self.tool_tokens = 0
+        self.tool_messages = 0
+        self.estimate = 0
+        self._requests: list[dict[str, Any]] | None = None
+
+    def update(self, messages: list[Message]) -> ZoneMemo:
+        """Bring the memo up to `messages`: kept when the ones it saw are still their
+        beginning (the same objects: a C-speed check; equal copies pass too), else redone."""
+        known = len(self.seen)
+        prefix = messages[:known]
+        if len(prefix) != known or prefix != self.seen:
+            self._reset()
+            prefix, known = [], 0
+        new = messages[known:]
+        self.seen = prefix + new
+        if new:
+            for message in new:
+                count = message.token_count()
+                self.tokens += count
+                if message.role == "tool":
+                    self.tool_tokens += count
+                    self.tool_messages += 1
+                self.estimate += message.content_estimate()
+            if self._requests is not None:
+                self._requests.extend(messages_to_openai(new, reasoning=False))
+        return self
+
+    def requests(self) -> list[dict[str, Any]]:
+        """The zone in a request's form (no reasoning; shared: never to be changed)."""
+        if self._requests is None:
+            self._requests = messages_to_openai(self.seen, reasoning=False)
+        return self._requests
 
 
 class FocusedConfig(Model):
@@ -320,6 +376,15 @@ class Slot(Document):
     immutable: list[Message] = Field(default_factory=list)
     compressed: list[Message] = Field(default_factory=list)
     messages: list[Message] = Field(default_factory=list)
+    _memos: dict[str, ZoneMemo] = PrivateAttr(default_factory=dict)
+
+    def memo(self, zone: Zone) -> ZoneMemo:
+        """The zone's memo, up to date (see ZoneMemo): counts without counting again."""
+        memos = self._memos
+        memo = memos.get(zone)
+        if memo is None:
+            memo = memos[zone] = ZoneMemo()
+        return memo.update(getattr(self, zone))
 
     @property
     def readonly(self) -> bool:
@@ -331,9 +396,8 @@ class Slot(Document):
 
     def refresh_meta(self) -> None:
         """Recompute the derived counts and stamp the update time."""
-        zones = (self.immutable, self.compressed, self.messages)
-        self.meta.message_count = sum(len(z) for z in zones)
-        self.meta.total_tokens = sum(m.token_count() for z in zones for m in z)
+        self.meta.message_count = sum(len(getattr(self, zone)) for zone in ZONES)
+        self.meta.total_tokens = sum(self.memo(zone).tokens for zone in ZONES)
         self.meta.updated_at = utcnow()
 
     def position(self, index: int, *, insert: bool = False) -> int:

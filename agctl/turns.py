@@ -31,7 +31,6 @@ from agctl.models import (
     ModelCost,
     Session,
     Slot,
-    messages_to_openai,
     utcnow,
 )
 from agctl.pricing import cost_of
@@ -44,7 +43,7 @@ from agctl.providers.base import (
 )
 from agctl.reply import ReplyBuilder
 from agctl.store import Store
-from agctl.view import request_view
+from agctl.view import request_messages
 
 log = logging.getLogger("agctl.turn")
 
@@ -96,6 +95,8 @@ class PreparedTurn:
     keep_draft: bool = True
     # The checkpoint of the originals, when the slot was compressed to make room.
     compressed_from: str | None = None
+    # The view's tokens (Message.token_count summed).
+    tokens: int = 0
 
     @property
     def prompt(self) -> str:
@@ -104,10 +105,6 @@ class PreparedTurn:
     @property
     def new_messages(self) -> list[Message]:
         return [self.user_message] if self.user_message is not None else []
-
-    @property
-    def tokens(self) -> int:
-        return sum(m.token_count() for m in self.view)
 
 
 @dataclass
@@ -173,18 +170,32 @@ def prepare_turn(
             )
         user_message = None
     scratch = [Message(role="system", content=text) for text in options.scratch]
-    view = request_view(
+    view = request_messages(
         session, slot, scratch=scratch, user_input=user_message, system_prompt=options.system
+    )
+    context = TurnContext(
+        session_id=session_id,
+        slot_id=slot.id,
+        turn=session.turn_count + 1,
+        prompt_estimate=view.estimate,
     )
     request = ChatRequest(
         model=options.model,
-        messages=messages_to_openai(view, reasoning=False),
+        messages=view.requests,
         temperature=options.temperature,
         max_tokens=options.max_tokens,
         stream=options.stream,
-        context=TurnContext(session_id=session_id, slot_id=slot.id, turn=session.turn_count + 1),
+        context=context,
     )
-    return PreparedTurn(session, slot, user_message, request, view, keep_draft=options.keep_draft)
+    return PreparedTurn(
+        session,
+        slot,
+        user_message,
+        request,
+        view.messages,
+        keep_draft=options.keep_draft,
+        tokens=view.tokens,
+    )
 
 
 def send_turn(

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from agctl.models import FocusedConfig, Message, Session, Slot
+from agctl.models import FocusedConfig, Message, Session, Slot, messages_to_openai
+from agctl.vocab import ZONES
 
 
 def tool_safe_cut(messages: Sequence[Message], start: int) -> int:
@@ -70,13 +73,68 @@ def request_view(
     Order: system prompt, session memory (when in context), immutable, compressed, the
     mode's view of messages, scratch, the new input.
     """
+    head, tail = _around(session, scratch, user_input, system_prompt)
+    return [*head, *slot_view(slot), *tail]
+
+
+def _around(
+    session: Session,
+    scratch: Sequence[Message],
+    user_input: Message | None,
+    system_prompt: str | None,
+) -> tuple[list[Message], list[Message]]:
+    """What a request holds before the slot's messages (system prompt, memory) and after
+    them (scratch, the new input)."""
     prompt = system_prompt if system_prompt is not None else session.system_prompt
-    view: list[Message] = [Message(role="system", content=prompt)] if prompt else []
+    head: list[Message] = [Message(role="system", content=prompt)] if prompt else []
     memory = memory_message(session)
     if memory is not None:
-        view.append(memory)
-    view += slot_view(slot)
-    view += scratch
-    if user_input is not None:
-        view.append(user_input)
-    return view
+        head.append(memory)
+    tail = [*scratch, *([user_input] if user_input is not None else [])]
+    return head, tail
+
+
+@dataclass
+class RequestView:
+    """The next turn's messages, in a request's form too, with their sums."""
+
+    messages: list[Message]
+    requests: list[dict[str, Any]]
+    tokens: int  # token_count() summed
+    estimate: int  # the content estimates summed (what the offline provider counts)
+
+
+def request_messages(
+    session: Session,
+    slot: Slot,
+    *,
+    scratch: Sequence[Message] = (),
+    user_input: Message | None = None,
+    system_prompt: str | None = None,
+) -> RequestView:
+    """`request_view` with its request form and sums. The slot's zones come from their
+    memos (agctl.models.ZoneMemo): only messages new since the last turn are serialised
+    and counted, so a turn's cost does not grow with the slot (focused mode: its view)."""
+    if slot.config.mode == "focused":
+        view = request_view(
+            session, slot, scratch=scratch, user_input=user_input, system_prompt=system_prompt
+        )
+        return RequestView(
+            view,
+            messages_to_openai(view, reasoning=False),
+            sum(m.token_count() for m in view),
+            sum(m.content_estimate() for m in view),
+        )
+    head, tail = _around(session, scratch, user_input, system_prompt)
+    memos = [slot.memo(zone) for zone in ZONES]
+    extra = [*head, *tail]
+    requests = messages_to_openai(head, reasoning=False)
+    for memo in memos:
+        requests += memo.requests()
+    requests += messages_to_openai(tail, reasoning=False)
+    return RequestView(
+        [*head, *slot.immutable, *slot.compressed, *slot.messages, *tail],
+        requests,
+        sum(m.token_count() for m in extra) + sum(memo.tokens for memo in memos),
+        sum(m.content_estimate() for m in extra) + sum(memo.estimate for memo in memos),
+    )

@@ -103,4 +103,4 @@ SCHEMA_NAMES: tuple[SchemaName, ...] = get_args(SchemaName)
 
 # How `turn replay` makes its turns durable: each as it commits, or all at the end.
 SyncMode = Literal["per-turn", "end"]
-SYNC_MODES: tuple[SyncMode, ...] = ("per-turn", "end")
+SYNC_MODES: tuple[SyncMode, ...] = get_args(SyncMode)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 
 from agctl.checkpoints import Checkpointer
 from agctl.errors import UsageError
@@ -58,3 +60,16 @@ def test_an_unknown_sync_mode_is_refused_before_any_turn(tmp_path: Path) -> None
     with pytest.raises(UsageError, match="unknown sync mode 'x'"):
         replay(store, "s", TURNS, OfflineProvider(), TurnOptions(model="offline"), sync="x")
     assert store.load_slot("s").messages == []
+
+
+def test_the_command_line_replays_with_sync_end(
+    run: Callable[..., Result], store: Store, tmp_path: Path
+) -> None:
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text("".join(f'{{"input": "q{n}"}}\n' for n in range(5)))
+    result = run("--json", "turn", "replay", str(transcript), "--new-session", "r", "--sync", "end")
+    assert result.exit_code == 0, result.stderr
+    assert store.load_session("r").turn_count == 5
+    assert [m.text() for m in store.load_slot("r").messages][::2] == [f"q{n}" for n in range(5)]
+    refused = run("turn", "replay", str(transcript), "--sync", "sometimes")
+    assert refused.exit_code == 2 and "sometimes" in refused.stderr

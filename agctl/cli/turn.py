@@ -18,7 +18,7 @@ from agctl.cli.options import (
     source_options,
 )
 from agctl.cli.output import echo, secho
-from agctl.vocab import CHECK_MODES
+from agctl.vocab import CHECK_MODES, SYNC_MODES
 
 if TYPE_CHECKING:
     from agctl.providers.base import Event
@@ -293,6 +293,15 @@ GENERATED_ID = "\0"
     default=None,
     help="Checkpoint after each turn (default: config auto_checkpoint, on).",
 )
+@click.option(
+    "--sync",
+    type=click.Choice(SYNC_MODES),
+    default="per-turn",
+    show_default=True,
+    help="per-turn: each turn is on disk for good when it commits; end: all at once when "
+    "the replay ends (much faster; a crash of the machine meanwhile may lose the turns "
+    "replayed so far, never half of one).",
+)
 @command_options
 @pass_app
 def replay(
@@ -307,6 +316,7 @@ def replay(
     new_session: str | None,
     make_current: bool,
     checkpoint: bool | None,
+    sync: str,
 ) -> None:
     """Replay TRANSCRIPT ('-' for stdin) turn by turn into the session, in one process.
 
@@ -322,9 +332,14 @@ def replay(
     (as 'session new' does), so the same replay can run again and again; it is printed
     with the summary, and a replay that cannot start leaves no session behind.
 
+    Each turn commits whole. By default each is also made durable as it commits (one
+    fsync a turn); --sync end makes them durable together when the replay ends, for
+    replays in CI that can simply run again.
+
     \b
     Examples:
       agctl turn replay chat.jsonl --cassette chat.cassette --check --new-session
+      agctl turn replay chat.jsonl --cassette chat.cassette --new-session --sync end
       agctl turn replay chat.jsonl --record chat.cassette --profile openai
       agctl turn replay chat.jsonl --cassette chat.cassette --new-session ci-42
       agctl msg export --slot good | agctl turn replay - --check-mode contains --check
@@ -373,6 +388,7 @@ def replay(
                 check=check_mode if check else None,  # type: ignore[arg-type]
                 on_turn=on_turn,
                 source=source,
+                sync=sync,  # type: ignore[arg-type]
             )
         finally:
             if bar is not None:

@@ -87,6 +87,9 @@ class TurnContext:
     turn: int = 1
     # "turn" for a conversation turn, "summary" when agctl asks for a summary.
     purpose: str = "turn"
+    # The request's content estimated (Message.content_estimate summed), when the turn
+    # already knows it: the offline provider's prompt tokens, not counted again.
+    prompt_estimate: int | None = None
 
 
 @dataclass

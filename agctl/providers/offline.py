@@ -147,9 +147,11 @@ class OfflineProvider:
         for index, call in enumerate(reply.tool_calls):
             yield ToolCallDelta(index, id=call["id"], name=call["name"])
             yield ToolCallDelta(index, arguments=call["arguments"])
-        prompt = sum(
-            MESSAGE_OVERHEAD + estimate_content(m.get("content")) for m in request.messages
-        )
+        prompt = request.context.prompt_estimate
+        if prompt is None:
+            prompt = sum(
+                MESSAGE_OVERHEAD + estimate_content(m.get("content")) for m in request.messages
+            )
         completion = estimate_text(reply.content or "") + sum(
             estimate_text(c["arguments"]) for c in reply.tool_calls
         )

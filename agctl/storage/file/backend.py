@@ -347,6 +347,8 @@ class FileBackend:
         self.sessions_dir = layout.sessions_dir(root)
         self.durable = sync != "end"
         self._real_dirs: set[Path] = set()
+        self._session_dirs: dict[str, Path] = {}  # of ids validated, dirs found real
+        self._slot_paths: dict[tuple[str, str], Path] = {}
         self._swept: set[str] = set()
         self._swept_leftovers = False
         self._touched: set[str] = set()
@@ -359,9 +361,14 @@ class FileBackend:
     def session_dir(self, session_id: str) -> Path:
         """The session's directory; a link or a file in its place (or in place of
         `sessions/`) is refused, so nothing under a session is reached through a link."""
+        known = self._session_dirs.get(session_id)
+        if known is not None:
+            return known
         path = layout.session_dir(self.root, validate_id(session_id, "session"))
         self._check_dir(self.sessions_dir)
         self._check_dir(path)
+        if path in self._real_dirs:  # found real once: agctl's own dirs are not swapped
+            self._session_dirs[session_id] = path
         return path
 
     def _subdir(self, session_id: str, name: str) -> Path:
@@ -379,8 +386,14 @@ class FileBackend:
         return layout.session_document(self.session_dir(session_id))
 
     def _slot_path(self, session_id: str, slot_id: str) -> Path:
-        self._subdir(session_id, layout.SLOTS)
-        return layout.slot_document(self.session_dir(session_id), validate_id(slot_id, "slot"))
+        known = self._slot_paths.get((session_id, slot_id))
+        if known is not None:
+            return known
+        slots = self._subdir(session_id, layout.SLOTS)
+        path = layout.slot_document(self.session_dir(session_id), validate_id(slot_id, "slot"))
+        if slots in self._real_dirs:
+            self._slot_paths[(session_id, slot_id)] = path
+        return path
 
     def _draft_path(self, session_id: str, slot_id: str) -> Path:
         self._subdir(session_id, layout.DRAFTS)
