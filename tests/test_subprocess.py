@@ -202,3 +202,12 @@ def test_a_turn_does_not_load_trio(env: dict[str, str], session: str) -> None:
     }
     assert "httpcore" in modules
     assert not any(m.startswith("trio.") for m in modules)
+
+
+def test_an_offline_turn_loads_no_http_client(env: dict[str, str], session: str) -> None:
+    """The offline provider sends nothing: httpx, httpcore and the openai provider stay out
+    of its start-up (an HTTP turn loads them, as test_a_turn_does_not_load_trio shows)."""
+    modules = imported_modules(env, "turn", "send", "hi")
+    assert "agctl.providers.offline" in modules
+    assert {m for m in modules if m.split(".")[0] in ("httpx", "httpcore")} == set()
+    assert "agctl.providers.openai" not in modules
