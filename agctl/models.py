@@ -44,7 +44,10 @@ def isoformat(moment: datetime) -> str:
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # Each model (and every subclass, in config, checkpoints and turns) builds its
+    # validator on first use, not at import: a command pays only for the models it uses
+    # (a turn uses about half of them), and the bases are never built.
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
 
 class ToolCallFunction(Model):
