@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from timing import median_wall
+from timing import interleaved_medians
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -81,16 +81,22 @@ def startup(runs: int, agctl: Installed) -> list[dict[str, Any]]:
             store.create_slot("s000", name)
         store.set_current_session("s000")
         env = agctl.env({**os.environ, "AGCTL_DATA_DIR": tmp})
-        click = median_wall([agctl.python, "-c", "import click"], env, runs)
-        helps = median_wall([*agctl.agctl, "--help"], env, runs)
-        listing = median_wall([*agctl.agctl, "session", "list"], env, runs)
         tab_env = {
             **env,
             "_AGCTL_COMPLETE": "bash_complete",
             "COMP_WORDS": "agctl slot use ",
             "COMP_CWORD": "3",
         }
-        tab = median_wall(agctl.agctl, tab_env, runs)
+        times = interleaved_medians(
+            {
+                "click": ([agctl.python, "-c", "import click"], env),
+                "help": ([*agctl.agctl, "--help"], env),
+                "list": ([*agctl.agctl, "session", "list"], env),
+                "tab": (agctl.agctl, tab_env),
+            },
+            runs,
+        )
+    click, helps, listing, tab = times["click"], times["help"], times["list"], times["tab"]
     ref = f"import click {click * 1000:.0f} ms"
     return [
         row(
@@ -118,7 +124,6 @@ def startup(runs: int, agctl: Installed) -> list[dict[str, Any]]:
 
 
 def turns(runs: int, sizes: list[int], agctl: Installed) -> list[dict[str, Any]]:
-    results: dict[int, float] = {}
     with tempfile.TemporaryDirectory() as tmp, FakeOpenAI() as server:
         config = Path(tmp) / "config.json"
         config.write_text(json.dumps({"context_windows": {"fake-model": 100_000_000}}))
@@ -131,12 +136,15 @@ def turns(runs: int, sizes: list[int], agctl: Installed) -> list[dict[str, Any]]
             "AGCTL_MODEL": "fake-model",
             "AGCTL_API_KEY": "bench-key",
         }
-        floor = median_wall([agctl.python, "-c", "import click, pydantic, httpx"], env, runs)
         store = Store(tmp)
+        commands = {"floor": ([agctl.python, "-c", "import click, pydantic, httpx"], env)}
         for size in sizes:
             fill(store, f"s{size}", size)
             argv = [*agctl.agctl, "-s", f"s{size}", "turn", "send", "hi", "--no-stream"]
-            results[size] = median_wall(argv, env, runs)
+            commands[str(size)] = (argv, env)
+        times = interleaved_medians(commands, runs)
+    floor = times.pop("floor")
+    results = {int(size): seconds for size, seconds in times.items()}
     ref = f"import click, pydantic, httpx {floor * 1000:.0f} ms"
     small = results[sizes[0]]
     out = [
