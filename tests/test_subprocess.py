@@ -216,8 +216,8 @@ def test_an_offline_turn_loads_no_http_client(env: dict[str, str], session: str)
 
 
 def test_models_build_their_validators_on_first_use(env: dict[str, str]) -> None:
-    """Importing the models builds no validator (a turn uses about half of them); the
-    first use builds it, and validation is as strict as ever."""
+    """Importing the models builds the documents' validators (slot, session, config,
+    checkpoint, draft) only when first used, and validation is as strict as ever."""
     code = """
 import json
 from agctl.checkpoints import Checkpoint
