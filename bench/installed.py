@@ -70,8 +70,11 @@ def installed_wheel() -> Iterator[Installed]:
             agctl=[str(venv / "bin" / "agctl")],
             form=f"installed wheel {wheel.name} (bytecode compiled) in a venv",
         )
+        # Run from the temporary directory: `python -c` puts the working directory first
+        # on sys.path, and this tree's own agctl/ may be there.
         where = subprocess.run(
             [python, "-c", "import agctl; print(agctl.__file__)"],
+            cwd=work,
             env=installed.env(dict(os.environ)),
             capture_output=True,
             text=True,
