@@ -158,7 +158,7 @@ def prepare_turn(
     """
     store.settle(session_id)
     session = store.load_session(session_id)
-    slot = store.load_slot(session_id, options.slot, reuse=reuse)
+    slot = store.load_slot(session_id, options.slot or session.current_slot, reuse=reuse)
     slot.check_writable("send a turn")
     user_message: Message | None = Message(role="user", content=prompt, created_at=utcnow())
     if not prompt:

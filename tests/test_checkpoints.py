@@ -932,9 +932,10 @@ def test_a_restore_journal_of_older_agctl_is_dropped(store: Store) -> None:
     before = live(store)
     journal = store.session_dir(SID) / "checkpoints" / "restoring.json"
     journal.write_bytes(json.dumps({"checkpoint": "zzzz"}).encode())
-    store.memory_set(SID, "k", "v")
+    later = Store(store.root)  # the next process
+    later.memory_set(SID, "k", "v")
     assert not journal.exists()
-    after = live(store)
+    after = live(later)
     assert after["slots"] == before["slots"]
     assert after["session"]["memory"] == {"k": "v"}
 

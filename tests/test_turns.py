@@ -525,7 +525,9 @@ def test_a_turn_cut_after_its_commit_point_is_completed_by_the_next_writer(
     assert fresh.load_session(sid).turn_count == 1, "accounted once only"
 
 
-def test_a_journal_of_a_slot_write_that_never_happened_is_dropped(store: Store, sid: str) -> None:
+def test_a_turn_journal_of_an_older_agctl_is_dropped(store: Store, sid: str) -> None:
+    """An older agctl's turn.json (its turns were journalled apart): not replayed, but
+    removed, with a warning, by the first writer of a later process."""
     journal = store.session_dir(sid) / "turn.json"
     journal.write_text(
         json.dumps(
@@ -538,9 +540,10 @@ def test_a_journal_of_a_slot_write_that_never_happened_is_dropped(store: Store, 
             }
         )
     )
-    store.memory_set(sid, "k", "v")
+    later = Store(store.root)
+    later.memory_set(sid, "k", "v")
     assert not journal.exists()
-    assert store.load_session(sid).turn_count == 0
+    assert later.load_session(sid).turn_count == 0
 
 
 def test_a_loop_of_turns_reuses_the_committed_slot_only_while_unchanged(

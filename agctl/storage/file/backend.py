@@ -348,6 +348,8 @@ class FileBackend:
         self.durable = sync != "end"
         self._real_dirs: set[Path] = set()
         self._session_dirs: dict[str, Path] = {}  # of ids validated, dirs found real
+        self._journals: dict[str, Journal] = {}
+        self._no_legacy: set[str] = set()
         self._slot_paths: dict[tuple[str, str], Path] = {}
         self._swept: set[str] = set()
         self._swept_leftovers = False
@@ -411,8 +413,14 @@ class FileBackend:
             return os.geteuid()
 
     def journal(self, session_id: str) -> Journal:
-        directory = self.session_dir(session_id)
-        return Journal(directory, layout.journal(directory, layout.JOURNAL), self.owner())
+        known = self._journals.get(session_id)
+        if known is None:
+            directory = self.session_dir(session_id)
+            path = layout.journal(directory, layout.JOURNAL)
+            known = Journal(directory, path, self.owner())
+            if session_id in self._session_dirs:  # a dir found real, its id valid
+                self._journals[session_id] = known
+        return known
 
     # ---- reads ---------------------------------------------------------------------
 
@@ -630,6 +638,8 @@ class FileBackend:
         """The per-operation journals of agctl before the redo journal: not replayed (an
         upgrade in the middle of a crashed commit is the only way to have one); a
         trusted one is removed with a warning, an untrusted one refused (exit 5)."""
+        if session_id in self._no_legacy:
+            return
         directory = self.session_dir(session_id)
         for name in layout.LEGACY_JOURNALS:
             path = layout.journal(directory, name)
@@ -640,6 +650,7 @@ class FileBackend:
                     path,
                 )
                 remove_file(path)
+        self._no_legacy.add(session_id)  # only an older agctl writes them: checked once
 
     def trusted_journal(self, path: Path) -> bool:
         """Whether a journal exists and may be applied (see journal.trusted_file)."""
@@ -885,6 +896,7 @@ class FileTx:
         self._written: list[tuple[Slot, str]] = []  # each slot written, with its base
         self._bumped: list[Document] = []  # documents given a revision of this Tx
         self._drop_legacy = False
+        self._stored_session_rev: int | None = None
 
     def _check(self, session_id: str) -> None:
         if session_id != self.session_id:
@@ -903,7 +915,10 @@ class FileTx:
     def load_session(self, session_id: str) -> Session:
         if session_id == self.session_id and self._session is not None:
             return self._session
-        return self.backend.load_session(session_id)
+        session = self.backend.load_session(session_id)
+        if session_id == self.session_id:
+            self._stored_session_rev = session.rev  # read under the lock: the stored one
+        return session
 
     def slot_ids(self, session_id: str) -> list[str]:
         ids = set(self.backend.slot_ids(session_id))
@@ -974,10 +989,12 @@ class FileTx:
     def put_session(self, session: Session) -> None:
         self._check(validate_id(session.id, "session"))
         if self._session is None:
-            try:
-                stored: int | None = self.backend.load_session(self.session_id).rev
-            except NotFound:
-                stored = None
+            stored = self._stored_session_rev
+            if stored is None:
+                try:
+                    stored = self.backend.load_session(self.session_id).rev
+                except NotFound:
+                    stored = None
             session.rev = next_rev(stored)
         else:
             session.rev = self._session.rev

@@ -157,6 +157,7 @@ class Journal:
         self.directory = directory
         self.path = path
         self.owner = owner
+        self._real: set[Path] = set()  # folders found real (agctl's own: not swapped)
 
     # ---- reading -------------------------------------------------------------------
 
@@ -347,8 +348,9 @@ class Journal:
         if not isinstance(name, str) or not pattern.fullmatch(name) or ".." in name:
             raise CorruptDocument(self.path, f"names a file it may not change: {name!r}")
         target = self.directory / name
-        if target.parent != self.directory:
-            check_dir(target.parent)  # never through a link in the folder's place
+        folder = target.parent
+        if folder != self.directory and folder not in self._real and check_dir(folder):
+            self._real.add(folder)  # never through a link in the folder's place
         return target
 
     def apply(self, ops: Sequence[Op], *, replay: bool = False) -> None:
