@@ -354,7 +354,8 @@ class Store:
         return sessions.update_session(self, session_id, change)
 
     def check_parent(self, session_id: str, parent_id: str | None) -> None:
-        """Refuse a parent link that would make a loop (exit 5)."""
+        """Refuse a parent link that would make a loop: `parent_id` or one of its
+        ancestors is `session_id` itself (exit 5)."""
         sessions.check_parent(self, session_id, parent_id)
 
     def parent(self, session_id: str) -> str | None:
@@ -502,7 +503,8 @@ class Store:
 
     def clear_draft(self, session_id: str, slot_id: str, *, before: datetime | None = None) -> bool:
         """Drop the slot's draft (a damaged one too); with `before`, only one kept before
-        that moment. Returns whether one was dropped."""
+        that moment (a turn on the slot that started then supersedes it, and a damaged
+        draft is left for 'agctl draft show' to report). Returns whether one was dropped."""
         return drafts.clear_draft(self, session_id, slot_id, before=before)
 
     def clear_legacy_draft(self, session_id: str) -> None:
