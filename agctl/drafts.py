@@ -11,17 +11,92 @@ the session has; with drafts on several other slots, a usage error lists them.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from agctl.errors import AgctlError, CorruptDocument, NotFound, StaleDraft, UsageError
 from agctl.hashing import content_hash
+from agctl.ids import validate_id
 from agctl.models import Draft, Message, Slot, isoformat
-from agctl.store import Store
 from agctl.vocab import ZONES
+
+if TYPE_CHECKING:
+    from agctl.store import Store
+
+log = logging.getLogger("agctl.store")
 
 STATE_FIELDS = frozenset({"config", *ZONES})
 # How "stale" begins when the draft's slot was removed since (`slot rm`).
 GONE = "is gone"
+
+
+# ---- keeping drafts: one per slot, so a failed turn on one slot never replaces another's
+
+
+def adopt_legacy_draft(store: Store, session_id: str) -> CorruptDocument | None:
+    """The file backend's draft.json of older agctl, adopted (see FileBackend)."""
+    if store.files is None:
+        return None
+    return store.files.adopt_legacy_draft(session_id)
+
+
+def draft_slots(store: Store, session_id: str) -> list[str]:
+    """The slots that have a draft (a slot removed since included), sorted. Raises
+    CorruptDocument for a damaged legacy draft.json, whose slot cannot be known."""
+    damage = adopt_legacy_draft(store, session_id)
+    if damage is not None:
+        raise damage
+    return store.reader(session_id).draft_slots(session_id)
+
+
+def save_draft(store: Store, session_id: str, draft: Draft) -> None:
+    """Keep a prompt whose turn failed, as its slot's draft, so it can be sent again."""
+    adopt_legacy_draft(store, session_id)
+    with store.transaction(session_id) as tx:
+        tx.put_draft(draft)
+
+
+def load_draft(store: Store, session_id: str, slot_id: str) -> Draft:
+    """The slot's draft, as kept (NotFound when it has none)."""
+    adopt_legacy_draft(store, session_id)
+    return store.reader(session_id).load_draft(session_id, slot_id)
+
+
+def clear_draft(
+    store: Store, session_id: str, slot_id: str, *, before: datetime | None = None
+) -> bool:
+    """Drop the slot's draft (a damaged one too); with `before`, only one kept before
+    that moment (a turn on the slot that started then supersedes it, and a damaged
+    draft is left for 'agctl draft show' to report). Returns whether one was dropped.
+
+    Read, compared and removed in one transaction, so a draft another process keeps
+    meanwhile is never removed unseen."""
+    adopt_legacy_draft(store, session_id)
+    with store.transaction(session_id) as tx:
+        validate_id(slot_id, "slot")
+        if slot_id not in tx.draft_slots(session_id):
+            return False
+        if before is not None:
+            try:
+                draft = tx.load_draft(session_id, slot_id)
+            except (NotFound, CorruptDocument):
+                return False
+            if draft.created_at >= before:
+                return False
+        tx.delete_draft(slot_id)
+    if before is not None:
+        log.info("draft of slot %s dropped: a later turn on it superseded it", slot_id)
+    return True
+
+
+def clear_legacy_draft(store: Store, session_id: str) -> None:
+    """Remove a damaged legacy draft.json (a readable one is adopted, never removed)."""
+    if store.files is not None:
+        store.files.remove_legacy_draft(session_id)
+
+
+# ---- which draft, and whether it may still be sent
 
 
 def slot_state(slot: Slot) -> str:
@@ -60,7 +135,7 @@ def new_draft(
 def draft_slot(store: Store, session_id: str, slot_id: str | None = None) -> str:
     """The slot whose draft is meant: `slot_id` if given (it may have been removed since),
     else the current slot if it has one, else the only slot with a draft."""
-    slots = store.draft_slots(session_id)
+    slots = draft_slots(store, session_id)
     if slot_id is not None:
         if slot_id not in slots:
             others = f" (drafts are kept for: {', '.join(slots)})" if slots else ""
@@ -81,16 +156,16 @@ def draft_slot(store: Store, session_id: str, slot_id: str | None = None) -> str
 
 def find_draft(store: Store, session_id: str, slot_id: str | None = None) -> Draft:
     """The draft meant by `slot_id` (see draft_slot)."""
-    return store.load_draft(session_id, draft_slot(store, session_id, slot_id))
+    return load_draft(store, session_id, draft_slot(store, session_id, slot_id))
 
 
 def all_drafts(store: Store, session_id: str) -> list[Draft | CorruptDocument]:
     """Every draft of the session by slot; a damaged one as its error, so one bad file
     does not hide the others."""
     found: list[Draft | CorruptDocument] = []
-    for slot in store.draft_slots(session_id):
+    for slot in draft_slots(store, session_id):
         try:
-            found.append(store.load_draft(session_id, slot))
+            found.append(load_draft(store, session_id, slot))
         except CorruptDocument as exc:
             found.append(exc)
         except NotFound:
@@ -110,13 +185,13 @@ def remove_draft(
         except CorruptDocument as damage:  # a damaged legacy draft.json, of no known slot
             if slot_id is not None:
                 raise
-            store.clear_legacy_draft(session_id)
+            clear_legacy_draft(store, session_id)
             return damage
         try:
-            draft: Draft | CorruptDocument = store.load_draft(session_id, slot)
+            draft: Draft | CorruptDocument = load_draft(store, session_id, slot)
         except CorruptDocument as damage:
             draft = damage
-        store.clear_draft(session_id, slot)
+        clear_draft(store, session_id, slot)
         return draft
 
 

@@ -1,22 +1,361 @@
-"""Work on many sessions at once: the forest of parents and children, removing several
-sessions in one go, and settings given as text.
+"""The session rules: creating, replacing and destroying sessions (parents, children,
+orphans and loops of parent links), the session document, its memory and settings, the
+current-session pointer; and work on many sessions at once (the forest, removing several).
 
-Uses only the Store's public methods, so it sits above the storage seam and never below it.
+Each rule takes the Store and works through its transactions and reads (the Store's
+methods of the same names delegate here), so it sits above the storage seam, never below.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from pydantic import ValidationError
+
+from agctl.errors import (
+    AgctlError,
+    DataError,
+    HasChildren,
+    InvalidInput,
+    NotFound,
+    StoreError,
+    UsageError,
+)
+from agctl.ids import new_session_id, validate_id
+from agctl.models import Session, utcnow
 from agctl.settings import session_setting_from_text
+from agctl.slots import DEFAULT_SLOT, new_slot
+from agctl.validation import validation_summary
+from agctl.vocab import SESSION_SETTINGS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from agctl.errors import AgctlError
-    from agctl.models import Session
-    from agctl.store import SessionInfo, Store
+    from agctl.store import Store
+
+log = logging.getLogger("agctl.store")
+
+T = TypeVar("T")
+
+
+def _in_cycles(parents: Mapping[str, str | None]) -> set[str]:
+    """The sessions that lie on a loop of parent links (possible only in data written
+    by hand or imported before imports checked): each walk over parents stops there."""
+    looped: set[str] = set()
+    done: set[str] = set()
+    for start in parents:
+        path: list[str] = []
+        on_path: set[str] = set()
+        node: str | None = start
+        while node is not None and node in parents and node not in done:
+            if node in on_path:
+                looped.update(path[path.index(node) :])
+                break
+            path.append(node)
+            on_path.add(node)
+            node = parents[node]
+        done.update(path)
+    return looped
+
+
+@dataclass
+class SessionInfo:
+    """A session as listed: the document plus what only the whole store knows."""
+
+    session: Session
+    children: list[str] = field(default_factory=list)
+    orphan: bool = False
+    # Its parent chain loops back (data written by hand, or imported before imports
+    # checked): shown as a root, its parent link ignored by every walk.
+    looped: bool = False
+
+
+@dataclass
+class Replaced:
+    """What `replace_session` made, and what became of the old session's children."""
+
+    session: Session
+    replaced: bool
+    destroyed: list[str] = field(default_factory=list)
+    detached: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Destroyed:
+    """What `destroy_session` removed, and which children it left without a parent."""
+
+    destroyed: list[str]
+    orphaned: list[str]
+
+
+def list_sessions(store: Store, problems: list[AgctlError] | None = None) -> list[SessionInfo]:
+    """Every session, oldest first, with its children and whether its parent is gone.
+
+    A session that cannot be read raises, unless `problems` is given: then its error is
+    appended there and the listing goes on without it.
+    """
+    infos: list[SessionInfo] = []
+    for sid in store.session_ids():
+        try:
+            infos.append(SessionInfo(store.load_session(sid)))
+        except (DataError, StoreError) as exc:
+            if problems is None:
+                raise
+            problems.append(exc)
+    by_id = {info.session.id: info for info in infos}
+    looped = _in_cycles({sid: info.session.parent_id for sid, info in by_id.items()})
+    for info in infos:
+        parent = info.session.parent_id
+        if parent is None:
+            continue
+        if info.session.id in looped:
+            info.looped = True
+        elif parent in by_id:
+            by_id[parent].children.append(info.session.id)
+        else:
+            info.orphan = True
+    infos.sort(key=lambda i: (i.session.created_at, i.session.id))
+    return infos
+
+
+def children(store: Store, session_id: str) -> list[str]:
+    """Ids of the sessions whose parent is `session_id` (unreadable sessions skipped)."""
+    return sorted(
+        info.session.id
+        for info in list_sessions(store, problems=[])
+        if info.session.parent_id == session_id
+    )
+
+
+def create_session(
+    store: Store,
+    session_id: str | None = None,
+    *,
+    system_prompt: str | None = None,
+    parent_id: str | None = None,
+    title: str | None = None,
+    profile: str | None = None,
+    model: str | None = None,
+) -> Session:
+    """Create a session with its `default` slot, all or nothing."""
+    session = _new_session(store, session_id, system_prompt, parent_id, title, profile, model)
+    store.materialize_session(session, [new_slot(DEFAULT_SLOT)])
+    log.info("session created: %s (parent %s)", session.id, session.parent_id or "-")
+    return session
+
+
+def _new_session(
+    store: Store,
+    session_id: str | None,
+    system_prompt: str | None,
+    parent_id: str | None,
+    title: str | None,
+    profile: str | None,
+    model: str | None,
+) -> Session:
+    sid = new_session_id() if session_id is None else validate_id(session_id, "session")
+    if parent_id is not None:
+        parent_id = store.resolve_session(parent_id)
+    return Session(
+        id=sid,
+        parent_id=parent_id,
+        title=title,
+        system_prompt=system_prompt,
+        profile=profile,
+        model=model,
+    )
+
+
+def replace_session(
+    store: Store,
+    session_id: str,
+    *,
+    recursive: bool = False,
+    orphan: bool = False,
+    system_prompt: str | None = None,
+    parent_id: str | None = None,
+    title: str | None = None,
+    profile: str | None = None,
+    model: str | None = None,
+) -> Replaced:
+    """A new session `session_id`, in place of the one of that id if there is one.
+
+    The new session is built aside and swapped in whole, so a failure leaves the old
+    session as it was and a crash one or the other. A session with children is
+    refused unless `recursive` (its descendants are destroyed) or `orphan` (its
+    children are kept, detached: their parent would be a different session now).
+    """
+    session = _new_session(store, session_id, system_prompt, parent_id, title, profile, model)
+    sid = session.id
+    if sid not in store.session_ids():
+        store.materialize_session(session, [new_slot(DEFAULT_SLOT)])
+        log.info("session created: %s (parent %s)", sid, session.parent_id or "-")
+        return Replaced(session, replaced=False)
+    kids = children(store, sid)
+    if kids and not (recursive or orphan):
+        raise HasChildren(sid, kids)
+    check_parent(store, sid, session.parent_id)
+    store.backend.replace_session(session, [new_slot(DEFAULT_SLOT)])
+    log.info("session replaced: %s (parent %s)", sid, session.parent_id or "-")
+    result = Replaced(session, replaced=True)
+    for child in kids:
+        if recursive:
+            result.destroyed += destroy_session(store, child, recursive=True).destroyed
+        else:
+            update_session(store, child, lambda s: setattr(s, "parent_id", None))
+            result.detached.append(child)
+    return result
+
+
+def update_session(store: Store, session_id: str, change: Callable[[Session], T]) -> T:
+    """Apply `change` to the session document in a transaction and write it back."""
+    with store.transaction(session_id) as tx:
+        session = tx.load_session(session_id)
+        result = change(session)
+        session.updated_at = utcnow()
+        store.before_change(session_id)
+        tx.put_session(session)
+        return result
+
+
+def check_parent(store: Store, session_id: str, parent_id: str | None) -> None:
+    """Refuse a parent link that would make a loop: `parent_id` or one of its
+    ancestors is `session_id` itself (exit 5)."""
+    seen = {session_id}
+    node = parent_id
+    while node is not None:
+        if node in seen:
+            raise InvalidInput(
+                f"session {session_id!r} cannot have parent {parent_id!r}: "
+                f"the parent chain would loop through {node!r}"
+            )
+        seen.add(node)
+        try:
+            node = store.load_session(node).parent_id
+        except (NotFound, DataError):  # an ancestor gone or unreadable ends the chain
+            return
+
+
+def parent(store: Store, session_id: str) -> str | None:
+    """The parent's id, or None when there is none or it was destroyed (an orphan)."""
+    parent_id = store.load_session(session_id).parent_id
+    if parent_id is None or parent_id not in store.session_ids():
+        return None
+    return parent_id
+
+
+def destroy_session(
+    store: Store, session_id: str, *, recursive: bool = False, orphan: bool = False
+) -> Destroyed:
+    """Remove a session, and with `recursive` its descendants.
+
+    A session with children is refused unless `recursive` (remove them too) or `orphan`
+    (leave them, their parent gone).
+    """
+    if session_id not in store.session_ids():
+        raise NotFound(f"session {session_id!r} not found")
+    kids: dict[str, list[str]] = {}
+    for info in list_sessions(store, problems=[]):
+        parent = info.session.parent_id
+        if parent is not None and not info.looped:  # a parent that may be unreadable
+            kids.setdefault(parent, []).append(info.session.id)
+    direct = kids.get(session_id, [])
+    if direct and not (recursive or orphan):
+        raise HasChildren(session_id, direct)
+    doomed: list[str] = []
+    queue = [session_id]
+    while queue:
+        sid = queue.pop(0)
+        if sid in doomed:  # a parent chain that loops (imported before it was refused)
+            continue
+        doomed.append(sid)
+        if recursive:
+            queue.extend(kids.get(sid, []))
+    for sid in reversed(doomed):
+        store.backend.destroy_session(sid)
+        log.info("session destroyed: %s", sid)
+    if current_session_id(store) in doomed:
+        set_current_session(store, None)
+    return Destroyed(destroyed=doomed, orphaned=[] if recursive else direct)
+
+
+# ---- the current-session pointer ------------------------------------------------------
+
+
+def current_session_id(store: Store) -> str | None:
+    """The session commands use when none is named, if one is selected."""
+    return store.backend.current_session_id()
+
+
+def set_current_session(store: Store, session_id: str | None) -> None:
+    """Select the session commands use when none is named (None: no session)."""
+    store.backend.set_current_session(session_id)
+
+
+# ---- memory ---------------------------------------------------------------------------
+
+
+def memory_set(store: Store, session_id: str, key: str, value: str) -> None:
+    """Set a memory key of the session."""
+    update_session(store, session_id, lambda s: s.memory.__setitem__(key, value))
+
+
+def memory_get(store: Store, session_id: str, key: str) -> str:
+    """A memory key's value (NotFound when it is not set)."""
+    memory = store.load_session(session_id).memory
+    if key not in memory:
+        raise NotFound(f"memory key {key!r} not set in session {session_id!r}")
+    return memory[key]
+
+
+def memory_remove(store: Store, session_id: str, key: str) -> str:
+    """Remove a memory key and return its value (NotFound when it is not set)."""
+
+    def remove(session: Session) -> str:
+        if key not in session.memory:
+            raise NotFound(f"memory key {key!r} not set in session {session_id!r}")
+        return session.memory.pop(key)
+
+    return update_session(store, session_id, remove)
+
+
+# ---- settings -------------------------------------------------------------------------
+
+
+def configure_session(store: Store, session_id: str, changes: Mapping[str, Any]) -> Session:
+    """Change session settings (validated): title, system_prompt, profile, model,
+    memory_in_context, auto_compress."""
+    unknown = set(changes).difference(SESSION_SETTINGS)
+    if unknown:
+        raise UsageError(
+            f"unknown session setting {sorted(unknown)[0]!r}; "
+            f"choose from {', '.join(sorted(SESSION_SETTINGS))}"
+        )
+
+    def apply(session: Session) -> Session:
+        data = session.model_dump()
+        data.update(changes)
+        try:
+            updated = Session.model_validate(data)
+        except ValidationError as exc:
+            raise UsageError(f"invalid session setting: {validation_summary(exc)}") from None
+        for key in changes:
+            setattr(session, key, getattr(updated, key))
+        return session
+
+    return update_session(store, session_id, apply)
+
+
+def set_session_setting(store: Store, session_id: str, key: str, text: str) -> Session:
+    """Change one session setting from its text on a command line (see
+    agctl.settings.session_setting_from_text)."""
+    return configure_session(store, session_id, {key: session_setting_from_text(key, text)})
+
+
+# ---- many sessions at once ------------------------------------------------------------
 
 
 @dataclass
@@ -58,9 +397,9 @@ def session_forest(
     """
     infos = {
         info.session.id: info
-        for info in store.list_sessions(problems=[] if problems is None else problems)
+        for info in list_sessions(store, problems=[] if problems is None else problems)
     }
-    current = store.current_session_id()
+    current = current_session_id(store)
     if root is not None:
         root_id = store.resolve_session(root)
         if root_id not in infos:
@@ -103,22 +442,16 @@ def remove_sessions(
     Every name is resolved before anything is destroyed, so a typo destroys nothing; a
     session named twice, or already gone as a descendant of one destroyed before it, is
     not destroyed again. A session with children is refused unless `recursive` or
-    `orphan` (see Store.destroy_session); what was destroyed before the refusal stays so.
+    `orphan` (see destroy_session); what was destroyed before the refusal stays so.
     """
     targets = dict.fromkeys(store.resolve_session(prefix) for prefix in prefixes)
     removal = Removal()
     for sid in targets:
         if sid in removal.destroyed:
             continue
-        result = store.destroy_session(sid, recursive=recursive, orphan=orphan)
+        result = destroy_session(store, sid, recursive=recursive, orphan=orphan)
         removal.destroyed += result.destroyed
         removal.orphaned = [
             o for o in removal.orphaned + result.orphaned if o not in removal.destroyed
         ]
     return removal
-
-
-def set_session_setting(store: Store, session_id: str, key: str, text: str) -> Session:
-    """Change one session setting from its text on a command line (see
-    agctl.settings.session_setting_from_text)."""
-    return store.configure_session(session_id, {key: session_setting_from_text(key, text)})

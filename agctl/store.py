@@ -1,6 +1,7 @@
-"""The Store: what users import (`from agctl import Store`) — sessions, slots, memory and
-drafts, with their rules, over one storage backend (agctl.storage: the file backend by
-default, the memory backend for tests and scripts).
+"""The Store: what users import (`from agctl import Store`) — one storage backend (the file
+backend by default, the memory backend for tests and scripts), its transactions and reads,
+and one method for each rule of agctl.sessions, agctl.slots and agctl.drafts, which hold
+the rules: the Store delegates, it decides nothing.
 
 Every change to a session runs in one transaction of the backend (`Store.transaction`,
 also spelled `lock`): the session's exclusive lock is held, and everything written in it
@@ -14,59 +15,35 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import ValidationError
-
-from agctl.errors import (
-    AgctlError,
-    AlreadyExists,
-    Conflict,
-    CorruptDocument,
-    DataError,
-    HasChildren,
-    InvalidInput,
-    NotFound,
-    ProtectedSlot,
-    StoreError,
-    UsageError,
-)
+from agctl import drafts, sessions, slots
+from agctl.errors import AgctlError, DataError, NotFound, StoreError
 from agctl.fsio import read_bytes, write_atomic
-from agctl.hashing import message_hashes
-from agctl.ids import new_session_id, resolve_prefix, validate_id
-from agctl.models import (
-    Draft,
-    FocusedConfig,
-    Message,
-    Session,
-    Slot,
-    SlotConfig,
-    SlotMeta,
-    SlotSource,
-    utcnow,
-)
+from agctl.ids import resolve_prefix
+from agctl.sessions import Destroyed, Replaced, SessionInfo
+from agctl.slots import DEFAULT_SLOT
 from agctl.storage.file.backend import FileBackend, lock_timeout
-from agctl.validation import validation_summary
-from agctl.view import focused_messages
-from agctl.vocab import (
-    DERIVE_STRATEGIES,
-    SESSION_SETTINGS,
-    SLOT_MODES,
-    SLOT_SETTINGS,
-    DeriveStrategy,
-)
 
 if TYPE_CHECKING:
+    from agctl.models import Draft, Message, Session, Slot
     from agctl.storage.base import Backend, Reader, Tx
+    from agctl.vocab import DeriveStrategy
 
-__all__ = ["DEFAULT_SLOT", "Destroyed", "Replaced", "SessionInfo", "Store", "lock_timeout"]
+__all__ = [
+    "DEFAULT_SLOT",
+    "Destroyed",
+    "Replaced",
+    "SessionInfo",
+    "Store",
+    "default_data_dir",
+    "lock_timeout",
+]
 
 log = logging.getLogger("agctl.store")
 
-DEFAULT_SLOT = "default"
 # Data dirs already warned about in this process; the note that says so across processes.
 WARNED_NOTE = ".loose-modes-warned"
 _warned_loose: set[str] = set()
@@ -81,68 +58,6 @@ def default_data_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("agctl"))
-
-
-def _check_mode(mode: str) -> None:
-    if mode not in SLOT_MODES:
-        raise UsageError(f"unknown slot mode {mode!r}; choose from {', '.join(SLOT_MODES)}")
-
-
-def _focus(base: FocusedConfig, changes: Mapping[str, Any] | None) -> FocusedConfig:
-    try:
-        return base.updated(changes)
-    except ValidationError as exc:
-        raise UsageError(f"invalid focused settings: {validation_summary(exc)}") from None
-
-
-def _in_cycles(parents: Mapping[str, str | None]) -> set[str]:
-    """The sessions that lie on a loop of parent links (possible only in data written
-    by hand or imported before imports checked): each walk over parents stops there."""
-    looped: set[str] = set()
-    done: set[str] = set()
-    for start in parents:
-        path: list[str] = []
-        on_path: set[str] = set()
-        node: str | None = start
-        while node is not None and node in parents and node not in done:
-            if node in on_path:
-                looped.update(path[path.index(node) :])
-                break
-            path.append(node)
-            on_path.add(node)
-            node = parents[node]
-        done.update(path)
-    return looped
-
-
-@dataclass
-class SessionInfo:
-    """A session as listed: the document plus what only the whole store knows."""
-
-    session: Session
-    children: list[str] = field(default_factory=list)
-    orphan: bool = False
-    # Its parent chain loops back (data written by hand, or imported before imports
-    # checked): shown as a root, its parent link ignored by every walk.
-    looped: bool = False
-
-
-@dataclass
-class Replaced:
-    """What `replace_session` made, and what became of the old session's children."""
-
-    session: Session
-    replaced: bool
-    destroyed: list[str] = field(default_factory=list)
-    detached: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Destroyed:
-    """What `destroy_session` removed, and which children it left without a parent."""
-
-    destroyed: list[str]
-    orphaned: list[str]
 
 
 class Store:
@@ -285,8 +200,8 @@ class Store:
         finally:
             self._pending_edits.pop(session_id, None)
 
-    def _before_change(self, session_id: str) -> None:
-        """Called, in the transaction, by every method that changes a session's documents."""
+    def before_change(self, session_id: str) -> None:
+        """Called, in the transaction, by every rule that changes a session's documents."""
         command = self._pending_edits.pop(session_id, None)
         if command is not None:
             from agctl.checkpoints import Checkpointer
@@ -314,7 +229,7 @@ class Store:
                 exc,
             )
 
-    # ---- sessions ------------------------------------------------------------------
+    # ---- reads and whole-session writes ---------------------------------------------
 
     def session_ids(self) -> list[str]:
         return self.backend.session_ids()
@@ -326,119 +241,24 @@ class Store:
     def load_session(self, session_id: str) -> Session:
         return self.reader(session_id).load_session(session_id)
 
-    def list_sessions(self, problems: list[AgctlError] | None = None) -> list[SessionInfo]:
-        """Every session, oldest first, with its children and whether its parent is gone.
+    def slot_ids(self, session_id: str) -> list[str]:
+        return self.reader(session_id).slot_ids(session_id)
 
-        A session that cannot be read raises, unless `problems` is given: then its error is
-        appended there and the listing goes on without it.
-        """
-        infos: list[SessionInfo] = []
-        for sid in self.session_ids():
-            try:
-                infos.append(SessionInfo(self.load_session(sid)))
-            except (DataError, StoreError) as exc:
-                if problems is None:
-                    raise
-                problems.append(exc)
-        by_id = {info.session.id: info for info in infos}
-        looped = _in_cycles({sid: info.session.parent_id for sid, info in by_id.items()})
-        for info in infos:
-            parent = info.session.parent_id
-            if parent is None:
-                continue
-            if info.session.id in looped:
-                info.looped = True
-            elif parent in by_id:
-                by_id[parent].children.append(info.session.id)
-            else:
-                info.orphan = True
-        infos.sort(key=lambda i: (i.session.created_at, i.session.id))
-        return infos
+    def load_slot(
+        self, session_id: str, slot_id: str | None = None, *, reuse: Slot | None = None
+    ) -> Slot:
+        """The slot, parsed; `reuse` (an unmodified copy read or written earlier) is returned
+        instead when the stored slot is still at its revision."""
+        slot_id = self.resolve_slot(session_id, slot_id)
+        return self.reader(session_id).load_slot(session_id, slot_id, reuse=reuse)
 
-    def children(self, session_id: str) -> list[str]:
-        """Ids of the sessions whose parent is `session_id` (unreadable sessions skipped)."""
-        return sorted(
-            info.session.id
-            for info in self.list_sessions(problems=[])
-            if info.session.parent_id == session_id
-        )
-
-    def create_session(
-        self,
-        session_id: str | None = None,
-        *,
-        system_prompt: str | None = None,
-        parent_id: str | None = None,
-        title: str | None = None,
-        profile: str | None = None,
-        model: str | None = None,
-    ) -> Session:
-        """Create a session with its `default` slot, all or nothing."""
-        session = self._new_session(session_id, system_prompt, parent_id, title, profile, model)
-        self.materialize_session(session, [self._new_slot(DEFAULT_SLOT)])
-        log.info("session created: %s (parent %s)", session.id, session.parent_id or "-")
-        return session
-
-    def _new_session(
-        self,
-        session_id: str | None,
-        system_prompt: str | None,
-        parent_id: str | None,
-        title: str | None,
-        profile: str | None,
-        model: str | None,
-    ) -> Session:
-        sid = new_session_id() if session_id is None else validate_id(session_id, "session")
-        if parent_id is not None:
-            parent_id = self.resolve_session(parent_id)
-        return Session(
-            id=sid,
-            parent_id=parent_id,
-            title=title,
-            system_prompt=system_prompt,
-            profile=profile,
-            model=model,
-        )
-
-    def replace_session(
-        self,
-        session_id: str,
-        *,
-        recursive: bool = False,
-        orphan: bool = False,
-        system_prompt: str | None = None,
-        parent_id: str | None = None,
-        title: str | None = None,
-        profile: str | None = None,
-        model: str | None = None,
-    ) -> Replaced:
-        """A new session `session_id`, in place of the one of that id if there is one.
-
-        The new session is built aside and swapped in whole, so a failure leaves the old
-        session as it was and a crash one or the other. A session with children is
-        refused unless `recursive` (its descendants are destroyed) or `orphan` (its
-        children are kept, detached: their parent would be a different session now).
-        """
-        session = self._new_session(session_id, system_prompt, parent_id, title, profile, model)
-        sid = session.id
-        if sid not in self.session_ids():
-            self.materialize_session(session, [self._new_slot(DEFAULT_SLOT)])
-            log.info("session created: %s (parent %s)", sid, session.parent_id or "-")
-            return Replaced(session, replaced=False)
-        children = self.children(sid)
-        if children and not (recursive or orphan):
-            raise HasChildren(sid, children)
-        self.check_parent(sid, session.parent_id)
-        self.backend.replace_session(session, [self._new_slot(DEFAULT_SLOT)])
-        log.info("session replaced: %s (parent %s)", sid, session.parent_id or "-")
-        result = Replaced(session, replaced=True)
-        for child in children:
-            if recursive:
-                result.destroyed += self.destroy_session(child, recursive=True).destroyed
-            else:
-                self.update_session(child, lambda s: setattr(s, "parent_id", None))
-                result.detached.append(child)
-        return result
+    def slot_bytes(self, session_id: str, slot_id: str) -> bytes | None:
+        """A slot document as stored, unparsed, for readers that scan many (search); None
+        when the slot is not one plain document (read it with load_slot then)."""
+        if self.files is None:
+            return None
+        parts = self.files.slot_bytes(session_id, slot_id)
+        return parts[0] if len(parts) == 1 else None
 
     def materialize_session(
         self,
@@ -465,7 +285,7 @@ class Store:
         Documents are written as given — no timestamps are touched."""
         with self.transaction(session.id) as tx:
             keep = {slot.id for slot in slots}
-            self._before_change(session.id)
+            self.before_change(session.id)
             for slot in slots:
                 tx.put_slot(slot)
             for slot_id in tx.slot_ids(session.id):
@@ -473,137 +293,115 @@ class Store:
                     tx.delete_slot(slot_id)
             tx.put_session(session)
 
+    # ---- sessions (agctl.sessions) ----------------------------------------------------
+
+    def list_sessions(self, problems: list[AgctlError] | None = None) -> list[SessionInfo]:
+        """Every session, oldest first, with its children and whether its parent is gone."""
+        return sessions.list_sessions(self, problems)
+
+    def children(self, session_id: str) -> list[str]:
+        """Ids of the sessions whose parent is `session_id` (unreadable sessions skipped)."""
+        return sessions.children(self, session_id)
+
+    def create_session(
+        self,
+        session_id: str | None = None,
+        *,
+        system_prompt: str | None = None,
+        parent_id: str | None = None,
+        title: str | None = None,
+        profile: str | None = None,
+        model: str | None = None,
+    ) -> Session:
+        """Create a session with its `default` slot, all or nothing."""
+        return sessions.create_session(
+            self,
+            session_id,
+            system_prompt=system_prompt,
+            parent_id=parent_id,
+            title=title,
+            profile=profile,
+            model=model,
+        )
+
+    def replace_session(
+        self,
+        session_id: str,
+        *,
+        recursive: bool = False,
+        orphan: bool = False,
+        system_prompt: str | None = None,
+        parent_id: str | None = None,
+        title: str | None = None,
+        profile: str | None = None,
+        model: str | None = None,
+    ) -> Replaced:
+        """A new session `session_id`, in place of the one of that id if there is one."""
+        return sessions.replace_session(
+            self,
+            session_id,
+            recursive=recursive,
+            orphan=orphan,
+            system_prompt=system_prompt,
+            parent_id=parent_id,
+            title=title,
+            profile=profile,
+            model=model,
+        )
+
     def update_session(self, session_id: str, change: Callable[[Session], T]) -> T:
         """Apply `change` to the session document in a transaction and write it back."""
-        with self.transaction(session_id) as tx:
-            session = tx.load_session(session_id)
-            result = change(session)
-            session.updated_at = utcnow()
-            self._before_change(session_id)
-            tx.put_session(session)
-            return result
+        return sessions.update_session(self, session_id, change)
 
     def check_parent(self, session_id: str, parent_id: str | None) -> None:
         """Refuse a parent link that would make a loop: `parent_id` or one of its
         ancestors is `session_id` itself (exit 5)."""
-        seen = {session_id}
-        node = parent_id
-        while node is not None:
-            if node in seen:
-                raise InvalidInput(
-                    f"session {session_id!r} cannot have parent {parent_id!r}: "
-                    f"the parent chain would loop through {node!r}"
-                )
-            seen.add(node)
-            try:
-                node = self.load_session(node).parent_id
-            except (NotFound, DataError):  # an ancestor gone or unreadable ends the chain
-                return
+        sessions.check_parent(self, session_id, parent_id)
 
     def parent(self, session_id: str) -> str | None:
         """The parent's id, or None when there is none or it was destroyed (an orphan)."""
-        parent_id = self.load_session(session_id).parent_id
-        if parent_id is None or parent_id not in self.session_ids():
-            return None
-        return parent_id
+        return sessions.parent(self, session_id)
 
     def destroy_session(
         self, session_id: str, *, recursive: bool = False, orphan: bool = False
     ) -> Destroyed:
-        """Remove a session, and with `recursive` its descendants.
-
-        A session with children is refused unless `recursive` (remove them too) or `orphan`
-        (leave them, their parent gone).
-        """
-        if session_id not in self.session_ids():
-            raise NotFound(f"session {session_id!r} not found")
-        kids: dict[str, list[str]] = {}
-        for info in self.list_sessions(problems=[]):
-            parent = info.session.parent_id
-            if parent is not None and not info.looped:  # a parent that may be unreadable
-                kids.setdefault(parent, []).append(info.session.id)
-        children = kids.get(session_id, [])
-        if children and not (recursive or orphan):
-            raise HasChildren(session_id, children)
-        doomed: list[str] = []
-        queue = [session_id]
-        while queue:
-            sid = queue.pop(0)
-            if sid in doomed:  # a parent chain that loops (imported before it was refused)
-                continue
-            doomed.append(sid)
-            if recursive:
-                queue.extend(kids.get(sid, []))
-        for sid in reversed(doomed):
-            self.backend.destroy_session(sid)
-            log.info("session destroyed: %s", sid)
-        if self.current_session_id() in doomed:
-            self.set_current_session(None)
-        return Destroyed(destroyed=doomed, orphaned=[] if recursive else children)
-
-    # ---- the current-session pointer --------------------------------------------------
+        """Remove a session, and with `recursive` its descendants."""
+        return sessions.destroy_session(self, session_id, recursive=recursive, orphan=orphan)
 
     def current_session_id(self) -> str | None:
-        return self.backend.current_session_id()
+        """The session commands use when none is named, if one is selected."""
+        return sessions.current_session_id(self)
 
     def set_current_session(self, session_id: str | None) -> None:
-        self.backend.set_current_session(session_id)
+        """Select the session commands use when none is named (None: no session)."""
+        sessions.set_current_session(self, session_id)
 
-    # ---- slots ---------------------------------------------------------------------
+    def memory_set(self, session_id: str, key: str, value: str) -> None:
+        """Set a memory key of the session."""
+        sessions.memory_set(self, session_id, key, value)
 
-    @staticmethod
-    def _new_slot(
-        slot_id: str,
-        config: SlotConfig | None = None,
-        immutable: Sequence[Message] = (),
-        parent_id: str | None = None,
-    ) -> Slot:
-        slot = Slot(
-            id=slot_id,
-            config=config or SlotConfig(),
-            meta=SlotMeta(parent_id=parent_id),
-            immutable=list(immutable),
-        )
-        slot.refresh_meta()
-        return slot
+    def memory_get(self, session_id: str, key: str) -> str:
+        """A memory key's value (NotFound when it is not set)."""
+        return sessions.memory_get(self, session_id, key)
 
-    def slot_ids(self, session_id: str) -> list[str]:
-        return self.reader(session_id).slot_ids(session_id)
+    def memory_remove(self, session_id: str, key: str) -> str:
+        """Remove a memory key and return its value (NotFound when it is not set)."""
+        return sessions.memory_remove(self, session_id, key)
+
+    def configure_session(self, session_id: str, changes: Mapping[str, Any]) -> Session:
+        """Change session settings (validated): title, system_prompt, profile, model,
+        memory_in_context, auto_compress."""
+        return sessions.configure_session(self, session_id, changes)
+
+    # ---- slots (agctl.slots) ----------------------------------------------------------
 
     def resolve_slot(self, session_id: str, slot_id: str | None) -> str:
         """The given slot id, or the session's current slot when None."""
-        if slot_id is None:
-            return self.load_session(session_id).current_slot
-        return validate_id(slot_id, "slot")
-
-    def load_slot(
-        self, session_id: str, slot_id: str | None = None, *, reuse: Slot | None = None
-    ) -> Slot:
-        """The slot, parsed; `reuse` (an unmodified copy read or written earlier) is returned
-        instead when the stored slot is still at its revision."""
-        slot_id = self.resolve_slot(session_id, slot_id)
-        return self.reader(session_id).load_slot(session_id, slot_id, reuse=reuse)
-
-    def slot_bytes(self, session_id: str, slot_id: str) -> bytes | None:
-        """A slot document as stored, unparsed, for readers that scan many (search); None
-        when the slot is not one plain document (read it with load_slot then)."""
-        if self.files is None:
-            return None
-        parts = self.files.slot_bytes(session_id, slot_id)
-        return parts[0] if len(parts) == 1 else None
+        return slots.resolve_slot(self, session_id, slot_id)
 
     def list_slots(self, session_id: str) -> list[Slot]:
-        return [self.load_slot(session_id, s) for s in self.slot_ids(session_id)]
-
-    def _insert_slot(self, session_id: str, slot: Slot, make_current: bool) -> Slot:
-        tx = self.current_tx(session_id)
-        if slot.id in tx.slot_ids(session_id):
-            raise AlreadyExists(f"slot {slot.id!r} already exists in session {session_id!r}")
-        self._before_change(session_id)
-        tx.put_slot(slot)
-        if make_current:
-            self.use_slot(session_id, slot.id)
-        return slot
+        """Every slot of the session, parsed, in id order."""
+        return slots.list_slots(self, session_id)
 
     def create_slot(
         self,
@@ -615,23 +413,16 @@ class Store:
         immutable: Sequence[Message] = (),
         make_current: bool = False,
     ) -> Slot:
-        """Create a slot; with `immutable` messages it is a static slot.
-
-        `focus` sets the focused-mode settings (keep_system, recent_messages,
-        summary_override) over the defaults.
-        """
-        validate_id(slot_id, "slot")
-        _check_mode(mode)
-        config = SlotConfig.model_validate(
-            {
-                "mode": mode,
-                "focused": _focus(FocusedConfig(), focus),
-                "source": SlotSource(kind="static" if immutable else "new"),
-            }
+        """Create a slot; with `immutable` messages it is a static slot."""
+        return slots.create_slot(
+            self,
+            session_id,
+            slot_id,
+            mode=mode,
+            focus=focus,
+            immutable=immutable,
+            make_current=make_current,
         )
-        with self.transaction(session_id):
-            slot = self._new_slot(slot_id, config, immutable)
-            return self._insert_slot(session_id, slot, make_current)
 
     def derive_slot(
         self,
@@ -643,49 +434,20 @@ class Store:
         focus: Mapping[str, Any] | None = None,
         make_current: bool = False,
     ) -> Slot:
-        """A new slot from `source` (default: current): a full copy, or its focused view.
-
-        `focus` changes the parent's focused-mode settings for the new slot.
-        """
-        validate_id(slot_id, "slot")
-        if strategy not in DERIVE_STRATEGIES:
-            choices = ", ".join(DERIVE_STRATEGIES)
-            raise UsageError(f"unknown derive strategy {strategy!r}; choose from {choices}")
-        with self.transaction(session_id):
-            parent = self.load_slot(session_id, source)
-            focused = _focus(parent.config.focused, focus)
-            if strategy == "full":
-                messages = list(parent.messages)
-                mode = "focused" if parent.config.mode == "focused" else "full"
-            else:
-                messages = focused_messages(parent.messages, focused, with_summary=False)
-                mode = "focused"
-            config = parent.config.model_copy(
-                update={
-                    "mode": mode,
-                    "focused": focused,
-                    "source": SlotSource(kind="derived", parent_id=parent.id, strategy=strategy),
-                }
-            )
-            slot = self._new_slot(slot_id, config, parent.immutable, parent_id=parent.id)
-            slot.compressed = list(parent.compressed)
-            slot.messages = messages
-            slot.meta.branch = message_hashes(messages)
-            slot.refresh_meta()
-            self._insert_slot(session_id, slot, make_current)
-        log.info("slot derived: %s/%s from %s (%s)", session_id, slot_id, parent.id, strategy)
-        return slot
+        """A new slot from `source` (default: current): a full copy, or its focused view."""
+        return slots.derive_slot(
+            self,
+            session_id,
+            slot_id,
+            source=source,
+            strategy=strategy,
+            focus=focus,
+            make_current=make_current,
+        )
 
     def use_slot(self, session_id: str, slot_id: str) -> Session:
         """Make `slot_id` the session's current slot."""
-        with self.transaction(session_id):
-            self.load_slot(session_id, slot_id)
-
-            def switch(session: Session) -> Session:
-                session.current_slot = slot_id
-                return session
-
-            return self.update_session(session_id, switch)
+        return slots.use_slot(self, session_id, slot_id)
 
     def update_slot(
         self,
@@ -695,30 +457,13 @@ class Store:
         *,
         base: Slot | None = None,
     ) -> T:
-        """Apply `change` to a slot in a transaction and write it back whole.
-
-        If `change` raises (a readonly slot, a bad index), nothing is written. `base` is an
-        unmodified copy of the slot read earlier: when the stored slot is still at its
-        revision, it is used instead of reading and parsing it again.
-        """
-        with self.transaction(session_id) as tx:
-            slot_id = slot_id or (base.id if base else None)
-            slot = self.load_slot(session_id, slot_id, reuse=base)
-            result = change(slot)
-            slot.refresh_meta()
-            self._before_change(session_id)
-            tx.put_slot(slot)
-            return result
+        """Apply `change` to a slot in a transaction and write it back whole."""
+        return slots.update_slot(self, session_id, slot_id, change, base=base)
 
     def append_messages(self, session_id: str, slot: Slot, messages: Sequence[Message]) -> None:
         """Append `messages` to `slot` (as loaded in the caller's transaction) without
         writing its earlier messages again."""
-        tx = self.current_tx(session_id)
-        slot.check_writable("append")
-        slot.messages.extend(messages)
-        slot.refresh_meta()
-        self._before_change(session_id)
-        tx.append_messages(slot, len(messages))
+        slots.append_messages(self, session_id, slot, messages)
 
     def set_mode(
         self,
@@ -729,160 +474,39 @@ class Store:
         focus: Mapping[str, Any] | None = None,
     ) -> Slot:
         """Change a slot's mode (and focused settings); messages are never touched."""
-        _check_mode(mode)
-
-        def change(slot: Slot) -> Slot:
-            slot.config.focused = _focus(slot.config.focused, focus)
-            slot.config.mode = mode  # type: ignore[assignment]
-            return slot
-
-        return self.update_slot(session_id, slot_id, change)
+        return slots.set_mode(self, session_id, slot_id, mode, focus=focus)
 
     def delete_slot(self, session_id: str, slot_id: str) -> Session:
         """Delete a slot (never `default`, never the last); a deleted current slot falls back."""
-        validate_id(slot_id, "slot")
-        if slot_id == DEFAULT_SLOT:
-            raise ProtectedSlot(f"slot {DEFAULT_SLOT!r} cannot be deleted")
-        with self.transaction(session_id) as tx:
-            slots = tx.slot_ids(session_id)
-            if slot_id not in slots:
-                raise NotFound(f"slot {slot_id!r} not found in session {session_id!r}")
-            if len(slots) == 1:
-                raise ProtectedSlot(f"slot {slot_id!r} is the last slot of {session_id!r}")
-            session = tx.load_session(session_id)
-            falls_back = session.current_slot == slot_id
-            if falls_back and DEFAULT_SLOT not in slots:
-                raise Conflict(f"slot {slot_id!r} is current and there is no default slot")
-            self._before_change(session_id)
-            if falls_back:
-
-                def fall_back(s: Session) -> Session:
-                    s.current_slot = DEFAULT_SLOT
-                    return s
-
-                session = self.update_session(session_id, fall_back)
-            tx.delete_slot(slot_id)
-        log.info("slot deleted: %s/%s", session_id, slot_id)
-        return session
-
-    # ---- memory --------------------------------------------------------------------
-
-    def memory_set(self, session_id: str, key: str, value: str) -> None:
-        self.update_session(session_id, lambda s: s.memory.__setitem__(key, value))
-
-    def memory_get(self, session_id: str, key: str) -> str:
-        memory = self.load_session(session_id).memory
-        if key not in memory:
-            raise NotFound(f"memory key {key!r} not set in session {session_id!r}")
-        return memory[key]
-
-    def memory_remove(self, session_id: str, key: str) -> str:
-        def remove(session: Session) -> str:
-            if key not in session.memory:
-                raise NotFound(f"memory key {key!r} not set in session {session_id!r}")
-            return session.memory.pop(key)
-
-        return self.update_session(session_id, remove)
-
-    # ---- drafts --------------------------------------------------------------------
-    # One per slot, so a failed turn on one slot never replaces another slot's draft.
-
-    def _adopt_legacy_draft(self, session_id: str) -> CorruptDocument | None:
-        """The file backend's draft.json of older agctl, adopted (see FileBackend)."""
-        if self.files is None:
-            return None
-        return self.files.adopt_legacy_draft(session_id)
-
-    def draft_slots(self, session_id: str) -> list[str]:
-        """The slots that have a draft (a slot removed since included), sorted. Raises
-        CorruptDocument for a damaged legacy draft.json, whose slot cannot be known."""
-        damage = self._adopt_legacy_draft(session_id)
-        if damage is not None:
-            raise damage
-        return self.reader(session_id).draft_slots(session_id)
-
-    def save_draft(self, session_id: str, draft: Draft) -> None:
-        """Keep a prompt whose turn failed, as its slot's draft, so it can be sent again."""
-        self._adopt_legacy_draft(session_id)
-        with self.transaction(session_id) as tx:
-            tx.put_draft(draft)
-
-    def load_draft(self, session_id: str, slot_id: str) -> Draft:
-        self._adopt_legacy_draft(session_id)
-        return self.reader(session_id).load_draft(session_id, slot_id)
-
-    def clear_draft(self, session_id: str, slot_id: str, *, before: datetime | None = None) -> bool:
-        """Drop the slot's draft (a damaged one too); with `before`, only one kept before
-        that moment (a turn on the slot that started then supersedes it, and a damaged
-        draft is left for 'agctl draft show' to report). Returns whether one was dropped.
-
-        Read, compared and removed in one transaction, so a draft another process keeps
-        meanwhile is never removed unseen."""
-        self._adopt_legacy_draft(session_id)
-        with self.transaction(session_id) as tx:
-            validate_id(slot_id, "slot")
-            if slot_id not in tx.draft_slots(session_id):
-                return False
-            if before is not None:
-                try:
-                    draft = tx.load_draft(session_id, slot_id)
-                except (NotFound, CorruptDocument):
-                    return False
-                if draft.created_at >= before:
-                    return False
-            tx.delete_draft(slot_id)
-        if before is not None:
-            log.info("draft of slot %s dropped: a later turn on it superseded it", slot_id)
-        return True
-
-    def clear_legacy_draft(self, session_id: str) -> None:
-        """Remove a damaged legacy draft.json (a readable one is adopted, never removed)."""
-        if self.files is not None:
-            self.files.remove_legacy_draft(session_id)
-
-    # ---- settings ------------------------------------------------------------------
-
-    def configure_session(self, session_id: str, changes: Mapping[str, Any]) -> Session:
-        """Change session settings (validated): title, system_prompt, profile, model,
-        memory_in_context, auto_compress."""
-        unknown = set(changes).difference(SESSION_SETTINGS)
-        if unknown:
-            raise UsageError(
-                f"unknown session setting {sorted(unknown)[0]!r}; "
-                f"choose from {', '.join(sorted(SESSION_SETTINGS))}"
-            )
-
-        def apply(session: Session) -> Session:
-            data = session.model_dump()
-            data.update(changes)
-            try:
-                updated = Session.model_validate(data)
-            except ValidationError as exc:
-                raise UsageError(f"invalid session setting: {validation_summary(exc)}") from None
-            for key in changes:
-                setattr(session, key, getattr(updated, key))
-            return session
-
-        return self.update_session(session_id, apply)
+        return slots.delete_slot(self, session_id, slot_id)
 
     def configure_slot(
         self, session_id: str, slot_id: str | None, changes: Mapping[str, Any]
     ) -> Slot:
         """Change slot settings (validated): auto_compress, budget (None: auto)."""
-        unknown = set(changes).difference(SLOT_SETTINGS)
-        if unknown:
-            raise UsageError(
-                f"unknown slot setting {sorted(unknown)[0]!r}; "
-                f"choose from {', '.join(sorted(SLOT_SETTINGS))}"
-            )
+        return slots.configure_slot(self, session_id, slot_id, changes)
 
-        def apply(slot: Slot) -> Slot:
-            data = slot.config.model_dump()
-            data.update(changes)
-            try:
-                slot.config = SlotConfig.model_validate(data)
-            except ValidationError as exc:
-                raise UsageError(f"invalid slot setting: {validation_summary(exc)}") from None
-            return slot
+    # ---- drafts (agctl.drafts) --------------------------------------------------------
 
-        return self.update_slot(session_id, slot_id, apply)
+    def draft_slots(self, session_id: str) -> list[str]:
+        """The slots that have a draft (a slot removed since included), sorted. Raises
+        CorruptDocument for a damaged legacy draft.json, whose slot cannot be known."""
+        return drafts.draft_slots(self, session_id)
+
+    def save_draft(self, session_id: str, draft: Draft) -> None:
+        """Keep a prompt whose turn failed, as its slot's draft, so it can be sent again."""
+        drafts.save_draft(self, session_id, draft)
+
+    def load_draft(self, session_id: str, slot_id: str) -> Draft:
+        """The slot's draft, as kept (NotFound when it has none)."""
+        return drafts.load_draft(self, session_id, slot_id)
+
+    def clear_draft(self, session_id: str, slot_id: str, *, before: datetime | None = None) -> bool:
+        """Drop the slot's draft (a damaged one too); with `before`, only one kept before
+        that moment (a turn on the slot that started then supersedes it, and a damaged
+        draft is left for 'agctl draft show' to report). Returns whether one was dropped."""
+        return drafts.clear_draft(self, session_id, slot_id, before=before)
+
+    def clear_legacy_draft(self, session_id: str) -> None:
+        """Remove a damaged legacy draft.json (a readable one is adopted, never removed)."""
+        drafts.clear_legacy_draft(self, session_id)

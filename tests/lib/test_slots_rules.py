@@ -1,0 +1,61 @@
+"""agctl.slots: the slot rules as functions of the store, run without a file in sight, and
+the checkpoint an undoable edit takes before the first change a rule makes."""
+
+from __future__ import annotations
+
+import pytest
+
+from agctl import slots
+from agctl.checkpoints import Checkpointer
+from agctl.errors import AlreadyExists, ProtectedSlot
+from agctl.models import Message
+from agctl.storage.memory import MemoryBackend
+from agctl.store import Store
+
+SID = "s"
+
+
+@pytest.fixture
+def memory_store() -> Store:
+    store = Store(backend=MemoryBackend())
+    store.create_session(SID)
+    return store
+
+
+def test_a_new_slot_counts_what_it_holds() -> None:
+    slot = slots.new_slot("notes", immutable=[Message(role="user", content="kept")])
+    assert (slot.id, len(slot.immutable), slot.meta.parent_id) == ("notes", 1, None)
+    assert slot.meta.message_count == 1 and slot.meta.total_tokens > 0
+
+
+def test_the_slot_rules_work_on_a_store_without_files(memory_store: Store) -> None:
+    store = memory_store
+    assert store.files is None
+    slots.create_slot(store, SID, "a", make_current=True)
+    assert slots.resolve_slot(store, SID, None) == "a"
+    with store.transaction(SID):
+        slots.append_messages(
+            store, SID, store.load_slot(SID, "a"), [Message(role="user", content="hi")]
+        )
+    derived = slots.derive_slot(store, SID, "b", source="a", strategy="focused")
+    assert (derived.config.mode, derived.meta.parent_id) == ("focused", "a")
+    assert [m.content for m in derived.messages] == ["hi"]
+    assert [slot.id for slot in slots.list_slots(store, SID)] == ["a", "b", "default"]
+    with pytest.raises(AlreadyExists, match="slot 'b' already exists in session 's'"):
+        slots.create_slot(store, SID, "b")
+    with pytest.raises(ProtectedSlot, match="slot 'default' cannot be deleted"):
+        slots.delete_slot(store, SID, slots.DEFAULT_SLOT)
+    assert slots.delete_slot(store, SID, "a").current_slot == slots.DEFAULT_SLOT
+
+
+def test_a_rule_called_directly_is_checkpointed_first_under_undoable(store: Store) -> None:
+    store.create_session(SID)
+    slots.create_slot(store, SID, "a")
+    keeper = Checkpointer(store)
+    with store.undoable(SID, "slot rm"):
+        slots.delete_slot(store, SID, "a")
+    assert store.slot_ids(SID) == ["default"]
+    newest = keeper.load(SID, keeper.ids(SID)[0])
+    assert (newest.label, newest.edit) == ("before slot rm", "slot rm")
+    keeper.rollback(SID, newest.id)
+    assert store.slot_ids(SID) == ["a", "default"]
