@@ -75,15 +75,15 @@ def clear_draft(
     adopt_legacy_draft(store, session_id)
     with store.transaction(session_id) as tx:
         validate_id(slot_id, "slot")
-        if slot_id not in tx.draft_slots(session_id):
-            return False
         if before is not None:
             try:
                 draft = tx.load_draft(session_id, slot_id)
             except (NotFound, CorruptDocument):
-                return False
+                return False  # none, or damaged: left for 'agctl draft show' to report
             if draft.created_at >= before:
                 return False
+        elif slot_id not in tx.draft_slots(session_id):
+            return False
         tx.delete_draft(slot_id)
     if before is not None:
         log.info("draft of slot %s dropped: a later turn on it superseded it", slot_id)

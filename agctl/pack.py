@@ -88,6 +88,7 @@ class Log:
         self.path = storage.name
         self._checked: bool | None = None  # whether every line must carry a checksum
         self._written: dict[int, str] = {}  # line_digest of the lines appended here
+        self._last: tuple[int, tuple[int, dict[str, Any]] | None] | None = None  # by size
 
     def size(self) -> int:
         return self.storage.size()
@@ -296,8 +297,17 @@ class Log:
 
     def last(self) -> tuple[int, dict[str, Any]] | None:
         """The last sound record and its offset: a torn last line is skipped, and so is a
-        damaged one (with a warning), so one changed byte cannot stop every later append."""
+        damaged one (with a warning), so one changed byte cannot stop every later append.
+        Remembered while the log keeps its size (within a transaction, nothing else
+        writes it)."""
         size = self.size()
+        if self._last is not None and self._last[0] == size:
+            return self._last[1]
+        found = self._find_last(size)
+        self._last = (size, found)
+        return found
+
+    def _find_last(self, size: int) -> tuple[int, dict[str, Any]] | None:
         if not size:
             return None
         with self._open() as handle:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+import weakref
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -20,10 +21,24 @@ if TYPE_CHECKING:
 log = logging.getLogger("agctl.checkpoint")
 
 
+# One Log over each transaction's log storage, so what it learnt (the last record, the
+# lines it appended) serves the whole transaction.
+_LOGS: weakref.WeakKeyDictionary[Any, Log] = weakref.WeakKeyDictionary()
+
+
 def open_log(store: Store, session_id: str) -> Log:
     """The session's log: as the open transaction sees it (its appends held until it
     commits), else as stored."""
-    return Log(store.reader(session_id).checkpoint_log(session_id))
+    storage = store.reader(session_id).checkpoint_log(session_id)
+    if store.backend.in_transaction(session_id) is None:
+        return Log(storage)
+    try:
+        known = _LOGS.get(storage)
+    except TypeError:  # storage that cannot be weakly referenced: no sharing
+        return Log(storage)
+    if known is None:
+        known = _LOGS[storage] = Log(storage)
+    return known
 
 
 def removed_ids(store: Store, session_id: str) -> set[str]:

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from agctl import schema
-from agctl.checkpoints.files import append_index, head, log, open_log, read_checkpoint
+from agctl.checkpoints.files import append_index, head, log, open_log
 from agctl.checkpoints.records import (
     VOLATILE_SESSION,
     Checkpoint,
     SlotEntry,
+    checkpoint_id,
     messages_to_json,
     static_session,
     without_zones,
@@ -163,35 +164,39 @@ def create(
         for slot_id in store.slot_ids(session_id):
             planned[slot_id] = _plan_slot(store, session_id, history, heads, batch, slot_id, hint)
 
+        made: list[dict[str, Any]] = []
+
         def record(offsets: list[int]) -> dict[str, Any]:
+            made.append(checkpoint_record(offsets))
+            return {"c": made[-1]}
+
+        def checkpoint_record(offsets: list[int]) -> dict[str, Any]:
             return {
-                "c": {
-                    "schema_version": schema.format_version(schema.CURRENT["checkpoint"]),
-                    "turn_index": session.turn_count,
-                    "created_at": utcnow().isoformat().replace("+00:00", "Z"),
-                    "label": label,
-                    "auto": auto,
-                    "parent": parent,
-                    **({"edit": edit} if edit is not None else {}),
-                    "session_static": _place(static_ref, offsets),
-                    "session_volatile": volatile,
-                    "slots": {
-                        slot_id: {
-                            "doc": _place(plan["doc"], offsets),
-                            "meta": plan["meta"],
-                            "zones": [
-                                [_place(tip, offsets), count] for tip, count in plan["zones"]
-                            ],
-                        }
-                        for slot_id, plan in planned.items()
-                    },
-                }
+                "schema_version": schema.format_version(schema.CURRENT["checkpoint"]),
+                "turn_index": session.turn_count,
+                "created_at": utcnow().isoformat().replace("+00:00", "Z"),
+                "label": label,
+                "auto": auto,
+                "parent": parent,
+                **({"edit": edit} if edit is not None else {}),
+                "session_static": _place(static_ref, offsets),
+                "session_volatile": volatile,
+                "slots": {
+                    slot_id: {
+                        "doc": _place(plan["doc"], offsets),
+                        "meta": plan["meta"],
+                        "zones": [[_place(tip, offsets), count] for tip, count in plan["zones"]],
+                    }
+                    for slot_id, plan in planned.items()
+                },
             }
 
         batch.add(record)
         offsets = history.append(batch.records)
         end = history.size()
-        checkpoint = read_checkpoint(history, offsets[-1])
+        # The record as written (its bytes are this transaction's own: not read back).
+        checkpoint = Checkpoint.model_validate(made[-1])
+        checkpoint.id = checkpoint_id(offsets[-1])
         summary = checkpoint.summary(end)
         summary.digest = history.line_digest(offsets[-1])
         append_index(store, session_id, summary)
