@@ -88,7 +88,8 @@ def open_regular(
             raise not_regular(path, info.st_mode)
         if flags & os.O_CREAT and info.st_size == 0 and stat.S_IMODE(info.st_mode) != mode:
             os.fchmod(fd, mode)  # created now, under whatever umask
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        # O_NONBLOCK kept a FIFO from blocking the open; on the regular file this now is
+        # it changes nothing (reads and writes of regular files never return EAGAIN).
     except BaseException:
         os.close(fd)
         raise
