@@ -530,9 +530,6 @@ class FileBackend:
         keys = _stat_key(path), _stat_key(slotlog.log_path(path))
         self._revs[path] = _Stored.of(slot, base, keys)
 
-    def legacy_draft_path(self, session_id: str) -> Path:
-        return layout.legacy_draft(self.session_dir(session_id))
-
     def draft_slots(self, session_id: str) -> list[str]:
         try:
             names = os.listdir(self._subdir(session_id, layout.DRAFTS))
@@ -872,11 +869,6 @@ class FileBackend:
         with self.transaction(session_id) as tx:
             if self.adopt_legacy_draft(session_id) is not None:
                 tx.drop_legacy_draft()
-
-    def append_index_line(self, session_id: str, line: bytes) -> None:
-        """Best effort, outside any transaction: the index is rebuilt from the log."""
-        where = self._checkpoint_path(session_id, layout.checkpoint_index)
-        append_durably(where, lambda offset: line, durable=False)
 
 
 class FileTx:
