@@ -267,18 +267,9 @@ class Store:
         *,
         checkpoint_log: bytes = b"",
         removed: Sequence[str] = (),
-        check: Callable[[Path], None] | None = None,
     ) -> None:
-        """Write a new session with these slots (and checkpoint history), all or nothing;
-        `check` looks at the staged session (file backend) before it is placed."""
-        if isinstance(self.backend, FileBackend):
-            self.backend.create_session(
-                session, slots, checkpoint_log=checkpoint_log, removed=removed, check=check
-            )
-        else:
-            self.backend.create_session(
-                session, slots, checkpoint_log=checkpoint_log, removed=removed
-            )
+        """Write a new session with these slots (and checkpoint history), all or nothing."""
+        self.backend.create_session(session, slots, checkpoint_log=checkpoint_log, removed=removed)
 
     def replace_state(self, session: Session, slots: Sequence[Slot]) -> None:
         """Make the session exactly `session` with exactly `slots`, in one transaction.

@@ -709,14 +709,12 @@ class FileBackend:
         *,
         checkpoint_log: bytes = b"",
         removed: Iterable[str] = (),
-        check: Callable[[Path], None] | None = None,
     ) -> None:
-        """Write a new session: built aside, then renamed into place whole. `check`
-        looks at the staged directory before it is placed (an error stops it)."""
+        """Write a new session: built aside, then renamed into place whole."""
         target = self.session_dir(session.id)
         if target.exists():
             raise AlreadyExists(f"session {session.id!r} already exists")
-        staging = self._stage(session, slots, checkpoint_log, sorted(removed), check)
+        staging = self._stage(session, slots, checkpoint_log, sorted(removed))
         try:
             os.rename(staging, target)
         except OSError as exc:
@@ -735,7 +733,6 @@ class FileBackend:
         slots: Sequence[Slot],
         checkpoint_log: bytes = b"",
         removed: Sequence[str] = (),
-        check: Callable[[Path], None] | None = None,
     ) -> Path:
         """A session directory holding these documents, built (and synced) aside under
         `sessions/`, ready to be renamed into place."""
@@ -762,8 +759,6 @@ class FileBackend:
                 write_atomic(layout.checkpoint_log(staging), checkpoint_log)
             if removed:
                 write_atomic(layout.removed_checkpoints(staging), orjson.dumps(list(removed)))
-            if check is not None:
-                check(staging)
             fsync_dir(staging)
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
