@@ -1,27 +1,24 @@
 """The file backend: sessions as plain JSON files under one data directory.
 
-Layout in `layout.py`. Every change to a session runs under its lock (an flock on
-`.lock`) as one transaction, committed through the session's redo journal (`journal.py`),
-so parallel processes never lose an update and a crash leaves the old state or the new.
-Readers take no lock. A live slot is its document plus an append-only log of the turns
-appended since it was last written whole (`slotlog.py`).
+Layout in `layout.py`, a transaction in `tx.py`, the checkpoint log file in `log.py`.
+Every change to a session runs under its lock (an flock on `.lock`) as one transaction,
+committed through the session's redo journal (`journal.py`), so parallel processes never
+lose an update and a crash leaves the old state or the new. Readers take no lock. A
+live slot is its document plus an append-only log of the turns appended since it was
+last written whole (`slotlog.py`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
 import secrets
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, TypeVar
 
 import orjson
 from pydantic import ValidationError
@@ -33,7 +30,6 @@ from agctl.errors import (
     DamagedDraft,
     InvalidId,
     NotFound,
-    SchemaTooNew,
     StoreError,
 )
 from agctl.fsio import (
@@ -41,22 +37,27 @@ from agctl.fsio import (
     TEMP_SUFFIX,
     append_durably,
     check_dir,
-    check_regular,
     exchange_paths,
     exclusive_lock,
     fsync_dir,
     make_dirs,
-    open_regular,
     read_bytes,
     remove_file,
     write_atomic,
 )
 from agctl.ids import validate_id
-from agctl.models import Document, Draft, Message, Session, Slot
+from agctl.models import Draft, Session, Slot
 from agctl.storage.base import next_rev
 from agctl.storage.file import layout, slotlog
-from agctl.storage.file.journal import Journal, Op, pack_data, trusted_file
-from agctl.validation import validation_summary
+from agctl.storage.file.documents import (
+    CACHE_FILES,
+    dump_document,
+    invalid_document,
+    parse_document,
+)
+from agctl.storage.file.journal import Journal, trusted_file
+from agctl.storage.file.log import FileLog
+from agctl.storage.file.tx import FileTx
 
 log = logging.getLogger("agctl.store")
 
@@ -64,33 +65,6 @@ log = logging.getLogger("agctl.store")
 STALE_SECONDS = 600.0
 # A temp file of an atomic write older than this was left by a killed writer.
 STALE_TEMP_SECONDS = 300.0
-D = TypeVar("D", bound=Document)
-_CACHE_FILES = {"heads": layout.HEADS, "index": layout.INDEX}
-# A document at least this large is put through a temp file, not inline in the journal.
-LARGE_PUT = 256 * 1024
-
-
-def _invalid_document(exc: ValidationError) -> str:
-    return f"invalid document: {validation_summary(exc, 'document')}"
-
-
-def parse_document(raw: bytes, model: type[D], path: Path | str) -> D:
-    """A document from its bytes, or CorruptDocument / SchemaTooNew naming `path`."""
-    try:
-        return model.model_validate_json(raw)
-    except SchemaTooNew as exc:
-        raise SchemaTooNew(exc.kind, exc.found, exc.supported, path) from None
-    except ValidationError as exc:
-        if any(e["type"] == "json_invalid" for e in exc.errors()):
-            raise CorruptDocument(path, "not valid JSON") from None
-        raise CorruptDocument(path, _invalid_document(exc)) from None
-
-
-def dump_document(document: Document) -> bytes:
-    """A document's bytes as stored: its JSON with its revision as the first key (which
-    no dump holds, see Document.rev)."""
-    data = document.model_dump_json(indent=2).encode()
-    return b'{\n  "rev": %d,' % document.rev + data[1:] + b"\n"
 
 
 def stale_temp_files(session_dir: Path, owner: int, min_age: float) -> list[Path]:
@@ -132,187 +106,7 @@ def _stat_key(path: Path) -> tuple[int, int, int] | None:
     return (info.st_ino, info.st_mtime_ns, info.st_size)
 
 
-class _Spliced(io.RawIOBase):
-    """An open file's first `cut` bytes, then bytes not written yet: a snapshot of a log
-    (nothing appended after `cut` is seen; a log is cut short only by a rename, so the
-    file read stays whole), or a Tx's view of it with its staged appends."""
-
-    def __init__(self, fd: int, cut: int, staged: bytes) -> None:
-        super().__init__()
-        self._fd = fd
-        self._cut = cut
-        self._staged = staged
-        self._position = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        size = self._cut + len(self._staged)
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: size}[whence]
-        self._position = max(base + offset, 0)
-        return self._position
-
-    def tell(self) -> int:
-        return self._position
-
-    def readinto(self, buffer: Any) -> int:
-        want = len(buffer)
-        if self._position < self._cut:
-            data = os.pread(self._fd, min(want, self._cut - self._position), self._position)
-        else:
-            start = self._position - self._cut
-            data = self._staged[start : start + want]
-        buffer[: len(data)] = data
-        self._position += len(data)
-        return len(data)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        super().close()
-
-
-class FileLog:
-    """A checkpoint log file outside any transaction: read by anyone; appended to directly
-    (each append fsynced) only by tools and tests that work on a log file itself."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.name = str(path)
-
-    def size(self) -> int:
-        if not check_regular(self.path):
-            return 0
-        try:
-            return self.path.stat(follow_symlinks=False).st_size
-        except FileNotFoundError:
-            return 0
-
-    def open(self) -> IO[bytes]:
-        fd = open_regular(self.path)
-        return io.BufferedReader(_Spliced(fd, os.fstat(fd).st_size, b""))
-
-    def append(self, build: Callable[[int], bytes]) -> int:
-        return append_durably(self.path, build)
-
-    def truncate(self, size: int) -> None:
-        try:
-            os.truncate(self.path, size)
-        except OSError as exc:
-            raise StoreError(f"cannot repair {self.path}: {exc.strerror}") from None
-
-
-class TxLog(FileLog):
-    """The checkpoint log inside a transaction: appends are held until it commits."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.base = super().size()
-        self.cut: int | None = None  # the file cut short to this, before `staged`
-        self.staged = bytearray()
-
-    def size(self) -> int:
-        return (self.base if self.cut is None else self.cut) + len(self.staged)
-
-    def _last_byte(self) -> bytes:
-        if self.staged:
-            return bytes(self.staged[-1:])
-        end = self.base if self.cut is None else self.cut
-        if not end:
-            return b""
-        fd = open_regular(self.path)
-        try:
-            return os.pread(fd, 1, end - 1)
-        finally:
-            os.close(fd)
-
-    def open(self) -> IO[bytes]:
-        if self.cut is None and not self.staged:
-            return super().open()
-        cut = self.base if self.cut is None else self.cut
-        fd = open_regular(self.path) if cut else -1
-        return io.BufferedReader(_Spliced(fd, cut, bytes(self.staged)))
-
-    def append(self, build: Callable[[int], bytes]) -> int:
-        end = self.size()
-        seal = b"\n" if end and self._last_byte() != b"\n" else b""
-        offset = end + len(seal)
-        self.staged += seal + build(offset)
-        return offset
-
-    def truncate(self, size: int) -> None:
-        kept = self.base if self.cut is None else self.cut
-        if size >= kept:
-            del self.staged[size - kept :]
-        else:
-            self.cut = size
-            self.staged.clear()
-
-    def ops(self, name: str, put: Callable[[str, bytes], Op]) -> list[Op]:
-        """Appends are written in place; a log cut short is replaced whole (by `put`), so
-        that a reader holding the old file keeps reading what it opened."""
-        if self.cut is None and not self.staged:
-            return []
-        if self.cut is None:
-            return [["at", name, self.base, pack_data(bytes(self.staged))]]
-        kept = b""
-        if self.cut:
-            with self.open() as handle:
-                kept = handle.read(self.cut)
-        return [put(name, kept + bytes(self.staged))]
-
-
 _tx_local = threading.local()
-
-
-def _header(slot: Slot) -> dict[str, Any]:
-    """What of a slot an append does not change: its config, and its meta but counters."""
-    return {
-        "config": slot.config.model_dump(mode="json"),
-        "meta": slot.meta.model_dump(mode="json", exclude=set(slotlog.APPENDED_META)),
-    }
-
-
-@dataclass
-class _Stored:
-    """A slot as this backend last read or wrote it: its files' stats and revision, what
-    its log's lines extend, and its zones and header then (what an append must extend)."""
-
-    keys: tuple[Any, Any]
-    rev: int
-    base: str
-    immutable: list[Message]
-    compressed: list[Message]
-    messages: list[Message]
-    header: dict[str, Any]
-
-    @classmethod
-    def of(cls, slot: Slot, base: str, keys: tuple[Any, Any]) -> _Stored:
-        return cls(
-            keys,
-            slot.rev,
-            base,
-            list(slot.immutable),
-            list(slot.compressed),
-            list(slot.messages),
-            _header(slot),
-        )
-
-    def extended_by(self, slot: Slot, count: int) -> str | None:
-        """Why `slot` is not this stored slot plus `count` appended messages, or None."""
-        kept = len(slot.messages) - count
-        if count < 0 or kept != len(self.messages):
-            return f"it holds {len(self.messages)} messages, not {kept}"
-        if slot.immutable != self.immutable or slot.compressed != self.compressed:
-            return "its immutable or compressed zone differs"
-        if slot.messages[:kept] != self.messages:
-            return "its earlier messages differ"
-        return None
 
 
 def lock_timeout() -> float:
@@ -356,7 +150,7 @@ class FileBackend:
         self._touched: set[str] = set()
         # A slot's rev, what its log's lines extend and what an append must extend,
         # without reading it again (while its files are as this backend left them).
-        self._revs: dict[Path, _Stored] = {}
+        self._revs: dict[Path, slotlog.StoredSlot] = {}
 
     # ---- paths ---------------------------------------------------------------------
 
@@ -488,10 +282,10 @@ class FileBackend:
         base = slotlog.base_of(raw)
         slotlog.replay(path, slot, base)
         if keys == (_stat_key(path), _stat_key(slotlog.log_path(path))):
-            self._revs[path] = _Stored.of(slot, base, keys)
+            self._revs[path] = slotlog.StoredSlot.of(slot, base, keys)
         return slot
 
-    def stored(self, session_id: str, slot_id: str, rev: int) -> _Stored:
+    def stored(self, session_id: str, slot_id: str, rev: int) -> slotlog.StoredSlot:
         """The slot as stored at revision `rev` (read again if this backend has not seen
         it lately); Conflict when it is at another revision now."""
         path = self._slot_path(session_id, slot_id)
@@ -528,7 +322,7 @@ class FileBackend:
         """Note the stored state of a slot just written, for a cheap `reuse` later."""
         path = self._slot_path(session_id, slot.id)
         keys = _stat_key(path), _stat_key(slotlog.log_path(path))
-        self._revs[path] = _Stored.of(slot, base, keys)
+        self._revs[path] = slotlog.StoredSlot.of(slot, base, keys)
 
     def draft_slots(self, session_id: str) -> list[str]:
         try:
@@ -546,7 +340,7 @@ class FileBackend:
         except NotFound:
             raise NotFound(f"slot {slot_id!r} of session {session_id!r} has no draft") from None
         except ValidationError as exc:
-            raise DamagedDraft(path, _invalid_document(exc), slot_id) from None
+            raise DamagedDraft(path, invalid_document(exc), slot_id) from None
         except CorruptDocument as exc:
             raise DamagedDraft(exc.path, exc.reason, slot_id) from None
 
@@ -563,7 +357,7 @@ class FileBackend:
             raise CorruptDocument(where, str(exc)) from None
 
     def cache_path(self, session_id: str, name: str) -> Path:
-        file_name = _CACHE_FILES[name]
+        file_name = CACHE_FILES[name]
         return self._checkpoint_path(session_id, lambda d: layout.checkpoints_dir(d) / file_name)
 
     def cache(self, session_id: str, name: str) -> bytes | None:
@@ -846,7 +640,7 @@ class FileBackend:
             except CorruptDocument as exc:
                 return exc
             except ValidationError as exc:
-                return CorruptDocument(legacy, _invalid_document(exc))
+                return CorruptDocument(legacy, invalid_document(exc))
             except InvalidId as exc:  # a slot name no file may have
                 return CorruptDocument(legacy, str(exc))
             try:
@@ -864,273 +658,3 @@ class FileBackend:
         with self.transaction(session_id) as tx:
             if self.adopt_legacy_draft(session_id) is not None:
                 tx.drop_legacy_draft()
-
-
-class FileTx:
-    """One transaction of a FileBackend: writes are held, and read back, until commit."""
-
-    def __init__(self, backend: FileBackend, session_id: str) -> None:
-        self.backend = backend
-        self.session_id = session_id
-        self._session: Session | None = None
-        # slot id -> (slot, how it is written: "put", "append" with a count, or None: delete)
-        self._slots: dict[str, tuple[Slot | None, str, int]] = {}
-        self._drafts: dict[str, Draft | None] = {}
-        self._log: TxLog | None = None
-        self._removed: list[str] | None = None
-        self._caches: dict[str, bytes | None] = {}
-        self._cache_appends: dict[str, bytearray] = {}
-        self._written: list[tuple[Slot, str]] = []  # each slot written, with its base
-        self._bumped: list[Document] = []  # documents given a revision of this Tx
-        self._drop_legacy = False
-        self._stored_session_rev: int | None = None
-
-    def _check(self, session_id: str) -> None:
-        if session_id != self.session_id:
-            raise StoreError(
-                f"a transaction of session {self.session_id!r} cannot touch {session_id!r}"
-            )
-
-    # ---- reads (own writes first) --------------------------------------------------
-
-    def session_ids(self) -> list[str]:
-        return self.backend.session_ids()
-
-    def has_session(self, session_id: str) -> bool:
-        return self.backend.has_session(session_id)
-
-    def load_session(self, session_id: str) -> Session:
-        if session_id == self.session_id and self._session is not None:
-            return self._session
-        session = self.backend.load_session(session_id)
-        if session_id == self.session_id:
-            self._stored_session_rev = session.rev  # read under the lock: the stored one
-        return session
-
-    def slot_ids(self, session_id: str) -> list[str]:
-        ids = set(self.backend.slot_ids(session_id))
-        if session_id == self.session_id:
-            for slot_id, (slot, _, _) in self._slots.items():
-                (ids.add if slot is not None else ids.discard)(slot_id)
-        return sorted(ids)
-
-    def load_slot(self, session_id: str, slot_id: str, *, reuse: Slot | None = None) -> Slot:
-        if session_id == self.session_id and slot_id in self._slots:
-            slot, _, _ = self._slots[slot_id]
-            if slot is None:
-                raise NotFound(f"slot {slot_id!r} not found in session {session_id!r}")
-            return slot
-        return self.backend.load_slot(session_id, slot_id, reuse=reuse)
-
-    def slot_rev(self, session_id: str, slot_id: str) -> int | None:
-        if session_id == self.session_id and slot_id in self._slots:
-            slot = self._slots[slot_id][0]
-            return None if slot is None else slot.rev
-        return self.backend.slot_rev(session_id, slot_id)
-
-    def draft_slots(self, session_id: str) -> list[str]:
-        ids = set(self.backend.draft_slots(session_id))
-        if session_id == self.session_id:
-            for slot_id, draft in self._drafts.items():
-                (ids.add if draft is not None else ids.discard)(slot_id)
-        return sorted(ids)
-
-    def load_draft(self, session_id: str, slot_id: str) -> Draft:
-        if session_id == self.session_id and slot_id in self._drafts:
-            draft = self._drafts[slot_id]
-            if draft is None:
-                raise NotFound(f"slot {slot_id!r} of session {session_id!r} has no draft")
-            return draft
-        return self.backend.load_draft(session_id, slot_id)
-
-    def checkpoint_log(self, session_id: str | None = None) -> TxLog:
-        self._check(session_id or self.session_id)
-        if self._log is None:
-            self._log = TxLog(self.backend._checkpoint_path(self.session_id, layout.checkpoint_log))
-        return self._log
-
-    def removed_checkpoints(self, session_id: str) -> set[str]:
-        if session_id == self.session_id and self._removed is not None:
-            return set(self._removed)
-        return self.backend.removed_checkpoints(session_id)
-
-    def cache(self, session_id: str, name: str) -> bytes | None:
-        if session_id == self.session_id and name in self._caches:
-            return self._caches[name]
-        stored = self.backend.cache(session_id, name)
-        if session_id == self.session_id and name in self._cache_appends:
-            return (stored or b"") + bytes(self._cache_appends[name])
-        return stored
-
-    # ---- writes --------------------------------------------------------------------
-
-    def _slot_rev(self, slot_id: str) -> int:
-        """The revision a slot written in this transaction gets (one per transaction)."""
-        known = self._slots.get(slot_id)
-        if known is not None and known[0] is not None:
-            return known[0].rev
-        if known is not None:
-            return next_rev(None)
-        return next_rev(self.backend.slot_rev(self.session_id, slot_id))
-
-    def put_session(self, session: Session) -> None:
-        self._check(validate_id(session.id, "session"))
-        if self._session is None:
-            stored = self._stored_session_rev
-            if stored is None:
-                try:
-                    stored = self.backend.load_session(self.session_id).rev
-                except NotFound:
-                    stored = None
-            session.rev = next_rev(stored)
-        else:
-            session.rev = self._session.rev
-        self._session = session
-        self._bumped.append(session)
-
-    def put_slot(self, slot: Slot) -> None:
-        validate_id(slot.id, "slot")
-        slot.rev = self._slot_rev(slot.id)
-        self._slots[slot.id] = (slot, "put", 0)
-        self._bumped.append(slot)
-
-    def append_messages(self, slot: Slot, count: int) -> None:
-        validate_id(slot.id, "slot")
-        known = self._slots.get(slot.id)
-        if known is not None:
-            # Written in this transaction already: the whole slot goes as one write.
-            if known[1] == "append" and known[0] is slot:
-                self._slots[slot.id] = (slot, "append", known[2] + count)
-            else:
-                self.put_slot(slot)
-            return
-        stored = self.backend.stored(self.session_id, slot.id, slot.rev)
-        problem = stored.extended_by(slot, count)
-        if problem is not None:
-            raise Conflict(f"slot {slot.id!r} cannot be appended to as given: {problem}")
-        if _header(slot) != stored.header:
-            self.put_slot(slot)  # its settings changed too: written whole
-            return
-        slot.rev = self._slot_rev(slot.id)
-        self._slots[slot.id] = (slot, "append", count)
-        self._bumped.append(slot)
-
-    def delete_slot(self, slot_id: str) -> None:
-        validate_id(slot_id, "slot")
-        self._slots[slot_id] = (None, "put", 0)
-
-    def put_draft(self, draft: Draft) -> None:
-        self.backend._draft_path(self.session_id, draft.slot)  # a link in its way is refused
-        self._drafts[draft.slot] = draft
-
-    def delete_draft(self, slot_id: str) -> bool:
-        validate_id(slot_id, "slot")
-        try:
-            self.load_draft(self.session_id, slot_id)
-            existed = True
-        except NotFound:
-            existed = False
-        except (CorruptDocument, InvalidId):
-            existed = True
-        self._drafts[slot_id] = None
-        return existed
-
-    def drop_legacy_draft(self) -> None:
-        self._drop_legacy = True
-
-    def set_removed_checkpoints(self, ids: Iterable[str]) -> None:
-        self._removed = sorted(set(ids))
-
-    def put_cache(self, name: str, data: bytes | None) -> None:
-        if name not in _CACHE_FILES:
-            raise StoreError(f"no cache {name!r}")
-        self._caches[name] = data
-        self._cache_appends.pop(name, None)
-
-    def append_cache(self, name: str, data: bytes) -> None:
-        if name not in _CACHE_FILES:
-            raise StoreError(f"no cache {name!r}")
-        if name in self._caches:
-            self._caches[name] = (self._caches[name] or b"") + data
-        else:
-            self._cache_appends.setdefault(name, bytearray()).extend(data)
-
-    # ---- commit --------------------------------------------------------------------
-
-    def ops(self) -> list[Op]:
-        """The changes of this transaction as the journal's records hold them."""
-        ops: list[Op] = []
-        for slot_id, (slot, how, count) in self._slots.items():
-            name = f"{layout.SLOTS}/{slot_id}{layout.DOCUMENT}"
-            log_name = slotlog.log_name(name)
-            if slot is None:
-                ops += [["del", name], ["del", log_name]]
-            elif how == "append":
-                path = self.backend._slot_path(self.session_id, slot_id)
-                base = self.backend.slot_base(self.session_id, slot_id)
-                ops.append(slotlog.append_op(path, log_name, slot, count, base))
-                self._written.append((slot, base))
-            else:
-                data = dump_document(slot)
-                ops += [self._put(name, data), ["del", log_name]]
-                self._written.append((slot, slotlog.base_of(data)))
-        for slot_id, draft in self._drafts.items():
-            name = f"{layout.DRAFTS}/{slot_id}{layout.DOCUMENT}"
-            if draft is None:
-                ops.append(["del", name])
-            else:
-                data = draft.model_dump_json(indent=2).encode() + b"\n"
-                ops.append(self._put(name, data))
-        if self._drop_legacy:
-            ops.append(["del", layout.LEGACY_DRAFT])
-        if self._log is not None:
-            ops += self._log.ops(f"{layout.CHECKPOINTS}/{layout.LOG}", self._put)
-        if self._removed is not None:
-            data = orjson.dumps(self._removed)
-            ops.append(["put", f"{layout.CHECKPOINTS}/{layout.REMOVED}", pack_data(data)])
-        for name, cache in self._caches.items():
-            where = f"{layout.CHECKPOINTS}/{_CACHE_FILES[name]}"
-            ops.append(["del", where] if cache is None else ["put", where, pack_data(cache)])
-        for name, appended in self._cache_appends.items():
-            path = self.backend.cache_path(self.session_id, name)
-            try:
-                offset = os.stat(path, follow_symlinks=False).st_size
-            except FileNotFoundError:
-                offset = 0
-            where = f"{layout.CHECKPOINTS}/{_CACHE_FILES[name]}"
-            ops.append(["at", where, offset, pack_data(bytes(appended))])
-        if self._session is not None:
-            ops.append(self._put(layout.SESSION, dump_document(self._session)))
-        return ops
-
-    def _put(self, name: str, data: bytes) -> Op:
-        """A put: inline in the journal, or for a large document a temp file written (and
-        synced) first, which the journal's record then moves into place."""
-        if len(data) < LARGE_PUT:
-            return ["put", name, pack_data(data)]
-        directory = self.backend.session_dir(self.session_id)
-        target = directory / name
-        make_dirs(target.parent)
-        fd, temp = tempfile.mkstemp(
-            dir=target.parent, prefix=f".{target.name}.", suffix=TEMP_SUFFIX
-        )
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                if self.backend.durable:
-                    os.fsync(handle.fileno())
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise StoreError(f"cannot write {target}: {exc.strerror}") from exc
-        return ["mv", str(Path(temp).relative_to(directory)), name]
-
-    def aborted(self) -> None:
-        """Nothing of this Tx was written: its documents are at no stored revision."""
-        for document in self._bumped:
-            document.rev = 0
-
-    def committed(self) -> None:
-        for slot, base in self._written:
-            self.backend.remember(self.session_id, slot, base)

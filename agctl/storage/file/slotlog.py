@@ -15,6 +15,7 @@ are not its own. A torn last line is never applied (the journal redoes it).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from pydantic import ValidationError
 from agctl.errors import CorruptDocument, NotFound
 from agctl.fsio import read_bytes
 from agctl.hashing import data_hash
-from agctl.models import Slot, message_list_adapter
+from agctl.models import Message, Slot, message_list_adapter
 from agctl.pack import checked_value, encode_record
 from agctl.storage.file import layout
 from agctl.storage.file.journal import Op, pack_data
@@ -88,3 +89,48 @@ def append_op(document: Path, name: str, slot: Slot, count: int, base: str) -> O
     meta = slot.meta.model_dump(mode="json", include=set(APPENDED_META))
     line = encode_record({"base": base, "rev": slot.rev, "meta": meta, "m": messages})
     return ["at", name, offset, pack_data(line)]
+
+
+def header_of(slot: Slot) -> dict[str, Any]:
+    """What of a slot an append does not change: its config, and its meta but counters."""
+    return {
+        "config": slot.config.model_dump(mode="json"),
+        "meta": slot.meta.model_dump(mode="json", exclude=set(APPENDED_META)),
+    }
+
+
+@dataclass
+class StoredSlot:
+    """A slot as this backend last read or wrote it: its files' stats and revision, what
+    its log's lines extend, and its zones and header then (what an append must extend)."""
+
+    keys: tuple[Any, Any]
+    rev: int
+    base: str
+    immutable: list[Message]
+    compressed: list[Message]
+    messages: list[Message]
+    header: dict[str, Any]
+
+    @classmethod
+    def of(cls, slot: Slot, base: str, keys: tuple[Any, Any]) -> StoredSlot:
+        return cls(
+            keys,
+            slot.rev,
+            base,
+            list(slot.immutable),
+            list(slot.compressed),
+            list(slot.messages),
+            header_of(slot),
+        )
+
+    def extended_by(self, slot: Slot, count: int) -> str | None:
+        """Why `slot` is not this stored slot plus `count` appended messages, or None."""
+        kept = len(slot.messages) - count
+        if count < 0 or kept != len(self.messages):
+            return f"it holds {len(self.messages)} messages, not {kept}"
+        if slot.immutable != self.immutable or slot.compressed != self.compressed:
+            return "its immutable or compressed zone differs"
+        if slot.messages[:kept] != self.messages:
+            return "its earlier messages differ"
+        return None
