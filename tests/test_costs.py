@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
-from test_terminal import on_terminal
+from terminal import on_terminal
 
 from agctl.checkpoints import Checkpointer
 from agctl.errors import EXIT_USAGE, UsageError

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
-from test_terminal import on_terminal
+from terminal import on_terminal
 
 from agctl import manpages
 from agctl.errors import UsageError

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
-from test_terminal import HOSTILE_TEXT, on_terminal, raw_controls
+from terminal import HOSTILE_TEXT, on_terminal, raw_controls
 
 from agctl.errors import AgctlError, CorruptDocument, NotFound, SchemaTooNew, UsageError
 from agctl.models import Message
