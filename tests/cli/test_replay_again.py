@@ -22,7 +22,7 @@ from agctl.store import Store
 from agctl.turns import TurnOptions
 
 Run = Callable[..., Result]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXIT_CONFLICT, EXIT_PROVIDER, EXIT_CHECK_FAILED = 4, 6, 8
 
 

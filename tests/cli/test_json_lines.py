@@ -11,7 +11,7 @@ import pytest
 
 from agctl.cli.app import App, json_text
 
-CLI = Path(__file__).resolve().parent.parent / "agctl" / "cli"
+CLI = Path(__file__).resolve().parents[2] / "agctl" / "cli"
 
 
 def test_emit_line_prints_one_object_a_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "agctl"
+PACKAGE = Path(__file__).resolve().parents[2] / "agctl"
 # Above storage/file/, who may import it: the facade that builds the default backend,
 # the doctor that runs the file backend's checks, and TAB completion (the layout, fast).
 FILE_BACKEND_USERS = {"agctl.store", "agctl.doctor", "agctl.cli.complete"}

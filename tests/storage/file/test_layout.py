@@ -10,7 +10,7 @@ import pytest
 
 from agctl.storage.file import layout
 
-PACKAGE = Path(__file__).resolve().parent.parent / "agctl"
+PACKAGE = Path(__file__).resolve().parents[3] / "agctl"
 LAYOUT = PACKAGE / "storage" / "file" / "layout.py"
 # Paths that are not in the data dir: the user's config file, the demo's own config.
 NOT_THE_DATA_DIR = {"config.json", "demo-config.json"}

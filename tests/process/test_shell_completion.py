@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT_FILES = {"bash": "agctl.bash", "zsh": "_agctl", "fish": "agctl.fish"}
 BASH_COMPLETION = Path("/usr/share/bash-completion/bash_completion")
 HEAVY = ("httpx", "pydantic", "pydantic_core")

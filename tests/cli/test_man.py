@@ -21,7 +21,7 @@ from agctl import manpages
 from agctl.errors import UsageError
 
 Run = Callable[..., Result]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MAN_DIR = ROOT / "agctl" / "man" / "man1"
 # What a build of the project reads: the metadata, the readme it names, the package.
 BUILD_INPUTS = ("pyproject.toml", "README.md", "agctl")

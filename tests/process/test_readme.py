@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 MARKER = re.compile(r"^<!-- runnable(?::\s*(?P<how>[^>]*?))?\s*-->$")
 FENCE = re.compile(r"^```(?P<lang>\w*)$")
