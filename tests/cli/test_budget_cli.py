@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 from fake_openai import FakeOpenAI
+from helpers import data_dir_files, draft_file
 
 from agctl.compress import render_transcript
 from agctl.hashing import message_hashes
@@ -81,17 +82,6 @@ def history() -> list[Message]:
 def window_for_limit(limit: int) -> int:
     """The smallest window whose auto budget leaves exactly `limit` tokens for a request."""
     return next(w for w in range(limit, 2 * limit) if w - ContextBudget.auto(w).reserve == limit)
-
-
-def documents(data_dir: Path) -> dict[str, bytes]:
-    root = data_dir / "sessions" / "s1"
-    paths = [root / "session.json", *sorted((root / "slots").glob("*.json"))]
-    return {str(p.relative_to(root)): p.read_bytes() for p in paths}
-
-
-def listing(data_dir: Path) -> set[str]:
-    root = data_dir / "sessions" / "s1"
-    return {str(p.relative_to(root)) for p in root.rglob("*") if p.name not in (".lock", "journal")}
 
 
 def zone_rows(output: str) -> dict[str, list[str]]:
@@ -263,7 +253,7 @@ def test_context_full_sends_nothing_and_writes_nothing(
         ok(run(*command))
     shown = as_json(run("--json", "ctx", "show", PROMPT))
     assert shown["room"] == -5
-    documents_before, files_before = documents(isolated_env), listing(isolated_env)
+    before = data_dir_files(isolated_env)
 
     result = run("turn", "send", PROMPT)
 
@@ -278,12 +268,9 @@ def test_context_full_sends_nothing_and_writes_nothing(
     assert "kept as a draft" in result.stderr
     assert result.stdout == ""
     assert wired.requests == []
-    assert documents(isolated_env) == documents_before
-    assert listing(isolated_env) == files_before | {"drafts", "drafts/default.json"}
-    assert (
-        json.loads((isolated_env / "sessions/s1/drafts/default.json").read_text())["prompt"]
-        == PROMPT
-    )
+    after = data_dir_files(isolated_env)
+    assert json.loads(after.pop(draft_file("s1")))["prompt"] == PROMPT
+    assert after == before
 
 
 COMPRESS_ROUTES: dict[str, list[tuple[str, ...]]] = {
@@ -401,13 +388,13 @@ def test_ctx_compress_on_a_readonly_slot_is_refused(
 ) -> None:
     add(store, None, *history())
     ok(run("slot", "mode", "readonly"))
-    before = documents(isolated_env)
+    before = data_dir_files(isolated_env)
 
     result = run("ctx", "compress", "--strategy", "truncate")
 
     assert result.exit_code == 4
     assert "slot 'default' is readonly: cannot compress" in result.stderr
-    assert documents(isolated_env) == before
+    assert data_dir_files(isolated_env) == before
     assert as_json(run("--json", "ckpt", "list")) == []
 
 
@@ -532,13 +519,13 @@ def test_merge_into_a_readonly_slot_is_refused(
     run: Run, isolated_env: Path, branch: list[Message]
 ) -> None:
     ok(run("slot", "mode", "readonly", "default"))
-    before = documents(isolated_env)
+    before = data_dir_files(isolated_env)
 
     result = run("slot", "merge", "b")
 
     assert result.exit_code == 4
     assert "slot 'default' is readonly: cannot merge" in result.stderr
-    assert documents(isolated_env) == before
+    assert data_dir_files(isolated_env) == before
 
 
 def test_merge_without_a_parent_or_into_is_a_usage_error(run: Run, branch: list[Message]) -> None:

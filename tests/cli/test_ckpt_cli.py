@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from click.testing import Result
-from helpers import dying_after_one_change, stored_documents
+from helpers import data_dir_files, draft_file, dying_after_one_change, stored_documents
 
 from agctl.checkpoints import Checkpointer
 from agctl.store import Store
@@ -44,15 +44,6 @@ def as_json(result: Result) -> Any:
 
 def documents(data_dir: Path, sid: str = SID) -> dict[str, Any]:
     return stored_documents(data_dir, sid)
-
-
-def session_files(data_dir: Path, sid: str) -> dict[str, bytes]:
-    directory = data_dir / "sessions" / sid
-    return {
-        str(p.relative_to(directory)): p.read_bytes()
-        for p in sorted(directory.rglob("*"))
-        if p.is_file() and p.name not in (".lock", "journal")
-    }
 
 
 def send(run: Run, prompt: str, *args: str) -> dict[str, Any]:
@@ -113,9 +104,9 @@ def test_create_with_a_label_and_show_it(run: Run, session: str, isolated_env: P
     shown = as_json(run("ckpt", "show", identifier, "--messages", "--json"))
     docs = documents(isolated_env)
     assert shown["id"] == identifier and shown["label"] == "good draft"
-    assert shown["session"] == docs["session.json"]
+    assert shown["session"] == docs["session"]
     [slot] = shown["slot_states"]
-    assert slot["document"] == docs["slots/default.json"]
+    assert slot["document"] == docs["slot:default"]
     assert (slot["id"], slot["mode"], slot["messages"], slot["immutable"]) == (
         "default",
         "full",
@@ -165,7 +156,7 @@ def test_turn_undo(
     fails(run("turn", "undo", "0"), EXIT_USAGE)
     text = ok(run("turn", "undo")).stdout
     assert text.startswith("back at turn 0; the replaced state is checkpoint ")
-    assert documents(isolated_env)["session.json"]["turn_count"] == 0
+    assert documents(isolated_env)["session"]["turn_count"] == 0
 
     ok(run("ckpt", "rollback", undone["saved_as"]))
     assert documents(isolated_env) == turns[3][1]
@@ -197,14 +188,14 @@ def test_fork(run: Run, turns: dict[int, tuple[str, dict[str, Any]]], isolated_e
     assert ok(run("session", "parent", "what-if")).stdout.strip() == SID
     assert ok(run("session", "children", SID)).stdout.strip() == "what-if"
     fork_docs = documents(isolated_env, "what-if")
-    assert fork_docs["slots/default.json"] == turns[1][1]["slots/default.json"]
+    assert fork_docs["slot:default"] == turns[1][1]["slot:default"]
 
-    parent = session_files(isolated_env, SID)
+    parent = data_dir_files(isolated_env, SID)
     assert send(run, "only in the fork")["turn"] == 2
-    assert session_files(isolated_env, SID) == parent
-    child = session_files(isolated_env, "what-if")
+    assert data_dir_files(isolated_env, SID) == parent
+    child = data_dir_files(isolated_env, "what-if")
     send(run, "only in the parent", "--session", SID)
-    assert session_files(isolated_env, "what-if") == child
+    assert data_dir_files(isolated_env, "what-if") == child
 
     fails(run("-s", SID, "ckpt", "fork", turns[1][0], "--id", "what-if"), EXIT_CONFLICT)
     plain = ok(run("-s", SID, "ckpt", "fork", turns[2][0])).stdout.strip()
@@ -380,9 +371,9 @@ def test_an_interrupted_rollback_is_finished_before_the_next_write(
 
     assert not Store(isolated_env).pending_recovery(SID)
     now = documents(isolated_env)
-    assert sorted(now) == ["session.json", "slots/default.json"]
-    assert now["session.json"] == expected["session.json"]
-    slot, wanted = now["slots/default.json"], expected["slots/default.json"]
+    assert sorted(now) == ["session", "slot:default"]
+    assert now["session"] == expected["session"]
+    slot, wanted = now["slot:default"], expected["slot:default"]
     *kept, new = slot["messages"]
     assert kept == wanted["messages"]
     assert (new["role"], new["content"]) == ("user", "after the crash")
@@ -397,11 +388,11 @@ def test_a_failed_turn_leaves_the_checkpoints_alone(
     script.write_text(json.dumps(["the only answer"]))
     assert send(run, "one", "--script", str(script))["checkpoint"] is not None
     ids = as_json(run("ckpt", "list", "--json"))
-    checkpoints = session_files(isolated_env, SID)
+    checkpoints = data_dir_files(isolated_env, SID)
     fails(run("turn", "send", "two", "--script", str(script)), EXIT_PROVIDER, "turn 2 has none")
     assert as_json(run("ckpt", "list", "--json")) == ids
-    after = session_files(isolated_env, SID)
-    assert json.loads(after.pop("drafts/default.json"))["prompt"] == "two"
+    after = data_dir_files(isolated_env, SID)
+    assert json.loads(after.pop(draft_file(SID)))["prompt"] == "two"
     assert after == checkpoints
 
 

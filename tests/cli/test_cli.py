@@ -11,9 +11,11 @@ from typing import Any
 import click
 import pytest
 from click.testing import CliRunner, Result
+from helpers import data_dir_files
 
 import agctl
 from agctl.cli import cli
+from agctl.store import Store
 
 Run = Callable[..., Result]
 
@@ -46,12 +48,17 @@ def as_json(result: Result) -> Any:
     return json.loads(result.stdout)
 
 
-def slot_path(data_dir: Path, session: str, slot: str = "default") -> Path:
-    return data_dir / "sessions" / session / "slots" / f"{slot}.json"
+def slot_ids(data_dir: Path, session: str) -> list[str]:
+    return Store(data_dir).slot_ids(session)
 
 
-def current_session_file(data_dir: Path) -> Path:
-    return data_dir / "current-session"
+def current_session(data_dir: Path) -> str | None:
+    return Store(data_dir).current_session_id()
+
+
+def has_files(data_dir: Path, session: str) -> bool:
+    """Whether anything of the session is on disk (a refused new one leaves nothing)."""
+    return bool(data_dir_files(data_dir, session))
 
 
 @pytest.fixture
@@ -153,8 +160,8 @@ def test_data_dir_option_overrides_the_environment(
 ) -> None:
     other = tmp_path / "elsewhere"
     ok(run("--data-dir", str(other), "session", "new", "x"))
-    assert (other / "sessions" / "x" / "session.json").is_file()
-    assert not (isolated_env / "sessions").exists()
+    assert Store(other).session_ids() == ["x"]
+    assert not data_dir_files(isolated_env)
 
 
 # ---- session -------------------------------------------------------------------------
@@ -164,7 +171,7 @@ class TestSessionNew:
     def test_with_id_prints_the_id_and_selects_it(self, run: Run, isolated_env: Path) -> None:
         result = ok(run("session", "new", "review", "--system", "You review.", "--title", "PR"))
         assert result.stdout == "review\n"
-        assert current_session_file(isolated_env).read_text().strip() == "review"
+        assert current_session(isolated_env) == "review"
         shown = as_json(run("session", "show", "--json"))
         assert shown["id"] == "review"
         assert shown["system_prompt"] == "You review."
@@ -202,7 +209,8 @@ class TestSessionNew:
 
     def test_missing_parent_is_not_found(self, run: Run, isolated_env: Path) -> None:
         fails(run("session", "new", "child", "--parent", "nope"), EXIT_NOT_FOUND, "nope")
-        assert not (isolated_env / "sessions" / "child").exists()
+        assert Store(isolated_env).session_ids() == []
+        assert not has_files(isolated_env, "child")
 
     def test_existing_id_is_a_conflict(self, run: Run, session: str) -> None:
         fails(run("session", "new", "s1"), EXIT_CONFLICT, "already exists")
@@ -210,7 +218,7 @@ class TestSessionNew:
     @pytest.mark.parametrize("bad", ["a/b", "..", "x:y", "-x"])
     def test_invalid_id_is_a_usage_error(self, run: Run, bad: str, isolated_env: Path) -> None:
         fails(run("session", "new", "--", bad), EXIT_USAGE, "session id")
-        assert not current_session_file(isolated_env).exists()
+        assert current_session(isolated_env) is None
 
 
 class TestSessionList:
@@ -268,39 +276,33 @@ class TestSessionShow:
     def test_no_session_selected(self, run: Run) -> None:
         fails(run("session", "show"), EXIT_USAGE, "no session selected")
 
-    def test_an_unrelated_corrupt_session_does_not_break_it(
-        self, run: Run, session: str, isolated_env: Path
-    ) -> None:
-        ok(run("session", "new", "broken", "--no-use"))
-        (isolated_env / "sessions" / "broken" / "session.json").write_text("garbage")
-        assert as_json(run("session", "show", "--json"))["id"] == "s1"
-
 
 class TestSessionUse:
     def test_switches_the_current_session(self, run: Run, session: str, isolated_env: Path) -> None:
         ok(run("session", "new", "s2", "--no-use"))
         result = ok(run("session", "use", "s2"))
         assert result.stdout == "current session: s2\n"
-        assert current_session_file(isolated_env).read_text().strip() == "s2"
+        assert current_session(isolated_env) == "s2"
         assert as_json(run("session", "use", "s1", "--json")) == {"current_session": "s1"}
 
     def test_missing_is_not_found(self, run: Run, session: str, isolated_env: Path) -> None:
         fails(run("session", "use", "nope"), EXIT_NOT_FOUND, "nope")
-        assert current_session_file(isolated_env).read_text().strip() == "s1"
+        assert current_session(isolated_env) == "s1"
 
 
 class TestSessionRm:
     def test_destroys_the_session(self, run: Run, session: str, isolated_env: Path) -> None:
         ok(run("session", "new", "s2", "--no-use"))
         assert ok(run("session", "rm", "s2")).stdout == "destroyed s2\n"
-        assert not (isolated_env / "sessions" / "s2").exists()
+        assert Store(isolated_env).session_ids() == ["s1"]
+        assert not has_files(isolated_env, "s2")
         assert [r["id"] for r in as_json(run("session", "list", "--json"))] == ["s1"]
 
     def test_destroying_the_current_session_unselects_it(
         self, run: Run, session: str, isolated_env: Path
     ) -> None:
         assert as_json(run("session", "rm", "s1", "--json"))["destroyed"] == ["s1"]
-        assert not current_session_file(isolated_env).exists()
+        assert current_session(isolated_env) is None
         fails(run("msg", "list"), EXIT_USAGE, "no session selected")
 
     def test_refuses_a_session_with_children(
@@ -308,8 +310,7 @@ class TestSessionRm:
     ) -> None:
         ok(run("session", "new", "kid", "--parent", "s1", "--no-use"))
         fails(run("session", "rm", "s1"), EXIT_CONFLICT, "has children", "kid")
-        assert (isolated_env / "sessions" / "s1" / "session.json").is_file()
-        assert (isolated_env / "sessions" / "kid" / "session.json").is_file()
+        assert Store(isolated_env).session_ids() == ["kid", "s1"]
 
     def test_recursive_destroys_the_descendants(
         self, run: Run, session: str, isolated_env: Path
@@ -668,7 +669,7 @@ class TestSlotRm:
         ok(run("slot", "new", "b"))
         result = ok(run("slot", "rm", "b"))
         assert result.stdout == "deleted slot b; current slot: default\n"
-        assert not slot_path(isolated_env, "s1", "b").exists()
+        assert slot_ids(isolated_env, "s1") == ["default"]
 
     def test_deleting_the_current_slot_falls_back_to_default(self, run: Run, session: str) -> None:
         ok(run("slot", "new", "b", "--use"))
@@ -681,7 +682,7 @@ class TestSlotRm:
     def test_default_is_protected(self, run: Run, session: str, isolated_env: Path) -> None:
         ok(run("slot", "new", "b"))
         fails(run("slot", "rm", "default"), EXIT_CONFLICT, "default")
-        assert slot_path(isolated_env, "s1").is_file()
+        assert slot_ids(isolated_env, "s1") == ["b", "default"]
 
     def test_the_only_slot_is_protected(self, run: Run, session: str) -> None:
         fails(run("slot", "rm", "default"), EXIT_CONFLICT)
@@ -715,9 +716,9 @@ class TestMsgAppend:
     def test_invalid_utf8_on_stdin_writes_nothing(
         self, run: Run, session: str, isolated_env: Path
     ) -> None:
-        before = slot_path(isolated_env, "s1").read_bytes()
+        before = data_dir_files(isolated_env, "s1")
         fails(run("msg", "append", "user", "-", input=b"caf\xe9\n"), EXIT_DATA, "UTF-8")
-        assert slot_path(isolated_env, "s1").read_bytes() == before
+        assert data_dir_files(isolated_env, "s1") == before
 
     @pytest.mark.parametrize("piped", ["", "\n"])
     def test_empty_stdin_is_refused(self, run: Run, session: str, piped: str) -> None:
@@ -1012,22 +1013,22 @@ class TestMsgImport:
     ) -> None:
         source = tmp_path / "bad.json"
         source.write_text(data)
-        before = slot_path(isolated_env, "s1").read_bytes()
+        before = data_dir_files(isolated_env, "s1")
         args = ["msg", "import", str(source), *(["--replace"] if replace else [])]
         fails(run(*args), EXIT_DATA, needle)
-        assert slot_path(isolated_env, "s1").read_bytes() == before
+        assert data_dir_files(isolated_env, "s1") == before
 
     def test_invalid_stdin_writes_nothing(self, run: Run, chat: str, isolated_env: Path) -> None:
-        before = slot_path(isolated_env, "s1").read_bytes()
+        before = data_dir_files(isolated_env, "s1")
         fails(run("msg", "import", "-", "--format", "openai", input="nope"), EXIT_DATA, "<stdin>")
-        assert slot_path(isolated_env, "s1").read_bytes() == before
+        assert data_dir_files(isolated_env, "s1") == before
 
     def test_empty_input_with_replace_is_refused(
         self, run: Run, chat: str, isolated_env: Path
     ) -> None:
-        before = slot_path(isolated_env, "s1").read_bytes()
+        before = data_dir_files(isolated_env, "s1")
         fails(run("msg", "import", "-", "--replace", input=""), EXIT_DATA)
-        assert slot_path(isolated_env, "s1").read_bytes() == before
+        assert data_dir_files(isolated_env, "s1") == before
 
 
 # ---- readonly slots ----------------------------------------------------------------
@@ -1050,26 +1051,26 @@ READONLY_WRITES = {
 class TestReadonly:
     @pytest.fixture
     def readonly(self, run: Run, chat: str, isolated_env: Path, tmp_path: Path) -> Path:
-        """The current slot made readonly; returns its file."""
+        """The current slot made readonly; returns the data dir."""
         ok(run("slot", "mode", "readonly"))
         (tmp_path / "in.json").write_text('[{"role": "user", "content": "new"}]')
-        return slot_path(isolated_env, "s1")
+        return isolated_env
 
     @pytest.mark.parametrize("args", READONLY_WRITES.values(), ids=READONLY_WRITES.keys())
     def test_every_write_is_refused_and_nothing_changes(
         self, run: Run, readonly: Path, tmp_path: Path, args: list[str]
     ) -> None:
-        before = readonly.read_bytes()
+        before = data_dir_files(readonly, "s1")
         argv = [a.replace("{file}", str(tmp_path / "in.json")) for a in args]
         stdin = '[{"role": "user", "content": "new"}]' if argv[-1] == "-" else None
         fails(run(*argv, input=stdin), EXIT_CONFLICT, "readonly", "slot mode full")
-        assert readonly.read_bytes() == before
+        assert data_dir_files(readonly, "s1") == before
 
     def test_refused_through_slot_option_too(self, run: Run, chat: str, isolated_env: Path) -> None:
         ok(run("slot", "new", "ref", "--mode", "readonly"))
-        before = slot_path(isolated_env, "s1", "ref").read_bytes()
+        before = data_dir_files(isolated_env, "s1")
         fails(run("msg", "append", "user", "x", "--slot", "ref"), EXIT_CONFLICT, "'ref'")
-        assert slot_path(isolated_env, "s1", "ref").read_bytes() == before
+        assert data_dir_files(isolated_env, "s1") == before
 
     def test_reading_and_deriving_still_work(self, run: Run, readonly: Path) -> None:
         assert contents(run) == ["u0", "a1", "u2", "a3"]
@@ -1140,35 +1141,3 @@ class TestMemory:
 
 
 # ---- broken data on disk -----------------------------------------------------------
-
-
-class TestBrokenData:
-    def test_corrupt_slot_names_the_file(self, run: Run, chat: str, isolated_env: Path) -> None:
-        path = slot_path(isolated_env, "s1")
-        path.write_text("{ not json")
-        result = fails(run("msg", "list"), EXIT_DATA, str(path))
-        assert "not valid JSON" in result.stderr
-        fails(run("msg", "append", "user", "x"), EXIT_DATA, str(path))
-        assert path.read_text() == "{ not json"
-
-    def test_newer_major_schema_is_refused_naming_both_versions(
-        self, run: Run, chat: str, isolated_env: Path
-    ) -> None:
-        path = slot_path(isolated_env, "s1")
-        document = json.loads(path.read_text())
-        document["schema_version"] = "7.0"
-        path.write_text(json.dumps(document))
-        before = path.read_bytes()
-        result = fails(run("msg", "append", "user", "x"), EXIT_DATA, "7.0", "1.0")
-        assert str(path) in result.stderr
-        assert path.read_bytes() == before
-
-    def test_corrupt_session_is_skipped_by_list_with_a_warning(
-        self, run: Run, session: str, isolated_env: Path
-    ) -> None:
-        ok(run("session", "new", "broken", "--no-use"))
-        (isolated_env / "sessions" / "broken" / "session.json").write_text("[]")
-        result = ok(run("session", "list", "--json"))
-        assert [r["id"] for r in json.loads(result.stdout)] == ["s1"]
-        assert "warning" in result.stderr
-        assert "broken" in result.stderr

@@ -22,6 +22,7 @@ from types import FrameType
 import click
 import pytest
 from click.testing import CliRunner, Result
+from helpers import data_dir_files
 from test_json_everywhere import INVOCATIONS, leaf_commands
 
 from agctl.cli import cli
@@ -413,14 +414,6 @@ def assert_clean_refusal(result: subprocess.CompletedProcess[bytes], code: int) 
     return stderr
 
 
-def files(root: Path) -> dict[Path, bytes]:
-    return {
-        p: p.read_bytes()
-        for p in root.rglob("*")
-        if p.is_file() and p.name not in (".lock", "journal")
-    }
-
-
 UNDECODABLE = [
     (["msg", "append", "user", b"caf\xe9"], "argument TEXT of 'agctl msg append' (argument 4)"),
     (["msg", "edit", "0", b"caf\xe9"], "argument TEXT of 'agctl msg edit' (argument 4)"),
@@ -441,7 +434,7 @@ UNDECODABLE = [
 def test_undecodable_bytes_on_the_command_line_are_refused_before_anything_runs(
     process_env: dict[str, str], world: World, args: list[str | bytes], named: str
 ) -> None:
-    before = files(world.root / "data")
+    before = data_dir_files(world.root / "data")
     result = agctl(process_env, *args, "--json")  # the error too is JSON then
     assert result.returncode == 2 and not result.stdout, result
     error = json.loads(result.stderr)["error"]
@@ -449,7 +442,7 @@ def test_undecodable_bytes_on_the_command_line_are_refused_before_anything_runs(
     assert named in error["message"]
     assert "is not valid UTF-8: " in error["message"]
     assert "caf\\xe9'" in error["message"] or "'\\xff'" in error["message"]
-    assert files(world.root / "data") == before
+    assert data_dir_files(world.root / "data") == before
     stderr = assert_clean_refusal(agctl(process_env, *args), 2)
     assert named in stderr
 

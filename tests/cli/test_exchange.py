@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from helpers import stored_documents
+from helpers import data_dir_files, stored_documents
 
 from agctl.cli import cli
 from agctl.interchange import SessionExport, export_session, import_session
@@ -60,13 +60,13 @@ def fails(result: Result, code: int, *needles: str) -> Result:
 
 
 def documents(data_dir: Path, session: str) -> dict[str, Any]:
-    """Every stored document of a session, parsed: session.json and each slot."""
+    """Every stored document of a session, parsed: the session's and each slot's."""
     return stored_documents(data_dir, session)
 
 
 def nothing_written(data_dir: Path) -> bool:
-    sessions = data_dir / "sessions"
-    return not sessions.exists() or not any(sessions.iterdir())
+    """No session, and not one file in the data dir."""
+    return not Store(data_dir).list_sessions() and not data_dir_files(data_dir)
 
 
 @pytest.fixture
@@ -199,9 +199,9 @@ def test_an_existing_id_is_refused_unless_imported_as_another(
     result = ok(run("session", "import", str(exported), "--as", "copy", "--no-use", "--json"))
     assert json.loads(result.stdout) == {"session": "copy"}
     copied = documents(isolated_env, "copy")
-    assert copied["session.json"] == {**before["session.json"], "id": "copy"}
-    assert {k: v for k, v in copied.items() if k != "session.json"} == {
-        k: v for k, v in before.items() if k != "session.json"
+    assert copied["session"] == {**before["session"], "id": "copy"}
+    assert {k: v for k, v in copied.items() if k != "session"} == {
+        k: v for k, v in before.items() if k != "session"
     }
     assert json.loads(ok(run("session", "show", "--json")).stdout)["id"] == "s"
     fails(run("session", "import", str(exported), "--as", "copy"), EXIT_CONFLICT, "'copy'")
@@ -379,9 +379,9 @@ def test_schemas_name_the_keys_of_real_documents(
     ok(run("turn", "send", "hello", "--record", str(cassette)))
     stored = documents(isolated_env, "s")
     real = {
-        "session": stored["session.json"],
-        "slot": stored["slots/default.json"],
-        "message": stored["slots/default.json"]["messages"][-1],
+        "session": stored["session"],
+        "slot": stored["slot:default"],
+        "message": stored["slot:default"]["messages"][-1],
         "cassette": json.loads(cassette.read_text().splitlines()[0]),
         "export": json.loads(ok(run("session", "export")).stdout),
     }

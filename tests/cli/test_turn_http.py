@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 from fake_openai import FakeOpenAI
+from helpers import data_dir_files, draft_file
 
 from agctl.config import Resolved, mask
 from agctl.errors import ProviderError
@@ -76,18 +77,6 @@ def conversation(store: Store, sid: str, slot: str | None = None) -> list[dict[s
         {k: v for k, v in m.model_dump(mode="json").items() if k in keep}
         for m in store.load_slot(sid, slot).messages
     ]
-
-
-def documents(data_dir: Path, sid: str) -> dict[str, bytes]:
-    """session.json and every slot file, as bytes."""
-    root = data_dir / "sessions" / sid
-    paths = [root / "session.json", *sorted((root / "slots").glob("*.json"))]
-    return {str(p.relative_to(root)): p.read_bytes() for p in paths}
-
-
-def listing(data_dir: Path, sid: str) -> set[str]:
-    root = data_dir / "sessions" / sid
-    return {str(p.relative_to(root)) for p in root.rglob("*") if p.name not in (".lock", "journal")}
 
 
 def configure(run: Run, **settings: str) -> None:
@@ -457,7 +446,7 @@ def test_a_fault_writes_nothing_and_keeps_a_draft_to_resume(
     fault = FAULTS[name]
     configure(run, **fault.config)
     add(store, sid, msg("user", "u1"), msg("assistant", "a1"))
-    before, files = documents(isolated_env, sid), listing(isolated_env, sid)
+    before = data_dir_files(isolated_env, sid)
     fault.inject(wired)
 
     stream = "--stream" if fault.stream else "--no-stream"
@@ -470,8 +459,9 @@ def test_a_fault_writes_nothing_and_keeps_a_draft_to_resume(
         assert fragment in error
     assert "--resume-draft" in error
     assert len(chats(wired)) == fault.requests
-    assert documents(isolated_env, sid) == before
-    assert listing(isolated_env, sid) == files | {"drafts", "drafts/default.json"}
+    after = data_dir_files(isolated_env, sid)
+    after.pop(draft_file(sid))
+    assert after == before
     draft = store.load_draft(sid, "default")
     assert (draft.prompt, draft.slot) == ("What now?", "default")
     assert draft.error is not None and fault.expect[0] in draft.error
@@ -613,14 +603,14 @@ def test_a_readonly_slot_refuses_before_any_request(
 ) -> None:
     add(store, sid, msg("user", "u1"), msg("assistant", "a1"))
     store.set_mode(sid, None, "readonly")
-    before = documents(isolated_env, sid)
+    before = data_dir_files(isolated_env, sid)
 
     result = send(run, "Hello?", stream)
 
     assert result.exit_code == 4
     assert "readonly" in result.stderr
     assert wired.requests == []
-    assert documents(isolated_env, sid) == before
+    assert data_dir_files(isolated_env, sid) == before
 
 
 # ---- cassettes ---------------------------------------------------------------------------
@@ -662,7 +652,7 @@ def test_a_recorded_conversation_replays_offline_in_a_new_session(
         result = send(run, prompt, "--cassette", str(cassette))
         assert result.exit_code == 0, result.output
 
-    before, files = documents(isolated_env, "rep"), listing(isolated_env, "rep")
+    before = data_dir_files(isolated_env, "rep")
     changed = "Thanks; summarise briefly."
     wanted = prepare_turn(store, "rep", changed, TurnOptions(model=MODEL)).request.fingerprint()
     miss = send(run, changed, "--cassette", str(cassette))
@@ -673,8 +663,9 @@ def test_a_recorded_conversation_replays_offline_in_a_new_session(
     assert f"closest recorded request {closest} shares 5 of 6 messages" in miss.stderr
     assert f"now      [5] user: {changed}" in miss.stderr
     assert f"recorded [5] user: {PROMPTS[2]}" in miss.stderr
-    assert documents(isolated_env, "rep") == before
-    assert listing(isolated_env, "rep") <= files | {"drafts", "drafts/default.json"}
+    after = data_dir_files(isolated_env, "rep")
+    after.pop(draft_file("rep"), None)
+    assert after == before
     assert cassette.read_bytes() == raw
 
     result = send(run, PROMPTS[2], "--cassette", str(cassette), "--json")
@@ -859,7 +850,7 @@ def test_ctrl_c_mid_request_exits_130_and_writes_nothing(
 ) -> None:
     add(store, sid, msg("user", "u1"), msg("assistant", "a1"))
     wired.fail("slow", seconds=10)
-    before = documents(isolated_env, sid)
+    before = data_dir_files(isolated_env, sid)
 
     child = subprocess.Popen(
         [sys.executable, "-m", "agctl", "turn", "send", "Are you there?", "--stream"],
@@ -886,6 +877,8 @@ def test_ctrl_c_mid_request_exits_130_and_writes_nothing(
     assert stderr.startswith(b"agctl: error: interrupted\n"), stderr
     assert b"Traceback" not in stderr
     assert stdout == b""
-    assert documents(isolated_env, sid) == before
+    after = data_dir_files(isolated_env, sid)
+    after.pop(draft_file(sid))
+    assert after == before
     assert store.load_draft(sid, "default").prompt == "Are you there?"
     assert len(wired.requests) == 1

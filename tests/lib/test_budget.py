@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from helpers import data_dir_files, draft_file
 
 from agctl.budget import (
     CONTEXT_WINDOWS,
@@ -82,14 +83,6 @@ def tool_call(*calls: tuple[str, str, str]) -> Message:
 
 def tool_result(call_id: str, content: str) -> Message:
     return Message(role="tool", content=content, tool_call_id=call_id)
-
-
-def files(store: Store) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(store.root)): p.read_bytes()
-        for p in store.root.rglob("*")
-        if p.is_file() and p.name not in (".lock", "journal")
-    }
 
 
 def add(store: Store, sid: str, slot: str | None, *messages: Message) -> None:
@@ -549,7 +542,7 @@ def test_one_token_over_compresses_then_sends(store: Store) -> None:
 
 def test_one_token_over_with_auto_compress_off_is_context_full(store: Store) -> None:
     _, window = threshold_session(store)
-    before = files(store)
+    before = data_dir_files(store.root)
     provider = RecordingOffline()
     options = TurnOptions(model="offline", window=window, auto_compress=False)
 
@@ -561,8 +554,8 @@ def test_one_token_over_with_auto_compress_off_is_context_full(store: Store) -> 
     assert str(caught.value).startswith("context full")
     assert "1 tokens over" in str(caught.value)
     assert provider.requests == []
-    after = files(store)
-    assert set(after) - set(before) == {"sessions/s/drafts/default.json"}
+    after = data_dir_files(store.root)
+    assert set(after) - set(before) == {draft_file("s")}
     assert {k: v for k, v in after.items() if k in before} == before
     assert store.load_draft("s", "default").prompt == PROMPT_OVER
 
@@ -701,12 +694,12 @@ def test_compress_and_summarize_refuse_a_readonly_slot(store: Store) -> None:
     store.create_session("s")
     add(store, "s", None, *[msg("user", t) for t in LONG])
     store.set_mode("s", None, "readonly")
-    before = files(store)
+    before = data_dir_files(store.root)
     with pytest.raises(ReadonlySlot):
         compress(store, "s", None, strategy="truncate", keep_recent=1)
     with pytest.raises(ReadonlySlot):
         summarize_slot(store, "s", None, OfflineProvider())
-    assert files(store) == before
+    assert data_dir_files(store.root) == before
 
 
 def test_summarize_slot_stores_the_offline_summary_as_summary_override(store: Store) -> None:
@@ -768,12 +761,12 @@ def test_merge_append_copies_what_the_branch_added(branched: Store) -> None:
 
 def test_merge_twice_adds_nothing_and_writes_nothing(branched: Store) -> None:
     merge_slots(branched, "s", "b")
-    before = files(branched)
+    before = data_dir_files(branched.root)
 
     again = merge_slots(branched, "s", "b", strategy="summary", provider=OfflineProvider())
 
     assert (again.merged, again.appended, again.skipped) == (0, 0, 2)
-    assert files(branched) == before
+    assert data_dir_files(branched.root) == before
 
 
 def test_merge_after_more_work_brings_only_the_new_messages(branched: Store) -> None:
@@ -831,12 +824,12 @@ def test_merge_from_a_focused_derive(store: Store) -> None:
 
 def test_merge_into_a_readonly_slot_is_refused(branched: Store) -> None:
     branched.set_mode("s", None, "readonly")
-    before = files(branched)
+    before = data_dir_files(branched.root)
     with pytest.raises(ReadonlySlot):
         merge_slots(branched, "s", "b")
     with pytest.raises(ReadonlySlot):
         merge_slots(branched, "s", "b", strategy="summary", provider=OfflineProvider())
-    assert files(branched) == before
+    assert data_dir_files(branched.root) == before
 
 
 def test_merge_needs_a_target(branched: Store) -> None:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import checkpoints_dir, dying_after_one_change, stored_documents
+from helpers import (
+    data_dir_files,
+    dying_after_one_change,
+    stored_documents,
+)
 
 from agctl.checkpoints import (
-    Checkpoint,
     Checkpointer,
     SessionState,
     checkpoint_id,
@@ -20,27 +21,21 @@ from agctl.checkpoints import (
 from agctl.errors import (
     AlreadyExists,
     AmbiguousId,
-    CorruptDocument,
-    HasChildren,
     NotFound,
-    ProviderError,
     SlotChanged,
-    TurnInterrupted,
     UsageError,
 )
 from agctl.ids import BASE32_ALPHABET, new_session_id
-from agctl.models import Message, Slot
+from agctl.models import Message, Session, Slot
 from agctl.providers.base import (
     ChatRequest,
     Event,
     Finish,
     ReasoningDelta,
-    TextDelta,
     ToolCallDelta,
     Usage,
 )
 from agctl.providers.offline import OfflineProvider
-from agctl.storage.file.layout import RESTORE_JOURNAL
 from agctl.store import Store
 from agctl.turns import TurnOptions, TurnResult, send_turn
 
@@ -66,7 +61,7 @@ def edit(store: Store, index: int, text: str, slot: str | None = None) -> None:
 
 
 def documents(store: Store, sid: str = SID) -> dict[str, Any]:
-    """The session document and every slot, parsed, keyed by their path in the session dir."""
+    """The session document and every slot, parsed (see stored_documents)."""
     return stored_documents(store, sid)
 
 
@@ -86,52 +81,6 @@ def at(store: Store, identifier: str, sid: str = SID) -> dict[str, Any]:
     return dumped(keeper.state(sid, keeper.load(sid, identifier)))
 
 
-def session_files(store: Store, sid: str) -> dict[str, bytes]:
-    """Every byte of a session's directory (the lock file aside)."""
-    directory = store.session_dir(sid)
-    return {
-        str(p.relative_to(directory)): p.read_bytes()
-        for p in sorted(directory.rglob("*"))
-        if p.is_file() and p.name not in (".lock", "journal")
-    }
-
-
-def log_path(store: Store, sid: str = SID) -> Path:
-    return checkpoints_dir(store, sid) / "log"
-
-
-def log_records(store: Store, sid: str = SID) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
-    """(offset, line, record) for every line of the checkpoint log."""
-    offset = 0
-    for line in log_path(store, sid).read_bytes().splitlines(keepends=True):
-        yield offset, line, json.loads(line.rpartition(b"\t")[0] or line)
-        offset += len(line)
-
-
-def node_offset(store: Store, content: str) -> tuple[int, bytes]:
-    """The offset and line of the message node holding `content`."""
-    for offset, line, record in log_records(store):
-        if "h" in record and record["m"].get("content") == content:
-            return offset, line
-    raise AssertionError(f"no node holds {content!r}")
-
-
-def overwrite(path: Path, offset: int, data: bytes) -> None:
-    raw = bytearray(path.read_bytes())
-    raw[offset : offset + len(data)] = data
-    path.write_bytes(bytes(raw))
-
-
-def checkpoint_bytes(store: Store, sid: str = SID) -> int:
-    return sum(p.stat().st_size for p in checkpoints_dir(store, sid).iterdir())
-
-
-def live_bytes(store: Store, sid: str = SID) -> int:
-    directory = store.session_dir(sid)
-    slots = sum(p.stat().st_size for p in (directory / "slots").iterdir())
-    return (directory / "session.json").stat().st_size + slots
-
-
 class ToolCallProvider:
     """Replies with reasoning and one tool call, as a reasoning model calling a tool would."""
 
@@ -143,23 +92,6 @@ class ToolCallProvider:
         yield ToolCallDelta(0, arguments='{"q": "tides"}')
         yield Usage(prompt_tokens=40, completion_tokens=9)
         yield Finish("tool_calls")
-
-
-class FailingProvider:
-    """Streams part of a reply, then fails the way a provider or a user would."""
-
-    name = "failing"
-
-    def __init__(self, error: BaseException | None, text: str = "partial ") -> None:
-        self.error = error
-        self.text = text
-
-    def stream(self, request: ChatRequest) -> Iterator[Event]:
-        if self.text:
-            yield TextDelta(self.text)
-        if self.error is not None:
-            raise self.error
-        yield Finish("stop")
 
 
 class EditingProvider(OfflineProvider):
@@ -180,11 +112,18 @@ class EditingProvider(OfflineProvider):
         yield from super().stream(request)
 
 
-def hand_edit(path: Path, change: Any) -> None:
-    """Rewrite a JSON document by hand, as another tool or a newer agctl would."""
-    document = json.loads(path.read_bytes())
-    change(document)
-    path.write_text(json.dumps(document, indent=2))
+def hand_edit(store: Store, slot_id: str | None, change: Any) -> None:
+    """Rewrite the JSON of the session document (slot_id None) or of a slot, as another tool
+    or a newer agctl would: none of agctl's rules run and no checkpoint is taken."""
+    with store.transaction(SID) as tx:
+        if slot_id is None:
+            session = tx.load_session(SID).model_dump(mode="json")
+            change(session)
+            tx.put_session(Session.model_validate(session))
+        else:
+            slot = tx.load_slot(SID, slot_id).model_dump(mode="json")
+            change(slot)
+            tx.put_slot(Slot.model_validate(slot))
 
 
 def add_extras(document: dict[str, Any]) -> None:
@@ -229,14 +168,12 @@ def build_rich_session(store: Store) -> Checkpointer:
     store.memory_set(SID, "scratch", "temporary")
     store.memory_remove(SID, "scratch")
     store.use_slot(SID, "focus")
-    directory = store.session_dir(SID)
-    hand_edit(directory / "slots" / "focus.json", add_extras)
-    hand_edit(directory / "session.json", lambda doc: doc.update(x_session={"a": [1, None]}))
+    hand_edit(store, "focus", add_extras)
+    hand_edit(store, None, lambda doc: doc.update(x_session={"a": [1, None]}))
     return Checkpointer(store)
 
 
 def change_everything(store: Store) -> None:
-    directory = store.session_dir(SID)
     turn(store, "after the checkpoint")
     store.use_slot(SID, "default")
     store.set_mode(SID, "default", "full", focus={"summary_override": ""})
@@ -248,8 +185,8 @@ def change_everything(store: Store) -> None:
     store.memory_set(SID, "goal", "changed")
     store.memory_set(SID, "extra", "new")
     store.update_session(SID, lambda session: setattr(session, "title", "renamed"))
-    hand_edit(directory / "slots" / "focus.json", lambda doc: doc.pop("x_plugin"))
-    hand_edit(directory / "session.json", lambda doc: doc.pop("x_session"))
+    hand_edit(store, "focus", lambda doc: doc.pop("x_plugin"))
+    hand_edit(store, None, lambda doc: doc.pop("x_session"))
 
 
 # ---- exact rollback --------------------------------------------------------------------
@@ -296,7 +233,7 @@ def test_rollback_restores_every_field_of_every_document(store: Store) -> None:
     expected_files, expected_models = documents(store), live(store)
     change_everything(store)
     changed = documents(store)
-    assert "slots/later.json" in changed and "slots/static.json" not in changed
+    assert "slot:later" in changed and "slot:static" not in changed
     assert changed != expected_files
 
     restored, saved = keeper.rollback(SID, checkpoint.id)
@@ -305,9 +242,7 @@ def test_rollback_restores_every_field_of_every_document(store: Store) -> None:
     assert saved.turn_index == 6 and saved.label == f"before rollback to {checkpoint.id}"
     assert documents(store) == expected_files
     assert live(store) == expected_models
-    slot_files = sorted(p.name for p in (store.session_dir(SID) / "slots").iterdir())
-    assert slot_files == ["copy.json", "default.json", "focus.json", "static.json"]
-    assert not (store.session_dir(SID) / RESTORE_JOURNAL).exists()
+    assert store.slot_ids(SID) == ["copy", "default", "focus", "static"]
 
 
 def test_a_rollback_of_a_rollback_restores_the_replaced_state(store: Store) -> None:
@@ -373,20 +308,6 @@ def test_undo_beyond_the_history_is_not_found_and_changes_nothing(store: Store) 
     assert documents(store) == before and keeper.ids(SID) == ids
 
 
-def test_without_checkpoints_there_is_nothing_to_undo_to(store: Store) -> None:
-    store.create_session(SID)
-    keeper = Checkpointer(store)
-    result = turn(store, "one", checkpoint=False)
-    turn(store, "two", checkpoint=False)
-    assert result.checkpoint is None
-    assert keeper.ids(SID) == []
-    assert not checkpoints_dir(keeper.store, SID).exists()
-    before = documents(store)
-    with pytest.raises(NotFound, match="automatic checkpoints may have been off"):
-        keeper.undo(SID)
-    assert documents(store) == before
-
-
 def test_undo_across_a_turn_sent_without_checkpoint(store: Store) -> None:
     store.create_session(SID)
     keeper = Checkpointer(store)
@@ -449,14 +370,14 @@ def test_a_fork_and_its_parent_do_not_touch_each_other(store: Store) -> None:
     assert first.checkpoint is not None
     keeper.fork(SID, first.checkpoint, "child")
 
-    parent_bytes = session_files(store, SID)
+    parent_bytes = data_dir_files(store.root, SID)
     in_child = turn(store, "child only", sid="child")
-    assert session_files(store, SID) == parent_bytes
+    assert data_dir_files(store.root, SID) == parent_bytes
     assert in_child.turn == 2
 
-    child_bytes = session_files(store, "child")
+    child_bytes = data_dir_files(store.root, "child")
     turn(store, "parent again")
-    assert session_files(store, "child") == child_bytes
+    assert data_dir_files(store.root, "child") == child_bytes
 
     child_texts = [m.text() for m in store.load_slot("child").messages if m.role == "user"]
     parent_texts = [m.text() for m in store.load_slot(SID).messages if m.role == "user"]
@@ -660,12 +581,14 @@ def test_diff_of_zones_and_tool_calls(store: Store) -> None:
     send_turn(store, SID, "look it up", ToolCallProvider(), OPTIONS)
     store.create_slot(SID, "static", immutable=[Message(role="system", content="Pirate.")])
     hand_edit(
-        store.session_dir(SID) / "slots" / "static.json",
+        store,
+        "static",
         lambda doc: doc.update(compressed=[{"role": "system", "content": "Earlier."}]),
     )
     static_before = keeper.create(SID).id
     hand_edit(
-        store.session_dir(SID) / "slots" / "static.json",
+        store,
+        "static",
         lambda doc: doc.update(immutable=[{"role": "system", "content": "Ninja."}], compressed=[]),
     )
     added = keeper.diff(SID, a)["slots"]["changed"]["default"]["messages"]["added"]
@@ -689,202 +612,10 @@ def test_diff_previews_tool_calls_by_name(store: Store) -> None:
 # ---- failed turns ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("error", "text", "raised"),
-    [
-        (ProviderError("HTTP 500"), "partial ", ProviderError),
-        (None, "", ProviderError),  # an empty reply
-        (KeyboardInterrupt(), "partial ", TurnInterrupted),
-    ],
-    ids=["provider-error", "empty-reply", "interrupted"],
-)
-def test_a_failed_turn_leaves_no_checkpoint(
-    store: Store, error: BaseException | None, text: str, raised: type[Exception]
-) -> None:
-    store.create_session(SID)
-    keeper = Checkpointer(store)
-    with pytest.raises(raised):
-        send_turn(store, SID, "first", FailingProvider(error, text), OPTIONS)
-    assert keeper.ids(SID) == []
-    assert not log_path(store).exists()
-
-    turn(store, "second")
-    ids = keeper.ids(SID)
-    before = {
-        name: data
-        for name, data in session_files(store, SID).items()
-        if name != "drafts/default.json"
-    }
-    with pytest.raises(raised):
-        send_turn(store, SID, "third", FailingProvider(error, text), OPTIONS)
-    assert keeper.ids(SID) == ids
-    after = session_files(store, SID)
-    assert json.loads(after.pop("drafts/default.json"))["prompt"] == "third"
-    assert after == before
-
-
 # ---- storage ---------------------------------------------------------------------------
 
 
-def test_checkpoint_storage_grows_linearly(store: Store) -> None:
-    store.create_session(SID, system_prompt="Be brief.")
-    added: dict[int, int] = {}
-    for number in range(1, 201):
-        before = checkpoint_bytes(store) if number > 1 else 0
-        turn(store, f"prompt number {number}: tell me something about the number {number}")
-        added[number] = checkpoint_bytes(store) - before
-    total, state = checkpoint_bytes(store), live_bytes(store)
-    assert len(Checkpointer(store).ids(SID)) == 201
-    assert total <= 3.5 * state, (total, state)
-    assert added[200] <= 2 * added[20], (added[20], added[200])
-    assert added[20] <= 2 * added[200], (added[20], added[200])
-
-
 # ---- damage ----------------------------------------------------------------------------
-
-
-def four_turns(store: Store) -> dict[int, tuple[str, dict[str, Any]]]:
-    """Turn number -> (its checkpoint id, the documents it saw)."""
-    store.create_session(SID)
-    seen = {}
-    for number in range(1, 5):
-        result = turn(store, f"prompt {number}")
-        assert result.checkpoint is not None
-        seen[number] = (result.checkpoint, documents(store))
-    return seen
-
-
-@pytest.mark.parametrize("damage", ["changed-byte", "torn-record"])
-def test_a_damaged_node_breaks_only_the_checkpoints_that_use_it(store: Store, damage: str) -> None:
-    seen = four_turns(store)
-    keeper = Checkpointer(store)
-    path = log_path(store)
-    offset, line = node_offset(store, "prompt 3")
-    if damage == "changed-byte":
-        overwrite(path, offset + line.index(b"prompt 3"), b"prompt X")
-    else:
-        half = len(line) // 2
-        overwrite(path, offset + half, b" " * (len(line) - half - 1))
-    live_before, ids = session_files(store, SID), keeper.ids(SID)
-
-    for number in (3, 4):
-        identifier = seen[number][0]
-        with pytest.raises(CorruptDocument) as excinfo:
-            keeper.rollback(SID, identifier)
-        assert excinfo.value.path == path
-        assert str(path) in str(excinfo.value)
-        assert f"byte {offset}" in str(excinfo.value)
-        with pytest.raises(CorruptDocument):
-            keeper.diff(SID, identifier)
-    assert session_files(store, SID) == live_before
-    assert keeper.ids(SID) == ids
-
-    keeper.rollback(SID, seen[2][0])
-    assert documents(store) == seen[2][1]
-    result = turn(store, "a fresh third")
-    assert result.checkpoint is not None
-    assert at(store, result.checkpoint) == live(store)
-    keeper.rollback(SID, seen[1][0])
-    assert documents(store) == seen[1][1]
-
-
-def test_a_garbled_checkpoint_record_is_reported_as_corrupt(store: Store) -> None:
-    seen = four_turns(store)
-    keeper = Checkpointer(store)
-    identifier = seen[2][0]
-    overwrite(log_path(store), checkpoint_offset(identifier) + 2, b"XXXX")
-    with pytest.raises(CorruptDocument) as excinfo:
-        keeper.rollback(SID, identifier)
-    assert excinfo.value.path == log_path(store)
-
-
-def test_a_garbled_checkpoint_record_leaves_the_others_usable(store: Store) -> None:
-    seen = four_turns(store)
-    keeper = Checkpointer(store)
-    overwrite(log_path(store), checkpoint_offset(seen[2][0]) + 2, b"XXXX")
-    for number in (4, 3, 1):
-        keeper.rollback(SID, seen[number][0])
-        assert documents(store) == seen[number][1]
-
-
-@pytest.mark.parametrize("damage", ["deleted", "garbage"])
-def test_a_lost_index_is_rebuilt_from_the_log(store: Store, damage: str) -> None:
-    seen = four_turns(store)
-    keeper = Checkpointer(store)
-    keeper.remove(SID, [seen[1][0]])
-    summaries = keeper.summaries(SID)
-    index = checkpoints_dir(keeper.store, SID) / "index.jsonl"
-    if damage == "deleted":
-        index.unlink()
-    else:
-        index.write_bytes(b'\x00\xffnot json\n{"id": 3\n')
-
-    assert keeper.summaries(SID) == summaries
-    assert keeper.summaries(SID) == summaries  # and again, from the rebuilt index
-    result = turn(store, "after the repair")
-    assert result.checkpoint is not None
-    assert keeper.ids(SID) == [result.checkpoint, *(s.id for s in summaries)]
-    assert at(store, result.checkpoint) == live(store)
-    keeper.rollback(SID, seen[3][0])
-    assert documents(store) == seen[3][1]
-
-
-def test_one_garbled_index_line_is_repaired(store: Store) -> None:
-    four_turns(store)
-    keeper = Checkpointer(store)
-    ids = keeper.ids(SID)
-    index = checkpoints_dir(keeper.store, SID) / "index.jsonl"
-    lines = index.read_bytes().splitlines()
-    lines[2] = b"garbage"
-    index.write_bytes(b"\n".join(lines) + b"\n")
-    assert keeper.ids(SID) == ids
-
-
-@pytest.mark.parametrize("damage", ["deleted", "garbage", "not-an-object"])
-def test_lost_heads_are_rebuilt_and_the_next_checkpoint_is_exact(store: Store, damage: str) -> None:
-    seen = four_turns(store)
-    keeper = Checkpointer(store)
-    heads = checkpoints_dir(keeper.store, SID) / "heads.json"
-    if damage == "deleted":
-        heads.unlink()
-    elif damage == "garbage":
-        heads.write_bytes(b"\x00{garbage")
-    else:
-        heads.write_bytes(b"[1, 2]")
-    store.derive_slot(SID, "side")
-    result = turn(store, "after the repair")
-    assert result.checkpoint is not None
-    assert at(store, result.checkpoint) == live(store)
-    assert keeper.ids(SID)[0] == result.checkpoint
-    keeper.rollback(SID, seen[2][0])
-    assert documents(store) == seen[2][1]
-
-
-def test_heads_without_slots_are_rebuilt(store: Store) -> None:
-    four_turns(store)
-    keeper = Checkpointer(store)
-    (checkpoints_dir(keeper.store, SID) / "heads.json").write_bytes(b"{}")
-    result = turn(store, "after the repair")
-    assert result.checkpoint is not None
-    assert at(store, result.checkpoint) == live(store)
-
-
-def test_a_torn_last_line_in_the_log_is_tolerated(store: Store) -> None:
-    seen = four_turns(store)
-    keeper = Checkpointer(store)
-    ids = keeper.ids(SID)
-    with open(log_path(store), "ab") as handle:
-        handle.write(b'{"h": "0123", "p": -1, "m": {"role": "us')  # a crash mid-append
-
-    assert keeper.ids(SID) == ids
-    result = turn(store, "after the crash")
-    assert result.checkpoint is not None
-    assert keeper.ids(SID) == [result.checkpoint, *ids]
-    assert at(store, result.checkpoint) == live(store)
-    keeper.rollback(SID, seen[3][0])
-    assert documents(store) == seen[3][1]
-    keeper.rollback(SID, result.checkpoint)
-    assert at(store, result.checkpoint) == live(store)
 
 
 # ---- an interrupted rollback -----------------------------------------------------------
@@ -924,19 +655,6 @@ def test_an_interrupted_rollback_is_finished_by_the_next_writer(store: Store) ->
     result = turn(store, "three")
     assert result.checkpoint is not None
     assert at(store, result.checkpoint) == live(store)
-
-
-def test_a_restore_journal_of_older_agctl_is_dropped(store: Store) -> None:
-    store.create_session(SID)
-    turn(store, "one")
-    before = live(store)
-    journal = store.session_dir(SID) / "checkpoints" / "restoring.json"
-    journal.write_bytes(json.dumps({"checkpoint": "zzzz"}).encode())
-    store.memory_set(SID, "k", "v")
-    assert not journal.exists()
-    after = live(store)
-    assert after["slots"] == before["slots"]
-    assert after["session"]["memory"] == {"k": "v"}
 
 
 # ---- concurrency -----------------------------------------------------------------------
@@ -992,45 +710,6 @@ def test_every_write_advances_the_revision(store: Store) -> None:
 # ---- destroying sessions ---------------------------------------------------------------
 
 
-def test_destroying_a_session_removes_its_checkpoints(store: Store) -> None:
-    store.create_session(SID)
-    store.create_session("keep")
-    turn(store, "one")
-    turn(store, "kept", sid="keep")
-    assert checkpoints_dir(store, SID).is_dir()
-    store.destroy_session(SID)
-    assert not store.session_dir(SID).exists()
-    assert sorted(p.name for p in store.sessions_dir.iterdir()) == ["keep"]
-    assert len(Checkpointer(store).ids("keep")) == 2
-
-
-def test_recursive_destroy_removes_a_fork_child_and_orphans_keep_theirs(store: Store) -> None:
-    store.create_session(SID)
-    keeper = Checkpointer(store)
-    first = turn(store, "one")
-    assert first.checkpoint is not None
-    keeper.fork(SID, first.checkpoint, "child")
-    turn(store, "in the child", sid="child")
-    keeper.fork("child", keeper.ids("child")[0], "grandchild")
-
-    with pytest.raises(HasChildren) as excinfo:
-        store.destroy_session(SID)
-    assert excinfo.value.children == ["child"]
-    destroyed = store.destroy_session("child", orphan=True)
-    assert (destroyed.destroyed, destroyed.orphaned) == (["child"], ["grandchild"])
-    assert store.parent("grandchild") is None
-    assert store.load_session("grandchild").parent_id == "child"
-
-    keeper.fork(SID, first.checkpoint, "child2")
-    turn(store, "in the second child", sid="child2")
-    result = store.destroy_session(SID, recursive=True)
-    assert result.destroyed == [SID, "child2"] and result.orphaned == []
-    assert sorted(p.name for p in store.sessions_dir.iterdir()) == ["grandchild"]
-    assert live(store, "grandchild")["slots"]["default"]["messages"][-2]["content"] == (
-        "in the child"
-    )
-
-
 def test_checkpoint_ids_are_base32_offsets_in_the_alphabet_of_session_ids() -> None:
     pinned = {0: "0000", 31: "000z", 1_234_567: "15nm7", 32**5: "100000"}
     assert {offset: checkpoint_id(offset) for offset in pinned} == pinned
@@ -1039,14 +718,3 @@ def test_checkpoint_ids_are_base32_offsets_in_the_alphabet_of_session_ids() -> N
     assert new_session_id(1_800_000_000)[:7] == "1nmkmg0"  # the same digits, time-sortable
     with pytest.raises(NotFound):
         checkpoint_offset("00il")  # letters base32 leaves out to be read unambiguously
-
-
-def test_a_checkpoint_id_is_the_offset_of_its_record_in_the_log(store: Store) -> None:
-    store.create_session(SID)
-    keeper = Checkpointer(store)
-    checkpoint = keeper.create(SID, label="hello")
-    assert isinstance(checkpoint, Checkpoint)
-    offset = checkpoint_offset(checkpoint.id)
-    records = {o: r for o, _, r in log_records(store)}
-    assert records[offset]["c"]["label"] == "hello"
-    assert records[offset]["c"]["turn_index"] == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
-from helpers import dying_after_one_change
+from helpers import data_dir_files, draft_file, dying_after_one_change
 
 from agctl.errors import (
     InvalidInput,
@@ -53,14 +53,6 @@ class ListProvider:
         yield from self.events
         if self.fail_after is not None:
             raise self.fail_after
-
-
-def files(store: Store) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(store.root)): p.read_bytes()
-        for p in store.root.rglob("*")
-        if p.is_file() and p.name not in (".lock", "journal")
-    }
 
 
 @pytest.fixture
@@ -113,11 +105,11 @@ def test_script_answers_by_turn_and_fails_past_the_end(
     assert second.finish_reason == "tool_calls"
     call = second.reply.tool_calls[0]
     assert (call.function.name, call.function.arguments) == ("lookup", '{"q": 1}')
-    before = files(store)
+    before = data_dir_files(store.root)
     with pytest.raises(ProviderError, match="2 replies; turn 3 has none"):
         send_turn(store, sid, "three", provider, OPTIONS)
-    after = files(store)
-    draft = after.pop("sessions/s/drafts/default.json")
+    after = data_dir_files(store.root)
+    draft = after.pop(draft_file("s"))
     assert after == before
     assert json.loads(draft)["prompt"] == "three"
 
@@ -169,22 +161,22 @@ def test_reply_builder_assembles_tool_calls_from_fragments() -> None:
 
 
 def test_empty_reply_is_an_error_and_writes_nothing(store: Store, sid: str) -> None:
-    before = files(store)
+    before = data_dir_files(store.root)
     with pytest.raises(ProviderError, match="empty reply"):
         send_turn(store, sid, "hello?", ListProvider([Finish("stop")]), OPTIONS)
     assert store.load_slot(sid).messages == store.load_slot(sid).messages[:1]
-    assert {k: v for k, v in files(store).items() if "draft" not in k} == before
+    assert {k: v for k, v in data_dir_files(store.root).items() if "draft" not in k} == before
 
 
 def test_interrupt_mid_stream_writes_nothing_and_keeps_a_draft(store: Store, sid: str) -> None:
-    before = files(store)
+    before = data_dir_files(store.root)
     provider = ListProvider([TextDelta("partial ")], fail_after=KeyboardInterrupt())
     with pytest.raises(TurnInterrupted) as caught:
         send_turn(store, sid, "my long question", provider, OPTIONS)
     assert str(caught.value) == "interrupted"  # the note says the rest, once
     (note,) = caught.value.__notes__
     assert note.startswith("nothing was written; ") and "--resume-draft" in note
-    assert {k: v for k, v in files(store).items() if "draft" not in k} == before
+    assert {k: v for k, v in data_dir_files(store.root).items() if "draft" not in k} == before
     assert store.load_draft(sid, "default").prompt == "my long question"
 
 
@@ -198,11 +190,11 @@ def test_ctrl_c_while_fitting_the_request_keeps_a_draft_and_says_when(
 
     monkeypatch.setattr(turns, "fit_breakdown", interrupted)
     provider = ListProvider([TextDelta("never asked")])
-    before = files(store)
+    before = data_dir_files(store.root)
     with pytest.raises(TurnInterrupted, match=r"^interrupted while fitting the request in the"):
         send_turn(store, sid, "fit me", provider, TurnOptions(model="offline", window=100_000))
     assert provider.requests == []
-    assert {k: v for k, v in files(store).items() if "draft" not in k} == before
+    assert {k: v for k, v in data_dir_files(store.root).items() if "draft" not in k} == before
     assert store.load_draft(sid, "default").prompt == "fit me"
 
 
@@ -225,7 +217,7 @@ def test_a_reply_that_could_not_be_written_is_kept_with_the_prompt_and_shown(
     def failing(*args: object, **kwargs: object) -> None:
         raise failure
 
-    before = files(store)
+    before = data_dir_files(store.root)
     monkeypatch.setattr(store, "append_messages", failing)
     provider = ListProvider([TextDelta("the answer"), Finish("stop")])
     with pytest.raises(raised) as caught:  # no checkpoint: its dropped baseline changes the log
@@ -233,7 +225,7 @@ def test_a_reply_that_could_not_be_written_is_kept_with_the_prompt_and_shown(
     assert str(caught.value) == says
     assert "the model's reply, which was not written:\nthe answer" in caught.value.__notes__
     monkeypatch.undo()
-    assert {k: v for k, v in files(store).items() if "draft" not in k} == before
+    assert {k: v for k, v in data_dir_files(store.root).items() if "draft" not in k} == before
     draft = store.load_draft(sid, "default")
     assert draft.prompt == "keep both" and draft.reply is not None
     assert draft.reply.text() == "the answer"
@@ -248,13 +240,13 @@ def test_a_turn_whose_accounting_fails_writes_none_of_it(
     def unaccounted(*args: object) -> None:
         raise StoreError("cannot count the turn")
 
-    before = files(store)
+    before = data_dir_files(store.root)
     monkeypatch.setattr(turns, "account", unaccounted)
     with pytest.raises(StoreError) as caught:
         send_turn(store, sid, "not written", OfflineProvider(), OPTIONS)
     monkeypatch.undo()
     assert "the model's reply, which was not written:" in "\n".join(caught.value.__notes__)
-    assert {k: v for k, v in files(store).items() if "draft" not in k} == before
+    assert {k: v for k, v in data_dir_files(store.root).items() if "draft" not in k} == before
     assert [m.text() for m in store.load_slot(sid).messages] == ["hi"]
     assert store.load_draft(sid, "default").prompt == "not written"
 
@@ -341,14 +333,14 @@ def test_record_then_replay_gives_the_same_slot(store: Store, tmp_path: Path) ->
         return [(m.role, m.text()) for m in store.load_slot(session_id).messages]
 
     assert chat("play") == chat("rec") and len(chat("play")) == 6
-    before = files(store)
+    before = data_dir_files(store.root)
     with pytest.raises(ReplayMiss) as caught:
         send_turn(store, "play", "four?", replay, OPTIONS)
     message = str(caught.value)
     wanted = prepare_turn(store, "play", "four?", OPTIONS).request.fingerprint()
     assert wanted[:12] in message
     assert "shares 6 of 8 messages" in message and "turn 3" in message
-    assert {k: v for k, v in files(store).items() if "draft" not in k} == before
+    assert {k: v for k, v in data_dir_files(store.root).items() if "draft" not in k} == before
 
 
 def test_cassette_damage_is_reported_with_the_line(tmp_path: Path) -> None:
@@ -410,13 +402,13 @@ def test_turn_send_from_stdin_prints_the_reply(
 def test_dry_run_prints_the_request_and_writes_nothing(
     run: Callable[..., Result], cli_session: str, store: Store
 ) -> None:
-    before = files(store)
+    before = data_dir_files(store.root)
     result = run("turn", "send", "hello", "--dry-run", "--scratch", "now=noon")
     assert result.exit_code == 0
     data = json.loads(result.stdout)
     assert [m["content"] for m in data["request"]["messages"]] == ["sys", "now=noon", "hello"]
     assert data["tokens"] > 0 and data["turn"] == 1
-    assert files(store) == before
+    assert data_dir_files(store.root) == before
 
 
 def test_resume_draft_sends_the_failed_prompt(
