@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import pytest
 from click.testing import CliRunner
+from helpers import data_dir_files
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -298,12 +299,13 @@ def test_rewriting_a_loaded_document_changes_no_byte(whole: tuple[Session, list[
     session, slots = whole
     with fresh_store() as store:
         store.materialize_session(session, slots)
-        root = store.session_dir(session.id)
 
-        def stored() -> dict[Path, bytes]:
-            """Every document's bytes but its revision (the backend's, advanced by a write)."""
+        def stored() -> dict[str, bytes]:
+            """Every byte of the session but its documents' revisions (the backend's, advanced
+            by a write)."""
             return {
-                p: re.sub(rb'^{\n  "rev": \d+,', b"{", p.read_bytes()) for p in root.rglob("*.json")
+                name: re.sub(rb'^{\n  "rev": \d+,', b"{", data)
+                for name, data in data_dir_files(store.root, session.id).items()
             }
 
         before = stored()
@@ -454,18 +456,14 @@ class SlotOperations(RuleBasedStateMachine):
     def target(self, slot: str | None) -> str:
         return self.current if slot is None else slot
 
-    def slot_file(self, slot: str) -> Path:
-        return self.store.session_dir(SESSION) / "slots" / f"{slot}.json"
-
     def expect(self, error: type[AgctlError] | None, action: Callable[[], T]) -> T | None:
         """Run `action`; it must raise `error` (and then leave every file as it was)."""
         if error is None:
             return action()
-        root = self.store.session_dir(SESSION)
-        before = {p: p.read_bytes() for p in root.rglob("*.json")}
+        before = data_dir_files(self.store.root, SESSION)
         with pytest.raises(error):
             action()
-        assert {p: p.read_bytes() for p in root.rglob("*.json")} == before
+        assert data_dir_files(self.store.root, SESSION) == before
         return None
 
     def message_error(self, slot: str) -> type[AgctlError] | None:
@@ -700,7 +698,7 @@ class SlotOperations(RuleBasedStateMachine):
     @invariant()
     def default_slot_always_exists(self) -> None:
         assert "default" in self.slots
-        assert self.slot_file("default").is_file()
+        assert "default" in self.store.slot_ids(SESSION)
 
 
 SlotOperations.TestCase.settings = settings(

@@ -517,24 +517,6 @@ def test_a_turn_cut_after_its_commit_point_is_completed_by_the_next_writer(
     assert fresh.load_session(sid).turn_count == 1, "accounted once only"
 
 
-def test_a_journal_of_a_slot_write_that_never_happened_is_dropped(store: Store, sid: str) -> None:
-    journal = store.session_dir(sid) / "turn.json"
-    journal.write_text(
-        json.dumps(
-            {
-                "slot": "default",
-                "message_count": 3,
-                "last_hash": "0" * 32,
-                "turn_before": 0,
-                "model": "offline",
-            }
-        )
-    )
-    store.memory_set(sid, "k", "v")
-    assert not journal.exists()
-    assert store.load_session(sid).turn_count == 0
-
-
 def test_a_loop_of_turns_reuses_the_committed_slot_only_while_unchanged(
     store: Store, sid: str
 ) -> None:
