@@ -94,13 +94,13 @@ def test_fsio_logs_a_lock_and_an_atomic_write(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="agctl.store")
     target = tmp_path / "doc.json"
-    with fsio.exclusive_lock(tmp_path / ".lock"):
+    with fsio.exclusive_lock(tmp_path / "lockfile"):
         fsio.write_atomic(target, b"{}")
     assert fsio.read_bytes(target) == b"{}"
     messages = [record.getMessage() for record in caplog.records]
-    assert messages[0].startswith(f"lock {tmp_path / '.lock'} taken (waited ")
+    assert messages[0].startswith(f"lock {tmp_path / 'lockfile'} taken (waited ")
     assert re.fullmatch(r"fsync \S+\.tmp \(\d+\.\d ms\)", messages[1])
     assert messages[2] == f"wrote {target} (2 bytes)"
     assert messages[3] == f"fsync {tmp_path} " + messages[3].split(" ", 2)[2]
-    assert messages[4].startswith(f"lock {tmp_path / '.lock'} released (held ")
+    assert messages[4].startswith(f"lock {tmp_path / 'lockfile'} released (held ")
     assert messages[5] == f"read {target} (2 bytes)"

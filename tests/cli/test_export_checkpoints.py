@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from click.testing import Result
-from helpers import checkpoints_dir
+from helpers import data_dir_files
 
 from agctl.checkpoints import Checkpointer
-from agctl.errors import CorruptDocument, InvalidInput, SchemaTooNew
+from agctl.errors import InvalidInput, SchemaTooNew
 from agctl.interchange import export_session, import_session, parse_messages
 from agctl.store import Store
 
@@ -130,40 +130,6 @@ def test_a_changed_record_is_refused_and_nothing_is_written(
     assert store.session_ids() == ["s"]
 
 
-def test_a_log_that_does_not_verify_is_refused_and_nothing_is_written(
-    run: Run, store: Store, tmp_path: Path
-) -> None:
-    from agctl.hashing import data_hash
-
-    document = exported(run)
-    history = document["checkpoint_log"]
-    history["records"] = history["records"][:1] + history["records"][2:]  # one record lost
-    data = "".join(r + "\n" for r in history["records"]).encode()
-    history["digest"] = data_hash(data)  # a consistent digest: the log itself must verify
-    source = tmp_path / "edited.json"
-    source.write_text(json.dumps(document))
-    result = run("session", "import", str(source), "--as", "copy")
-    assert result.exit_code == EXIT_DATA, (result.stdout, result.stderr)
-    assert f"{source}: the exported checkpoint log does not verify" in result.stderr
-    assert store.session_ids() == ["s"]
-    assert [p.name for p in store.sessions_dir.iterdir()] == ["s"]
-
-
-def test_a_damaged_log_is_not_exported(run: Run, store: Store) -> None:
-    session_with_history(run)
-    log = checkpoints_dir(store, "s") / "log"
-    data = bytearray(log.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    log.write_bytes(bytes(data))
-    result = run("session", "export", "--checkpoints")
-    assert result.exit_code == EXIT_DATA
-    assert "the checkpoint log is damaged" in result.stderr
-    assert result.stdout == ""
-    with pytest.raises(CorruptDocument):
-        export_session(store, "s", checkpoints=True)
-    ok(run("session", "export"))  # without the history it still exports
-
-
 def test_export_versions(run: Run, store: Store) -> None:
     session_with_history(run)
     plain = export_session(store, "s").model_dump(mode="json")
@@ -218,6 +184,4 @@ def test_the_developer_role_in_messages_and_msg_import(
     source.write_text('{"role": "developer", "content": "Rules."}\n')
     ok(run("msg", "import", str(source)))
     assert [m.role for m in store.load_slot("s").messages] == ["system"]
-    assert (
-        '"role": "developer"' not in (store.session_dir("s") / "slots" / "default.json").read_text()
-    )
+    assert not [data for data in data_dir_files(store.root, "s").values() if b'"developer"' in data]

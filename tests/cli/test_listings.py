@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import pytest
 from click.testing import Result
-from helpers import checkpoints_dir
 
 from agctl.checkpoints import Checkpointer
 from agctl.cli.app import most_recent
@@ -190,14 +189,6 @@ def test_any_change_to_the_session_is_seen(
 def test_two_checkpoints_of_the_same_state_both_hold_it(run: Run, turns: Checkpointer) -> None:
     ok(run, "ckpt", "create", "--label", "again")
     assert live_ids(run) == turns.ids("s")[:2]
-
-
-def test_the_comparison_needs_no_cache(run: Run, turns: Checkpointer) -> None:
-    """Without the heads cache every slot is compared by content, with the same answer."""
-    (checkpoints_dir(turns.store, "s") / "heads.json").unlink()
-    assert live_ids(run) == [turns.ids("s")[0]]
-    ok(run, "msg", "append", "user", "extra")
-    assert live_ids(run) == []
 
 
 def test_the_library_answers_for_the_summaries_it_is_given(turns: Checkpointer) -> None:

@@ -16,7 +16,7 @@ import pytest
 from click.testing import Result
 
 from agctl import fsio
-from agctl.errors import InvalidInput, ReplayMiss, StoreError
+from agctl.errors import InvalidInput, ReplayMiss
 from agctl.replay import TranscriptTurn, fresh_session, replay
 from agctl.store import Store
 from agctl.turns import TurnOptions
@@ -266,22 +266,6 @@ def test_a_negative_max_diffs_is_a_usage_error(run: Run, tmp_path: Path) -> None
 # ---- session new --replace -------------------------------------------------------------
 
 
-def test_replace_makes_a_fresh_session_of_that_id(run: Run, store: Store, tmp_path: Path) -> None:
-    ok(run("session", "new", "ci", "--title", "old"))
-    ok(run("turn", "send", "hello"))
-    old = store.load_session("ci")
-    ok(run("session", "new", "other"))
-    result = ok(run("session", "new", "ci", "--replace", "--title", "new"))
-    assert result.stdout == "ci\n"
-    fresh = store.load_session("ci")
-    assert (fresh.title, fresh.turn_count) == ("new", 0)
-    assert fresh.created_at > old.created_at
-    assert store.load_slot("ci").messages == []
-    assert not (store.session_dir("ci") / "checkpoints").exists()
-    assert store.current_session_id() == "ci"
-    assert sorted(p.name for p in store.sessions_dir.iterdir()) == ["ci", "other"]
-
-
 def test_replace_without_an_existing_session_creates_it(run: Run, store: Store) -> None:
     result = ok(run("session", "new", "ci", "--replace", "--no-use", "--json"))
     payload = json.loads(result.stdout)
@@ -357,59 +341,10 @@ def test_replace_refuses_a_parent_below_the_session_it_replaces(store: Store) ->
     assert store.load_session("kid").parent_id == "ci"
 
 
-def old_session_with_a_message(store: Store) -> None:
-    store.create_session("ci")
-    store.update_slot("ci", None, lambda slot: slot.messages.append(message("old")))
-
-
 def message(text: str) -> Any:
     from agctl.models import Message
 
     return Message(role="user", content=text)
-
-
-def test_a_failed_write_of_the_new_session_leaves_the_old_one(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from agctl.storage.file import backend
-
-    old_session_with_a_message(store)
-    real_write = backend.write_atomic
-
-    def failing(path: Path, data: bytes, **kwargs: Any) -> None:
-        if any(part.startswith(".new-") for part in path.parts):
-            raise StoreError("disk full")
-        real_write(path, data, **kwargs)
-
-    monkeypatch.setattr(backend, "write_atomic", failing)
-    with pytest.raises(StoreError, match="disk full"):
-        store.replace_session("ci")
-    assert [m.text() for m in store.load_slot("ci").messages] == ["old"]
-    assert sorted(p.name for p in store.sessions_dir.iterdir()) == ["ci"]
-
-
-def test_without_an_atomic_exchange_a_failed_rename_puts_the_old_one_back(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    old_session_with_a_message(store)
-    monkeypatch.setattr("agctl.storage.file.backend.exchange_paths", lambda first, second: False)
-    real_rename = os.rename
-
-    def rename(source: Any, target: Any) -> None:
-        if Path(source).name.startswith(".new-"):
-            raise OSError(28, "No space left on device")
-        real_rename(source, target)
-
-    monkeypatch.setattr(os, "rename", rename)
-    with pytest.raises(StoreError, match="cannot replace session 'ci'"):
-        store.replace_session("ci")
-    monkeypatch.setattr(os, "rename", real_rename)
-    assert [m.text() for m in store.load_slot("ci").messages] == ["old"]
-    assert sorted(p.name for p in store.sessions_dir.iterdir()) == ["ci"]
-    # and with the renames working, the two-step path replaces it
-    assert store.replace_session("ci").replaced
-    assert store.load_slot("ci").messages == []
-    assert sorted(p.name for p in store.sessions_dir.iterdir()) == ["ci"]
 
 
 def test_exchange_paths_swaps_two_directories(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import Result
+from helpers import data_dir_files
 
 import agctl
 
@@ -95,12 +96,12 @@ def test_a_bad_file_is_exit_2_before_anything_is_sent_or_written(
     path = tmp_path / "input.txt"
     if content is not None:
         path.write_bytes(content)
-    before = run("slot", "show", "--json").stdout
+    before, files = run("slot", "show", "--json").stdout, data_dir_files(isolated_env)
     result = run(*command, "hi", "-f", str(path))
     assert result.exit_code == 2, result.output
     assert f"--file {path}" in result.stderr
     assert run("slot", "show", "--json").stdout == before
-    assert not (isolated_env / "sessions" / SID / "drafts").exists()
+    assert data_dir_files(isolated_env) == files
 
 
 def test_the_readme_stdin_example_runs_as_printed(isolated_env: Path, tmp_path: Path) -> None:

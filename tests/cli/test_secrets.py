@@ -210,10 +210,8 @@ def test_a_base_url_password_authenticates_and_is_shown_or_stored_nowhere(
     assert masked in refused.stderr and "bad credentials" in refused.stderr
     server.fail("status", status=502, message=f"upstream said {quote(PASSWORD, safe='')}")
     step("-vv", "turn", "send", "--resume-draft", code=6)
-    draft = json.loads(
-        (tmp_path / "data" / "sessions" / sid / "drafts" / "default.json").read_text()
-    )
-    assert masked in draft["error"]
+    draft = Store(tmp_path / "data").load_draft(sid, "default")
+    assert draft.error is not None and masked in draft.error
 
     monkeypatch.setenv("AGCTL_BASE_URL", with_userinfo("http://[::1"))
     step("turn", "send", "--resume-draft", code=2)
