@@ -1,5 +1,7 @@
-"""Helpers the tests share that are not fixtures: where the file backend keeps things (for
-its own tests, which poke files on purpose) and documents as a store reads them."""
+"""Helpers the tests share that are not fixtures: documents as a store reads them, the data
+dir's bytes (what "nothing was written" compares) and where the file backend keeps things
+(for its own tests, which poke files on purpose). The tests outside tests/storage/ and
+tests/process/ learn the layout from here only (tests/storage/file/test_no_paths_outside.py)."""
 
 from __future__ import annotations
 
@@ -10,22 +12,40 @@ from typing import Any
 
 import pytest
 
+from agctl.storage.file import layout
 from agctl.store import Store
 
 
 def checkpoints_dir(store: Store, session_id: str) -> Path:
     """The file backend's folder of a session's checkpoint log and caches."""
-    return store.session_dir(session_id) / "checkpoints"
+    return layout.checkpoints_dir(store.session_dir(session_id))
 
 
 def stored_documents(where: Store | Path, session_id: str) -> dict[str, Any]:
     """The session document and every slot, as the store reads them (parsed, without
-    the backend's revisions), keyed by the names the file backend gives their files."""
+    the backend's revisions), keyed "session" and "slot:<id>"."""
     store = where if isinstance(where, Store) else Store(where)
-    documents = {"session.json": store.load_session(session_id).model_dump(mode="json")}
+    documents = {"session": store.load_session(session_id).model_dump(mode="json")}
     for slot in store.list_slots(session_id):
-        documents[f"slots/{slot.id}.json"] = slot.model_dump(mode="json")
+        documents[f"slot:{slot.id}"] = slot.model_dump(mode="json")
     return documents
+
+
+def data_dir_files(root: Path, session_id: str | None = None) -> dict[str, bytes]:
+    """Every file of a data dir (or of one session in it) as bytes, by its path relative to
+    the data dir: taking the lock or emptying the redo journal writes no data, so they are
+    left out."""
+    top = root if session_id is None else layout.session_dir(root, session_id)
+    return {
+        path.relative_to(root).as_posix(): path.read_bytes()
+        for path in sorted(top.rglob("*"))
+        if path.is_file() and path.name not in (layout.LOCK, layout.JOURNAL)
+    }
+
+
+def draft_file(session_id: str, slot_id: str = "default") -> str:
+    """The key of a slot's draft among data_dir_files."""
+    return layout.draft_document(layout.session_dir(Path(), session_id), slot_id).as_posix()
 
 
 class ProcessDied(BaseException):

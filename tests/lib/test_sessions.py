@@ -49,19 +49,6 @@ def test_an_orphan_is_a_root_and_marked(family: Store) -> None:
     assert [n.orphan for n in forest] == [False, True, False]
 
 
-def test_unreadable_sessions_are_reported_and_left_out(family: Store) -> None:
-    path = family.session_dir("b") / "session.json"
-    path.write_text("{not json")
-    problems: list[AgctlError] = []
-    assert shape(session_forest(family, problems=problems)) == [
-        ("root", [("a", [("c", [])])]),
-        ("lone", []),
-    ]
-    assert len(problems) == 1 and "b" in str(problems[0])
-    with pytest.raises(AgctlError):
-        session_forest(family, "b")
-
-
 def test_to_dict_is_the_nested_document(family: Store) -> None:
     assert session_forest(family, "a")[0].to_dict() == {
         "id": "a",

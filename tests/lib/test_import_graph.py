@@ -1,0 +1,154 @@
+"""The house is a stack (ARCHITECTURE.md): no module imports one above it, and only the
+file backend (and TAB completion, for speed) knows the data dir's layout."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "agctl"
+# Above storage/file/, who may import it: the facade that builds the default backend,
+# the doctor that runs the file backend's checks, and TAB completion (the layout, fast).
+FILE_BACKEND_USERS = {"agctl.store", "agctl.doctor", "agctl.cli.complete"}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the agctl modules it imports, at any depth of the file (an import inside
+    a function still ties the two), but not under `if TYPE_CHECKING:`."""
+    known = modules()
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for name, path in known.items():
+        tree = ast.parse(path.read_text())
+        typing_only = {
+            id(sub)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for sub in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                submodules = [f"{node.module}.{a.name}" for a in node.names]
+                if all(sub in known for sub in submodules):
+                    graph[name].update(submodules)
+                elif node.module in known:
+                    graph[name].add(node.module)
+            elif isinstance(node, ast.Import):
+                graph[name].update(a.name for a in node.names if a.name in known)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    """Before the storage seam: store, turns, compress and drafts imported each other
+    (recovery from two operation journals ran inside Store.lock)."""
+    assert cycles(import_graph()) == []
+
+
+def test_only_the_file_backend_knows_the_layout() -> None:
+    graph = import_graph()
+    inside = "agctl.storage.file"
+    users = {
+        name
+        for name, targets in graph.items()
+        if not name.startswith(inside) and any(t.startswith(inside) for t in targets)
+    }
+    assert users <= FILE_BACKEND_USERS, users - FILE_BACKEND_USERS
+    layout_users = {
+        name
+        for name, targets in graph.items()
+        if not name.startswith(inside) and f"{inside}.layout" in targets
+    }
+    assert layout_users == {"agctl.cli.complete"}
+
+
+def test_storage_knows_nothing_of_the_domain() -> None:
+    """Nothing in storage/ knows what a turn, a checkpoint or a compression is."""
+    graph = import_graph()
+    domain = (
+        "agctl.turns",
+        "agctl.checkpoints",
+        "agctl.compress",
+        "agctl.merge",
+        "agctl.store",
+        "agctl.sessions",
+        "agctl.slots",
+        "agctl.drafts",
+        "agctl.replay",
+        "agctl.cli",
+    )
+    offenders = {
+        name: sorted(t for t in targets if t.startswith(domain))
+        for name, targets in graph.items()
+        if name.startswith("agctl.storage")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_library_never_imports_the_command_line() -> None:
+    graph = import_graph()
+    offenders = {
+        name: sorted(t for t in targets if t == "agctl.cli" or t.startswith("agctl.cli."))
+        for name, targets in graph.items()
+        if not (name == "agctl.cli" or name.startswith("agctl.cli."))
+        and name != "agctl.__main__"  # `python -m agctl` runs the command line
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_checkpoints_package_is_a_stack_under_its_init() -> None:
+    """Its __init__ only re-exports: a module of the package importing it back would tie
+    the package into a knot (ARCHITECTURE.md: records at the bottom)."""
+    graph = import_graph()
+    inside = {name for name in graph if name.startswith("agctl.checkpoints.")}
+    assert "agctl.checkpoints.records" in inside
+    assert {name for name in inside if "agctl.checkpoints" in graph[name]} == set()
+    assert {
+        t for t in graph["agctl.checkpoints.records"] if t.startswith("agctl.checkpoints")
+    } == set()
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [{"a", "b", "c"}]

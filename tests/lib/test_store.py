@@ -1,0 +1,333 @@
+"""The file store: sessions, slots, memory, ids, locks and damaged files."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from helpers import data_dir_files
+
+from agctl.errors import (
+    AlreadyExists,
+    AmbiguousId,
+    InvalidId,
+    NotFound,
+    ProtectedSlot,
+    ReadonlySlot,
+    UsageError,
+)
+from agctl.ids import new_session_id
+from agctl.models import Message
+from agctl.store import Store
+
+
+def user(text: str) -> Message:
+    return Message(role="user", content=text)
+
+
+def append(store: Store, sid: str, text: str, slot: str | None = None) -> int:
+    return store.update_slot(sid, slot, lambda s: s.append(user(text)))
+
+
+def texts(store: Store, sid: str, slot: str | None = None) -> list[str]:
+    return [m.text() for m in store.load_slot(sid, slot).messages]
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+# ---- sessions ------------------------------------------------------------------------
+
+
+def test_generated_ids_are_short_and_sort_by_time() -> None:
+    first, second = new_session_id(1_800_000_000), new_session_id(1_800_000_001)
+    assert re.fullmatch(r"[0-9a-z]{10}", first)
+    assert first[:7] < second[:7]
+    assert len({new_session_id(1_800_000_000) for _ in range(50)}) > 40
+
+
+def test_create_with_a_given_id_and_a_duplicate(store: Store) -> None:
+    store.create_session("review")
+    with pytest.raises(AlreadyExists):
+        store.create_session("review")
+    assert store.session_ids() == ["review"]
+
+
+def test_parent_must_exist_and_is_resolved_by_prefix(store: Store) -> None:
+    store.create_session("parent-1")
+    child = store.create_session("child", parent_id="parent")
+    assert child.parent_id == "parent-1"
+    with pytest.raises(NotFound):
+        store.create_session("c2", parent_id="nobody")
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "..", "a/b", "../x", "a:b", "a\x00b", "a\nb", ".hidden", "-opt", "x" * 129, "a..b"]
+)
+def test_unsafe_ids_are_refused(store: Store, bad: str) -> None:
+    with pytest.raises(InvalidId):
+        store.create_session(bad)
+    sid = store.create_session("ok").id
+    with pytest.raises(InvalidId):
+        store.create_slot(sid, bad)
+    with pytest.raises(InvalidId):
+        store.load_slot(sid, bad)
+    assert not list(store.root.parent.glob("x*"))
+
+
+def test_prefix_lookup(store: Store) -> None:
+    store.create_session("abc1")
+    store.create_session("abc2")
+    store.create_session("abd")
+    assert store.resolve_session("abd") == "abd"
+    assert store.resolve_session("abc1") == "abc1"
+    with pytest.raises(AmbiguousId) as caught:
+        store.resolve_session("ab")
+    assert caught.value.candidates == ["abc1", "abc2", "abd"]
+    with pytest.raises(NotFound):
+        store.resolve_session("zz")
+
+
+def test_exact_id_wins_over_longer_ones(store: Store) -> None:
+    store.create_session("run")
+    store.create_session("run2")
+    assert store.resolve_session("run") == "run"
+
+
+def test_list_reports_parents_children_and_orphans(store: Store) -> None:
+    store.create_session("root")
+    store.create_session("kid", parent_id="root")
+    store.create_session("lonely")
+    infos = {i.session.id: i for i in store.list_sessions()}
+    assert infos["root"].children == ["kid"] and not infos["kid"].orphan
+    store.destroy_session("root", orphan=True)
+    infos = {i.session.id: i for i in store.list_sessions()}
+    assert set(infos) == {"kid", "lonely"}
+    assert infos["kid"].orphan and infos["kid"].session.parent_id == "root"
+    assert store.parent("kid") is None
+
+
+def test_destroy_with_orphan_reports_the_orphans(store: Store) -> None:
+    store.create_session("a")
+    store.create_session("b", parent_id="a")
+    result = store.destroy_session("a", orphan=True)
+    assert result.destroyed == ["a"] and result.orphaned == ["b"]
+    with pytest.raises(NotFound):
+        store.load_session("a")
+
+
+def test_current_session_pointer(store: Store) -> None:
+    assert store.current_session_id() is None
+    store.create_session("s1")
+    store.set_current_session("s1")
+    assert store.current_session_id() == "s1"
+    with pytest.raises(NotFound):
+        store.set_current_session("nope")
+    store.destroy_session("s1")
+    assert store.current_session_id() is None
+
+
+# ---- slots ---------------------------------------------------------------------------
+
+
+def test_same_slot_id_in_two_sessions_stays_separate(store: Store) -> None:
+    store.create_session("one")
+    store.create_session("two")
+    append(store, "one", "only in one")
+    store.create_slot("one", "notes")
+    store.create_slot("two", "notes")
+    append(store, "two", "two's note", slot="notes")
+    assert texts(store, "one") == ["only in one"] and texts(store, "two") == []
+    assert texts(store, "one", "notes") == [] and texts(store, "two", "notes") == ["two's note"]
+
+
+def test_create_slot_with_defaults_and_duplicates(store: Store) -> None:
+    sid = store.create_session("s").id
+    slot = store.create_slot(sid, "b")
+    assert slot.config.mode == "full" and slot.config.source.kind == "new"
+    assert store.slot_ids(sid) == ["b", "default"]
+    with pytest.raises(AlreadyExists):
+        store.create_slot(sid, "b")
+    with pytest.raises(UsageError):
+        store.create_slot(sid, "c", mode="sideways")
+    with pytest.raises(UsageError):
+        store.create_slot(sid, "c", focus={"recent_messages": -2})
+    assert store.load_session(sid).current_slot == "default"
+    store.create_slot(sid, "d", make_current=True)
+    assert store.load_session(sid).current_slot == "d"
+
+
+def test_static_slot_keeps_presets_in_the_immutable_zone(store: Store) -> None:
+    sid = store.create_session("s").id
+    preset = [Message(role="system", content="law: tenancy act")]
+    slot = store.create_slot(sid, "law", immutable=preset, mode="readonly")
+    assert slot.config.source.kind == "static"
+    assert store.load_slot(sid, "law").immutable == preset
+    assert store.load_slot(sid, "law").messages == []
+    with pytest.raises(ReadonlySlot):
+        append(store, sid, "x", slot="law")
+
+
+def test_derive_full_copies_every_zone_and_records_the_parent(store: Store) -> None:
+    sid = store.create_session("s").id
+    for text in ("u1", "u2", "u3"):
+        append(store, sid, text)
+    store.update_slot(sid, None, lambda s: s.compressed.append(user("old summary")))
+    child = store.derive_slot(sid, "branch")
+    assert child.meta.parent_id == "default"
+    assert child.config.source.kind == "derived" and child.config.source.parent_id == "default"
+    assert child.config.source.strategy == "full"
+    assert texts(store, sid, "branch") == ["u1", "u2", "u3"]
+    assert [m.text() for m in store.load_slot(sid, "branch").compressed] == ["old summary"]
+    append(store, sid, "only in branch", slot="branch")
+    assert texts(store, sid, "default") == ["u1", "u2", "u3"]
+
+
+def test_derive_focused_copies_the_focused_view(store: Store) -> None:
+    sid = store.create_session("s").id
+    store.update_slot(sid, None, lambda s: s.append(Message(role="system", content="rules")))
+    for text in ("u1", "u2", "u3", "u4"):
+        append(store, sid, text)
+    child = store.derive_slot(
+        sid,
+        "short",
+        strategy="focused",
+        focus={"recent_messages": 2, "summary_override": "earlier: u1, u2"},
+    )
+    assert child.config.mode == "focused"
+    assert child.config.focused.summary_override == "earlier: u1, u2"
+    assert texts(store, sid, "short") == ["rules", "u3", "u4"]
+    assert len(store.load_slot(sid, "default").messages) == 5
+
+
+def test_derive_from_a_readonly_slot_gives_a_writable_branch(store: Store) -> None:
+    sid = store.create_session("s").id
+    append(store, sid, "fact")
+    store.set_mode(sid, "default", "readonly")
+    store.derive_slot(sid, "work", source="default", make_current=True)
+    assert store.load_session(sid).current_slot == "work"
+    append(store, sid, "my note")
+    assert texts(store, sid) == ["fact", "my note"]
+
+
+def test_derive_from_a_missing_slot(store: Store) -> None:
+    sid = store.create_session("s").id
+    with pytest.raises(NotFound):
+        store.derive_slot(sid, "x", source="ghost")
+    assert store.slot_ids(sid) == ["default"]
+
+
+def test_use_slot_switches_and_refuses_unknown(store: Store) -> None:
+    sid = store.create_session("s").id
+    store.create_slot(sid, "b")
+    assert store.use_slot(sid, "b").current_slot == "b"
+    append(store, sid, "to b")
+    assert texts(store, sid, "b") == ["to b"]
+    with pytest.raises(NotFound):
+        store.use_slot(sid, "ghost")
+    assert store.load_session(sid).current_slot == "b"
+
+
+def test_set_mode_keeps_messages_and_settings(store: Store) -> None:
+    sid = store.create_session("s").id
+    for text in ("a", "b", "c"):
+        append(store, sid, text)
+    slot = store.set_mode(sid, None, "focused", focus={"recent_messages": 1})
+    assert slot.config.mode == "focused" and slot.config.focused.recent_messages == 1
+    store.set_mode(sid, None, "readonly")
+    slot = store.set_mode(sid, None, "focused")
+    assert slot.config.focused.recent_messages == 1
+    assert texts(store, sid) == ["a", "b", "c"]
+    with pytest.raises(UsageError):
+        store.set_mode(sid, None, "bogus")
+
+
+def test_readonly_still_reads_derives_and_saves(store: Store) -> None:
+    sid = store.create_session("s").id
+    append(store, sid, "a")
+    store.set_mode(sid, None, "readonly")
+    before = data_dir_files(store.root)
+    with pytest.raises(ReadonlySlot):
+        append(store, sid, "b")
+    assert data_dir_files(store.root) == before
+    assert texts(store, sid) == ["a"]
+    store.derive_slot(sid, "copy")
+    store.set_mode(sid, None, "readonly", focus={"recent_messages": 3})
+    assert store.load_slot(sid).config.focused.recent_messages == 3
+
+
+def test_delete_protections(store: Store) -> None:
+    sid = store.create_session("s").id
+    with pytest.raises(ProtectedSlot):
+        store.delete_slot(sid, "default")
+    store.create_slot(sid, "b", make_current=True)
+    with pytest.raises(ProtectedSlot):
+        store.delete_slot(sid, "default")
+    session = store.delete_slot(sid, "b")
+    assert session.current_slot == "default"
+    assert store.load_session(sid).current_slot == "default"
+    assert store.slot_ids(sid) == ["default"]
+    with pytest.raises(NotFound):
+        store.delete_slot(sid, "b")
+
+
+def test_empty_slot_round_trip(store: Store) -> None:
+    sid = store.create_session("s").id
+    store.create_slot(sid, "empty")
+    store.update_slot(sid, "empty", lambda s: None)
+    slot = store.load_slot(sid, "empty")
+    assert slot.messages == [] and slot.immutable == [] and slot.compressed == []
+    assert slot.meta.message_count == 0 and slot.meta.total_tokens == 0
+
+
+def test_meta_follows_the_messages(store: Store) -> None:
+    sid = store.create_session("s").id
+    append(store, sid, "abcdefgh")
+    meta = store.load_slot(sid).meta
+    assert meta.message_count == 1 and meta.total_tokens == 2 + 4
+    assert meta.updated_at >= meta.created_at
+
+
+def test_failed_change_writes_nothing(store: Store) -> None:
+    sid = store.create_session("s").id
+    append(store, sid, "a")
+    before = snapshot(store.root)
+
+    def bad(slot: object) -> None:
+        slot.messages.append(user("half-done"))  # type: ignore[attr-defined]
+        raise NotFound("simulated failure mid-change")
+
+    with pytest.raises(NotFound):
+        store.update_slot(sid, None, bad)
+    assert snapshot(store.root) == before
+
+
+# ---- memory --------------------------------------------------------------------------
+
+
+def test_memory(store: Store) -> None:
+    sid = store.create_session("s").id
+    store.memory_set(sid, "lang", "fr")
+    store.memory_set(sid, "lang", "de")
+    assert store.memory_get(sid, "lang") == "de"
+    assert store.load_session(sid).memory == {"lang": "de"}
+    assert store.memory_remove(sid, "lang") == "de"
+    with pytest.raises(NotFound):
+        store.memory_get(sid, "lang")
+    with pytest.raises(NotFound):
+        store.memory_remove(sid, "lang")
+
+
+# ---- damaged and foreign files -------------------------------------------------------
+
+
+def test_missing_session_and_slot(store: Store) -> None:
+    with pytest.raises(NotFound):
+        store.load_session("ghost")
+    with pytest.raises(NotFound):
+        append(store, "ghost", "x")
+    sid = store.create_session("s").id
+    with pytest.raises(NotFound, match="slot 'ghost'"):
+        store.load_slot(sid, "ghost")

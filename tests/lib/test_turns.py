@@ -1,0 +1,532 @@
+"""Turns on the offline, scripted and replay providers: commit, failure, drafts, cassettes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+from helpers import data_dir_files, draft_file, dying_after_one_change
+
+from agctl.errors import (
+    InvalidInput,
+    NotFound,
+    ProviderError,
+    ReadonlySlot,
+    ReplayMiss,
+    StoreError,
+    TurnInterrupted,
+)
+from agctl.models import Draft, Message
+from agctl.providers.base import (
+    ChatRequest,
+    Event,
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from agctl.providers.cassette import RecordingProvider, ReplayProvider, load_cassette
+from agctl.providers.offline import OfflineProvider, load_script
+from agctl.reply import ReplyBuilder
+from agctl.store import Store
+from agctl.turns import TurnOptions, prepare_turn, send_turn
+
+OPTIONS = TurnOptions(model="offline")
+
+
+class ListProvider:
+    """A provider replying with a fixed list of events, remembering each request."""
+
+    name = "list"
+
+    def __init__(self, events: list[Event], fail_after: BaseException | None = None) -> None:
+        self.events = events
+        self.fail_after = fail_after
+        self.requests: list[ChatRequest] = []
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        self.requests.append(request)
+        yield from self.events
+        if self.fail_after is not None:
+            raise self.fail_after
+
+
+@pytest.fixture
+def sid(store: Store) -> str:
+    session = store.create_session("s", system_prompt="Be brief.")
+    store.update_slot(session.id, None, lambda s: s.append(Message(role="user", content="hi")))
+    return session.id
+
+
+def test_offline_turn_commits_prompt_and_reply(store: Store, sid: str) -> None:
+    result = send_turn(store, sid, "What now?", OfflineProvider(), OPTIONS)
+    assert result.turn == 1 and result.slot_id == "default"
+    assert 'turn 1 in slot "default"' in result.reply.text()
+    assert 'you said "What now?"' in result.reply.text()
+    assert "(3 messages in context)" in result.reply.text()
+    messages = store.load_slot(sid).messages
+    assert [(m.role, m.text()) for m in messages[1:]] == [
+        ("user", "What now?"),
+        ("assistant", result.reply.text()),
+    ]
+    assert messages[-1].model == "offline" and messages[-1].tokens == result.usage.completion_tokens
+    session = store.load_session(sid)
+    assert session.turn_count == 1
+    assert session.cost.by_model["offline"].requests == 1
+    assert session.cost.prompt_tokens == result.usage.prompt_tokens > 0
+
+
+def test_offline_provider_is_deterministic(store: Store, sid: str) -> None:
+    request = prepare_turn(store, sid, "Same?", OPTIONS).request
+    first = list(OfflineProvider().stream(request))
+    assert first == list(OfflineProvider().stream(request))
+    assert "".join(e.text for e in first if isinstance(e, TextDelta)).startswith("Offline reply")
+
+
+def test_script_answers_by_turn_and_fails_past_the_end(
+    store: Store, sid: str, tmp_path: Path
+) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                "first answer",
+                {"content": None, "tool_calls": [{"name": "lookup", "arguments": '{"q": 1}'}]},
+            ]
+        )
+    )
+    provider = OfflineProvider(load_script(script))
+    assert send_turn(store, sid, "one", provider, OPTIONS).reply.text() == "first answer"
+    second = send_turn(store, sid, "two", provider, OPTIONS)
+    assert second.finish_reason == "tool_calls"
+    call = second.reply.tool_calls[0]
+    assert (call.function.name, call.function.arguments) == ("lookup", '{"q": 1}')
+    before = data_dir_files(store.root)
+    with pytest.raises(ProviderError, match="2 replies; turn 3 has none"):
+        send_turn(store, sid, "three", provider, OPTIONS)
+    after = data_dir_files(store.root)
+    draft = after.pop(draft_file("s"))
+    assert after == before
+    assert json.loads(draft)["prompt"] == "three"
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        ("{", "neither JSON nor JSON lines"),
+        ('{"a": 1}', "must be a list"),
+        ("[3]", "reply 0"),
+        ('[{"tool_calls": [{"id": "x"}]}]', "needs a name"),
+    ],
+)
+def test_bad_scripts(tmp_path: Path, content: str, error: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(InvalidInput, match=error):
+        load_script(path)
+
+
+def test_script_as_json_lines(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text('"a"\n{"content": "b", "reasoning": "r"}\n')
+    replies = load_script(path)
+    assert [(r.content, r.reasoning) for r in replies] == [("a", None), ("b", "r")]
+
+
+def test_reply_builder_assembles_tool_calls_from_fragments() -> None:
+    builder = ReplyBuilder()
+    for event in [
+        ReasoningDelta("think "),
+        ReasoningDelta("more"),
+        TextDelta("Looking"),
+        ToolCallDelta(1, id="b", name="second"),
+        ToolCallDelta(0, id="a", name="first"),
+        ToolCallDelta(0, arguments='{"x":'),
+        ToolCallDelta(1, arguments="{}"),
+        ToolCallDelta(0, arguments=" 1}"),
+        Usage(10, 5),
+        Finish("tool_calls"),
+    ]:
+        builder.feed(event)
+    message = builder.message("m")
+    assert message.reasoning == "think more" and message.text() == "Looking"
+    calls = [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls or ()]
+    assert calls == [("a", "first", '{"x": 1}'), ("b", "second", "{}")]
+    assert message.usage == {"prompt_tokens": 10, "completion_tokens": 5}
+    assert message.tokens is None, "with reasoning, the completion count is not the content"
+
+
+def test_empty_reply_is_an_error_and_writes_nothing(store: Store, sid: str) -> None:
+    before = data_dir_files(store.root)
+    with pytest.raises(ProviderError, match="empty reply"):
+        send_turn(store, sid, "hello?", ListProvider([Finish("stop")]), OPTIONS)
+    assert store.load_slot(sid).messages == store.load_slot(sid).messages[:1]
+    assert {k: v for k, v in data_dir_files(store.root).items() if "draft" not in k} == before
+
+
+def test_interrupt_mid_stream_writes_nothing_and_keeps_a_draft(store: Store, sid: str) -> None:
+    before = data_dir_files(store.root)
+    provider = ListProvider([TextDelta("partial ")], fail_after=KeyboardInterrupt())
+    with pytest.raises(TurnInterrupted) as caught:
+        send_turn(store, sid, "my long question", provider, OPTIONS)
+    assert str(caught.value) == "interrupted"  # the note says the rest, once
+    (note,) = caught.value.__notes__
+    assert note.startswith("nothing was written; ") and "--resume-draft" in note
+    assert {k: v for k, v in data_dir_files(store.root).items() if "draft" not in k} == before
+    assert store.load_draft(sid, "default").prompt == "my long question"
+
+
+def test_ctrl_c_while_fitting_the_request_keeps_a_draft_and_says_when(
+    store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agctl import turns
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(turns, "fit_breakdown", interrupted)
+    provider = ListProvider([TextDelta("never asked")])
+    before = data_dir_files(store.root)
+    with pytest.raises(TurnInterrupted, match=r"^interrupted while fitting the request in the"):
+        send_turn(store, sid, "fit me", provider, TurnOptions(model="offline", window=100_000))
+    assert provider.requests == []
+    assert {k: v for k, v in data_dir_files(store.root).items() if "draft" not in k} == before
+    assert store.load_draft(sid, "default").prompt == "fit me"
+
+
+@pytest.mark.parametrize(
+    ("failure", "raised", "says"),
+    [
+        (KeyboardInterrupt(), TurnInterrupted, "interrupted before the reply was written"),
+        (StoreError("No space left on device"), StoreError, "No space left on device"),
+    ],
+    ids=["interrupted", "store-error"],
+)
+def test_a_reply_that_could_not_be_written_is_kept_with_the_prompt_and_shown(
+    store: Store,
+    sid: str,
+    monkeypatch: pytest.MonkeyPatch,
+    failure: BaseException,
+    raised: type[Exception],
+    says: str,
+) -> None:
+    def failing(*args: object, **kwargs: object) -> None:
+        raise failure
+
+    before = data_dir_files(store.root)
+    monkeypatch.setattr(store, "append_messages", failing)
+    provider = ListProvider([TextDelta("the answer"), Finish("stop")])
+    with pytest.raises(raised) as caught:  # no checkpoint: its dropped baseline changes the log
+        send_turn(store, sid, "keep both", provider, TurnOptions(model="offline", checkpoint=False))
+    assert str(caught.value) == says
+    assert "the model's reply, which was not written:\nthe answer" in caught.value.__notes__
+    monkeypatch.undo()
+    assert {k: v for k, v in data_dir_files(store.root).items() if "draft" not in k} == before
+    draft = store.load_draft(sid, "default")
+    assert draft.prompt == "keep both" and draft.reply is not None
+    assert draft.reply.text() == "the answer"
+
+
+def test_a_turn_whose_accounting_fails_writes_none_of_it(
+    store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One unit of work: messages, count and cost, and checkpoints commit together."""
+    from agctl import turns
+
+    def unaccounted(*args: object) -> None:
+        raise StoreError("cannot count the turn")
+
+    before = data_dir_files(store.root)
+    monkeypatch.setattr(turns, "account", unaccounted)
+    with pytest.raises(StoreError) as caught:
+        send_turn(store, sid, "not written", OfflineProvider(), OPTIONS)
+    monkeypatch.undo()
+    assert "the model's reply, which was not written:" in "\n".join(caught.value.__notes__)
+    assert {k: v for k, v in data_dir_files(store.root).items() if "draft" not in k} == before
+    assert [m.text() for m in store.load_slot(sid).messages] == ["hi"]
+    assert store.load_draft(sid, "default").prompt == "not written"
+
+
+def test_a_draft_that_cannot_be_saved_puts_the_prompt_in_the_error(
+    store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full_disk(session_id: str, draft: Draft) -> Path:
+        raise StoreError("cannot write drafts/default.json: No space left on device")
+
+    monkeypatch.setattr(store, "save_draft", full_disk)
+    provider = ListProvider([], fail_after=ProviderError("boom"))
+    with pytest.raises(ProviderError) as caught:
+        send_turn(store, sid, "do not lose me", provider, OPTIONS)
+    notes = "\n".join(caught.value.__notes__)
+    assert "do not lose me" in notes and "No space left" in notes
+
+
+def test_successful_turn_clears_the_draft(store: Store, sid: str) -> None:
+    store.save_draft(sid, Draft(prompt="old", slot="default"))
+    send_turn(store, sid, "old", OfflineProvider(), OPTIONS)
+    assert store.draft_slots(sid) == []
+
+
+def test_readonly_slot_refuses_before_the_provider_is_called(store: Store, sid: str) -> None:
+    store.set_mode(sid, None, "readonly")
+    provider = ListProvider([TextDelta("never")])
+    with pytest.raises(ReadonlySlot):
+        send_turn(store, sid, "hi", provider, OPTIONS)
+    assert provider.requests == []
+
+
+def test_request_holds_the_view_scratch_and_turn_options(store: Store, sid: str) -> None:
+    store.update_slot(sid, None, lambda s: s.append(Message(role="assistant", content="a1")))
+    store.set_mode(sid, None, "focused", focus={"recent_messages": 1, "summary_override": "S"})
+    provider = ListProvider([TextDelta("ok"), Finish("stop")])
+    options = TurnOptions(
+        model="m", temperature=0.2, max_tokens=50, scratch=["cwd=/tmp"], system="Just now."
+    )
+    send_turn(store, sid, "next", provider, options)
+    request = provider.requests[0]
+    assert [(m["role"], m["content"]) for m in request.messages] == [
+        ("system", "Just now."),
+        ("system", "S"),
+        ("assistant", "a1"),
+        ("system", "cwd=/tmp"),
+        ("user", "next"),
+    ]
+    assert request.params() == {"temperature": 0.2, "max_tokens": 50}
+    stored = [m.text() for m in store.load_slot(sid).messages]
+    assert stored == ["hi", "a1", "next", "ok"]
+    assert store.load_session(sid).system_prompt == "Be brief."
+
+
+def test_turn_on_another_slot_leaves_the_current_one(store: Store, sid: str) -> None:
+    store.derive_slot(sid, "branch")
+    send_turn(store, sid, "in branch", OfflineProvider(), TurnOptions(model="x", slot="branch"))
+    assert len(store.load_slot(sid, "branch").messages) == 3
+    assert len(store.load_slot(sid).messages) == 1
+
+
+def test_fingerprint_ignores_delivery_but_not_input(store: Store, sid: str) -> None:
+    request = prepare_turn(store, sid, "q", OPTIONS).request
+    streamed = prepare_turn(store, sid, "q", TurnOptions(model="offline", stream=True)).request
+    assert request.fingerprint() == streamed.fingerprint()
+    other = prepare_turn(store, sid, "q2", OPTIONS).request
+    hotter = prepare_turn(store, sid, "q", TurnOptions(model="offline", temperature=1)).request
+    assert len({request.fingerprint(), other.fingerprint(), hotter.fingerprint()}) == 3
+
+
+def test_record_then_replay_gives_the_same_slot(store: Store, tmp_path: Path) -> None:
+    cassette = tmp_path / "chat.cassette"
+    recorder = RecordingProvider(OfflineProvider(), cassette)
+    for sid in ("rec", "play"):
+        store.create_session(sid, system_prompt="sys")
+    for prompt in ("one", "two", "three"):
+        send_turn(store, "rec", prompt, recorder, OPTIONS)
+    assert len(load_cassette(cassette)) == 3
+    replay = ReplayProvider(cassette)
+    for prompt in ("one", "two", "three"):
+        send_turn(store, "play", prompt, replay, OPTIONS)
+
+    def chat(session_id: str) -> list[tuple[str, str]]:
+        return [(m.role, m.text()) for m in store.load_slot(session_id).messages]
+
+    assert chat("play") == chat("rec") and len(chat("play")) == 6
+    before = data_dir_files(store.root)
+    with pytest.raises(ReplayMiss) as caught:
+        send_turn(store, "play", "four?", replay, OPTIONS)
+    message = str(caught.value)
+    wanted = prepare_turn(store, "play", "four?", OPTIONS).request.fingerprint()
+    assert wanted[:12] in message
+    assert "shares 6 of 8 messages" in message and "turn 3" in message
+    assert {k: v for k, v in data_dir_files(store.root).items() if "draft" not in k} == before
+
+
+def test_cassette_damage_is_reported_with_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_text(
+        '{"hash": "x", "request": {"model": "m", "messages": []}, "events": []}\n{oops\n'
+    )
+    with pytest.raises(InvalidInput, match="line 2"):
+        load_cassette(path)
+    path.write_text(
+        '{"schema_version": "9.0", "hash": "x", '
+        '"request": {"model": "m", "messages": []}, "events": []}\n'
+    )
+    with pytest.raises(InvalidInput, match=r"version 9\.0"):
+        load_cassette(path)
+    with pytest.raises(NotFound):
+        load_cassette(tmp_path / "missing")
+
+
+def test_empty_cassette_miss_says_so(store: Store, sid: str, tmp_path: Path) -> None:
+    path = tmp_path / "empty"
+    path.write_text("")
+    with pytest.raises(ReplayMiss, match="cassette is empty"):
+        send_turn(store, sid, "x", ReplayProvider(path), OPTIONS)
+
+
+# ---- the CLI on the offline provider -------------------------------------------------
+
+
+@pytest.fixture
+def cli_session(run: Callable[..., Result]) -> str:
+    assert run("session", "new", "c", "--system", "sys").exit_code == 0
+    return "c"
+
+
+def test_turn_send_json_result(run: Callable[..., Result], cli_session: str) -> None:
+    result = run("turn", "send", "hello", "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert set(data) >= {"session", "slot", "turn", "model", "reply", "usage", "cost"}
+    assert (data["session"], data["slot"], data["turn"], data["model"]) == (
+        "c",
+        "default",
+        1,
+        "offline",
+    )
+    assert data["cost"] == 0.0 and data["usage"]["completion_tokens"] > 0
+
+
+def test_turn_send_from_stdin_prints_the_reply(
+    run: Callable[..., Result], cli_session: str
+) -> None:
+    result = run("turn", "send", input="piped question\n")
+    assert result.exit_code == 0
+    assert 'you said "piped question"' in result.stdout
+    assert result.stdout.count("\n") == 1
+
+
+def test_dry_run_prints_the_request_and_writes_nothing(
+    run: Callable[..., Result], cli_session: str, store: Store
+) -> None:
+    before = data_dir_files(store.root)
+    result = run("turn", "send", "hello", "--dry-run", "--scratch", "now=noon")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert [m["content"] for m in data["request"]["messages"]] == ["sys", "now=noon", "hello"]
+    assert data["tokens"] > 0 and data["turn"] == 1
+    assert data_dir_files(store.root) == before
+
+
+def test_resume_draft_sends_the_failed_prompt(
+    run: Callable[..., Result], cli_session: str, store: Store, tmp_path: Path
+) -> None:
+    script = tmp_path / "empty.json"
+    script.write_text("[]")
+    failed = run("turn", "send", "precious words", "--script", str(script))
+    assert failed.exit_code == 6
+    assert "--resume-draft" in failed.stderr and "nothing was written" in failed.stderr
+    again = run("turn", "send", "--resume-draft")
+    assert again.exit_code == 0, again.stderr
+    assert store.load_slot("c").messages[0].text() == "precious words"
+    assert run("turn", "send", "--resume-draft").exit_code == 3
+
+
+def test_jsonl_prints_events_then_the_result(run: Callable[..., Result], cli_session: str) -> None:
+    lines = [json.loads(line) for line in run("turn", "send", "hi", "--jsonl").stdout.splitlines()]
+    assert {line["type"] for line in lines[:-1]} >= {"text", "usage", "finish"}
+    assert lines[-1]["type"] == "result" and lines[-1]["turn"] == 1
+    text = "".join(line["text"] for line in lines if line["type"] == "text")
+    assert text == lines[-1]["reply"]
+
+
+def test_a_write_during_the_call_is_kept_by_the_commit(store: Store, sid: str) -> None:
+    class Interloper:
+        """While the model 'thinks', another writer appends to the same slot."""
+
+        name = "interloper"
+
+        def stream(self, request: ChatRequest) -> Iterator[Event]:
+            store.update_slot(
+                sid, None, lambda s: s.append(Message(role="user", content="meanwhile"))
+            )
+            yield TextDelta("answer")
+
+    send_turn(store, sid, "question", Interloper(), OPTIONS)
+    assert [m.text() for m in store.load_slot(sid).messages] == [
+        "hi",
+        "meanwhile",
+        "question",
+        "answer",
+    ]
+
+
+def test_an_unchanged_slot_is_not_read_again_at_commit(
+    store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agctl.storage.file import backend
+
+    prepared = prepare_turn(store, sid, "q", OPTIONS)
+    parsed: list[str] = []
+    original = backend.parse_document
+
+    def counting(raw: bytes, model: type, path: object) -> object:
+        parsed.append(model.__name__)
+        return original(raw, model, path)
+
+    monkeypatch.setattr(backend, "parse_document", counting)
+    store.update_slot(
+        sid, None, lambda s: s.append(Message(role="user", content="x")), base=prepared.slot
+    )
+    assert "Slot" not in parsed
+    assert [m.text() for m in prepared.slot.messages] == ["hi", "x"]
+    assert [m.text() for m in store.load_slot(sid).messages] == ["hi", "x"]
+
+
+def test_earlier_reasoning_is_not_sent_back_but_is_kept(store: Store, sid: str) -> None:
+    thinking = ListProvider([ReasoningDelta("secret thoughts"), TextDelta("answer")])
+    send_turn(store, sid, "first", thinking, OPTIONS)
+    follow = ListProvider([TextDelta("ok")])
+    send_turn(store, sid, "second", follow, OPTIONS)
+    assert all("reasoning_content" not in m for m in follow.requests[0].messages)
+    assert store.load_slot(sid).messages[2].reasoning == "secret thoughts"
+
+
+def test_a_recording_cut_short_by_a_crash_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_text(
+        '{"hash": "x", "request": {"model": "m", "messages": []}, "events": []}\n'
+        '{"hash": "y", "requ'
+    )
+    assert [r.hash for r in load_cassette(path)] == ["x"]
+    path.write_text(
+        '{"hash": "x", "request": {"model": "m", "messages": []}, "events": []}\n'
+        '{"hash": "y", "requ\n'
+    )
+    with pytest.raises(InvalidInput, match="line 2"):
+        load_cassette(path)
+
+
+def test_a_turn_cut_after_its_commit_point_is_completed_by_the_next_writer(
+    store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with dying_after_one_change():  # the slot's new messages are written, nothing else
+        send_turn(store, sid, "cut short", OfflineProvider(), OPTIONS)
+    fresh = Store(store.root)
+    assert fresh.pending_recovery(sid)
+    fresh.memory_set(sid, "next", "writer")  # any writer finishes the commit first
+    session = fresh.load_session(sid)
+    assert session.turn_count == 1 and session.cost.by_model["offline"].requests == 1
+    assert fresh.load_slot(sid).messages[-2].text() == "cut short"
+    assert len(fresh.load_slot(sid).messages) == 3, "the messages are appended once only"
+    assert not fresh.pending_recovery(sid)
+    fresh.memory_set(sid, "again", "once")
+    assert fresh.load_session(sid).turn_count == 1, "accounted once only"
+
+
+def test_a_loop_of_turns_reuses_the_committed_slot_only_while_unchanged(
+    store: Store, sid: str
+) -> None:
+    first = send_turn(store, sid, "one", OfflineProvider(), OPTIONS)
+    assert first.slot is not None
+    assert store.load_slot(sid, reuse=first.slot) is first.slot, "unchanged: not parsed again"
+    store.update_slot(sid, None, lambda s: s.append(Message(role="user", content="meanwhile")))
+    assert store.load_slot(sid, reuse=first.slot) is not first.slot
+    second = send_turn(store, sid, "two", OfflineProvider(), OPTIONS, reuse=first.slot)
+    texts = [m.text() for m in store.load_slot(sid).messages]
+    assert texts[:5] == ["hi", "one", first.reply.text(), "meanwhile", "two"]
+    # system prompt, hi, one, reply, meanwhile, two: the second turn saw the change
+    assert "(6 messages in context)" in second.reply.text()

@@ -1,0 +1,193 @@
+"""The README's code blocks marked runnable run as printed, in a real shell.
+
+A block is marked by an HTML comment on the line before its fence (invisible on GitHub):
+
+- `<!-- runnable -->`: each command must exit 0; in a `console` block each `$ ` line is a
+  command and the lines after it are its output (stdout and stderr), compared exactly
+  but for timestamps;
+- `<!-- runnable: twice -->`: the block runs twice in one data dir (a CI job re-run);
+- `<!-- runnable: with a session -->`: a session is made first.
+
+Each block runs in a fresh directory holding the files the README's examples name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+MARKER = re.compile(r"^<!-- runnable(?::\s*(?P<how>[^>]*?))?\s*-->$")
+FENCE = re.compile(r"^```(?P<lang>\w*)$")
+
+
+@dataclass
+class Block:
+    line: int
+    lang: str
+    how: str
+    text: str
+
+    @property
+    def name(self) -> str:
+        return f"README.md:{self.line} ({self.lang}{', ' + self.how if self.how else ''})"
+
+
+def runnable_blocks() -> list[Block]:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    blocks = []
+    for number, line in enumerate(lines):
+        marker = MARKER.match(line)
+        if not marker:
+            continue
+        fence = FENCE.match(lines[number + 1])
+        assert fence, f"README.md:{number + 1}: a runnable marker must come right before a fence"
+        end = lines.index("```", number + 2)
+        body = "\n".join(lines[number + 2 : end]) + "\n"
+        how = (marker.group("how") or "").strip()
+        assert how in ("", "twice", "with a session"), f"README.md:{number + 1}: {how!r}"
+        blocks.append(Block(number + 2, fence.group("lang"), how, body))
+    return blocks
+
+
+# The files the README's examples read.
+FILES = {
+    "notes.txt": "Meeting notes: ship on Friday.\n",
+    "main.py": "print('hello')\n",
+    "test_main.py": "def test_hello():\n    assert True\n",
+    "replies.json": json.dumps([f"canned reply {n}" for n in range(1, 21)]),
+    "chat.jsonl": "".join(
+        json.dumps({"input": text}) + "\n" for text in ("Hello", "What is a monad?", "Thanks")
+    ),
+}
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A directory with the README's files, and an environment whose `agctl` is this tree."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for name, text in FILES.items():
+        (work / name).write_text(text)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "agctl"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m agctl "$@"\n')
+    shim.chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "HOME": str(tmp_path / "home"),
+        "AGCTL_DATA_DIR": str(tmp_path / "data"),
+        "AGCTL_CONFIG": str(tmp_path / "config.json"),
+        "NO_COLOR": "1",
+        "COLUMNS": "80",
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    return work, env
+
+
+def sh(command: str, work: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", command],
+        cwd=work,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+STAMPS = [
+    (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"), "<timestamp>"),
+    (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d"), "<time>"),
+]
+
+
+def unstamped(text: str) -> str:
+    for pattern, stand_in in STAMPS:
+        text = pattern.sub(stand_in, text)
+    return text
+
+
+def console_steps(text: str) -> list[tuple[str, str]]:
+    steps: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        else:
+            assert steps, f"output before the first command: {line!r}"
+            steps[-1][1].append(line)
+    return [(command, "".join(f"{line}\n" for line in out)) for command, out in steps]
+
+
+def sh_commands(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+BLOCKS = runnable_blocks()
+
+
+def test_the_readme_marks_its_tour_replay_snippet_and_stdin_example() -> None:
+    texts = [block.text for block in BLOCKS]
+    assert any("$ agctl session new" in text for text in texts), "the tour"
+    assert any("turn replay chat.jsonl" in text for text in texts), "the CI replay snippet"
+    assert any('turn send "Summarise this" < notes.txt' in text for text in texts), "stdin"
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[block.name for block in BLOCKS])
+def test_a_runnable_block_runs_as_printed(
+    block: Block, workdir: tuple[Path, dict[str, str]]
+) -> None:
+    work, env = workdir
+    if block.how == "with a session":
+        assert sh("agctl session new -q", work, env).returncode == 0
+    if block.lang == "console":
+        for command, expected in console_steps(block.text):
+            result = sh(command, work, env)
+            assert unstamped(result.stdout) == unstamped(expected), f"$ {command}"
+        return
+    if block.lang == "python":
+        result = subprocess.run(
+            [sys.executable, "-c", block.text],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        return
+    assert block.lang == "sh", f"{block.name}: cannot run a {block.lang!r} block"
+    for _ in range(2 if block.how == "twice" else 1):
+        for command in sh_commands(block.text):
+            result = sh(command, work, env)
+            assert result.returncode == 0, f"{command}\n{result.stdout}"
+
+
+def test_the_stdin_example_sends_the_prompt_then_the_file(
+    workdir: tuple[Path, dict[str, str]],
+) -> None:
+    work, env = workdir
+    assert sh("agctl session new -q", work, env).returncode == 0
+    (stdin_example,) = [
+        line
+        for block in BLOCKS
+        for line in sh_commands(block.text)
+        if line.startswith('agctl turn send "Summarise this" < notes.txt')
+    ]
+    assert sh(stdin_example, work, env).returncode == 0
+    sent = sh("agctl msg get 0 --json", work, env)
+    assert json.loads(sent.stdout)["content"] == "Summarise this\n\n" + FILES["notes.txt"][:-1]

@@ -1,0 +1,106 @@
+"""Damaged and planted files in the data dir, on the command line: a clear error that names
+the file, never a traceback, nothing written."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import Result
+
+Run = Callable[..., Result]
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_DATA = range(6)
+
+
+# ---- helpers ---------------------------------------------------------------------------
+
+
+def ok(result: Result) -> Result:
+    """Assert success with nothing on stderr but (at most) a hint."""
+    assert result.exit_code == EXIT_OK, (result.exit_code, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def fails(result: Result, code: int, *needles: str) -> Result:
+    """Assert a clean failure: the code, a message on stderr, nothing on stdout."""
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    assert result.stdout == ""
+    assert result.stderr.strip(), "an error must say what went wrong"
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in result.stderr
+    return result
+
+
+def as_json(result: Result) -> Any:
+    ok(result)
+    return json.loads(result.stdout)
+
+
+@pytest.fixture
+def session(run: Run) -> str:
+    """A current session 's1' with a system prompt and an empty default slot."""
+    ok(run("session", "new", "s1", "--system", "Be terse.", "--title", "First"))
+    return "s1"
+
+
+@pytest.fixture
+def chat(run: Run, session: str) -> str:
+    """The current session with four messages in its default slot."""
+    for role, text in [
+        ("user", "u0"),
+        ("assistant", "a1"),
+        ("user", "u2"),
+        ("assistant", "a3"),
+    ]:
+        ok(run("msg", "append", role, text))
+    return session
+
+
+def slot_path(data_dir: Path, session: str, slot: str = "default") -> Path:
+    return data_dir / "sessions" / session / "slots" / f"{slot}.json"
+
+
+def test_an_unrelated_corrupt_session_does_not_break_session_show(
+    run: Run, session: str, isolated_env: Path
+) -> None:
+    ok(run("session", "new", "broken", "--no-use"))
+    (isolated_env / "sessions" / "broken" / "session.json").write_text("garbage")
+    assert as_json(run("session", "show", "--json"))["id"] == "s1"
+
+
+class TestBrokenData:
+    def test_corrupt_slot_names_the_file(self, run: Run, chat: str, isolated_env: Path) -> None:
+        path = slot_path(isolated_env, "s1")
+        path.write_text("{ not json")
+        result = fails(run("msg", "list"), EXIT_DATA, str(path))
+        assert "not valid JSON" in result.stderr
+        fails(run("msg", "append", "user", "x"), EXIT_DATA, str(path))
+        assert path.read_text() == "{ not json"
+
+    def test_newer_major_schema_is_refused_naming_both_versions(
+        self, run: Run, chat: str, isolated_env: Path
+    ) -> None:
+        path = slot_path(isolated_env, "s1")
+        document = json.loads(path.read_text())
+        document["schema_version"] = "7.0"
+        path.write_text(json.dumps(document))
+        before = path.read_bytes()
+        result = fails(run("msg", "append", "user", "x"), EXIT_DATA, "7.0", "1.0")
+        assert str(path) in result.stderr
+        assert path.read_bytes() == before
+
+    def test_corrupt_session_is_skipped_by_list_with_a_warning(
+        self, run: Run, session: str, isolated_env: Path
+    ) -> None:
+        ok(run("session", "new", "broken", "--no-use"))
+        (isolated_env / "sessions" / "broken" / "session.json").write_text("[]")
+        result = ok(run("session", "list", "--json"))
+        assert [r["id"] for r in json.loads(result.stdout)] == ["s1"]
+        assert "warning" in result.stderr
+        assert "broken" in result.stderr

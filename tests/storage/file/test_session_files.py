@@ -1,0 +1,41 @@
+"""Session documents on disk that cannot be read: reported, left out, never fatal."""
+
+from __future__ import annotations
+
+import pytest
+
+from agctl.errors import AgctlError
+from agctl.sessions import SessionNode, session_forest
+from agctl.store import Store
+
+
+@pytest.fixture
+def family(store: Store) -> Store:
+    """root -> a -> c, root -> b, and lone; root is the current session."""
+    store.create_session("root", title="Root")
+    store.create_session("a", parent_id="root")
+    store.create_session("b", parent_id="root")
+    store.create_session("c", parent_id="a")
+    store.create_session("lone")
+    store.set_current_session("root")
+    return store
+
+
+Shape = list[tuple[str, "Shape"]]
+
+
+def shape(nodes: list[SessionNode]) -> Shape:
+    return [(n.id, shape(n.children)) for n in nodes]
+
+
+def test_unreadable_sessions_are_reported_and_left_out(family: Store) -> None:
+    path = family.session_dir("b") / "session.json"
+    path.write_text("{not json")
+    problems: list[AgctlError] = []
+    assert shape(session_forest(family, problems=problems)) == [
+        ("root", [("a", [("c", [])])]),
+        ("lone", []),
+    ]
+    assert len(problems) == 1 and "b" in str(problems[0])
+    with pytest.raises(AgctlError):
+        session_forest(family, "b")
