@@ -2,7 +2,7 @@
 
 Checkpoint logs, slot documents (derive's branch hashes), drafts and cassettes keep these
 digests on disk, so the bytes hashed and the algorithm are a file format: changing either
-orphans what was stored (tests/test_hashing.py pins a known digest of each).
+orphans what was stored (tests/lib/test_hashing.py pins a known digest of each).
 """
 
 from __future__ import annotations

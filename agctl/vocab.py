@@ -3,7 +3,7 @@
 Standard library only: the CLI imports it on the `--help` and TAB-completion path. Each
 list is a `Literal` type (for pydantic models and mypy) and the tuple of its values
 (`typing.get_args`), in the order the CLI offers them; nothing else re-declares either
-(tests/test_vocab.py scans the package).
+(tests/lib/test_vocab.py scans the package).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 a temporary venv that takes its dependencies from the running interpreter's environment.
 
 `python bench/installed.py` builds one and prints where its agctl comes from. Built
-offline (no index, no build isolation), as tests/test_man.py builds its wheel.
+offline (no index, no build isolation), as tests/cli/test_man.py builds its wheel.
 """
 
 from __future__ import annotations
