@@ -68,7 +68,7 @@ def encode_record(value: Any) -> bytes:
 def checked_value(line: bytes) -> Any:
     """The JSON value of a line written by `encode_record`, or None when the line has no
     checksum, fails it, or does not parse: for the caches, which are rebuilt then."""
-    body, sep, digest = line.rstrip(b"\n").rpartition(b"\t")
+    body, sep, digest = line.rstrip().rpartition(b"\t")  # blanks after it: padding
     if not sep or digest != line_sum(body):
         return None
     try:

@@ -112,7 +112,8 @@ class Reader(Protocol):
     def removed_checkpoints(self, session_id: str) -> set[str]: ...
 
     def cache(self, session_id: str, name: str) -> bytes | None:
-        """A cache of the checkpoint code (one of CACHES), or None."""
+        """A cache of the checkpoint code (one of CACHES), or None. Trailing blanks are
+        not part of a cache (a backend may pad one it rewrites in place)."""
         ...
 
 

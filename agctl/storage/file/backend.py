@@ -19,11 +19,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import orjson
 from pydantic import ValidationError
 
 from agctl.errors import (
+    AgctlError,
     AlreadyExists,
     Conflict,
     CorruptDocument,
@@ -107,6 +109,7 @@ def _stat_key(path: Path) -> tuple[int, int, int] | None:
 
 
 _tx_local = threading.local()
+T = TypeVar("T")
 
 
 def lock_timeout() -> float:
@@ -236,12 +239,35 @@ class FileBackend:
     def has_session(self, session_id: str) -> bool:
         return os.path.lexists(self._session_path(session_id))
 
+    def consistent(self, session_id: str, read: Callable[[], T]) -> T:
+        """`read` of a document written in place (the session, the heads cache), made
+        between two equal marks of the journal with no commit pending: so it saw one
+        commit's document whole. A commit at work is waited for (under the lock)."""
+        if self.in_transaction(session_id) is not None:
+            return read()  # under the lock: no commit at work but this one
+        journal = self.journal(session_id)
+        for _ in range(3):
+            before = journal.mark()
+            if journal.pending_at(before):
+                break
+            value = read()
+            if journal.mark() == before:
+                return value
+        with self._locked(session_id):  # busy, or half applied: the writer finishes first
+            with contextlib.suppress(AgctlError):  # refused (exit 5 on write) or impossible
+                journal.recover()  # now (a full disk): what is there is read
+            return read()
+
     def load_session(self, session_id: str) -> Session:
         path = self._session_path(session_id)
-        try:
-            raw = read_bytes(path, f"session {session_id!r}")
-        except NotFound:
-            raise NotFound(f"session {session_id!r} not found") from None
+
+        def read() -> bytes:
+            try:
+                return read_bytes(path, f"session {session_id!r}")
+            except NotFound:
+                raise NotFound(f"session {session_id!r} not found") from None
+
+        raw = self.consistent(session_id, read) if os.path.lexists(path) else read()
         return parse_document(raw, Session, path)
 
     def slot_ids(self, session_id: str) -> list[str]:
@@ -362,10 +388,17 @@ class FileBackend:
 
     def cache(self, session_id: str, name: str) -> bytes | None:
         where = self.cache_path(session_id, name)
-        try:
-            return read_bytes(where, name)
-        except NotFound:
-            return None
+
+        def read() -> bytes | None:
+            try:
+                return read_bytes(where, name)
+            except NotFound:
+                return None
+
+        if name != "heads":
+            return read()
+        raw = self.consistent(session_id, read)
+        return None if raw is None else raw.rstrip(b" ")  # the padding of a write in place
 
     def repair_cache(self, session_id: str, name: str, append: bytes | None) -> None:
         """Best effort and lock-free, for a reader that found a cache behind: append a

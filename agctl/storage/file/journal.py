@@ -21,6 +21,7 @@ the journal is emptied. Without a boot id (not Linux) it is emptied after every 
                                  before the record: how a large document is put
     ["del", path]                remove the file
     ["at", path, offset, data]   cut the file to offset, then write data there
+    ["over", path, data, size]   write data at 0, blanks after it up to size, in place
     ["cut", path, size]          cut the file to size
 
 Paths are relative to the session dir, and only ones this backend writes are replayed; a
@@ -167,16 +168,28 @@ class Journal:
     def pending(self) -> bool:
         """Whether a commit waits to be applied (or replayed after a power failure);
         cheap: the header and the size."""
+        return self.pending_at(self.mark())
+
+    def mark(self) -> tuple[int, bytes] | None:
+        """The journal's size and header: every commit changes them (it appends its
+        record before it changes any file, and marks it applied after), so a read made
+        between two equal marks, neither pending, saw no commit at work."""
         try:
             fd = open_regular(self.path)
-        except (NotFound, CorruptDocument):
-            return os.path.lexists(self.path)
+        except NotFound:
+            return None
+        except CorruptDocument:
+            return (-1, b"")
         try:
-            size = os.fstat(fd).st_size
-            head = os.pread(fd, _header_size() + 64, 0)
+            return os.fstat(fd).st_size, os.pread(fd, _header_size() + 64, 0)
         finally:
             os.close(fd)
-        return self._unapplied_from(head, size) is not None
+
+    def pending_at(self, mark: tuple[int, bytes] | None) -> bool:
+        if mark is None:
+            return False
+        size, head = mark
+        return size < 0 or self._unapplied_from(head, size) is not None
 
     def _unapplied_from(self, head: bytes, size: int) -> int | None:
         """Where the records to replay start, or None when all is applied."""
@@ -437,6 +450,8 @@ class Journal:
                 target.unlink()
         elif kind in ("at", "cut"):
             self._write_at(target, int(op[2]), unpack_data(op[3]) if kind == "at" else b"")
+        elif kind == "over":
+            self._overwrite(target, unpack_data(op[2]), int(op[3]))
         else:
             raise ValueError(kind)
 
@@ -446,6 +461,21 @@ class Journal:
         fd = open_regular(target, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
         try:
             Journal._write_fd(fd, target, offset, data)
+        except OSError as exc:
+            raise StoreError(f"cannot write {target}: {exc.strerror}") from exc
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _overwrite(target: Path, data: bytes, size: int) -> None:
+        fd = open_regular(target, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
+        try:
+            padded = data + b" " * (size - len(data))
+            done = 0
+            while done < len(padded):
+                done += os.pwrite(fd, padded[done:], done)
+            if os.fstat(fd).st_size > size:
+                os.ftruncate(fd, size)
         except OSError as exc:
             raise StoreError(f"cannot write {target}: {exc.strerror}") from exc
         finally:

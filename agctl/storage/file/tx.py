@@ -250,7 +250,12 @@ class FileTx:
             ops.append(["put", f"{layout.CHECKPOINTS}/{layout.REMOVED}", pack_data(data)])
         for name, cache in self._caches.items():
             where = f"{layout.CHECKPOINTS}/{CACHE_FILES[name]}"
-            ops.append(["del", where] if cache is None else ["put", where, pack_data(cache)])
+            if cache is None:
+                ops.append(["del", where])
+            elif name == "heads":  # rewritten by every turn: in place
+                ops.append(self._overwrite(where, cache))
+            else:
+                ops.append(["put", where, pack_data(cache)])
         for name, appended in self._cache_appends.items():
             path = self.backend.cache_path(self.session_id, name)
             try:
@@ -260,8 +265,25 @@ class FileTx:
             where = f"{layout.CHECKPOINTS}/{CACHE_FILES[name]}"
             ops.append(["at", where, offset, pack_data(bytes(appended))])
         if self._session is not None:
-            ops.append(self._put(layout.SESSION, dump_document(self._session)))
+            ops.append(self._overwrite(layout.SESSION, dump_document(self._session)))
         return ops
+
+    def _overwrite(self, name: str, data: bytes) -> Op:
+        """A small document every turn rewrites (the session, the heads cache): written in
+        place over the old one when it fits in the file's size, padded with blanks (JSON
+        allows them), which costs neither a rename nor new blocks (a full disk cannot
+        fail it); else put whole, padded to the next 4 KiB so it fits in place again.
+        Readers see one or the other: the backend reads these two with a check of the
+        journal before and after (FileBackend.consistent)."""
+        path = self.backend.session_dir(self.session_id) / name
+        try:
+            size = os.stat(path, follow_symlinks=False).st_size
+        except FileNotFoundError:
+            size = 0
+        if 0 < len(data) <= size:
+            return ["over", name, pack_data(data), size]
+        padded = -(-len(data) // 4096) * 4096
+        return self._put(name, data + b" " * (padded - len(data)))
 
     def _put(self, name: str, data: bytes) -> Op:
         """A put: inline in the journal, or for a large document a temp file written (and
