@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from agctl.providers.offline import OfflineProvider
@@ -22,7 +23,7 @@ import json, sys
 from pathlib import Path
 from agctl.store import Store
 
-root, done = Path(sys.argv[1]), Path(sys.argv[2])
+root, done, ready = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 store = Store(root)
 reads = problems = 0
 seen = set()
@@ -32,6 +33,8 @@ while not done.exists() or reads < 50:
     after = store.load_session("s").turn_count
     reads += 1
     seen.add(messages)
+    if reads == 1:
+        ready.touch()  # the writer starts once the reader reads
     if not 2 * before <= messages <= 2 * after or messages % 2:
         problems += 1
         print(json.dumps({"before": before, "messages": messages, "after": after}))
@@ -44,16 +47,19 @@ def test_a_reader_never_sees_half_a_turn(isolated_env: Path, tmp_path: Path) -> 
     store.create_session("s")
     script = tmp_path / "reader.py"
     script.write_text(READER)
-    done = tmp_path / "done"
+    done, ready = tmp_path / "done", tmp_path / "ready"
     env = {**os.environ, "PYTHONPATH": SOURCE_ROOT}
     reader = subprocess.Popen(
-        [sys.executable, str(script), str(isolated_env), str(done)],
+        [sys.executable, str(script), str(isolated_env), str(done), str(ready)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
     )
     try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and reader.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
         last = None
         options = TurnOptions(model="offline")
         for number in range(150):
