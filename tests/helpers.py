@@ -6,11 +6,13 @@ tests/process/ learn the layout from here only (tests/storage/file/test_no_paths
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import Result
 
 from agctl.storage.file import layout
 from agctl.store import Store
@@ -73,3 +75,69 @@ def dying_after_one_change() -> Iterator[None]:
             yield
     finally:
         Journal._apply = original  # type: ignore[method-assign]
+
+
+# ---- results of the command line (the `run` fixture) -------------------------------------
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_DATA, EXIT_PROVIDER = range(7)
+
+
+def ok(result: Result) -> Result:
+    """Assert success with no traceback on stderr (a hint may stand there)."""
+    assert result.exit_code == EXIT_OK, (result.exit_code, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def exited_zero(result: Result) -> Result:
+    """Assert the exit code 0 alone, whatever stderr says."""
+    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
+    return result
+
+
+def fails(result: Result, code: int, *needles: str) -> Result:
+    """A clean failure: the exit code, agctl's message on stderr, nothing on stdout."""
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    assert result.stdout == ""
+    assert result.stderr.strip() and "Traceback" not in result.stderr
+    if code != EXIT_USAGE:  # usage errors may come from Click itself
+        assert result.stderr.startswith("agctl: error: ")
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+    return result
+
+
+def fails_with_message(result: Result, code: int, *needles: str) -> Result:
+    """A clean failure whatever its message starts with: the code, a message on stderr,
+    nothing on stdout."""
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    assert result.stdout == ""
+    assert result.stderr.strip(), "an error must say what went wrong"
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in result.stderr
+    return result
+
+
+def as_json(result: Result) -> Any:
+    """The stdout of a successful run, parsed."""
+    return json.loads(ok(result).stdout)
+
+
+def send(run: Callable[..., Result], prompt: str, *args: str) -> dict[str, Any]:
+    """`agctl turn send PROMPT --json`, its report parsed."""
+    result: dict[str, Any] = as_json(run("turn", "send", prompt, "--json", *args))
+    return result
+
+
+def turns_with_checkpoints(
+    run: Callable[..., Result], data_dir: Path, session_id: str
+) -> dict[int, tuple[str, dict[str, Any]]]:
+    """Three turns sent on the command line: turn number -> (its checkpoint id, the
+    documents after it)."""
+    seen = {}
+    for number in range(1, 4):
+        result = send(run, f"prompt {number}")
+        assert result["turn"] == number
+        seen[number] = (result["checkpoint"], stored_documents(data_dir, session_id))
+    return seen
