@@ -6,12 +6,21 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import click
 import pytest
 from click.testing import CliRunner, Result
-from helpers import data_dir_files
+from helpers import (
+    EXIT_CONFLICT,
+    EXIT_DATA,
+    EXIT_ERROR,
+    EXIT_NOT_FOUND,
+    EXIT_USAGE,
+    as_json,
+    data_dir_files,
+    fails_with_message,
+    ok,
+)
 
 import agctl
 from agctl.cli import cli
@@ -19,33 +28,8 @@ from agctl.store import Store
 
 Run = Callable[..., Result]
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_DATA = range(6)
-
 
 # ---- helpers ---------------------------------------------------------------------------
-
-
-def ok(result: Result) -> Result:
-    """Assert success with nothing on stderr but (at most) a hint."""
-    assert result.exit_code == EXIT_OK, (result.exit_code, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    return result
-
-
-def fails(result: Result, code: int, *needles: str) -> Result:
-    """Assert a clean failure: the code, a message on stderr, nothing on stdout."""
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-    assert result.stdout == ""
-    assert result.stderr.strip(), "an error must say what went wrong"
-    assert "Traceback" not in result.stderr
-    for needle in needles:
-        assert needle in result.stderr
-    return result
-
-
-def as_json(result: Result) -> Any:
-    ok(result)
-    return json.loads(result.stdout)
 
 
 def slot_ids(data_dir: Path, session: str) -> list[str]:
@@ -208,16 +192,18 @@ class TestSessionNew:
         assert as_json(run("session", "show", "--json"))["children"] == ["child"]
 
     def test_missing_parent_is_not_found(self, run: Run, isolated_env: Path) -> None:
-        fails(run("session", "new", "child", "--parent", "nope"), EXIT_NOT_FOUND, "nope")
+        fails_with_message(
+            run("session", "new", "child", "--parent", "nope"), EXIT_NOT_FOUND, "nope"
+        )
         assert Store(isolated_env).session_ids() == []
         assert not has_files(isolated_env, "child")
 
     def test_existing_id_is_a_conflict(self, run: Run, session: str) -> None:
-        fails(run("session", "new", "s1"), EXIT_CONFLICT, "already exists")
+        fails_with_message(run("session", "new", "s1"), EXIT_CONFLICT, "already exists")
 
     @pytest.mark.parametrize("bad", ["a/b", "..", "x:y", "-x"])
     def test_invalid_id_is_a_usage_error(self, run: Run, bad: str, isolated_env: Path) -> None:
-        fails(run("session", "new", "--", bad), EXIT_USAGE, "session id")
+        fails_with_message(run("session", "new", "--", bad), EXIT_USAGE, "session id")
         assert current_session(isolated_env) is None
 
 
@@ -271,10 +257,10 @@ class TestSessionShow:
         assert as_json(run("session", "show", "s2", "--json"))["id"] == "s2"
 
     def test_missing(self, run: Run, session: str) -> None:
-        fails(run("session", "show", "nope"), EXIT_NOT_FOUND, "nope")
+        fails_with_message(run("session", "show", "nope"), EXIT_NOT_FOUND, "nope")
 
     def test_no_session_selected(self, run: Run) -> None:
-        fails(run("session", "show"), EXIT_USAGE, "no session selected")
+        fails_with_message(run("session", "show"), EXIT_USAGE, "no session selected")
 
 
 class TestSessionUse:
@@ -286,7 +272,7 @@ class TestSessionUse:
         assert as_json(run("session", "use", "s1", "--json")) == {"current_session": "s1"}
 
     def test_missing_is_not_found(self, run: Run, session: str, isolated_env: Path) -> None:
-        fails(run("session", "use", "nope"), EXIT_NOT_FOUND, "nope")
+        fails_with_message(run("session", "use", "nope"), EXIT_NOT_FOUND, "nope")
         assert current_session(isolated_env) == "s1"
 
 
@@ -303,13 +289,13 @@ class TestSessionRm:
     ) -> None:
         assert as_json(run("session", "rm", "s1", "--json"))["destroyed"] == ["s1"]
         assert current_session(isolated_env) is None
-        fails(run("msg", "list"), EXIT_USAGE, "no session selected")
+        fails_with_message(run("msg", "list"), EXIT_USAGE, "no session selected")
 
     def test_refuses_a_session_with_children(
         self, run: Run, session: str, isolated_env: Path
     ) -> None:
         ok(run("session", "new", "kid", "--parent", "s1", "--no-use"))
-        fails(run("session", "rm", "s1"), EXIT_CONFLICT, "has children", "kid")
+        fails_with_message(run("session", "rm", "s1"), EXIT_CONFLICT, "has children", "kid")
         assert Store(isolated_env).session_ids() == ["kid", "s1"]
 
     def test_recursive_destroys_the_descendants(
@@ -323,7 +309,7 @@ class TestSessionRm:
         assert [r["id"] for r in as_json(run("session", "list", "--json"))] == ["bystander"]
 
     def test_missing_is_not_found(self, run: Run, session: str) -> None:
-        fails(run("session", "rm", "nope"), EXIT_NOT_FOUND, "nope")
+        fails_with_message(run("session", "rm", "nope"), EXIT_NOT_FOUND, "nope")
 
     def test_recursive_with_a_descendant_also_named(
         self, run: Run, session: str, isolated_env: Path
@@ -374,20 +360,20 @@ class TestSessionSelection:
 
     def test_ambiguous_prefix_lists_the_candidates(self, run: Run, two: None) -> None:
         ok(run("session", "new", "beta2", "--no-use"))
-        result = fails(run("-s", "bet", "msg", "list"), EXIT_USAGE, "ambiguous")
+        result = fails_with_message(run("-s", "bet", "msg", "list"), EXIT_USAGE, "ambiguous")
         assert "beta" in result.stderr
         assert "beta2" in result.stderr
-        fails(run("session", "use", "bet"), EXIT_USAGE, "beta, beta2")
+        fails_with_message(run("session", "use", "bet"), EXIT_USAGE, "beta, beta2")
 
     def test_exact_id_wins_over_a_longer_match(self, run: Run, two: None) -> None:
         ok(run("session", "new", "beta2", "--no-use"))
         assert contents(run, "-s", "beta") == ["in beta"]
 
     def test_unknown_session_is_not_found(self, run: Run, two: None) -> None:
-        fails(run("-s", "zzz", "msg", "list"), EXIT_NOT_FOUND, "zzz")
+        fails_with_message(run("-s", "zzz", "msg", "list"), EXIT_NOT_FOUND, "zzz")
 
     def test_no_session_selected(self, run: Run) -> None:
-        result = fails(run("msg", "list"), EXIT_USAGE, "no session selected")
+        result = fails_with_message(run("msg", "list"), EXIT_USAGE, "no session selected")
         assert "--session" in result.stderr
         assert "AGCTL_SESSION" in result.stderr
         assert "session use" in result.stderr
@@ -397,7 +383,7 @@ class TestSessionSelection:
     ) -> None:
         ok(run("session", "rm", "beta"))
         monkeypatch.setenv("AGCTL_SESSION", "beta")
-        fails(run("msg", "list"), EXIT_NOT_FOUND, "beta")
+        fails_with_message(run("msg", "list"), EXIT_NOT_FOUND, "beta")
 
 
 # ---- slot ----------------------------------------------------------------------------
@@ -462,7 +448,9 @@ class TestSlotNew:
         assert [m["content"] for m in shown["immutable"]] == ["one", "two"]
 
     def test_static_missing_file(self, run: Run, session: str, tmp_path: Path) -> None:
-        fails(run("slot", "new", "st", "--static", str(tmp_path / "nope.json")), EXIT_NOT_FOUND)
+        fails_with_message(
+            run("slot", "new", "st", "--static", str(tmp_path / "nope.json")), EXIT_NOT_FOUND
+        )
         assert [r["id"] for r in as_json(run("slot", "list", "--json"))] == ["default"]
 
     def test_static_invalid_file_creates_nothing(
@@ -470,14 +458,14 @@ class TestSlotNew:
     ) -> None:
         bad = tmp_path / "bad.json"
         bad.write_text('[{"role": "wizard", "content": "x"}]')
-        fails(run("slot", "new", "st", "--static", str(bad)), EXIT_DATA, "message 0")
+        fails_with_message(run("slot", "new", "st", "--static", str(bad)), EXIT_DATA, "message 0")
         assert [r["id"] for r in as_json(run("slot", "list", "--json"))] == ["default"]
 
     def test_existing_is_a_conflict(self, run: Run, session: str) -> None:
-        fails(run("slot", "new", "default"), EXIT_CONFLICT, "already exists")
+        fails_with_message(run("slot", "new", "default"), EXIT_CONFLICT, "already exists")
 
     def test_invalid_name_is_a_usage_error(self, run: Run, session: str) -> None:
-        fails(run("slot", "new", "a/b"), EXIT_USAGE, "slot id")
+        fails_with_message(run("slot", "new", "a/b"), EXIT_USAGE, "slot id")
 
 
 class TestSlotDerive:
@@ -518,10 +506,10 @@ class TestSlotDerive:
         assert contents(run, "--slot", "b") == ["x"]
 
     def test_missing_parent(self, run: Run, chat: str) -> None:
-        fails(run("slot", "derive", "b", "--from", "nope"), EXIT_NOT_FOUND, "nope")
+        fails_with_message(run("slot", "derive", "b", "--from", "nope"), EXIT_NOT_FOUND, "nope")
 
     def test_existing_name(self, run: Run, chat: str) -> None:
-        fails(run("slot", "derive", "default"), EXIT_CONFLICT, "already exists")
+        fails_with_message(run("slot", "derive", "default"), EXIT_CONFLICT, "already exists")
 
 
 class TestSlotUse:
@@ -534,7 +522,7 @@ class TestSlotUse:
         }
 
     def test_missing(self, run: Run, session: str) -> None:
-        fails(run("slot", "use", "nope"), EXIT_NOT_FOUND, "nope")
+        fails_with_message(run("slot", "use", "nope"), EXIT_NOT_FOUND, "nope")
         assert as_json(run("session", "show", "--json"))["current_slot"] == "default"
 
 
@@ -578,7 +566,7 @@ class TestSlotShow:
         assert shown["meta"]["message_count"] == 4
 
     def test_missing(self, run: Run, session: str) -> None:
-        fails(run("slot", "show", "nope"), EXIT_NOT_FOUND, "nope")
+        fails_with_message(run("slot", "show", "nope"), EXIT_NOT_FOUND, "nope")
 
 
 class TestSlotView:
@@ -658,7 +646,7 @@ class TestSlotMode:
         assert result.stdout == ""
 
     def test_missing_slot(self, run: Run, chat: str) -> None:
-        fails(run("slot", "mode", "full", "nope"), EXIT_NOT_FOUND, "nope")
+        fails_with_message(run("slot", "mode", "full", "nope"), EXIT_NOT_FOUND, "nope")
 
     def test_json_marks_the_current_slot(self, run: Run, chat: str) -> None:
         assert as_json(run("slot", "mode", "focused", "--json"))["current"] is True
@@ -681,14 +669,14 @@ class TestSlotRm:
 
     def test_default_is_protected(self, run: Run, session: str, isolated_env: Path) -> None:
         ok(run("slot", "new", "b"))
-        fails(run("slot", "rm", "default"), EXIT_CONFLICT, "default")
+        fails_with_message(run("slot", "rm", "default"), EXIT_CONFLICT, "default")
         assert slot_ids(isolated_env, "s1") == ["b", "default"]
 
     def test_the_only_slot_is_protected(self, run: Run, session: str) -> None:
-        fails(run("slot", "rm", "default"), EXIT_CONFLICT)
+        fails_with_message(run("slot", "rm", "default"), EXIT_CONFLICT)
 
     def test_missing(self, run: Run, session: str) -> None:
-        fails(run("slot", "rm", "nope"), EXIT_NOT_FOUND, "nope")
+        fails_with_message(run("slot", "rm", "nope"), EXIT_NOT_FOUND, "nope")
 
 
 # ---- msg -----------------------------------------------------------------------------
@@ -717,12 +705,16 @@ class TestMsgAppend:
         self, run: Run, session: str, isolated_env: Path
     ) -> None:
         before = data_dir_files(isolated_env, "s1")
-        fails(run("msg", "append", "user", "-", input=b"caf\xe9\n"), EXIT_DATA, "UTF-8")
+        fails_with_message(
+            run("msg", "append", "user", "-", input=b"caf\xe9\n"), EXIT_DATA, "UTF-8"
+        )
         assert data_dir_files(isolated_env, "s1") == before
 
     @pytest.mark.parametrize("piped", ["", "\n"])
     def test_empty_stdin_is_refused(self, run: Run, session: str, piped: str) -> None:
-        fails(run("msg", "append", "user", "-", input=piped), EXIT_USAGE, "standard input")
+        fails_with_message(
+            run("msg", "append", "user", "-", input=piped), EXIT_USAGE, "standard input"
+        )
         assert contents(run) == []
 
     def test_name_and_tool_call_id(self, run: Run, session: str) -> None:
@@ -745,12 +737,14 @@ class TestMsgAppend:
         assert result.stdout == ""
 
     def test_missing_slot(self, run: Run, session: str) -> None:
-        fails(run("msg", "append", "user", "x", "--slot", "nope"), EXIT_NOT_FOUND, "nope")
+        fails_with_message(
+            run("msg", "append", "user", "x", "--slot", "nope"), EXIT_NOT_FOUND, "nope"
+        )
 
     def test_tool_message_without_call_id_is_a_usage_error_saying_why(
         self, run: Run, session: str
     ) -> None:
-        result = fails(run("msg", "append", "tool", "x"), EXIT_USAGE, "tool_call_id")
+        result = fails_with_message(run("msg", "append", "tool", "x"), EXIT_USAGE, "tool_call_id")
         assert "errors.pydantic.dev" not in result.stderr
         assert contents(run) == []
 
@@ -816,7 +810,7 @@ class TestMsgGet:
 
     @pytest.mark.parametrize("index", ["4", "-5"])
     def test_out_of_range(self, run: Run, chat: str, index: str) -> None:
-        fails(run("msg", "get", index), EXIT_NOT_FOUND, "out of range")
+        fails_with_message(run("msg", "get", index), EXIT_NOT_FOUND, "out of range")
 
     def test_not_a_number(self, run: Run, chat: str) -> None:
         result = run("msg", "get", "last")
@@ -841,7 +835,7 @@ class TestMsgInsert:
         assert contents(run)[1] == "piped"
 
     def test_out_of_range(self, run: Run, chat: str) -> None:
-        fails(run("msg", "insert", "9", "user", "x"), EXIT_NOT_FOUND, "out of range")
+        fails_with_message(run("msg", "insert", "9", "user", "x"), EXIT_NOT_FOUND, "out of range")
         assert len(contents(run)) == 4
 
 
@@ -859,7 +853,7 @@ class TestMsgEdit:
         assert contents(run)[0] == "replaced"
 
     def test_out_of_range(self, run: Run, chat: str) -> None:
-        fails(run("msg", "edit", "7", "x"), EXIT_NOT_FOUND, "out of range")
+        fails_with_message(run("msg", "edit", "7", "x"), EXIT_NOT_FOUND, "out of range")
 
 
 class TestMsgRm:
@@ -870,7 +864,7 @@ class TestMsgRm:
         assert contents(run) == ["u0", "u2"]
 
     def test_out_of_range(self, run: Run, chat: str) -> None:
-        fails(run("msg", "rm", "-9"), EXIT_NOT_FOUND, "out of range")
+        fails_with_message(run("msg", "rm", "-9"), EXIT_NOT_FOUND, "out of range")
         assert len(contents(run)) == 4
 
 
@@ -885,7 +879,7 @@ class TestMsgPop:
         assert contents(run) == ["a1", "u2", "a3"]
 
     def test_empty_slot(self, run: Run, session: str) -> None:
-        fails(run("msg", "pop"), EXIT_NOT_FOUND, "out of range")
+        fails_with_message(run("msg", "pop"), EXIT_NOT_FOUND, "out of range")
 
 
 class TestMsgRetainAndClear:
@@ -936,7 +930,7 @@ class TestMsgExport:
 
     def test_to_a_missing_directory(self, run: Run, chat: str, tmp_path: Path) -> None:
         target = tmp_path / "nope" / "chat.json"
-        fails(run("msg", "export", "-o", str(target)), EXIT_ERROR, "cannot write")
+        fails_with_message(run("msg", "export", "-o", str(target)), EXIT_ERROR, "cannot write")
         assert not target.parent.exists()
 
     def test_empty_slot(self, run: Run, session: str) -> None:
@@ -988,7 +982,9 @@ class TestMsgImport:
         assert copied == original
 
     def test_missing_file(self, run: Run, chat: str, tmp_path: Path) -> None:
-        fails(run("msg", "import", str(tmp_path / "nope.json")), EXIT_NOT_FOUND, "no such file")
+        fails_with_message(
+            run("msg", "import", str(tmp_path / "nope.json")), EXIT_NOT_FOUND, "no such file"
+        )
 
     @pytest.mark.parametrize(
         ("data", "needle"),
@@ -1015,19 +1011,21 @@ class TestMsgImport:
         source.write_text(data)
         before = data_dir_files(isolated_env, "s1")
         args = ["msg", "import", str(source), *(["--replace"] if replace else [])]
-        fails(run(*args), EXIT_DATA, needle)
+        fails_with_message(run(*args), EXIT_DATA, needle)
         assert data_dir_files(isolated_env, "s1") == before
 
     def test_invalid_stdin_writes_nothing(self, run: Run, chat: str, isolated_env: Path) -> None:
         before = data_dir_files(isolated_env, "s1")
-        fails(run("msg", "import", "-", "--format", "openai", input="nope"), EXIT_DATA, "<stdin>")
+        fails_with_message(
+            run("msg", "import", "-", "--format", "openai", input="nope"), EXIT_DATA, "<stdin>"
+        )
         assert data_dir_files(isolated_env, "s1") == before
 
     def test_empty_input_with_replace_is_refused(
         self, run: Run, chat: str, isolated_env: Path
     ) -> None:
         before = data_dir_files(isolated_env, "s1")
-        fails(run("msg", "import", "-", "--replace", input=""), EXIT_DATA)
+        fails_with_message(run("msg", "import", "-", "--replace", input=""), EXIT_DATA)
         assert data_dir_files(isolated_env, "s1") == before
 
 
@@ -1063,13 +1061,15 @@ class TestReadonly:
         before = data_dir_files(readonly, "s1")
         argv = [a.replace("{file}", str(tmp_path / "in.json")) for a in args]
         stdin = '[{"role": "user", "content": "new"}]' if argv[-1] == "-" else None
-        fails(run(*argv, input=stdin), EXIT_CONFLICT, "readonly", "slot mode full")
+        fails_with_message(run(*argv, input=stdin), EXIT_CONFLICT, "readonly", "slot mode full")
         assert data_dir_files(readonly, "s1") == before
 
     def test_refused_through_slot_option_too(self, run: Run, chat: str, isolated_env: Path) -> None:
         ok(run("slot", "new", "ref", "--mode", "readonly"))
         before = data_dir_files(isolated_env, "s1")
-        fails(run("msg", "append", "user", "x", "--slot", "ref"), EXIT_CONFLICT, "'ref'")
+        fails_with_message(
+            run("msg", "append", "user", "x", "--slot", "ref"), EXIT_CONFLICT, "'ref'"
+        )
         assert data_dir_files(isolated_env, "s1") == before
 
     def test_reading_and_deriving_still_work(self, run: Run, readonly: Path) -> None:
@@ -1093,7 +1093,7 @@ class TestReadonly:
     def test_readonly_wins_over_a_bad_index(
         self, run: Run, readonly: Path, args: list[str]
     ) -> None:
-        fails(run(*args), EXIT_CONFLICT, "readonly")
+        fails_with_message(run(*args), EXIT_CONFLICT, "readonly")
 
 
 # ---- memory --------------------------------------------------------------------------
@@ -1136,8 +1136,8 @@ class TestMemory:
         assert "memory is empty" in result.stderr
 
     def test_missing_key(self, run: Run, session: str) -> None:
-        fails(run("memory", "get", "nope"), EXIT_NOT_FOUND, "nope")
-        fails(run("memory", "rm", "nope"), EXIT_NOT_FOUND, "nope")
+        fails_with_message(run("memory", "get", "nope"), EXIT_NOT_FOUND, "nope")
+        fails_with_message(run("memory", "rm", "nope"), EXIT_NOT_FOUND, "nope")
 
 
 # ---- broken data on disk -----------------------------------------------------------

@@ -6,40 +6,20 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import Result
+from helpers import (
+    EXIT_DATA,
+    as_json,
+    fails_with_message,
+    ok,
+)
 
 Run = Callable[..., Result]
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_DATA = range(6)
-
 
 # ---- helpers ---------------------------------------------------------------------------
-
-
-def ok(result: Result) -> Result:
-    """Assert success with nothing on stderr but (at most) a hint."""
-    assert result.exit_code == EXIT_OK, (result.exit_code, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    return result
-
-
-def fails(result: Result, code: int, *needles: str) -> Result:
-    """Assert a clean failure: the code, a message on stderr, nothing on stdout."""
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-    assert result.stdout == ""
-    assert result.stderr.strip(), "an error must say what went wrong"
-    assert "Traceback" not in result.stderr
-    for needle in needles:
-        assert needle in result.stderr
-    return result
-
-
-def as_json(result: Result) -> Any:
-    ok(result)
-    return json.loads(result.stdout)
 
 
 @pytest.fixture
@@ -78,9 +58,9 @@ class TestBrokenData:
     def test_corrupt_slot_names_the_file(self, run: Run, chat: str, isolated_env: Path) -> None:
         path = slot_path(isolated_env, "s1")
         path.write_text("{ not json")
-        result = fails(run("msg", "list"), EXIT_DATA, str(path))
+        result = fails_with_message(run("msg", "list"), EXIT_DATA, str(path))
         assert "not valid JSON" in result.stderr
-        fails(run("msg", "append", "user", "x"), EXIT_DATA, str(path))
+        fails_with_message(run("msg", "append", "user", "x"), EXIT_DATA, str(path))
         assert path.read_text() == "{ not json"
 
     def test_newer_major_schema_is_refused_naming_both_versions(
@@ -91,7 +71,7 @@ class TestBrokenData:
         document["schema_version"] = "7.0"
         path.write_text(json.dumps(document))
         before = path.read_bytes()
-        result = fails(run("msg", "append", "user", "x"), EXIT_DATA, "7.0", "1.0")
+        result = fails_with_message(run("msg", "append", "user", "x"), EXIT_DATA, "7.0", "1.0")
         assert str(path) in result.stderr
         assert path.read_bytes() == before
 
