@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 
+from agctl.models import Message
 from agctl.storage.file import layout
 from agctl.store import Store
 
@@ -141,3 +142,42 @@ def turns_with_checkpoints(
         assert result["turn"] == number
         seen[number] = (result["checkpoint"], stored_documents(data_dir, session_id))
     return seen
+
+
+def session_with_history(run: Callable[..., Result]) -> None:
+    """Session "s" with three turns, a labelled checkpoint and a message after them."""
+    exited_zero(run("session", "new", "s"))
+    for text in ("one", "two", "three"):
+        exited_zero(run("turn", "send", text))
+    exited_zero(run("ckpt", "create", "--label", "mine"))
+    exited_zero(run("msg", "append", "user", "after the checkpoints"))
+
+
+# ---- the store directly ---------------------------------------------------------------
+
+
+def user(text: str) -> Message:
+    return Message(role="user", content=text)
+
+
+def append(store: Store, sid: str, text: str, slot: str | None = None) -> int:
+    return store.update_slot(sid, slot, lambda s: s.append(user(text)))
+
+
+def texts(store: Store, sid: str, slot: str | None = None) -> list[str]:
+    return [m.text() for m in store.load_slot(sid, slot).messages]
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def make_family(store: Store) -> Store:
+    """root -> a -> c, root -> b, and lone; root is the current session."""
+    store.create_session("root", title="Root")
+    store.create_session("a", parent_id="root")
+    store.create_session("b", parent_id="root")
+    store.create_session("c", parent_id="a")
+    store.create_session("lone")
+    store.set_current_session("root")
+    return store

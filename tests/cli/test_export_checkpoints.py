@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from click.testing import Result
-from helpers import data_dir_files
+from helpers import data_dir_files, exited_zero, session_with_history
 
 from agctl.checkpoints import Checkpointer
 from agctl.errors import InvalidInput, SchemaTooNew
@@ -21,19 +21,6 @@ Run = Callable[..., Result]
 EXIT_DATA = 5
 
 
-def ok(result: Result) -> Result:
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
-    return result
-
-
-def session_with_history(run: Run) -> None:
-    ok(run("session", "new", "s"))
-    for text in ("one", "two", "three"):
-        ok(run("turn", "send", text))
-    ok(run("ckpt", "create", "--label", "mine"))
-    ok(run("msg", "append", "user", "after the checkpoints"))
-
-
 def texts(store: Store, session: str) -> list[str]:
     return [m.text() for m in store.load_slot(session, "default").messages]
 
@@ -42,9 +29,9 @@ def test_an_export_with_checkpoints_imports_with_its_history(
     run: Run, store: Store, tmp_path: Path
 ) -> None:
     session_with_history(run)
-    listed = json.loads(ok(run("ckpt", "list", "--json")).stdout)
+    listed = json.loads(exited_zero(run("ckpt", "list", "--json")).stdout)
     export = tmp_path / "s.json"
-    ok(run("session", "export", "--checkpoints", "-o", str(export)))
+    exited_zero(run("session", "export", "--checkpoints", "-o", str(export)))
     document = json.loads(export.read_text())
     assert document["schema_version"] == "2.0"
     assert len(document["checkpoint_log"]["records"]) > len(listed)
@@ -72,23 +59,23 @@ def test_an_export_with_checkpoints_imports_with_its_history(
 
 def test_the_cli_round_trip_under_another_id(run: Run, store: Store, tmp_path: Path) -> None:
     session_with_history(run)
-    data = ok(run("session", "export", "--checkpoints")).stdout
-    ok(run("session", "import", "-", "--as", "copy", "--use", input=data))
-    first = json.loads(ok(run("ckpt", "list", "--json")).stdout)[-1]["id"]
-    ok(run("ckpt", "rollback", first))
+    data = exited_zero(run("session", "export", "--checkpoints")).stdout
+    exited_zero(run("session", "import", "-", "--as", "copy", "--use", input=data))
+    first = json.loads(exited_zero(run("ckpt", "list", "--json")).stdout)[-1]["id"]
+    exited_zero(run("ckpt", "rollback", first))
     assert texts(store, "copy") == []
     assert store.load_session("copy").turn_count == 0
     # the rollback wrote the copy, never the session it was exported from
     assert texts(store, "s")[-1] == "after the checkpoints"
     assert store.load_session("s").turn_count == 3
-    ok(run("turn", "send", "more"))
+    exited_zero(run("turn", "send", "more"))
     assert Checkpointer(store).verify("copy").ok
 
 
 def test_removed_checkpoints_stay_removed(run: Run, store: Store, tmp_path: Path) -> None:
     session_with_history(run)
-    listed = [c["id"] for c in json.loads(ok(run("ckpt", "list", "--json")).stdout)]
-    ok(run("ckpt", "rm", listed[1]))
+    listed = [c["id"] for c in json.loads(exited_zero(run("ckpt", "list", "--json")).stdout)]
+    exited_zero(run("ckpt", "rm", listed[1]))
     data = export_session(store, "s", checkpoints=True).model_dump_json().encode()
     import_session(store, data, as_id="copy")
     assert Checkpointer(store).ids("copy") == [listed[0], *listed[2:]]
@@ -96,7 +83,7 @@ def test_removed_checkpoints_stay_removed(run: Run, store: Store, tmp_path: Path
 
 def test_a_plain_export_stays_version_1_without_history(run: Run, tmp_path: Path) -> None:
     session_with_history(run)
-    document = json.loads(ok(run("session", "export")).stdout)
+    document = json.loads(exited_zero(run("session", "export")).stdout)
     assert document["schema_version"] == "1.0"
     assert "checkpoint_log" not in document
     assert len(document["checkpoints"]) == 5
@@ -105,18 +92,18 @@ def test_a_plain_export_stays_version_1_without_history(run: Run, tmp_path: Path
 def test_a_session_without_checkpoints_exports_an_empty_history(
     run: Run, store: Store, tmp_path: Path
 ) -> None:
-    ok(run("session", "new", "bare"))
-    data = ok(run("session", "export", "--checkpoints")).stdout
+    exited_zero(run("session", "new", "bare"))
+    data = exited_zero(run("session", "export", "--checkpoints")).stdout
     assert json.loads(data)["checkpoint_log"]["records"] == []
     import_session(store, data.encode(), as_id="copy")
     assert Checkpointer(store).summaries("copy") == []
-    ok(run("ckpt", "create", "-s", "copy"))
+    exited_zero(run("ckpt", "create", "-s", "copy"))
     assert len(Checkpointer(store).summaries("copy")) == 1
 
 
 def exported(run: Run) -> dict[str, Any]:
     session_with_history(run)
-    return json.loads(ok(run("session", "export", "--checkpoints")).stdout)  # type: ignore[no-any-return]
+    return json.loads(exited_zero(run("session", "export", "--checkpoints")).stdout)  # type: ignore[no-any-return]
 
 
 def test_a_changed_record_is_refused_and_nothing_is_written(
@@ -145,7 +132,7 @@ def test_export_versions(run: Run, store: Store) -> None:
 
 
 def test_schema_export_describes_the_history(run: Run) -> None:
-    schema = json.loads(ok(run("schema", "export")).stdout)
+    schema = json.loads(exited_zero(run("schema", "export")).stdout)
     assert "checkpoint_log" in schema["properties"]
     assert "2.0" in schema["properties"]["schema_version"]["description"]
     assert schema["$defs"]["CheckpointHistory"]["required"] == ["records", "digest"]
@@ -163,8 +150,8 @@ def test_schema_too_new_names_both_versions() -> None:
 
 
 def test_the_developer_role_is_imported_as_system(run: Run, store: Store) -> None:
-    ok(run("session", "new", "s"))
-    ok(run("msg", "append", "user", "hi"))
+    exited_zero(run("session", "new", "s"))
+    exited_zero(run("msg", "append", "user", "hi"))
     document = export_session(store, "s").model_dump(mode="json")
     document["slots"][0]["messages"].insert(0, {"role": "developer", "content": "Be brief."})
     document["slots"][0]["immutable"] = [{"role": "developer", "content": "Rules."}]
@@ -179,9 +166,9 @@ def test_the_developer_role_in_messages_and_msg_import(
 ) -> None:
     messages = parse_messages(b'[{"role": "developer", "content": "Be brief."}]')
     assert [(m.role, m.text()) for m in messages] == [("system", "Be brief.")]
-    ok(run("session", "new", "s"))
+    exited_zero(run("session", "new", "s"))
     source = tmp_path / "m.jsonl"
     source.write_text('{"role": "developer", "content": "Rules."}\n')
-    ok(run("msg", "import", str(source)))
+    exited_zero(run("msg", "import", str(source)))
     assert [m.role for m in store.load_slot("s").messages] == ["system"]
     assert not [data for data in data_dir_files(store.root, "s").values() if b'"developer"' in data]

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
-from helpers import data_dir_files
+from helpers import append, data_dir_files, snapshot, texts, user
 
 from agctl.errors import (
     AlreadyExists,
@@ -20,23 +19,6 @@ from agctl.errors import (
 from agctl.ids import new_session_id
 from agctl.models import Message
 from agctl.store import Store
-
-
-def user(text: str) -> Message:
-    return Message(role="user", content=text)
-
-
-def append(store: Store, sid: str, text: str, slot: str | None = None) -> int:
-    return store.update_slot(sid, slot, lambda s: s.append(user(text)))
-
-
-def texts(store: Store, sid: str, slot: str | None = None) -> list[str]:
-    return [m.text() for m in store.load_slot(sid, slot).messages]
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-
 
 # ---- sessions ------------------------------------------------------------------------
 

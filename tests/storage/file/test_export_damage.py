@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from click.testing import Result
-from helpers import checkpoints_dir
+from helpers import checkpoints_dir, exited_zero, session_with_history
 
 from agctl.errors import CorruptDocument
 from agctl.interchange import export_session
@@ -19,22 +19,9 @@ Run = Callable[..., Result]
 EXIT_DATA = 5
 
 
-def ok(result: Result) -> Result:
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
-    return result
-
-
-def session_with_history(run: Run) -> None:
-    ok(run("session", "new", "s"))
-    for text in ("one", "two", "three"):
-        ok(run("turn", "send", text))
-    ok(run("ckpt", "create", "--label", "mine"))
-    ok(run("msg", "append", "user", "after the checkpoints"))
-
-
 def exported(run: Run) -> dict[str, Any]:
     session_with_history(run)
-    return json.loads(ok(run("session", "export", "--checkpoints")).stdout)  # type: ignore[no-any-return]
+    return json.loads(exited_zero(run("session", "export", "--checkpoints")).stdout)  # type: ignore[no-any-return]
 
 
 def test_a_log_that_does_not_verify_is_refused_and_nothing_is_written(
@@ -68,4 +55,4 @@ def test_a_damaged_log_is_not_exported(run: Run, store: Store) -> None:
     assert result.stdout == ""
     with pytest.raises(CorruptDocument):
         export_session(store, "s", checkpoints=True)
-    ok(run("session", "export"))  # without the history it still exports
+    exited_zero(run("session", "export"))  # without the history it still exports

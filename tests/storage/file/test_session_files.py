@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers import make_family
 
 from agctl.errors import AgctlError
 from agctl.sessions import SessionNode, session_forest
@@ -12,13 +13,7 @@ from agctl.store import Store
 @pytest.fixture
 def family(store: Store) -> Store:
     """root -> a -> c, root -> b, and lone; root is the current session."""
-    store.create_session("root", title="Root")
-    store.create_session("a", parent_id="root")
-    store.create_session("b", parent_id="root")
-    store.create_session("c", parent_id="a")
-    store.create_session("lone")
-    store.set_current_session("root")
-    return store
+    return make_family(store)
 
 
 Shape = list[tuple[str, "Shape"]]

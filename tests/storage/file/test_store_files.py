@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import append, snapshot, texts
 
 from agctl.errors import (
     CorruptDocument,
@@ -14,24 +15,7 @@ from agctl.errors import (
     ProtectedSlot,
     SchemaTooNew,
 )
-from agctl.models import Message
 from agctl.store import Store
-
-
-def user(text: str) -> Message:
-    return Message(role="user", content=text)
-
-
-def append(store: Store, sid: str, text: str, slot: str | None = None) -> int:
-    return store.update_slot(sid, slot, lambda s: s.append(user(text)))
-
-
-def texts(store: Store, sid: str, slot: str | None = None) -> list[str]:
-    return [m.text() for m in store.load_slot(sid, slot).messages]
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 def test_create_session_writes_the_layout(store: Store) -> None:
