@@ -14,9 +14,14 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from agctl.models import Message
+from agctl.checkpoints import Checkpointer, SessionState
+from agctl.errors import ProviderError
+from agctl.models import Draft, Message
+from agctl.providers.base import ChatRequest, Event, TextDelta
+from agctl.providers.offline import OfflineProvider
 from agctl.storage.file import layout
 from agctl.store import Store
+from agctl.turns import TurnOptions, TurnResult, send_turn
 
 
 def checkpoints_dir(store: Store, session_id: str) -> Path:
@@ -181,3 +186,57 @@ def make_family(store: Store) -> Store:
     store.create_session("lone")
     store.set_current_session("root")
     return store
+
+
+# ---- turns, drafts and checkpoints of session "s" ---------------------------------------
+
+SID = "s"
+
+
+class BrokenProvider:
+    """A provider that fails before its first token: the turn keeps a draft."""
+
+    name = "broken"
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        raise ProviderError("down")
+        yield TextDelta("")  # pragma: no cover
+
+
+def fail_turn(store: Store, prompt: str, slot: str | None = None) -> Draft:
+    """A turn that fails, and the draft it leaves."""
+    with pytest.raises(ProviderError):
+        send_turn(store, SID, prompt, BrokenProvider(), TurnOptions(model="offline", slot=slot))
+    return store.load_draft(SID, slot or "default")
+
+
+def succeed_turn(store: Store, prompt: str, slot: str | None = None) -> None:
+    send_turn(store, SID, prompt, OfflineProvider(), TurnOptions(model="offline", slot=slot))
+
+
+def turn(store: Store, prompt: str, *, sid: str = SID, checkpoint: bool = True) -> TurnResult:
+    options = TurnOptions(model="offline", checkpoint=checkpoint)
+    return send_turn(store, sid, prompt, OfflineProvider(), options)
+
+
+def documents(where: Store | Path, sid: str = SID) -> dict[str, Any]:
+    """The session document and every slot, parsed (see stored_documents)."""
+    return stored_documents(where, sid)
+
+
+def dumped(state: SessionState) -> dict[str, Any]:
+    return {
+        "session": state.session.model_dump(mode="json"),
+        "slots": {slot_id: slot.model_dump(mode="json") for slot_id, slot in state.slots.items()},
+    }
+
+
+def dumped_live(store: Store, sid: str = SID) -> dict[str, Any]:
+    """The session's live state, dumped as a checkpoint's is."""
+    return dumped(Checkpointer(store).live_state(sid))
+
+
+def dumped_at(store: Store, identifier: str, sid: str = SID) -> dict[str, Any]:
+    """The state a checkpoint holds, dumped."""
+    keeper = Checkpointer(store)
+    return dumped(keeper.state(sid, keeper.load(sid, identifier)))

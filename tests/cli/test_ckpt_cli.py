@@ -16,12 +16,12 @@ from helpers import (
     EXIT_USAGE,
     as_json,
     data_dir_files,
+    documents,
     draft_file,
     dying_after_one_change,
     fails,
     ok,
     send,
-    stored_documents,
     turns_with_checkpoints,
 )
 
@@ -31,10 +31,6 @@ from agctl.store import Store
 Run = Callable[..., Result]
 
 SID = "s"
-
-
-def documents(data_dir: Path, sid: str = SID) -> dict[str, Any]:
-    return stored_documents(data_dir, sid)
 
 
 @pytest.fixture

@@ -8,13 +8,15 @@ from typing import Any
 import pytest
 from helpers import (
     data_dir_files,
+    documents,
+    dumped_at,
+    dumped_live,
     dying_after_one_change,
-    stored_documents,
+    turn,
 )
 
 from agctl.checkpoints import (
     Checkpointer,
-    SessionState,
     checkpoint_id,
     checkpoint_offset,
 )
@@ -37,18 +39,13 @@ from agctl.providers.base import (
 )
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
-from agctl.turns import TurnOptions, TurnResult, send_turn
+from agctl.turns import TurnOptions, send_turn
 
 OPTIONS = TurnOptions(model="offline")
 SID = "s"
 
 
 # ---- helpers ---------------------------------------------------------------------------
-
-
-def turn(store: Store, prompt: str, *, sid: str = SID, checkpoint: bool = True) -> TurnResult:
-    options = TurnOptions(model="offline", checkpoint=checkpoint)
-    return send_turn(store, sid, prompt, OfflineProvider(), options)
 
 
 def append_user(store: Store, text: str, slot: str | None = None) -> None:
@@ -58,27 +55,6 @@ def append_user(store: Store, text: str, slot: str | None = None) -> None:
 
 def edit(store: Store, index: int, text: str, slot: str | None = None) -> None:
     store.update_slot(SID, slot, lambda target: target.edit(index, text))
-
-
-def documents(store: Store, sid: str = SID) -> dict[str, Any]:
-    """The session document and every slot, parsed (see stored_documents)."""
-    return stored_documents(store, sid)
-
-
-def dumped(state: SessionState) -> dict[str, Any]:
-    return {
-        "session": state.session.model_dump(mode="json"),
-        "slots": {slot_id: slot.model_dump(mode="json") for slot_id, slot in state.slots.items()},
-    }
-
-
-def live(store: Store, sid: str = SID) -> dict[str, Any]:
-    return dumped(Checkpointer(store).live_state(sid))
-
-
-def at(store: Store, identifier: str, sid: str = SID) -> dict[str, Any]:
-    keeper = Checkpointer(store)
-    return dumped(keeper.state(sid, keeper.load(sid, identifier)))
 
 
 class ToolCallProvider:
@@ -194,7 +170,7 @@ def change_everything(store: Store) -> None:
 
 def test_the_rich_session_has_everything_the_rollback_must_restore(store: Store) -> None:
     build_rich_session(store)
-    state = live(store)
+    state = dumped_live(store)
     slots = state["slots"]
     assert sorted(slots) == ["copy", "default", "focus", "static"]
     assert state["session"]["current_slot"] == "focus"
@@ -222,7 +198,7 @@ def test_the_rich_session_has_everything_the_rollback_must_restore(store: Store)
 def test_a_checkpoint_reads_back_exactly_the_state_it_saw(store: Store) -> None:
     keeper = build_rich_session(store)
     checkpoint = keeper.create(SID, label="rich")
-    assert at(store, checkpoint.id) == live(store)
+    assert dumped_at(store, checkpoint.id) == dumped_live(store)
     assert checkpoint.label == "rich" and not checkpoint.auto
     assert checkpoint.turn_index == 4
 
@@ -230,7 +206,7 @@ def test_a_checkpoint_reads_back_exactly_the_state_it_saw(store: Store) -> None:
 def test_rollback_restores_every_field_of_every_document(store: Store) -> None:
     keeper = build_rich_session(store)
     checkpoint = keeper.create(SID, label="rich")
-    expected_files, expected_models = documents(store), live(store)
+    expected_files, expected_models = documents(store), dumped_live(store)
     change_everything(store)
     changed = documents(store)
     assert "slot:later" in changed and "slot:static" not in changed
@@ -241,7 +217,7 @@ def test_rollback_restores_every_field_of_every_document(store: Store) -> None:
     assert restored.id == checkpoint.id
     assert saved.turn_index == 6 and saved.label == f"before rollback to {checkpoint.id}"
     assert documents(store) == expected_files
-    assert live(store) == expected_models
+    assert dumped_live(store) == expected_models
     assert store.slot_ids(SID) == ["copy", "default", "focus", "static"]
 
 
@@ -249,14 +225,14 @@ def test_a_rollback_of_a_rollback_restores_the_replaced_state(store: Store) -> N
     keeper = build_rich_session(store)
     checkpoint = keeper.create(SID)
     change_everything(store)
-    replaced_files, replaced_models = documents(store), live(store)
+    replaced_files, replaced_models = documents(store), dumped_live(store)
 
     _, saved = keeper.rollback(SID, checkpoint.id)
-    assert at(store, saved.id) == replaced_models
+    assert dumped_at(store, saved.id) == replaced_models
     keeper.rollback(SID, saved.id)
 
     assert documents(store) == replaced_files
-    assert live(store) == replaced_models
+    assert dumped_live(store) == replaced_models
 
 
 def test_checkpoints_after_a_rollback_are_exact_too(store: Store) -> None:
@@ -268,7 +244,7 @@ def test_checkpoints_after_a_rollback_are_exact_too(store: Store) -> None:
     store.set_mode(SID, "default", "full")
     result = turn(store, "a new branch")
     assert result.checkpoint is not None
-    assert at(store, result.checkpoint) == live(store)
+    assert dumped_at(store, result.checkpoint) == dumped_live(store)
 
 
 # ---- undo ------------------------------------------------------------------------------
@@ -341,13 +317,13 @@ def test_undo_after_switching_branches_stays_on_the_branch(store: Store) -> None
 def test_fork_starts_a_child_from_the_checkpoint(store: Store) -> None:
     keeper = build_rich_session(store)
     checkpoint = keeper.create(SID)
-    expected = live(store)
+    expected = dumped_live(store)
     change_everything(store)
 
     child = keeper.fork(SID, checkpoint.id, "child")
 
     assert (child.id, child.parent_id) == ("child", SID)
-    state = live(store, "child")
+    state = dumped_live(store, "child")
     assert state["slots"] == expected["slots"]
     moved = {"id", "parent_id", "created_at", "updated_at"}
     assert {k: v for k, v in state["session"].items() if k not in moved} == {
@@ -384,7 +360,7 @@ def test_a_fork_and_its_parent_do_not_touch_each_other(store: Store) -> None:
     assert child_texts == ["shared", "child only"]
     assert parent_texts == ["shared", "parent only", "parent again"]
     assert in_child.checkpoint is not None
-    assert at(store, in_child.checkpoint, "child") == live(store, "child")
+    assert dumped_at(store, in_child.checkpoint, "child") == dumped_live(store, "child")
 
 
 # ---- remove, prune, ids ----------------------------------------------------------------
@@ -458,7 +434,7 @@ def test_prune_to_zero_then_turns_checkpoint_again(store: Store) -> None:
     result = turn(store, "again")
     assert result.checkpoint is not None
     assert keeper.ids(SID)[0] == result.checkpoint
-    assert at(store, result.checkpoint) == live(store)
+    assert dumped_at(store, result.checkpoint) == dumped_live(store)
 
 
 def test_ids_resolve_by_unique_prefix(store: Store) -> None:
@@ -628,7 +604,7 @@ def test_an_interrupted_rollback_is_finished_by_the_next_writer(store: Store) ->
     store.derive_slot(SID, "copy")
     store.memory_set(SID, "k", "v")
     target = keeper.create(SID, label="target")
-    expected = live(store)
+    expected = dumped_live(store)
     turn(store, "two")
     store.delete_slot(SID, "copy")
     store.derive_slot(SID, "later", make_current=True)
@@ -643,7 +619,7 @@ def test_an_interrupted_rollback_is_finished_by_the_next_writer(store: Store) ->
     append_user(store, "new", "default")
 
     assert not store.pending_recovery(SID)
-    now = live(store)
+    now = dumped_live(store)
     assert now["session"] == expected["session"]
     assert sorted(now["slots"]) == ["copy", "default"]
     assert now["slots"]["copy"] == expected["slots"]["copy"]
@@ -654,7 +630,7 @@ def test_an_interrupted_rollback_is_finished_by_the_next_writer(store: Store) ->
     }
     result = turn(store, "three")
     assert result.checkpoint is not None
-    assert at(store, result.checkpoint) == live(store)
+    assert dumped_at(store, result.checkpoint) == dumped_live(store)
 
 
 # ---- concurrency -----------------------------------------------------------------------
@@ -666,7 +642,7 @@ def test_a_checkpoint_sees_appends_made_during_the_model_call(store: Store) -> N
     result = send_turn(store, SID, "two", EditingProvider(store, append=True), OPTIONS)
     assert store.load_slot(SID).messages[2].text() == "appended meanwhile"
     assert result.checkpoint is not None
-    assert at(store, result.checkpoint) == live(store)
+    assert dumped_at(store, result.checkpoint) == dumped_live(store)
 
 
 def test_an_edit_made_during_the_model_call_refuses_the_turn(store: Store) -> None:
@@ -695,7 +671,7 @@ def test_a_slot_made_again_under_its_old_id_never_repeats_a_revision(store: Stor
     append_user(store, "bbbb", "x")
     assert store.load_slot(SID, "x").rev != seen
     checkpoint = keeper.create(SID)
-    assert at(store, checkpoint.id) == live(store)
+    assert dumped_at(store, checkpoint.id) == dumped_live(store)
 
 
 def test_every_write_advances_the_revision(store: Store) -> None:

@@ -14,42 +14,23 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
+from helpers import exited_zero, fail_turn, succeed_turn
 
 from agctl.drafts import check_resumable, draft_slot, find_draft, new_draft, remove_draft, staleness
 from agctl.errors import (
     NotFound,
-    ProviderError,
     SlotChanged,
     StaleDraft,
     UsageError,
 )
 from agctl.models import Draft, Message, utcnow
 from agctl.providers.base import ChatRequest, Event, TextDelta
-from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
 from agctl.turns import TurnOptions, send_turn
 
 Run = Callable[..., Result]
 SID = "s"
 OPTIONS = TurnOptions(model="offline")
-
-
-class Broken:
-    name = "broken"
-
-    def stream(self, request: ChatRequest) -> Iterator[Event]:
-        raise ProviderError("down")
-        yield TextDelta("")  # pragma: no cover
-
-
-def fail(store: Store, prompt: str, slot: str | None = None) -> Draft:
-    with pytest.raises(ProviderError):
-        send_turn(store, SID, prompt, Broken(), TurnOptions(model="offline", slot=slot))
-    return store.load_draft(SID, slot or "default")
-
-
-def succeed(store: Store, prompt: str, slot: str | None = None) -> None:
-    send_turn(store, SID, prompt, OfflineProvider(), TurnOptions(model="offline", slot=slot))
 
 
 def append(store: Store, text: str, slot: str | None = None) -> None:
@@ -59,7 +40,7 @@ def append(store: Store, text: str, slot: str | None = None) -> None:
 @pytest.fixture
 def session(store: Store) -> Store:
     store.create_session(SID)
-    succeed(store, "first")
+    succeed_turn(store, "first")
     return store
 
 
@@ -67,22 +48,22 @@ def session(store: Store) -> Store:
 
 
 def test_a_later_turn_on_the_slot_clears_its_older_draft(session: Store) -> None:
-    fail(session, "lost cause")
-    succeed(session, "something else")
+    fail_turn(session, "lost cause")
+    succeed_turn(session, "something else")
     assert session.draft_slots(SID) == []
 
 
 def test_a_turn_on_another_slot_keeps_the_draft(session: Store) -> None:
     session.create_slot(SID, "other")
-    fail(session, "keep me")
-    succeed(session, "elsewhere", slot="other")
+    fail_turn(session, "keep me")
+    succeed_turn(session, "elsewhere", slot="other")
     assert session.load_draft(SID, "default").prompt == "keep me"
 
 
 def test_a_draft_kept_after_the_turn_started_stays(session: Store) -> None:
     later = Draft(prompt="newer", slot="default", created_at=utcnow() + timedelta(hours=1))
     session.save_draft(SID, later)
-    succeed(session, "now")
+    succeed_turn(session, "now")
     assert session.load_draft(SID, "default").prompt == "newer"
 
 
@@ -94,13 +75,13 @@ def test_without_a_slot_the_current_slots_draft_else_the_only_one(session: Store
         session.create_slot(SID, name)
     with pytest.raises(NotFound, match="session 's' has no draft"):
         draft_slot(session, SID)
-    fail(session, "for b", slot="b")
+    fail_turn(session, "for b", slot="b")
     assert draft_slot(session, SID) == "b"  # the only one, though not current
-    fail(session, "for c", slot="c")
+    fail_turn(session, "for c", slot="c")
     with pytest.raises(UsageError, match="drafts for slots b, c, none for the current slot") as e:
         draft_slot(session, SID)
     assert e.value.exit_code == 2 and "--slot" in str(e.value)
-    fail(session, "for default")
+    fail_turn(session, "for default")
     assert find_draft(session, SID).prompt == "for default"  # the current slot's wins
     session.use_slot(SID, "c")
     assert find_draft(session, SID).prompt == "for c"
@@ -109,8 +90,8 @@ def test_without_a_slot_the_current_slots_draft_else_the_only_one(session: Store
 
 def test_remove_draft_drops_only_the_draft_it_read(session: Store) -> None:
     session.create_slot(SID, "other")
-    fail(session, "mine")
-    fail(session, "theirs", slot="other")
+    fail_turn(session, "mine")
+    fail_turn(session, "theirs", slot="other")
     removed = remove_draft(session, SID)
     assert isinstance(removed, Draft) and removed.prompt == "mine"
     assert session.draft_slots(SID) == ["other"]
@@ -121,7 +102,7 @@ def test_remove_draft_drops_only_the_draft_it_read(session: Store) -> None:
 
 
 def test_a_draft_records_its_slot_and_is_fresh_until_the_slot_changes(session: Store) -> None:
-    draft = fail(session, "question")
+    draft = fail_turn(session, "question")
     assert draft.slot_messages == 2 and draft.slot_state is not None
     assert staleness(session, SID, draft) is None
     check_resumable(session, SID, draft)
@@ -135,7 +116,7 @@ def test_a_draft_records_its_slot_and_is_fresh_until_the_slot_changes(session: S
 
 
 def test_an_edit_that_keeps_the_count_makes_the_draft_stale(session: Store) -> None:
-    draft = fail(session, "question")
+    draft = fail_turn(session, "question")
     session.update_slot(SID, None, lambda s: s.edit(0, "rewritten"))
     assert "messages or settings were changed" in str(staleness(session, SID, draft))
 
@@ -146,7 +127,7 @@ def test_a_rollback_to_an_older_state_makes_the_draft_stale(session: Store) -> N
 
     keeper = Checkpointer(session)
     start = keeper.ids(SID)[-1]  # before turn 1
-    draft = fail(session, "question")
+    draft = fail_turn(session, "question")
     keeper.rollback(SID, start)
     assert session.load_slot(SID).meta.updated_at < draft.created_at
     assert staleness(session, SID, draft) is not None
@@ -185,38 +166,35 @@ def test_find_draft_by_slot(session: Store) -> None:
 # ---- the CLI ---------------------------------------------------------------------------
 
 
-def ok(result: Result) -> Result:
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
-    return result
-
-
 def test_draft_show_and_rm(run: Run, session: Store) -> None:
     result = run("-s", SID, "draft", "show")
     assert (result.exit_code, result.stdout) == (3, "")
     assert result.stderr == f"agctl: error: session {SID!r} has no draft\n"
     assert run("-s", SID, "draft", "rm").exit_code == 3
 
-    fail(session, "my long question")
-    shown = ok(run("-s", SID, "draft", "show"))
+    fail_turn(session, "my long question")
+    shown = exited_zero(run("-s", SID, "draft", "show"))
     assert shown.stdout == "my long question\n"
     assert "draft for slot default, kept " in shown.stderr and "after: down" in shown.stderr
-    row = json.loads(ok(run("-s", SID, "draft", "show", "--slot", "default", "--json")).stdout)
+    row = json.loads(
+        exited_zero(run("-s", SID, "draft", "show", "--slot", "default", "--json")).stdout
+    )
     assert row["prompt"] == "my long question" and row["slot"] == "default"
     assert row["stale"] is None and row["error"] == "down" and row["reply"] is None
     assert run("-s", SID, "draft", "show", "--slot", "nope").exit_code == 3
 
     append(session, "meanwhile")
-    stale = ok(run("-s", SID, "draft", "show"))
+    stale = exited_zero(run("-s", SID, "draft", "show"))
     assert "stale: its slot changed since" in stale.stderr
-    assert json.loads(ok(run("-s", SID, "draft", "show", "--json")).stdout)["stale"]
+    assert json.loads(exited_zero(run("-s", SID, "draft", "show", "--json")).stdout)["stale"]
 
-    removed = json.loads(ok(run("-s", SID, "draft", "rm", "--json")).stdout)
+    removed = json.loads(exited_zero(run("-s", SID, "draft", "rm", "--json")).stdout)
     assert removed["prompt"] == "my long question"
     assert run("-s", SID, "draft", "show").exit_code == 3
 
 
 def test_resume_draft_refuses_a_stale_draft_unless_forced(run: Run, session: Store) -> None:
-    fail(session, "the question")
+    fail_turn(session, "the question")
     append(session, "meanwhile")
     refused = run("-s", SID, "turn", "send", "--resume-draft")
     assert refused.exit_code == 4 and refused.stdout == ""
@@ -224,16 +202,16 @@ def test_resume_draft_refuses_a_stale_draft_unless_forced(run: Run, session: Sto
     assert "2 messages then, 3 now" in refused.stderr
     assert len(session.load_slot(SID).messages) == 3
 
-    ok(run("-s", SID, "turn", "send", "--resume-draft", "--force"))
+    exited_zero(run("-s", SID, "turn", "send", "--resume-draft", "--force"))
     assert session.load_slot(SID).messages[-2].text() == "the question"
     assert run("-s", SID, "draft", "show").exit_code == 3
 
 
 def test_resume_draft_sends_a_fresh_draft_to_its_slot(run: Run, session: Store) -> None:
     session.create_slot(SID, "other")
-    fail(session, "for other", slot="other")
+    fail_turn(session, "for other", slot="other")
     assert run("-s", SID, "turn", "send", "--resume-draft", "--slot", "default").exit_code == 3
-    ok(run("-s", SID, "turn", "send", "--resume-draft"))
+    exited_zero(run("-s", SID, "turn", "send", "--resume-draft"))
     assert session.load_slot(SID, "other").messages[0].text() == "for other"
 
 
@@ -244,17 +222,21 @@ def test_force_needs_resume_draft(run: Run, session: Store) -> None:
 
 def test_a_draft_whose_slot_was_removed_can_be_shown_and_removed(run: Run, session: Store) -> None:
     session.create_slot(SID, "gone")
-    fail(session, "for a slot that goes", slot="gone")
+    fail_turn(session, "for a slot that goes", slot="gone")
     session.delete_slot(SID, "gone")
-    shown = ok(run("-s", SID, "draft", "show"))  # the only draft, though its slot is gone
+    shown = exited_zero(run("-s", SID, "draft", "show"))  # the only draft, though its slot is gone
     assert shown.stdout == "for a slot that goes\n"
     assert "its slot is gone" in shown.stderr and "--slot gone | agctl turn send -" in shown.stderr
-    row = json.loads(ok(run("-s", SID, "draft", "show", "--slot", "gone", "--json")).stdout)
+    row = json.loads(
+        exited_zero(run("-s", SID, "draft", "show", "--slot", "gone", "--json")).stdout
+    )
     assert row["stale"].startswith("is gone")
     refused = run("-s", SID, "turn", "send", "--resume-draft", "--force")
     assert refused.exit_code == 3 and "'gone' not found" in refused.stderr
     assert session.draft_slots(SID) == ["gone"]
-    removed = json.loads(ok(run("-s", SID, "draft", "rm", "--slot", "gone", "--json")).stdout)
+    removed = json.loads(
+        exited_zero(run("-s", SID, "draft", "rm", "--slot", "gone", "--json")).stdout
+    )
     assert removed["prompt"] == "for a slot that goes"
     assert session.draft_slots(SID) == []
 
@@ -262,33 +244,35 @@ def test_a_draft_whose_slot_was_removed_can_be_shown_and_removed(run: Run, sessi
 def test_resume_draft_without_slot_follows_the_same_rule(run: Run, session: Store) -> None:
     for name in ("b", "c"):
         session.create_slot(SID, name)
-    fail(session, "for b", slot="b")
-    fail(session, "for c", slot="c")
+    fail_turn(session, "for b", slot="b")
+    fail_turn(session, "for c", slot="c")
     asked = run("-s", SID, "turn", "send", "--resume-draft")
     assert (asked.exit_code, asked.stdout) == (2, "")
     assert "drafts for slots b, c" in asked.stderr and "--slot" in asked.stderr
     asked = run("-s", SID, "draft", "rm")
     assert asked.exit_code == 2 and "drafts for slots b, c" in asked.stderr
-    ok(run("-s", SID, "turn", "send", "--resume-draft", "--slot", "c"))
+    exited_zero(run("-s", SID, "turn", "send", "--resume-draft", "--slot", "c"))
     assert session.load_slot(SID, "c").messages[0].text() == "for c"
     assert session.draft_slots(SID) == ["b"]
-    ok(run("-s", SID, "turn", "send", "--resume-draft"))  # now the only one
+    exited_zero(run("-s", SID, "turn", "send", "--resume-draft"))  # now the only one
     assert session.load_slot(SID, "b").messages[0].text() == "for b"
     assert session.draft_slots(SID) == []
 
 
 def test_draft_show_all(run: Run, session: Store) -> None:
-    assert ok(run("-s", SID, "draft", "show", "--all", "--json")).stdout.strip() == "[]"
-    assert ok(run("-s", SID, "draft", "show", "--all")).stderr == "session s has no draft\n"
+    assert exited_zero(run("-s", SID, "draft", "show", "--all", "--json")).stdout.strip() == "[]"
+    assert (
+        exited_zero(run("-s", SID, "draft", "show", "--all")).stderr == "session s has no draft\n"
+    )
     session.create_slot(SID, "other")
-    fail(session, "first line\nsecond line")
-    fail(session, "for other", slot="other")
+    fail_turn(session, "first line\nsecond line")
+    fail_turn(session, "for other", slot="other")
     append(session, "meanwhile", slot="other")
-    text = ok(run("-s", SID, "draft", "show", "--all")).stdout.splitlines()
+    text = exited_zero(run("-s", SID, "draft", "show", "--all")).stdout.splitlines()
     assert text[0].split() == ["SLOT", "KEPT", "STATE", "PROMPT"]
     assert text[1].split()[::2] == ["default", "fresh", "line"] and "second" not in text[1]
     assert text[2].split()[0::2][:2] == ["other", "stale"]
-    rows = json.loads(ok(run("-s", SID, "draft", "show", "--all", "--json")).stdout)
+    rows = json.loads(exited_zero(run("-s", SID, "draft", "show", "--all", "--json")).stdout)
     assert [(r["slot"], r["prompt"], bool(r["stale"])) for r in rows] == [
         ("default", "first line\nsecond line", False),
         ("other", "for other", True),
@@ -351,7 +335,7 @@ def test_draft_rm_waits_for_the_session_lock_and_removes_what_it_reports(
     """Before: draft rm read the draft, then removed whatever was there, without the lock:
     a draft a turn kept in between was dropped unseen. Now it waits for the lock, which
     this test holds while it replaces the draft."""
-    fail(session, "the draft rm saw first")
+    fail_turn(session, "the draft rm saw first")
     env = child_env(isolated_env, tmp_path)
     command = [sys.executable, "-m", "agctl", "-v", "-s", SID, "--json", "draft", "rm"]
     with session.lock(SID):
@@ -367,7 +351,7 @@ def test_draft_rm_waits_for_the_session_lock_and_removes_what_it_reports(
                     break
             else:
                 pytest.fail(f"draft rm did not wait for the session lock: {seen}")
-            fail(session, "kept by a turn while draft rm waited")
+            fail_turn(session, "kept by a turn while draft rm waited")
         except BaseException:
             child.kill()
             raise

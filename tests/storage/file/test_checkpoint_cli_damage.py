@@ -10,19 +10,15 @@ import pytest
 from click.testing import Result
 from helpers import (
     EXIT_DATA,
+    documents,
     fails,
     ok,
-    stored_documents,
     turns_with_checkpoints,
 )
 
 Run = Callable[..., Result]
 
 SID = "s"
-
-
-def documents(data_dir: Path, sid: str = SID) -> dict[str, Any]:
-    return stored_documents(data_dir, sid)
 
 
 @pytest.fixture

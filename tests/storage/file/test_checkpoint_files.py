@@ -12,14 +12,16 @@ import pytest
 from helpers import (
     checkpoints_dir,
     data_dir_files,
+    documents,
     draft_file,
-    stored_documents,
+    dumped_at,
+    dumped_live,
+    turn,
 )
 
 from agctl.checkpoints import (
     Checkpoint,
     Checkpointer,
-    SessionState,
     checkpoint_offset,
 )
 from agctl.errors import (
@@ -35,42 +37,15 @@ from agctl.providers.base import (
     Finish,
     TextDelta,
 )
-from agctl.providers.offline import OfflineProvider
 from agctl.storage.file.layout import RESTORE_JOURNAL
 from agctl.store import Store
-from agctl.turns import TurnOptions, TurnResult, send_turn
+from agctl.turns import TurnOptions, send_turn
 
 OPTIONS = TurnOptions(model="offline")
 SID = "s"
 
 
 # ---- helpers ---------------------------------------------------------------------------
-
-
-def turn(store: Store, prompt: str, *, sid: str = SID, checkpoint: bool = True) -> TurnResult:
-    options = TurnOptions(model="offline", checkpoint=checkpoint)
-    return send_turn(store, sid, prompt, OfflineProvider(), options)
-
-
-def documents(store: Store, sid: str = SID) -> dict[str, Any]:
-    """The session document and every slot, parsed (see stored_documents)."""
-    return stored_documents(store, sid)
-
-
-def dumped(state: SessionState) -> dict[str, Any]:
-    return {
-        "session": state.session.model_dump(mode="json"),
-        "slots": {slot_id: slot.model_dump(mode="json") for slot_id, slot in state.slots.items()},
-    }
-
-
-def live(store: Store, sid: str = SID) -> dict[str, Any]:
-    return dumped(Checkpointer(store).live_state(sid))
-
-
-def at(store: Store, identifier: str, sid: str = SID) -> dict[str, Any]:
-    keeper = Checkpointer(store)
-    return dumped(keeper.state(sid, keeper.load(sid, identifier)))
 
 
 def log_path(store: Store, sid: str = SID) -> Path:
@@ -228,7 +203,7 @@ def test_a_damaged_node_breaks_only_the_checkpoints_that_use_it(store: Store, da
     assert documents(store) == seen[2][1]
     result = turn(store, "a fresh third")
     assert result.checkpoint is not None
-    assert at(store, result.checkpoint) == live(store)
+    assert dumped_at(store, result.checkpoint) == dumped_live(store)
     keeper.rollback(SID, seen[1][0])
     assert documents(store) == seen[1][1]
 
@@ -269,7 +244,7 @@ def test_a_lost_index_is_rebuilt_from_the_log(store: Store, damage: str) -> None
     result = turn(store, "after the repair")
     assert result.checkpoint is not None
     assert keeper.ids(SID) == [result.checkpoint, *(s.id for s in summaries)]
-    assert at(store, result.checkpoint) == live(store)
+    assert dumped_at(store, result.checkpoint) == dumped_live(store)
     keeper.rollback(SID, seen[3][0])
     assert documents(store) == seen[3][1]
 
@@ -299,7 +274,7 @@ def test_lost_heads_are_rebuilt_and_the_next_checkpoint_is_exact(store: Store, d
     store.derive_slot(SID, "side")
     result = turn(store, "after the repair")
     assert result.checkpoint is not None
-    assert at(store, result.checkpoint) == live(store)
+    assert dumped_at(store, result.checkpoint) == dumped_live(store)
     assert keeper.ids(SID)[0] == result.checkpoint
     keeper.rollback(SID, seen[2][0])
     assert documents(store) == seen[2][1]
@@ -311,7 +286,7 @@ def test_heads_without_slots_are_rebuilt(store: Store) -> None:
     (checkpoints_dir(keeper.store, SID) / "heads.json").write_bytes(b"{}")
     result = turn(store, "after the repair")
     assert result.checkpoint is not None
-    assert at(store, result.checkpoint) == live(store)
+    assert dumped_at(store, result.checkpoint) == dumped_live(store)
 
 
 def test_a_torn_last_line_in_the_log_is_tolerated(store: Store) -> None:
@@ -325,23 +300,23 @@ def test_a_torn_last_line_in_the_log_is_tolerated(store: Store) -> None:
     result = turn(store, "after the crash")
     assert result.checkpoint is not None
     assert keeper.ids(SID) == [result.checkpoint, *ids]
-    assert at(store, result.checkpoint) == live(store)
+    assert dumped_at(store, result.checkpoint) == dumped_live(store)
     keeper.rollback(SID, seen[3][0])
     assert documents(store) == seen[3][1]
     keeper.rollback(SID, result.checkpoint)
-    assert at(store, result.checkpoint) == live(store)
+    assert dumped_at(store, result.checkpoint) == dumped_live(store)
 
 
 def test_a_restore_journal_of_older_agctl_is_dropped(store: Store) -> None:
     store.create_session(SID)
     turn(store, "one")
-    before = live(store)
+    before = dumped_live(store)
     journal = store.session_dir(SID) / "checkpoints" / "restoring.json"
     journal.write_bytes(json.dumps({"checkpoint": "zzzz"}).encode())
     later = Store(store.root)  # the next process
     later.memory_set(SID, "k", "v")
     assert not journal.exists()
-    after = live(later)
+    after = dumped_live(later)
     assert after["slots"] == before["slots"]
     assert after["session"]["memory"] == {"k": "v"}
 
@@ -380,7 +355,7 @@ def test_recursive_destroy_removes_a_fork_child_and_orphans_keep_theirs(store: S
     result = store.destroy_session(SID, recursive=True)
     assert result.destroyed == [SID, "child2"] and result.orphaned == []
     assert sorted(p.name for p in store.sessions_dir.iterdir()) == ["grandchild"]
-    assert live(store, "grandchild")["slots"]["default"]["messages"][-2]["content"] == (
+    assert dumped_live(store, "grandchild")["slots"]["default"]["messages"][-2]["content"] == (
         "in the child"
     )
 

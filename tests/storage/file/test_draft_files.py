@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from click.testing import Result
+from helpers import BrokenProvider, exited_zero, fail_turn, succeed_turn
 
 from agctl.drafts import find_draft
 from agctl.errors import (
@@ -18,8 +19,6 @@ from agctl.errors import (
     ProviderError,
 )
 from agctl.models import Draft, utcnow
-from agctl.providers.base import ChatRequest, Event, TextDelta
-from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
 from agctl.turns import TurnOptions, send_turn
 
@@ -28,36 +27,18 @@ SID = "s"
 OPTIONS = TurnOptions(model="offline")
 
 
-class Broken:
-    name = "broken"
-
-    def stream(self, request: ChatRequest) -> Iterator[Event]:
-        raise ProviderError("down")
-        yield TextDelta("")  # pragma: no cover
-
-
-def fail(store: Store, prompt: str, slot: str | None = None) -> Draft:
-    with pytest.raises(ProviderError):
-        send_turn(store, SID, prompt, Broken(), TurnOptions(model="offline", slot=slot))
-    return store.load_draft(SID, slot or "default")
-
-
-def succeed(store: Store, prompt: str, slot: str | None = None) -> None:
-    send_turn(store, SID, prompt, OfflineProvider(), TurnOptions(model="offline", slot=slot))
-
-
 @pytest.fixture
 def session(store: Store) -> Store:
     store.create_session(SID)
-    succeed(store, "first")
+    succeed_turn(store, "first")
     return store
 
 
 def test_a_failed_turn_on_another_slot_keeps_each_slots_draft(session: Store) -> None:
     """Before: one draft.json per session, so the second failure threw the first away."""
     session.create_slot(SID, "other")
-    fail(session, "prompt A")
-    fail(session, "prompt B", slot="other")
+    fail_turn(session, "prompt A")
+    fail_turn(session, "prompt B", slot="other")
     assert session.draft_slots(SID) == ["default", "other"]
     assert session.load_draft(SID, "default").prompt == "prompt A"
     assert session.load_draft(SID, "other").prompt == "prompt B"
@@ -65,7 +46,7 @@ def test_a_failed_turn_on_another_slot_keeps_each_slots_draft(session: Store) ->
         path = session.session_dir(SID) / "drafts" / f"{name}.json"
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE((session.session_dir(SID) / "drafts").stat().st_mode) == 0o700
-    succeed(session, "done", slot="other")  # supersedes only its own slot's draft
+    succeed_turn(session, "done", slot="other")  # supersedes only its own slot's draft
     assert session.draft_slots(SID) == ["default"]
 
 
@@ -83,7 +64,7 @@ def test_a_legacy_draft_json_is_adopted_as_the_draft_of_its_slot(session: Store)
 
     # A legacy draft older than the slot's own draft loses; a newer one wins.
     legacy.write_text(old.model_copy(update={"prompt": "older"}).model_dump_json())
-    fail(session, "newer", slot="other")
+    fail_turn(session, "newer", slot="other")
     assert session.load_draft(SID, "other").prompt == "newer" and not legacy.exists()
     later = Draft(prompt="newest", slot="other", created_at=utcnow() + timedelta(hours=1))
     legacy.write_text(later.model_dump_json())
@@ -95,29 +76,27 @@ def test_a_damaged_legacy_draft_is_reported_and_removable(run: Run, session: Sto
     legacy.write_text("{not json")
     with pytest.raises(CorruptDocument, match=r"draft\.json"):
         session.draft_slots(SID)
-    fail(session, "a failed turn still keeps its draft")
+    fail_turn(session, "a failed turn still keeps its draft")
     shown = run("-s", SID, "draft", "show")
     assert shown.exit_code == 5 and str(legacy) in shown.stderr
-    assert ok(run("-s", SID, "draft", "rm")).stdout.startswith("removed a damaged draft: ")
+    assert exited_zero(run("-s", SID, "draft", "rm")).stdout.startswith("removed a damaged draft: ")
     assert not legacy.exists()
-    assert ok(run("-s", SID, "draft", "show")).stdout == "a failed turn still keeps its draft\n"
-
-
-def ok(result: Result) -> Result:
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
-    return result
+    assert (
+        exited_zero(run("-s", SID, "draft", "show")).stdout
+        == "a failed turn still keeps its draft\n"
+    )
 
 
 def test_a_damaged_draft_can_be_removed(run: Run, session: Store) -> None:
-    fail(session, "fine")
+    fail_turn(session, "fine")
     session.create_slot(SID, "other")
-    fail(session, "lost to a bad disk", slot="other")
+    fail_turn(session, "lost to a bad disk", slot="other")
     (session.session_dir(SID) / "drafts" / "other.json").write_text("{not json")
     assert run("-s", SID, "draft", "show", "--slot", "other").exit_code == 5
-    listed = json.loads(ok(run("-s", SID, "draft", "show", "--all", "--json")).stdout)
+    listed = json.loads(exited_zero(run("-s", SID, "draft", "show", "--all", "--json")).stdout)
     assert [row["slot"] for row in listed] == ["default", "other"]
     assert "damaged" in listed[1] and "other.json" in listed[1]["damaged"]
-    text = ok(run("-s", SID, "draft", "rm", "--slot", "other")).stdout
+    text = exited_zero(run("-s", SID, "draft", "rm", "--slot", "other")).stdout
     assert text.startswith("removed a damaged draft: ")
     assert session.draft_slots(SID) == ["default"]
 
@@ -129,12 +108,12 @@ def test_a_linked_drafts_directory_is_refused_and_the_prompt_kept_in_the_error(
     elsewhere.mkdir()
     (session.session_dir(SID) / "drafts").symlink_to(elsewhere)
     with pytest.raises(ProviderError) as raised:
-        send_turn(session, SID, "typed with care", Broken(), OPTIONS)
+        send_turn(session, SID, "typed with care", BrokenProvider(), OPTIONS)
     notes = "\n".join(raised.value.__notes__)
     assert "the draft could not be kept" in notes and "symbolic link" in notes
     assert "typed with care" in notes
     assert list(elsewhere.iterdir()) == []
     shown = run("-s", SID, "draft", "show")
     assert shown.exit_code == 5 and "symbolic link" in shown.stderr
-    succeed(session, "a turn still commits")  # its draft clean-up is only a warning
+    succeed_turn(session, "a turn still commits")  # its draft clean-up is only a warning
     assert session.load_slot(SID).messages[-2].text() == "a turn still commits"
