@@ -19,6 +19,7 @@ from agctl.errors import ProviderError
 from agctl.models import Draft, Message
 from agctl.providers.base import ChatRequest, Event, TextDelta
 from agctl.providers.offline import OfflineProvider
+from agctl.sessions import SessionNode
 from agctl.storage.file import layout
 from agctl.store import Store
 from agctl.turns import TurnOptions, TurnResult, send_turn
@@ -158,6 +159,23 @@ def session_with_history(run: Callable[..., Result]) -> None:
     exited_zero(run("msg", "append", "user", "after the checkpoints"))
 
 
+def new_first_session(run: Callable[..., Result]) -> str:
+    """A current session 's1' with a system prompt and an empty default slot."""
+    ok(run("session", "new", "s1", "--system", "Be terse.", "--title", "First"))
+    return "s1"
+
+
+def append_four_messages(run: Callable[..., Result]) -> None:
+    """Four messages, user and assistant in turn, in the current session's default slot."""
+    for role, text in [
+        ("user", "u0"),
+        ("assistant", "a1"),
+        ("user", "u2"),
+        ("assistant", "a3"),
+    ]:
+        ok(run("msg", "append", role, text))
+
+
 # ---- the store directly ---------------------------------------------------------------
 
 
@@ -186,6 +204,14 @@ def make_family(store: Store) -> Store:
     store.create_session("lone")
     store.set_current_session("root")
     return store
+
+
+ForestShape = list[tuple[str, "ForestShape"]]
+
+
+def forest_shape(nodes: list[SessionNode]) -> ForestShape:
+    """A session forest as (id, children) pairs, to compare with a literal."""
+    return [(n.id, forest_shape(n.children)) for n in nodes]
 
 
 # ---- turns, drafts and checkpoints of session "s" ---------------------------------------

@@ -16,9 +16,11 @@ from helpers import (
     EXIT_ERROR,
     EXIT_NOT_FOUND,
     EXIT_USAGE,
+    append_four_messages,
     as_json,
     data_dir_files,
     fails_with_message,
+    new_first_session,
     ok,
 )
 
@@ -48,20 +50,13 @@ def has_files(data_dir: Path, session: str) -> bool:
 @pytest.fixture
 def session(run: Run) -> str:
     """A current session 's1' with a system prompt and an empty default slot."""
-    ok(run("session", "new", "s1", "--system", "Be terse.", "--title", "First"))
-    return "s1"
+    return new_first_session(run)
 
 
 @pytest.fixture
 def chat(run: Run, session: str) -> str:
     """The current session with four messages in its default slot."""
-    for role, text in [
-        ("user", "u0"),
-        ("assistant", "a1"),
-        ("user", "u2"),
-        ("assistant", "a3"),
-    ]:
-        ok(run("msg", "append", role, text))
+    append_four_messages(run)
     return session
 
 

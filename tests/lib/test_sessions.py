@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from helpers import make_family
+from helpers import forest_shape, make_family
 
 from agctl.errors import AgctlError, NotFound, UsageError
-from agctl.sessions import SessionNode, remove_sessions, session_forest, set_session_setting
+from agctl.sessions import remove_sessions, session_forest, set_session_setting
 from agctl.store import Store
 
 
@@ -16,23 +16,16 @@ def family(store: Store) -> Store:
     return make_family(store)
 
 
-Shape = list[tuple[str, "Shape"]]
-
-
-def shape(nodes: list[SessionNode]) -> Shape:
-    return [(n.id, shape(n.children)) for n in nodes]
-
-
 def test_the_forest_nests_children_under_their_roots(family: Store) -> None:
     forest = session_forest(family)
-    assert shape(forest) == [("root", [("a", [("c", [])]), ("b", [])]), ("lone", [])]
+    assert forest_shape(forest) == [("root", [("a", [("c", [])]), ("b", [])]), ("lone", [])]
     assert forest[0].current and forest[0].title == "Root"
     assert not forest[1].current
 
 
 def test_the_forest_under_a_prefix(family: Store) -> None:
-    assert shape(session_forest(family, "ro")) == [("root", [("a", [("c", [])]), ("b", [])])]
-    assert shape(session_forest(family, "c")) == [("c", [])]
+    assert forest_shape(session_forest(family, "ro")) == [("root", [("a", [("c", [])]), ("b", [])])]
+    assert forest_shape(session_forest(family, "c")) == [("c", [])]
     with pytest.raises(NotFound):
         session_forest(family, "nosuch")
 
@@ -40,7 +33,7 @@ def test_the_forest_under_a_prefix(family: Store) -> None:
 def test_an_orphan_is_a_root_and_marked(family: Store) -> None:
     family.destroy_session("a", orphan=True)
     forest = session_forest(family)
-    assert shape(forest) == [("root", [("b", [])]), ("c", []), ("lone", [])]
+    assert forest_shape(forest) == [("root", [("b", [])]), ("c", []), ("lone", [])]
     assert [n.orphan for n in forest] == [False, True, False]
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from helpers import make_family
+from helpers import forest_shape, make_family
 
 from agctl.errors import AgctlError
-from agctl.sessions import SessionNode, session_forest
+from agctl.sessions import session_forest
 from agctl.store import Store
 
 
@@ -16,18 +16,11 @@ def family(store: Store) -> Store:
     return make_family(store)
 
 
-Shape = list[tuple[str, "Shape"]]
-
-
-def shape(nodes: list[SessionNode]) -> Shape:
-    return [(n.id, shape(n.children)) for n in nodes]
-
-
 def test_unreadable_sessions_are_reported_and_left_out(family: Store) -> None:
     path = family.session_dir("b") / "session.json"
     path.write_text("{not json")
     problems: list[AgctlError] = []
-    assert shape(session_forest(family, problems=problems)) == [
+    assert forest_shape(session_forest(family, problems=problems)) == [
         ("root", [("a", [("c", [])])]),
         ("lone", []),
     ]
