@@ -1,6 +1,7 @@
 """Helpers the tests share that are not fixtures: documents as a store reads them, the data
-dir's bytes (what "nothing was written" compares) and where the file backend keeps things
-(for its own tests, which poke files on purpose). The tests outside tests/storage/ and
+dir's bytes (what "nothing was written" compares), where the file backend keeps things
+(for its own tests, which poke files on purpose), the checks of a CLI result and the small
+sessions, turns and drafts several test files build. The tests outside tests/storage/ and
 tests/process/ learn the layout from here only (tests/storage/file/test_no_paths_outside.py)."""
 
 from __future__ import annotations
