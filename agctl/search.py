@@ -15,8 +15,6 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import orjson
-
 from agctl import schema
 from agctl.errors import UsageError
 from agctl.models import Message
@@ -144,16 +142,15 @@ def raw_text(message: Any) -> str | None:
     return None
 
 
-def _fast_zones(data: bytes) -> dict[str, list[tuple[str, str]]] | None:
+def _fast_zones(document: dict[str, Any]) -> dict[str, list[tuple[str, str]]] | None:
     """The zones of a slot document in the current format, or None when only the
     validated read can tell what the document holds."""
     current = schema.CURRENT["slot"]
     try:
-        document = orjson.loads(data)
         version = schema.parse_version(
             document.get("schema_version", schema.format_version(current))
         )
-    except (orjson.JSONDecodeError, AttributeError, ValueError):
+    except ValueError:
         return None
     if version[0] != current[0] or version < current:
         return None
@@ -174,8 +171,8 @@ def _fast_zones(data: bytes) -> dict[str, list[tuple[str, str]]] | None:
 
 def slot_entries(store: Store, session_id: str, slot_id: str) -> dict[str, list[tuple[str, str]]]:
     """(role, text) of every message of a slot, per zone."""
-    data = store.slot_bytes(session_id, slot_id)
-    zones = _fast_zones(data) if data is not None else None
+    document = store.slot_document(session_id, slot_id)
+    zones = _fast_zones(document) if document is not None else None
     if zones is not None:
         return zones
     slot = store.load_slot(session_id, slot_id)

@@ -135,9 +135,6 @@ class Store:
     def session_dir(self, session_id: str) -> Path:
         return self._files().session_dir(session_id)
 
-    def owner(self) -> int:
-        return self._files().owner()
-
     # ---- transactions ----------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -252,13 +249,13 @@ class Store:
         slot_id = self.resolve_slot(session_id, slot_id)
         return self.reader(session_id).load_slot(session_id, slot_id, reuse=reuse)
 
-    def slot_bytes(self, session_id: str, slot_id: str) -> bytes | None:
-        """A slot document as stored, unparsed, for readers that scan many (search); None
-        when the slot is not one plain document (read it with load_slot then)."""
+    def slot_document(self, session_id: str, slot_id: str) -> dict[str, Any] | None:
+        """A slot as stored, parsed but not validated, for readers that scan many (search);
+        None when only a validated read can tell what it holds (read it with load_slot)."""
         if self.files is None:
             return None
-        parts = self.files.slot_bytes(session_id, slot_id)
-        return parts[0] if len(parts) == 1 else None
+        self.settle(session_id)
+        return self.files.slot_document(session_id, slot_id)
 
     def materialize_session(
         self,

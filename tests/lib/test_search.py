@@ -282,3 +282,25 @@ def test_msg_find_refuses_what_it_cannot_do(
     result = run(*args)
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+def test_messages_a_turn_appended_are_found_without_a_validated_read(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn appends to the slot's log: the fast path reads those lines too, so a live
+    conversation is searched as fast as a slot written whole."""
+    from agctl.providers.offline import OfflineProvider
+    from agctl.turns import TurnOptions, send_turn
+
+    store.create_session("s")
+    send_turn(store, "s", "where is the zebra", OfflineProvider(), TurnOptions(model="o"))
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the fast path fell back to load_slot")
+
+    monkeypatch.setattr(store, "load_slot", refused)
+    hits = list(search(store, Matcher("zebra")))
+    assert [(h.session, h.zone, h.index, h.role) for h in hits][:1] == [
+        ("s", "messages", 0, "user")
+    ]
+    assert len(hits) == 2  # the prompt, and the offline reply that quotes it

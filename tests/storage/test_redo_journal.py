@@ -108,3 +108,33 @@ def test_the_journal_is_emptied_once_it_has_grown(
         )
         assert journal.stat().st_size < 4096 + 8192, "flushed when it passed the limit"
     assert [m.text() for m in store.load_slot(SID).messages][-1] == "m29"
+
+
+def test_a_turn_whose_changes_fail_after_the_commit_point_is_finished_not_resent(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record is durable, applying it fails (a full disk): the turn is committed, so
+    no draft invites sending it again, and the next command finishes it."""
+    from agctl.errors import CommitPending, StoreError
+    from agctl.storage.file.journal import Journal
+
+    original = Journal._apply
+    applied: list[object] = []
+
+    def fails_after_one(self: Journal, op: list, temp: Path | None) -> None:
+        if applied:
+            raise StoreError("cannot write session.json: No space left on device")
+        applied.append(op)
+        original(self, op, temp)
+
+    monkeypatch.setattr(Journal, "_apply", fails_after_one)
+    with pytest.raises(CommitPending) as caught:
+        send_turn(store, SID, "kept once", OfflineProvider(), TurnOptions(model="o"))
+    monkeypatch.undo()
+    assert "was committed" in str(caught.value) and "do not repeat it" in str(caught.value)
+    assert not any("draft" in note for note in getattr(caught.value, "__notes__", []))
+    later = Store(store.root)
+    assert later.draft_slots(SID) == []
+    assert later.load_session(SID).turn_count == 1
+    assert later.load_slot(SID).messages[0].text() == "kept once"
+    assert len(later.load_slot(SID).messages) == 2

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import orjson
 from pydantic import ValidationError
@@ -332,17 +332,19 @@ class FileBackend:
             return known.base
         return slotlog.base_of(read_bytes(path, f"slot {slot_id!r}"))
 
-    def slot_bytes(self, session_id: str, slot_id: str) -> list[bytes]:
-        """A slot as stored, unparsed (the document, then its log's lines): for readers
-        that scan many slots (search)."""
+    def slot_document(self, session_id: str, slot_id: str) -> dict[str, Any] | None:
+        """A slot as stored, parsed but not validated (see slotlog.raw_document): for
+        readers that scan many slots (search)."""
         path = self._slot_path(session_id, slot_id)
         try:
-            parts = [read_bytes(path, f"slot {slot_id!r}")]
+            document = read_bytes(path, f"slot {slot_id!r}")
         except NotFound:
             raise self._missing_slot(session_id, slot_id) from None
-        with contextlib.suppress(NotFound):
-            parts.append(read_bytes(slotlog.log_path(path), f"slot {slot_id!r}"))
-        return parts
+        try:
+            log_lines: bytes | None = read_bytes(slotlog.log_path(path), f"slot {slot_id!r}")
+        except NotFound:
+            log_lines = None
+        return slotlog.raw_document(document, log_lines)
 
     def remember(self, session_id: str, slot: Slot, base: str) -> None:
         """Note the stored state of a slot just written, for a cheap `reuse` later."""

@@ -15,10 +15,12 @@ are not its own. A torn last line is never applied (the journal redoes it).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from agctl.errors import CorruptDocument, NotFound
@@ -46,6 +48,20 @@ def base_of(raw: bytes) -> str:
     return data_hash(raw)
 
 
+def extending_lines(data: bytes, base: str, rev: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, line) of the log `data` that extend the document whose bytes hash to
+    `base`, stored at revision `rev`: whole, sound lines, in revision order, up to the
+    first that is not."""
+    for number, line in enumerate(data.splitlines(keepends=True), 1):
+        value = checked_value(line) if line.endswith(b"\n") else None
+        if not isinstance(value, dict) or value.get("base") != base:
+            return
+        if value.get("rev") != rev + 1:
+            return
+        yield number, value
+        rev = int(value["rev"])
+
+
 def replay(document: Path, slot: Slot, base: str) -> None:
     """Apply to `slot` (read from `document`, whose bytes hash to `base`) the lines of its
     log that extend it, in order."""
@@ -56,12 +72,7 @@ def replay(document: Path, slot: Slot, base: str) -> None:
         return
     adapter = message_list_adapter()
     meta: dict[str, Any] = {}
-    for number, line in enumerate(data.splitlines(keepends=True), 1):
-        value = checked_value(line) if line.endswith(b"\n") else None
-        if not isinstance(value, dict) or value.get("base") != base:
-            break
-        if value.get("rev") != slot.rev + 1:
-            break
+    for number, value in extending_lines(data, base, slot.rev):
         try:
             slot.messages.extend(adapter.validate_python(value.get("m")))
         except ValidationError as exc:
@@ -75,6 +86,27 @@ def replay(document: Path, slot: Slot, base: str) -> None:
             slot.meta = type(slot.meta).model_validate({**slot.meta.model_dump(), **meta})
         except ValidationError as exc:
             raise CorruptDocument(path, validation_summary(exc, "meta")) from None
+
+
+def raw_document(document: bytes, log: bytes | None) -> dict[str, Any] | None:
+    """A slot as stored, parsed but not validated, with the messages its log appended:
+    for readers that scan many slots (search). None when it is not a JSON object of the
+    shape the log extends (the validated read says what is wrong)."""
+    try:
+        value = orjson.loads(document)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    if log:
+        rev, messages = value.get("rev"), value.get("messages")
+        if not isinstance(rev, int) or not isinstance(messages, list):
+            return None
+        for _, line in extending_lines(log, base_of(document), rev):
+            if not isinstance(line.get("m"), list):
+                return None
+            messages.extend(line["m"])
+    return value
 
 
 def append_op(document: Path, name: str, slot: Slot, count: int, base: str) -> Op:
