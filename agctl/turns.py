@@ -26,6 +26,7 @@ from agctl.errors import (
 )
 from agctl.fsio import deferred_interrupts
 from agctl.hashing import message_hashes
+from agctl.messages import scratch_messages
 from agctl.models import (
     Message,
     ModelCost,
@@ -169,7 +170,7 @@ def prepare_turn(
                 "last message is a tool result"
             )
         user_message = None
-    scratch = [Message(role="system", content=text) for text in options.scratch]
+    scratch = scratch_messages(options.scratch)
     view = request_messages(
         session, slot, scratch=scratch, user_input=user_message, system_prompt=options.system
     )
@@ -269,7 +270,7 @@ def fit_breakdown(prepared: PreparedTurn, options: TurnOptions, window: int) -> 
         prepared.slot,
         model=options.model,
         window=window,
-        scratch=[Message(role="system", content=text) for text in options.scratch],
+        scratch=scratch_messages(options.scratch),
         user_input=prepared.user_message,
         system_prompt=options.system,
     )

@@ -267,3 +267,24 @@ def dumped_at(store: Store, identifier: str, sid: str = SID) -> dict[str, Any]:
     """The state a checkpoint holds, dumped."""
     keeper = Checkpointer(store)
     return dumped(keeper.state(sid, keeper.load(sid, identifier)))
+
+
+def add_said(store: Store, session_id: str, *texts: str, slot: str | None = None) -> None:
+    """Append `texts` to a slot, user and assistant in turn."""
+    messages = [
+        Message(role="user" if i % 2 == 0 else "assistant", content=text)
+        for i, text in enumerate(texts)
+    ]
+    store.update_slot(session_id, slot, lambda s: s.extend(messages))
+
+
+def searched_sessions(store: Store) -> Store:
+    """Three sessions to search: "hello" in two slots of a-session (one immutable zone)
+    and in b-session, none in c-session."""
+    for sid in ("b-session", "a-session", "c-session"):
+        store.create_session(sid)
+    add_said(store, "a-session", "hello world", "nothing", "HELLO again")
+    store.create_slot("a-session", "plan", immutable=[Message(role="system", content="hello ro")])
+    add_said(store, "a-session", "a plan: hello", slot="plan")
+    add_said(store, "b-session", "bye", "say hello")
+    return store

@@ -110,6 +110,14 @@ def complete_sessions(
     return items
 
 
+def _document_ids(folder: Path) -> list[str]:
+    """The ids of the documents in one of a session's folders (none if it cannot be read)."""
+    try:
+        return layout.document_ids(os.listdir(folder))
+    except OSError:
+        return []
+
+
 def complete_slots(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[CompletionItem]:
@@ -119,11 +127,7 @@ def complete_slots(
     directory = selected_session_dir(ctx)
     if directory is None:
         return []
-    try:
-        names = os.listdir(layout.slots_dir(directory))
-    except OSError:
-        return []
-    slots = layout.document_ids(names)
+    slots = _document_ids(layout.slots_dir(directory))
     return [CompletionItem(name) for name in slots if name.startswith(incomplete)]
 
 
@@ -136,11 +140,7 @@ def complete_draft_slots(
     directory = selected_session_dir(ctx)
     if directory is None:
         return []
-    try:
-        names = os.listdir(layout.drafts_dir(directory))
-    except OSError:
-        names = []
-    slots = set(layout.document_ids(names))
+    slots = set(_document_ids(layout.drafts_dir(directory)))
     legacy = _read_json(layout.legacy_draft(directory))  # not adopted yet (see Store)
     if isinstance(legacy, dict) and isinstance(legacy.get("slot"), str):
         slots.add(legacy["slot"])

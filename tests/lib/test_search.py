@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
+from helpers import add_said, searched_sessions
 from terminal import HOSTILE_TEXT, on_terminal, raw_controls
 
 from agctl.errors import NotFound, UsageError
@@ -17,14 +18,6 @@ from agctl.search import Matcher, find_messages, raw_text, search, snippet
 from agctl.store import Store
 
 Run = Callable[..., Result]
-
-
-def add(store: Store, session_id: str, *texts: str, slot: str | None = None) -> None:
-    messages = [
-        Message(role="user" if i % 2 == 0 else "assistant", content=text)
-        for i, text in enumerate(texts)
-    ]
-    store.update_slot(session_id, slot, lambda s: s.extend(messages))
 
 
 # ---- the matcher -----------------------------------------------------------------------
@@ -103,13 +96,7 @@ def test_a_snippet_is_one_line_cut_around_the_match() -> None:
 
 @pytest.fixture
 def sessions(store: Store) -> Store:
-    for sid in ("b-session", "a-session", "c-session"):
-        store.create_session(sid)
-    add(store, "a-session", "hello world", "nothing", "HELLO again")
-    store.create_slot("a-session", "plan", immutable=[Message(role="system", content="hello ro")])
-    add(store, "a-session", "a plan: hello", slot="plan")
-    add(store, "b-session", "bye", "say hello")
-    return store
+    return searched_sessions(store)
 
 
 def test_hits_come_session_by_session_slot_by_slot_with_where_they_are(sessions: Store) -> None:
@@ -147,7 +134,7 @@ def test_the_limit_stops_the_search(sessions: Store) -> None:
 
 def test_find_messages_uses_the_same_matcher(store: Store) -> None:
     store.create_session("s")
-    add(store, "s", "Alpha", "alphabet", "beta", "ALPHA")
+    add_said(store, "s", "Alpha", "alphabet", "beta", "ALPHA")
     slot = store.load_slot("s")
     assert find_messages(slot.messages, Matcher("alpha")) == [0, 1, 3]
     assert find_messages(slot.messages, Matcher("alpha"), {"assistant"}) == [1, 3]
@@ -247,7 +234,7 @@ def test_a_hit_reaches_a_terminal_neutralised(
     run: Run, store: Store, isolated_env: Path, tmp_path: Path
 ) -> None:
     store.create_session("s")
-    add(store, "s", HOSTILE_TEXT)
+    add_said(store, "s", HOSTILE_TEXT)
     env = {**os.environ, "AGCTL_DATA_DIR": str(isolated_env), "PYTHONIOENCODING": "utf-8"}
     status, received = on_terminal(env, "search", "look")
     assert status == 0, received
@@ -258,7 +245,7 @@ def test_a_hit_reaches_a_terminal_neutralised(
 def test_msg_find_text(run: Run, store: Store) -> None:
     store.create_session("s")
     store.set_current_session("s")
-    add(store, "s", "Alpha", "alphabet", "beta", "ALPHA")
+    add_said(store, "s", "Alpha", "alphabet", "beta", "ALPHA")
     assert run("msg", "find", "--text", "alpha").stdout.split() == ["0", "1", "3"]
     assert run("msg", "find", "assistant", "--text", "alpha").stdout.split() == ["1", "3"]
     regex = run("msg", "find", "--text", "^[a-z]+$", "--regex", "--json")

@@ -10,21 +10,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
+from helpers import add_said, searched_sessions
 
 from agctl.errors import AgctlError, CorruptDocument, SchemaTooNew
-from agctl.models import Message
 from agctl.search import Hit, Matcher, search
 from agctl.store import Store
 
 Run = Callable[..., Result]
-
-
-def add(store: Store, session_id: str, *texts: str, slot: str | None = None) -> None:
-    messages = [
-        Message(role="user" if i % 2 == 0 else "assistant", content=text)
-        for i, text in enumerate(texts)
-    ]
-    store.update_slot(session_id, slot, lambda s: s.extend(messages))
 
 
 def slot_file(store: Store, session_id: str, slot_id: str = "default") -> Path:
@@ -33,13 +25,7 @@ def slot_file(store: Store, session_id: str, slot_id: str = "default") -> Path:
 
 @pytest.fixture
 def sessions(store: Store) -> Store:
-    for sid in ("b-session", "a-session", "c-session"):
-        store.create_session(sid)
-    add(store, "a-session", "hello world", "nothing", "HELLO again")
-    store.create_slot("a-session", "plan", immutable=[Message(role="system", content="hello ro")])
-    add(store, "a-session", "a plan: hello", slot="plan")
-    add(store, "b-session", "bye", "say hello")
-    return store
+    return searched_sessions(store)
 
 
 def test_hits_stream_before_the_rest_is_read(sessions: Store) -> None:
@@ -81,7 +67,7 @@ def test_a_document_the_fast_path_cannot_vouch_for_is_read_validated(store: Stor
     """A newer major format, or a shape outside what the fast path checks, goes through
     the Store: what it refuses is reported as every command reports it."""
     store.create_session("s")
-    add(store, "s", "find me")
+    add_said(store, "s", "find me")
     path = slot_file(store, "s")
     document = json.loads(path.read_text())
     del document["schema_version"]  # read as the current version, as the model does
