@@ -77,6 +77,12 @@ def checked_value(line: bytes) -> Any:
         return None
 
 
+def _read_back(held: int) -> int:
+    """How much more of a log to read, going back from its end, when `held` bytes did
+    not hold what is looked for: a little first (a last record is short), doubling."""
+    return min(max(4096, held), 1 << 20)
+
+
 class Log:
     """Append records in one write; read them back by offset, each one verified.
 
@@ -332,7 +338,7 @@ class Log:
                     continue
                 if not position:
                     return None
-                step = min(65536, position)
+                step = min(_read_back(len(data)), position)
                 position -= step
                 handle.seek(position)
                 data = handle.read(step) + data
@@ -349,7 +355,7 @@ class Log:
             position = size
             tail = b""
             while position:
-                step = min(65536, position)
+                step = min(_read_back(len(tail)), position)
                 position -= step
                 handle.seek(position)
                 tail = handle.read(step) + tail

@@ -236,7 +236,9 @@ class Store:
         return resolve_prefix("session", prefix, self.session_ids())
 
     def load_session(self, session_id: str) -> Session:
-        return self.reader(session_id).load_session(session_id)
+        # No settle first: a backend reads the session as one commit left it (Reader).
+        tx = self.backend.in_transaction(session_id)
+        return (self.backend if tx is None else tx).load_session(session_id)
 
     def slot_ids(self, session_id: str) -> list[str]:
         return self.reader(session_id).slot_ids(session_id)

@@ -157,7 +157,6 @@ def prepare_turn(
     `reuse` is the slot a previous turn committed (as `TurnResult.slot`): a loop of turns
     then skips parsing the slot again when no one else changed it.
     """
-    store.settle(session_id)
     session = store.load_session(session_id)
     slot = store.load_slot(session_id, options.slot or session.current_slot, reuse=reuse)
     slot.check_writable("send a turn")

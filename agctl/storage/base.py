@@ -81,8 +81,9 @@ class Reader(Protocol):
     def has_session(self, session_id: str) -> bool: ...
 
     def load_session(self, session_id: str) -> Session:
-        """The session document; NotFound if there is none, CorruptDocument (exit 5)
-        if it cannot be read; InvalidId for an id no session may have."""
+        """The session document as one commit left it (a commit at work is waited for,
+        or read around); NotFound if there is none, CorruptDocument (exit 5) if it
+        cannot be read; InvalidId for an id no session may have."""
         ...
 
     def slot_ids(self, session_id: str) -> list[str]:

@@ -52,7 +52,6 @@ from agctl.models import Draft, Session, Slot
 from agctl.storage.base import next_rev
 from agctl.storage.file import layout, slotlog
 from agctl.storage.file.documents import (
-    CACHE_FILES,
     dump_document,
     invalid_document,
     parse_document,
@@ -109,6 +108,12 @@ def _stat_key(path: Path) -> tuple[int, int, int] | None:
 
 
 _tx_local = threading.local()
+
+# Where each cache file (documents.CACHE_FILES) is, from the session dir.
+_CACHE_PATHS: dict[str, Callable[[Path], Path]] = {
+    "heads": layout.checkpoint_heads,
+    "index": layout.checkpoint_index,
+}
 T = TypeVar("T")
 
 
@@ -148,6 +153,8 @@ class FileBackend:
         self._journals: dict[str, Journal] = {}
         self._no_legacy: set[str] = set()
         self._slot_paths: dict[tuple[str, str], Path] = {}
+        self._subdirs: dict[tuple[str, str], Path] = {}  # found real, of valid session ids
+        self._checkpoint_paths: dict[tuple[str, Callable[[Path], Path]], Path] = {}
         self._swept: set[str] = set()
         self._swept_leftovers = False
         self._touched: set[str] = set()
@@ -171,8 +178,13 @@ class FileBackend:
         return path
 
     def _subdir(self, session_id: str, name: str) -> Path:
+        known = self._subdirs.get((session_id, name))
+        if known is not None:
+            return known
         path = self.session_dir(session_id) / name
         self._check_dir(path)
+        if path in self._real_dirs and session_id in self._session_dirs:
+            self._subdirs[(session_id, name)] = path
         return path
 
     def _check_dir(self, path: Path) -> None:
@@ -199,8 +211,14 @@ class FileBackend:
         return layout.draft_document(self.session_dir(session_id), validate_id(slot_id, "slot"))
 
     def _checkpoint_path(self, session_id: str, where: Callable[[Path], Path]) -> Path:
+        known = self._checkpoint_paths.get((session_id, where))
+        if known is not None:
+            return known
         self._subdir(session_id, layout.CHECKPOINTS)
-        return where(self.session_dir(session_id))
+        path = where(self.session_dir(session_id))
+        if (session_id, layout.CHECKPOINTS) in self._subdirs:
+            self._checkpoint_paths[(session_id, where)] = path
+        return path
 
     def owner(self) -> int:
         """The uid that owns the data dir: the one whose files agctl trusts."""
@@ -385,8 +403,7 @@ class FileBackend:
             raise CorruptDocument(where, str(exc)) from None
 
     def cache_path(self, session_id: str, name: str) -> Path:
-        file_name = CACHE_FILES[name]
-        return self._checkpoint_path(session_id, lambda d: layout.checkpoints_dir(d) / file_name)
+        return self._checkpoint_path(session_id, _CACHE_PATHS[name])
 
     def cache(self, session_id: str, name: str) -> bytes | None:
         where = self.cache_path(session_id, name)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
+import functools
 import logging
 import os
 import re
@@ -53,6 +54,7 @@ from agctl.fsio import (
     fsync_file,
     make_dirs,
     open_regular,
+    open_with_status,
 )
 from agctl.hashing import line_sum
 
@@ -104,8 +106,13 @@ def _header(applied: int, boot: str | None) -> bytes:
     return _encode({"agctl": "journal", "boot": boot or "", "applied": mark})
 
 
+@functools.cache
+def _header_size_of(boot: str | None) -> int:
+    return len(_header(0, boot))
+
+
 def _header_size() -> int:
-    return len(_header(0, _BOOT))
+    return _header_size_of(_BOOT)
 
 
 def pack_data(data: bytes) -> dict[str, str]:
@@ -159,6 +166,7 @@ class Journal:
         self.path = path
         self.owner = owner
         self._real: set[Path] = set()  # folders found real (agctl's own: not swapped)
+        self._targets: dict[str, Path] = {}  # names checked, in folders found real
 
     # ---- reading -------------------------------------------------------------------
 
@@ -175,13 +183,13 @@ class Journal:
         record before it changes any file, and marks it applied after), so a read made
         between two equal marks, neither pending, saw no commit at work."""
         try:
-            fd = open_regular(self.path)
+            fd, info = open_with_status(self.path)
         except NotFound:
             return None
         except CorruptDocument:
             return (-1, b"")
         try:
-            return os.fstat(fd).st_size, os.pread(fd, _header_size() + 64, 0)
+            return info.st_size, os.pread(fd, _header_size() + 64, 0)
         finally:
             os.close(fd)
 
@@ -358,12 +366,17 @@ class Journal:
     # ---- applying ------------------------------------------------------------------
 
     def _target(self, name: Any, pattern: re.Pattern[str] = _REPLAYABLE) -> Path:
+        known = self._targets.get(name) if pattern is _REPLAYABLE else None
+        if known is not None:
+            return known
         if not isinstance(name, str) or not pattern.fullmatch(name) or ".." in name:
             raise CorruptDocument(self.path, f"names a file it may not change: {name!r}")
         target = self.directory / name
         folder = target.parent
         if folder != self.directory and folder not in self._real and check_dir(folder):
             self._real.add(folder)  # never through a link in the folder's place
+        if pattern is _REPLAYABLE and (folder == self.directory or folder in self._real):
+            self._targets[name] = target
         return target
 
     def apply(self, ops: Sequence[Op], *, replay: bool = False) -> None:
