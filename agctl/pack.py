@@ -95,6 +95,16 @@ class Log:
         self._checked: bool | None = None  # whether every line must carry a checksum
         self._written: dict[int, str] = {}  # line_digest of the lines appended here
         self._last: tuple[int, tuple[int, dict[str, Any]] | None] | None = None  # by size
+        self._rewinds = getattr(storage, "rewinds", 0)
+
+    def _memos(self) -> None:
+        """Forget what was learnt of the log if a savepoint has undone appends to it."""
+        rewinds = getattr(self.storage, "rewinds", 0)
+        if rewinds != self._rewinds:
+            self._rewinds = rewinds
+            self._checked = None
+            self._written.clear()
+            self._last = None
 
     def size(self) -> int:
         return self.storage.size()
@@ -120,6 +130,7 @@ class Log:
         """
         if not records:
             return []
+        self._memos()
         offsets: list[int] = []
         written: dict[int, str] = {}
 
@@ -156,6 +167,7 @@ class Log:
 
     def checked(self) -> bool:
         """Whether this log carries checksums (its first line is the header)."""
+        self._memos()
         if self._checked is None:
             try:
                 with self._open() as handle:
@@ -241,6 +253,7 @@ class Log:
     def line_digests(self, offsets: Sequence[int]) -> dict[int, str]:
         """`line_digest` of many offsets, with one open file; lines this object just
         appended are not read again."""
+        self._memos()
         found = {o: self._written[o] for o in offsets if o in self._written}
         wanted = [o for o in offsets if o not in found]
         if not wanted:
@@ -307,6 +320,7 @@ class Log:
         Remembered while the log keeps its size (within a transaction, nothing else
         writes it)."""
         size = self.size()
+        self._memos()
         if self._last is not None and self._last[0] == size:
             return self._last[1]
         found = self._find_last(size)

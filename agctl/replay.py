@@ -263,14 +263,90 @@ def replay(
     (its error, naming the turn, is raised after `on_turn` saw it); mismatches do not.
     A failed turn keeps no draft: the transcript holds its prompt.
 
-    `sync="end"` makes the turns durable together when the replay ends, not one by one
-    (each turn is still committed whole): much faster; a power failure during the replay
-    may lose the turns replayed so far, which the transcript can send again."""
+    `sync="end"` makes the turns durable together when the replay ends, not one by one,
+    and commits the turns of a fast provider in groups (see _Groups): much faster. Each
+    turn is still whole or not there, and is reported (`on_turn`) once committed; a
+    power failure during the replay may lose the turns replayed so far, which the
+    transcript can send again."""
     if sync not in SYNC_MODES:
         raise UsageError(f"unknown sync mode {sync!r}; choose from {', '.join(SYNC_MODES)}")
-    grouped = store.synced_at_end() if sync == "end" else contextlib.nullcontext()
-    with grouped:
-        return _replay(store, session_id, turns, provider, base, check, on_turn, source)
+    durable = store.synced_at_end() if sync == "end" else contextlib.nullcontext()
+    with durable:
+        groups = _Groups(store, session_id, on_turn, enabled=sync == "end")
+        return _replay(store, session_id, turns, provider, base, check, groups, source)
+
+
+class _Groups:
+    """Turns committed together: while the provider answers fast, the turns of up to
+    GROUP_SECONDS share one transaction, each in a savepoint of it (a failed turn is
+    undone alone), so a group costs one commit. A turn is reported when its group is
+    committed. The session's lock is held for a group, never for a slow provider's
+    answer: a turn starts a group only if the one before it was answered fast."""
+
+    GROUP_SECONDS = 0.1
+    FAST_SECONDS = 0.01
+
+    def __init__(
+        self,
+        store: Store,
+        session_id: str,
+        on_turn: Callable[[TurnOutcome], None] | None,
+        *,
+        enabled: bool,
+    ) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.on_turn = on_turn
+        self.enabled = enabled
+        self.fast = False  # the last turn's provider answered within FAST_SECONDS
+        self._open: contextlib.ExitStack | None = None
+        self._opened = 0.0
+        self._done: list[TurnOutcome] = []
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """One turn: in a savepoint of the open group (opened first if the provider has
+        been fast), else on its own."""
+        import time
+
+        if self._open is None and self.enabled and self.fast:
+            stack = contextlib.ExitStack()
+            self._tx = stack.enter_context(self.store.transaction(self.session_id))
+            self._open, self._opened = stack, time.monotonic()
+        if self._open is None:
+            yield
+            return
+        with self._tx.savepoint():
+            yield
+
+    def done(self, outcome: TurnOutcome) -> None:
+        """A turn that went through: reported now, or when its group is committed (which
+        happens now if the group is old enough, or the provider was slow)."""
+        import time
+
+        result = outcome.result
+        self.fast = result is not None and result.latency <= self.FAST_SECONDS
+        self._done.append(outcome)
+        old = self._open is not None and time.monotonic() - self._opened >= self.GROUP_SECONDS
+        if self._open is None or not self.fast or old:
+            self.close()
+
+    def close(self) -> None:
+        """Commit the open group, then report its turns."""
+        stack, self._open = self._open, None
+        if stack is not None:
+            stack.close()
+        done, self._done = self._done, []
+        if self.on_turn is not None:
+            for outcome in done:
+                self.on_turn(outcome)
+
+    def failed(self, outcome: TurnOutcome) -> None:
+        """A turn that failed (undone): the turns before it are committed and reported,
+        then it is."""
+        self.close()
+        if self.on_turn is not None:
+            self.on_turn(outcome)
 
 
 def _replay(
@@ -280,7 +356,7 @@ def _replay(
     provider: Provider,
     base: TurnOptions,
     check: CheckMode | None,
-    on_turn: Callable[[TurnOutcome], None] | None,
+    groups: _Groups,
     source: str,
 ) -> ReplaySummary:
     import time
@@ -299,20 +375,20 @@ def _replay(
         for number, turn, outcome in _each(turns):
             options = _options(base, turn)
             try:
-                outcome.result = send_turn(
-                    store,
-                    session_id,
-                    turn.input,
-                    provider,
-                    options,
-                    reuse=last.get(options.slot),
-                )
+                with groups.turn():
+                    outcome.result = send_turn(
+                        store,
+                        session_id,
+                        turn.input,
+                        provider,
+                        options,
+                        reuse=last.get(options.slot),
+                    )
                 last[options.slot] = outcome.result.slot
             except AgctlError as exc:
                 error = _stopped_at(exc, number, turns, source)
                 outcome.error = str(error)
-                if on_turn is not None:
-                    on_turn(outcome)
+                groups.failed(outcome)
                 if error is exc:
                     raise
                 raise error from None
@@ -325,9 +401,10 @@ def _replay(
                 if not outcome.matched:
                     summary.mismatched.append(number)
                     summary.mismatches.append(Mismatch(number, turn.input, turn.expect, received))
-            if on_turn is not None:
-                on_turn(outcome)
+            groups.done(outcome)
+        groups.close()
     finally:
+        groups.close()  # the turns done before an interrupt are kept
         summary.seconds = time.perf_counter() - started
     return summary
 

@@ -299,8 +299,9 @@ GENERATED_ID = "\0"
     default="per-turn",
     show_default=True,
     help="per-turn: each turn is on disk for good when it commits; end: all at once when "
-    "the replay ends (much faster; a crash of the machine meanwhile may lose the turns "
-    "replayed so far, never half of one).",
+    "the replay ends, and the turns of a fast provider committed a group at a time "
+    "(much faster; a crash of the machine meanwhile may lose the turns replayed so far, "
+    "never half of one).",
 )
 @command_options
 @pass_app
@@ -334,7 +335,10 @@ def replay(
 
     Each turn commits whole. By default each is also made durable as it commits (one
     fsync a turn); --sync end makes them durable together when the replay ends, for
-    replays in CI that can simply run again.
+    replays in CI that can simply run again. With --sync end, while the provider answers
+    fast (a cassette, the offline model) the turns of a tenth of a second commit
+    together, each still whole (a failed turn is undone alone), and each is printed once
+    its group is committed; the session is never held locked while a provider thinks.
 
     \b
     Examples:

@@ -61,6 +61,12 @@ class LogReader(Protocol):
 
 
 class LogWriter(LogReader, Protocol):
+    @property
+    def rewinds(self) -> int:
+        """Advanced whenever a savepoint undoes appends to this log: what a reader
+        remembered of it (its last record, the lines it appended) is then forgotten."""
+        ...
+
     def append(self, build: Callable[[int], bytes]) -> int:
         """Append `build(offset)`, where `offset` is where it will start (after a newline
         sealing a torn last line, if any); return that offset."""
@@ -157,6 +163,12 @@ class Tx(Reader, Protocol):
 
     def append_cache(self, name: str, data: bytes) -> None:
         """Append to a cache of the checkpoint code (the index grows a line a checkpoint)."""
+        ...
+
+    def savepoint(self) -> AbstractContextManager[None]:
+        """A unit of work inside the transaction: if it fails, what it wrote is undone and
+        the transaction goes on from where it was; a document written after it gets a
+        new revision (a checkpoint made in it tells the two states apart)."""
         ...
 
 

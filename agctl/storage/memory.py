@@ -77,9 +77,14 @@ class _LogReader:
 class _LogWriter(_LogReader):
     """The checkpoint log staged in a transaction."""
 
-    def __init__(self, name: str, state: _State) -> None:
+    def __init__(self, name: str, state: _State, tx: MemoryTx) -> None:
         super().__init__(name, lambda: state.log)
         self._state = state
+        self._tx = tx
+
+    @property
+    def rewinds(self) -> int:
+        return self._tx.rewinds
 
     def append(self, build: Callable[[int], bytes]) -> int:
         log = self._state.log
@@ -170,6 +175,20 @@ class MemoryTx(_Reading):
         self.session_id = session_id
         self._backend = backend
         self._staged = staged
+        self.rewinds = 0  # savepoints undone (see LogWriter.rewinds)
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Undone on failure by putting the copy taken at its start back (in place: log
+        writers hold the staged state); every write gives a new revision anyway."""
+        saved = self._staged.copy()
+        try:
+            yield
+        except BaseException:
+            for field in dataclasses.fields(_State):
+                setattr(self._staged, field.name, getattr(saved, field.name))
+            self.rewinds += 1
+            raise
 
     def _state(self, session_id: str) -> _State | None:
         if session_id == self.session_id:
@@ -228,7 +247,7 @@ class MemoryTx(_Reading):
                 f"the checkpoint log of session {session_id!r} is not writable in a "
                 f"transaction of session {self.session_id!r}"
             )
-        return _LogWriter(_log_name(self.session_id), self._staged)
+        return _LogWriter(_log_name(self.session_id), self._staged, self)
 
     def set_removed_checkpoints(self, ids: Iterable[str]) -> None:
         self._staged.removed = frozenset(ids)

@@ -63,6 +63,8 @@ class FileLog:
     """A checkpoint log file outside any transaction: read by anyone; appended to directly
     (each append fsynced) only by tools and tests that work on a log file itself."""
 
+    rewinds = 0  # no savepoint undoes a direct append
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.name = str(path)
@@ -96,7 +98,25 @@ class TxLog(FileLog):
         super().__init__(path)
         self.base = super().size()
         self.cut: int | None = None  # the file cut short to this, before `staged`
-        self.staged = bytearray()
+        self.staged = bytearray()  # only ever appended to: cutting it makes a new one
+        self.rewinds = 0  # how often a savepoint undid appends (readers' memos then go)
+        self._frozen: bytes | None = None  # `staged` as bytes, while it does not grow
+
+    def state(self) -> tuple[int | None, bytearray, int]:
+        """Where the log is now, for `rewind`."""
+        return self.cut, self.staged, len(self.staged)
+
+    def rewind(self, state: tuple[int | None, bytearray, int]) -> None:
+        """Undo what was appended or cut since `state` (a savepoint's undo)."""
+        self.cut, self.staged, size = state
+        del self.staged[size:]
+        self._frozen = None
+        self.rewinds += 1
+
+    def _staged_bytes(self) -> bytes:
+        if self._frozen is None or len(self._frozen) != len(self.staged):
+            self._frozen = bytes(self.staged)
+        return self._frozen
 
     def size(self) -> int:
         return (self.base if self.cut is None else self.cut) + len(self.staged)
@@ -118,7 +138,7 @@ class TxLog(FileLog):
             return super().open()
         cut = self.base if self.cut is None else self.cut
         fd = open_regular(self.path) if cut else -1
-        return io.BufferedReader(_Spliced(fd, cut, bytes(self.staged)))
+        return io.BufferedReader(_Spliced(fd, cut, self._staged_bytes()))
 
     def append(self, build: Callable[[int], bytes]) -> int:
         end = self.size()
@@ -130,10 +150,11 @@ class TxLog(FileLog):
     def truncate(self, size: int) -> None:
         kept = self.base if self.cut is None else self.cut
         if size >= kept:
-            del self.staged[size - kept :]
+            self.staged = self.staged[: size - kept]
         else:
             self.cut = size
-            self.staged.clear()
+            self.staged = bytearray()
+        self._frozen = None
 
     def ops(self, name: str, put: Callable[[str, bytes], Op]) -> list[Op]:
         """Appends are written in place; a log cut short is replaced whole (by `put`), so
@@ -141,9 +162,9 @@ class TxLog(FileLog):
         if self.cut is None and not self.staged:
             return []
         if self.cut is None:
-            return [["at", name, self.base, pack_data(bytes(self.staged))]]
+            return [["at", name, self.base, pack_data(self._staged_bytes())]]
         kept = b""
         if self.cut:
             with self.open() as handle:
                 kept = handle.read(self.cut)
-        return [put(name, kept + bytes(self.staged))]
+        return [put(name, kept + self._staged_bytes())]

@@ -109,18 +109,32 @@ def raw_document(document: bytes, log: bytes | None) -> dict[str, Any] | None:
     return value
 
 
-def append_op(document: Path, name: str, slot: Slot, count: int, base: str) -> Op:
-    """The journal change that appends the last `count` messages of `slot` to its log."""
+# What a transaction appended to a slot: (messages, revision) for each unit of work that
+# appended, in order; the slot's last messages are theirs.
+Appended = tuple[tuple[int, int], ...]
+
+
+def append_op(document: Path, name: str, slot: Slot, appended: Appended, base: str) -> Op:
+    """The journal change that appends to its log a line for each unit's messages (the
+    last of `slot`'s), at the unit's revision: the log's revisions go up one a line.
+    The last line carries the counters the slot has now."""
     path = log_path(document)
     try:
         offset = os.stat(path, follow_symlinks=False).st_size
     except FileNotFoundError:
         offset = 0
-    new = slot.messages[len(slot.messages) - count :]
-    messages = message_list_adapter().dump_python(new, mode="json")
-    meta = slot.meta.model_dump(mode="json", include=set(APPENDED_META))
-    line = encode_record({"base": base, "rev": slot.rev, "meta": meta, "m": messages})
-    return ["at", name, offset, pack_data(line)]
+    start = len(slot.messages) - sum(count for count, _ in appended)
+    dumped = message_list_adapter().dump_python(slot.messages[start:], mode="json")
+    lines = []
+    position = 0
+    for number, (count, rev) in enumerate(appended, 1):
+        line: dict[str, Any] = {"base": base, "rev": rev}
+        if number == len(appended):
+            line["meta"] = slot.meta.model_dump(mode="json", include=set(APPENDED_META))
+        line["m"] = dumped[position : position + count]
+        position += count
+        lines.append(encode_record(line))
+    return ["at", name, offset, pack_data(b"".join(lines))]
 
 
 def header_of(slot: Slot) -> dict[str, Any]:

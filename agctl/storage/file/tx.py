@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,12 +15,13 @@ import orjson
 from agctl.errors import Conflict, CorruptDocument, InvalidId, NotFound, StoreError
 from agctl.fsio import TEMP_SUFFIX, make_dirs
 from agctl.ids import validate_id
-from agctl.models import Document, Draft, Session, Slot
+from agctl.models import Document, Draft, Session, Slot, SlotConfig, SlotMeta
 from agctl.storage.base import next_rev
 from agctl.storage.file import layout, slotlog
 from agctl.storage.file.documents import CACHE_FILES, LARGE_PUT, dump_document
 from agctl.storage.file.journal import Op, pack_data
 from agctl.storage.file.log import TxLog
+from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
     from agctl.storage.file.backend import FileBackend
@@ -33,8 +34,9 @@ class FileTx:
         self.backend = backend
         self.session_id = session_id
         self._session: Session | None = None
-        # slot id -> (slot, how it is written: "put", "append" with a count, or None: delete)
-        self._slots: dict[str, tuple[Slot | None, str, int]] = {}
+        # slot id -> (slot, how it is written: "put", or "append" with what each unit
+        # appended), or (None, "put", ()): delete
+        self._slots: dict[str, tuple[Slot | None, str, slotlog.Appended]] = {}
         self._drafts: dict[str, Draft | None] = {}
         self._log: TxLog | None = None
         self._removed: list[str] | None = None
@@ -44,6 +46,10 @@ class FileTx:
         self._bumped: list[Document] = []  # documents given a revision of this Tx
         self._drop_legacy = False
         self._stored_session_rev: int | None = None
+        # Units of work (savepoints) done so far, and the unit each staged document was
+        # given its revision in: a document written again in a later unit gets a new one.
+        self._unit = 0
+        self._rev_units: dict[str, int] = {}
 
     def _check(self, session_id: str) -> None:
         if session_id != self.session_id:
@@ -124,11 +130,21 @@ class FileTx:
 
     # ---- writes --------------------------------------------------------------------
 
+    def _staged_rev(self, key: str, staged: int) -> int:
+        """The revision of a document staged at `staged`: the same within one unit of
+        work, the next one in a later unit (which may see a checkpoint of the first)."""
+        if self._rev_units.get(key) == self._unit:
+            return staged
+        self._rev_units[key] = self._unit
+        return next_rev(staged)
+
     def _slot_rev(self, slot_id: str) -> int:
-        """The revision a slot written in this transaction gets (one per transaction)."""
+        """The revision a slot written in this transaction gets (one per unit of work)."""
         known = self._slots.get(slot_id)
+        key = f"slot:{slot_id}"
         if known is not None and known[0] is not None:
-            return known[0].rev
+            return self._staged_rev(key, known[0].rev)
+        self._rev_units[key] = self._unit
         if known is not None:
             return next_rev(None)
         return next_rev(self.backend.slot_rev(self.session_id, slot_id))
@@ -143,15 +159,16 @@ class FileTx:
                 except NotFound:
                     stored = None
             session.rev = next_rev(stored)
+            self._rev_units["session"] = self._unit
         else:
-            session.rev = self._session.rev
+            session.rev = self._staged_rev("session", self._session.rev)
         self._session = session
         self._bumped.append(session)
 
     def put_slot(self, slot: Slot) -> None:
         validate_id(slot.id, "slot")
         slot.rev = self._slot_rev(slot.id)
-        self._slots[slot.id] = (slot, "put", 0)
+        self._slots[slot.id] = (slot, "put", ())
         self._bumped.append(slot)
 
     def append_messages(self, slot: Slot, count: int) -> None:
@@ -160,7 +177,13 @@ class FileTx:
         if known is not None:
             # Written in this transaction already: the whole slot goes as one write.
             if known[1] == "append" and known[0] is slot:
-                self._slots[slot.id] = (slot, "append", known[2] + count)
+                slot.rev = self._slot_rev(slot.id)
+                appended = known[2]
+                if appended[-1][1] == slot.rev:  # the same unit: one line
+                    appended = (*appended[:-1], (appended[-1][0] + count, slot.rev))
+                else:
+                    appended = (*appended, (count, slot.rev))
+                self._slots[slot.id] = (slot, "append", appended)
             else:
                 self.put_slot(slot)
             return
@@ -172,12 +195,12 @@ class FileTx:
             self.put_slot(slot)  # its settings changed too: written whole
             return
         slot.rev = self._slot_rev(slot.id)
-        self._slots[slot.id] = (slot, "append", count)
+        self._slots[slot.id] = (slot, "append", ((count, slot.rev),))
         self._bumped.append(slot)
 
     def delete_slot(self, slot_id: str) -> None:
         validate_id(slot_id, "slot")
-        self._slots[slot_id] = (None, "put", 0)
+        self._slots[slot_id] = (None, "put", ())
 
     def put_draft(self, draft: Draft) -> None:
         self.backend._draft_path(self.session_id, draft.slot)  # a link in its way is refused
@@ -220,7 +243,7 @@ class FileTx:
     def ops(self) -> list[Op]:
         """The changes of this transaction as the journal's records hold them."""
         ops: list[Op] = []
-        for slot_id, (slot, how, count) in self._slots.items():
+        for slot_id, (slot, how, appended) in self._slots.items():
             name = f"{layout.SLOTS}/{slot_id}{layout.DOCUMENT}"
             log_name = slotlog.log_name(name)
             if slot is None:
@@ -228,7 +251,7 @@ class FileTx:
             elif how == "append":
                 path = self.backend._slot_path(self.session_id, slot_id)
                 base = self.backend.slot_base(self.session_id, slot_id)
-                ops.append(slotlog.append_op(path, log_name, slot, count, base))
+                ops.append(slotlog.append_op(path, log_name, slot, appended, base))
                 self._written.append((slot, base))
             else:
                 data = dump_document(slot)
@@ -256,14 +279,14 @@ class FileTx:
                 ops.append(self._overwrite(where, cache))
             else:
                 ops.append(["put", where, pack_data(cache)])
-        for name, appended in self._cache_appends.items():
+        for name, lines in self._cache_appends.items():
             path = self.backend.cache_path(self.session_id, name)
             try:
                 offset = os.stat(path, follow_symlinks=False).st_size
             except FileNotFoundError:
                 offset = 0
             where = f"{layout.CHECKPOINTS}/{CACHE_FILES[name]}"
-            ops.append(["at", where, offset, pack_data(bytes(appended))])
+            ops.append(["at", where, offset, pack_data(bytes(lines))])
         if self._session is not None:
             ops.append(self._overwrite(layout.SESSION, dump_document(self._session)))
         return ops
@@ -308,6 +331,22 @@ class FileTx:
             raise StoreError(f"cannot write {target}: {exc.strerror}") from exc
         return ["mv", str(Path(temp).relative_to(directory)), name]
 
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A unit of work inside this transaction: if it fails, what it staged is undone
+        and the transaction goes on from where it was; a document written after it gets
+        a new revision. Messages are values (a unit replaces one, never changes it), so
+        a zone is kept as the list of its messages."""
+        saved = _Saved(self)
+        self._unit += 1  # what was written before it is of another unit too
+        try:
+            yield
+        except BaseException:
+            saved.restore(self)
+            raise
+        finally:
+            self._unit += 1
+
     def aborted(self) -> None:
         """Nothing of this Tx was written: its documents are at no stored revision."""
         for document in self._bumped:
@@ -316,3 +355,76 @@ class FileTx:
     def committed(self) -> None:
         for slot, base in self._written:
             self.backend.remember(self.session_id, slot, base)
+
+
+class _SavedSlot:
+    """A staged slot as a savepoint found it: its zones, header and revision."""
+
+    __slots__ = ("config", "meta", "rev", "slot", "zones")
+
+    def __init__(self, slot: Slot) -> None:
+        self.slot = slot
+        self.rev = slot.rev
+        self.zones = {zone: list(getattr(slot, zone)) for zone in ZONES}
+        self.config = slot.config.model_dump_json()
+        self.meta = slot.meta.model_dump_json()
+
+    def restore(self) -> None:
+        slot = self.slot
+        for zone, messages in self.zones.items():
+            if getattr(slot, zone) != messages:
+                setattr(slot, zone, messages)
+        if slot.config.model_dump_json() != self.config:
+            slot.config = SlotConfig.model_validate_json(self.config)
+        if slot.meta.model_dump_json() != self.meta:
+            slot.meta = SlotMeta.model_validate_json(self.meta)
+        slot.rev = self.rev
+
+
+class _Saved:
+    """What a FileTx had staged when a savepoint began (see FileTx.savepoint)."""
+
+    def __init__(self, tx: FileTx) -> None:
+        session = tx._session
+        self.session = None if session is None else (session.model_dump_json(), session.rev)
+        self.slots = dict(tx._slots)
+        self.slot_states = [_SavedSlot(slot) for slot, _, _ in tx._slots.values() if slot]
+        self.drafts = dict(tx._drafts)
+        self.log = tx._log
+        self.log_state = None if tx._log is None else tx._log.state()
+        self.removed = None if tx._removed is None else list(tx._removed)
+        self.caches = dict(tx._caches)
+        self.cache_appends = {name: len(data) for name, data in tx._cache_appends.items()}
+        self.bumped = len(tx._bumped)
+        self.drop_legacy = tx._drop_legacy
+        self.stored_session_rev = tx._stored_session_rev
+        self.rev_units = dict(tx._rev_units)
+
+    def restore(self, tx: FileTx) -> None:
+        if self.session is None:
+            tx._session = None
+        else:
+            data, rev = self.session
+            tx._session = Session.model_validate_json(data)
+            tx._session.rev = rev
+        for state in self.slot_states:
+            state.restore()
+        tx._slots = self.slots
+        tx._drafts = self.drafts
+        tx._log = self.log
+        if self.log is not None and self.log_state is not None:
+            self.log.rewind(self.log_state)
+        tx._removed = self.removed
+        tx._caches = self.caches
+        appends: dict[str, bytearray] = {}
+        for name, size in self.cache_appends.items():
+            appends[name] = tx._cache_appends[name]
+            del appends[name][size:]
+        tx._cache_appends = appends
+        for document in tx._bumped[self.bumped :]:
+            if not any(document is state.slot for state in self.slot_states):
+                document.rev = 0  # given a revision by the undone unit only: not stored
+        del tx._bumped[self.bumped :]
+        tx._drop_legacy = self.drop_legacy
+        tx._stored_session_rev = self.stored_session_rev
+        tx._rev_units = self.rev_units
