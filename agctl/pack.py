@@ -93,8 +93,9 @@ class Log:
         self.storage = storage
         self.path = storage.name
         self._checked: bool | None = None  # whether every line must carry a checksum
-        self._written: dict[int, str] = {}  # line_digest of the lines appended here
+        self._digests: dict[int, str] = {}  # line_digest of lines appended or found here
         self._last: tuple[int, tuple[int, dict[str, Any]] | None] | None = None  # by size
+        self._sealed: int | None = None  # a size at which the log ends with a whole line
         self._rewinds = getattr(storage, "rewinds", 0)
 
     def _memos(self) -> None:
@@ -103,8 +104,9 @@ class Log:
         if rewinds != self._rewinds:
             self._rewinds = rewinds
             self._checked = None
-            self._written.clear()
+            self._digests.clear()
             self._last = None
+            self._sealed = None
 
     def size(self) -> int:
         return self.storage.size()
@@ -133,11 +135,13 @@ class Log:
         self._memos()
         offsets: list[int] = []
         written: dict[int, str] = {}
+        values: list[Any] = []
 
         def encode(start: int) -> bytes:
             chunks = []
             end = start
             written.clear()
+            values.clear()
             if start == 0:
                 chunks.append(encode_record(HEADER))
                 end += len(chunks[0])
@@ -145,14 +149,21 @@ class Log:
                 value = record(offsets) if callable(record) else record
                 line = encode_record(value)
                 offsets.append(end)
-                written[end] = line_sum(line).decode()
+                values.append(value)
                 end += len(line)
                 chunks.append(line)
+            # The last line's fingerprint is what callers ask for (the caches tie
+            # themselves to it); any other is read back if asked.
+            written[offsets[-1]] = line_sum(chunks[-1]).decode()
             return b"".join(chunks)
 
         self._drop_torn_tail()
         self._writer().append(encode)
-        self._written.update(written)
+        self._digests.update(written)
+        # The log now ends with the last record written: known without reading it back.
+        self._sealed = self.size()
+        if isinstance(values[-1], dict):
+            self._last = (self._sealed, (offsets[-1], values[-1]))
         return offsets
 
     def _drop_torn_tail(self) -> None:
@@ -254,7 +265,7 @@ class Log:
         """`line_digest` of many offsets, with one open file; lines this object just
         appended are not read again."""
         self._memos()
-        found = {o: self._written[o] for o in offsets if o in self._written}
+        found = {o: self._digests[o] for o in offsets if o in self._digests}
         wanted = [o for o in offsets if o not in found]
         if not wanted:
             return found
@@ -340,11 +351,15 @@ class Log:
                 start = data.rfind(b"\n", 0, end) + 1 if end >= 0 else 0
                 if end >= 0 and (start or not position):
                     offset = position + start
+                    line = data[start : end + 1]
                     try:
-                        record = self.decode(data[start : end + 1], offset)
+                        record = self.decode(line, offset)
                     except CorruptDocument as exc:
                         log.warning("skipping %s", exc)
                     else:
+                        if offset + len(line) == size:  # the last line is whole
+                            self._sealed = size
+                            self._digests[offset] = line_sum(line).decode()
                         return None if record == HEADER and not offset else (offset, record)
                     if not start:
                         return None
@@ -363,8 +378,9 @@ class Log:
         """Where the bytes after the last newline start, and those bytes (b"" if none):
         what a crash mid-append leaves, and the next append seals."""
         size = self.size()
-        if not size:
-            return 0, b""
+        self._memos()
+        if not size or self._sealed == size:
+            return size, b""
         with self._open() as handle:
             position = size
             tail = b""

@@ -468,7 +468,8 @@ def _commit(
     with store.transaction(session_id) as tx, deferred_interrupts(reraise=False):
         if checkpoint and checkpointer.needs_baseline(session_id):
             turn = prepared.request.context.turn
-            checkpointer.create(session_id, label=f"before turn {turn}", auto=True)
+            read = TurnHint(slot=prepared.slot, base_rev=None, appended=0)  # not read again
+            checkpointer.create(session_id, label=f"before turn {turn}", auto=True, hint=read)
         slot = store.load_slot(session_id, prepared.slot.id, reuse=prepared.slot)
         slot.check_writable("send a turn")
         if slot is not prepared.slot:

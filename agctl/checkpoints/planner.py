@@ -60,7 +60,9 @@ class Batch:
 
 @dataclass
 class TurnHint:
-    """What a turn just did to one slot: appended `appended` messages to revision `base_rev`."""
+    """One slot as a turn holds it in memory (used when it is still at the stored
+    revision, so it is not read again), and what the turn did to it: appended
+    `appended` messages to revision `base_rev` (None: nothing is known of that)."""
 
     slot: Slot
     base_rev: int | None
@@ -291,11 +293,18 @@ def _plan_slot(
     }
 
 
-def _extend(batch: Batch, tip: Ref, messages: Sequence[dict[str, Any]]) -> tuple[Ref, int]:
-    """Chain `messages` after node `tip`; return the new tip."""
+def _extend(
+    batch: Batch,
+    tip: Ref,
+    messages: Sequence[dict[str, Any]],
+    hashes: Sequence[str] | None = None,
+) -> tuple[Ref, int]:
+    """Chain `messages` (whose content hashes are `hashes`, when known) after node `tip`;
+    return the new tip."""
     parent: Ref = tip
-    for message in messages:
-        digest = content_hash(message)
+    if hashes is None:
+        hashes = [content_hash(message) for message in messages]
+    for message, digest in zip(messages, hashes, strict=True):
 
         def node(
             offsets: list[int],
@@ -339,5 +348,5 @@ def _store_zone(
             if best == len(hashes):
                 break
     tip_ref: Ref = best_nodes[best - 1][1] if best else NO_PARENT
-    ref, _ = _extend(batch, tip_ref, messages[best:])
+    ref, _ = _extend(batch, tip_ref, messages[best:], hashes[best:])
     return ref, len(messages)

@@ -142,7 +142,9 @@ def needs_baseline(store: Store, session_id: str) -> bool:
     latest = head(history) if history.size() else None
     if latest is None:
         return True
-    record = history.read(latest).get("c")
+    last = history.last()
+    found = last[1] if last is not None and last[0] == latest else history.read(latest)
+    record = found.get("c")
     return not isinstance(record, dict) or record.get("edit") is not None
 
 

@@ -305,7 +305,9 @@ class Journal:
             return False
         try:
             size = os.fstat(fd).st_size
-            data = os.pread(fd, size, 0) if size else b""
+            if self._unapplied_from(os.pread(fd, _header_size() + 64, 0), size) is None:
+                return False  # all applied: the records are not read
+            data = os.pread(fd, size, 0)
             start = self._unapplied_from(data[: _header_size() + 64], size)
             if start is None:
                 return False
