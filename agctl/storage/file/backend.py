@@ -154,6 +154,7 @@ class FileBackend:
         self._no_legacy: set[str] = set()
         self._slot_paths: dict[tuple[str, str], Path] = {}
         self._subdirs: dict[tuple[str, str], Path] = {}  # found real, of valid session ids
+        self._slot_logs: dict[Path, Path] = {}  # a slot document's log file
         self._checkpoint_paths: dict[tuple[str, Callable[[Path], Path]], Path] = {}
         self._swept: set[str] = set()
         self._swept_leftovers = False
@@ -205,6 +206,13 @@ class FileBackend:
         if slots in self._real_dirs:
             self._slot_paths[(session_id, slot_id)] = path
         return path
+
+    def _slot_keys(self, document: Path) -> tuple[Any, Any]:
+        """The stats of a slot's document and log: what tells a version of it from another."""
+        log_file = self._slot_logs.get(document)
+        if log_file is None:
+            log_file = self._slot_logs[document] = slotlog.log_path(document)
+        return _stat_key(document), _stat_key(log_file)
 
     def _draft_path(self, session_id: str, slot_id: str) -> Path:
         self._subdir(session_id, layout.DRAFTS)
@@ -302,7 +310,7 @@ class FileBackend:
 
     def slot_rev(self, session_id: str, slot_id: str) -> int | None:
         path = self._slot_path(session_id, slot_id)
-        keys = _stat_key(path), _stat_key(slotlog.log_path(path))
+        keys = self._slot_keys(path)
         if keys[0] is None:
             return None
         known = self._revs.get(path)
@@ -314,10 +322,10 @@ class FileBackend:
         path = self._slot_path(session_id, slot_id)
         if reuse is not None and reuse.id == slot_id:
             known = self._revs.get(path)
-            keys = _stat_key(path), _stat_key(slotlog.log_path(path))
+            keys = self._slot_keys(path)
             if known is not None and known.keys == keys and known.rev == reuse.rev:
                 return reuse
-        keys = _stat_key(path), _stat_key(slotlog.log_path(path))
+        keys = self._slot_keys(path)
         try:
             raw = read_bytes(path, f"slot {slot_id!r}")
         except NotFound:
@@ -325,7 +333,7 @@ class FileBackend:
         slot = parse_document(raw, Slot, path)
         base = slotlog.base_of(raw)
         slotlog.replay(path, slot, base)
-        if keys == (_stat_key(path), _stat_key(slotlog.log_path(path))):
+        if keys == self._slot_keys(path):
             self._revs[path] = slotlog.StoredSlot.of(slot, base, keys)
         return slot
 
@@ -334,7 +342,7 @@ class FileBackend:
         it lately); Conflict when it is at another revision now."""
         path = self._slot_path(session_id, slot_id)
         known = self._revs.get(path)
-        keys = _stat_key(path), _stat_key(slotlog.log_path(path))
+        keys = self._slot_keys(path)
         if known is None or known.keys != keys:
             self.load_slot(session_id, slot_id)
             known = self._revs.get(path)
@@ -367,7 +375,7 @@ class FileBackend:
     def remember(self, session_id: str, slot: Slot, base: str) -> None:
         """Note the stored state of a slot just written, for a cheap `reuse` later."""
         path = self._slot_path(session_id, slot.id)
-        keys = _stat_key(path), _stat_key(slotlog.log_path(path))
+        keys = self._slot_keys(path)
         self._revs[path] = slotlog.StoredSlot.of(slot, base, keys)
 
     def draft_slots(self, session_id: str) -> list[str]:
