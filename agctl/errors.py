@@ -15,6 +15,8 @@ EXIT_DATA = 5
 EXIT_PROVIDER = 6
 EXIT_CONTEXT_FULL = 7
 EXIT_CHECK_FAILED = 8
+EXIT_BLOCKED = 9
+EXIT_STEP_LIMIT = 10
 EXIT_INTERRUPTED = 130
 
 
@@ -245,3 +247,16 @@ class CheckFailed(AgctlError):
     """A replayed reply did not match the one the transcript expected."""
 
     exit_code = EXIT_CHECK_FAILED
+
+
+class Blocked(AgctlError):
+    """Refused before it ran: a tool call its approval denies (or that cannot be asked
+    about, with no terminal), or an event a hook blocks."""
+
+    exit_code = EXIT_BLOCKED
+
+
+class StepLimit(AgctlError):
+    """A turn's tool loop reached its step limit and the model still asked for tools."""
+
+    exit_code = EXIT_STEP_LIMIT
