@@ -289,7 +289,15 @@ def _argument_name(argv: list[str], index: int) -> tuple[str, click.Parameter | 
     epilog=EXIT_CODES,
 )
 @root_options
-@click.version_option(__version__, "--version", prog_name="agctl")
+# Click's own texts, given here: click translates a default with gettext, and its first
+# lookup imports locale, when the group is made, for every command and TAB.
+@click.version_option(
+    __version__,
+    "--version",
+    prog_name="agctl",
+    message="%(prog)s, version %(version)s",
+    help="Show the version and exit.",
+)
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """Manage the context of LLM conversations as data.
