@@ -289,8 +289,8 @@ def _argument_name(argv: list[str], index: int) -> tuple[str, click.Parameter | 
     epilog=EXIT_CODES,
 )
 @root_options
-# Click's own texts, given here: click translates a default with gettext, and its first
-# lookup imports locale, when the group is made, for every command and TAB.
+# Click's own texts, given here: click would look each default up with gettext (a search
+# of the locale directories) when the group is made, for every command and TAB.
 @click.version_option(
     __version__,
     "--version",
