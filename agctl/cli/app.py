@@ -226,7 +226,7 @@ class PathType(click.Path):
             self.fail(f"{os.fsdecode(path)!r} is not a directory", param, ctx)
         from pathlib import Path
 
-        return Path(path)
+        return Path(os.fsdecode(path))
 
 
 _SHOWN_LIMIT = 60
