@@ -23,7 +23,7 @@ from agctl import schema
 from agctl.errors import CorruptDocument, NotFound, UsageError
 from agctl.fsio import DEFAULT_LOCK_TIMEOUT, make_dirs, read_bytes, write_atomic
 from agctl.ids import validate_id
-from agctl.models import Document, Model, Session
+from agctl.models import EAGER, Document, Model, Session
 from agctl.providers.base import chat_completions_url
 from agctl.redact import mask_url
 from agctl.validation import validation_summary
@@ -40,6 +40,7 @@ def preset_named(name: str) -> Preset | None:
 
 
 class Profile(Model):
+    model_config = EAGER
     provider: ProviderName = "openai"
     preset: str | None = None
     base_url: str | None = None

@@ -1,11 +1,15 @@
 """Errors raised by the agctl library; the CLI maps `exit_code` to the process status.
 
-This module imports nothing heavy: the CLI catches these on its start-up path.
+This module imports nothing heavy (not even pathlib, until an error names a path): the
+CLI catches these on its start-up path.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -129,6 +133,8 @@ class DataError(AgctlError):
 
 class CorruptDocument(DataError):
     def __init__(self, path: Path | str, reason: str) -> None:
+        from pathlib import Path
+
         self.path = Path(path)
         self.reason = reason
         super().__init__(f"{path}: {reason}")
@@ -146,6 +152,8 @@ class SchemaTooNew(DataError):
     def __init__(
         self, kind: str, found: str, supported: str, path: Path | str | None = None
     ) -> None:
+        from pathlib import Path
+
         self.kind = kind
         self.found = found
         self.supported = supported

@@ -18,27 +18,65 @@ chains, whatever the number of checkpoints.
 The package is a stack, each module importing only those below it: records (the stored
 shapes and ids) · files (the log, index and removed set) · planner (what a new checkpoint
 must store; the heads cache) · reader · restore (rollback, fork, undo) · verify · prune ·
-diff · checkpointer (the Checkpointer, one object over them). This module only re-exports.
+diff · checkpointer (the Checkpointer, one object over them). This module only re-exports,
+each name when first used.
 """
 
 from __future__ import annotations
 
-from agctl.checkpoints.checkpointer import Checkpointer
-from agctl.checkpoints.diff import diff_states
-from agctl.checkpoints.planner import Batch, Pending, TurnHint
-from agctl.checkpoints.records import (
-    VOLATILE_SESSION,
-    Checkpoint,
-    CheckpointHistory,
-    CheckpointSummary,
-    LogReport,
-    Pruned,
-    SessionState,
-    SlotEntry,
-    checkpoint_id,
-    checkpoint_offset,
-    messages_to_json,
-)
+from typing import TYPE_CHECKING, Any
+
+# Each name is imported from its module when first used, so that a command (a turn) loads
+# only the modules it needs: a turn's checkpoint never loads diff (difflib), prune or
+# verify.
+_LAZY = {
+    "Checkpointer": "agctl.checkpoints.checkpointer",
+    "diff_states": "agctl.checkpoints.diff",
+    "Batch": "agctl.checkpoints.planner",
+    "Pending": "agctl.checkpoints.planner",
+    "TurnHint": "agctl.checkpoints.planner",
+    "VOLATILE_SESSION": "agctl.checkpoints.records",
+    "Checkpoint": "agctl.checkpoints.records",
+    "CheckpointHistory": "agctl.checkpoints.records",
+    "CheckpointSummary": "agctl.checkpoints.records",
+    "LogReport": "agctl.checkpoints.records",
+    "Pruned": "agctl.checkpoints.records",
+    "SessionState": "agctl.checkpoints.records",
+    "SlotEntry": "agctl.checkpoints.records",
+    "checkpoint_id": "agctl.checkpoints.records",
+    "checkpoint_offset": "agctl.checkpoints.records",
+    "messages_to_json": "agctl.checkpoints.records",
+}
+
+if TYPE_CHECKING:
+    from agctl.checkpoints.checkpointer import Checkpointer
+    from agctl.checkpoints.diff import diff_states
+    from agctl.checkpoints.planner import Batch, Pending, TurnHint
+    from agctl.checkpoints.records import (
+        VOLATILE_SESSION,
+        Checkpoint,
+        CheckpointHistory,
+        CheckpointSummary,
+        LogReport,
+        Pruned,
+        SessionState,
+        SlotEntry,
+        checkpoint_id,
+        checkpoint_offset,
+        messages_to_json,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agctl.checkpoints' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "VOLATILE_SESSION",

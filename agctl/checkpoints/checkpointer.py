@@ -1,12 +1,14 @@
 """The Checkpointer: one object over a Store for every checkpoint job, each done by the
-package's module for it (planner, reader, restore, verify, prune, diff)."""
+package's module for it (planner, reader, restore, verify, prune, diff).
+
+diff is imported by the method that uses it: a turn's checkpoint does not load difflib."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agctl.checkpoints import diff, planner, prune, reader, restore, verify
+from agctl.checkpoints import planner, prune, reader, restore, verify
 from agctl.checkpoints.planner import TurnHint
 from agctl.checkpoints.records import (
     Checkpoint,
@@ -111,4 +113,6 @@ class Checkpointer:
     # ---- diff ----------------------------------------------------------------------
 
     def diff(self, session_id: str, a: str, b: str | None = None) -> dict[str, Any]:
+        from agctl.checkpoints import diff
+
         return diff.diff(self.store, session_id, a, b)

@@ -16,7 +16,16 @@ from agctl import schema
 from agctl.errors import InvalidInput, NotFound
 from agctl.hashing import data_hash
 from agctl.ids import BASE32_ALPHABET
-from agctl.models import Document, Message, Model, Session, Slot, message_list_adapter, utcnow
+from agctl.models import (
+    EAGER,
+    Document,
+    Message,
+    Model,
+    Session,
+    Slot,
+    message_list_adapter,
+    utcnow,
+)
 from agctl.vocab import ZONES
 
 # Session fields that change with every turn are kept in each checkpoint record; the
@@ -49,6 +58,7 @@ def checkpoint_offset(identifier: str) -> int:
 
 
 class SlotEntry(Model):
+    model_config = EAGER
     doc: int
     meta: dict[str, Any]
     zones: list[tuple[int, int]]  # (tip offset, node count) for each of ZONES

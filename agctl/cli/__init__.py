@@ -289,7 +289,15 @@ def _argument_name(argv: list[str], index: int) -> tuple[str, click.Parameter | 
     epilog=EXIT_CODES,
 )
 @root_options
-@click.version_option(__version__, "--version", prog_name="agctl")
+# Click's own texts, given here: click would look each default up with gettext (a search
+# of the locale directories) when the group is made, for every command and TAB.
+@click.version_option(
+    __version__,
+    "--version",
+    prog_name="agctl",
+    message="%(prog)s, version %(version)s",
+    help="Show the version and exit.",
+)
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """Manage the context of LLM conversations as data.
@@ -321,5 +329,9 @@ def main(*args: Any, **kwargs: Any) -> Any:
     # runs either.
     sys.modules.setdefault("trio", None)  # type: ignore[arg-type]
     sys.modules.setdefault("anyio", None)  # type: ignore[arg-type]
+    # pydantic looks for its plugins (observability hooks) in the entry points of every
+    # installed distribution when it builds its first validator: ~10 ms of every command
+    # that reads a document. The command line loads none, unless the variable says which.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     kwargs.setdefault("prog_name", "agctl")
     return cli.main(*args, **kwargs)

@@ -9,7 +9,6 @@ import errno
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -18,6 +17,8 @@ from agctl.cli.output import echo, echo_json, json_text, key_values, page, table
 from agctl.errors import InvalidInput, NoSessionSelected, UsageError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from agctl.store import Store
     from agctl.usage import Prices
 
@@ -206,10 +207,11 @@ class Count(click.IntRange):
 
 
 class PathType(click.Path):
-    """`click.Path` that refuses, as usage errors, a NUL (click's own check of the path,
-    os.stat, raises ValueError on one; only a caller of main() can pass it, no shell can)
-    and, for a directory, anything else that exists there (click only refuses a regular
-    file, so /dev/null would pass)."""
+    """`click.Path` giving a pathlib.Path, that refuses, as usage errors, a NUL (click's
+    own check of the path, os.stat, raises ValueError on one; only a caller of main() can
+    pass it, no shell can) and, for a directory, anything else that exists there (click
+    only refuses a regular file, so /dev/null would pass). pathlib is imported when a
+    value is converted, not by `--help`."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and "\x00" in value:
@@ -222,7 +224,9 @@ class PathType(click.Path):
                 self.fail(f"{shown(os.fsdecode(path))}: {exc.strerror}", param, ctx)
         if not self.file_okay and os.path.exists(path) and not os.path.isdir(path):
             self.fail(f"{os.fsdecode(path)!r} is not a directory", param, ctx)
-        return path
+        from pathlib import Path
+
+        return Path(os.fsdecode(path))
 
 
 _SHOWN_LIMIT = 60
@@ -273,6 +277,8 @@ def _stdin_text() -> str:
 def attached_file(path: str) -> str:
     """The text of a file given with -f/--file, under a header line naming it; a missing
     or non-UTF-8 file is a usage error (exit 2), before anything is sent or written."""
+    from pathlib import Path
+
     _refuse_nul(path)
     try:
         data = Path(path).read_bytes()
@@ -332,6 +338,8 @@ def read_input_file(path: str) -> tuple[bytes, str]:
     """The bytes of PATH, or of stdin for '-', with a name for error messages."""
     if path == "-":
         return sys.stdin.buffer.read(), "<stdin>"
+    from pathlib import Path
+
     _refuse_nul(path)
     try:
         return Path(path).read_bytes(), path

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -127,10 +126,10 @@ def show(
 @provider_options
 @click.option(
     "--script",
-    type=PathType(dir_okay=False, path_type=Path),
+    type=PathType(dir_okay=False),
     help="Offline provider with canned replies (summaries stay deterministic).",
 )
-@click.option("--cassette", type=PathType(dir_okay=False, path_type=Path), help="Replay.")
+@click.option("--cassette", type=PathType(dir_okay=False), help="Replay.")
 @command_options
 @pass_app
 def compress(

@@ -14,20 +14,18 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
 from agctl.cli.app import App, Count, PathType, shown
-from agctl.cli.complete import (
-    complete_models,
-    complete_profiles,
-    complete_sessions,
-    complete_slots,
-)
 from agctl.errors import UsageError
 from agctl.vocab import PROVIDERS
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from click.shell_completion import CompletionItem
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -107,6 +105,16 @@ def configure_logging(verbose: int) -> None:
     root.setLevel(level)
 
 
+def _complete_sessions(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """agctl.cli.complete's, imported at a TAB: the root's options are made for every
+    command, --help too, and that module loads the data dir's layout (and pathlib)."""
+    from agctl.cli.complete import complete_sessions
+
+    return complete_sessions(ctx, param, incomplete)
+
+
 Callback = Callable[[click.Context, click.Parameter, Any], None]
 
 # (declarations, keyword arguments, callback, the root's environment variable)
@@ -114,7 +122,7 @@ _GLOBALS: list[tuple[tuple[str, ...], dict[str, Any], Callback, str | None]] = [
     (
         ("--data-dir", "data_dir"),
         {
-            "type": PathType(file_okay=False, path_type=Path),
+            "type": PathType(file_okay=False),
             "help": "Where sessions are stored (default: the platform's user data dir).",
         },
         _data_dir,
@@ -124,7 +132,7 @@ _GLOBALS: list[tuple[tuple[str, ...], dict[str, Any], Callback, str | None]] = [
         ("--session", "-s", "session"),
         {
             "metavar": "ID",
-            "shell_complete": complete_sessions,
+            "shell_complete": _complete_sessions,
             "help": "Session id or unique prefix (default: the one chosen with 'session use').",
         },
         _session,
@@ -254,6 +262,8 @@ def select_option(what: str = "the new session") -> Callable[[F], F]:
 
 
 def slot_option(fn: F) -> F:
+    from agctl.cli.complete import complete_slots
+
     return click.option(
         "--slot",
         metavar="NAME",
@@ -289,6 +299,7 @@ def provider_options(fn: F) -> F:
     """--model, --profile and --provider, for the commands that call a model. The command
     gets them as one `choice` (an agctl.setup.ModelChoice, for ModelSetup.chosen), with
     its --script and --cassette when it has those options."""
+    from agctl.cli.complete import complete_models, complete_profiles
 
     @functools.wraps(fn)
     def with_choice(
@@ -331,16 +342,16 @@ def source_options(fn: F) -> F:
     """--script, --cassette and --record: where replies come from, and where they go."""
     fn = click.option(
         "--record",
-        type=PathType(dir_okay=False, path_type=Path),
+        type=PathType(dir_okay=False),
         help="Append every request and its full reply to this cassette.",
     )(fn)
     fn = click.option(
         "--cassette",
-        type=PathType(dir_okay=False, path_type=Path),
+        type=PathType(dir_okay=False),
         help="Replay provider: answer from this recorded cassette; a miss fails (no network).",
     )(fn)
     return click.option(
         "--script",
-        type=PathType(dir_okay=False, path_type=Path),
+        type=PathType(dir_okay=False),
         help="Offline provider answering from FILE's canned replies, one per turn.",
     )(fn)

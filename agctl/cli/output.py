@@ -27,7 +27,6 @@ import contextvars
 import errno
 import os
 import re
-import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO, cast
@@ -267,6 +266,8 @@ def echo(text: str = "", *, err: bool = False, nl: bool = True) -> None:
 
 def page(text: str) -> None:
     """Print text for people: through $PAGER when it does not fit a terminal, else plainly."""
+    import shutil
+
     if sys.stdout.isatty() and text.count("\n") >= shutil.get_terminal_size().lines - 1:
         # The pager writes to the terminal itself, past agctl's guard on standard output.
         click.echo_via_pager(neutralise(text), color=True)
@@ -304,6 +305,8 @@ def _cell(value: Any) -> str:
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
     """A plain left-aligned table; the last column is cut to the terminal width."""
+    import shutil
+
     cells = [[_cell(row.get(key)) for key, _ in columns] for row in rows]
     headers = [header for _, header in columns]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]

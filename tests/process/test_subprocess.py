@@ -213,6 +213,81 @@ def test_an_offline_turn_loads_no_http_client(env: dict[str, str], session: str)
     assert "agctl.providers.offline" in modules
     assert {m for m in modules if m.split(".")[0] in ("httpx", "httpcore")} == set()
     assert "agctl.providers.openai" not in modules
+    # Its checkpoint loads the planner, not the whole package (diff, and difflib).
+    assert "agctl.checkpoints.planner" in modules
+    assert "agctl.checkpoints.diff" not in modules
+
+
+# Run without `site`, whose .pth files may import pathlib (and more) on this machine before
+# any agctl code runs; the parent's sys.path still finds click and this tree.
+BARE_CHILD = """
+import json, sys
+sys.path[:0] = {path!r}
+import click
+before = set(sys.modules)
+import agctl.cli
+try:
+    agctl.cli.main({argv!r})
+except SystemExit:
+    pass
+print(json.dumps(sorted(set(sys.modules) - before)), file=sys.stderr)
+"""
+
+
+def added_by(env: dict[str, str], argv: list[str]) -> set[str]:
+    """The modules `agctl ARGV` loads beyond `import click`, in a process without site."""
+    code = BARE_CHILD.format(path=sys.path, argv=argv)
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, env=env, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return set(json.loads(result.stderr.decode().strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"]])
+def test_help_and_version_load_no_pathlib(env: dict[str, str], argv: list[str]) -> None:
+    """Nor the completion helpers, which bring the data dir's layout: only agctl's command
+    line modules and a few small standard ones (click's help formatting adds its own)."""
+    added = added_by(env, argv)
+    assert "agctl.cli" in added  # the check sees what the command loads
+    assert {"pathlib", "agctl.cli.complete", "agctl.storage.file.layout"} & added == set()
+    if argv == ["--version"]:
+        assert "shutil" not in added
+
+
+def test_the_bare_check_sees_pathlib_when_loaded(env: dict[str, str]) -> None:
+    """The check above would notice: a group's help loads the completion helpers."""
+    added = added_by(env, ["slot", "--help"])
+    assert {"pathlib", "agctl.cli.complete"} <= added
+
+
+def test_the_command_line_loads_no_pydantic_plugin(env: dict[str, str], tmp_path: Path) -> None:
+    """pydantic looks for plugins in every installed distribution's entry points when it
+    builds its first validator; the command line skips the search, unless the user's
+    PYDANTIC_DISABLE_PLUGINS says otherwise."""
+    site = tmp_path / "site"
+    info = site / "fake_plugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[pydantic]\nfake = fake_plugin:plugin\n")
+    marker = tmp_path / "loaded"
+    (site / "fake_plugin.py").write_text(
+        "import pathlib\n"
+        f"pathlib.Path({str(marker)!r}).write_text('yes')\n"
+        "class Plugin:\n"
+        "    def new_schema_validator(self, *args, **kwargs):\n"
+        "        return None, None, None\n"
+        "plugin = Plugin()\n"
+    )
+    paths = [str(site), env.get("PYTHONPATH", "")]
+    with_plugin = {**env, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    with_plugin.pop("PYDANTIC_DISABLE_PLUGINS", None)
+    result = agctl(with_plugin, "session", "new", "s1")
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists()
+    result = agctl({**with_plugin, "PYDANTIC_DISABLE_PLUGINS": ""}, "session", "new", "s2")
+    assert result.returncode == 0, result.stderr
+    assert marker.read_text() == "yes"
 
 
 def test_models_build_their_validators_on_first_use(env: dict[str, str]) -> None:
