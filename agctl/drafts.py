@@ -64,11 +64,17 @@ def load_draft(store: Store, session_id: str, slot_id: str) -> Draft:
 
 
 def clear_draft(
-    store: Store, session_id: str, slot_id: str, *, before: datetime | None = None
+    store: Store,
+    session_id: str,
+    slot_id: str,
+    *,
+    before: datetime | None = None,
+    own: datetime | None = None,
 ) -> bool:
     """Drop the slot's draft (a damaged one too); with `before`, only one kept before
     that moment (a turn on the slot that started then supersedes it, and a damaged
-    draft is left for 'agctl draft show' to report). Returns whether one was dropped.
+    draft is left for 'agctl draft show' to report), or the one kept at `own` (the
+    turn's own step log). Returns whether one was dropped.
 
     Read, compared and removed in one transaction, so a draft another process keeps
     meanwhile is never removed unseen."""
@@ -80,7 +86,7 @@ def clear_draft(
                 draft = tx.load_draft(session_id, slot_id)
             except (NotFound, CorruptDocument):
                 return False  # none, or damaged: left for 'agctl draft show' to report
-            if draft.created_at >= before:
+            if draft.created_at >= before and draft.created_at != own:
                 return False
         elif slot_id not in tx.draft_slots(session_id):
             return False

@@ -547,3 +547,6 @@ class Draft(Model):
     # messages: a draft is not sent again onto a slot that changed since, unless forced.
     slot_state: str | None = None
     slot_messages: int | None = None
+    # A tool loop's messages after the prompt (replies with tool calls, and the tool
+    # results), kept after each step: a resumed turn goes on from them.
+    steps: list[Message] = Field(default_factory=_empty_list)

@@ -491,11 +491,19 @@ class Store:
         """The slot's draft, as kept (NotFound when it has none)."""
         return drafts.load_draft(self, session_id, slot_id)
 
-    def clear_draft(self, session_id: str, slot_id: str, *, before: datetime | None = None) -> bool:
+    def clear_draft(
+        self,
+        session_id: str,
+        slot_id: str,
+        *,
+        before: datetime | None = None,
+        own: datetime | None = None,
+    ) -> bool:
         """Drop the slot's draft (a damaged one too); with `before`, only one kept before
         that moment (a turn on the slot that started then supersedes it, and a damaged
-        draft is left for 'agctl draft show' to report). Returns whether one was dropped."""
-        return drafts.clear_draft(self, session_id, slot_id, before=before)
+        draft is left for 'agctl draft show' to report), or the one kept at `own` (the
+        turn's own step log). Returns whether one was dropped."""
+        return drafts.clear_draft(self, session_id, slot_id, before=before, own=own)
 
     def clear_legacy_draft(self, session_id: str) -> None:
         """Remove a damaged legacy draft.json (a readable one is adopted, never removed)."""

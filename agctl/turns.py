@@ -21,6 +21,7 @@ from agctl.errors import (
     CommitPending,
     ContextFull,
     SlotChanged,
+    StepLimit,
     TurnInterrupted,
     UsageError,
 )
@@ -32,6 +33,8 @@ from agctl.models import (
     ModelCost,
     Session,
     Slot,
+    ToolCall,
+    messages_to_openai,
     utcnow,
 )
 from agctl.pricing import cost_of
@@ -43,6 +46,7 @@ from agctl.providers.base import (
     Usage,
 )
 from agctl.reply import ReplyBuilder
+from agctl.steps import Step, ToolBox, run_calls, unanswered
 from agctl.store import Store
 from agctl.view import request_messages
 
@@ -67,6 +71,13 @@ class TurnOptions:
     keep_recent: int = 6
     # A failed turn's prompt is kept as a draft; a replay's prompts are in its transcript.
     keep_draft: bool = True
+    # The tools offered (None: none), which the model may call ("auto", "none",
+    # "required" or a tool's name), how many requests may call tools (one more, with
+    # tool_choice "none", then asks for the answer) and how many calls run at once.
+    tools: ToolBox | None = None
+    tool_choice: str | None = None
+    max_steps: int = 8
+    tool_jobs: int = 1
 
     def __post_init__(self) -> None:
         """The library refuses what the CLI's option types refuse, for scripts too."""
@@ -78,6 +89,10 @@ class TurnOptions:
             raise UsageError(f"temperature must be a number from 0 to 2, not {self.temperature}")
         if self.max_tokens is not None and not 1 <= self.max_tokens <= 2**63 - 1:
             raise UsageError(f"max_tokens must be from 1 to 2**63-1, not {self.max_tokens}")
+        if self.max_steps < 1:
+            raise UsageError(f"max_steps must be at least 1, not {self.max_steps}")
+        if self.tool_jobs < 1:
+            raise UsageError(f"tool_jobs must be at least 1, not {self.tool_jobs}")
 
 
 @dataclass
@@ -122,8 +137,17 @@ class TurnResult:
     checkpoint: str | None = None
     # The slot as committed (for the next turn's `reuse`); not part of the output.
     slot: Slot | None = field(default=None, repr=False, compare=False)
+    # The turn's requests, with the tool calls run between them (when tools were offered).
+    steps: list[Step] = field(default_factory=list)
+    tools_offered: bool = False
 
     def to_dict(self) -> dict[str, Any]:
+        data = self._fields()
+        if self.tools_offered:
+            data["steps"] = [step.to_dict() for step in self.steps]
+        return data
+
+    def _fields(self) -> dict[str, Any]:
         return {
             "session": self.session_id,
             "slot": self.slot_id,
@@ -179,6 +203,7 @@ def prepare_turn(
         turn=session.turn_count + 1,
         prompt_estimate=view.estimate,
     )
+    tools = options.tools.definitions() if options.tools is not None else None
     request = ChatRequest(
         model=options.model,
         messages=view.requests,
@@ -186,6 +211,8 @@ def prepare_turn(
         max_tokens=options.max_tokens,
         stream=options.stream,
         context=context,
+        tools=tools,
+        tool_choice=_tool_choice(options.tool_choice) if tools is not None else None,
     )
     return PreparedTurn(
         session,
@@ -206,60 +233,195 @@ def send_turn(
     options: TurnOptions,
     on_event: Callable[[Event], None] | None = None,
     reuse: Slot | None = None,
+    resume: Sequence[Message] = (),
 ) -> TurnResult:
-    """Send one turn and commit it; on any failure write nothing and keep a draft."""
+    """Send one turn and commit it; on any failure write nothing and keep a draft.
+
+    With tools offered (`options.tools`), the turn is a loop: each reply that asks for
+    tools has its calls answered and sent back, until a reply answers (see _Loop). The
+    whole loop commits as one turn. `resume` holds the messages of an earlier attempt's
+    steps (a draft's): their tool results are used again, not run again."""
     prepared = prepare_turn(store, session_id, prompt, options, reuse)
     fitting = "interrupted while fitting the request in the window"
     with _kept_on_failure(store, session_id, prepared, fitting):
         prepared = _fit_in_window(store, session_id, prompt, provider, options, prepared)
-    request = prepared.request
-    builder = ReplyBuilder()
-    if log.isEnabledFor(logging.INFO):
-        log.info(
-            "request sent: provider=%s model=%s slot=%s messages=%d ~%d tokens",
-            provider.name,
-            request.model,
-            prepared.slot.id,
-            len(request.messages),
-            prepared.tokens,
-        )
+    loop = _Loop(prepared, options, resume)
     started = time.perf_counter()
-    with _kept_on_failure(store, session_id, prepared):
-        for event in provider.stream(request):
-            builder.feed(event)
-            if on_event is not None:
-                on_event(event)
-        reply = builder.message(request.model)
+    with _kept_on_failure(store, session_id, prepared, loop=loop):
+        loop.run(store, session_id, provider, on_event)
     latency = time.perf_counter() - started
-    usage = builder.usage
+    usage = loop.usage
+    model = prepared.request.model
     cost = (
-        cost_of(request.model, usage.prompt_tokens, usage.completion_tokens, options.prices)
+        cost_of(model, usage.prompt_tokens, usage.completion_tokens, options.prices)
         if usage
         else None
     )
     writing = "interrupted before the reply was written"
-    with _kept_on_failure(store, session_id, prepared, writing, reply):
-        checkpoint = _commit(store, session_id, prepared, reply, usage, cost, options.checkpoint)
+    with _kept_on_failure(store, session_id, prepared, writing, loop=loop):
+        checkpoint = _commit(store, session_id, prepared, loop, usage, cost, options.checkpoint)
     log.info(
-        "reply committed: slot=%s turn=%d latency=%.3fs tokens=%s",
+        "reply committed: slot=%s turn=%d requests=%d latency=%.3fs tokens=%s",
         prepared.slot.id,
-        request.context.turn,
+        prepared.request.context.turn,
+        len(loop.steps),
         latency,
         f"{usage.prompt_tokens}+{usage.completion_tokens}" if usage else "unknown",
     )
     return TurnResult(
         session_id=session_id,
         slot_id=prepared.slot.id,
-        turn=request.context.turn,
-        model=request.model,
-        reply=reply,
-        finish_reason=builder.finish_reason,
+        turn=prepared.request.context.turn,
+        model=model,
+        reply=loop.messages[-1],
+        finish_reason=loop.finish_reason,
         usage=usage,
         cost=cost,
         latency=latency,
         checkpoint=checkpoint,
         slot=prepared.slot,
+        steps=loop.steps,
+        tools_offered=options.tools is not None,
     )
+
+
+class _Loop:
+    """A turn's requests and what they wrote: each reply, and the answers of the tool
+    calls it asked for, in order. A reply that asks for tools when some are offered has
+    its calls answered and sent back with the next request, up to `max_steps` requests
+    that may call tools; then one more goes with tool_choice "none" to get the answer
+    (StepLimit, exit 10, if it still asks). Each step's tool results are kept durably
+    in the slot's draft as they come, so a turn killed at step 3 goes on from there
+    (`turn send --resume-draft`) without running a tool twice."""
+
+    def __init__(
+        self, prepared: PreparedTurn, options: TurnOptions, resume: Sequence[Message]
+    ) -> None:
+        self.prepared = prepared
+        self.options = options
+        self.toolbox = options.tools
+        messages = list(resume)
+        if messages and messages[-1].role == "assistant" and not messages[-1].tool_calls:
+            messages.pop()  # an answer that was not written: asked for again
+        self.messages: list[Message] = messages  # written after the prompt
+        self.steps: list[Step] = []  # this attempt's requests
+        self.usage: Usage | None = Usage(0, 0)
+        self.finish_reason: str | None = None
+        # The turn's requests so far, a resumed attempt's earlier ones included.
+        self.requests = sum(m.role == "assistant" for m in messages)
+        self.draft_at: datetime | None = None  # when this turn's step log was last kept
+
+    def _request(self, final: bool) -> ChatRequest:
+        """The next request: the prepared one, then with the messages so far after it
+        (and, as the last one allowed, with tool_choice "none")."""
+        base = self.prepared.request
+        if not self.messages and not final:
+            return base
+        from dataclasses import replace
+
+        context = replace(base.context, step=self.requests + 1, prompt_estimate=None)
+        return replace(
+            base,
+            messages=[*base.messages, *messages_to_openai(self.messages, reasoning=False)],
+            context=context,
+            tool_choice="none" if final else base.tool_choice,
+        )
+
+    def run(
+        self,
+        store: Store,
+        session_id: str,
+        provider: Provider,
+        on_event: Callable[[Event], None] | None,
+    ) -> None:
+        self._answer(store, session_id, unanswered(self.messages))
+        while True:
+            final = self.toolbox is not None and self.requests >= self.options.max_steps
+            request = self._request(final)
+            reply = self._send(provider, request, on_event)
+            calls = reply.tool_calls or []
+            if not calls or self.toolbox is None:
+                return
+            if final:
+                raise StepLimit(
+                    f"the model still asks for tools after {self.requests} requests "
+                    f"(--max-steps {self.options.max_steps})",
+                    hint="raise --max-steps, or resume the draft with 'agctl turn send "
+                    "--resume-draft --max-steps N'",
+                )
+            self._answer(store, session_id, calls)
+
+    def _send(
+        self,
+        provider: Provider,
+        request: ChatRequest,
+        on_event: Callable[[Event], None] | None,
+    ) -> Message:
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "request sent: provider=%s model=%s slot=%s step=%d messages=%d ~%d tokens",
+                provider.name,
+                request.model,
+                self.prepared.slot.id,
+                request.context.step,
+                len(request.messages),
+                self.prepared.tokens + sum(m.token_count() for m in self.messages),
+            )
+        builder = ReplyBuilder()
+        for event in provider.stream(request):
+            builder.feed(event)
+            if on_event is not None:
+                on_event(event)
+        reply = builder.message(request.model)
+        self.requests += 1
+        self.messages.append(reply)
+        self.steps.append(Step(self.requests, reply, finish_reason=builder.finish_reason))
+        self.finish_reason = builder.finish_reason
+        if builder.usage is None or self.usage is None:
+            self.usage = None  # one request of unknown cost: the turn's is unknown
+        else:
+            self.usage = Usage(
+                self.usage.prompt_tokens + builder.usage.prompt_tokens,
+                self.usage.completion_tokens + builder.usage.completion_tokens,
+            )
+        return reply
+
+    def _answer(self, store: Store, session_id: str, calls: Sequence[ToolCall]) -> None:
+        """Run the calls (those a resumed turn has no result for), keep their results."""
+        if not calls or self.toolbox is None:
+            return
+        for message, record in run_calls(self.toolbox, calls, self.options.tool_jobs):
+            self.messages.append(message)
+            if self.steps:
+                self.steps[-1].calls.append(record)
+            log.info(
+                "tool %s [%s]: %s%s in %d ms",
+                record.name,
+                record.id,
+                record.outcome,
+                f", exit {record.exit}" if record.exit is not None else "",
+                record.duration_ms,
+            )
+        self._keep(store, session_id)
+
+    def _keep(self, store: Store, session_id: str) -> None:
+        """The step log: the prompt and every message so far, as the slot's draft (on
+        disk for good before the next request), for --resume-draft after a crash."""
+        if not self.prepared.keep_draft:
+            return
+        step = self.requests
+        error = f"the turn stopped after step {step}; its tool results are kept"
+        draft = new_draft(store, session_id, self.prepared.slot, self.prepared.prompt, error)
+        draft.steps = list(self.messages)
+        store.save_draft(session_id, draft)
+        self.draft_at = draft.created_at
+
+
+def _tool_choice(choice: str | None) -> str | dict[str, Any] | None:
+    """The wire's tool_choice for --tool-choice: a mode, or one tool by name."""
+    if choice is None or choice in ("auto", "none", "required"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}
 
 
 def fit_breakdown(prepared: PreparedTurn, options: TurnOptions, window: int) -> Breakdown:
@@ -348,6 +510,7 @@ def _keep_draft(
     prepared: PreparedTurn,
     error: AgctlError,
     reply: Message | None = None,
+    steps: Sequence[Message] = (),
 ) -> None:
     """Save the prompt (and the reply, if one came) of a failed turn; if even that fails,
     put the prompt in the error."""
@@ -364,8 +527,14 @@ def _keep_draft(
         )
     else:
         outcome = "nothing was written"
+    if any(m.role == "tool" for m in steps):
+        outcome += (
+            f" (the {sum(m.role == 'tool' for m in steps)} tool results it got are kept "
+            "with it: they are not run again)"
+        )
     try:
         draft = new_draft(store, session_id, prepared.slot, prompt, str(error), reply)
+        draft.steps = list(steps)
         store.save_draft(session_id, draft)
     except AgctlError as draft_error:
         error.add_note(f"{outcome}, and the draft could not be kept ({draft_error})")
@@ -379,16 +548,18 @@ def _keep_draft(
     )
 
 
-def account(session: Session, model: str, usage: Usage | None, cost: float | None) -> None:
-    """Count a turn and its cost into the session: unknown stays unknown (a total that
-    left out an unpriced request would be wrong)."""
+def account(
+    session: Session, model: str, usage: Usage | None, cost: float | None, requests: int = 1
+) -> None:
+    """Count a turn (of `requests` requests) and its cost into the session: unknown stays
+    unknown (a total that left out an unpriced request would be wrong)."""
     session.turn_count += 1
     if usage is None:
         return
     session.cost.prompt_tokens += usage.prompt_tokens
     session.cost.completion_tokens += usage.completion_tokens
     per_model = session.cost.by_model.setdefault(model, ModelCost())
-    per_model.requests += 1
+    per_model.requests += requests
     per_model.prompt_tokens += usage.prompt_tokens
     per_model.completion_tokens += usage.completion_tokens
     if cost is None or per_model.cost is None:
@@ -407,18 +578,24 @@ def _kept_on_failure(
     session_id: str,
     prepared: PreparedTurn,
     interrupted: str = "interrupted",
-    reply: Message | None = None,
+    loop: _Loop | None = None,
 ) -> Iterator[None]:
     """A step of a turn that, if it fails, keeps the prompt as a draft and re-raises (Ctrl-C
-    as TurnInterrupted(`interrupted`)); with the `reply` that came, keeps and shows it too,
-    so neither is lost. A CommitPending passes untouched: the turn is committed."""
+    as TurnInterrupted(`interrupted`)); with the messages the `loop` got (its steps, and
+    the reply that came), keeps and shows them too, so nothing is lost. A CommitPending
+    passes untouched: the turn is committed."""
     try:
         yield
     except CommitPending:
         raise
     except (KeyboardInterrupt, AgctlError) as caught:
         error = caught if isinstance(caught, AgctlError) else TurnInterrupted(interrupted)
-        _keep_draft(store, session_id, prepared, error, reply)
+        messages = loop.messages if loop is not None else []
+        last = messages[-1] if messages else None
+        reply = (
+            last if last is not None and last.role == "assistant" and not last.tool_calls else None
+        )
+        _keep_draft(store, session_id, prepared, error, reply, messages)
         if reply is not None:
             error.add_note(f"the model's reply, which was not written:\n{reply.text()}")
         if error is caught:
@@ -445,7 +622,7 @@ def _commit(
     store: Store,
     session_id: str,
     prepared: PreparedTurn,
-    reply: Message,
+    loop: _Loop,
     usage: Usage | None,
     cost: float | None,
     checkpoint: bool,
@@ -462,7 +639,7 @@ def _commit(
     from agctl.checkpoints import Checkpointer, TurnHint
 
     checkpointer = Checkpointer(store)
-    new = [*prepared.new_messages, reply]
+    new = [*prepared.new_messages, *loop.messages]
     # The lock is taken first, so Ctrl-C while waiting for it stops the turn cleanly; once
     # it is held, an interrupt waits for the commit to finish and is then dropped.
     with store.transaction(session_id) as tx, deferred_interrupts(reraise=False):
@@ -477,12 +654,12 @@ def _commit(
         base_rev = slot.rev
         store.append_messages(session_id, slot, new)
         session = tx.load_session(session_id)
-        account(session, prepared.request.model, usage, cost)
+        account(session, prepared.request.model, usage, cost, len(loop.steps))
         session.updated_at = utcnow()
         tx.put_session(session)
         prepared.slot = slot
         try:
-            store.clear_draft(session_id, slot.id, before=prepared.started)
+            store.clear_draft(session_id, slot.id, before=prepared.started, own=loop.draft_at)
         except AgctlError as exc:  # the turn is written: a draft left behind is only stale
             log.warning("turn committed, but the older draft of its slot stays: %s", exc)
         if not checkpoint:

@@ -85,6 +85,8 @@ class TurnContext:
     turn: int = 1
     # "turn" for a conversation turn, "summary" when agctl asks for a summary.
     purpose: str = "turn"
+    # Which request of the turn this is: a tool loop sends one a step.
+    step: int = 1
     # The request's content estimated (Message.content_estimate summed), when the turn
     # already knows it: the offline provider's prompt tokens, not counted again.
     prompt_estimate: int | None = None
@@ -100,13 +102,26 @@ class ChatRequest:
     max_tokens: int | None = None
     stream: bool = False
     context: TurnContext = field(default_factory=TurnContext)
+    # The tools offered (OpenAI function definitions), and which the model may call:
+    # "auto", "none", "required" or {"type": "function", "function": {"name": ...}}.
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
 
     def params(self) -> dict[str, Any]:
+        """The request's parameters, each only when set (so a request without tools has
+        the same input, and fingerprint, as before tools existed)."""
         params: dict[str, Any] = {}
         if self.temperature is not None:
             params["temperature"] = self.temperature
         if self.max_tokens is not None:
             params["max_tokens"] = self.max_tokens
+        if self.tools:
+            params["tools"] = self.tools
+            if self.tool_choice is not None:
+                params["tool_choice"] = self.tool_choice
+            if self.parallel_tool_calls is not None:
+                params["parallel_tool_calls"] = self.parallel_tool_calls
         return params
 
     def model_input(self) -> dict[str, Any]:

@@ -30,8 +30,13 @@ class ScriptedReply:
     tool_calls: list[dict[str, str]] = field(default_factory=list)
 
 
-def load_script(path: Path) -> list[ScriptedReply]:
-    """Canned replies: JSON (array or lines) of strings or {content, reasoning, tool_calls}."""
+# A script's entry for one turn: its reply, or the replies of its steps (a tool loop).
+ScriptedTurn = ScriptedReply | list[ScriptedReply]
+
+
+def load_script(path: Path) -> list[ScriptedTurn]:
+    """Canned replies, one a turn: JSON (array or lines) of strings or {content,
+    reasoning, tool_calls}, or of arrays of them (the replies of one turn's steps)."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -47,36 +52,53 @@ def load_script(path: Path) -> list[ScriptedReply]:
             ) from None
     if not isinstance(items, list):
         raise InvalidInput(f"{path}: the script must be a list of replies")
-    replies = []
+    turns: list[ScriptedTurn] = []
     for number, item in enumerate(items):
-        if isinstance(item, str):
-            replies.append(ScriptedReply(content=item))
-        elif isinstance(item, dict) and ("content" in item or "tool_calls" in item):
-            for field in ("content", "reasoning"):
-                if item.get(field) is not None and not isinstance(item[field], str):
-                    raise InvalidInput(f"{path}: reply {number}: {field} must be a string")
-            calls = item.get("tool_calls") or []
-            if not isinstance(calls, list):
-                raise InvalidInput(f"{path}: reply {number}: tool_calls must be a list")
-            if not all(isinstance(c, dict) and "name" in c for c in calls):
-                raise InvalidInput(f"{path}: reply {number}: each tool call needs a name")
-            replies.append(
-                ScriptedReply(
-                    content=item.get("content"),
-                    reasoning=item.get("reasoning"),
-                    tool_calls=[
-                        {
-                            "id": str(c.get("id", f"call_{number}_{i}")),
-                            "name": str(c["name"]),
-                            "arguments": str(c.get("arguments", "{}")),
-                        }
-                        for i, c in enumerate(calls)
-                    ],
-                )
+        if isinstance(item, list):
+            if not item:
+                raise InvalidInput(f"{path}: reply {number}: a turn's steps cannot be empty")
+            turns.append(
+                [
+                    _scripted(step, f"{path}: reply {number}, step {n}", f"{number}_{n}")
+                    for n, step in enumerate(item, 1)
+                ]
             )
         else:
-            raise InvalidInput(f"{path}: reply {number} must be a string or an object")
-    return replies
+            turns.append(_scripted(item, f"{path}: reply {number}", number))
+    return turns
+
+
+def _scripted(item: Any, where: str, number: int | str) -> ScriptedReply:
+    if isinstance(item, str):
+        return ScriptedReply(content=item)
+    if not (isinstance(item, dict) and ("content" in item or "tool_calls" in item)):
+        raise InvalidInput(f"{where} must be a string or an object")
+    for name in ("content", "reasoning"):
+        if item.get(name) is not None and not isinstance(item[name], str):
+            raise InvalidInput(f"{where}: {name} must be a string")
+    calls = item.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise InvalidInput(f"{where}: tool_calls must be a list")
+    if not all(isinstance(c, dict) and "name" in c for c in calls):
+        raise InvalidInput(f"{where}: each tool call needs a name")
+    return ScriptedReply(
+        content=item.get("content"),
+        reasoning=item.get("reasoning"),
+        tool_calls=[
+            {
+                "id": str(c.get("id", f"call_{number}_{i}")),
+                "name": str(c["name"]),
+                "arguments": _arguments(c.get("arguments", "{}")),
+            }
+            for i, c in enumerate(calls)
+        ],
+    )
+
+
+def _arguments(value: Any) -> str:
+    """A call's arguments as the wire carries them: a JSON text (an object given in the
+    script is written as one)."""
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
 def _words(text: str) -> Iterator[str]:
@@ -117,7 +139,7 @@ class OfflineProvider:
 
     name = "offline"
 
-    def __init__(self, script: list[ScriptedReply] | None = None) -> None:
+    def __init__(self, script: list[ScriptedTurn] | None = None) -> None:
         self.script = script
 
     def _reply(self, request: ChatRequest) -> ScriptedReply:
@@ -130,7 +152,15 @@ class OfflineProvider:
                     f"the offline script has {len(self.script)} replies; "
                     f"turn {context.turn} has none"
                 )
-            return self.script[context.turn - 1]
+            replies = self.script[context.turn - 1]
+            if isinstance(replies, ScriptedReply):
+                return replies
+            if context.step > len(replies):
+                raise ProviderError(
+                    f"the offline script has {len(replies)} steps for turn {context.turn}; "
+                    f"step {context.step} has none"
+                )
+            return replies[context.step - 1]
         said = _shorten(_last_user_text(request.messages))
         text = (
             f'Offline reply to turn {context.turn} in slot "{context.slot_id}": '

@@ -1,0 +1,110 @@
+"""A turn's steps: the model requests of a tool loop, and the tool calls run between them.
+
+A step is one request. When its reply asks for tools, the calls run (in index order; with
+`jobs` > 1 several at once, their results still in index order) and their results go
+back with the next request. Whatever runs a call is a `ToolBox`: the live tools of
+agctl.tools, or a cassette's recorded results. The loop itself is in agctl.turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agctl.models import Message, ToolCall, utcnow
+
+
+@dataclass
+class CallRecord:
+    """One tool call of a step, as `--json` reports it."""
+
+    id: str
+    name: str
+    arguments: str
+    # "ran" (it ran; see exit), "error" (refused before running: unknown tool, bad
+    # arguments), "denied" (by the approval policy or a hook), "reused" (its result was
+    # recorded by an earlier attempt of the turn and not run again).
+    outcome: str = "ran"
+    exit: int | None = None
+    duration_ms: int = 0
+    truncated: bool = False
+    output_sha256: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "arguments": self.arguments,
+            "outcome": self.outcome,
+            "exit": self.exit,
+            "duration_ms": self.duration_ms,
+            "truncated": self.truncated,
+            "output_sha256": self.output_sha256,
+        }
+
+
+class ToolBox(Protocol):
+    """The tools a turn offers, and how a call of one is answered."""
+
+    def definitions(self) -> list[dict[str, Any]]:
+        """The request's `tools` (OpenAI's function definitions)."""
+        ...
+
+    def run(self, call: ToolCall) -> tuple[str, CallRecord]:
+        """Answer one call: the result text the model gets, and the record of the call.
+        A call that cannot run (unknown tool, bad arguments, denied) is answered with an
+        error text, never an exception; Ctrl-C and a blocked call (agctl.errors.Blocked)
+        propagate."""
+        ...
+
+
+@dataclass
+class Step:
+    """One request of a turn: its reply and the calls it asked for."""
+
+    number: int
+    reply: Message
+    finish_reason: str | None = None
+    calls: list[CallRecord] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.number,
+            "finish_reason": self.finish_reason,
+            "text": self.reply.text(),
+            "tool_calls": [c.to_dict() for c in self.calls],
+        }
+
+
+def tool_message(call_id: str, text: str) -> Message:
+    return Message(role="tool", tool_call_id=call_id, content=text, created_at=utcnow())
+
+
+def unanswered(messages: Sequence[Message]) -> list[ToolCall]:
+    """The calls of the last assistant message in `messages` that no tool message after
+    it answers (where a resumed turn goes on), in their order."""
+    for position in range(len(messages) - 1, -1, -1):
+        message = messages[position]
+        if message.role == "assistant":
+            answered = {m.tool_call_id for m in messages[position + 1 :] if m.role == "tool"}
+            return [c for c in message.tool_calls or () if c.id not in answered]
+    return []
+
+
+def run_calls(
+    toolbox: ToolBox, calls: Sequence[ToolCall], jobs: int = 1
+) -> list[tuple[Message, CallRecord]]:
+    """Answer `calls`: one at a time in order, or up to `jobs` at once (each tool is its
+    own process); the answers come back in the calls' order either way."""
+    if jobs <= 1 or len(calls) <= 1:
+        answers = [toolbox.run(call) for call in calls]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(jobs, len(calls))) as pool:
+            answers = list(pool.map(toolbox.run, calls))
+    return [
+        (tool_message(call.id, text), record)
+        for call, (text, record) in zip(calls, answers, strict=True)
+    ]

@@ -1,0 +1,230 @@
+"""The tool loop of a turn: requests and tool calls in order, one turn committed, the step
+limit, and the step log that lets a failed turn go on without running a tool twice.
+
+The tools here are real processes (a small Python program), answered through a ToolBox
+of the test's own: what agctl.tools adds (approval, scrubbing, limits) is tested there."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agctl.checkpoints import Checkpointer
+from agctl.errors import ProviderError, StepLimit
+from agctl.models import ToolCall
+from agctl.providers.base import ChatRequest, Event
+from agctl.providers.offline import OfflineProvider, ScriptedReply
+from agctl.steps import CallRecord
+from agctl.store import Store
+from agctl.turns import TurnOptions, send_turn
+
+ADD = """
+import json, sys, time
+args = json.load(sys.stdin)
+time.sleep(args.get("sleep", 0))
+with open(sys.argv[1], "a") as runs:
+    runs.write(json.dumps(args) + "\\n")
+print(args["a"] + args["b"])
+"""
+
+
+class Adder:
+    """A ToolBox with one tool, `add`, run as a process that logs each run to a file."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.program = tmp_path / "add.py"
+        self.program.write_text(ADD)
+        self.runs = tmp_path / "runs.jsonl"
+
+    def definitions(self) -> list[dict[str, Any]]:
+        schema = {"type": "object", "properties": {"a": {"type": "number"}}}
+        return [{"type": "function", "function": {"name": "add", "parameters": schema}}]
+
+    def run(self, call: ToolCall) -> tuple[str, CallRecord]:
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, str(self.program), str(self.runs)],
+            input=call.function.arguments,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        record = CallRecord(
+            call.id,
+            call.function.name,
+            call.function.arguments,
+            exit=done.returncode,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+        return done.stdout.strip() or f"error: exit {done.returncode}", record
+
+    def ran(self) -> list[dict[str, Any]]:
+        if not self.runs.exists():
+            return []
+        return [json.loads(line) for line in self.runs.read_text().splitlines()]
+
+
+def calls(*arguments: dict[str, Any], prefix: str = "c") -> ScriptedReply:
+    return ScriptedReply(
+        tool_calls=[
+            {"id": f"{prefix}{n}", "name": "add", "arguments": json.dumps(a)}
+            for n, a in enumerate(arguments)
+        ]
+    )
+
+
+class Watching(OfflineProvider):
+    """The offline provider, keeping each request; fails at request `fail_at`."""
+
+    def __init__(self, script: list[Any], fail_at: int | None = None) -> None:
+        def scripted(item: Any) -> Any:
+            if isinstance(item, list):
+                return [scripted(step) for step in item]
+            return ScriptedReply(content=item) if isinstance(item, str) else item
+
+        super().__init__([scripted(turn) for turn in script])
+        self.requests: list[ChatRequest] = []
+        self.fail_at = fail_at
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        self.requests.append(request)
+        if len(self.requests) == self.fail_at:
+            raise ProviderError("the model went away")
+        return super().stream(request)
+
+
+@pytest.fixture
+def sid(store: Store) -> str:
+    return store.create_session("s", system_prompt="Add things.").id
+
+
+def options(tools: Adder, **changes: Any) -> TurnOptions:
+    return TurnOptions(model="offline", tools=tools, **changes)
+
+
+def test_a_loop_runs_the_calls_in_order_and_commits_one_turn(
+    store: Store, sid: str, tmp_path: Path
+) -> None:
+    tools = Adder(tmp_path)
+    provider = Watching([[calls({"a": 2, "b": 3}, {"a": 1, "b": 1}), "5 and 2."]])
+    result = send_turn(store, sid, "add 2+3 and 1+1", provider, options(tools))
+    assert [r["a"] for r in tools.ran()] == [2, 1]
+    slot = store.load_slot(sid)
+    assert [(m.role, m.text()) for m in slot.messages] == [
+        ("user", "add 2+3 and 1+1"),
+        ("assistant", ""),
+        ("tool", "5"),
+        ("tool", "2"),
+        ("assistant", "5 and 2."),
+    ]
+    assert [m.tool_call_id for m in slot.messages if m.role == "tool"] == ["c0", "c1"]
+    session = store.load_session(sid)
+    assert session.turn_count == 1
+    assert session.cost.by_model["offline"].requests == 2
+    assert result.reply.text() == "5 and 2." and len(result.steps) == 2
+    data = result.to_dict()
+    assert [c["name"] for c in data["steps"][0]["tool_calls"]] == ["add", "add"]
+    assert data["steps"][0]["tool_calls"][0]["exit"] == 0 and data["steps"][1]["tool_calls"] == []
+    # The second request carries the first reply and both results; both offer the tools.
+    first, second = provider.requests
+    assert first.tools == second.tools == tools.definitions()
+    assert [m["role"] for m in second.messages[-4:]] == ["user", "assistant", "tool", "tool"]
+    assert second.context.step == 2
+    # One turn: undo takes the whole loop away, and no draft is left.
+    Checkpointer(store).undo(sid)
+    assert store.load_slot(sid).messages == []
+    assert store.load_session(sid).turn_count == 0
+    assert store.files is None or not store.files.draft_slots(sid)
+
+
+def test_at_the_step_limit_one_last_request_asks_for_the_answer(
+    store: Store, sid: str, tmp_path: Path
+) -> None:
+    tools = Adder(tmp_path)
+    provider = Watching([[calls({"a": 1, "b": 1}), "Two."]])
+    send_turn(store, sid, "add", provider, options(tools, max_steps=1))
+    assert [r.tool_choice for r in provider.requests] == [None, "none"]
+    assert store.load_slot(sid).messages[-1].text() == "Two."
+
+
+def test_a_model_that_still_asks_for_tools_stops_at_exit_10_keeping_everything(
+    store: Store, sid: str, tmp_path: Path
+) -> None:
+    tools = Adder(tmp_path)
+    script = [[calls({"a": 1, "b": 2}, prefix="x"), calls({"a": 3, "b": 4}, prefix="y")]]
+    with pytest.raises(StepLimit) as raised:
+        send_turn(store, sid, "loop forever", Watching(script), options(tools, max_steps=1))
+    assert raised.value.exit_code == 10
+    assert store.load_slot(sid).messages == [] and store.load_session(sid).turn_count == 0
+    draft = store.load_draft(sid, "default")
+    assert draft.prompt == "loop forever"
+    assert [m.role for m in draft.steps] == ["assistant", "tool", "assistant"]
+    assert "not run again" in "\n".join(raised.value.__notes__)
+
+
+def test_a_turn_failing_at_step_two_goes_on_from_its_step_log_without_running_tools_again(
+    store: Store, sid: str, tmp_path: Path
+) -> None:
+    tools = Adder(tmp_path)
+    script = [[calls({"a": 20, "b": 1}), "It is 21."]]
+    with pytest.raises(ProviderError):
+        send_turn(store, sid, "add 20+1", Watching(script, fail_at=2), options(tools))
+    assert len(tools.ran()) == 1
+    draft = store.load_draft(sid, "default")
+    assert [(m.role, m.text()) for m in draft.steps] == [("assistant", ""), ("tool", "21")]
+    resumed = Watching(script)
+    result = send_turn(store, sid, draft.prompt, resumed, options(tools), resume=draft.steps)
+    assert [r.context.step for r in resumed.requests] == [2], "it went on at step 2"
+    assert len(tools.ran()) == 1, "the recorded result was used, the tool not run again"
+    assert result.reply.text() == "It is 21."
+    assert [m.role for m in store.load_slot(sid).messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    assert not store.files or not store.files.draft_slots(sid)
+
+
+def test_each_steps_results_are_on_disk_before_the_next_request(
+    store: Store, sid: str, tmp_path: Path, isolated_env: Path
+) -> None:
+    tools = Adder(tmp_path)
+    seen: list[list[str]] = []
+
+    class Looking(Watching):
+        def stream(self, request: ChatRequest) -> Iterator[Event]:
+            if request.context.step == 2 and store.files is not None:
+                kept = Store(isolated_env).load_draft(sid, "default")
+                seen.append([m.text() for m in kept.steps])
+            return super().stream(request)
+
+    send_turn(store, sid, "add", Looking([[calls({"a": 4, "b": 4}), "Eight."]]), options(tools))
+    if store.files is not None:
+        assert seen == [["", "8"]]
+
+
+def test_calls_run_at_once_keep_their_order(store: Store, sid: str, tmp_path: Path) -> None:
+    tools = Adder(tmp_path)
+    slow_first = calls({"a": 1, "b": 0, "sleep": 0.5}, {"a": 2, "b": 0})
+    started = time.monotonic()
+    send_turn(store, sid, "both", Watching([[slow_first, "done"]]), options(tools, tool_jobs=2))
+    assert time.monotonic() - started < 5
+    assert [r["a"] for r in tools.ran()] == [2, 1], "the quick one finished first"
+    results = [m.text() for m in store.load_slot(sid).messages if m.role == "tool"]
+    assert results == ["1", "2"], "results in the calls' order"
+
+
+def test_without_tools_a_reply_asking_for_one_is_written_as_it_came(store: Store, sid: str) -> None:
+    result = send_turn(
+        store, sid, "hi", Watching([calls({"a": 1, "b": 1})]), TurnOptions(model="offline")
+    )
+    assert result.reply.tool_calls and "steps" not in result.to_dict()
+    assert [m.role for m in store.load_slot(sid).messages] == ["user", "assistant"]
