@@ -2,6 +2,10 @@
 
 A cassette is a JSON lines file; each line holds one request's model input, its stable
 hash and every event of the reply. Replay matches by hash and never touches the network.
+A tool loop's cassette also holds a line for each tool call (`"kind": "tool"`): its name,
+arguments and the result the model got, so a replay answers the calls from it and never
+runs a tool. Those lines, and requests that offer tools, are version 2.0 (an older agctl
+refuses them by their version); a cassette of 1.0 lines still loads.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agctl.errors import InvalidInput, NotFound, ReplayMiss, StoreError
 from agctl.fsio import append_durably
+from agctl.models import ToolCall
 from agctl.providers.base import (
     ChatRequest,
     Event,
@@ -23,9 +28,11 @@ from agctl.providers.base import (
     event_from_dict,
     event_to_dict,
 )
+from agctl.steps import CallRecord, ToolBox
 from agctl.validation import validation_summary
 
-CASSETTE_VERSION = "1.0"
+CASSETTE_VERSION = "2.0"  # the newest this agctl reads
+PLAIN_VERSION = "1.0"  # what a line with no tools is written as, for older readers
 
 
 class RecordedRequest(BaseModel):
@@ -54,7 +61,46 @@ class Recording:
     events: list[Event]
 
 
+class ToolEntry(BaseModel):
+    """A line of a cassette for one tool call: what was asked and what the model got."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: str = CASSETTE_VERSION
+    kind: str = "tool"
+    hash: str = Field(description="sha256 of the call's name and arguments (call_key)")
+    name: str
+    arguments: str
+    result: str
+
+
+@dataclass
+class ToolRecording:
+    hash: str
+    name: str
+    arguments: str
+    result: str
+
+
+def call_key(name: str, arguments: str) -> str:
+    """What identifies a tool call in a cassette: its name and its arguments (parsed when
+    they are JSON, so spacing and key order do not matter)."""
+    import hashlib
+
+    try:
+        parsed: Any = orjson.loads(arguments)
+        canonical = orjson.dumps(parsed, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONDecodeError:
+        canonical = arguments.encode()
+    return hashlib.sha256(name.encode() + b"\0" + canonical).hexdigest()
+
+
 def load_cassette(path: Path) -> list[Recording]:
+    """The recorded requests of a cassette (its tool lines: see CassetteTools)."""
+    return _read_cassette(path)[0]
+
+
+def _read_cassette(path: Path) -> tuple[list[Recording], list[ToolRecording]]:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -62,6 +108,7 @@ def load_cassette(path: Path) -> list[Recording]:
     except OSError as exc:
         raise StoreError(f"cannot read cassette {path}: {exc.strerror}") from None
     recordings = []
+    tools: list[ToolRecording] = []
     lines = raw.splitlines(keepends=True)
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -69,12 +116,17 @@ def load_cassette(path: Path) -> list[Recording]:
         torn = number == len(lines) and not line.endswith(b"\n")
         try:
             data = orjson.loads(line)
-            version = str(data.get("schema_version", CASSETTE_VERSION))
+            version = str(data.get("schema_version", PLAIN_VERSION))
             if int(version.split(".")[0]) > int(CASSETTE_VERSION.split(".")[0]):
                 raise InvalidInput(
                     f"{path}: line {number} has cassette version {version}; "
-                    f"this agctl reads version {CASSETTE_VERSION}"
+                    f"this agctl reads versions up to {CASSETTE_VERSION}"
                 )
+            if data.get("kind") == "tool":
+                tool = ToolEntry.model_validate(data)
+                key = call_key(tool.name, tool.arguments)  # not the line's word for it
+                tools.append(ToolRecording(key, tool.name, tool.arguments, tool.result))
+                continue
             entry = CassetteEntry.model_validate(data)
             recordings.append(
                 Recording(
@@ -92,7 +144,7 @@ def load_cassette(path: Path) -> list[Recording]:
             raise InvalidInput(
                 f"{path}: line {number} is not a cassette entry ({reason})"
             ) from None
-    return recordings
+    return recordings, tools
 
 
 def _text(message: dict[str, Any]) -> str:
@@ -165,7 +217,7 @@ class ReplayProvider:
 def append_recording(path: Path, request: ChatRequest, events: list[Event]) -> None:
     """Append one entry as a single write, under an exclusive lock on the cassette."""
     entry = {
-        "schema_version": CASSETTE_VERSION,
+        "schema_version": CASSETTE_VERSION if request.tools else PLAIN_VERSION,
         "hash": request.fingerprint(),
         "request": request.model_input(),
         "events": [event_to_dict(e) for e in events],
@@ -189,3 +241,71 @@ class RecordingProvider:
             events.append(event)
             yield event
         append_recording(self.path, request, events)
+
+
+class CassetteTools:
+    """A ToolBox answering each call with the result a cassette recorded for the same call
+    (the same one twice: the recordings in order); it never runs a tool. A call it has
+    no recording of fails the turn (ReplayMiss, exit 6), naming the closest one."""
+
+    def __init__(self, path: Path, definitions: list[dict[str, Any]]) -> None:
+        self.path = path
+        self._definitions = definitions
+        self.recorded = _read_cassette(path)[1]
+        self._queues: dict[str, list[ToolRecording]] = {}
+        for recording in self.recorded:
+            self._queues.setdefault(recording.hash, []).append(recording)
+        self._used: dict[str, int] = {}
+
+    def definitions(self) -> list[dict[str, Any]]:
+        return self._definitions
+
+    def run(self, call: ToolCall) -> tuple[str, CallRecord]:
+        name, arguments = call.function.name, call.function.arguments
+        key = call_key(name, arguments)
+        queue = self._queues.get(key, [])
+        used = self._used.get(key, 0)
+        if not queue:
+            raise ReplayMiss(f"{self.path}: {self._describe_miss(name, arguments)}")
+        recording = queue[min(used, len(queue) - 1)]  # past the last: it again
+        self._used[key] = used + 1
+        record = CallRecord(call.id, name, arguments, outcome="replayed")
+        return recording.result, record
+
+    def _describe_miss(self, name: str, arguments: str) -> str:
+        said = f"no recorded result for tool call {name}({arguments})"
+        same = [r for r in self.recorded if r.name == name]
+        if not self.recorded:
+            return said + " (the cassette records no tool call)"
+        if not same:
+            names = ", ".join(sorted({r.name for r in self.recorded}))
+            return f"{said}; the cassette records calls of: {names}"
+        return f"{said}; the closest recorded call of {name} had arguments {same[0].arguments}"
+
+
+class RecordingTools:
+    """A ToolBox that answers with `inner` (running the tools) and appends each answer
+    to a cassette, for CassetteTools to give back later."""
+
+    def __init__(self, inner: ToolBox, path: Path) -> None:
+        self.inner = inner
+        self.path = path
+
+    def definitions(self) -> list[dict[str, Any]]:
+        return self.inner.definitions()
+
+    def run(self, call: ToolCall) -> tuple[str, CallRecord]:
+        text, record = self.inner.run(call)
+        name, arguments = call.function.name, call.function.arguments
+        entry = {
+            "schema_version": CASSETTE_VERSION,
+            "kind": "tool",
+            "hash": call_key(name, arguments),
+            "name": name,
+            "arguments": arguments,
+            "result": text,
+            "call": record.to_dict(),
+        }
+        line = orjson.dumps(entry) + b"\n"
+        append_durably(self.path, lambda offset: line, lock=True, follow=True)
+        return text, record

@@ -228,3 +228,82 @@ def test_without_tools_a_reply_asking_for_one_is_written_as_it_came(store: Store
     )
     assert result.reply.tool_calls and "steps" not in result.to_dict()
     assert [m.role for m in store.load_slot(sid).messages] == ["user", "assistant"]
+
+
+# ---- cassettes: a tool run recorded once, replayed in CI without running a tool -------
+
+
+def test_a_recorded_tool_run_replays_in_a_fresh_data_dir_without_running_tools(
+    tmp_path: Path,
+) -> None:
+    from agctl.providers.cassette import (
+        CassetteTools,
+        RecordingProvider,
+        RecordingTools,
+        ReplayProvider,
+    )
+
+    tools = Adder(tmp_path)
+    cassette = tmp_path / "run.cassette"
+    script = [[calls({"a": 2, "b": 2}), calls({"a": 4, "b": 4}, prefix="d"), "It is 8."]]
+    recorded = Store(tmp_path / "recorded")
+    recorded.create_session("s")
+    provider = RecordingProvider(Watching(script), cassette)
+    first = send_turn(
+        recorded, "s", "double 2 twice", provider, options(RecordingTools(tools, cassette))
+    )
+    assert len(tools.ran()) == 2
+    lines = [json.loads(line) for line in cassette.read_text().splitlines()]
+    assert [line.get("kind", "request") for line in lines] == [
+        "request",
+        "tool",
+        "request",
+        "tool",
+        "request",
+    ]
+    assert {line["schema_version"] for line in lines} == {"2.0"}
+
+    fresh = Store(tmp_path / "ci")
+    fresh.create_session("s")
+    replaying = CassetteTools(cassette, tools.definitions())
+    again = send_turn(fresh, "s", "double 2 twice", ReplayProvider(cassette), options(replaying))
+    assert len(tools.ran()) == 2, "no tool ran in the replay"
+    assert again.reply.text() == first.reply.text() == "It is 8."
+    assert [c.outcome for step in again.steps for c in step.calls] == ["replayed", "replayed"]
+    texts = [[m.text() for m in s.load_slot("s").messages] for s in (recorded, fresh)]
+    assert texts[0] == texts[1]
+
+
+def test_a_call_the_cassette_never_saw_is_a_replay_miss_naming_the_closest(
+    store: Store, sid: str, tmp_path: Path
+) -> None:
+    from agctl.errors import ReplayMiss
+    from agctl.providers.cassette import CassetteTools
+
+    cassette = tmp_path / "c.cassette"
+    cassette.write_text(
+        json.dumps(
+            {
+                "schema_version": "2.0",
+                "kind": "tool",
+                "hash": "x",
+                "name": "add",
+                "arguments": '{"a": 1, "b": 1}',
+                "result": "2",
+            }
+        )
+        + "\n"
+    )
+    tools = CassetteTools(cassette, Adder(tmp_path).definitions())
+    with pytest.raises(ReplayMiss, match=r'add\(\{"a": 5, "b": 5\}\).*closest.*"a": 1'):
+        send_turn(store, sid, "add", Watching([[calls({"a": 5, "b": 5}), "ten"]]), options(tools))
+    # The same call with other spacing and key order is found (the hash is not trusted).
+    found = send_turn(
+        store,
+        sid,
+        "add",
+        Watching([[calls({"b": 1, "a": 1}), "two"], [calls({"b": 1, "a": 1}), "two"]]),
+        options(tools),
+    )
+    assert [m.text() for m in store.load_slot(sid).messages if m.role == "tool"] == ["2"]
+    assert found.reply.text() == "two"
