@@ -25,6 +25,16 @@ from agctl.validation import validation_summary
 from agctl.vocab import SYNC_MODES, CheckMode, SyncMode
 
 
+class ExpectedCall(BaseModel):
+    """A tool call a turn is expected to make: its name, and arguments it must hold (a
+    subset: a key left out is not checked; an object value is a subset too)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
 class TranscriptTurn(BaseModel):
     """One line of a transcript: the input, and optionally what to expect and how to send."""
 
@@ -32,6 +42,8 @@ class TranscriptTurn(BaseModel):
 
     input: str = Field(min_length=1)
     expect: str | None = None
+    # The tool calls the turn makes, in order, over all its steps ([] : none).
+    expect_tools: list[ExpectedCall] | None = None
     slot: str | None = None
     model: str | None = None
     system: str | None = None
@@ -116,6 +128,42 @@ def matches(reply: str, expected: str, mode: CheckMode) -> bool:
     if mode == "contains":
         return expected in reply
     return re.search(expected, reply, re.DOTALL) is not None
+
+
+def calls_made(result: TurnResult) -> list[tuple[str, str]]:
+    """Every tool call a turn's replies asked for, in order: (name, arguments)."""
+    return [
+        (call.function.name, call.function.arguments)
+        for step in result.steps
+        for call in step.reply.tool_calls or ()
+    ]
+
+
+def _holds(actual: Any, expected: Any) -> bool:
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(
+            key in actual and _holds(actual[key], value) for key, value in expected.items()
+        )
+    return bool(actual == expected)
+
+
+def tools_match(expected: list[ExpectedCall], made: list[tuple[str, str]]) -> bool:
+    """Whether the calls made are the expected ones, in order, each holding the expected
+    arguments."""
+    if len(expected) != len(made):
+        return False
+    for want, (name, arguments) in zip(expected, made, strict=True):
+        try:
+            parsed = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return False
+        if want.name != name or not _holds(parsed, want.arguments):
+            return False
+    return True
+
+
+def _tool_lines(calls: list[tuple[str, str]]) -> str:
+    return "\n".join(f"tool call: {name} {arguments}" for name, arguments in calls)
 
 
 def mismatch_diff(expected: str, reply: str) -> str:
@@ -393,20 +441,43 @@ def _replay(
                     raise
                 raise error from None
             summary.sent += 1
-            if check is not None and turn.expect is not None:
-                summary.checked += 1
-                outcome.expected = turn.expect
-                received = outcome.result.reply.text()
-                outcome.matched = matches(received, turn.expect, check)
-                if not outcome.matched:
-                    summary.mismatched.append(number)
-                    summary.mismatches.append(Mismatch(number, turn.input, turn.expect, received))
+            if check is not None and (turn.expect is not None or turn.expect_tools is not None):
+                _check(summary, outcome, turn, check)
             groups.done(outcome)
         groups.close()
     finally:
         groups.close()  # the turns done before an interrupt are kept
         summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _check(
+    summary: ReplaySummary, outcome: TurnOutcome, turn: TranscriptTurn, check: CheckMode
+) -> None:
+    """Compare a turn with what its line expects: the reply, and the tool calls; a
+    mismatch's diff shows both."""
+    assert outcome.result is not None
+    summary.checked += 1
+    received = outcome.result.reply.text()
+    matched = True
+    expected_text, received_text = received, received
+    if turn.expect is not None:
+        outcome.expected = turn.expect
+        matched = matches(received, turn.expect, check)
+        expected_text = turn.expect
+    if turn.expect_tools is not None:
+        made = calls_made(outcome.result)
+        if not tools_match(turn.expect_tools, made):
+            matched = False
+            wanted = [(c.name, orjson.dumps(c.arguments).decode()) for c in turn.expect_tools]
+            expected_text = "\n".join(filter(None, [_tool_lines(wanted), expected_text]))
+            received_text = "\n".join(filter(None, [_tool_lines(made), received_text]))
+    outcome.matched = matched
+    if not matched:
+        summary.mismatched.append(outcome.number)
+        summary.mismatches.append(
+            Mismatch(outcome.number, turn.input, expected_text, received_text)
+        )
 
 
 def _each(turns: list[TranscriptTurn]) -> Iterator[tuple[int, TranscriptTurn, TurnOutcome]]:

@@ -307,3 +307,28 @@ def test_a_call_the_cassette_never_saw_is_a_replay_miss_naming_the_closest(
     )
     assert [m.text() for m in store.load_slot(sid).messages if m.role == "tool"] == ["2"]
     assert found.reply.text() == "two"
+
+
+def test_a_replay_checks_the_tool_calls_a_turn_makes(
+    store: Store, sid: str, tmp_path: Path
+) -> None:
+    from agctl.replay import TranscriptTurn, parse_transcript, replay
+
+    tools = Adder(tmp_path)
+    transcript = parse_transcript(
+        b'{"input": "add", "expect": "4.",'
+        b' "expect_tools": [{"name": "add", "arguments": {"a": 2}}]}\n'
+        b'{"input": "again", "expect_tools": [{"name": "add", "arguments": {"a": 9}}]}\n'
+        b'{"input": "none", "expect_tools": []}\n'
+    )
+    script = [
+        [calls({"a": 2, "b": 2}), "4."],
+        [calls({"a": 3, "b": 3}, prefix="e"), "6."],
+        [calls({"a": 1, "b": 1}, prefix="f"), "2."],
+    ]
+    summary = replay(store, sid, transcript, Watching(script), options(tools), check="exact")
+    assert summary.checked == 3 and summary.mismatched == [2, 3]
+    report = summary.mismatch_report(5)
+    assert '-tool call: add {"a":9}' in report and '+tool call: add {"a": 3, "b": 3}' in report
+    assert "+tool call: add" in report.split("turn 3")[1]
+    assert isinstance(transcript[0], TranscriptTurn)
