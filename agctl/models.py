@@ -71,7 +71,9 @@ class ToolCall(Model):
     function: ToolCallFunction
 
 
-_METADATA_FIELDS = frozenset({"created_at", "model", "usage", "tokens"})
+_METADATA_FIELDS = frozenset(
+    {"created_at", "model", "usage", "tokens", "output", "output_sha256"}
+)
 
 
 def _is_none(value: object) -> bool:
@@ -103,6 +105,10 @@ class Message(Model):
     model: str | None = _optional()
     usage: dict[str, Any] | None = _optional()
     tokens: int | None = _optional(ge=0)
+    # A tool result's whole output (up to 1 MiB) when the model got it cut, and the
+    # sha256 of what the tool printed: kept, never sent.
+    output: str | None = _optional()
+    output_sha256: str | None = _optional()
 
     @model_validator(mode="after")
     def _check_shape(self) -> Message:

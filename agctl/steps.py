@@ -30,6 +30,8 @@ class CallRecord:
     duration_ms: int = 0
     truncated: bool = False
     output_sha256: str | None = None
+    # The whole output when the model's text is cut (kept in the tool message, not shown).
+    output: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,8 +79,17 @@ class Step:
         }
 
 
-def tool_message(call_id: str, text: str) -> Message:
-    return Message(role="tool", tool_call_id=call_id, content=text, created_at=utcnow())
+def tool_message(call_id: str, text: str, record: CallRecord | None = None) -> Message:
+    """The message answering a call: the text the model gets, and (kept, not sent) the
+    whole output when that text is cut, and its hash."""
+    return Message(
+        role="tool",
+        tool_call_id=call_id,
+        content=text,
+        created_at=utcnow(),
+        output=record.output if record is not None and record.truncated else None,
+        output_sha256=record.output_sha256 if record is not None else None,
+    )
 
 
 def unanswered(messages: Sequence[Message]) -> list[ToolCall]:
@@ -105,6 +116,6 @@ def run_calls(
         with ThreadPoolExecutor(min(jobs, len(calls))) as pool:
             answers = list(pool.map(toolbox.run, calls))
     return [
-        (tool_message(call.id, text), record)
+        (tool_message(call.id, text, record), record)
         for call, (text, record) in zip(calls, answers, strict=True)
     ]
