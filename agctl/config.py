@@ -193,9 +193,10 @@ class ConfigStore:
         self.save(config)
         return config
 
-
-    def add_tool(self, spec: ToolSpec, *, profile: str | None = None, replace: bool = False) -> Config:
-        """Keep `spec` in the config, or in `profile`'s tools."""
+    def add_tool(
+        self, spec: ToolSpec, *, profile: str | None = None, replace: bool = False
+    ) -> bool:
+        """Keep `spec` in the config, or in `profile`'s tools; whether it replaced one."""
         config = self.load()
         tools = self._tool_table(config, profile)
         if spec.name in tools and not replace:
@@ -205,9 +206,10 @@ class ConfigStore:
             raise AlreadyExists(
                 f"tool {spec.name!r} already exists{where}", hint="replace it with --force"
             )
+        replaced = spec.name in tools
         tools[spec.name] = spec
         self.save(config)
-        return config
+        return replaced
 
     def remove_tool(self, name: str, *, profile: str | None = None) -> Config:
         config = self.load()

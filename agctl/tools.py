@@ -150,7 +150,7 @@ ToolTable = Annotated[dict[str, ToolSpec], BeforeValidator(_names_from_keys)]
 # ---- defining tools ---------------------------------------------------------------------
 
 
-def schema_problem(parameters: Mapping[str, Any]) -> str | None:
+def schema_problem(parameters: dict[str, Any]) -> str | None:
     """What makes `parameters` an invalid JSON Schema (against its own `$schema`, else
     draft 2020-12), or None."""
     import jsonschema
@@ -273,7 +273,9 @@ def definitions(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
     for spec in specs:
         problem = schema_problem(spec.parameters)
         if problem is not None:
-            raise InvalidInput(f"tool {spec.name!r}: parameters: not a valid JSON Schema: {problem}")
+            raise InvalidInput(
+                f"tool {spec.name!r}: parameters: not a valid JSON Schema: {problem}"
+            )
         offered.append(
             {
                 "type": "function",
@@ -304,7 +306,9 @@ def check_call(spec: ToolSpec | None, name: str, arguments: str) -> dict[str, An
     except orjson.JSONDecodeError as exc:
         return f"error: the arguments of tool {name!r} are not valid JSON: {exc}"
     if not isinstance(parsed, dict):
-        return f"error: the arguments of tool {name!r} must be a JSON object, not {_json_type(parsed)}"
+        return (
+            f"error: the arguments of tool {name!r} must be a JSON object, not {_json_type(parsed)}"
+        )
     problem = arguments_problem(spec, parsed)
     if problem is not None:
         return f"error: the arguments of tool {name!r} {problem}"
@@ -325,11 +329,15 @@ def arguments_problem(spec: ToolSpec, arguments: Mapping[str, Any]) -> str | Non
             key=lambda error: [str(part) for part in error.absolute_path],
         )
     except jsonschema.SchemaError as exc:
-        return f"cannot be checked: the tool's parameters are not a valid JSON Schema ({exc.message})"
+        return (
+            f"cannot be checked: the tool's parameters are not a valid JSON Schema ({exc.message})"
+        )
     if not errors:
         return None
     first = errors[0]
-    where = "".join(f"[{part!r}]" if isinstance(part, int) else f".{part}" for part in first.absolute_path)
+    where = "".join(
+        f"[{part!r}]" if isinstance(part, int) else f".{part}" for part in first.absolute_path
+    )
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"do not match its schema: {'at $' + where + ': ' if where else ''}{first.message}{more}"
 
@@ -339,7 +347,13 @@ def _json_type(value: Any) -> str:
         return "a boolean"
     if value is None:
         return "null"
-    names = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number"}
+    names = {
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        int: "a number",
+        float: "a number",
+    }
     return names.get(type(value), type(value).__name__)
 
 
@@ -745,9 +759,7 @@ def run_tool(
         else:
             outcome = f"error: exit {status}"
         tail = stderr_tail.rstrip("\n")
-        result_text, truncated = _cut_text(
-            outcome + (f"\n{tail}" if tail else ""), spec.max_output
-        )
+        result_text, truncated = _cut_text(outcome + (f"\n{tail}" if tail else ""), spec.max_output)
     return ToolRun(
         name=spec.name,
         arguments=dict(arguments),
@@ -796,8 +808,7 @@ def approval(
         return "run"
     if ask is None:
         raise Blocked(
-            f"tool {spec.name!r} needs approval (approve: ask), and there is no terminal to "
-            "ask on",
+            f"tool {spec.name!r} needs approval (approve: ask), and there is no terminal to ask on",
             hint="run on a terminal, pass --approve auto to run such tools without asking, "
             f"or set the tool's approve to auto ('agctl tool add {spec.name} --approve auto "
             "--force -- ...')",
