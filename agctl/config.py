@@ -26,6 +26,7 @@ from agctl.ids import validate_id
 from agctl.models import EAGER, Document, Model, Session
 from agctl.providers.base import chat_completions_url
 from agctl.redact import mask_url
+from agctl.tools import ToolSpec, ToolTable
 from agctl.validation import validation_summary
 from agctl.vocab import CONFIG_KEYS, PRESET_ALIASES, PRESETS, PROVIDERS, Preset, ProviderName
 
@@ -39,6 +40,10 @@ def preset_named(name: str) -> Preset | None:
     return PRESETS.get(PRESET_ALIASES.get(name, name))
 
 
+def _is_empty(value: object) -> bool:
+    return not value
+
+
 class Profile(Model):
     model_config = EAGER
     provider: ProviderName = "openai"
@@ -50,6 +55,8 @@ class Profile(Model):
     headers: dict[str, str] = Field(default_factory=dict)
     cassette: str | None = None
     context_window: int | None = Field(default=None, gt=0)
+    # Tools by name, overriding the config's of the same name for turns of this profile.
+    tools: ToolTable = Field(default_factory=dict, exclude_if=_is_empty)
 
     @field_validator("headers")
     @classmethod
@@ -92,6 +99,8 @@ class Config(Document):
     lock_timeout: float = Field(default=DEFAULT_LOCK_TIMEOUT, gt=0, allow_inf_nan=False)
     prices: dict[str, Price] = Field(default_factory=dict)
     profiles: dict[str, Profile] = Field(default_factory=dict)
+    # Tools by name (agctl.tools): left out of the file while there are none.
+    tools: ToolTable = Field(default_factory=dict, exclude_if=_is_empty)
 
     def price_overrides(self) -> dict[str, tuple[float, float]]:
         return {name: (p.prompt, p.completion) for name, p in self.prices.items()}
@@ -185,10 +194,47 @@ class ConfigStore:
         self.save(config)
         return config
 
+    def add_tool(
+        self, spec: ToolSpec, *, profile: str | None = None, replace: bool = False
+    ) -> bool:
+        """Keep `spec` in the config, or in `profile`'s tools; whether it replaced one."""
+        config = self.load()
+        tools = self._tool_table(config, profile)
+        if spec.name in tools and not replace:
+            from agctl.errors import AlreadyExists
+
+            where = f" in profile {profile!r}" if profile else ""
+            raise AlreadyExists(
+                f"tool {spec.name!r} already exists{where}", hint="replace it with --force"
+            )
+        replaced = spec.name in tools
+        tools[spec.name] = spec
+        self.save(config)
+        return replaced
+
+    def remove_tool(self, name: str, *, profile: str | None = None) -> Config:
+        config = self.load()
+        tools = self._tool_table(config, profile)
+        if name not in tools:
+            where = f" in profile {profile!r}" if profile else " in the config"
+            raise NotFound(f"tool {name!r} not found{where}")
+        del tools[name]
+        self.save(config)
+        return config
+
+    @staticmethod
+    def _tool_table(config: Config, profile: str | None) -> dict[str, ToolSpec]:
+        if profile is None:
+            return config.tools
+        if profile not in config.profiles:
+            known = ", ".join(sorted(config.profiles)) or "none"
+            raise NotFound(f"profile {profile!r} not found (profiles: {known})")
+        return config.profiles[profile].tools
+
 
 def _check_key(key: str, parts: list[str]) -> None:
     """Refuse a key the config does not have, so a typo is not silently kept."""
-    nested = {"profiles": Profile, "prices": Price, "context_windows": None}
+    nested = {"profiles": Profile, "prices": Price, "context_windows": None, "tools": ToolSpec}
     top = parts[0]
     if top not in Config.model_fields or top in ("schema_version",):
         raise UsageError(f"unknown config key {key!r}; known: {', '.join(sorted(CONFIG_KEYS))}")

@@ -43,6 +43,16 @@ ImportFormat = Literal["auto", "openai", "jsonl"]
 IMPORT_FORMATS: tuple[ImportFormat, ...] = get_args(ImportFormat)
 ExportFormat = Literal["openai", "jsonl", "markdown", "text"]
 EXPORT_FORMATS: tuple[ExportFormat, ...] = get_args(ExportFormat)
+# How a tool gets its arguments: one JSON document on stdin, environment variables, or
+# the JSON as its last argv element.
+ToolArgsMode = Literal["stdin", "env", "argv"]
+TOOL_ARGS_MODES: tuple[ToolArgsMode, ...] = get_args(ToolArgsMode)
+# Whether a model's call of a tool runs without asking, after asking, or never.
+ToolApproval = Literal["auto", "ask", "deny"]
+TOOL_APPROVALS: tuple[ToolApproval, ...] = get_args(ToolApproval)
+# `--approve` of a command that runs tools: run "ask" tools without asking, or run none.
+ApproveMode = Literal["auto", "never"]
+APPROVE_MODES: tuple[ApproveMode, ...] = get_args(ApproveMode)
 
 
 class Preset(NamedTuple):
@@ -92,6 +102,7 @@ CONFIG_KEYS: tuple[str, ...] = (
     "lock_timeout",
     "prices.MODEL",
     "profiles.NAME",
+    "tools.NAME",
 )
 
 # The documents `agctl schema NAME` describes.

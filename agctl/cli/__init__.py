@@ -39,6 +39,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "ctx": ("agctl.cli.ctx", "The context of the next request: its budget, and compression."),
     "config": ("agctl.cli.config", "Show and change the configuration."),
     "profile": ("agctl.cli.profile", "Provider profiles: endpoint, model and key."),
+    "tool": (
+        "agctl.cli.tool",
+        "Tools a model may call: argv commands given their arguments as JSON.",
+    ),
     "completion": ("agctl.cli.completion", "Print the completion script for SHELL."),
     "search": (
         "agctl.cli.search",

@@ -212,3 +212,17 @@ def complete_models(
     names = {p.get("model") for p in (config.get("profiles") or {}).values() if isinstance(p, dict)}
     names |= set(config.get("prices") or {}) | set(config.get("context_windows") or {})
     return [CompletionItem(n) for n in sorted(n for n in names if n) if n.startswith(incomplete)]
+
+
+def complete_tools(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Tools of the config and of its profiles."""
+    from click.shell_completion import CompletionItem
+
+    config = _config(ctx)
+    names = set(config.get("tools") or {})
+    for profile in (config.get("profiles") or {}).values():
+        if isinstance(profile, dict):
+            names |= set(profile.get("tools") or {})
+    return [CompletionItem(name) for name in sorted(names) if name.startswith(incomplete)]

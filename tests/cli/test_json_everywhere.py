@@ -48,6 +48,7 @@ def world(run: Run, store: Store, tmp_path: Path) -> dict[str, str]:
     assert run("slot", "new", "spare").exit_code == 0
     assert run("memory", "set", "k", "v").exit_code == 0
     assert run("profile", "add", "p", "--preset", "ollama").exit_code == 0
+    assert run("tool", "add", "echo", "--description", "d", "--", "cat").exit_code == 0
     store.save_draft("s", Draft(prompt="kept", slot="default"))
     ids = Checkpointer(store).ids("s")
     messages = tmp_path / "messages.json"
@@ -127,6 +128,12 @@ INVOCATIONS: dict[str, list[str]] = {
     "slot show": ["slot", "show", "--view"],
     "slot summarize": ["slot", "summarize"],
     "slot use": ["slot", "use", "b"],
+    # No "--": the --json the test appends must stay an option, not a word of the command.
+    "tool add": ["tool", "add", "now", "--description", "d", "date"],
+    "tool list": ["tool", "list"],
+    "tool rm": ["tool", "rm", "echo"],
+    "tool show": ["tool", "show", "echo"],
+    "tool test": ["tool", "test", "echo"],
     "turn replay": ["turn", "replay", "{transcript}"],
     "turn send": ["turn", "send", "hi"],
     "turn undo": ["turn", "undo"],

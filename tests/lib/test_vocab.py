@@ -19,6 +19,7 @@ from agctl import vocab
 from agctl.cli import cli
 from agctl.config import Config, Profile
 from agctl.models import MergeRecord, Message, Session, SlotConfig, SlotSource
+from agctl.tools import ToolSpec
 
 PACKAGE = Path(vocab.__file__).parent
 # Every closed list vocab.py defines: name -> its values.
@@ -110,6 +111,8 @@ def literal_values(annotation: Any) -> tuple[Any, ...]:
         (SlotSource, "strategy", vocab.DERIVE_STRATEGIES),
         (MergeRecord, "strategy", vocab.MERGE_STRATEGIES),
         (Profile, "provider", vocab.PROVIDERS),
+        (ToolSpec, "args", vocab.TOOL_ARGS_MODES),
+        (ToolSpec, "approve", vocab.TOOL_APPROVALS),
     ],
 )
 def test_the_models_validate_against_the_vocabulary(

@@ -1,0 +1,826 @@
+"""Tools as data: what a model may call, how its call is checked, and how the call runs.
+
+A tool is an argv command (never a shell string) that gets the model's arguments as JSON,
+runs in its own process group with a scrubbed environment, a time limit and capped
+output. Nothing here imports jsonschema at import time (about 100 ms): it is imported when
+a tool is defined, offered or called, never by a command that only loads the config.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import fnmatch
+import hashlib
+import os
+import re
+import selectors
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, ValidationError, field_validator
+
+from agctl.errors import Blocked, InvalidInput, NotFound, UsageError
+from agctl.ids import validate_id
+from agctl.models import Model
+from agctl.validation import validation_summary
+from agctl.vocab import ApproveMode, ToolApproval, ToolArgsMode
+
+if TYPE_CHECKING:
+    from agctl.config import Config
+
+# The stdout a run keeps (the stored tool message's output); the rest is read and counted.
+KEPT_OUTPUT = 1024 * 1024
+DEFAULT_MAX_OUTPUT = 32 * 1024
+# Below this a cut result would be mostly its marker.
+MIN_MAX_OUTPUT = 256
+# The end of stderr that an error result shows.
+STDERR_TAIL = 4 * 1024
+# Between SIGTERM to a tool's process group and SIGKILL.
+KILL_GRACE_S = 2.0
+# After SIGKILL, how long to wait for the pipes to close: only a process that left the
+# group (setsid) can keep them open, and it is not waited for.
+PIPE_GRACE_S = 1.0
+DEFAULT_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+DENIED = "error: denied by the user's approval policy"
+
+# The environment every tool gets (when set), before its env_allow globs.
+CORE_ENV = ("PATH", "HOME", "LANG", "LC_*", "TZ", "TMPDIR", "TERM")
+# Never passed on, whatever a glob says: a name holding one of these words (any case)...
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+# ... or one of these prefixes (agctl's own settings and OpenAI's credentials, and the
+# argument variables of env mode, which only the call itself sets).
+NEVER_PREFIXES = ("AGCTL_", "OPENAI_", "TOOL_ARG_")
+ARGS_VARIABLE = "AGCTL_TOOL_ARGS"
+ARG_VARIABLE_PREFIX = "TOOL_ARG_"
+
+# OpenAI's rule for a function name, within agctl's rule for an id (so no '.').
+_FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_NOT_ENV_NAME = re.compile(r"[^A-Z0-9_]")
+_READ_CHUNK = 64 * 1024
+# How often a run checks whether its process exited, where os.pidfd_open is missing.
+_EXIT_POLL_S = 0.01
+
+
+class ToolSpec(Model):
+    """One tool as the user defined it; a session stores its name, never this."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: dict(DEFAULT_PARAMETERS))
+    command: list[str] = Field(min_length=1)
+    args: ToolArgsMode = "stdin"
+    timeout_s: float = Field(default=30.0, gt=0, le=24 * 3600, allow_inf_nan=False)
+    max_output: int = Field(default=DEFAULT_MAX_OUTPUT, ge=MIN_MAX_OUTPUT, le=KEPT_OUTPUT)
+    cwd: str | None = None
+    approve: ToolApproval = "ask"
+    env_allow: list[str] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_an_id_and_a_function_name(cls, name: str) -> str:
+        try:
+            validate_id(name, "tool")
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+        if not _FUNCTION_NAME.fullmatch(name):
+            raise ValueError(
+                f"tool name {name!r} is not a valid function name: at most 64 letters, "
+                "digits, '_' and '-'"
+            )
+        return name
+
+    @field_validator("parameters")
+    @classmethod
+    def _parameters_describe_an_object(cls, parameters: dict[str, Any]) -> dict[str, Any]:
+        # The cheap part of the check; the whole schema is checked by schema_problem.
+        if parameters.get("type", "object") != "object":
+            raise ValueError("a tool's parameters must be a schema of type 'object'")
+        return parameters
+
+    @field_validator("command")
+    @classmethod
+    def _command_can_be_run(cls, command: list[str]) -> list[str]:
+        if not command[0]:
+            raise ValueError("the command's first element (the program) must not be empty")
+        if any("\x00" in part for part in command):
+            raise ValueError("the command must not contain a NUL character")
+        return command
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd_is_a_path(cls, cwd: str | None) -> str | None:
+        if cwd is not None and (not cwd or "\x00" in cwd):
+            raise ValueError("cwd must be a non-empty path without NUL characters")
+        return cwd
+
+    @field_validator("env_allow")
+    @classmethod
+    def _globs_are_not_empty(cls, globs: list[str]) -> list[str]:
+        if any(not glob for glob in globs):
+            raise ValueError("an env_allow glob must not be empty")
+        return globs
+
+
+def _names_from_keys(value: Any) -> Any:
+    """A tool table is keyed by name: an entry may leave its name out, never contradict it."""
+    if not isinstance(value, dict):
+        return value
+    named: dict[Any, Any] = {}
+    for key, entry in value.items():
+        if isinstance(entry, dict):
+            if entry.get("name", key) != key:
+                raise ValueError(f"tool {key!r} is named {entry['name']!r}: its name is its key")
+            entry = {"name": key, **entry}
+        named[key] = entry
+    return named
+
+
+# `Config.tools` and `Profile.tools`: tools by name.
+ToolTable = Annotated[dict[str, ToolSpec], BeforeValidator(_names_from_keys)]
+
+
+# ---- defining tools ---------------------------------------------------------------------
+
+
+def schema_problem(parameters: dict[str, Any]) -> str | None:
+    """What makes `parameters` an invalid JSON Schema (against its own `$schema`, else
+    draft 2020-12), or None."""
+    import jsonschema
+
+    validator = jsonschema.validators.validator_for(
+        parameters, default=jsonschema.Draft202012Validator
+    )
+    try:
+        validator.check_schema(parameters)
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(part) for part in exc.absolute_path)
+        return f"{exc.message}" + (f" (at {where})" if where else "")
+    return None
+
+
+class _SpecError(Exception):
+    pass
+
+
+def _checked_spec(data: Any) -> ToolSpec:
+    if not isinstance(data, dict):
+        raise _SpecError(f"a tool must be a JSON object, not {_json_type(data)}")
+    unknown = sorted(set(data) - set(ToolSpec.model_fields))
+    if unknown:
+        raise _SpecError(
+            f"unknown field {unknown[0]!r} (fields: {', '.join(ToolSpec.model_fields)})"
+        )
+    try:
+        spec = ToolSpec.model_validate(data)
+    except ValidationError as exc:
+        raise _SpecError(validation_summary(exc, "tool")) from None
+    problem = schema_problem(spec.parameters)
+    if problem is not None:
+        raise _SpecError(f"parameters: not a valid JSON Schema: {problem}")
+    return spec
+
+
+def spec_from(fields: Mapping[str, Any]) -> ToolSpec:
+    """A tool defined on the command line, checked whole (its schema too), or a UsageError
+    naming the field."""
+    try:
+        return _checked_spec({k: v for k, v in fields.items() if v is not None})
+    except _SpecError as exc:
+        raise UsageError(f"invalid tool: {exc}") from None
+
+
+def load_tools_file(path: Path | str) -> dict[str, ToolSpec]:
+    """The tools of a `--tools-file` (a JSON array of tool objects), each checked whole;
+    exit 5 (InvalidInput) naming the item (1 is the first) and the field, for a bad one."""
+    import orjson
+
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise NotFound(f"tools file {path}: no such file") from None
+    except OSError as exc:
+        raise InvalidInput(f"tools file {path}: cannot read it: {exc.strerror}") from None
+    try:
+        items = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"tools file {path}: not valid JSON: {exc}") from None
+    if not isinstance(items, list):
+        raise InvalidInput(
+            f"tools file {path}: must be a JSON array of tools, not {_json_type(items)}"
+        )
+    tools: dict[str, ToolSpec] = {}
+    first_seen: dict[str, int] = {}
+    for number, item in enumerate(items, start=1):
+        named = f" (tool {item['name']!r})" if isinstance(item, dict) and "name" in item else ""
+        try:
+            spec = _checked_spec(item)
+        except _SpecError as exc:
+            raise InvalidInput(f"tools file {path}: item {number}{named}: {exc}") from None
+        if spec.name in tools:
+            raise InvalidInput(
+                f"tools file {path}: item {number}{named}: defined twice (also item "
+                f"{first_seen[spec.name]})"
+            )
+        tools[spec.name] = spec
+        first_seen[spec.name] = number
+    return tools
+
+
+def _layers(
+    config: Config, profile_name: str | None, tools_file: Path | str | None
+) -> Iterator[tuple[str, Mapping[str, ToolSpec]]]:
+    yield "config", config.tools
+    profile = config.profiles.get(profile_name) if profile_name else None
+    if profile is not None:
+        yield f"profile {profile_name}", profile.tools
+    if tools_file is not None:
+        yield f"file {tools_file}", load_tools_file(tools_file)
+
+
+def tool_registry(
+    config: Config, profile_name: str | None, tools_file: Path | str | None
+) -> dict[str, ToolSpec]:
+    """Every tool by name: the config's, overridden by name by the profile's (a profile
+    that is only a preset has none), overridden by those of the tools file."""
+    registry: dict[str, ToolSpec] = {}
+    for _source, tools in _layers(config, profile_name, tools_file):
+        registry.update(tools)
+    return registry
+
+
+def tool_sources(
+    config: Config, profile_name: str | None, tools_file: Path | str | None
+) -> dict[str, str]:
+    """Where each tool of the registry comes from: config, profile NAME or file PATH."""
+    sources: dict[str, str] = {}
+    for source, tools in _layers(config, profile_name, tools_file):
+        sources.update(dict.fromkeys(tools, source))
+    return sources
+
+
+def definitions(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
+    """The OpenAI `tools` request parameter offering `specs`, in their order; a tool whose
+    parameters are not a valid JSON Schema (a hand-edited config) is exit 5."""
+    offered = []
+    for spec in specs:
+        problem = schema_problem(spec.parameters)
+        if problem is not None:
+            raise InvalidInput(
+                f"tool {spec.name!r}: parameters: not a valid JSON Schema: {problem}"
+            )
+        offered.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": spec.name,
+                    "description": spec.description,
+                    "parameters": spec.parameters,
+                },
+            }
+        )
+    return offered
+
+
+# ---- checking a model's call --------------------------------------------------------------
+
+
+def check_call(spec: ToolSpec | None, name: str, arguments: str) -> dict[str, Any] | str:
+    """The arguments of a model's call of tool `name` (`spec`: None when no such tool is
+    offered), parsed and checked against the tool's schema; or, when they cannot be run,
+    the error text the model gets instead (nothing runs). Blank arguments mean {} (some
+    servers send "" for a call without arguments)."""
+    import orjson
+
+    if spec is None:
+        return f"error: unknown tool {name!r}"
+    try:
+        parsed = orjson.loads(arguments) if arguments.strip() else {}
+    except orjson.JSONDecodeError as exc:
+        return f"error: the arguments of tool {name!r} are not valid JSON: {exc}"
+    if not isinstance(parsed, dict):
+        return (
+            f"error: the arguments of tool {name!r} must be a JSON object, not {_json_type(parsed)}"
+        )
+    problem = arguments_problem(spec, parsed)
+    if problem is not None:
+        return f"error: the arguments of tool {name!r} {problem}"
+    return parsed
+
+
+def arguments_problem(spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
+    """How `arguments` break the tool's schema (the first error by place, and how many
+    more), or None; also used on arguments a hook rewrote."""
+    import jsonschema
+
+    validator_class = jsonschema.validators.validator_for(
+        spec.parameters, default=jsonschema.Draft202012Validator
+    )
+    try:
+        errors = sorted(
+            validator_class(spec.parameters).iter_errors(dict(arguments)),
+            key=lambda error: [str(part) for part in error.absolute_path],
+        )
+    except jsonschema.SchemaError as exc:
+        return (
+            f"cannot be checked: the tool's parameters are not a valid JSON Schema ({exc.message})"
+        )
+    if not errors:
+        return None
+    first = errors[0]
+    where = "".join(
+        f"[{part!r}]" if isinstance(part, int) else f".{part}" for part in first.absolute_path
+    )
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"do not match its schema: {'at $' + where + ': ' if where else ''}{first.message}{more}"
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    names = {
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        int: "a number",
+        float: "a number",
+    }
+    return names.get(type(value), type(value).__name__)
+
+
+# ---- environment, argv, working directory ---------------------------------------------------
+
+
+def _never_passed(name: str) -> bool:
+    upper = name.upper()
+    return upper.startswith(NEVER_PREFIXES) or any(word in upper for word in SECRET_WORDS)
+
+
+def scrubbed_env(spec: ToolSpec, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment a tool runs with: the core set and what its env_allow globs match
+    (case-sensitive, as POSIX names are), less every name that could hold a credential."""
+    globs = (*CORE_ENV, *spec.env_allow)
+    return {
+        name: value
+        for name, value in environ.items()
+        if any(fnmatch.fnmatchcase(name, glob) for glob in globs) and not _never_passed(name)
+    }
+
+
+def arguments_json(arguments: Mapping[str, Any]) -> str:
+    """The arguments as the tool reads them: one compact JSON document, keys in order."""
+    import orjson
+
+    return orjson.dumps(dict(arguments)).decode()
+
+
+def argument_variables(arguments: Mapping[str, Any]) -> dict[str, str]:
+    """env mode's variables: AGCTL_TOOL_ARGS (the JSON) and TOOL_ARG_<NAME> for each
+    top-level scalar (NAME upper-cased, other characters as '_'; strings as they are,
+    other scalars as JSON: true, 3, null; a value holding a NUL, which no environment
+    can carry, only in AGCTL_TOOL_ARGS)."""
+    import orjson
+
+    variables = {ARGS_VARIABLE: arguments_json(arguments)}
+    for key, value in arguments.items():
+        if isinstance(value, (dict, list)):
+            continue
+        text = value if isinstance(value, str) else orjson.dumps(value).decode()
+        if "\x00" not in text:
+            variables[ARG_VARIABLE_PREFIX + _NOT_ENV_NAME.sub("_", str(key).upper())] = text
+    return variables
+
+
+def tool_env(
+    spec: ToolSpec, arguments: Mapping[str, Any], environ: Mapping[str, str]
+) -> dict[str, str]:
+    """The whole environment of one call: scrubbed, plus env mode's argument variables."""
+    env = scrubbed_env(spec, environ)
+    if spec.args == "env":
+        env.update(argument_variables(arguments))
+    return env
+
+
+def tool_argv(spec: ToolSpec, arguments: Mapping[str, Any]) -> list[str]:
+    """The argv of one call: the command, and in argv mode the JSON as its last element."""
+    if spec.args == "argv":
+        return [*spec.command, arguments_json(arguments)]
+    return list(spec.command)
+
+
+def resolved_argv(
+    spec: ToolSpec, arguments: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """The argv with its program found on the tool's PATH (as it will run), for people
+    asked to approve it; a program not found stays as written."""
+    argv = tool_argv(spec, arguments)
+    if "/" not in argv[0]:
+        path = scrubbed_env(spec, os.environ if environ is None else environ).get("PATH")
+        found = shutil.which(argv[0], path=path)
+        if found:
+            argv[0] = found
+    return argv
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    real, root = os.path.realpath(path), os.path.realpath(directory)
+    return os.path.commonpath([real, root]) == root
+
+
+def tool_cwd(spec: ToolSpec, *, started_in: Path | str | None, data_dir: Path | None) -> Path:
+    """Where a call runs: the tool's cwd (relative to where agctl was started), else where
+    agctl was started; never inside the data dir (UsageError), where a tool could rewrite
+    the sessions behind agctl's back."""
+    base = Path(started_in) if started_in is not None else Path.cwd()
+    where = base / Path(spec.cwd).expanduser() if spec.cwd else base
+    if data_dir is not None and _inside(where, data_dir):
+        raise UsageError(
+            f"tool {spec.name!r} would run in {where}, inside agctl's data dir {data_dir}",
+            hint="run agctl from another directory, or give the tool another cwd "
+            f"('agctl tool add {spec.name} --cwd DIR --force -- ...')",
+        )
+    return where
+
+
+# ---- running a call ---------------------------------------------------------------------
+
+
+@dataclass
+class ToolRun:
+    """One call of a tool and its outcome, as the loop stores it and the model sees it.
+
+    `exit_code` is the tool's exit status (negative: killed by that signal), None when it
+    timed out or never started. `output` is stdout as text (at most the first 1 MiB,
+    invalid UTF-8 replaced); `output_bytes` counts all of stdout and `output_sha256` is
+    the SHA-256 of all of it (every byte read, past 1 MiB too), so it names the output
+    exactly even when `output` is cut. `result_text` is what the model gets, at most the
+    tool's max_output bytes; `truncated` says that it was cut.
+    """
+
+    name: str
+    arguments: dict[str, Any]
+    argv: list[str]
+    exit_code: int | None
+    timed_out: bool
+    duration_ms: int
+    output: str
+    output_bytes: int
+    output_sha256: str
+    stderr_tail: str
+    result_text: str
+    truncated: bool
+    started: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    @classmethod
+    def not_run(
+        cls, name: str, arguments: Mapping[str, Any], text: str, argv: Iterable[str] = ()
+    ) -> ToolRun:
+        """A call that did not run (denied, invalid, no such program): `text` is its result."""
+        return cls(
+            name=name,
+            arguments=dict(arguments),
+            argv=list(argv),
+            exit_code=None,
+            timed_out=False,
+            duration_ms=0,
+            output="",
+            output_bytes=0,
+            output_sha256=hashlib.sha256(b"").hexdigest(),
+            stderr_tail="",
+            result_text=text,
+            truncated=False,
+            started=False,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run for --json (the loop adds the call's id); `output`, up to 1 MiB, is left
+        to the stored tool message."""
+        return {
+            "name": self.name,
+            "arguments": self.arguments,
+            "argv": self.argv,
+            "started": self.started,
+            "exit": self.exit_code,
+            "timed_out": self.timed_out,
+            "duration_ms": self.duration_ms,
+            "output_bytes": self.output_bytes,
+            "output_sha256": self.output_sha256,
+            "truncated": self.truncated,
+            "stderr_tail": self.stderr_tail,
+            "result": self.result_text,
+        }
+
+
+class _Stream:
+    """One of a tool's pipes as read: its first `head` bytes, its last `tail` bytes, its
+    length and its SHA-256."""
+
+    def __init__(self, head: int, tail: int) -> None:
+        self.head_limit, self.tail_limit = head, tail
+        self.head, self.tail = bytearray(), bytearray()
+        self.total = 0
+        self.digest = hashlib.sha256()
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        self.digest.update(data)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+        if self.tail_limit:
+            self.tail += data[-self.tail_limit :]
+            if len(self.tail) > self.tail_limit:
+                del self.tail[: len(self.tail) - self.tail_limit]
+
+
+def _text_of_prefix(data: bytes, whole: bool) -> str:
+    """A leading part of a stream as text: a character cut at the end is dropped."""
+    return codecs.getincrementaldecoder("utf-8")("replace").decode(bytes(data), final=whole)
+
+
+def _text_of_suffix(data: bytes) -> str:
+    """A trailing part of a stream as text: a character cut at the start is dropped."""
+    start = 0
+    while start < min(len(data), 3) and 0x80 <= data[start] <= 0xBF:
+        start += 1
+    return bytes(data[start:]).decode("utf-8", "replace")
+
+
+# Room kept for the cut marker, whatever the number in it.
+_MARKER_ROOM = 48
+
+
+def _cut(head: bytes, tail: bytes, total: int, limit: int) -> tuple[str, bool]:
+    """A text of `total` bytes (its first bytes `head`, its last `tail`) in at most
+    `limit` bytes: whole, or its head and tail around `[... N bytes cut ...]`."""
+    if total <= limit:
+        return _text_of_prefix(head[:total], whole=True), False
+    keep = (limit - _MARKER_ROOM) // 2
+    cut = total - 2 * keep
+    text = (
+        _text_of_prefix(head[:keep], whole=False)
+        + f"\n[... {cut} bytes cut ...]\n"
+        + _text_of_suffix(tail[len(tail) - keep :])
+    )
+    return text, True
+
+
+def _cut_text(text: str, limit: int) -> tuple[str, bool]:
+    data = text.encode("utf-8", "replace")
+    return _cut(data, data, len(data), limit)
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _exit_watch(pid: int) -> int | None:
+    """A descriptor that becomes readable when process `pid` exits (Linux), else None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _exited(pid: int) -> bool:
+    """Whether `pid` exited, leaving it unreaped: its id, the group's, cannot be reused."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _supervise(
+    process: subprocess.Popen[bytes],
+    stdin_data: bytes | None,
+    stdout: _Stream,
+    stderr: _Stream,
+    timeout_s: float,
+) -> bool:
+    """Feed stdin and read stdout and stderr together until the tool has exited and its
+    pipes closed; on timeout SIGTERM the group, SIGKILL it 2 s later. When the tool exits,
+    what it left running in its group gets the same. Returns whether it timed out."""
+    assert process.stdout is not None and process.stderr is not None
+    pgid = process.pid  # start_new_session: the tool leads its own group
+    selector = selectors.DefaultSelector()
+    streams = {process.stdout.fileno(): stdout, process.stderr.fileno(): stderr}
+    for fd in streams:
+        os.set_blocking(fd, False)
+        selector.register(fd, selectors.EVENT_READ)
+    pending = memoryview(stdin_data or b"")
+    stdin_fd = process.stdin.fileno() if process.stdin is not None else None
+    if stdin_fd is not None:
+        os.set_blocking(stdin_fd, False)
+        selector.register(stdin_fd, selectors.EVENT_WRITE)
+    watch = _exit_watch(process.pid)
+    if watch is not None:
+        selector.register(watch, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout_s
+    timed_out = exited = False
+    term_at: float | None = None  # when the group got SIGTERM
+    kill_at: float | None = None  # when it got SIGKILL
+    try:
+        while True:
+            now = time.monotonic()
+            if not exited and term_at is None and now >= deadline:
+                timed_out = True
+            if (timed_out or exited) and term_at is None:
+                _signal_group(pgid, signal.SIGTERM)
+                term_at = now
+            if term_at is not None and kill_at is None and now >= term_at + KILL_GRACE_S:
+                _signal_group(pgid, signal.SIGKILL)
+                kill_at = now
+            open_pipes = [fd for fd in streams if fd in selector.get_map()]
+            if exited and not open_pipes:
+                break
+            if kill_at is not None and now >= kill_at + PIPE_GRACE_S:
+                break
+            waits = [deadline if term_at is None else term_at + KILL_GRACE_S]
+            if kill_at is not None:
+                waits = [kill_at + PIPE_GRACE_S]
+            wait = max(min(waits) - now, 0.0)
+            if watch is None and not exited:
+                wait = min(wait, _EXIT_POLL_S)
+            for key, _events in selector.select(wait):
+                fd = key.fd
+                if fd == watch:
+                    selector.unregister(watch)
+                    exited = True
+                elif fd == stdin_fd:
+                    try:
+                        written = os.write(fd, pending[:_READ_CHUNK])
+                        pending = pending[written:]
+                    except BrokenPipeError:
+                        pending = pending[:0]
+                    if not pending:
+                        selector.unregister(fd)
+                        assert process.stdin is not None
+                        process.stdin.close()
+                        stdin_fd = None
+                else:
+                    try:
+                        data = os.read(fd, _READ_CHUNK)
+                    except BlockingIOError:
+                        continue
+                    if data:
+                        streams[fd].feed(data)
+                    else:
+                        selector.unregister(fd)
+            if watch is None and not exited:
+                exited = _exited(process.pid)
+    finally:
+        selector.close()
+        if watch is not None:
+            os.close(watch)
+    return timed_out
+
+
+def run_tool(
+    spec: ToolSpec,
+    arguments: Mapping[str, Any],
+    *,
+    data_dir: Path | None,
+    cwd: Path | str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ToolRun:
+    """Run one call of `spec` with checked `arguments` and report its outcome; a program
+    that cannot be started is an error result, not an exception. `cwd` is where agctl was
+    started (default: the current directory); `data_dir` the data dir the tool must not
+    run in (None: a store with no directory). Ctrl-C kills the tool's group and re-raises.
+    """
+    workdir = tool_cwd(spec, started_in=cwd, data_dir=data_dir)
+    env = tool_env(spec, arguments, os.environ if environ is None else environ)
+    argv = tool_argv(spec, arguments)
+    if not workdir.is_dir():
+        return ToolRun.not_run(
+            spec.name,
+            arguments,
+            f"error: cannot run {argv[0]}: its working directory {workdir} is not a directory",
+            argv,
+        )
+    stdin_data = arguments_json(arguments).encode() if spec.args == "stdin" else None
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=workdir,
+            env=env,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        return ToolRun.not_run(spec.name, arguments, f"error: cannot run {argv[0]}: {reason}", argv)
+    stdout = _Stream(KEPT_OUTPUT, spec.max_output)
+    stderr = _Stream(0, STDERR_TAIL)
+    try:
+        timed_out = _supervise(process, stdin_data, stdout, stderr, spec.timeout_s)
+    except BaseException:
+        _signal_group(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
+    finally:
+        for pipe in (process.stdin, process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+    status = process.wait()
+    duration_ms = int((time.monotonic() - started) * 1000)
+    exit_code = None if timed_out else status
+    kept_stderr = bytes(stderr.tail)
+    if stderr.total > len(kept_stderr):
+        stderr_tail = _text_of_suffix(kept_stderr)
+    else:
+        stderr_tail = kept_stderr.decode("utf-8", "replace")
+    if exit_code == 0:
+        result_text, truncated = _cut(
+            bytes(stdout.head), bytes(stdout.tail), stdout.total, spec.max_output
+        )
+    else:
+        if timed_out:
+            outcome = f"error: timed out after {spec.timeout_s:g}s"
+        elif status < 0:
+            outcome = f"error: killed by signal {_signal_name(-status)}"
+        else:
+            outcome = f"error: exit {status}"
+        tail = stderr_tail.rstrip("\n")
+        result_text, truncated = _cut_text(outcome + (f"\n{tail}" if tail else ""), spec.max_output)
+    return ToolRun(
+        name=spec.name,
+        arguments=dict(arguments),
+        argv=argv,
+        exit_code=exit_code,
+        timed_out=timed_out,
+        duration_ms=duration_ms,
+        output=_text_of_prefix(bytes(stdout.head), whole=stdout.total <= KEPT_OUTPUT),
+        output_bytes=stdout.total,
+        output_sha256=stdout.digest.hexdigest(),
+        stderr_tail=stderr_tail,
+        result_text=result_text,
+        truncated=truncated,
+    )
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+# ---- approval -----------------------------------------------------------------------------
+
+# Asks the user whether to run a call: (the tool, its arguments, the resolved argv).
+AskFn = Callable[[ToolSpec, dict[str, Any], list[str]], bool]
+Decision = Literal["run", "deny"]
+
+
+def approval(
+    spec: ToolSpec,
+    mode: ApproveMode | None,
+    ask: AskFn | None,
+    arguments: Mapping[str, Any],
+) -> Decision:
+    """Whether a model's call of `spec` runs. `mode` is the command's --approve (None,
+    "auto": run "ask" tools without asking, "never": run nothing); `ask` asks on the
+    terminal, None when there is none. A tool marked "deny" never runs. A "deny" decision
+    is not an error: the loop gives the model DENIED as the call's result. Only an "ask"
+    tool with nobody to ask (and no --approve auto) raises Blocked (exit 9): it fails
+    closed."""
+    if spec.approve == "deny" or mode == "never":
+        return "deny"
+    if spec.approve == "auto" or mode == "auto":
+        return "run"
+    if ask is None:
+        raise Blocked(
+            f"tool {spec.name!r} needs approval (approve: ask), and there is no terminal to ask on",
+            hint="run on a terminal, pass --approve auto to run such tools without asking, "
+            f"or set the tool's approve to auto ('agctl tool add {spec.name} --approve auto "
+            "--force -- ...')",
+        )
+    return "run" if ask(spec, dict(arguments), resolved_argv(spec, arguments)) else "deny"
+
+
+def approval_prompt(spec: ToolSpec, arguments: Mapping[str, Any], argv: list[str]) -> str:
+    """The question put to the user for one call: the tool, its arguments and its argv."""
+    return (
+        f"The model asks to run tool {spec.name!r}:\n"
+        f"  arguments: {arguments_json(arguments)}\n"
+        f"  command:   {shlex.join(argv)}\n"
+        "Run it?"
+    )
