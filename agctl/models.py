@@ -71,9 +71,7 @@ class ToolCall(Model):
     function: ToolCallFunction
 
 
-_METADATA_FIELDS = frozenset(
-    {"created_at", "model", "usage", "tokens", "output", "output_sha256"}
-)
+_METADATA_FIELDS = frozenset({"created_at", "model", "usage", "tokens", "output", "output_sha256"})
 
 
 def _is_none(value: object) -> bool:

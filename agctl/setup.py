@@ -12,8 +12,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agctl.config import Config, Resolved
     from agctl.providers.base import Provider
+    from agctl.steps import ToolBox
     from agctl.store import Store
+    from agctl.tools import AskFn
     from agctl.turns import TurnOptions
+    from agctl.vocab import ApproveMode
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,23 @@ class ModelChoice:
     provider: str | None = None
     script: Path | None = None
     cassette: Path | None = None
+
+
+@dataclass(frozen=True)
+class ToolsChoice:
+    """Which tools a turn offers (`names`, or `every` one defined) and how their calls
+    are answered: with a cassette, from its recordings unless `live`; `approve` is the
+    --approve mode (auto: run without asking; never: deny every call)."""
+
+    names: tuple[str, ...] = ()
+    every: bool = False
+    live: bool = False
+    tools_file: Path | None = None
+    approve: ApproveMode | None = None
+
+    @property
+    def chosen(self) -> bool:
+        return self.every or bool(self.names)
 
 
 @dataclass
@@ -89,6 +109,41 @@ class ModelSetup:
         return build_provider(
             self.settings, script=self.script, cassette=self.cassette, record=record
         )
+
+    def toolbox(
+        self,
+        chosen: ToolsChoice,
+        *,
+        record: Path | None = None,
+        data_dir: Path | None = None,
+        ask: AskFn | None = None,
+    ) -> ToolBox | None:
+        """What answers a turn's tool calls: None when no tool is offered; the cassette's
+        recordings when replies come from one (unless `chosen.live`); else the tools
+        themselves, each answer also appended to `record` when recording."""
+        if not chosen.chosen:
+            if chosen.live or chosen.approve is not None:
+                from agctl.errors import UsageError
+
+                raise UsageError("no tool is offered: name one with -T/--tool, or --tools all")
+            return None
+        from agctl.errors import NotFound
+        from agctl.providers.cassette import CassetteTools, RecordingTools
+        from agctl.tools import LiveTools, definitions, tool_registry
+
+        registry = tool_registry(self.config, self.settings.profile, chosen.tools_file)
+        if chosen.every:
+            specs = registry
+        else:
+            missing = [name for name in chosen.names if name not in registry]
+            if missing:
+                known = ", ".join(sorted(registry)) or "none is defined ('agctl tool add')"
+                raise NotFound(f"no tool named {', '.join(missing)} (tools: {known})")
+            specs = {name: registry[name] for name in dict.fromkeys(chosen.names)}
+        if self.cassette is not None and not chosen.live:
+            return CassetteTools(self.cassette, definitions(specs.values()))
+        live = LiveTools(specs, approve=chosen.approve, ask=ask, data_dir=data_dir)
+        return RecordingTools(live, record) if record is not None else live
 
     def turn_options(self, *, checkpoint: bool | None = None, **fields: Any) -> TurnOptions:
         """Turn options from the config (prices, checkpoints, window, compression) and

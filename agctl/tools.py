@@ -29,7 +29,8 @@ from pydantic import BeforeValidator, Field, ValidationError, field_validator
 
 from agctl.errors import Blocked, InvalidInput, NotFound, UsageError
 from agctl.ids import validate_id
-from agctl.models import Model
+from agctl.models import Model, ToolCall
+from agctl.steps import CallRecord
 from agctl.validation import validation_summary
 from agctl.vocab import ApproveMode, ToolApproval, ToolArgsMode
 
@@ -824,3 +825,60 @@ def approval_prompt(spec: ToolSpec, arguments: Mapping[str, Any], argv: list[str
         f"  command:   {shlex.join(argv)}\n"
         "Run it?"
     )
+
+
+class LiveTools:
+    """A ToolBox that runs the offered tools (agctl.steps): each call checked against its
+    tool's schema, put to the approval rules (`approve`: the --approve mode; `ask`: the
+    terminal's question, None without one), then run. A call that cannot run gets an
+    error text, a denied one DENIED; a blocked one (an "ask" with no one to ask) raises
+    Blocked, exit 9. Questions are asked one at a time even when calls run at once."""
+
+    def __init__(
+        self,
+        specs: Mapping[str, ToolSpec],
+        *,
+        approve: ApproveMode | None = None,
+        ask: AskFn | None = None,
+        data_dir: Path | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        import threading
+
+        self.specs = dict(specs)
+        self.approve = approve
+        self.ask = ask
+        self.data_dir = data_dir
+        self.cwd = cwd
+        self._asking = threading.Lock()
+        self._definitions: list[dict[str, Any]] | None = None
+
+    def definitions(self) -> list[dict[str, Any]]:
+        if self._definitions is None:
+            self._definitions = definitions(self.specs.values())
+        return self._definitions
+
+    def run(self, call: ToolCall) -> tuple[str, CallRecord]:
+        name, arguments = call.function.name, call.function.arguments
+        spec = self.specs.get(name)
+        checked = check_call(spec, name, arguments)
+        if isinstance(checked, str) or spec is None:
+            text = checked if isinstance(checked, str) else f"error: no tool named {name!r}"
+            return text, CallRecord(call.id, name, arguments, outcome="error")
+        with self._asking:
+            decision = approval(spec, self.approve, self.ask, checked)
+        if decision != "run":
+            return DENIED, CallRecord(call.id, name, arguments, outcome="denied")
+        run = run_tool(spec, checked, data_dir=self.data_dir, cwd=self.cwd)
+        record = CallRecord(
+            call.id,
+            name,
+            arguments,
+            outcome="ran" if run.started else "error",
+            exit=run.exit_code,
+            duration_ms=run.duration_ms,
+            truncated=run.truncated,
+            output_sha256=run.output_sha256,
+            output=run.output,
+        )
+        return run.result_text, record

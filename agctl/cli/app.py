@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from agctl.store import Store
+    from agctl.tools import AskFn, ToolSpec
     from agctl.usage import Prices
 
 T = TypeVar("T")
@@ -369,3 +370,22 @@ def write_output(target: str, data: bytes) -> None:
             handle.write(data)
     except OSError as exc:
         raise StoreError(f"cannot write {target}: {exc.strerror}") from None
+
+
+def terminal_ask() -> AskFn | None:
+    """The approval question of a tool set to ask, put on the controlling terminal (as
+    sudo and ssh ask: stdin may be the prompt's pipe); None without a terminal, so such a
+    call fails closed (exit 9)."""
+    try:
+        terminal = open("/dev/tty", "r+", encoding="utf-8")  # noqa: SIM115 - kept open to ask
+    except OSError:
+        return None
+
+    def ask(spec: ToolSpec, arguments: dict[str, Any], argv: list[str]) -> bool:
+        from agctl.tools import approval_prompt
+
+        terminal.write(approval_prompt(spec, arguments, argv) + " [y/N] ")
+        terminal.flush()
+        return terminal.readline().strip().lower() in ("y", "yes")
+
+    return ask

@@ -355,3 +355,87 @@ def source_options(fn: F) -> F:
         type=PathType(dir_okay=False),
         help="Offline provider answering from FILE's canned replies, one per turn.",
     )(fn)
+
+
+def tool_options(fn: F) -> F:
+    """-T/--tool, --tools, --tools-file, --tool-choice, --max-steps, --tool-jobs and
+    --approve: the tools a turn offers and its loop's limits. The command gets `tools`
+    (an agctl.setup.ToolsChoice) and `loop` (the TurnOptions fields they set)."""
+    from agctl.cli.complete import complete_tools
+    from agctl.vocab import APPROVE_MODES
+
+    @functools.wraps(fn)
+    def with_tools(
+        *args: Any,
+        tool_names: tuple[str, ...],
+        tools_mode: tuple[str, ...],
+        tools_file: Path | None,
+        tool_choice: str | None,
+        max_steps: int,
+        tool_jobs: int,
+        approve: str | None,
+        **kw: Any,
+    ) -> Any:
+        from agctl.setup import ToolsChoice
+
+        tools = ToolsChoice(
+            names=tool_names,
+            every="all" in tools_mode,
+            live="live" in tools_mode,
+            tools_file=tools_file,
+            approve=approve,  # type: ignore[arg-type]
+        )
+        loop = {"tool_choice": tool_choice, "max_steps": max_steps, "tool_jobs": tool_jobs}
+        return fn(*args, tools=tools, loop=loop, **kw)
+
+    chosen = cast(F, with_tools)
+    chosen = click.option(
+        "--approve",
+        type=click.Choice(APPROVE_MODES),
+        help="auto: run the tools' calls without asking (even those set to ask); never: "
+        "refuse every call (the model is told). Default: each tool's own approve.",
+    )(chosen)
+    chosen = click.option(
+        "--tool-jobs",
+        type=Count(min=1),
+        default=1,
+        show_default=True,
+        metavar="N",
+        help="Run up to N tool calls of one reply at once (results stay in order).",
+    )(chosen)
+    chosen = click.option(
+        "--max-steps",
+        type=Count(min=1),
+        default=8,
+        show_default=True,
+        metavar="N",
+        help="Requests that may call tools; then one more asks for the answer (exit 10 if "
+        "the model still calls tools).",
+    )(chosen)
+    chosen = click.option(
+        "--tool-choice",
+        metavar="auto|none|required|NAME",
+        help="Which tools the model may call (the wire's tool_choice; NAME: that one).",
+    )(chosen)
+    chosen = click.option(
+        "--tools-file",
+        type=PathType(dir_okay=False),
+        help="Also offer-able: the tools defined in FILE (a JSON array of tool objects).",
+    )(chosen)
+    chosen = click.option(
+        "--tools",
+        "tools_mode",
+        type=click.Choice(["all", "live"]),
+        multiple=True,
+        help="all: offer every tool defined; live: with --cassette, run the real tools "
+        "instead of answering from the cassette. Repeatable.",
+    )(chosen)
+    return click.option(
+        "-T",
+        "--tool",
+        "tool_names",
+        multiple=True,
+        metavar="NAME",
+        shell_complete=complete_tools,
+        help="Offer tool NAME to the model ('agctl tool list'). Repeatable.",
+    )(chosen)

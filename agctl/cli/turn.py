@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, Count, pass_app, text_argument
+from agctl.cli.app import App, Count, pass_app, terminal_ask, text_argument
 from agctl.cli.options import (
     command_options,
     file_option,
@@ -16,13 +16,14 @@ from agctl.cli.options import (
     select_option,
     slot_option,
     source_options,
+    tool_options,
 )
 from agctl.cli.output import echo, secho
 from agctl.vocab import CHECK_MODES, SYNC_MODES
 
 if TYPE_CHECKING:
     from agctl.providers.base import Event
-    from agctl.setup import ModelChoice
+    from agctl.setup import ModelChoice, ToolsChoice
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -120,6 +121,7 @@ class StreamPrinter:
     default=None,
     help="Checkpoint the session after the turn (default: config auto_checkpoint, on).",
 )
+@tool_options
 @command_options
 @pass_app
 def send(
@@ -139,6 +141,8 @@ def send(
     resume_draft: bool,
     force: bool,
     checkpoint: bool | None,
+    tools: ToolsChoice,
+    loop: dict[str, Any],
 ) -> None:
     """Send PROMPT (or stdin) with the slot's view; commit the reply, or nothing on failure.
 
@@ -154,6 +158,16 @@ def send(
     takes the current slot's, else the session's only one, else asks for --slot (exit 2).
     A successful turn on a slot drops an older draft of that slot.
 
+    With tools offered (-T NAME, --tools all; see 'agctl tool'), the turn is a loop: each
+    reply that calls tools has its calls run (each an argv command with the arguments
+    as JSON on stdin, its own process group, a scrubbed environment, a time limit and
+    capped output; a tool set to ask is asked about on the terminal, and with none the
+    turn stops with exit 9 unless --approve auto) and their results sent back, until the
+    model answers. The whole loop is one turn: one commit, one checkpoint, undone whole.
+    Each step's results are kept in the draft as they come, so --resume-draft goes on
+    from where a failed turn stopped without running a tool twice. --record also records
+    the tools' results, and --cassette answers calls from them (no tool runs).
+
     \b
     Examples:
       agctl turn send "What are my options?"
@@ -164,19 +178,22 @@ def send(
       agctl turn send "Hi" --record chat.cassette     # then: --cassette chat.cassette
       agctl turn send --resume-draft
       agctl turn send --resume-draft --force   # even though the slot changed since
+      agctl turn send "What is 17*23?" -T calc --approve auto
+      agctl turn send "Tidy the notes" --tools all --max-steps 4 --record run.cassette
     """
     from agctl.setup import ModelSetup
     from agctl.turns import prepare_turn, send_turn
 
     store = app.store
     sid = app.session_id()
+    resume: list[Any] = []
     if resume_draft:
         if prompt is not None or files:
             raise click.UsageError("give either PROMPT (or --file) or --resume-draft, not both")
         from agctl.drafts import resumable_draft
 
         draft = resumable_draft(store, sid, slot, force=force)
-        prompt, slot = draft.prompt, draft.slot
+        prompt, slot, resume = draft.prompt, draft.slot, draft.steps
     else:
         if force:
             raise click.UsageError("--force applies only with --resume-draft")
@@ -184,6 +201,7 @@ def send(
     setup = ModelSetup.chosen(store, sid, choice)
     settings = setup.settings
     streaming = sys.stdout.isatty() if stream is None else stream
+    toolbox = setup.toolbox(tools, record=record, data_dir=store.root, ask=terminal_ask())
     options = setup.turn_options(
         checkpoint=checkpoint,
         slot=slot,
@@ -192,6 +210,8 @@ def send(
         system=system,
         scratch=scratch,
         stream=streaming or jsonl,
+        tools=toolbox,
+        **loop,
     )
     if dry_run:
         prepared = prepare_turn(store, sid, prompt, options)
@@ -207,7 +227,7 @@ def send(
         return
     provider = setup.provider(record=record)
     printer = StreamPrinter(app, jsonl=jsonl, show_text=streaming and not app.json)
-    result = send_turn(store, sid, prompt, provider, options, on_event=printer)
+    result = send_turn(store, sid, prompt, provider, options, on_event=printer, resume=resume)
     data = result.to_dict()
     if jsonl:
         app.emit_line({"type": "result", **data})
@@ -220,6 +240,7 @@ def send(
             echo(result.reply.text())
         for call in result.reply.tool_calls or ():
             echo(f"→ {call.function.name}({call.function.arguments})  [{call.id}]")
+
         if sys.stderr.isatty():
             from agctl.usage import cost_text
 

@@ -1,0 +1,158 @@
+"""`turn send` with tools: the loop from the command line, approval without a terminal,
+the step log after a kill -9 between steps, and a recorded run replayed with no tool."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+from helpers import as_json, fails, ok
+
+from agctl.store import Store
+
+Run = Callable[..., Result]
+
+# A tool that logs each run to $HOME/runs.log (so a test counts them), then answers; it
+# takes a second when $HOME/slow exists (so a test can act while it runs).
+TOOL = """
+import json, os, sys, time
+args = json.load(sys.stdin)
+home = os.environ["HOME"]
+if os.path.exists(home + "/slow"):
+    time.sleep(1)
+with open(home + "/runs.log", "a") as runs:
+    runs.write(json.dumps(args) + "\\n")
+print(args["a"] * args["b"])
+"""
+SCHEMA = json.dumps(
+    {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+    }
+)
+
+
+@pytest.fixture
+def tool(run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Tool `mul` (approve: ask), its runs logged to $HOME/runs.log; the HOME it sees."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    program = tmp_path / "mul.py"
+    program.write_text(TOOL)
+    ok(run("tool", "add", "mul", "--description", "Multiply", "--parameters", SCHEMA,
+           "--", sys.executable, str(program)))  # fmt: skip
+    ok(run("session", "new", "s"))
+    return home
+
+
+def runs(home: Path) -> list[dict[str, int]]:
+    log = home / "runs.log"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def script(tmp_path: Path, *turns: object) -> str:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(list(turns)))
+    return str(path)
+
+
+MUL = {"tool_calls": [{"id": "m1", "name": "mul", "arguments": {"a": 6, "b": 7}}]}
+
+
+def test_a_turn_runs_the_tool_and_answers(run: Run, tool: Path, tmp_path: Path) -> None:
+    steps = script(tmp_path, [MUL, "It is 42."])
+    result = ok(run("--json", "turn", "send", "6*7?", "-T", "mul", "--approve", "auto",
+                    "--script", steps))  # fmt: skip
+    data = as_json(result)
+    assert data["reply"] == "It is 42."
+    assert [c["name"] for c in data["steps"][0]["tool_calls"]] == ["mul"]
+    assert data["steps"][0]["tool_calls"][0]["exit"] == 0
+    assert runs(tool) == [{"a": 6, "b": 7}]
+    roles = [m["role"] for m in as_json(ok(run("--json", "msg", "list")))]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+
+
+def test_a_tool_that_asks_with_no_terminal_stops_the_turn_at_exit_9(
+    run: Run, tool: Path, tmp_path: Path
+) -> None:
+    steps = script(tmp_path, [MUL, "It is 42."])
+    fails(run("turn", "send", "6*7?", "-T", "mul", "--script", steps), 9, "needs approval")
+    assert runs(tool) == [] and as_json(ok(run("--json", "msg", "list"))) == []
+    denied = as_json(ok(run("--json", "turn", "send", "6*7?", "-T", "mul", "--approve", "never",
+                            "--script", steps)))  # fmt: skip
+    assert denied["steps"][0]["tool_calls"][0]["outcome"] == "denied" and runs(tool) == []
+
+
+def test_an_unknown_tool_is_refused_before_any_request(run: Run, tool: Path) -> None:
+    fails(run("turn", "send", "hi", "-T", "nope"), 3, "no tool named nope")
+    fails(run("turn", "send", "hi", "--approve", "auto"), 2, "no tool is offered")
+
+
+def test_the_dry_run_shows_the_tools_offered(run: Run, tool: Path) -> None:
+    request = as_json(ok(run("--json", "turn", "send", "hi", "-T", "mul", "--tool-choice",
+                             "mul", "--dry-run")))["request"]  # fmt: skip
+    assert [t["function"]["name"] for t in request["tools"]] == ["mul"]
+    assert request["tool_choice"] == {"type": "function", "function": {"name": "mul"}}
+
+
+def test_a_turn_killed_between_steps_goes_on_without_running_the_tool_again(
+    tool: Path, tmp_path: Path, isolated_env: Path
+) -> None:
+    """kill -9 while the model is asked for step 2: the step log (the draft) has step 1's
+    result, and --resume-draft finishes the turn with it; the tool ran once."""
+    from fake_openai import FakeOpenAI
+
+    (tool / "slow").touch()
+    with FakeOpenAI() as server:
+        server.reply(tool_calls=[{"id": "m1", "name": "mul", "arguments": '{"a": 6, "b": 7}'}])
+        env = {**os.environ, "AGCTL_PROVIDER": "openai", "AGCTL_BASE_URL": server.base_url,
+               "AGCTL_MODEL": "m", "AGCTL_API_KEY": "k"}  # fmt: skip
+        argv = [sys.executable, "-m", "agctl", "-s", "s", "turn", "send", "6*7?", "-T", "mul",
+                "--approve", "auto", "--no-stream"]  # fmt: skip
+        turn = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while not server.requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+        server.fail("slow", seconds=30)  # step 2 hangs (the tool takes a second first)
+        while len(server.requests) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(server.requests) == 2, turn.communicate()
+        turn.send_signal(signal.SIGKILL)
+        turn.wait()
+        assert runs(tool) == [{"a": 6, "b": 7}]
+        draft = Store(isolated_env).load_draft("s", "default")
+        assert [m.role for m in draft.steps] == ["assistant", "tool"]
+        server.reply(text="It is 42.")
+        done = subprocess.run([*argv[:7], "--resume-draft", "-T", "mul", "--approve", "auto",
+                               "--no-stream"], env=env, capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "It is 42." in done.stdout
+    assert runs(tool) == [{"a": 6, "b": 7}], "the recorded result was used"
+    slot = Store(isolated_env).load_slot("s")
+    assert [m.role for m in slot.messages] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_a_recorded_tool_run_replays_with_no_tool_on_path(
+    run: Run, tool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steps = script(tmp_path, [MUL, "It is 42."])
+    cassette = str(tmp_path / "run.cassette")
+    ok(run("turn", "send", "6*7?", "-T", "mul", "--approve", "auto", "--script", steps,
+           "--record", cassette))  # fmt: skip
+    assert len(runs(tool)) == 1
+    ok(run("session", "new", "ci"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    data = as_json(ok(run("--json", "-s", "ci", "turn", "send", "6*7?", "-T", "mul",
+                          "--cassette", cassette)))  # fmt: skip
+    assert data["reply"] == "It is 42." and len(runs(tool)) == 1
+    assert data["steps"][0]["tool_calls"][0]["outcome"] == "replayed"
