@@ -22,6 +22,7 @@ from pydantic import Field, PositiveInt, ValidationError, field_validator
 from agctl import schema
 from agctl.errors import CorruptDocument, NotFound, UsageError
 from agctl.fsio import DEFAULT_LOCK_TIMEOUT, make_dirs, read_bytes, write_atomic
+from agctl.hooks import HookSpec
 from agctl.ids import validate_id
 from agctl.models import Document, Model, Session
 from agctl.providers.base import chat_completions_url
@@ -49,6 +50,8 @@ class Profile(Model):
     headers: dict[str, str] = Field(default_factory=dict)
     cassette: str | None = None
     context_window: int | None = Field(default=None, gt=0)
+    # Run after the config's own hooks of the same event, when this profile is in use.
+    hooks: list[HookSpec] = Field(default_factory=list)
 
     @field_validator("headers")
     @classmethod
@@ -91,6 +94,11 @@ class Config(Document):
     lock_timeout: float = Field(default=DEFAULT_LOCK_TIMEOUT, gt=0, allow_inf_nan=False)
     prices: dict[str, Price] = Field(default_factory=dict)
     profiles: dict[str, Profile] = Field(default_factory=dict)
+    # Hooks, run in this order at their events (agctl.hooks).
+    hooks: list[HookSpec] = Field(default_factory=list)
+    # Project hooks files (absolute path -> the sha256 `agctl hook trust` pinned): a file
+    # runs only while its content has that hash.
+    trusted_hook_files: dict[str, str] = Field(default_factory=dict)
 
     def price_overrides(self) -> dict[str, tuple[float, float]]:
         return {name: (p.prompt, p.completion) for name, p in self.prices.items()}

@@ -92,6 +92,8 @@ CONFIG_KEYS: tuple[str, ...] = (
     "lock_timeout",
     "prices.MODEL",
     "profiles.NAME",
+    "hooks",
+    "trusted_hook_files",
 )
 
 # The documents `agctl schema NAME` describes.
