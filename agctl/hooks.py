@@ -307,6 +307,18 @@ def all_hooks(config: Config, cwd: Path) -> tuple[list[ListedHook], ProjectHooks
     return listed, project
 
 
+def profile_in_use(
+    config: Config, given: str | None = None, env: Mapping[str, str] | None = None
+) -> str | None:
+    """The profile whose hooks run outside a turn: the one given, else AGCTL_PROFILE, else
+    the config's default (a turn knows its own: agctl.config.Resolved.profile)."""
+    return (
+        given
+        or (os.environ if env is None else env).get("AGCTL_PROFILE")
+        or (config.default_profile)
+    )
+
+
 def hooks_for(
     config: Config,
     profile_name: str | None,
@@ -395,15 +407,15 @@ def trust_hooks_file(store: ConfigStore, path: Path) -> ProjectHooks:
     return ProjectHooks(found, "trusted", digest, tuple(hooks))
 
 
-def untrust_hooks_file(store: ConfigStore, path: Path) -> str:
-    """Drop the pin of the hooks file at `path`; returns the sha256 it pinned."""
+def untrust_hooks_file(store: ConfigStore, path: Path) -> tuple[Path, str]:
+    """Drop the pin of the hooks file at `path`: the file's key and the sha256 it pinned."""
     config = store.load()
-    found = str(Path(os.path.realpath(path)))
-    if found not in config.trusted_hook_files:
+    found = Path(os.path.realpath(path))
+    if str(found) not in config.trusted_hook_files:
         raise NotFound(f"{found} is not trusted")
-    digest = config.trusted_hook_files.pop(found)
+    digest = config.trusted_hook_files.pop(str(found))
     store.save(config)
-    return digest
+    return found, digest
 
 
 # ---- running hooks -----------------------------------------------------------------------
@@ -450,14 +462,21 @@ class HookOutcome(NamedTuple):
 class HookBlocked(Blocked):
     """A hook blocked its event (exit 2), or failed on one its `on_error` blocks."""
 
-    def __init__(self, event: HookEvent, hook: str, reason: str, runs: list[HookRun]) -> None:
+    def __init__(
+        self, event: HookEvent, hook: str, reason: str, runs: list[HookRun], *, failed: bool
+    ) -> None:
         self.event = event
         self.hook = hook
         self.reason = reason
         self.runs = runs
+        self.failed = failed
+        message = (
+            f"hook {hook!r} failed on {event} ({reason}), which blocks it (its on_error)"
+            if failed
+            else f"hook {hook!r} blocked {event}: {reason}"
+        )
         super().__init__(
-            f"hook {hook!r} blocked {event}: {reason}",
-            hint="see it with 'agctl hook list'; try it with 'agctl hook test'",
+            message, hint="see it with 'agctl hook list'; try it with 'agctl hook test'"
         )
 
 
@@ -527,7 +546,7 @@ def run_hooks(
             reason = _reason(finished.stderr) or "no reason given"
             outcome.runs.append(HookRun(hook.name, event, 2, duration_ms, "blocked", reason))
             log.info("hook %s blocked %s (%d ms): %s", hook.name, event, duration_ms, reason)
-            raise HookBlocked(event, hook.name, reason, outcome.runs)
+            raise HookBlocked(event, hook.name, reason, outcome.runs, failed=False)
         elif failure is None:
             tail = _reason(finished.stderr)
             failure = f"exit {finished.exit}" + (f": {tail}" if tail else "")
@@ -545,9 +564,7 @@ def run_hooks(
                     HookRun(hook.name, event, finished.exit, duration_ms, "failed", failure)
                 )
                 log.info("hook %s failed on %s (%d ms): %s", hook.name, event, duration_ms, failure)
-                raise HookBlocked(
-                    event, hook.name, f"it failed ({failure}; on_error: block)", outcome.runs
-                )
+                raise HookBlocked(event, hook.name, failure, outcome.runs, failed=True)
             outcome.runs.append(
                 HookRun(hook.name, event, finished.exit, duration_ms, "warned", failure)
             )
