@@ -42,6 +42,9 @@ PAYLOAD_SCHEMA_VERSION = "1.0"
 DEFAULT_TIMEOUT_S = 10.0
 # After SIGTERM, how long a timed-out hook's process group has before SIGKILL.
 KILL_GRACE_S = 2.0
+# After SIGKILL, how long to wait for the group to be gone (a zombie its new parent has not
+# reaped yet keeps it, so not long).
+KILLED_WAIT_S = 0.5
 # A hook prints at most a small JSON object; more than this is a failure.
 MAX_STDOUT_BYTES = 1024 * 1024
 # What is kept of a hook's stderr (its end): the reason of a block, or of a failure.
@@ -746,16 +749,19 @@ def _signal_group(pgid: int, signum: int) -> bool:
 
 
 def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the hook's process group, then SIGKILL what is left of it after the grace."""
-    if not _signal_group(process.pid, signal.SIGTERM):
-        process.wait()
-        return
-    grace_ends = time.monotonic() + KILL_GRACE_S
-    while time.monotonic() < grace_ends:
+    """SIGTERM the hook's process group, then SIGKILL what is left of it after the grace,
+    and wait (a little) until the kill has taken."""
+    if _signal_group(process.pid, signal.SIGTERM):
+        _wait_for_group(process, time.monotonic() + KILL_GRACE_S)
+    if _signal_group(process.pid, signal.SIGKILL):
+        _wait_for_group(process, time.monotonic() + KILLED_WAIT_S)
+    process.wait()
+
+
+def _wait_for_group(process: subprocess.Popen[bytes], deadline: float) -> None:
+    """Until no process of the group is left (a zombie left unreaped counts) or `deadline`."""
+    while time.monotonic() < deadline:
         process.poll()
         if not _signal_group(process.pid, 0):
-            break
+            return
         time.sleep(0.02)
-    else:
-        _signal_group(process.pid, signal.SIGKILL)
-    process.wait()
