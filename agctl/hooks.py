@@ -28,7 +28,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agctl.errors import AlreadyExists, Blocked, InvalidInput, NotFound, UsageError
 from agctl.ids import validate_id
 from agctl.validation import validation_summary
-from agctl.vocab import HookDecision, HookEvent, HookOnError, HookRunOutcome, HookSource
+from agctl.vocab import (
+    HOOK_DECISIONS,
+    HookDecision,
+    HookEvent,
+    HookOnError,
+    HookRunOutcome,
+    HookSource,
+)
 
 if TYPE_CHECKING:
     import subprocess
@@ -101,6 +108,7 @@ class ObserveOutput(HookOutput):
 class EventRule(NamedTuple):
     """What an event allows its hooks."""
 
+    event: HookEvent
     may_block: bool
     output: type[HookOutput]
     # The event's own fields the caller puts in the payload (hooks read them; a hook's
@@ -109,18 +117,24 @@ class EventRule(NamedTuple):
 
 
 EVENTS: dict[HookEvent, EventRule] = {
-    "TurnStart": EventRule(True, TurnStartOutput, ("prompt", "scratch")),
-    "PreToolUse": EventRule(True, PreToolUseOutput, ("tool", "call_id", "arguments")),
-    "PostToolUse": EventRule(True, PostToolUseOutput, ("tool", "call_id", "arguments", "output")),
-    "PreCompress": EventRule(True, PreCompressOutput, ("strategy", "keep_recent")),
-    "PostCompress": EventRule(True, PostCompressOutput, ("strategy", "keep_recent", "summary")),
-    "TurnEnd": EventRule(False, ObserveOutput, ()),
-    "TurnError": EventRule(False, ObserveOutput, ("error",)),
-    "PostRollback": EventRule(False, ObserveOutput, ("checkpoint",)),
-    "PostFork": EventRule(False, ObserveOutput, ("checkpoint", "new_session")),
+    rule.event: rule
+    for rule in (
+        EventRule("TurnStart", True, TurnStartOutput, ("prompt", "scratch")),
+        EventRule("PreToolUse", True, PreToolUseOutput, ("tool", "call_id", "arguments")),
+        EventRule(
+            "PostToolUse", True, PostToolUseOutput, ("tool", "call_id", "arguments", "output")
+        ),
+        EventRule("PreCompress", True, PreCompressOutput, ("strategy", "keep_recent")),
+        EventRule("PostCompress", True, PostCompressOutput, ("strategy", "keep_recent", "summary")),
+        EventRule("TurnEnd", False, ObserveOutput, ()),
+        EventRule("TurnError", False, ObserveOutput, ("error",)),
+        EventRule("PostRollback", False, ObserveOutput, ("checkpoint",)),
+        EventRule("PostFork", False, ObserveOutput, ("checkpoint", "new_session")),
+    )
 }
-# A stricter PreToolUse decision is never loosened by a later hook.
-_DECISION_RANK: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
+# A stricter PreToolUse decision (vocab order: allow, ask, deny) is never loosened by a
+# later hook.
+_DECISION_RANK: dict[str, int] = {decision: rank for rank, decision in enumerate(HOOK_DECISIONS)}
 
 
 # ---- a hook, as configured ---------------------------------------------------------------

@@ -50,7 +50,7 @@ def command() -> None:
 
 
 @command.command("add")
-@click.argument("event", type=click.Choice(HOOK_EVENTS))
+@click.argument("event", metavar="EVENT", type=click.Choice(HOOK_EVENTS))
 @click.argument("name")
 @click.argument("argv", nargs=-1, required=True, metavar="-- COMMAND [ARG]...")
 @click.option(
