@@ -178,6 +178,10 @@ class ConfigStore:
             raise UsageError(
                 f"unknown preset {profile.preset!r}; choose from {', '.join(sorted(PRESETS))}"
             )
+        replaced = config.profiles.get(name)
+        if replaced is not None and not profile.hooks:
+            # Its hooks are managed with `agctl hook add --profile`: a new endpoint keeps them.
+            profile = profile.model_copy(update={"hooks": replaced.hooks})
         config.profiles[name] = profile
         self.save(config)
         return config

@@ -512,3 +512,12 @@ def test_a_config_with_a_misspelt_hook_field_is_refused(tmp_path: Path) -> None:
     path.write_text(json.dumps({"hooks": [{**spec("x"), "timeout": 1}]}))
     with pytest.raises(CorruptDocument, match="timeout"):
         ConfigStore(path).load()
+
+
+def test_replacing_a_profile_keeps_its_hooks(tmp_path: Path) -> None:
+    store = ConfigStore(tmp_path / "config.json")
+    store.add_profile("p", Profile(model="old"))
+    hooks.add_hook(store, HookSpec(**spec("prof")), profile="p")
+    store.add_profile("p", Profile(model="new"), replace=True)
+    replaced = store.load().profiles["p"]
+    assert (replaced.model, names(replaced.hooks)) == ("new", ["prof"])
