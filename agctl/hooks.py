@@ -32,6 +32,7 @@ from agctl.vocab import (
     HOOK_DECISIONS,
     HookDecision,
     HookEvent,
+    HookFileState,
     HookOnError,
     HookRunOutcome,
     HookSource,
@@ -195,7 +196,7 @@ class ProjectHooks(NamedTuple):
     """A project's hooks file as found: its hooks run only when `state` is "trusted"."""
 
     path: Path  # absolute, links resolved: the key of its pin in the config
-    state: str  # "absent", "trusted", "untrusted", "changed" (since pinned) or "invalid"
+    state: HookFileState
     sha256: str | None = None
     hooks: tuple[HookSpec, ...] = ()  # parsed, even when not trusted
     problem: str | None = None  # why an "invalid" file cannot be read
@@ -268,7 +269,9 @@ def read_project_hooks(config: Config, cwd: Path, path: Path | None = None) -> P
         if pinned == digest:  # trusted as it is, yet unreadable (written by a newer agctl)
             raise InvalidInput(f"trusted hooks file {found}: {exc}") from None
         return ProjectHooks(found, "invalid", digest, problem=str(exc))
-    state = "untrusted" if pinned is None else "trusted" if pinned == digest else "changed"
+    state: HookFileState = (
+        "untrusted" if pinned is None else "trusted" if pinned == digest else "changed"
+    )
     return ProjectHooks(found, state, digest, tuple(hooks))
 
 
@@ -303,7 +306,7 @@ class ListedHook(NamedTuple):
     spec: HookSpec
     source: HookSource
     profile: str | None = None
-    trust: str = "trusted"  # a project file's state for its hooks
+    trust: HookFileState = "trusted"  # a project file's state, for its hooks
 
     def public(self) -> dict[str, Any]:
         return {

@@ -133,3 +133,7 @@ HOOK_RUN_OUTCOMES: tuple[HookRunOutcome, ...] = get_args(HookRunOutcome)
 # Where a hook is configured: the user config, a profile, or a project's hooks file.
 HookSource = Literal["config", "profile", "project"]
 HOOK_SOURCES: tuple[HookSource, ...] = get_args(HookSource)
+# What a project's hooks file is to agctl: missing, trusted (its sha256 pinned), not yet
+# trusted, changed since it was pinned, or unreadable. Only a trusted file's hooks run.
+HookFileState = Literal["absent", "trusted", "untrusted", "changed", "invalid"]
+HOOK_FILE_STATES: tuple[HookFileState, ...] = get_args(HookFileState)
