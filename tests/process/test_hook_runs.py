@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -158,3 +160,29 @@ def test_a_project_file_runs_in_a_real_process_only_once_trusted(
     ran = agctl(env, repo, "hook", "test", "TurnEnd", "--payload", "-", stdin=b"{}")
     assert ran.returncode == 0, ran.stderr
     assert marker.exists()
+
+
+def test_ctrl_c_during_a_hook_kills_it_and_exits_130(env: dict[str, str], tmp_path: Path) -> None:
+    pidfile = tmp_path / "hook.pid"
+    command = script(tmp_path, "sleepy", f"open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
+                     "time.sleep(600)\n")  # fmt: skip
+    assert agctl(env, tmp_path, "hook", "add", "TurnEnd", "sleepy", "--", *command).returncode == 0
+    payload = tmp_path / "payload.json"
+    payload.write_text("{}")
+    running = subprocess.Popen(
+        [sys.executable, "-m", "agctl", "hook", "test", "TurnEnd", "--payload", str(payload)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=tmp_path,
+    )
+    deadline = time.monotonic() + 30
+    while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    hook_pid = int(pidfile.read_text())
+    running.send_signal(signal.SIGINT)
+    _, stderr = running.communicate(timeout=30)
+    assert running.returncode == 130, stderr
+    assert b"Traceback" not in stderr
+    assert dead(hook_pid)
