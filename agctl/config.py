@@ -22,6 +22,7 @@ from pydantic import Field, PositiveInt, ValidationError, field_validator
 from agctl import schema
 from agctl.errors import CorruptDocument, NotFound, UsageError
 from agctl.fsio import DEFAULT_LOCK_TIMEOUT, make_dirs, read_bytes, write_atomic
+from agctl.hooks import HookSpec
 from agctl.ids import validate_id
 from agctl.models import EAGER, Document, Model, Session
 from agctl.providers.base import chat_completions_url
@@ -57,6 +58,8 @@ class Profile(Model):
     context_window: int | None = Field(default=None, gt=0)
     # Tools by name, overriding the config's of the same name for turns of this profile.
     tools: ToolTable = Field(default_factory=dict, exclude_if=_is_empty)
+    # Run after the config's own hooks of the same event, when this profile is in use.
+    hooks: list[HookSpec] = Field(default_factory=list, exclude_if=_is_empty)
 
     @field_validator("headers")
     @classmethod
@@ -101,6 +104,11 @@ class Config(Document):
     profiles: dict[str, Profile] = Field(default_factory=dict)
     # Tools by name (agctl.tools): left out of the file while there are none.
     tools: ToolTable = Field(default_factory=dict, exclude_if=_is_empty)
+    # Hooks, run in this order at their events (agctl.hooks).
+    hooks: list[HookSpec] = Field(default_factory=list, exclude_if=_is_empty)
+    # Project hooks files (absolute path -> the sha256 `agctl hook trust` pinned): a file
+    # runs only while its content has that hash.
+    trusted_hook_files: dict[str, str] = Field(default_factory=dict, exclude_if=_is_empty)
 
     def price_overrides(self) -> dict[str, tuple[float, float]]:
         return {name: (p.prompt, p.completion) for name, p in self.prices.items()}
@@ -180,6 +188,10 @@ class ConfigStore:
             raise UsageError(
                 f"unknown preset {profile.preset!r}; choose from {', '.join(sorted(PRESETS))}"
             )
+        replaced = config.profiles.get(name)
+        if replaced is not None and not profile.hooks:
+            # Its hooks are managed with `agctl hook add --profile`: a new endpoint keeps them.
+            profile = profile.model_copy(update={"hooks": replaced.hooks})
         config.profiles[name] = profile
         self.save(config)
         return config

@@ -103,6 +103,8 @@ CONFIG_KEYS: tuple[str, ...] = (
     "prices.MODEL",
     "profiles.NAME",
     "tools.NAME",
+    "hooks",
+    "trusted_hook_files",
 )
 
 # The documents `agctl schema NAME` describes.
@@ -115,3 +117,34 @@ SCHEMA_NAMES: tuple[SchemaName, ...] = get_args(SchemaName)
 # How `turn replay` makes its turns durable: each as it commits, or all at the end.
 SyncMode = Literal["per-turn", "end"]
 SYNC_MODES: tuple[SyncMode, ...] = get_args(SyncMode)
+
+# The events a hook can be attached to, in the order a turn meets them.
+HookEvent = Literal[
+    "TurnStart",
+    "PreToolUse",
+    "PostToolUse",
+    "PreCompress",
+    "PostCompress",
+    "TurnEnd",
+    "TurnError",
+    "PostRollback",
+    "PostFork",
+]
+HOOK_EVENTS: tuple[HookEvent, ...] = get_args(HookEvent)
+# What a hook's failure (an exit other than 0 and 2, a timeout, bad output) does.
+HookOnError = Literal["block", "warn"]
+HOOK_ON_ERRORS: tuple[HookOnError, ...] = get_args(HookOnError)
+# What a PreToolUse hook decides about a tool call.
+HookDecision = Literal["allow", "ask", "deny"]
+HOOK_DECISIONS: tuple[HookDecision, ...] = get_args(HookDecision)
+# How one hook run ended: it let the event go on, blocked it (exit 2), or failed (and its
+# on_error blocked the event, or only warned).
+HookRunOutcome = Literal["proceed", "blocked", "failed", "warned"]
+HOOK_RUN_OUTCOMES: tuple[HookRunOutcome, ...] = get_args(HookRunOutcome)
+# Where a hook is configured: the user config, a profile, or a project's hooks file.
+HookSource = Literal["config", "profile", "project"]
+HOOK_SOURCES: tuple[HookSource, ...] = get_args(HookSource)
+# What a project's hooks file is to agctl: missing, trusted (its sha256 pinned), not yet
+# trusted, changed since it was pinned, or unreadable. Only a trusted file's hooks run.
+HookFileState = Literal["absent", "trusted", "untrusted", "changed", "invalid"]
+HOOK_FILE_STATES: tuple[HookFileState, ...] = get_args(HookFileState)

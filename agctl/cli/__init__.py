@@ -38,6 +38,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "ctx": ("agctl.cli.ctx", "The context of the next request: its budget, and compression."),
     "config": ("agctl.cli.config", "Show and change the configuration."),
+    "hook": (
+        "agctl.cli.hook",
+        "Hooks: commands run at the events of a turn, given the event as JSON on stdin.",
+    ),
     "profile": ("agctl.cli.profile", "Provider profiles: endpoint, model and key."),
     "tool": (
         "agctl.cli.tool",

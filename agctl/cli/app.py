@@ -41,6 +41,7 @@ class App:
         self.session_arg = session
         self.json = json
         self.quiet = quiet
+        self.no_hooks = False  # --no-hooks or AGCTL_NO_HOOKS: see agctl.hooks.hooks_disabled
         self.verbose = 0
         self._store: Store | None = None
         self._prices: Prices | None = None

@@ -69,6 +69,11 @@ def _quiet(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
         _app(ctx).quiet = True
 
 
+def _no_hooks(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        _app(ctx).no_hooks = True
+
+
 def _no_color(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value or os.environ.get("NO_COLOR"):
         ctx.color = False
@@ -158,6 +163,12 @@ _GLOBALS: list[tuple[tuple[str, ...], dict[str, Any], Callback, str | None]] = [
         },
         _no_color,
         None,
+    ),
+    (
+        ("--no-hooks", "no_hooks"),
+        {"is_flag": True, "help": "Run no hook (those of the config, profiles and project)."},
+        _no_hooks,
+        "AGCTL_NO_HOOKS",
     ),
     (
         ("-v", "--verbose", "verbose"),

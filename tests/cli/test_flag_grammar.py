@@ -31,6 +31,7 @@ GLOBAL_OPTIONS: dict[str, tuple[list[str], Callable[[App, click.Context], bool]]
     "-q": (["-q"], lambda a, c: a.quiet),
     "--quiet": (["--quiet"], lambda a, c: a.quiet),
     "--no-color": (["--no-color"], lambda a, c: c.color is False),
+    "--no-hooks": (["--no-hooks"], lambda a, c: a.no_hooks),
     "-v": (["-v"], lambda a, c: a.verbose == 1),
 }
 

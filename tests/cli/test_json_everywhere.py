@@ -57,12 +57,21 @@ def world(run: Run, store: Store, tmp_path: Path) -> dict[str, str]:
     transcript.write_text(json.dumps({"input": "replayed"}) + "\n")
     export = tmp_path / "export.json"
     assert run("session", "export", "-o", str(export)).exit_code == 0
+    assert run("hook", "add", "TurnEnd", "seen", "--", "true").exit_code == 0
+    hooks_file = tmp_path / "project" / ".agctl" / "hooks.json"
+    hooks_file.parent.mkdir(parents=True)
+    hooks_file.write_text(json.dumps([{"name": "p", "event": "PostFork", "command": ["true"]}]))
+    assert run("hook", "trust", str(hooks_file)).exit_code == 0
+    hook_payload = tmp_path / "payload.json"
+    hook_payload.write_text("{}")
     return {
         "newest": ids[0],
         "older": ids[-1],
         "messages": str(messages),
         "transcript": str(transcript),
         "export": str(export),
+        "hooks_file": str(hooks_file),
+        "hook_payload": str(hook_payload),
     }
 
 
@@ -86,6 +95,12 @@ INVOCATIONS: dict[str, list[str]] = {
     "demo": ["demo"],
     "draft rm": ["draft", "rm"],
     "draft show": ["draft", "show"],
+    "hook add": ["hook", "add", "TurnEnd", "added", "true"],
+    "hook list": ["hook", "list"],
+    "hook rm": ["hook", "rm", "seen"],
+    "hook test": ["hook", "test", "TurnEnd", "--payload", "{hook_payload}"],
+    "hook trust": ["hook", "trust", "{hooks_file}"],
+    "hook untrust": ["hook", "untrust", "{hooks_file}"],
     "memory get": ["memory", "get", "k"],
     "memory list": ["memory", "list"],
     "memory rm": ["memory", "rm", "k"],

@@ -1,0 +1,784 @@
+"""Hooks: argv commands run at the events of a turn, given the event as JSON on stdin.
+
+A hook is data (`HookSpec`) kept in the user config, in a profile, or in a project's
+`.agctl/hooks.json`; the project file runs only once `agctl hook trust` pinned its sha256
+in the user config, so checking out a repository never makes agctl run its code.
+
+A hook exits 0 to let the event go on (printing nothing, or one JSON object of the changes
+its event allows: an unknown key is an error, since a typo must not mean "allow"), or 2
+to block it (stderr is the reason). Anything else — another exit, a timeout, output that
+is not what the event allows — is a failure: it blocks the event or only warns, as the
+hook's `on_error` says (by default: blocks an event that can be blocked).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agctl.errors import AlreadyExists, Blocked, InvalidInput, NotFound, UsageError
+from agctl.ids import validate_id
+from agctl.validation import validation_summary
+from agctl.vocab import (
+    HOOK_DECISIONS,
+    HookDecision,
+    HookEvent,
+    HookFileState,
+    HookOnError,
+    HookRunOutcome,
+    HookSource,
+)
+
+if TYPE_CHECKING:
+    import subprocess
+
+    from agctl.config import Config, ConfigStore
+
+log = logging.getLogger(__name__)
+
+# The version of the payload a hook reads on stdin.
+PAYLOAD_SCHEMA_VERSION = "1.0"
+DEFAULT_TIMEOUT_S = 10.0
+# After SIGTERM, how long a timed-out hook's process group has before SIGKILL.
+KILL_GRACE_S = 2.0
+# After SIGKILL, how long to wait for the group to be gone (a zombie its new parent has not
+# reaped yet keeps it, so not long).
+KILLED_WAIT_S = 0.5
+# A hook prints at most a small JSON object; more than this is a failure.
+MAX_STDOUT_BYTES = 1024 * 1024
+# What is kept of a hook's stderr (its end): the reason of a block, or of a failure.
+STDERR_TAIL_BYTES = 64 * 1024
+REASON_CHARS = 2000
+# The project's hooks file, relative to the directory agctl runs in.
+PROJECT_HOOKS_FILE = Path(".agctl") / "hooks.json"
+MAX_PROJECT_FILE_BYTES = 1024 * 1024
+# The fields every payload has, besides `hook_event` and `schema_version`.
+CONTEXT_FIELDS = ("session", "slot", "turn", "model", "cwd")
+# The variables a hook's process inherits (and every LC_*): none can hold a credential.
+KEPT_VARIABLES = frozenset({"PATH", "HOME", "LANG", "TZ", "TMPDIR", "TERM"})
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+
+
+# ---- what a hook may print, per event ---------------------------------------------------
+
+
+class HookOutput(BaseModel):
+    """The changes a hook prints on stdout: strictly typed, and no key its event lacks."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
+
+
+class TurnStartOutput(HookOutput):
+    prompt: str = ""  # replaces the prompt
+    scratch: list[str] = Field(default_factory=list)  # added to the turn's scratch text
+
+
+class PreToolUseOutput(HookOutput):
+    decision: HookDecision = "allow"
+    reason: str = ""
+    arguments: dict[str, Any] = Field(default_factory=dict)  # re-validated by the caller
+
+
+class PostToolUseOutput(HookOutput):
+    output: str = ""  # replaces what the model is shown (a redaction)
+
+
+class PreCompressOutput(HookOutput):
+    cancel: bool = False
+    summary: str = ""  # used instead of asking the provider
+
+
+class PostCompressOutput(HookOutput):
+    summary: str = ""
+    keep_recent: int = Field(default=0, ge=0)  # may only narrow the messages kept
+
+
+class ObserveOutput(HookOutput):
+    """An observing event takes no changes: stdout is empty or `{}`."""
+
+
+class EventRule(NamedTuple):
+    """What an event allows its hooks."""
+
+    event: HookEvent
+    may_block: bool
+    output: type[HookOutput]
+    # The event's own fields the caller puts in the payload (hooks read them; a hook's
+    # changes are merged into them before the next hook runs).
+    data: tuple[str, ...]
+
+
+EVENTS: dict[HookEvent, EventRule] = {
+    rule.event: rule
+    for rule in (
+        EventRule("TurnStart", True, TurnStartOutput, ("prompt", "scratch")),
+        EventRule("PreToolUse", True, PreToolUseOutput, ("tool", "call_id", "arguments")),
+        EventRule(
+            "PostToolUse", True, PostToolUseOutput, ("tool", "call_id", "arguments", "output")
+        ),
+        EventRule("PreCompress", True, PreCompressOutput, ("strategy", "keep_recent")),
+        EventRule("PostCompress", True, PostCompressOutput, ("strategy", "keep_recent", "summary")),
+        EventRule("TurnEnd", False, ObserveOutput, ()),
+        EventRule("TurnError", False, ObserveOutput, ("error",)),
+        EventRule("PostRollback", False, ObserveOutput, ("checkpoint",)),
+        EventRule("PostFork", False, ObserveOutput, ("checkpoint", "new_session")),
+    )
+}
+# A stricter PreToolUse decision (vocab order: allow, ask, deny) is never loosened by a
+# later hook.
+_DECISION_RANK: dict[str, int] = {decision: rank for rank, decision in enumerate(HOOK_DECISIONS)}
+
+
+# ---- a hook, as configured ---------------------------------------------------------------
+
+
+class HookSpec(BaseModel):
+    """One configured hook. Unknown fields are refused: `timeout` for `timeout_s` must
+    not quietly mean the default."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    name: str
+    event: HookEvent
+    command: list[str] = Field(min_length=1)
+    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=86400, allow_inf_nan=False)
+    on_error: HookOnError = "block"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_on_error(cls, data: Any) -> Any:
+        """A failure blocks an event that can be blocked, and only warns on the others."""
+        if isinstance(data, dict) and "on_error" not in data:
+            rule = EVENTS.get(data.get("event"))  # type: ignore[arg-type]
+            if rule is not None and not rule.may_block:
+                return {**data, "on_error": "warn"}
+        return data
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, name: str) -> str:
+        try:
+            return validate_id(name, "hook")
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, command: list[str]) -> list[str]:
+        if not command[0]:
+            raise ValueError("the program (the command's first word) must not be empty")
+        if any("\x00" in arg for arg in command):
+            raise ValueError("a command argument cannot contain a NUL character")
+        return command
+
+
+def hook_spec(fields: Mapping[str, Any]) -> HookSpec:
+    """A validated hook, or a UsageError saying which field is wrong."""
+    try:
+        return HookSpec.model_validate(dict(fields))
+    except ValidationError as exc:
+        raise UsageError(f"invalid hook: {validation_summary(exc, 'hook')}") from None
+
+
+# ---- where hooks live --------------------------------------------------------------------
+
+
+class ProjectHooks(NamedTuple):
+    """A project's hooks file as found: its hooks run only when `state` is "trusted"."""
+
+    path: Path  # absolute, links resolved: the key of its pin in the config
+    state: HookFileState
+    sha256: str | None = None
+    hooks: tuple[HookSpec, ...] = ()  # parsed, even when not trusted
+    problem: str | None = None  # why an "invalid" file cannot be read
+
+    @property
+    def trusted(self) -> bool:
+        return self.state == "trusted"
+
+
+# Each (path, state) is warned about once a process: a loop asks for hooks many times.
+_warned: set[tuple[str, str]] = set()
+
+
+def project_hooks_path(cwd: Path) -> Path:
+    return Path(os.path.realpath(Path(cwd) / PROJECT_HOOKS_FILE))
+
+
+def _parse_hooks_file(data: bytes) -> list[HookSpec]:
+    """The hooks of a hooks file (a JSON array of hooks, names unique), or InvalidInput."""
+    import orjson
+
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"not JSON ({exc})") from None
+    if not isinstance(parsed, list):
+        raise InvalidInput("not a JSON array of hooks")
+    hooks = []
+    for index, item in enumerate(parsed):
+        try:
+            hooks.append(HookSpec.model_validate(item))
+        except ValidationError as exc:
+            raise InvalidInput(f"hook {index}: {validation_summary(exc)}") from None
+    names = [hook.name for hook in hooks]
+    doubled = sorted({name for name in names if names.count(name) > 1})
+    if doubled:
+        raise InvalidInput(f"hook names used twice: {', '.join(doubled)}")
+    return hooks
+
+
+def _read_hooks_file(path: Path) -> bytes:
+    from agctl.fsio import read_bytes
+
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise NotFound(f"no hooks file: {path}") from None
+    except OSError as exc:
+        raise InvalidInput(f"{path}: {exc.strerror}") from None
+    if size > MAX_PROJECT_FILE_BYTES:
+        raise InvalidInput(f"{path}: {size} bytes, more than a hooks file can be")
+    return read_bytes(path, "hooks file", follow=True)
+
+
+def read_project_hooks(config: Config, cwd: Path, path: Path | None = None) -> ProjectHooks:
+    """The hooks file of the project in `cwd` (or the file `path`), parsed but not run,
+    and whether the config trusts it as it is now."""
+    found = Path(os.path.realpath(path)) if path is not None else project_hooks_path(cwd)
+    pinned = config.trusted_hook_files.get(str(found))
+    try:
+        data = _read_hooks_file(found)
+    except NotFound:
+        return ProjectHooks(found, "absent")
+    except InvalidInput as exc:
+        return ProjectHooks(found, "invalid", problem=str(exc))
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        hooks = _parse_hooks_file(data)
+    except InvalidInput as exc:
+        if pinned == digest:  # trusted as it is, yet unreadable (written by a newer agctl)
+            raise InvalidInput(f"trusted hooks file {found}: {exc}") from None
+        return ProjectHooks(found, "invalid", digest, problem=str(exc))
+    state: HookFileState = (
+        "untrusted" if pinned is None else "trusted" if pinned == digest else "changed"
+    )
+    return ProjectHooks(found, state, digest, tuple(hooks))
+
+
+def _warn_unused(project: ProjectHooks) -> None:
+    key = (str(project.path), project.state)
+    if project.state in ("absent", "trusted") or key in _warned:
+        return
+    _warned.add(key)
+    if project.state == "untrusted":
+        log.warning(
+            "%s is ignored: its hooks run once you trust it ('agctl hook trust')", project.path
+        )
+    elif project.state == "changed":
+        log.warning(
+            "%s changed since 'agctl hook trust' pinned it: its trust is dropped and its "
+            "hooks are ignored until you trust it again",
+            project.path,
+        )
+    else:
+        log.warning("%s is ignored: %s", project.path, project.problem)
+
+
+def hooks_disabled(flag: bool = False, env: Mapping[str, str] | None = None) -> bool:
+    """Whether every hook is bypassed: --no-hooks, or AGCTL_NO_HOOKS=1 (or true, yes, on)."""
+    value = (os.environ if env is None else env).get("AGCTL_NO_HOOKS", "")
+    return flag or value.strip().lower() in ("1", "true", "t", "yes", "y", "on")
+
+
+class ListedHook(NamedTuple):
+    """A hook with where it is configured, as `agctl hook list` shows it."""
+
+    spec: HookSpec
+    source: HookSource
+    profile: str | None = None
+    trust: HookFileState = "trusted"  # a project file's state, for its hooks
+
+    def public(self) -> dict[str, Any]:
+        return {
+            **self.spec.model_dump(mode="json"),
+            "source": self.source,
+            "profile": self.profile,
+            "trust": self.trust,
+        }
+
+
+def all_hooks(config: Config, cwd: Path) -> tuple[list[ListedHook], ProjectHooks]:
+    """Every configured hook, run or not: the config's, each profile's, the project's."""
+    listed = [ListedHook(spec, "config") for spec in config.hooks]
+    for name, profile in sorted(config.profiles.items()):
+        listed.extend(ListedHook(spec, "profile", name) for spec in profile.hooks)
+    project = read_project_hooks(config, cwd)
+    listed.extend(ListedHook(spec, "project", trust=project.state) for spec in project.hooks)
+    return listed, project
+
+
+def profile_in_use(
+    config: Config, given: str | None = None, env: Mapping[str, str] | None = None
+) -> str | None:
+    """The profile whose hooks run outside a turn: the one given, else AGCTL_PROFILE, else
+    the config's default (a turn knows its own: agctl.config.Resolved.profile)."""
+    return (
+        given
+        or (os.environ if env is None else env).get("AGCTL_PROFILE")
+        or (config.default_profile)
+    )
+
+
+def hooks_for(
+    config: Config,
+    profile_name: str | None,
+    cwd: Path,
+    event: HookEvent,
+    *,
+    no_hooks: bool = False,
+) -> list[HookSpec]:
+    """The hooks `event` runs, in order: the config's, the profile's, then the trusted
+    project file's; none with --no-hooks or AGCTL_NO_HOOKS."""
+    if hooks_disabled(no_hooks):
+        return []
+    chosen = list(config.hooks)
+    profile = config.profiles.get(profile_name) if profile_name else None
+    if profile is not None:
+        chosen.extend(profile.hooks)
+    project = read_project_hooks(config, cwd)
+    _warn_unused(project)
+    if project.trusted:
+        chosen.extend(project.hooks)
+    return [hook for hook in chosen if hook.event == event]
+
+
+# ---- changing the config -----------------------------------------------------------------
+
+
+def _names(hooks: Sequence[HookSpec]) -> set[str]:
+    return {hook.name for hook in hooks}
+
+
+def _hook_list(config: Config, profile: str | None) -> list[HookSpec]:
+    if profile is None:
+        return config.hooks
+    if profile not in config.profiles:
+        known = ", ".join(sorted(config.profiles)) or "none"
+        raise NotFound(f"profile {profile!r} not found (profiles: {known})")
+    return config.profiles[profile].hooks
+
+
+def add_hook(
+    store: ConfigStore, spec: HookSpec, *, profile: str | None = None, replace: bool = False
+) -> None:
+    """Add `spec` to the config's hooks (or a profile's), last; `replace` puts it in the
+    place of the hook of that name."""
+    config = store.load()
+    hooks = _hook_list(config, profile)
+    names = [hook.name for hook in hooks]
+    if spec.name in names:
+        if not replace:
+            raise AlreadyExists(f"hook {spec.name!r} already exists (use --force to replace it)")
+        hooks[names.index(spec.name)] = spec
+    else:
+        hooks.append(spec)
+    store.save(config)
+
+
+def remove_hook(store: ConfigStore, name: str, *, profile: str | None = None) -> HookSpec:
+    config = store.load()
+    hooks = _hook_list(config, profile)
+    for index, hook in enumerate(hooks):
+        if hook.name == name:
+            del hooks[index]
+            store.save(config)
+            return hook
+    owners = [p for p, prof in sorted(config.profiles.items()) if name in _names(prof.hooks)]
+    hint = None
+    if profile is None and owners:
+        hint = f"it is a hook of profile {owners[0]}: add --profile {owners[0]}"
+    where = f"profile {profile!r}" if profile else "the config"
+    raise NotFound(f"hook {name!r} not found in {where}", hint=hint)
+
+
+def trust_hooks_file(store: ConfigStore, path: Path) -> ProjectHooks:
+    """Pin the sha256 of the hooks file at `path`, after checking that it is valid: its
+    hooks run from now on, until the file changes."""
+    config = store.load()
+    found = Path(os.path.realpath(path))
+    data = _read_hooks_file(found)
+    try:
+        hooks = _parse_hooks_file(data)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{found}: {exc}") from None
+    digest = hashlib.sha256(data).hexdigest()
+    config.trusted_hook_files[str(found)] = digest
+    store.save(config)
+    return ProjectHooks(found, "trusted", digest, tuple(hooks))
+
+
+def untrust_hooks_file(store: ConfigStore, path: Path) -> tuple[Path, str]:
+    """Drop the pin of the hooks file at `path`: the file's key and the sha256 it pinned."""
+    config = store.load()
+    found = Path(os.path.realpath(path))
+    if str(found) not in config.trusted_hook_files:
+        raise NotFound(f"{found} is not trusted")
+    digest = config.trusted_hook_files.pop(str(found))
+    store.save(config)
+    return found, digest
+
+
+# ---- running hooks -----------------------------------------------------------------------
+
+
+class HookRun(NamedTuple):
+    """One hook's run, for --json output and -v."""
+
+    name: str
+    event: HookEvent
+    exit: int | None  # None: it timed out, or could not be started
+    duration_ms: int
+    outcome: HookRunOutcome
+    message: str | None = None  # why it blocked or failed
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "event": self.event,
+            "exit": self.exit,
+            "duration_ms": self.duration_ms,
+            "outcome": self.outcome,
+            "message": self.message,
+        }
+
+
+class HookOutcome(NamedTuple):
+    """What the hooks of one event changed, combined in order, and each one's run."""
+
+    event: HookEvent
+    changes: dict[str, Any]
+    runs: list[HookRun]
+    # The payload after every change (what a next hook would have read).
+    payload: dict[str, Any]
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "event": self.event,
+            "changes": self.changes,
+            "runs": [run.public() for run in self.runs],
+        }
+
+
+class HookBlocked(Blocked):
+    """A hook blocked its event (exit 2), or failed on one its `on_error` blocks."""
+
+    def __init__(
+        self, event: HookEvent, hook: str, reason: str, runs: list[HookRun], *, failed: bool
+    ) -> None:
+        self.event = event
+        self.hook = hook
+        self.reason = reason
+        self.runs = runs
+        self.failed = failed
+        message = (
+            f"hook {hook!r} failed on {event} ({reason}), which blocks it (its on_error)"
+            if failed
+            else f"hook {hook!r} blocked {event}: {reason}"
+        )
+        super().__init__(
+            message, hint="see it with 'agctl hook list'; try it with 'agctl hook test'"
+        )
+
+
+class _BadOutput(Exception):
+    """What a hook printed is not what its event allows."""
+
+
+def hook_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables a hook inherits: the core set and LC_*, never one named like a
+    credential (nor AGCTL_* or OPENAI_*, which are not in the set)."""
+    source = os.environ if environ is None else environ
+    return {
+        name: value
+        for name, value in source.items()
+        if (name in KEPT_VARIABLES or name.startswith("LC_")) and not _SECRET_NAME.search(name)
+    }
+
+
+def hook_payload(event: HookEvent, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The document a hook reads on stdin: the event's name and schema version, the
+    context (None where unknown; `cwd` where agctl runs) and the event's fields."""
+    rule = EVENTS[event]
+    missing = [name for name in rule.data if name not in payload]
+    if missing:
+        raise InvalidInput(f"the payload of {event} needs {', '.join(missing)}")
+    full: dict[str, Any] = {"hook_event": event, "schema_version": PAYLOAD_SCHEMA_VERSION}
+    for name in CONTEXT_FIELDS:
+        full[name] = payload.get(name)
+    if full["cwd"] is None:
+        full["cwd"] = os.getcwd()
+    full.update(
+        (name, value)
+        for name, value in payload.items()
+        if name not in full and name not in ("hook_event", "schema_version")
+    )
+    return full
+
+
+def run_hooks(
+    event: HookEvent,
+    payload: Mapping[str, Any],
+    hooks: Sequence[HookSpec],
+    *,
+    log: logging.Logger = log,
+    environ: Mapping[str, str] | None = None,
+) -> HookOutcome:
+    """Run the hooks of `event` in order, each seeing the changes of those before it;
+    raise HookBlocked when one blocks the event. `payload` holds the context fields
+    (CONTEXT_FIELDS) and the event's (EVENTS[event].data)."""
+    current = hook_payload(event, payload)
+    outcome = HookOutcome(event, {}, [], current)
+    rule = EVENTS[event]
+    for hook in hooks:
+        if hook.event != event:
+            raise ValueError(f"hook {hook.name!r} is a {hook.event} hook, not {event}")
+        started = time.monotonic()
+        finished = _run_process(hook, _json_bytes(current), str(current["cwd"]), environ)
+        duration_ms = int((time.monotonic() - started) * 1000)
+        failure = finished.failure
+        changes: dict[str, Any] = {}
+        if failure is None and finished.exit == 0:
+            try:
+                changes = _parsed_output(rule.output, finished.stdout)
+            except _BadOutput as exc:
+                failure = str(exc)
+        elif failure is None and finished.exit == 2 and rule.may_block:
+            reason = _reason(finished.stderr) or "no reason given"
+            outcome.runs.append(HookRun(hook.name, event, 2, duration_ms, "blocked", reason))
+            log.info("hook %s blocked %s (%d ms): %s", hook.name, event, duration_ms, reason)
+            raise HookBlocked(event, hook.name, reason, outcome.runs, failed=False)
+        elif failure is None:
+            tail = _reason(finished.stderr)
+            failure = f"exit {finished.exit}" + (f": {tail}" if tail else "")
+            if finished.exit == 2:
+                failure += f" ({event} cannot be blocked)"
+        stop = False
+        if failure is None:
+            try:
+                stop = _merge(event, current, changes, outcome.changes)
+            except _BadOutput as exc:
+                failure = str(exc)
+        if failure is not None:
+            if hook.on_error == "block":
+                outcome.runs.append(
+                    HookRun(hook.name, event, finished.exit, duration_ms, "failed", failure)
+                )
+                log.info("hook %s failed on %s (%d ms): %s", hook.name, event, duration_ms, failure)
+                raise HookBlocked(event, hook.name, failure, outcome.runs, failed=True)
+            outcome.runs.append(
+                HookRun(hook.name, event, finished.exit, duration_ms, "warned", failure)
+            )
+            log.warning(
+                "hook %r failed on %s (%s); going on (on_error: warn)", hook.name, event, failure
+            )
+            continue
+        outcome.runs.append(HookRun(hook.name, event, finished.exit, duration_ms, "proceed"))
+        log.info("hook %s on %s: exit 0 (%d ms)", hook.name, event, duration_ms)
+        if stop:
+            break
+    return outcome
+
+
+def _json_bytes(value: Any) -> bytes:
+    import orjson
+
+    return orjson.dumps(value)
+
+
+def _reason(stderr: bytes) -> str:
+    text = stderr.decode("utf-8", errors="replace").strip()
+    return text if len(text) <= REASON_CHARS else "…" + text[-REASON_CHARS:]
+
+
+def _parsed_output(model: type[HookOutput], stdout: bytes) -> dict[str, Any]:
+    """The changes a hook printed: nothing, or one JSON object its event allows."""
+    import orjson
+
+    if not stdout.strip():
+        return {}
+    try:
+        parsed = orjson.loads(stdout)
+    except orjson.JSONDecodeError as exc:
+        raise _BadOutput(f"its output is not JSON ({exc})") from None
+    if not isinstance(parsed, dict):
+        raise _BadOutput("its output is not a JSON object")
+    try:
+        return model.model_validate(parsed).model_dump(exclude_unset=True)
+    except ValidationError as exc:
+        raise _BadOutput(f"its output is invalid: {validation_summary(exc)}") from None
+
+
+def _merge(
+    event: HookEvent, payload: dict[str, Any], changes: dict[str, Any], combined: dict[str, Any]
+) -> bool:
+    """Fold one hook's changes into the payload the next hook reads and into the combined
+    changes; True when the event is settled and no later hook needs to run (a deny, a
+    cancel)."""
+    if event == "TurnStart" and "scratch" in changes:
+        payload["scratch"] = [*payload["scratch"], *changes["scratch"]]
+        combined["scratch"] = [*combined.get("scratch", []), *changes.pop("scratch")]
+    if event == "PostCompress" and changes.get("keep_recent", 0) > payload["keep_recent"]:
+        raise _BadOutput(
+            f"keep_recent {changes['keep_recent']} is more than the "
+            f"{payload['keep_recent']} kept: a hook may only narrow it"
+        )
+    if event == "PreToolUse" and "decision" in changes:
+        decision = changes["decision"]
+        if _DECISION_RANK[decision] < _DECISION_RANK[combined.get("decision", "allow")]:
+            changes.pop("decision")  # looser than an earlier hook's: kept as it was
+            changes.pop("reason", None)
+    payload.update(changes)
+    combined.update(changes)
+    return combined.get("decision") == "deny" or combined.get("cancel") is True
+
+
+# ---- one hook process --------------------------------------------------------------------
+
+
+class _Finished(NamedTuple):
+    exit: int | None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    failure: str | None = None  # it timed out, could not start, or printed too much
+
+
+def _run_process(
+    hook: HookSpec, stdin: bytes, cwd: str, environ: Mapping[str, str] | None
+) -> _Finished:
+    """Run `hook` in `cwd`, in its own process group, with `stdin`, within its time limit."""
+    import subprocess
+
+    try:
+        process = subprocess.Popen(
+            hook.command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=hook_environment(environ),
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        return _Finished(None, failure=f"cannot run {hook.command[0]!r}: {exc.strerror}")
+    try:
+        return _exchange(process, stdin, hook.timeout_s)
+    except BaseException:  # Ctrl-C: the hook dies with the command that started it
+        _signal_group(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
+
+
+def _exchange(process: subprocess.Popen[bytes], stdin: bytes, timeout_s: float) -> _Finished:
+    """Write stdin, read stdout and stderr (capped) until the process ends or time is up."""
+    import selectors
+    import subprocess
+
+    assert process.stdin and process.stdout and process.stderr
+    deadline = time.monotonic() + timeout_s
+    out = bytearray()
+    err = bytearray()
+    selector = selectors.DefaultSelector()
+    os.set_blocking(process.stdin.fileno(), False)
+    selector.register(process.stdin, selectors.EVENT_WRITE)
+    selector.register(process.stdout, selectors.EVENT_READ)
+    selector.register(process.stderr, selectors.EVENT_READ)
+    written = 0
+    failure = None
+    if not stdin:
+        selector.unregister(process.stdin)
+        process.stdin.close()
+    try:
+        while selector.get_map() and failure is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                failure = f"timed out after {timeout_s:g}s"
+                break
+            for key, _ in selector.select(remaining):
+                stream = key.fileobj
+                if stream is process.stdin:
+                    try:
+                        written += os.write(process.stdin.fileno(), stdin[written:][:65536])
+                    except BrokenPipeError:  # it did not read it all: its business
+                        written = len(stdin)
+                    if written >= len(stdin):
+                        selector.unregister(process.stdin)
+                        process.stdin.close()
+                    continue
+                assert stream is process.stdout or stream is process.stderr
+                chunk = os.read(stream.fileno(), 65536)
+                if not chunk:
+                    selector.unregister(stream)
+                    continue
+                if stream is process.stdout:
+                    out += chunk
+                    if len(out) > MAX_STDOUT_BYTES:
+                        failure = f"it printed more than {MAX_STDOUT_BYTES} bytes"
+                        break
+                else:
+                    err += chunk
+                    del err[:-STDERR_TAIL_BYTES]
+        if failure is None:
+            try:
+                process.wait(max(deadline - time.monotonic(), 0))
+            except subprocess.TimeoutExpired:
+                failure = f"timed out after {timeout_s:g}s"
+    finally:
+        selector.close()
+        for stream in (process.stdin, process.stdout, process.stderr):
+            if not stream.closed:
+                stream.close()
+    if failure is not None:
+        _stop_group(process)
+        return _Finished(None, bytes(out), bytes(err), failure)
+    return _Finished(process.returncode, bytes(out), bytes(err))
+
+
+def _signal_group(pgid: int, signum: int) -> bool:
+    """Send `signum` to the process group; False when no process of it is left."""
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member that changed its user: nothing more to do
+        return False
+    return True
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the hook's process group, then SIGKILL what is left of it after the grace,
+    and wait (a little) until the kill has taken."""
+    if _signal_group(process.pid, signal.SIGTERM):
+        _wait_for_group(process, time.monotonic() + KILL_GRACE_S)
+    if _signal_group(process.pid, signal.SIGKILL):
+        _wait_for_group(process, time.monotonic() + KILLED_WAIT_S)
+    process.wait()
+
+
+def _wait_for_group(process: subprocess.Popen[bytes], deadline: float) -> None:
+    """Until no process of the group is left (a zombie left unreaped counts) or `deadline`."""
+    while time.monotonic() < deadline:
+        process.poll()
+        if not _signal_group(process.pid, 0):
+            return
+        time.sleep(0.02)

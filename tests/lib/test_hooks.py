@@ -1,0 +1,523 @@
+"""Hooks as data and their runner (agctl.hooks): every outcome of a blocking and of an
+observing event, on_error both ways, chaining, the payload, and the project file's trust."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agctl import hooks
+from agctl.config import Config, ConfigStore, Profile
+from agctl.errors import AlreadyExists, CorruptDocument, InvalidInput, NotFound, UsageError
+from agctl.hooks import (
+    EVENTS,
+    HookBlocked,
+    HookSpec,
+    hook_environment,
+    hook_spec,
+    hooks_disabled,
+    hooks_for,
+    read_project_hooks,
+    run_hooks,
+)
+from agctl.vocab import HOOK_EVENTS, HookEvent
+
+START = {"prompt": "hello", "scratch": []}
+
+
+@pytest.fixture(autouse=True)
+def warn_again() -> Iterator[None]:
+    """Each test sees the project file's warnings afresh (they are given once a process)."""
+    hooks._warned.clear()
+    yield
+    hooks._warned.clear()
+
+
+def script(tmp_path: Path, name: str, body: str) -> list[str]:
+    """A hook: a Python script run by this interpreter."""
+    path = tmp_path / f"{name}.py"
+    path.write_text("import json, os, sys\n" + textwrap.dedent(body))
+    return [sys.executable, str(path)]
+
+
+def hook(tmp_path: Path, name: str, event: HookEvent, body: str, **fields: Any) -> HookSpec:
+    return HookSpec(name=name, event=event, command=script(tmp_path, name, body), **fields)
+
+
+def test_every_event_has_a_rule_and_only_the_observing_ones_take_no_changes() -> None:
+    assert set(EVENTS) == set(HOOK_EVENTS)
+    observing = {event for event, rule in EVENTS.items() if not rule.may_block}
+    assert observing == {"TurnEnd", "TurnError", "PostRollback", "PostFork"}
+
+
+def test_on_error_defaults_to_what_the_event_can_do() -> None:
+    assert HookSpec(name="a", event="TurnStart", command=["x"]).on_error == "block"
+    assert HookSpec(name="a", event="TurnEnd", command=["x"]).on_error == "warn"
+    assert HookSpec(name="a", event="TurnEnd", command=["x"], on_error="block").on_error == "block"
+    assert HookSpec(name="a", event="TurnEnd", command=["x"]).timeout_s == 10
+
+
+@pytest.mark.parametrize(
+    ("fields", "complaint"),
+    [
+        ({"command": []}, "command"),
+        ({"command": [""]}, "program"),
+        ({"command": "rm -rf /"}, "command"),
+        ({"name": "../x"}, "name"),
+        ({"event": "OnTurnStart"}, "event"),
+        ({"timeout": 5}, "timeout"),
+        ({"timeout_s": 0}, "timeout_s"),
+    ],
+)
+def test_a_hook_spec_refuses_what_would_be_a_surprise(
+    fields: dict[str, Any], complaint: str
+) -> None:
+    base = {"name": "h", "event": "TurnStart", "command": ["true"], **fields}
+    with pytest.raises(UsageError, match=complaint):
+        hook_spec(base)
+
+
+def test_no_hooks_run_nothing_without_a_process(tmp_path: Path) -> None:
+    outcome = run_hooks("TurnStart", START, [])
+    assert outcome.changes == {} and outcome.runs == []
+
+
+@pytest.mark.parametrize("event", ["TurnStart", "TurnEnd"])
+def test_exit_0_with_nothing_printed_proceeds(tmp_path: Path, event: HookEvent) -> None:
+    quiet = hook(tmp_path, "quiet", event, "sys.stdin.read()\n")
+    outcome = run_hooks(event, START if event == "TurnStart" else {}, [quiet])
+    assert [(r.name, r.exit, r.outcome) for r in outcome.runs] == [("quiet", 0, "proceed")]
+    assert outcome.changes == {}
+
+
+def test_an_observing_hook_may_print_an_empty_object(tmp_path: Path) -> None:
+    empty = hook(tmp_path, "empty", "TurnEnd", "print('{}')\n", on_error="block")
+    assert run_hooks("TurnEnd", {}, [empty]).runs[0].outcome == "proceed"
+
+
+def test_a_hook_replaces_the_prompt_and_adds_scratch_text(tmp_path: Path) -> None:
+    upper = hook(
+        tmp_path,
+        "upper",
+        "TurnStart",
+        """
+        payload = json.load(sys.stdin)
+        print(json.dumps({"prompt": payload["prompt"].upper(), "scratch": ["date: today"]}))
+        """,
+    )
+    outcome = run_hooks("TurnStart", START, [upper])
+    assert outcome.changes == {"prompt": "HELLO", "scratch": ["date: today"]}
+
+
+def test_each_hook_sees_the_previous_one_s_changes(tmp_path: Path) -> None:
+    first = hook(
+        tmp_path, "first", "TurnStart", 'print(json.dumps({"prompt": "one", "scratch": ["a"]}))\n'
+    )
+    second = hook(
+        tmp_path,
+        "second",
+        "TurnStart",
+        """
+        payload = json.load(sys.stdin)
+        print(json.dumps({"prompt": payload["prompt"] + " two", "scratch": payload["scratch"]}))
+        """,
+    )
+    outcome = run_hooks("TurnStart", START, [first, second])
+    assert outcome.changes["prompt"] == "one two"
+    # scratch adds up: the second saw ["a"] and added it again
+    assert outcome.changes["scratch"] == ["a", "a"]
+    assert [r.name for r in outcome.runs] == ["first", "second"]
+
+
+def test_exit_2_blocks_with_stderr_as_the_reason(tmp_path: Path) -> None:
+    never = hook(
+        tmp_path, "never", "TurnStart", "print('not today', file=sys.stderr)\nsys.exit(2)\n"
+    )
+    after = hook(tmp_path, "after", "TurnStart", "open(sys.argv[0] + '.ran', 'w')\n")
+    with pytest.raises(HookBlocked) as caught:
+        run_hooks("TurnStart", START, [never, after])
+    assert caught.value.exit_code == 9
+    assert caught.value.hook == "never" and caught.value.reason == "not today"
+    assert "hook 'never' blocked TurnStart: not today" in str(caught.value)
+    assert [(r.name, r.exit, r.outcome) for r in caught.value.runs] == [("never", 2, "blocked")]
+    assert not Path(after.command[1] + ".ran").exists()
+
+
+def test_exit_2_on_an_observing_event_is_a_failure_that_warns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    two = hook(tmp_path, "two", "TurnEnd", "sys.exit(2)\n")
+    with caplog.at_level(logging.WARNING, "agctl"):
+        outcome = run_hooks("TurnEnd", {}, [two])
+    (run,) = outcome.runs
+    assert (run.exit, run.outcome) == (2, "warned")
+    assert "cannot be blocked" in (run.message or "")
+    assert "hook 'two' failed on TurnEnd" in caplog.text
+
+
+FAILURES = {
+    "exit 3": ("print('broken', file=sys.stderr)\nsys.exit(3)\n", "exit 3: broken"),
+    "not JSON": ("print('yes please')\n", "not JSON"),
+    "not an object": ("print('[1]')\n", "not a JSON object"),
+    "unknown key": ('print(json.dumps({"promt": "typo"}))\n', "promt"),
+    "wrong type": ('print(json.dumps({"prompt": 5}))\n', "prompt"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAILURES))
+def test_a_failure_blocks_a_blocking_event(tmp_path: Path, case: str) -> None:
+    body, message = FAILURES[case]
+    failing = hook(tmp_path, "failing", "TurnStart", body)
+    with pytest.raises(HookBlocked) as caught:
+        run_hooks("TurnStart", START, [failing])
+    assert message in caught.value.reason
+    assert caught.value.failed
+    assert caught.value.runs[-1].outcome == "failed"
+
+
+@pytest.mark.parametrize("case", sorted(FAILURES))
+def test_a_failure_with_on_error_warn_goes_on_without_its_changes(
+    tmp_path: Path, case: str
+) -> None:
+    body, message = FAILURES[case]
+    failing = hook(tmp_path, "failing", "TurnStart", body, on_error="warn")
+    later = hook(tmp_path, "later", "TurnStart", 'print(json.dumps({"scratch": ["later"]}))\n')
+    outcome = run_hooks("TurnStart", START, [failing, later])
+    assert [r.outcome for r in outcome.runs] == ["warned", "proceed"]
+    assert message in (outcome.runs[0].message or "")
+    assert outcome.changes == {"scratch": ["later"]}
+
+
+@pytest.mark.parametrize("case", sorted(FAILURES))
+def test_a_failure_warns_on_an_observing_event_and_blocks_with_on_error_block(
+    tmp_path: Path, case: str
+) -> None:
+    body, message = FAILURES[case]
+    if case == "unknown key":
+        body = 'print(json.dumps({"prompt": "an observer takes no changes"}))\n'
+        message = "prompt"
+    warned = run_hooks("TurnEnd", {}, [hook(tmp_path, "obs", "TurnEnd", body)])
+    assert warned.runs[0].outcome == "warned" and message in (warned.runs[0].message or "")
+    strict = hook(tmp_path, "strict", "TurnEnd", body, on_error="block")
+    with pytest.raises(HookBlocked, match="failed on TurnEnd"):
+        run_hooks("TurnEnd", {}, [strict])
+
+
+def test_a_program_that_does_not_exist_is_a_failure(tmp_path: Path) -> None:
+    missing = HookSpec(name="gone", event="TurnStart", command=[str(tmp_path / "nope")])
+    with pytest.raises(HookBlocked, match="cannot run"):
+        run_hooks("TurnStart", START, [missing])
+    observer = HookSpec(name="gone", event="TurnEnd", command=missing.command)
+    warned = run_hooks("TurnEnd", {}, [observer])
+    assert warned.runs[0].exit is None and warned.runs[0].outcome == "warned"
+
+
+def test_pre_tool_use_may_deny_and_a_later_hook_does_not_run(tmp_path: Path) -> None:
+    deny = hook(
+        tmp_path, "deny", "PreToolUse", 'print(json.dumps({"decision": "deny", "reason": "rm"}))\n'
+    )
+    after = hook(tmp_path, "after", "PreToolUse", "open(sys.argv[0] + '.ran', 'w')\n")
+    call = {"tool": "shell", "call_id": "c1", "arguments": {"cmd": "rm -rf ~"}}
+    outcome = run_hooks("PreToolUse", call, [deny, after])
+    assert outcome.changes == {"decision": "deny", "reason": "rm"}
+    assert [r.name for r in outcome.runs] == ["deny"]
+    assert not Path(after.command[1] + ".ran").exists()
+
+
+def test_pre_tool_use_rewrites_arguments_and_a_later_allow_does_not_loosen_an_ask(
+    tmp_path: Path,
+) -> None:
+    ask = hook(
+        tmp_path,
+        "ask",
+        "PreToolUse",
+        """
+        payload = json.load(sys.stdin)
+        arguments = dict(payload["arguments"], safe=True)
+        print(json.dumps({"decision": "ask", "reason": "check", "arguments": arguments}))
+        """,
+    )
+    allow = hook(
+        tmp_path,
+        "allow",
+        "PreToolUse",
+        """
+        payload = json.load(sys.stdin)
+        assert payload["arguments"]["safe"] is True and payload["decision"] == "ask"
+        print(json.dumps({"decision": "allow", "reason": "fine"}))
+        """,
+    )
+    call = {"tool": "shell", "call_id": "c1", "arguments": {"cmd": "ls"}}
+    outcome = run_hooks("PreToolUse", call, [ask, allow])
+    assert outcome.changes == {
+        "decision": "ask",
+        "reason": "check",
+        "arguments": {"cmd": "ls", "safe": True},
+    }
+
+
+def test_post_tool_use_redacts_the_output(tmp_path: Path) -> None:
+    redact = hook(
+        tmp_path,
+        "redact",
+        "PostToolUse",
+        """
+        payload = json.load(sys.stdin)
+        print(json.dumps({"output": payload["output"].replace("hunter2", "[redacted]")}))
+        """,
+    )
+    result = {"tool": "cat", "call_id": "c1", "arguments": {}, "output": "pw=hunter2"}
+    assert run_hooks("PostToolUse", result, [redact]).changes == {"output": "pw=[redacted]"}
+
+
+def test_pre_compress_may_cancel_or_give_the_summary(tmp_path: Path) -> None:
+    given = hook(tmp_path, "given", "PreCompress", 'print(json.dumps({"summary": "short"}))\n')
+    cancel = hook(tmp_path, "cancel", "PreCompress", 'print(json.dumps({"cancel": True}))\n')
+    data = {"strategy": "summarize", "keep_recent": 6}
+    assert run_hooks("PreCompress", data, [given]).changes == {"summary": "short"}
+    assert run_hooks("PreCompress", data, [given, cancel]).changes == {
+        "summary": "short",
+        "cancel": True,
+    }
+    bad = hook(tmp_path, "bad", "PreCompress", 'print(json.dumps({"cancel": "yes"}))\n')
+    with pytest.raises(HookBlocked, match="cancel"):  # strict: "yes" is not a boolean
+        run_hooks("PreCompress", data, [bad])
+
+
+def test_post_compress_rewrites_the_summary_and_may_only_narrow_what_is_kept(
+    tmp_path: Path,
+) -> None:
+    data = {"strategy": "summarize", "keep_recent": 6, "summary": "long"}
+    narrow = hook(
+        tmp_path,
+        "narrow",
+        "PostCompress",
+        'print(json.dumps({"summary": "s", "keep_recent": 2}))\n',
+    )
+    assert run_hooks("PostCompress", data, [narrow]).changes == {"summary": "s", "keep_recent": 2}
+    widen = hook(tmp_path, "widen", "PostCompress", 'print(json.dumps({"keep_recent": 9}))\n')
+    with pytest.raises(HookBlocked, match="only narrow"):
+        run_hooks("PostCompress", data, [widen])
+
+
+def test_the_payload_names_the_event_and_its_context_and_holds_no_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-live-secret-1")
+    monkeypatch.setenv("AGCTL_API_KEY", "sk-live-secret-2")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-secret-3")
+    monkeypatch.setenv("DB_PASSWORD", "secret-4")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    dump = tmp_path / "seen.json"
+    seen = hook(
+        tmp_path,
+        "seen",
+        "TurnStart",
+        f"""
+        payload = json.load(sys.stdin)
+        json.dump({{"payload": payload, "env": dict(os.environ)}}, open({str(dump)!r}, "w"))
+        """,
+    )
+    context = {"session": "s1", "slot": "default", "turn": 3, "model": "m", "cwd": str(tmp_path)}
+    run_hooks("TurnStart", {**context, **START}, [seen])
+    recorded = json.loads(dump.read_text())
+    assert recorded["payload"] == {
+        "hook_event": "TurnStart",
+        "schema_version": "1.0",
+        **context,
+        **START,
+    }
+    assert "secret" not in dump.read_text()
+    env = recorded["env"]
+    assert env["LC_ALL"] == "C.UTF-8" and "PATH" in env
+    assert not [name for name in env if name.startswith(("AGCTL_", "OPENAI_"))]
+
+
+def test_a_hook_runs_in_the_payload_s_cwd(tmp_path: Path) -> None:
+    where = hook(tmp_path, "where", "TurnEnd", "open('here', 'w')\n")
+    (tmp_path / "work").mkdir()
+    run_hooks("TurnEnd", {"cwd": str(tmp_path / "work")}, [where])
+    assert (tmp_path / "work" / "here").exists()
+
+
+def test_the_environment_keeps_the_core_set_only() -> None:
+    environ = {
+        "PATH": "/bin",
+        "HOME": "/h",
+        "LANG": "C",
+        "LC_CTYPE": "C",
+        "TERM": "xterm",
+        "TZ": "UTC",
+        "TMPDIR": "/t",
+        "AGCTL_DATA_DIR": "/d",
+        "OPENAI_BASE_URL": "http://x",
+        "LC_SECRET_KEY": "k",
+        "PYTHONPATH": "/p",
+    }
+    assert sorted(hook_environment(environ)) == [
+        "HOME", "LANG", "LC_CTYPE", "PATH", "TERM", "TMPDIR", "TZ"
+    ]  # fmt: skip
+
+
+def test_a_payload_without_the_event_s_fields_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="needs prompt, scratch"):
+        run_hooks("TurnStart", {}, [])
+
+
+def test_a_hook_of_another_event_is_a_caller_s_mistake() -> None:
+    other = HookSpec(name="other", event="TurnEnd", command=["true"])
+    with pytest.raises(ValueError, match="TurnEnd hook"):
+        run_hooks("TurnStart", START, [other])
+
+
+# ---- where hooks come from ----------------------------------------------------------------
+
+
+def project(tmp_path: Path, specs: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "repo" / ".agctl" / "hooks.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(specs))
+    return path
+
+
+def spec(name: str, event: str = "TurnEnd") -> dict[str, Any]:
+    return {"name": name, "event": event, "command": ["true"]}
+
+
+def names(found: list[HookSpec]) -> list[str]:
+    return [hook.name for hook in found]
+
+
+def test_hooks_for_runs_the_config_s_then_the_profile_s_in_order(tmp_path: Path) -> None:
+    config = Config(
+        hooks=[HookSpec(**spec("b")), HookSpec(**spec("a")), HookSpec(**spec("s", "TurnStart"))],
+        profiles={"p": Profile(hooks=[HookSpec(**spec("c"))])},
+    )
+    assert names(hooks_for(config, None, tmp_path, "TurnEnd")) == ["b", "a"]
+    assert names(hooks_for(config, "p", tmp_path, "TurnEnd")) == ["b", "a", "c"]
+    assert names(hooks_for(config, "p", tmp_path, "TurnStart")) == ["s"]
+    assert names(hooks_for(config, "p", tmp_path, "TurnEnd", no_hooks=True)) == []
+
+
+def test_agctl_no_hooks_bypasses_every_hook(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = Config(hooks=[HookSpec(**spec("b"))])
+    monkeypatch.setenv("AGCTL_NO_HOOKS", "1")
+    assert hooks_disabled() and hooks_for(config, None, tmp_path, "TurnEnd") == []
+    monkeypatch.setenv("AGCTL_NO_HOOKS", "0")
+    assert not hooks_disabled() and hooks_disabled(True)
+
+
+def test_an_untrusted_project_file_is_ignored_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    project(tmp_path, [spec("proj")])
+    with caplog.at_level(logging.WARNING, "agctl"):
+        assert hooks_for(Config(), None, tmp_path / "repo", "TurnEnd") == []
+        assert hooks_for(Config(), None, tmp_path / "repo", "TurnEnd") == []
+    assert [r.getMessage() for r in caplog.records if "is ignored" in r.getMessage()] == [
+        f"{tmp_path / 'repo' / '.agctl' / 'hooks.json'} is ignored: its hooks run once you "
+        "trust it ('agctl hook trust')"
+    ]
+
+
+def test_a_trusted_project_file_runs_after_the_config_s_hooks_until_it_changes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = project(tmp_path, [spec("proj")])
+    store = ConfigStore(tmp_path / "config.json")
+    store.save(Config(hooks=[HookSpec(**spec("mine"))]))
+    pinned = hooks.trust_hooks_file(store, path)
+    assert pinned.sha256 == store.load().trusted_hook_files[str(path.resolve())]
+    assert names(hooks_for(store.load(), None, tmp_path / "repo", "TurnEnd")) == ["mine", "proj"]
+
+    project(tmp_path, [spec("proj"), spec("sneaked")])
+    with caplog.at_level(logging.WARNING, "agctl"):
+        assert names(hooks_for(store.load(), None, tmp_path / "repo", "TurnEnd")) == ["mine"]
+    assert "changed since 'agctl hook trust' pinned it" in caplog.text
+    assert read_project_hooks(store.load(), tmp_path / "repo").state == "changed"
+
+    hooks.trust_hooks_file(store, path)
+    found = hooks_for(store.load(), None, tmp_path / "repo", "TurnEnd")
+    assert names(found) == ["mine", "proj", "sneaked"]
+    assert hooks.untrust_hooks_file(store, path)[0] == path.resolve()
+    assert names(hooks_for(store.load(), None, tmp_path / "repo", "TurnEnd")) == ["mine"]
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("{not json", "not JSON"),
+        ('{"name": "x"}', "not a JSON array"),
+        (json.dumps([{"name": "x", "event": "TurnEnd", "command": "true"}]), "hook 0"),
+        (json.dumps([spec("x"), spec("x")]), "used twice"),
+    ],
+)
+def test_an_invalid_project_file_cannot_be_trusted(
+    tmp_path: Path, content: str, problem: str
+) -> None:
+    path = tmp_path / "hooks.json"
+    path.write_text(content)
+    store = ConfigStore(tmp_path / "config.json")
+    with pytest.raises(InvalidInput, match=problem):
+        hooks.trust_hooks_file(store, path)
+    assert store.load().trusted_hook_files == {}
+    found = read_project_hooks(store.load(), tmp_path, path)
+    assert found.state == "invalid" and problem in (found.problem or "")
+
+
+def test_trusting_a_missing_file_or_untrusting_an_untrusted_one_is_not_found(
+    tmp_path: Path,
+) -> None:
+    store = ConfigStore(tmp_path / "config.json")
+    with pytest.raises(NotFound):
+        hooks.trust_hooks_file(store, tmp_path / "nope.json")
+    with pytest.raises(NotFound, match="is not trusted"):
+        hooks.untrust_hooks_file(store, tmp_path / "nope.json")
+
+
+def test_add_and_remove_keep_the_order_and_refuse_a_second_of_a_name(tmp_path: Path) -> None:
+    store = ConfigStore(tmp_path / "config.json")
+    store.save(Config(profiles={"p": Profile()}))
+    for name in ("one", "two"):
+        hooks.add_hook(store, HookSpec(**spec(name)))
+    with pytest.raises(AlreadyExists, match="--force"):
+        hooks.add_hook(store, HookSpec(**spec("one")))
+    hooks.add_hook(store, HookSpec(**spec("one", "TurnStart")), replace=True)
+    assert [(h.name, h.event) for h in store.load().hooks] == [
+        ("one", "TurnStart"),
+        ("two", "TurnEnd"),
+    ]
+    hooks.add_hook(store, HookSpec(**spec("prof")), profile="p")
+    with pytest.raises(NotFound) as caught:
+        hooks.remove_hook(store, "prof")
+    assert caught.value.hint == "it is a hook of profile p: add --profile p"
+    assert hooks.remove_hook(store, "prof", profile="p").name == "prof"
+    assert hooks.remove_hook(store, "one").name == "one"
+    assert names(store.load().hooks) == ["two"]
+    with pytest.raises(NotFound, match="profile 'q' not found"):
+        hooks.add_hook(store, HookSpec(**spec("x")), profile="q")
+
+
+def test_a_config_with_a_misspelt_hook_field_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"hooks": [{**spec("x"), "timeout": 1}]}))
+    with pytest.raises(CorruptDocument, match="timeout"):
+        ConfigStore(path).load()
+
+
+def test_replacing_a_profile_keeps_its_hooks(tmp_path: Path) -> None:
+    store = ConfigStore(tmp_path / "config.json")
+    store.add_profile("p", Profile(model="old"))
+    hooks.add_hook(store, HookSpec(**spec("prof")), profile="p")
+    store.add_profile("p", Profile(model="new"), replace=True)
+    replaced = store.load().profiles["p"]
+    assert (replaced.model, names(replaced.hooks)) == ("new", ["prof"])
