@@ -22,12 +22,11 @@ from pydantic import Field, PositiveInt, ValidationError, field_validator
 from agctl import schema
 from agctl.errors import CorruptDocument, NotFound, UsageError
 from agctl.fsio import DEFAULT_LOCK_TIMEOUT, make_dirs, read_bytes, write_atomic
-from agctl.hooks import HookSpec
 from agctl.ids import validate_id
 from agctl.models import EAGER, Document, Model, Session
 from agctl.providers.base import chat_completions_url
 from agctl.redact import mask_url
-from agctl.tools import ToolSpec, ToolTable
+from agctl.specs import HookSpec, ToolSpec, ToolTable
 from agctl.validation import validation_summary
 from agctl.vocab import CONFIG_KEYS, PRESET_ALIASES, PRESETS, PROVIDERS, Preset, ProviderName
 

@@ -23,17 +23,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agctl.errors import AlreadyExists, Blocked, InvalidInput, NotFound, UsageError
-from agctl.ids import validate_id
+from agctl.errors import AgctlError, AlreadyExists, Blocked, InvalidInput, NotFound, UsageError
+from agctl.specs import HookSpec
 from agctl.validation import validation_summary
 from agctl.vocab import (
     HOOK_DECISIONS,
     HookDecision,
     HookEvent,
     HookFileState,
-    HookOnError,
     HookRunOutcome,
     HookSource,
 )
@@ -47,7 +46,6 @@ log = logging.getLogger(__name__)
 
 # The version of the payload a hook reads on stdin.
 PAYLOAD_SCHEMA_VERSION = "1.0"
-DEFAULT_TIMEOUT_S = 10.0
 # After SIGTERM, how long a timed-out hook's process group has before SIGKILL.
 KILL_GRACE_S = 2.0
 # After SIGKILL, how long to wait for the group to be gone (a zombie its new parent has not
@@ -136,49 +134,6 @@ EVENTS: dict[HookEvent, EventRule] = {
 # A stricter PreToolUse decision (vocab order: allow, ask, deny) is never loosened by a
 # later hook.
 _DECISION_RANK: dict[str, int] = {decision: rank for rank, decision in enumerate(HOOK_DECISIONS)}
-
-
-# ---- a hook, as configured ---------------------------------------------------------------
-
-
-class HookSpec(BaseModel):
-    """One configured hook. Unknown fields are refused: `timeout` for `timeout_s` must
-    not quietly mean the default."""
-
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-
-    name: str
-    event: HookEvent
-    command: list[str] = Field(min_length=1)
-    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=86400, allow_inf_nan=False)
-    on_error: HookOnError = "block"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _default_on_error(cls, data: Any) -> Any:
-        """A failure blocks an event that can be blocked, and only warns on the others."""
-        if isinstance(data, dict) and "on_error" not in data:
-            rule = EVENTS.get(data.get("event"))  # type: ignore[arg-type]
-            if rule is not None and not rule.may_block:
-                return {**data, "on_error": "warn"}
-        return data
-
-    @field_validator("name")
-    @classmethod
-    def _valid_name(cls, name: str) -> str:
-        try:
-            return validate_id(name, "hook")
-        except UsageError as exc:
-            raise ValueError(str(exc)) from None
-
-    @field_validator("command")
-    @classmethod
-    def _argv(cls, command: list[str]) -> list[str]:
-        if not command[0]:
-            raise ValueError("the program (the command's first word) must not be empty")
-        if any("\x00" in arg for arg in command):
-            raise ValueError("a command argument cannot contain a NUL character")
-        return command
 
 
 def hook_spec(fields: Mapping[str, Any]) -> HookSpec:
@@ -360,6 +315,60 @@ def hooks_for(
     if project.trusted:
         chosen.extend(project.hooks)
     return [hook for hook in chosen if hook.event == event]
+
+
+class Hooks:
+    """The hooks one command runs, resolved once (the config's, the profile's, the
+    trusted project file's), fired at their events with the command's context (session,
+    slot, turn, model; set as the command learns them). Each run is kept for --json."""
+
+    def __init__(
+        self, config: Config, profile_name: str | None, cwd: Path, *, no_hooks: bool = False
+    ) -> None:
+        self.cwd = cwd
+        self.context: dict[str, Any] = {"cwd": str(cwd)}
+        self.runs: list[HookRun] = []
+        self._by_event: dict[str, list[HookSpec]] = {}
+        if hooks_disabled(no_hooks):
+            return
+        chosen = list(config.hooks)
+        profile = config.profiles.get(profile_name) if profile_name else None
+        if profile is not None:
+            chosen.extend(profile.hooks)
+        project = read_project_hooks(config, cwd)
+        _warn_unused(project)
+        if project.trusted:
+            chosen.extend(project.hooks)
+        for hook in chosen:
+            self._by_event.setdefault(hook.event, []).append(hook)
+
+    def __bool__(self) -> bool:
+        return bool(self._by_event)
+
+    def has(self, event: HookEvent) -> bool:
+        return event in self._by_event
+
+    def fire(self, event: HookEvent, **data: Any) -> dict[str, Any]:
+        """Run the event's hooks on the context and `data`; their combined changes ({}
+        when there are none). A hook that blocks raises HookBlocked (exit 9)."""
+        hooks = self._by_event.get(event)
+        if not hooks:
+            return {}
+        try:
+            outcome = run_hooks(event, {**self.context, **data}, hooks)
+        except HookBlocked as blocked:
+            self.runs.extend(blocked.runs)
+            raise
+        self.runs.extend(outcome.runs)
+        return outcome.changes
+
+    def observe(self, event: HookEvent, **data: Any) -> None:
+        """Fire an event that cannot be stopped: a failure is a warning, never an error
+        (the command's work is done)."""
+        try:
+            self.fire(event, **data)
+        except AgctlError as exc:
+            log.warning("%s hooks: %s", event, exc)
 
 
 # ---- changing the config -----------------------------------------------------------------

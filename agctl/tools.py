@@ -23,25 +23,25 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
 from agctl.errors import Blocked, InvalidInput, NotFound, UsageError
-from agctl.ids import validate_id
-from agctl.models import Model, ToolCall
+from agctl.models import ToolCall
+from agctl.specs import (  # re-exported: the tool API in one place
+    KEPT_OUTPUT as KEPT_OUTPUT,
+)
+from agctl.specs import (
+    ToolSpec as ToolSpec,
+)
 from agctl.steps import CallRecord
 from agctl.validation import validation_summary
-from agctl.vocab import ApproveMode, ToolApproval, ToolArgsMode
+from agctl.vocab import ApproveMode
 
 if TYPE_CHECKING:
     from agctl.config import Config
 
-# The stdout a run keeps (the stored tool message's output); the rest is read and counted.
-KEPT_OUTPUT = 1024 * 1024
-DEFAULT_MAX_OUTPUT = 32 * 1024
-# Below this a cut result would be mostly its marker.
-MIN_MAX_OUTPUT = 256
 # The end of stderr that an error result shows.
 STDERR_TAIL = 4 * 1024
 # Between SIGTERM to a tool's process group and SIGKILL.
@@ -49,7 +49,6 @@ KILL_GRACE_S = 2.0
 # After SIGKILL, how long to wait for the pipes to close: only a process that left the
 # group (setsid) can keep them open, and it is not waited for.
 PIPE_GRACE_S = 1.0
-DEFAULT_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 DENIED = "error: denied by the user's approval policy"
 
 # The environment every tool gets (when set), before its env_allow globs.
@@ -62,90 +61,10 @@ NEVER_PREFIXES = ("AGCTL_", "OPENAI_", "TOOL_ARG_")
 ARGS_VARIABLE = "AGCTL_TOOL_ARGS"
 ARG_VARIABLE_PREFIX = "TOOL_ARG_"
 
-# OpenAI's rule for a function name, within agctl's rule for an id (so no '.').
-_FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _NOT_ENV_NAME = re.compile(r"[^A-Z0-9_]")
 _READ_CHUNK = 64 * 1024
 # How often a run checks whether its process exited, where os.pidfd_open is missing.
 _EXIT_POLL_S = 0.01
-
-
-class ToolSpec(Model):
-    """One tool as the user defined it; a session stores its name, never this."""
-
-    name: str
-    description: str = ""
-    parameters: dict[str, Any] = Field(default_factory=lambda: dict(DEFAULT_PARAMETERS))
-    command: list[str] = Field(min_length=1)
-    args: ToolArgsMode = "stdin"
-    timeout_s: float = Field(default=30.0, gt=0, le=24 * 3600, allow_inf_nan=False)
-    max_output: int = Field(default=DEFAULT_MAX_OUTPUT, ge=MIN_MAX_OUTPUT, le=KEPT_OUTPUT)
-    cwd: str | None = None
-    approve: ToolApproval = "ask"
-    env_allow: list[str] = Field(default_factory=list)
-
-    @field_validator("name")
-    @classmethod
-    def _name_is_an_id_and_a_function_name(cls, name: str) -> str:
-        try:
-            validate_id(name, "tool")
-        except UsageError as exc:
-            raise ValueError(str(exc)) from None
-        if not _FUNCTION_NAME.fullmatch(name):
-            raise ValueError(
-                f"tool name {name!r} is not a valid function name: at most 64 letters, "
-                "digits, '_' and '-'"
-            )
-        return name
-
-    @field_validator("parameters")
-    @classmethod
-    def _parameters_describe_an_object(cls, parameters: dict[str, Any]) -> dict[str, Any]:
-        # The cheap part of the check; the whole schema is checked by schema_problem.
-        if parameters.get("type", "object") != "object":
-            raise ValueError("a tool's parameters must be a schema of type 'object'")
-        return parameters
-
-    @field_validator("command")
-    @classmethod
-    def _command_can_be_run(cls, command: list[str]) -> list[str]:
-        if not command[0]:
-            raise ValueError("the command's first element (the program) must not be empty")
-        if any("\x00" in part for part in command):
-            raise ValueError("the command must not contain a NUL character")
-        return command
-
-    @field_validator("cwd")
-    @classmethod
-    def _cwd_is_a_path(cls, cwd: str | None) -> str | None:
-        if cwd is not None and (not cwd or "\x00" in cwd):
-            raise ValueError("cwd must be a non-empty path without NUL characters")
-        return cwd
-
-    @field_validator("env_allow")
-    @classmethod
-    def _globs_are_not_empty(cls, globs: list[str]) -> list[str]:
-        if any(not glob for glob in globs):
-            raise ValueError("an env_allow glob must not be empty")
-        return globs
-
-
-def _names_from_keys(value: Any) -> Any:
-    """A tool table is keyed by name: an entry may leave its name out, never contradict it."""
-    if not isinstance(value, dict):
-        return value
-    named: dict[Any, Any] = {}
-    for key, entry in value.items():
-        if isinstance(entry, dict):
-            if entry.get("name", key) != key:
-                raise ValueError(f"tool {key!r} is named {entry['name']!r}: its name is its key")
-            entry = {"name": key, **entry}
-        named[key] = entry
-    return named
-
-
-# `Config.tools` and `Profile.tools`: tools by name.
-ToolTable = Annotated[dict[str, ToolSpec], BeforeValidator(_names_from_keys)]
 
 
 # ---- defining tools ---------------------------------------------------------------------

@@ -53,6 +53,9 @@ TOOL_APPROVALS: tuple[ToolApproval, ...] = get_args(ToolApproval)
 # `--approve` of a command that runs tools: run "ask" tools without asking, or run none.
 ApproveMode = Literal["auto", "never"]
 APPROVE_MODES: tuple[ApproveMode, ...] = get_args(ApproveMode)
+# turn send --tools: offer every tool defined; answer calls live despite a cassette.
+ToolsMode = Literal["all", "live"]
+TOOLS_MODES: tuple[ToolsMode, ...] = get_args(ToolsMode)
 
 
 class Preset(NamedTuple):

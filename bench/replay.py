@@ -4,7 +4,9 @@ Usage: python bench/replay.py [--turns 1000] [--flat 300] [--prefill 4000] [--js
 Auto-compress is off and the window large, so every message stays in the slot. Rates are
 printed next to the durability floor measured in the same run (one atomic replace with
 its file and directory fsyncs), and the flat per-turn cost compares the same turns on a
-slot that already holds --prefill messages with the same turns on an empty slot.
+slot that already holds --prefill messages (in a checkpointed session, as one that grew
+by turns is) with the same turns on an empty slot; the same onto a never checkpointed
+slot is shown too (its first turn checkpoints every message once).
 `--sync end` is measured when agctl.replay.replay takes a `sync` argument.
 Never part of the test suite's pass/fail.
 """
@@ -90,16 +92,23 @@ def growing(count: int, sync: str | None) -> float:
         return replay_rate(store, session_id, transcript(count), sync)
 
 
-def flat(count: int, prefill: int) -> tuple[float, float]:
-    """Rates of the same `count` turns onto an empty slot and onto one holding `prefill`
-    messages (per-turn sync)."""
+def flat(count: int, prefill: int) -> tuple[float, float, float]:
+    """Rates of the same `count` turns (per-turn sync) onto an empty slot, onto one holding
+    `prefill` messages whose session is checkpointed (as one that grew by turns is), and
+    onto such a slot never checkpointed (its first turn checkpoints the `prefill`
+    messages first, once)."""
+    from agctl.checkpoints import Checkpointer
+
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(tmp)
         store.create_session("empty", system_prompt="You are a benchmark.")
         fill(store, "full", prefill)
+        Checkpointer(store).create("full", label="filled", auto=True)
+        fill(store, "fresh", prefill)
         empty = replay_rate(store, "empty", transcript(count), None)
-        full = replay_rate(store, "full", transcript(count), None)
-    return empty, full
+        full = replay_rate(Store(tmp), "full", transcript(count), None)
+        fresh = replay_rate(Store(tmp), "fresh", transcript(count), None)
+    return empty, full, fresh
 
 
 def measure(turns: int, flat_turns: int, prefill: int) -> dict[str, Any]:
@@ -108,7 +117,7 @@ def measure(turns: int, flat_turns: int, prefill: int) -> dict[str, Any]:
     rates = {mode: growing(turns, mode) for mode in modes} if modes else {}
     if not modes:
         rates["per-turn"] = growing(turns, None)
-    empty, full = flat(flat_turns, prefill)
+    empty, full, fresh = flat(flat_turns, prefill)
     return {
         "turns": turns,
         "durable_write_s": floor,
@@ -119,6 +128,8 @@ def measure(turns: int, flat_turns: int, prefill: int) -> dict[str, Any]:
         "empty_turns_per_second": empty,
         "full_turns_per_second": full,
         "flat_ratio": full / empty,
+        "fresh_turns_per_second": fresh,
+        "fresh_ratio": fresh / empty,
     }
 
 
@@ -143,6 +154,11 @@ def main() -> None:
         f"{result['flat_turns']} turns onto {result['prefill']} messages: "
         f"{result['full_turns_per_second']:.1f} turns/s; onto an empty slot: "
         f"{result['empty_turns_per_second']:.1f} turns/s; ratio {result['flat_ratio']:.2f}"
+    )
+    print(
+        f"  the same onto {result['prefill']} messages never checkpointed (the first turn "
+        f"checkpoints them): {result['fresh_turns_per_second']:.1f} turns/s; "
+        f"ratio {result['fresh_ratio']:.2f}"
     )
 
 

@@ -215,6 +215,17 @@ def replay(count: int, flat_turns: int, prefill: int) -> list[dict[str, Any]]:
             result["flat_ratio"] >= 0.85,
         )
     )
+    rows.append(
+        row(
+            "  the same, slot never checkpointed yet",
+            result["fresh_turns_per_second"],
+            "turns/s",
+            f"same onto an empty slot {empty:.0f} turns/s",
+            result["fresh_ratio"],
+            "(shown)",
+            None,
+        )
+    )
     return rows
 
 

@@ -373,7 +373,7 @@ def tool_options(fn: F) -> F:
     --approve: the tools a turn offers and its loop's limits. The command gets `tools`
     (an agctl.setup.ToolsChoice) and `loop` (the TurnOptions fields they set)."""
     from agctl.cli.complete import complete_tools
-    from agctl.vocab import APPROVE_MODES
+    from agctl.vocab import APPROVE_MODES, TOOLS_MODES
 
     @functools.wraps(fn)
     def with_tools(
@@ -436,7 +436,7 @@ def tool_options(fn: F) -> F:
     chosen = click.option(
         "--tools",
         "tools_mode",
-        type=click.Choice(["all", "live"]),
+        type=click.Choice(TOOLS_MODES),
         multiple=True,
         help="all: offer every tool defined; live: with --cassette, run the real tools "
         "instead of answering from the cassette. Repeatable.",

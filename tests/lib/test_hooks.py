@@ -521,3 +521,12 @@ def test_replacing_a_profile_keeps_its_hooks(tmp_path: Path) -> None:
     store.add_profile("p", Profile(model="new"), replace=True)
     replaced = store.load().profiles["p"]
     assert (replaced.model, names(replaced.hooks)) == ("new", ["prof"])
+
+
+def test_the_light_spec_module_knows_the_same_observing_events_as_the_runner() -> None:
+    """HookSpec (agctl.specs, loaded with the config) defaults on_error by the events
+    that only observe; the runner's table must agree."""
+    from agctl.hooks import EVENTS
+    from agctl.specs import OBSERVING_EVENTS
+
+    assert {event for event, rule in EVENTS.items() if not rule.may_block} == OBSERVING_EVENTS
