@@ -92,22 +92,25 @@ def growing(count: int, sync: str | None) -> float:
         return replay_rate(store, session_id, transcript(count), sync)
 
 
-def flat(count: int, prefill: int) -> tuple[float, float, float]:
+def flat(count: int, prefill: int, rounds: int = 3) -> tuple[float, float, float]:
     """Rates of the same `count` turns (per-turn sync) onto an empty slot, onto one holding
     `prefill` messages whose session is checkpointed (as one that grew by turns is), and
     onto such a slot never checkpointed (its first turn checkpoints the `prefill`
-    messages first, once)."""
+    messages first, once); medians of `rounds` interleaved rounds."""
     from agctl.checkpoints import Checkpointer
 
+    rates: dict[str, list[float]] = {"empty": [], "full": [], "fresh": []}
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store(tmp)
-        store.create_session("empty", system_prompt="You are a benchmark.")
-        fill(store, "full", prefill)
-        Checkpointer(store).create("full", label="filled", auto=True)
-        fill(store, "fresh", prefill)
-        empty = replay_rate(store, "empty", transcript(count), None)
-        full = replay_rate(Store(tmp), "full", transcript(count), None)
-        fresh = replay_rate(Store(tmp), "fresh", transcript(count), None)
+        for round_number in range(rounds):  # interleaved, medians: a shared machine is noisy
+            store = Store(tmp)
+            names = {kind: f"{kind}-{round_number}" for kind in rates}
+            store.create_session(names["empty"], system_prompt="You are a benchmark.")
+            fill(store, names["full"], prefill)
+            Checkpointer(store).create(names["full"], label="filled", auto=True)
+            fill(store, names["fresh"], prefill)
+            for kind, session_id in names.items():
+                rates[kind].append(replay_rate(Store(tmp), session_id, transcript(count), None))
+    empty, full, fresh = (statistics.median(rates[kind]) for kind in ("empty", "full", "fresh"))
     return empty, full, fresh
 
 
