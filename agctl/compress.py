@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agctl.errors import Conflict
 from agctl.hashing import message_hashes
@@ -17,6 +18,9 @@ from agctl.providers.base import ChatRequest, Provider, TurnContext
 from agctl.store import Store
 from agctl.view import tool_safe_cut
 from agctl.vocab import CompressStrategy
+
+if TYPE_CHECKING:
+    from agctl.hooks import Hooks
 
 log = logging.getLogger("agctl.compress")
 
@@ -103,6 +107,8 @@ class Compression:
     before: str | None = None
     after: str | None = None
     summary: str | None = None
+    # A PreCompress hook said not to.
+    cancelled: bool = False
 
 
 def compress(
@@ -116,8 +122,13 @@ def compress(
     model: str = "offline",
     instructions: str | None = None,
     checkpoint: bool = True,
+    hooks: Hooks | None = None,
 ) -> Compression:
-    """Compress a slot's older messages; checkpointed before and after."""
+    """Compress a slot's older messages; checkpointed before and after.
+
+    With `hooks`: PreCompress hooks may cancel it or give the summary (no provider call);
+    PostCompress hooks may rewrite the summary or keep fewer messages, before anything is
+    written. A hook that blocks raises HookBlocked (exit 9)."""
     from agctl.checkpoints import Checkpointer
 
     slot = store.load_slot(session_id, slot_id)
@@ -125,13 +136,36 @@ def compress(
     plan = plan_compression(slot, keep_recent)
     if plan is None:
         return Compression(slot=slot.id, strategy=strategy, folded=0, kept=len(slot.messages))
+    given: str | None = None
+    if hooks:
+        hooks.context.update(session=session_id, slot=slot.id)
+        changes = hooks.fire("PreCompress", strategy=strategy, keep_recent=keep_recent)
+        if changes.get("cancel"):
+            log.info("compression of %s/%s cancelled by a PreCompress hook", session_id, slot.id)
+            return Compression(
+                slot=slot.id, strategy=strategy, folded=0, kept=len(slot.messages), cancelled=True
+            )
+        given = changes.get("summary")
     summary = None
     if strategy == "summarize":
-        if provider is None:
-            raise ValueError("summarize needs a provider")
-        folded = [*slot.compressed, *slot.messages[plan.head : plan.start]]
-        context = TurnContext(session_id=session_id, slot_id=slot.id)
-        summary = summarize(provider, model, folded, instructions=instructions, context=context)
+        if given is not None:
+            summary = Message(role="system", content=given, created_at=utcnow())
+        else:
+            if provider is None:
+                raise ValueError("summarize needs a provider")
+            folded = [*slot.compressed, *slot.messages[plan.head : plan.start]]
+            context = TurnContext(session_id=session_id, slot_id=slot.id)
+            summary = summarize(provider, model, folded, instructions=instructions, context=context)
+    if hooks and hooks.has("PostCompress"):
+        text = summary.text() if summary is not None else None
+        changes = hooks.fire(
+            "PostCompress", strategy=strategy, keep_recent=keep_recent, summary=text
+        )
+        if "summary" in changes:
+            summary = Message(role="system", content=changes["summary"], created_at=utcnow())
+        narrower = changes.get("keep_recent")
+        if narrower is not None and narrower < keep_recent:
+            plan = plan_compression(slot, narrower) or plan
     checkpointer = Checkpointer(store) if checkpoint else None
 
     def apply(target: Slot) -> int:

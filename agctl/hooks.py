@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agctl.errors import AgctlError, AlreadyExists, Blocked, InvalidInput, NotFound, UsageError
-from agctl.specs import HookSpec
+from agctl.specs import PROJECT_HOOKS_FILE, HookSpec
 from agctl.validation import validation_summary
 from agctl.vocab import (
     HOOK_DECISIONS,
@@ -57,7 +57,6 @@ MAX_STDOUT_BYTES = 1024 * 1024
 STDERR_TAIL_BYTES = 64 * 1024
 REASON_CHARS = 2000
 # The project's hooks file, relative to the directory agctl runs in.
-PROJECT_HOOKS_FILE = Path(".agctl") / "hooks.json"
 MAX_PROJECT_FILE_BYTES = 1024 * 1024
 # The fields every payload has, besides `hook_event` and `schema_version`.
 CONTEXT_FIELDS = ("session", "slot", "turn", "model", "cwd")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agctl.config import Config, Resolved
+    from agctl.hooks import Hooks
     from agctl.providers.base import Provider
     from agctl.steps import ToolBox
     from agctl.store import Store
@@ -117,6 +118,7 @@ class ModelSetup:
         record: Path | None = None,
         data_dir: Path | None = None,
         ask: AskFn | None = None,
+        hooks: Hooks | None = None,
     ) -> ToolBox | None:
         """What answers a turn's tool calls: None when no tool is offered; the cassette's
         recordings when replies come from one (unless `chosen.live`); else the tools
@@ -142,8 +144,14 @@ class ModelSetup:
             specs = {name: registry[name] for name in dict.fromkeys(chosen.names)}
         if self.cassette is not None and not chosen.live:
             return CassetteTools(self.cassette, definitions(specs.values()))
-        live = LiveTools(specs, approve=chosen.approve, ask=ask, data_dir=data_dir)
+        live = LiveTools(specs, approve=chosen.approve, ask=ask, data_dir=data_dir, hooks=hooks)
         return RecordingTools(live, record) if record is not None else live
+
+    def hooks(self, cwd: Path | None = None, *, no_hooks: bool = False) -> Hooks | None:
+        """The hooks of this setup's config and profile and of the project in `cwd`
+        (default: where agctl runs); None when there are none to run (agctl.hooks is
+        not even loaded then)."""
+        return command_hooks(self.config, self.settings.profile, cwd, no_hooks=no_hooks)
 
     def turn_options(self, *, checkpoint: bool | None = None, **fields: Any) -> TurnOptions:
         """Turn options from the config (prices, checkpoints, window, compression) and
@@ -160,3 +168,23 @@ class ModelSetup:
             keep_recent=config.compress_keep_recent,
             **fields,
         )
+
+
+def command_hooks(
+    config: Config, profile: str | None, cwd: Path | None = None, *, no_hooks: bool = False
+) -> Hooks | None:
+    """A command's hooks (agctl.hooks.Hooks), or None when it has none to run: no hook in
+    the config or the profile, and no project file in `cwd` (cheap: one stat)."""
+    import os
+
+    from agctl.specs import PROJECT_HOOKS_FILE
+
+    where = Path.cwd() if cwd is None else cwd
+    chosen = config.profiles.get(profile) if profile else None
+    configured = bool(config.hooks) or bool(chosen is not None and chosen.hooks)
+    if not configured and not os.path.lexists(where / PROJECT_HOOKS_FILE):
+        return None
+    from agctl.hooks import Hooks
+
+    found = Hooks(config, profile, where, no_hooks=no_hooks)
+    return found if found else None

@@ -5,6 +5,7 @@ agctl.hooks, which re-export these)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -23,6 +24,8 @@ DEFAULT_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 # OpenAI's rule for a function name, within agctl's rule for an id (so no '.').
 _FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 DEFAULT_TIMEOUT_S = 10.0
+# The project's hooks file, relative to the directory agctl runs in.
+PROJECT_HOOKS_FILE = Path(".agctl") / "hooks.json"
 # The hook events that only observe (a failure there warns, by default).
 OBSERVING_EVENTS = frozenset({"TurnEnd", "TurnError", "PostRollback", "PostFork"})
 

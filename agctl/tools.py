@@ -41,6 +41,7 @@ from agctl.vocab import ApproveMode
 
 if TYPE_CHECKING:
     from agctl.config import Config
+    from agctl.hooks import Hooks
 
 # The end of stderr that an error result shows.
 STDERR_TAIL = 4 * 1024
@@ -751,7 +752,13 @@ class LiveTools:
     tool's schema, put to the approval rules (`approve`: the --approve mode; `ask`: the
     terminal's question, None without one), then run. A call that cannot run gets an
     error text, a denied one DENIED; a blocked one (an "ask" with no one to ask) raises
-    Blocked, exit 9. Questions are asked one at a time even when calls run at once."""
+    Blocked, exit 9. Questions are asked one at a time even when calls run at once.
+
+    With `hooks`, PreToolUse hooks see each call first: they may allow it (as --approve
+    auto would, never over a tool set to deny or --approve never), deny it (the model is
+    told why), ask about it (even a tool set to auto), or rewrite its arguments, which
+    are checked again; PostToolUse hooks may rewrite (redact) the result the model gets.
+    A hook that blocks (exit 2) stops the turn, exit 9."""
 
     def __init__(
         self,
@@ -761,6 +768,7 @@ class LiveTools:
         ask: AskFn | None = None,
         data_dir: Path | None = None,
         cwd: Path | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         import threading
 
@@ -769,6 +777,7 @@ class LiveTools:
         self.ask = ask
         self.data_dir = data_dir
         self.cwd = cwd
+        self.hooks = hooks
         self._asking = threading.Lock()
         self._definitions: list[dict[str, Any]] | None = None
 
@@ -784,8 +793,28 @@ class LiveTools:
         if isinstance(checked, str) or spec is None:
             text = checked if isinstance(checked, str) else f"error: no tool named {name!r}"
             return text, CallRecord(call.id, name, arguments, outcome="error")
+        mode = self.approve
+        if self.hooks and self.hooks.has("PreToolUse"):
+            changes = self.hooks.fire(
+                "PreToolUse", tool=name, call_id=call.id, arguments=dict(checked)
+            )
+            if "arguments" in changes:
+                problem = arguments_problem(spec, changes["arguments"])
+                if problem is not None:
+                    text = f"error: the arguments a hook gave are invalid: {problem}"
+                    return text, CallRecord(call.id, name, arguments, outcome="error")
+                checked = dict(changes["arguments"])
+            given = changes.get("decision")
+            if given == "deny":
+                reason = changes.get("reason") or "no reason given"
+                text = f"error: denied by a hook: {reason}"
+                return text, CallRecord(call.id, name, arguments, outcome="denied")
+            if given == "allow" and mode is None:
+                mode = "auto"
+            elif given == "ask" and spec.approve == "auto" and mode != "never":
+                spec, mode = spec.model_copy(update={"approve": "ask"}), None
         with self._asking:
-            decision = approval(spec, self.approve, self.ask, checked)
+            decision = approval(spec, mode, self.ask, checked)
         if decision != "run":
             return DENIED, CallRecord(call.id, name, arguments, outcome="denied")
         run = run_tool(spec, checked, data_dir=self.data_dir, cwd=self.cwd)
@@ -800,4 +829,12 @@ class LiveTools:
             output_sha256=run.output_sha256,
             output=run.output,
         )
-        return run.result_text, record
+        text = run.result_text
+        if self.hooks and self.hooks.has("PostToolUse"):
+            changes = self.hooks.fire(
+                "PostToolUse", tool=name, call_id=call.id, arguments=dict(checked), output=text
+            )
+            if "output" in changes:
+                text = changes["output"]
+                record.output = None  # the whole output is not kept beside a redacted one
+        return text, record

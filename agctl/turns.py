@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agctl.budget import Breakdown, breakdown
 from agctl.drafts import new_draft
@@ -50,6 +50,9 @@ from agctl.steps import Step, ToolBox, run_calls, unanswered
 from agctl.store import Store
 from agctl.view import request_messages
 
+if TYPE_CHECKING:
+    from agctl.hooks import Hooks
+
 log = logging.getLogger("agctl.turn")
 
 
@@ -78,6 +81,9 @@ class TurnOptions:
     tool_choice: str | None = None
     max_steps: int = 8
     tool_jobs: int = 1
+    # The hooks the turn fires (TurnStart, TurnEnd, TurnError; its tools and an automatic
+    # compression fire theirs); None: none.
+    hooks: Hooks | None = None
 
     def __post_init__(self) -> None:
         """The library refuses what the CLI's option types refuse, for scripts too."""
@@ -140,11 +146,15 @@ class TurnResult:
     # The turn's requests, with the tool calls run between them (when tools were offered).
     steps: list[Step] = field(default_factory=list)
     tools_offered: bool = False
+    # Each hook run of the turn (HookRun.public()), in order.
+    hooks: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         data = self._fields()
         if self.tools_offered:
             data["steps"] = [step.to_dict() for step in self.steps]
+        if self.hooks:
+            data["hooks"] = self.hooks
         return data
 
     def _fields(self) -> dict[str, Any]:
@@ -240,8 +250,51 @@ def send_turn(
     With tools offered (`options.tools`), the turn is a loop: each reply that asks for
     tools has its calls answered and sent back, until a reply answers (see _Loop). The
     whole loop commits as one turn. `resume` holds the messages of an earlier attempt's
-    steps (a draft's): their tool results are used again, not run again."""
+    steps (a draft's): their tool results are used again, not run again.
+
+    With `options.hooks`, TurnStart hooks may block the turn (exit 9, the prompt kept),
+    replace its prompt or add scratch text; TurnEnd hooks see it committed, TurnError
+    hooks see it fail."""
+    hooks = options.hooks
     prepared = prepare_turn(store, session_id, prompt, options, reuse)
+    if not hooks:
+        return _send(store, session_id, prompt, provider, options, prepared, on_event, resume)
+    hooks.context.update(
+        session=session_id,
+        slot=prepared.slot.id,
+        turn=prepared.request.context.turn,
+        model=prepared.request.model,
+    )
+    first_run = len(hooks.runs)  # a replay's turns share one Hooks
+    try:
+        if hooks.has("TurnStart"):
+            with _kept_on_failure(store, session_id, prepared, "interrupted in a hook"):
+                changes = hooks.fire("TurnStart", prompt=prompt, scratch=list(options.scratch))
+            if changes:
+                from dataclasses import replace
+
+                prompt = changes.get("prompt", prompt)
+                options = replace(options, scratch=[*options.scratch, *changes.get("scratch", [])])
+                prepared = prepare_turn(store, session_id, prompt, options, reuse)
+        result = _send(store, session_id, prompt, provider, options, prepared, on_event, resume)
+    except AgctlError as exc:
+        hooks.observe("TurnError", error=str(exc))
+        raise
+    hooks.observe("TurnEnd", reply=result.reply.text(), checkpoint=result.checkpoint)
+    result.hooks = [run.public() for run in hooks.runs[first_run:]]
+    return result
+
+
+def _send(
+    store: Store,
+    session_id: str,
+    prompt: str,
+    provider: Provider,
+    options: TurnOptions,
+    prepared: PreparedTurn,
+    on_event: Callable[[Event], None] | None,
+    resume: Sequence[Message],
+) -> TurnResult:
     fitting = "interrupted while fitting the request in the window"
     with _kept_on_failure(store, session_id, prepared, fitting):
         prepared = _fit_in_window(store, session_id, prompt, provider, options, prepared)
@@ -489,6 +542,7 @@ def _fit_in_window(
             keep_recent=options.keep_recent,
             provider=provider,
             model=options.model,
+            hooks=options.hooks,
         )
         prepared = prepare_turn(store, session_id, prompt, options)
         if done.folded:

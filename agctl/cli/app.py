@@ -19,6 +19,7 @@ from agctl.errors import InvalidInput, NoSessionSelected, UsageError
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from agctl.hooks import Hooks
     from agctl.store import Store
     from agctl.tools import AskFn, ToolSpec
     from agctl.usage import Prices
@@ -64,6 +65,16 @@ class App:
 
             self._prices = ConfigStore().load().price_overrides()
         return self._prices
+
+    def hooks(self) -> Hooks | None:
+        """The hooks of a command that calls no model (rollback, fork): the config's,
+        the profile in use's, the trusted project file's; None when there are none."""
+        from agctl.config import ConfigStore
+        from agctl.hooks import profile_in_use
+        from agctl.setup import command_hooks
+
+        config = ConfigStore().load()
+        return command_hooks(config, profile_in_use(config), no_hooks=self.no_hooks)
 
     def session_id(self, given: str | None = None) -> str:
         """The session named by `given` (a command's ID argument), else --session/-s or

@@ -257,7 +257,16 @@ def rollback(app: App, checkpoint_id: str) -> None:
     sid = app.session_id()
     keeper = checkpointer(app)
     restored, saved = keeper.rollback(sid, keeper.resolve(sid, checkpoint_id))
-    payload = {"restored": restored.id, "turn": restored.turn_index, "saved_as": saved.id}
+    payload: dict[str, Any] = {
+        "restored": restored.id,
+        "turn": restored.turn_index,
+        "saved_as": saved.id,
+    }
+    hooks = app.hooks()
+    if hooks is not None:
+        hooks.context["session"] = sid
+        hooks.observe("PostRollback", checkpoint=restored.id, saved_as=saved.id)
+        payload["hooks"] = [run.public() for run in hooks.runs]
     text = (
         f"rolled back to {restored.id} (turn {restored.turn_index}); "
         f"the replaced state is checkpoint {saved.id}"
@@ -280,10 +289,17 @@ def fork(app: App, checkpoint_id: str, new_id: str | None, make_current: bool) -
     """
     sid = app.session_id()
     keeper = checkpointer(app)
-    session = keeper.fork(sid, keeper.resolve(sid, checkpoint_id), new_id)
+    checkpoint = keeper.resolve(sid, checkpoint_id)
+    session = keeper.fork(sid, checkpoint, new_id)
     if make_current:
         app.store.set_current_session(session.id)
-    app.emit({"session": session.id, "parent_id": sid}, text=session.id)
+    payload: dict[str, Any] = {"session": session.id, "parent_id": sid}
+    hooks = app.hooks()
+    if hooks is not None:
+        hooks.context["session"] = sid
+        hooks.observe("PostFork", checkpoint=checkpoint, new_session=session.id)
+        payload["hooks"] = [run.public() for run in hooks.runs]
+    app.emit(payload, text=session.id)
 
 
 @command.command("rm")

@@ -165,6 +165,7 @@ def compress(
         provider=setup.provider() if strategy == "summarize" else None,
         model=setup.settings.model,
         instructions=instructions,
+        hooks=setup.hooks(no_hooks=app.no_hooks),
     )
     payload = {
         "slot": result.slot,
@@ -175,7 +176,10 @@ def compress(
         "checkpoint_after": result.after,
         "summary": result.summary,
     }
-    if result.folded == 0:
+    if result.cancelled:
+        payload["cancelled"] = True
+        text = f"a PreCompress hook cancelled the compression of slot {result.slot}"
+    elif result.folded == 0:
         text = f"nothing to compress in slot {result.slot} ({result.kept} messages kept)"
     else:
         text = (

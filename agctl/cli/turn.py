@@ -201,7 +201,9 @@ def send(
     setup = ModelSetup.chosen(store, sid, choice)
     settings = setup.settings
     streaming = sys.stdout.isatty() if stream is None else stream
-    toolbox = setup.toolbox(tools, record=record, data_dir=store.root, ask=terminal_ask())
+    hooks = None if dry_run else setup.hooks(no_hooks=app.no_hooks)
+    ask = terminal_ask() if tools.chosen else None
+    toolbox = setup.toolbox(tools, record=record, data_dir=store.root, ask=ask, hooks=hooks)
     options = setup.turn_options(
         checkpoint=checkpoint,
         slot=slot,
@@ -211,6 +213,7 @@ def send(
         scratch=scratch,
         stream=streaming or jsonl,
         tools=toolbox,
+        hooks=hooks,
         **loop,
     )
     if dry_run:
@@ -270,8 +273,14 @@ def undo(app: App, turns: int) -> None:
     """
     from agctl.checkpoints import Checkpointer
 
-    restored, saved = Checkpointer(app.store).undo(app.session_id(), turns)
+    sid = app.session_id()
+    restored, saved = Checkpointer(app.store).undo(sid, turns)
     payload = {"restored": restored.id, "turn": restored.turn_index, "saved_as": saved.id}
+    hooks = app.hooks()
+    if hooks is not None:
+        hooks.context["session"] = sid
+        hooks.observe("PostRollback", checkpoint=restored.id, saved_as=saved.id)
+        payload["hooks"] = [run.public() for run in hooks.runs]
     text = f"back at turn {restored.turn_index}; the replaced state is checkpoint {saved.id}"
     app.done(payload, text=text)
 
@@ -324,6 +333,7 @@ GENERATED_ID = "\0"
     "(much faster; a crash of the machine meanwhile may lose the turns replayed so far, "
     "never half of one).",
 )
+@tool_options
 @command_options
 @pass_app
 def replay(
@@ -339,6 +349,8 @@ def replay(
     make_current: bool,
     checkpoint: bool | None,
     sync: str,
+    tools: ToolsChoice,
+    loop: dict[str, Any],
 ) -> None:
     """Replay TRANSCRIPT ('-' for stdin) turn by turn into the session, in one process.
 
@@ -386,7 +398,12 @@ def replay(
         starting = fresh_session(app.store, None if new_session == GENERATED_ID else new_session)
     with starting as sid:
         setup = ModelSetup.chosen(app.store, sid, choice)
-        base = setup.turn_options(checkpoint=checkpoint, slot=slot)
+        hooks = setup.hooks(no_hooks=app.no_hooks)
+        ask = terminal_ask() if tools.chosen else None
+        toolbox = setup.toolbox(tools, record=record, data_dir=app.store.root, ask=ask, hooks=hooks)
+        base = setup.turn_options(
+            checkpoint=checkpoint, slot=slot, tools=toolbox, hooks=hooks, **loop
+        )
         provider = setup.provider(record=record)
         if new_session is not None and make_current:
             app.store.set_current_session(sid)
