@@ -95,6 +95,8 @@ class Reply:
     finish_reason: str
     usage: dict[str, Any] | None
     chunk_size: int | None = None
+    # Ollama's shape: every call streamed whole, in one chunk, as index 0.
+    same_index: bool = False
 
 
 @dataclass(frozen=True)
@@ -201,6 +203,7 @@ class FakeOpenAI:
         finish_reason: str | None = None,
         usage: Mapping[str, Any] | None = None,
         chunk_size: int | None = None,
+        same_index: bool = False,
     ) -> None:
         """Queue the next assistant reply; `text=None` means null content.
 
@@ -208,7 +211,8 @@ class FakeOpenAI:
         a dict); `finish_reason` defaults to "tool_calls" when there are some, else "stop";
         `usage` is sent verbatim, else estimated from the request and reply lengths.
         `chunk_size` streams text, reasoning and arguments in pieces of that many characters
-        (else text by words and arguments in three pieces).
+        (else text by words and arguments in three pieces). `same_index` streams the calls
+        as Ollama does: each whole in one chunk, every one as index 0.
         """
         calls = tuple(
             ToolCall(
@@ -225,6 +229,7 @@ class FakeOpenAI:
             finish_reason=finish_reason or ("tool_calls" if calls else "stop"),
             usage=dict(usage) if usage is not None else None,
             chunk_size=chunk_size,
+            same_index=same_index,
         )
         with self._lock:
             self._replies.append(scripted)
@@ -697,6 +702,16 @@ class _Completion:
         for piece in _pieces(reply.text or "", size):
             yield self._chunk({"content": piece})
         for index, call in enumerate(reply.tool_calls):
+            if reply.same_index:
+                whole = {"name": call.name, "arguments": call.arguments}
+                yield self._chunk(
+                    {
+                        "tool_calls": [
+                            {"index": 0, "id": call.id, "type": "function", "function": whole}
+                        ]
+                    }
+                )
+                continue
             head = {
                 "index": index,
                 "id": call.id,

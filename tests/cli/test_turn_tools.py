@@ -156,3 +156,30 @@ def test_a_recorded_tool_run_replays_with_no_tool_on_path(
                           "--cassette", cassette)))  # fmt: skip
     assert data["reply"] == "It is 42." and len(runs(tool)) == 1
     assert data["steps"][0]["tool_calls"][0]["outcome"] == "replayed"
+
+
+@pytest.mark.parametrize("shape", ["openai", "ollama"])
+def test_parallel_calls_over_http_run_in_order_in_either_delta_shape(
+    tool: Path, shape: str, isolated_env: Path
+) -> None:
+    """Three calls in one streamed reply: OpenAI numbers them 0, 1, 2 and sends arguments
+    in pieces; Ollama sends each whole as index 0. Both make three calls, run in order."""
+    from fake_openai import FakeOpenAI
+
+    with FakeOpenAI() as server:
+        calls = [{"id": f"p{n}", "name": "mul", "arguments": {"a": n, "b": 10}} for n in (1, 2, 3)]
+        server.reply(tool_calls=calls, same_index=shape == "ollama")
+        server.reply(text="10, 20 and 30.")
+        env = {**os.environ, "AGCTL_PROVIDER": "openai", "AGCTL_BASE_URL": server.base_url,
+               "AGCTL_MODEL": "m", "AGCTL_API_KEY": "k"}  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "agctl", "-s", "s", "--json", "turn", "send", "times ten",
+             "-T", "mul", "--approve", "auto", "--stream", "--tool-jobs", "3"],
+            env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        second = server.requests[1].body["messages"]
+    assert [r["a"] for r in runs(tool)] and sorted(r["a"] for r in runs(tool)) == [1, 2, 3]
+    results = [(m["tool_call_id"], m["content"].strip()) for m in second if m["role"] == "tool"]
+    assert results == [("p1", "10"), ("p2", "20"), ("p3", "30")]
+    assert json.loads(done.stdout)["reply"] == "10, 20 and 30."
