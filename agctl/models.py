@@ -230,13 +230,18 @@ class FocusedConfig(Model):
     keep_system: bool = True
     recent_messages: int = Field(default=10, ge=0)
     summary_override: str | None = None
+    # Regenerate summary_override with the model after every N turns (None: never).
+    auto_summary_every: int | None = _optional(ge=1)
 
     def updated(self, changes: Mapping[str, Any] | None) -> FocusedConfig:
-        """A copy with `changes` applied (None values are ignored; "" clears the summary)."""
+        """A copy with `changes` applied (None values are ignored; "" clears the summary,
+        an auto_summary_every of 0 turns it off)."""
         data = self.model_dump()
         data.update({k: v for k, v in (changes or {}).items() if v is not None})
         if data.get("summary_override") == "":
             data["summary_override"] = None
+        if data.get("auto_summary_every") == 0:
+            data["auto_summary_every"] = None
         return FocusedConfig.model_validate(data)
 
 

@@ -148,6 +148,8 @@ class TurnResult:
     tools_offered: bool = False
     # Each hook run of the turn (HookRun.public()), in order.
     hooks: list[dict[str, Any]] = field(default_factory=list)
+    # The slot's focused summary was rewritten after the turn (auto_summary_every).
+    summarized: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         data = self._fields()
@@ -155,6 +157,8 @@ class TurnResult:
             data["steps"] = [step.to_dict() for step in self.steps]
         if self.hooks:
             data["hooks"] = self.hooks
+        if self.summarized:
+            data["summarized"] = True
         return data
 
     def _fields(self) -> dict[str, Any]:
@@ -321,7 +325,7 @@ def _send(
         latency,
         f"{usage.prompt_tokens}+{usage.completion_tokens}" if usage else "unknown",
     )
-    return TurnResult(
+    result = TurnResult(
         session_id=session_id,
         slot_id=prepared.slot.id,
         turn=prepared.request.context.turn,
@@ -336,6 +340,34 @@ def _send(
         steps=loop.steps,
         tools_offered=options.tools is not None,
     )
+    _auto_summary(store, session_id, provider, options, result)
+    return result
+
+
+def _auto_summary(
+    store: Store, session_id: str, provider: Provider, options: TurnOptions, result: TurnResult
+) -> None:
+    """A focused slot with auto_summary_every N has the model rewrite its summary after
+    every N turns, checkpointed. The turn is committed already: a failure only warns."""
+    slot = result.slot
+    every = slot.config.focused.auto_summary_every if slot is not None else None
+    if slot is None or slot.config.mode != "focused" or not every or result.turn % every:
+        return
+    from agctl.compress import summarize_slot
+
+    try:
+        result.slot = summarize_slot(store, session_id, slot.id, provider, model=options.model)
+        if options.checkpoint:
+            from agctl.checkpoints import Checkpointer
+
+            label = f"summary after turn {result.turn}"
+            Checkpointer(store).create(session_id, label=label, auto=True)
+        result.summarized = True
+        log.info("slot %s: summary rewritten after turn %d", slot.id, result.turn)
+    except AgctlError as exc:
+        log.warning(
+            "turn %d was committed, but its slot's summary was not rewritten: %s", result.turn, exc
+        )
 
 
 class _Loop:

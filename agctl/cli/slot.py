@@ -38,6 +38,12 @@ def slot_row(slot: Slot, current_slot: str | None = None) -> dict[str, Any]:
 def focus_options(fn: F) -> F:
     """The focused-mode settings, shared by `slot new`, `slot derive` and `slot mode`."""
     fn = click.option(
+        "--auto-summary-every",
+        type=Count(),
+        metavar="N",
+        help="Focused: have the model rewrite the summary after every N turns (0: never).",
+    )(fn)
+    fn = click.option(
         "--summary",
         metavar="TEXT",
         help="Summary shown in place of older messages ('' clears it).",
@@ -56,9 +62,17 @@ def focus_options(fn: F) -> F:
 
 
 def focus_changes(
-    keep_system: bool | None, recent: int | None, summary: str | None
+    keep_system: bool | None,
+    recent: int | None,
+    summary: str | None,
+    auto_summary_every: int | None = None,
 ) -> dict[str, Any]:
-    return {"keep_system": keep_system, "recent_messages": recent, "summary_override": summary}
+    return {
+        "keep_system": keep_system,
+        "recent_messages": recent,
+        "summary_override": summary,
+        "auto_summary_every": auto_summary_every,
+    }
 
 
 def transcript(messages: list[Message]) -> str:
@@ -111,6 +125,7 @@ def new(
     keep_system: bool | None,
     recent: int | None,
     summary: str | None,
+    auto_summary_every: int | None,
     static_file: str | None,
     make_current: bool,
 ) -> None:
@@ -132,7 +147,7 @@ def new(
         app.session_id(),
         slot_id,
         mode=mode,
-        focus=focus_changes(keep_system, recent, summary),
+        focus=focus_changes(keep_system, recent, summary, auto_summary_every),
         immutable=immutable,
         make_current=make_current,
     )
@@ -167,6 +182,7 @@ def derive(
     keep_system: bool | None,
     recent: int | None,
     summary: str | None,
+    auto_summary_every: int | None,
     make_current: bool,
 ) -> None:
     """Branch a new slot off an existing one; the parent is recorded and left untouched.
@@ -181,7 +197,7 @@ def derive(
         slot_id,
         source=source,
         strategy=strategy,  # type: ignore[arg-type]
-        focus=focus_changes(keep_system, recent, summary),
+        focus=focus_changes(keep_system, recent, summary, auto_summary_every),
         make_current=make_current,
     )
     text = f"derived slot {slot.id} from {slot.meta.parent_id} ({strategy})"
@@ -325,6 +341,7 @@ def mode(
     keep_system: bool | None,
     recent: int | None,
     summary: str | None,
+    auto_summary_every: int | None,
 ) -> None:
     """Change a slot's mode; messages are kept, the view is filtered when read.
 
@@ -335,7 +352,9 @@ def mode(
       agctl slot mode full
     """
     sid = app.session_id()
-    slot = app.store.set_mode(sid, slot_id, mode, focus=focus_changes(keep_system, recent, summary))
+    slot = app.store.set_mode(
+        sid, slot_id, mode, focus=focus_changes(keep_system, recent, summary, auto_summary_every)
+    )
     current = app.store.load_session(sid).current_slot
     app.done(slot_row(slot, current), text=f"slot {slot.id} is now {slot.config.mode}")
 

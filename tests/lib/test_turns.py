@@ -573,3 +573,23 @@ def test_a_tool_call_with_no_name_is_reported_and_not_sent_back(
     only_nameless.feed(ToolCallDelta(0, id="call_z", arguments="{}"))
     with pytest.raises(ProviderError, match="1 tool call with no name"):
         only_nameless.message("m")
+
+
+def test_a_focused_slot_has_its_summary_rewritten_every_n_turns(store: Store, sid: str) -> None:
+    from agctl.checkpoints import Checkpointer
+
+    store.set_mode(sid, None, "focused", focus={"recent_messages": 2, "auto_summary_every": 2})
+    summaries = []
+    for n in range(1, 5):
+        result = send_turn(store, sid, f"question {n}", OfflineProvider(), OPTIONS)
+        assert result.summarized == (n % 2 == 0) and ("summarized" in result.to_dict()) == (
+            n % 2 == 0
+        )
+        summaries.append(store.load_slot(sid).config.focused.summary_override)
+    assert summaries[0] is None and summaries[1] and summaries[2] == summaries[1]
+    assert summaries[3] and summaries[3] != summaries[1] and "question 3" in summaries[3]
+    labels = [c.label for c in Checkpointer(store).summaries(sid)]
+    assert labels.count("summary after turn 2") == 1 and labels.count("summary after turn 4") == 1
+    assert not Checkpointer(store).verify(sid).problems
+    store.set_mode(sid, None, "focused", focus={"auto_summary_every": 0})
+    assert store.load_slot(sid).config.focused.auto_summary_every is None
