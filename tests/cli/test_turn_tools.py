@@ -183,3 +183,65 @@ def test_parallel_calls_over_http_run_in_order_in_either_delta_shape(
     results = [(m["tool_call_id"], m["content"].strip()) for m in second if m["role"] == "tool"]
     assert results == [("p1", "10"), ("p2", "20"), ("p3", "30")]
     assert json.loads(done.stdout)["reply"] == "10, 20 and 30."
+
+
+def test_a_three_step_tool_run_recorded_once_replays_in_ci_with_check(
+    run: Run, tool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Record a transcript's tool-using turn (three requests, two tool rounds) with the
+    tools running, then replay it from the cassette in a fresh session with no tool on
+    PATH, checking the reply and the calls: nothing runs, everything matches."""
+    steps = script(
+        tmp_path,
+        [
+            {"tool_calls": [{"id": "s1", "name": "mul", "arguments": {"a": 6, "b": 7}}]},
+            {"tool_calls": [{"id": "s2", "name": "mul", "arguments": {"a": 42, "b": 2}}]},
+            "6*7*2 is 84.",
+        ],
+    )
+    transcript = tmp_path / "t.jsonl"
+    line = {
+        "input": "What is 6*7*2?",
+        "expect": "6*7*2 is 84.",
+        "expect_tools": [
+            {"name": "mul", "arguments": {"a": 6}},
+            {"name": "mul", "arguments": {"b": 2}},
+        ],
+    }
+    transcript.write_text(json.dumps(line) + "\n")
+    cassette = tmp_path / "ci.cassette"
+    ok(run("turn", "replay", str(transcript), "--new-session", "rec", "-T", "mul", "--approve",
+           "auto", "--script", steps, "--record", str(cassette), "--check"))  # fmt: skip
+    assert len(runs(tool)) == 2
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+    printed = ok(run("--json", "turn", "replay", str(transcript), "--new-session", "ci",
+                     "-T", "mul", "--cassette", str(cassette), "--check"))  # fmt: skip
+    replayed = json.loads(printed.stdout.splitlines()[-1])
+    summary = replayed.get("summary", replayed)
+    assert summary["matched"] == 1 and summary["mismatched"] == []
+    assert len(runs(tool)) == 2, "no tool ran in the replay"
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text(
+        json.dumps({**line, "expect_tools": [{"name": "mul", "arguments": {"a": 9}}]}) + "\n"
+    )
+    failed = run("turn", "replay", str(wrong), "--new-session", "ci2", "-T", "mul",
+                 "--cassette", str(cassette), "--check")  # fmt: skip
+    assert failed.exit_code == 8 and '-tool call: mul {"a":9}' in failed.output
+
+
+def test_a_long_result_is_cut_for_the_model_and_kept_whole_in_the_slot(
+    run: Run, tmp_path: Path, isolated_env: Path
+) -> None:
+    program = tmp_path / "big.py"
+    program.write_text("import sys; sys.stdin.read(); print('x' * 100000)")
+    ok(run("tool", "add", "big", "--description", "Big", "--max-output", "1000", "--approve",
+           "auto", "--", sys.executable, str(program)))  # fmt: skip
+    ok(run("session", "new", "s"))
+    steps = script(tmp_path, [{"tool_calls": [{"id": "b1", "name": "big"}]}, "Long."])
+    ok(run("turn", "send", "go", "-T", "big", "--script", steps))
+    (result,) = [m for m in Store(isolated_env).load_slot("s").messages if m.role == "tool"]
+    assert len(result.text()) <= 1000 and "bytes cut" in result.text()
+    assert result.output is not None and result.output.startswith("x" * 100000)
+    assert result.output_sha256 and len(result.output_sha256) == 64
+    exported = as_json(ok(run("--json", "msg", "export", "--format", "openai")))
+    assert all("output" not in m for m in exported), "the whole output is kept, never sent"
