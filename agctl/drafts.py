@@ -79,6 +79,7 @@ def clear_draft(
     Read, compared and removed in one transaction, so a draft another process keeps
     meanwhile is never removed unseen."""
     adopt_legacy_draft(store, session_id)
+    ours = False
     with store.transaction(session_id) as tx:
         validate_id(slot_id, "slot")
         if before is not None:
@@ -86,12 +87,15 @@ def clear_draft(
                 draft = tx.load_draft(session_id, slot_id)
             except (NotFound, CorruptDocument):
                 return False  # none, or damaged: left for 'agctl draft show' to report
-            if draft.created_at >= before and draft.created_at != own:
+            ours = draft.created_at == own
+            if draft.created_at >= before and not ours:
                 return False
         elif slot_id not in tx.draft_slots(session_id):
             return False
         tx.delete_draft(slot_id)
-    if before is not None:
+    if ours:
+        log.debug("the step log of the turn on slot %s dropped: the turn is committed", slot_id)
+    elif before is not None:
         log.info("draft of slot %s dropped: a later turn on it superseded it", slot_id)
     return True
 
