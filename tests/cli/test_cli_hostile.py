@@ -87,6 +87,13 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _invoke(runner, env, "slot", "new", "spare")
     _invoke(runner, env, "memory", "set", "k", "v")
     _invoke(runner, env, "profile", "add", "p", "--preset", "ollama")
+    _invoke(runner, env, "tool", "add", "echo", "--description", "d", "--", "cat")
+    _invoke(runner, env, "hook", "add", "TurnEnd", "seen", "--", "true")
+    hooks_file = root / "project" / ".agctl" / "hooks.json"
+    hooks_file.parent.mkdir(parents=True)
+    hooks_file.write_text(json.dumps([{"name": "p", "event": "PostFork", "command": ["true"]}]))
+    _invoke(runner, env, "hook", "trust", str(hooks_file))
+    (root / "payload.json").write_text("{}")
     _invoke(runner, env, "session", "export", "-o", str(root / "export.json"))
     (root / "messages.json").write_text(json.dumps([{"role": "user", "content": "imported"}]))
     (root / "transcript.jsonl").write_text(json.dumps({"input": "replayed"}) + "\n")
@@ -127,6 +134,8 @@ def world(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Wo
     for name in ("messages", "transcript", "export"):
         suffix = "jsonl" if name == "transcript" else "json"
         names[name] = str(root / f"{name}.{suffix}")
+    names["hooks_file"] = str(root / "project" / ".agctl" / "hooks.json")
+    names["hook_payload"] = str(root / "payload.json")
     return World(root, names, CliRunner())
 
 
