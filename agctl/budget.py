@@ -6,6 +6,7 @@ every zone of the request with its tokens, against the model's window minus the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 
 from agctl.errors import UsageError
 from agctl.models import BUDGET_PARTS, ContextBudget, Message, Session, Slot, TokenBudget
+from agctl.tokens import estimate_text
 from agctl.validation import validation_summary
 
 if TYPE_CHECKING:
@@ -118,6 +120,18 @@ class Zone:
     def of(cls, name: str, messages: Sequence[Message], budget_part: str) -> Zone:
         return cls(name, len(messages), sum(m.token_count() for m in messages), budget_part)
 
+    @classmethod
+    def of_tools(cls, tools: Sequence[Mapping[str, Any]]) -> Zone:
+        """The tool definitions offered (its `messages` counts definitions): each is sent
+        as JSON beside the messages, so its tokens are those of its compact JSON."""
+        tokens = sum(definition_tokens(tool) for tool in tools)
+        return cls("tool definitions", len(tools), tokens, "tools")
+
+
+def definition_tokens(tool: Mapping[str, Any]) -> int:
+    """Tokens of one tool definition of the request's `tools` parameter."""
+    return estimate_text(json.dumps(tool, ensure_ascii=False, separators=(",", ":")))
+
 
 @dataclass
 class Breakdown:
@@ -192,8 +206,10 @@ def breakdown(
     scratch: Sequence[Message] = (),
     user_input: Message | None = None,
     system_prompt: str | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> Breakdown:
-    """Every zone of the next request on `slot`, in the order the model receives them."""
+    """Every zone of the next request on `slot`: its messages in the order the model
+    receives them, then the definitions of the `tools` offered beside them."""
     prompt = system_prompt if system_prompt is not None else session.system_prompt
     result = Breakdown(model=model, window=window, budget=effective_budget(slot, window))
     memory = memory_message(session)
@@ -218,5 +234,6 @@ def breakdown(
         results,
         Zone.of("scratch", list(scratch), "system"),
         Zone.of("input", [user_input] if user_input else [], "history"),
+        Zone.of_tools(tools or ()),
     ]
     return result

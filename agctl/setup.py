@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from agctl.config import Config, Resolved
     from agctl.hooks import Hooks
     from agctl.providers.base import Provider
+    from agctl.specs import ToolSpec
     from agctl.steps import ToolBox
     from agctl.store import Store
     from agctl.tools import AskFn
@@ -111,6 +112,21 @@ class ModelSetup:
             self.settings, script=self.script, cassette=self.cassette, record=record
         )
 
+    def offered_specs(self, chosen: ToolsChoice) -> dict[str, ToolSpec]:
+        """The tools `chosen` offers, by name in the order named (every one defined for
+        `every`); a name the registry lacks is NotFound, naming those it has."""
+        from agctl.errors import NotFound
+        from agctl.tools import tool_registry
+
+        registry = tool_registry(self.config, self.settings.profile, chosen.tools_file)
+        if chosen.every:
+            return registry
+        missing = [name for name in chosen.names if name not in registry]
+        if missing:
+            known = ", ".join(sorted(registry)) or "none is defined ('agctl tool add')"
+            raise NotFound(f"no tool named {', '.join(missing)} (tools: {known})")
+        return {name: registry[name] for name in dict.fromkeys(chosen.names)}
+
     def toolbox(
         self,
         chosen: ToolsChoice,
@@ -129,19 +145,10 @@ class ModelSetup:
 
                 raise UsageError("no tool is offered: name one with -T/--tool, or --tools all")
             return None
-        from agctl.errors import NotFound
         from agctl.providers.cassette import CassetteTools, RecordingTools
-        from agctl.tools import LiveTools, definitions, tool_registry
+        from agctl.tools import LiveTools, definitions
 
-        registry = tool_registry(self.config, self.settings.profile, chosen.tools_file)
-        if chosen.every:
-            specs = registry
-        else:
-            missing = [name for name in chosen.names if name not in registry]
-            if missing:
-                known = ", ".join(sorted(registry)) or "none is defined ('agctl tool add')"
-                raise NotFound(f"no tool named {', '.join(missing)} (tools: {known})")
-            specs = {name: registry[name] for name in dict.fromkeys(chosen.names)}
+        specs = self.offered_specs(chosen)
         if self.cassette is not None and not chosen.live:
             return CassetteTools(self.cassette, definitions(specs.values()))
         live = LiveTools(specs, approve=chosen.approve, ask=ask, data_dir=data_dir, hooks=hooks)

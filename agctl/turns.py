@@ -519,6 +519,7 @@ def fit_breakdown(prepared: PreparedTurn, options: TurnOptions, window: int) -> 
         scratch=scratch_messages(options.scratch),
         user_input=prepared.user_message,
         system_prompt=options.system,
+        tools=prepared.request.tools,
     )
 
 

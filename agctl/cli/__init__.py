@@ -73,6 +73,8 @@ Exit codes:
     6  provider error (HTTP error, timeout, malformed reply, replay miss)
     7  context full (the request does not fit the model's window)
     8  replay check failed (a reply differs from the expected one)
+    9  blocked (a tool call needing approval with no terminal, or a hook blocked it)
+   10  step limit (the model still asked for tools after --max-steps requests)
   130  interrupted (Ctrl-C); nothing was written
   141  standard output was closed early (agctl ... | head -1); nothing is printed
 """

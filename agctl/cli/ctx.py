@@ -7,10 +7,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from agctl.cli.app import App, Count, PathType, pass_app
+from agctl.cli.complete import complete_tools
 from agctl.cli.options import command_options, provider_options, slot_option
 from agctl.vocab import COMPRESS_STRATEGIES
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from agctl.setup import ModelChoice
 
 
@@ -31,6 +34,26 @@ def command() -> None:
 @provider_options
 @click.option("--system", metavar="TEXT", help="System prompt for this turn only.")
 @click.option("--scratch", metavar="TEXT", multiple=True, help="Scratch context. Repeatable.")
+@click.option(
+    "-T",
+    "--tool",
+    "tool_names",
+    multiple=True,
+    metavar="NAME",
+    shell_complete=complete_tools,
+    help="Count tool NAME's definition, as 'turn send -T NAME' offers it. Repeatable.",
+)
+@click.option(
+    "--tools",
+    "every_tool",
+    type=click.Choice(["all"]),
+    help="all: count the definitions of every tool defined.",
+)
+@click.option(
+    "--tools-file",
+    type=PathType(dir_okay=False),
+    help="Also count-able: the tools defined in FILE (a JSON array of tool objects).",
+)
 @command_options
 @pass_app
 def show(
@@ -40,24 +63,32 @@ def show(
     choice: ModelChoice,
     system: str | None,
     scratch: tuple[str, ...],
+    tool_names: tuple[str, ...],
+    every_tool: str | None,
+    tools_file: Path | None,
 ) -> None:
     """Every zone of the next request with its tokens, against the budget and the window.
 
     Zones: system prompt, memory (when in context), immutable, compressed, the messages
-    view, tool results, scratch and PROMPT (when given). The limit is the model's window
-    minus the reserve kept for the reply.
+    view, tool results, scratch, PROMPT (when given) and the definitions of the tools
+    offered (-T NAME, --tools all; MSGS counts the definitions). The limit is the
+    model's window minus the reserve kept for the reply.
 
     \b
     Examples:
       agctl ctx show
       agctl ctx show "next question" --model gpt-4o --json
+      agctl ctx show "How many words in notes.txt?" -T wc
     """
     from agctl.budget import breakdown
     from agctl.messages import prompt_message, scratch_messages
-    from agctl.setup import ModelSetup
+    from agctl.setup import ModelSetup, ToolsChoice
+    from agctl.tools import definitions
 
     sid = app.session_id()
     setup = ModelSetup.chosen(app.store, sid, choice)
+    offered = ToolsChoice(names=tool_names, every=every_tool == "all", tools_file=tools_file)
+    tools = definitions(setup.offered_specs(offered).values()) if offered.chosen else None
     session = app.store.load_session(sid)
     target = app.store.load_slot(sid, slot)
     result = breakdown(
@@ -68,6 +99,7 @@ def show(
         scratch=scratch_messages(scratch),
         user_input=prompt_message(prompt),
         system_prompt=system,
+        tools=tools,
     )
     payload: dict[str, Any] = {
         "session": sid,

@@ -1,12 +1,16 @@
-"""`agctl demo`: the branching legal-aid consultation, end to end, offline, self-checking."""
+"""`agctl demo`: the branching legal-aid consultation, end to end, offline, self-checking,
+with a branch whose turn is a tool loop."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import shlex
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -37,11 +41,145 @@ class Step:
     check: Check | None = None
 
 
+@dataclass(frozen=True)
+class TourFiles:
+    """Where the tour keeps its config (in the data dir, with the tool it defines) and,
+    for the tool branch, the offline model's script and the tool's log of its runs."""
+
+    config: Path
+    script: Path
+    tool_runs: Path
+
+    @classmethod
+    def of(cls, data_dir: Path, side_dir: Path) -> TourFiles:
+        return cls(data_dir / "demo-config.json", side_dir / "script.json", side_dir / "runs.log")
+
+
+TOOL = "count-words"
+TOOL_PARAMETERS = {
+    "type": "object",
+    "properties": {"text": {"type": "string"}},
+    "required": ["text"],
+}
+# The tool: log the run (so the tour can count its runs), print the words of `text`.
+TOOL_PROGRAM = (
+    'import json, sys; open(sys.argv[1], "a").write("ran\\n"); '
+    'print(len(json.load(sys.stdin)["text"].split()))'
+)
+LETTER = "I ask you to return my full deposit of 1200 dollars within 14 days."
+ANSWER = "The draft has 14 words: short enough for a demand letter."
+# The offline model's replies, one entry a turn of the session: the tool turn is turn 4,
+# a list of its steps (first a call of the tool, then the answer to its result).
+SCRIPT: list[Any] = [
+    "(turn 1 is answered without --script)",
+    "(turn 2 is answered without --script)",
+    "(turn 3 is answered without --script)",
+    [
+        {"tool_calls": [{"id": "call_1", "name": TOOL, "arguments": {"text": LETTER}}]},
+        ANSWER,
+    ],
+]
+
+
 def _texts(store: Store, slot: str) -> list[str]:
     return [m.text() for m in store.load_slot(SID, slot).messages]
 
 
-def _steps() -> list[Step]:
+def _roles(store: Store, slot: str) -> list[str]:
+    return [m.role for m in store.load_slot(SID, slot).messages]
+
+
+def _runs(files: TourFiles) -> int:
+    return len(files.tool_runs.read_text().splitlines()) if files.tool_runs.exists() else 0
+
+
+def _tool_defined(files: TourFiles) -> bool:
+    if not files.config.exists():
+        return False
+    tool = json.loads(files.config.read_text()).get("tools", {}).get(TOOL, {})
+    return bool(tool.get("approve") == "auto" and tool.get("command", [None])[0] == sys.executable)
+
+
+def _loop_committed(store: Store, files: TourFiles) -> bool:
+    messages = store.load_slot(SID, "option-a").messages
+    return (
+        _runs(files) == 1
+        and [m.role for m in messages[5:]] == ["user", "assistant", "tool", "assistant"]
+        and messages[-2].text().split() == [str(len(LETTER.split()))]
+        and messages[-1].text() == ANSWER
+        and store.load_session(SID).turn_count == 4
+        and len(_texts(store, "option-b")) == 5
+    )
+
+
+def _loop_undone(store: Store, files: TourFiles) -> bool:
+    return (
+        len(_texts(store, "option-a")) == 5
+        and "tool" not in _roles(store, "option-a")
+        and store.load_session(SID).turn_count == 3
+        and _runs(files) == 1
+    )
+
+
+def _tool_steps(files: TourFiles) -> list[Step]:
+    """The tool branch: a tool defined, a turn whose loop calls it, and the undo of it all."""
+    add = shlex.join(
+        [
+            "tool",
+            "add",
+            TOOL,
+            "--description",
+            "Count the words of a text",
+            "--parameters",
+            json.dumps(TOOL_PARAMETERS, separators=(",", ":")),
+            "--approve",
+            "auto",
+            "--",
+            sys.executable,
+            "-c",
+            TOOL_PROGRAM,
+            str(files.tool_runs),
+        ]
+    )
+    prompt = "Is my letter short enough?"
+    send = shlex.join(
+        ["turn", "send", prompt, "-T", TOOL, "--script", str(files.script), "--slot", "option-a"]
+    )
+    return [
+        Step(
+            "Option A's letter must be short: a tool counts its words (an argv command "
+            "given its arguments as JSON on stdin; 'auto': it runs without asking)."
+        ),
+        Step(
+            "",
+            add,
+            f"{TOOL} is defined in the demo's own config, set to run unasked",
+            lambda s: _tool_defined(files),
+        ),
+        Step(
+            "The turn is a loop: the model (offline, following a script) calls the tool, "
+            "gets its result, then answers. All of it is one turn."
+        ),
+        Step(
+            "",
+            send,
+            f"{TOOL} ran once; option-a gained user, assistant (the call), tool (its result) "
+            "and assistant (the answer) as turn 4",
+            lambda s: _loop_committed(s, files),
+        ),
+        Step("", "msg list -n 4 --full --slot option-a"),
+        Step("One undo takes the whole loop away."),
+        Step(
+            "",
+            "turn undo",
+            f"option-a is back to its 5 messages at turn 3, all four gone; {TOOL} did not "
+            "run again",
+            lambda s: _loop_undone(s, files),
+        ),
+    ]
+
+
+def _steps(files: TourFiles) -> list[Step]:
     return [
         Step("A legal-aid consultation starts in the session's 'default' slot."),
         Step(
@@ -93,6 +231,7 @@ def _steps() -> list[Step]:
                 and not any("Option B" in t for t in _texts(s, "option-a"))
             ),
         ),
+        *_tool_steps(files),
         Step("Back in 'default', neither option's turns are there."),
         Step(
             "",
@@ -161,7 +300,9 @@ def command(app: App) -> None:
 
     The branching scenario: a legal-aid consultation in 'default', two options derived
     from it, a turn in each (offline provider: no key, no network), and checks that the
-    branches stay apart. Every step is a real agctl command; every claim printed is
+    branches stay apart. In option A a tool is defined and a turn's loop calls it (the
+    offline model follows a script: the call, then the answer), and one undo takes the
+    whole loop away. Every step is a real agctl command; every claim printed is
     checked. Runs in a temporary data dir unless --data-dir is given.
 
     \b
@@ -171,23 +312,29 @@ def command(app: App) -> None:
     """
     import contextlib
     import io
-    import shlex
+    import tempfile
     from unittest import mock
 
     from agctl.cli import cli
+    from agctl.fsio import write_atomic
     from agctl.store import Store
 
     failures = 0
     report: list[dict[str, object]] = []
-    with _data_dir(app) as data_dir:
+    with (
+        _data_dir(app) as data_dir,
+        tempfile.TemporaryDirectory(prefix="agctl-demo-tool-") as side_dir,
+    ):
         store = Store(data_dir)
         if SID in store.session_ids():
             raise click.UsageError(f"{data_dir} already holds a session {SID!r}")
+        files = TourFiles.of(data_dir, Path(side_dir))
+        write_atomic(files.script, json.dumps(SCRIPT, indent=2).encode(), durable=False)
         # Offline whatever the user's config and environment say: no key, no network.
         offline = {name: "" for name in DEMO_CLEARED_ENV}
-        offline.update(AGCTL_SESSION=SID, AGCTL_CONFIG=str(data_dir / "demo-config.json"))
+        offline.update(AGCTL_SESSION=SID, AGCTL_CONFIG=str(files.config))
         with mock.patch.dict("os.environ", offline):
-            for step in _steps():
+            for step in _steps(files):
                 if step.say:
                     if not app.json:
                         output.secho(f"\n# {step.say}", bold=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,7 @@ def zone_rows(output: str) -> dict[str, list[str]]:
         "tool results",
         "scratch",
         "input",
+        "tool definitions",
     ]
     rows = {}
     for line in output.splitlines():
@@ -156,6 +158,7 @@ def test_ctx_show_before_and_after_an_automatic_compression(
         "tool results": (0, 0),
         "scratch": (0, 0),
         "input": (0, 0),
+        "tool definitions": (0, 0),
     }
     with_prompt = as_json(run("--json", "ctx", "show", PROMPT))
     assert (with_prompt["total"], with_prompt["room"]) == (limit + 1, -1)
@@ -193,6 +196,7 @@ def test_ctx_show_before_and_after_an_automatic_compression(
         "tool results": (0, 0),
         "scratch": (0, 0),
         "input": (0, 0),
+        "tool definitions": (0, 0),
     }
     assert (after["total"], after["room"]) == (total, limit - total)
     assert after["budget"]["history"] == {
@@ -211,6 +215,82 @@ def test_ctx_show_before_and_after_an_automatic_compression(
     assert rows["messages"][:2] == [str(1 + KEEP + 2), str(kept)]
     assert rows["memory"] == ["0", "0", "0.0%", "system"]
     assert human.rstrip().splitlines()[-1] == f"total {total} of {limit}: room left {limit - total}"
+
+
+# ---- tools: their definitions against `tools`, their results against `tool_results` ----
+
+WORDS_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}}
+# Prints the number of words of its `text` argument (a JSON document on stdin).
+WORDS = "import json, sys; print(len(json.load(sys.stdin)['text'].split()))"
+
+
+def definition_cost(name: str, description: str, schema: dict[str, Any]) -> int:
+    """Tokens of one tool as `turn send -T NAME` offers it: its definition's compact JSON."""
+    offered = {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": schema},
+    }
+    return estimate_text(json.dumps(offered, ensure_ascii=False, separators=(",", ":")))
+
+
+@pytest.fixture
+def words(run: Run, sid: str) -> int:
+    """Tool `words` (approve: auto) in the config; the tokens of its definition."""
+    ok(run("tool", "add", "words", "--description", "Count words",
+           "--parameters", json.dumps(WORDS_SCHEMA), "--approve", "auto",
+           "--", sys.executable, "-c", WORDS))  # fmt: skip
+    return definition_cost("words", "Count words", WORDS_SCHEMA)
+
+
+def test_ctx_show_counts_the_tools_offered_against_tools(
+    run: Run, words: int, tmp_path: Path
+) -> None:
+    plain = as_json(run("--json", "ctx", "show"))
+    assert zones(plain)["tool definitions"] == (0, 0) and plain["budget"]["tools"]["used"] == 0
+
+    offered = as_json(run("--json", "ctx", "show", "-T", "words"))
+    assert zones(offered)["tool definitions"] == (1, words)
+    assert offered["budget"]["tools"] == {"used": words, "budget": 655, "over": False}
+    assert offered["total"] == plain["total"] + words
+    assert as_json(run("--json", "ctx", "show", "--tools", "all")) == offered
+
+    schema = {"type": "object", "properties": {"path": {"type": "string"}}}
+    tools_file = tmp_path / "tools.json"
+    tools_file.write_text(json.dumps([{"name": "cat", "description": "Show a file",
+                                       "parameters": schema, "command": ["cat"]}]))  # fmt: skip
+    both = as_json(run("--json", "ctx", "show", "--tools-file", str(tools_file),
+                       "-T", "cat", "-T", "words"))  # fmt: skip
+    cat = definition_cost("cat", "Show a file", schema)
+    assert zones(both)["tool definitions"] == (2, cat + words)
+    rows = zone_rows(ok(run("ctx", "show", "-T", "words")).stdout)
+    assert rows["tool definitions"][:2] == ["1", str(words)]
+    assert rows["tool definitions"][-1] == "tools"
+
+
+def test_ctx_show_with_a_tool_it_does_not_know_is_not_found(run: Run, words: int) -> None:
+    result = run("ctx", "show", "-T", "nope")
+    assert result.exit_code == 3
+    assert "no tool named nope (tools: words)" in result.stderr
+    assert run("ctx", "show", "--tools", "some").exit_code == 2
+
+
+def test_the_tool_messages_of_a_turn_count_against_tool_results(
+    run: Run, store: Store, words: int, tmp_path: Path
+) -> None:
+    call = {"id": "w1", "name": "words", "arguments": {"text": "one two three"}}
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([[{"tool_calls": [call]}, "Three words."]]))
+    ok(run("turn", "send", "How many words?", "-T", "words", "--script", str(script)))
+    slot = store.load_slot("s1")
+    assert [m.role for m in slot.messages] == ["user", "assistant", "tool", "assistant"]
+    (result,) = [m for m in slot.messages if m.role == "tool"]
+    assert result.text() == "3\n"  # the tool's stdout as it printed it
+
+    shown = as_json(run("--json", "ctx", "show"))
+    assert zones(shown)["tool results"] == (1, result.token_count()) == (1, cost("3\n"))
+    assert shown["budget"]["tool_results"]["used"] == cost("3\n")
+    said = [m for m in slot.messages if m.role != "tool"]
+    assert zones(shown)["messages"] == (3, sum(m.token_count() for m in said))
 
 
 # ---- context full: nothing sent, nothing written --------------------------------------

@@ -111,6 +111,16 @@ def test_help_lists_the_command_groups_and_exit_codes(run: Run) -> None:
     assert "AGCTL_DATA_DIR" in out
 
 
+def test_the_help_lists_every_exit_code_the_errors_define(run: Run) -> None:
+    from agctl import errors
+
+    listed = ok(run("--help")).stdout.split("Exit codes:")[1]
+    codes = {int(m) for m in re.findall(r"^\s+(\d+)  ", listed, re.MULTILINE)}
+    defined = {v for k, v in vars(errors).items() if k.startswith("EXIT_")}
+    assert defined - codes == set()
+    assert {9, 10} <= codes
+
+
 def test_unknown_command_is_a_usage_error(run: Run) -> None:
     result = run("sesion", "list")
     assert result.exit_code == EXIT_USAGE

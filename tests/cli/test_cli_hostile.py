@@ -27,7 +27,7 @@ from test_json_everywhere import INVOCATIONS, leaf_commands
 
 from agctl.cli import cli
 
-DOCUMENTED_EXIT_CODES = {*range(9), 130}
+DOCUMENTED_EXIT_CODES = {*range(11), 130}
 NOT_UTF8 = os.fsdecode(b"caf\xe9")  # what Python makes of the bytes on a command line
 HOSTILE = {
     "not-utf8": NOT_UTF8,

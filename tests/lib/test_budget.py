@@ -6,7 +6,9 @@ change to the estimator or to what a zone holds shows up as a precise failure.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from helpers import data_dir_files, draft_file
@@ -42,6 +44,7 @@ from agctl.models import (
 )
 from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider, offline_summary
+from agctl.steps import CallRecord
 from agctl.store import Store
 from agctl.tokens import MESSAGE_OVERHEAD, estimate_content, estimate_text
 from agctl.turns import TurnOptions, send_turn
@@ -275,10 +278,11 @@ def test_breakdown_zone_by_zone() -> None:
         ),
         "scratch": (1, cost(SCRATCH)),
         "input": (1, cost(INPUT)),
+        "tool definitions": (0, 0),  # none offered
     }
     assert {z.name: (z.messages, z.tokens) for z in result.zones} == expected
     # The same numbers written out, so a change to the estimator is noticed here too.
-    assert [z.tokens for z in result.zones] == [8, 19, 17, 23, 61, 24, 14, 10]
+    assert [z.tokens for z in result.zones] == [8, 19, 17, 23, 61, 24, 14, 10, 0]
     assert result.total == 176
 
 
@@ -303,6 +307,75 @@ def test_breakdown_limit_room_and_parts() -> None:
         "tool_results": {"used": 24, "budget": 1_146, "over": False},
     }
     assert data["over_budget"] == []
+
+
+# Two definitions as `turn send -T ls -T cat` offers them (agctl.tools.definitions).
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    }
+    for name, description in (("ls", "List a directory."), ("cat", "Show a file's text."))
+]
+
+
+def test_breakdown_counts_the_tool_definitions_offered_against_tools() -> None:
+    session, slot = crafted()
+    result = breakdown(session, slot, model="offline", window=8_192, tools=TOOLS)
+    each = [
+        estimate_text(json.dumps(tool, ensure_ascii=False, separators=(",", ":"))) for tool in TOOLS
+    ]
+    assert each == [43, 43]  # written out: a change to how they are counted shows here
+    zone = result.zones[-1]
+    assert (zone.name, zone.messages, zone.tokens, zone.budget_part) == (
+        "tool definitions",
+        2,
+        43 + 43,
+        "tools",
+    )
+    without = breakdown(session, slot, model="offline", window=8_192)
+    assert result.total == without.total + 86
+    assert result.by_part() == {**without.by_part(), "tools": 86}
+    assert result.to_dict()["budget"]["tools"] == {"used": 86, "budget": 655, "over": False}
+
+
+def test_tool_definitions_over_their_part_are_over_budget() -> None:
+    session, slot = crafted()
+    slot.config.budget = ContextBudget(tools=50)
+    result = breakdown(session, slot, model="offline", window=8_192, tools=TOOLS)
+    assert result.over_budget() == {"tools": (86, 50)}
+    assert result.to_dict()["over_budget"] == ["tools"]
+
+
+class Unrunnable:
+    """A ToolBox offering TOOLS whose calls must never be answered."""
+
+    def definitions(self) -> list[dict[str, Any]]:
+        return TOOLS
+
+    def run(self, call: ToolCall) -> tuple[str, CallRecord]:
+        raise AssertionError(f"no call was expected, got {call.function.name}")
+
+
+def test_a_turn_counts_the_tools_it_offers_against_the_window(store: Store) -> None:
+    """A request exactly at the limit without tools is over it by their definitions."""
+    _, window = threshold_session(store)
+    provider = RecordingOffline()
+    options = TurnOptions(model="offline", window=window, auto_compress=False, tools=Unrunnable())
+
+    with pytest.raises(ContextFull) as caught:
+        send_turn(store, "s", PROMPT_AT_LIMIT, provider, options)
+
+    assert caught.value.over == 86
+    assert provider.requests == []
 
 
 def test_breakdown_counts_exactly_the_request_view() -> None:

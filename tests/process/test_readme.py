@@ -67,6 +67,23 @@ FILES = {
     "chat.jsonl": "".join(
         json.dumps({"input": text}) + "\n" for text in ("Hello", "What is a monad?", "Thanks")
     ),
+    # The Tools section: the offline model's steps (a call of wc, then the answer), and a
+    # transcript line expecting that call.
+    "wc.json": json.dumps(
+        [
+            [
+                {"tool_calls": [{"name": "wc", "arguments": {"path": "notes.txt"}}]},
+                "notes.txt has 5 words.",
+            ]
+        ]
+    ),
+    "wc-check.jsonl": json.dumps(
+        {
+            "input": "How many words in notes.txt?",
+            "expect_tools": [{"name": "wc", "arguments": {"path": "notes.txt"}}],
+        }
+    )
+    + "\n",
 }
 
 
@@ -133,7 +150,9 @@ def console_steps(text: str) -> list[tuple[str, str]]:
 
 
 def sh_commands(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    """The commands of a shell block, a line ending in a backslash joined to the next."""
+    joined = re.sub(r"\\\n", "", text)
+    return [line for line in joined.splitlines() if line.strip() and not line.startswith("#")]
 
 
 BLOCKS = runnable_blocks()
@@ -191,3 +210,29 @@ def test_the_stdin_example_sends_the_prompt_then_the_file(
     assert sh(stdin_example, work, env).returncode == 0
     sent = sh("agctl msg get 0 --json", work, env)
     assert json.loads(sent.stdout)["content"] == "Summarise this\n\n" + FILES["notes.txt"][:-1]
+
+
+def test_the_tools_example_runs_wc_on_the_file(workdir: tuple[Path, dict[str, str]]) -> None:
+    """The three-line definition works as printed: the loop's tool message is wc's count
+    of notes.txt (a broken definition would still exit 0, with an error result)."""
+    work, env = workdir
+    assert sh("agctl session new -q", work, env).returncode == 0
+    (block,) = [block for block in BLOCKS if "agctl tool add wc" in block.text]
+    define, send = sh_commands(block.text)[:2]
+    assert sum(line.startswith(("agctl tool add", " ")) for line in block.text.splitlines()) == 3
+    assert sh(define, work, env).returncode == 0
+    assert "--script wc.json" in send
+    assert sh(send, work, env).returncode == 0
+    listed = json.loads(sh("agctl msg list --json", work, env).stdout)
+    assert [m["role"] for m in listed] == ["user", "assistant", "tool", "assistant"]
+    assert listed[2]["content"].strip() == str(len(FILES["notes.txt"].split()))
+    assert listed[3]["content"] == "notes.txt has 5 words."
+
+
+def test_the_exit_code_table_lists_every_exit_code_the_errors_define() -> None:
+    from agctl import errors
+
+    table = README.read_text(encoding="utf-8").split("### Exit codes", 1)[1].split("\n## ")[0]
+    codes = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)}
+    defined = {v for k, v in vars(errors).items() if k.startswith("EXIT_")}
+    assert defined - codes == set()
