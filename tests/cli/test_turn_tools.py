@@ -189,7 +189,7 @@ def test_a_three_step_tool_run_recorded_once_replays_in_ci_with_check(
     run: Run, tool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Record a transcript's tool-using turn (three requests, two tool rounds) with the
-    tools running, then replay it from the cassette in a fresh session with no tool on
+    tools running, then replay it from the cassette in a fresh data dir with no tool on
     PATH, checking the reply and the calls: nothing runs, everything matches."""
     steps = script(
         tmp_path,
@@ -214,6 +214,7 @@ def test_a_three_step_tool_run_recorded_once_replays_in_ci_with_check(
            "auto", "--script", steps, "--record", str(cassette), "--check"))  # fmt: skip
     assert len(runs(tool)) == 2
     monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+    monkeypatch.setenv("AGCTL_DATA_DIR", str(tmp_path / "a-fresh-data-dir"))
     printed = ok(run("--json", "turn", "replay", str(transcript), "--new-session", "ci",
                      "-T", "mul", "--cassette", str(cassette), "--check"))  # fmt: skip
     replayed = json.loads(printed.stdout.splitlines()[-1])

@@ -530,3 +530,71 @@ def test_the_light_spec_module_knows_the_same_observing_events_as_the_runner() -
     from agctl.specs import OBSERVING_EVENTS
 
     assert {event for event, rule in EVENTS.items() if not rule.may_block} == OBSERVING_EVENTS
+
+
+# ---- every outcome at every event ------------------------------------------------------
+
+# A payload for each event, and a change its hooks may make (None: it observes only).
+EVERY_EVENT: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
+    "TurnStart": (START, {"prompt": "rewritten"}),
+    "PreToolUse": (
+        {"tool": "t", "call_id": "c", "arguments": {"a": 1}},
+        {"arguments": {"a": 2}},
+    ),
+    "PostToolUse": (
+        {"tool": "t", "call_id": "c", "arguments": {}, "output": "secret"},
+        {"output": "[redacted]"},
+    ),
+    "PreCompress": ({"strategy": "summarize", "keep_recent": 6}, {"summary": "given"}),
+    "PostCompress": (
+        {"strategy": "summarize", "keep_recent": 6, "summary": "s"},
+        {"summary": "rewritten"},
+    ),
+    "TurnEnd": ({}, None),
+    "TurnError": ({"error": "boom"}, None),
+    "PostRollback": ({"checkpoint": "k"}, None),
+    "PostFork": ({"checkpoint": "k", "new_session": "n"}, None),
+}
+OUTCOMES = {
+    "proceed": "pass\n",
+    "block": "print('no', file=sys.stderr)\nsys.exit(2)\n",
+    "failure": "sys.exit(3)\n",
+    "timeout": "import time\ntime.sleep(30)\n",
+}
+
+
+def test_the_table_of_every_event_covers_every_event() -> None:
+    assert set(EVERY_EVENT) == set(HOOK_EVENTS)
+
+
+@pytest.mark.parametrize("outcome", sorted(OUTCOMES))
+@pytest.mark.parametrize("event", sorted(EVERY_EVENT))
+def test_every_outcome_at_every_event(tmp_path: Path, event: HookEvent, outcome: str) -> None:
+    """Proceed goes on; exit 2 blocks a blocking event (exit 9) and is a failure that
+    warns on an observing one; a failure or a timeout (its process killed) blocks the
+    first kind and warns on the second."""
+    payload, _ = EVERY_EVENT[event]
+    spec = hook(tmp_path, "h", event, OUTCOMES[outcome], timeout_s=0.5)
+    blocking = EVENTS[event].may_block
+    if outcome == "proceed" or not blocking:
+        result = run_hooks(event, payload, [spec])
+        (run,) = result.runs
+        assert run.outcome == ("proceed" if outcome == "proceed" else "warned")
+        assert result.changes == {}
+        if outcome == "timeout":
+            assert run.exit is None
+        return
+    with pytest.raises(HookBlocked) as caught:
+        run_hooks(event, payload, [spec])
+    assert caught.value.exit_code == 9 and caught.value.event == event
+    assert caught.value.failed == (outcome != "block")
+    if outcome == "timeout":
+        assert caught.value.runs[-1].exit is None
+
+
+@pytest.mark.parametrize("event", sorted(e for e, (_, change) in EVERY_EVENT.items() if change))
+def test_every_blocking_event_takes_its_change(tmp_path: Path, event: HookEvent) -> None:
+    payload, change = EVERY_EVENT[event]
+    spec = hook(tmp_path, "h", event, f"print({json.dumps(json.dumps(change))})\n")
+    result = run_hooks(event, payload, [spec])
+    assert result.changes == change
