@@ -56,6 +56,9 @@ APPROVE_MODES: tuple[ApproveMode, ...] = get_args(ApproveMode)
 # turn send --tools: offer every tool defined; answer calls live despite a cassette.
 ToolsMode = Literal["all", "live"]
 TOOLS_MODES: tuple[ToolsMode, ...] = get_args(ToolsMode)
+# ctx show --tools: count every tool defined.
+ToolsCounted = Literal["all"]
+TOOLS_COUNTED: tuple[ToolsCounted, ...] = get_args(ToolsCounted)
 
 
 class Preset(NamedTuple):

@@ -9,7 +9,7 @@ import click
 from agctl.cli.app import App, Count, PathType, pass_app
 from agctl.cli.complete import complete_tools
 from agctl.cli.options import command_options, provider_options, slot_option
-from agctl.vocab import COMPRESS_STRATEGIES
+from agctl.vocab import COMPRESS_STRATEGIES, TOOLS_COUNTED
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -46,7 +46,7 @@ def command() -> None:
 @click.option(
     "--tools",
     "every_tool",
-    type=click.Choice(["all"]),
+    type=click.Choice(TOOLS_COUNTED),
     help="all: count the definitions of every tool defined.",
 )
 @click.option(

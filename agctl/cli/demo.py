@@ -131,7 +131,7 @@ def _tool_steps(files: TourFiles) -> list[Step]:
             "--description",
             "Count the words of a text",
             "--parameters",
-            json.dumps(TOOL_PARAMETERS, separators=(",", ":")),
+            output.json_text(TOOL_PARAMETERS),
             "--approve",
             "auto",
             "--",
@@ -329,7 +329,7 @@ def command(app: App) -> None:
         if SID in store.session_ids():
             raise click.UsageError(f"{data_dir} already holds a session {SID!r}")
         files = TourFiles.of(data_dir, Path(side_dir))
-        write_atomic(files.script, json.dumps(SCRIPT, indent=2).encode(), durable=False)
+        write_atomic(files.script, output.json_text(SCRIPT, indent=True).encode(), durable=False)
         # Offline whatever the user's config and environment say: no key, no network.
         offline = {name: "" for name in DEMO_CLEARED_ENV}
         offline.update(AGCTL_SESSION=SID, AGCTL_CONFIG=str(files.config))

@@ -318,15 +318,15 @@ def test_the_cwd_is_relative_to_where_agctl_started_and_never_the_data_dir(
     tmp_path: Path,
 ) -> None:
     data_dir = tmp_path / "data"
-    (data_dir / "sessions").mkdir(parents=True)
+    (data_dir / "any" / "folder").mkdir(parents=True)  # anywhere inside it
     assert tool_cwd(spec(), started_in=tmp_path, data_dir=data_dir) == tmp_path
     assert tool_cwd(spec(cwd="sub"), started_in=tmp_path, data_dir=data_dir) == tmp_path / "sub"
     assert tool_cwd(spec(cwd="/etc"), started_in=tmp_path, data_dir=data_dir) == Path("/etc")
-    for where in (spec(cwd="data/sessions"), spec(cwd=str(data_dir))):
+    for where in (spec(cwd="data/any/folder"), spec(cwd=str(data_dir))):
         with pytest.raises(UsageError, match="inside agctl's data dir"):
             tool_cwd(where, started_in=tmp_path, data_dir=data_dir)
     with pytest.raises(UsageError, match="inside agctl's data dir"):
-        tool_cwd(spec(), started_in=data_dir / "sessions", data_dir=data_dir)
+        tool_cwd(spec(), started_in=data_dir / "any", data_dir=data_dir)
     (tmp_path / "link").symlink_to(data_dir)
     with pytest.raises(UsageError, match="inside agctl's data dir"):
         tool_cwd(spec(cwd="link"), started_in=tmp_path, data_dir=data_dir)
