@@ -186,14 +186,16 @@ class TurnOutcome:
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"turn": self.number, "input": self.input}
         if self.result is not None:
+            whole = self.result.to_dict()
             data.update(
                 {
                     "slot": self.result.slot_id,
                     "reply": self.result.reply.text(),
                     "checkpoint": self.result.checkpoint,
-                    "usage": self.result.to_dict()["usage"],
+                    "usage": whole["usage"],
                 }
             )
+            data.update({key: whole[key] for key in ("steps", "hooks") if key in whole})
         if self.expected is not None:
             data["expected"] = self.expected
             data["matched"] = self.matched

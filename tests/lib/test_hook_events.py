@@ -247,3 +247,29 @@ def test_post_compress_rewrites_the_summary_and_keeps_fewer(
     assert [m.text() for m in slot.compressed] == ["Rewritten."]
     assert len(slot.messages) == 2 and done.kept == 2
     assert payloads(seen)[0]["summary"].startswith("Summary of")
+
+
+def test_pre_tool_use_ask_asks_even_about_a_tool_set_to_auto(
+    store: Store, sid: str, hooked: Hooked, tmp_path: Path
+) -> None:
+    """With no one to ask (no terminal), an ask fails closed: exit 9, nothing runs."""
+    hooked.add("PreToolUse", {"decision": "ask"})
+    adder, tools = tools_with(hooked, tmp_path, approve="auto")
+    provider = Watching([[calls({"a": 1, "b": 1}), "ok"]])
+    with pytest.raises(Blocked, match="needs approval"):
+        send_turn(store, sid, "add", provider, TurnOptions(model="offline", tools=tools))
+    assert adder.ran() == []
+    asked: list[str] = []
+    adder2, tools2 = tools_with(hooked, tmp_path, approve="auto")
+    tools2.ask = lambda spec, arguments, argv: asked.append(spec.name) or False
+    send_turn(
+        store,
+        sid,
+        "add",
+        Watching([[calls({"a": 1, "b": 1}), "ok"]]),
+        TurnOptions(model="offline", tools=tools2),
+    )
+    assert asked == ["add"] and adder2.ran() == []
+    assert [m.text() for m in store.load_slot(sid).messages if m.role == "tool"] == [
+        "error: denied by the user's approval policy"
+    ]
