@@ -305,6 +305,12 @@ def hooks_for(
     project file's; none with --no-hooks or AGCTL_NO_HOOKS."""
     if hooks_disabled(no_hooks):
         return []
+    return [hook for hook in _in_order(config, profile_name, cwd) if hook.event == event]
+
+
+def _in_order(config: Config, profile_name: str | None, cwd: Path) -> list[HookSpec]:
+    """Every hook, in the order they run: the config's, the profile's, then the trusted
+    project file's (an untrusted or changed one is warned about, once)."""
     chosen = list(config.hooks)
     profile = config.profiles.get(profile_name) if profile_name else None
     if profile is not None:
@@ -313,7 +319,7 @@ def hooks_for(
     _warn_unused(project)
     if project.trusted:
         chosen.extend(project.hooks)
-    return [hook for hook in chosen if hook.event == event]
+    return chosen
 
 
 class Hooks:
@@ -330,15 +336,7 @@ class Hooks:
         self._by_event: dict[str, list[HookSpec]] = {}
         if hooks_disabled(no_hooks):
             return
-        chosen = list(config.hooks)
-        profile = config.profiles.get(profile_name) if profile_name else None
-        if profile is not None:
-            chosen.extend(profile.hooks)
-        project = read_project_hooks(config, cwd)
-        _warn_unused(project)
-        if project.trusted:
-            chosen.extend(project.hooks)
-        for hook in chosen:
+        for hook in _in_order(config, profile_name, cwd):
             self._by_event.setdefault(hook.event, []).append(hook)
 
     def __bool__(self) -> bool:

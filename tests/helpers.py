@@ -288,3 +288,13 @@ def searched_sessions(store: Store) -> Store:
     add_said(store, "a-session", "a plan: hello", slot="plan")
     add_said(store, "b-session", "bye", "say hello")
     return store
+
+
+def process_dead(pid: int) -> bool:
+    """Whether process `pid` is gone, or a zombie no one has reaped yet (it runs nothing
+    any more; a container's PID 1 may never reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")

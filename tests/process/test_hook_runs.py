@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import process_dead
 
 from agctl.hooks import MAX_STDOUT_BYTES, HookBlocked, HookSpec, run_hooks
 
@@ -24,15 +25,6 @@ def script(tmp_path: Path, name: str, body: str) -> list[str]:
     path = tmp_path / f"{name}.py"
     path.write_text("import json, os, signal, subprocess, sys, time\n" + textwrap.dedent(body))
     return [sys.executable, str(path)]
-
-
-def dead(pid: int) -> bool:
-    """Gone, or a zombie no one has reaped yet (it runs nothing any more)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 SPAWNS_A_CHILD = """
@@ -61,7 +53,7 @@ def test_a_timed_out_hook_s_process_group_dies(tmp_path: Path, child: str) -> No
         run_hooks("TurnStart", START, [slow])
     assert caught.value.runs[0].exit is None
     assert pidfile.exists()
-    assert dead(int(pidfile.read_text()))
+    assert process_dead(int(pidfile.read_text()))
 
 
 def test_a_timed_out_observer_warns_and_its_child_dies_too(tmp_path: Path) -> None:
@@ -72,7 +64,7 @@ def test_a_timed_out_observer_warns_and_its_child_dies_too(tmp_path: Path) -> No
     )
     outcome = run_hooks("TurnEnd", {}, [slow])
     assert [(r.outcome, r.message) for r in outcome.runs] == [("warned", "timed out after 1s")]
-    assert dead(int(pidfile.read_text()))
+    assert process_dead(int(pidfile.read_text()))
 
 
 def test_a_hook_that_floods_stdout_is_cut_off_and_fails(tmp_path: Path) -> None:
@@ -185,4 +177,4 @@ def test_ctrl_c_during_a_hook_kills_it_and_exits_130(env: dict[str, str], tmp_pa
     _, stderr = running.communicate(timeout=30)
     assert running.returncode == 130, stderr
     assert b"Traceback" not in stderr
-    assert dead(hook_pid)
+    assert process_dead(hook_pid)

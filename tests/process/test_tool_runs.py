@@ -13,6 +13,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from helpers import process_dead
 
 from agctl.tools import KEPT_OUTPUT, ToolRun, ToolSpec, check_call, run_tool
 
@@ -25,19 +26,10 @@ def run(spec: ToolSpec, arguments: dict[str, Any] | None = None, **kwargs: Any) 
     return run_tool(spec, arguments or {}, data_dir=None, **kwargs)
 
 
-def dead(pid: int) -> bool:
-    """Gone, or a zombie waiting for a reaper (a container's PID 1 may never reap it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
-
-
 def wait_dead(pid: int) -> bool:
     """Whether `pid` dies within 10 s: a kill is not instant, but it is not slow either."""
     for _ in range(1000):
-        if dead(pid):
+        if process_dead(pid):
             return True
         time.sleep(0.01)
     return False
