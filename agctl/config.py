@@ -26,7 +26,7 @@ from agctl.ids import validate_id
 from agctl.models import EAGER, Document, Model, Session
 from agctl.providers.base import chat_completions_url
 from agctl.redact import mask_url
-from agctl.specs import HookSpec, ToolSpec, ToolTable
+from agctl.specs import LazyHookList, LazyToolTable, ToolSpec
 from agctl.validation import validation_summary
 from agctl.vocab import CONFIG_KEYS, PRESET_ALIASES, PRESETS, PROVIDERS, Preset, ProviderName
 
@@ -56,9 +56,9 @@ class Profile(Model):
     cassette: str | None = None
     context_window: int | None = Field(default=None, gt=0)
     # Tools by name, overriding the config's of the same name for turns of this profile.
-    tools: ToolTable = Field(default_factory=dict, exclude_if=_is_empty)
+    tools: LazyToolTable = Field(default_factory=dict, exclude_if=_is_empty)
     # Run after the config's own hooks of the same event, when this profile is in use.
-    hooks: list[HookSpec] = Field(default_factory=list, exclude_if=_is_empty)
+    hooks: LazyHookList = Field(default_factory=list, exclude_if=_is_empty)
 
     @field_validator("headers")
     @classmethod
@@ -102,9 +102,9 @@ class Config(Document):
     prices: dict[str, Price] = Field(default_factory=dict)
     profiles: dict[str, Profile] = Field(default_factory=dict)
     # Tools by name (agctl.tools): left out of the file while there are none.
-    tools: ToolTable = Field(default_factory=dict, exclude_if=_is_empty)
+    tools: LazyToolTable = Field(default_factory=dict, exclude_if=_is_empty)
     # Hooks, run in this order at their events (agctl.hooks).
-    hooks: list[HookSpec] = Field(default_factory=list, exclude_if=_is_empty)
+    hooks: LazyHookList = Field(default_factory=list, exclude_if=_is_empty)
     # Project hooks files (absolute path -> the sha256 `agctl hook trust` pinned): a file
     # runs only while its content has that hash.
     trusted_hook_files: dict[str, str] = Field(default_factory=dict, exclude_if=_is_empty)
