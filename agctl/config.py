@@ -23,7 +23,7 @@ from agctl import schema
 from agctl.errors import CorruptDocument, NotFound, UsageError
 from agctl.fsio import DEFAULT_LOCK_TIMEOUT, make_dirs, read_bytes, write_atomic
 from agctl.ids import validate_id
-from agctl.models import EAGER, Document, Model, Session
+from agctl.models import EAGER, Document, Model, Session, _empty_dict, _empty_list
 from agctl.providers.base import chat_completions_url
 from agctl.redact import mask_url
 from agctl.specs import LazyHookList, LazyToolTable, ToolSpec
@@ -52,13 +52,13 @@ class Profile(Model):
     model: str | None = None
     api_key: str | None = None
     api_key_env: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=_empty_dict)
     cassette: str | None = None
     context_window: int | None = Field(default=None, gt=0)
     # Tools by name, overriding the config's of the same name for turns of this profile.
-    tools: LazyToolTable = Field(default_factory=dict, exclude_if=_is_empty)
+    tools: LazyToolTable = Field(default_factory=_empty_dict, exclude_if=_is_empty)
     # Run after the config's own hooks of the same event, when this profile is in use.
-    hooks: LazyHookList = Field(default_factory=list, exclude_if=_is_empty)
+    hooks: LazyHookList = Field(default_factory=_empty_list, exclude_if=_is_empty)
 
     @field_validator("headers")
     @classmethod
@@ -88,7 +88,7 @@ class Config(Document):
     auto_checkpoint: bool = True
     auto_compress: bool = True
     compress_keep_recent: int = Field(default=6, ge=0)
-    context_windows: dict[str, PositiveInt] = Field(default_factory=dict)
+    context_windows: dict[str, PositiveInt] = Field(default_factory=_empty_dict)
     max_retries: int = Field(default=3, ge=0, le=20)
     connect_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)
     read_timeout: float = Field(default=120.0, gt=0, allow_inf_nan=False)
@@ -99,15 +99,15 @@ class Config(Document):
     max_retry_wait: float = Field(default=60.0, ge=0, allow_inf_nan=False)
     # How long a writer waits for another process's lock on a session.
     lock_timeout: float = Field(default=DEFAULT_LOCK_TIMEOUT, gt=0, allow_inf_nan=False)
-    prices: dict[str, Price] = Field(default_factory=dict)
-    profiles: dict[str, Profile] = Field(default_factory=dict)
+    prices: dict[str, Price] = Field(default_factory=_empty_dict)
+    profiles: dict[str, Profile] = Field(default_factory=_empty_dict)
     # Tools by name (agctl.tools): left out of the file while there are none.
-    tools: LazyToolTable = Field(default_factory=dict, exclude_if=_is_empty)
+    tools: LazyToolTable = Field(default_factory=_empty_dict, exclude_if=_is_empty)
     # Hooks, run in this order at their events (agctl.hooks).
-    hooks: LazyHookList = Field(default_factory=list, exclude_if=_is_empty)
+    hooks: LazyHookList = Field(default_factory=_empty_list, exclude_if=_is_empty)
     # Project hooks files (absolute path -> the sha256 `agctl hook trust` pinned): a file
     # runs only while its content has that hash.
-    trusted_hook_files: dict[str, str] = Field(default_factory=dict, exclude_if=_is_empty)
+    trusted_hook_files: dict[str, str] = Field(default_factory=_empty_dict, exclude_if=_is_empty)
 
     def price_overrides(self) -> dict[str, tuple[float, float]]:
         return {name: (p.prompt, p.completion) for name, p in self.prices.items()}

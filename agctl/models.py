@@ -78,6 +78,11 @@ def _is_none(value: object) -> bool:
     return value is None
 
 
+def _empty_dict() -> dict[Any, Any]:
+    """`default_factory=dict` as a Python function, for the reason _empty_list gives."""
+    return {}
+
+
 def _empty_list() -> list[Any]:
     """`default_factory=list` as a Python function: pydantic reads each factory's signature,
     and reading the builtin's parses its text form (tokenize's regexes: ~4 ms of a turn)."""
@@ -521,7 +526,7 @@ class Cost(Model):
     completion_tokens: int = 0
     # None: unknown, because a request of some model had no price (see by_model).
     cost: float | None = 0.0
-    by_model: dict[str, ModelCost] = Field(default_factory=dict)
+    by_model: dict[str, ModelCost] = Field(default_factory=_empty_dict)
 
 
 class Session(Document):
@@ -538,7 +543,7 @@ class Session(Document):
     current_slot: str = "default"
     turn_count: int = Field(default=0, ge=0)
     cost: Cost = Field(default_factory=Cost)
-    memory: dict[str, str] = Field(default_factory=dict)
+    memory: dict[str, str] = Field(default_factory=_empty_dict)
     memory_in_context: bool = False
     auto_compress: bool | None = None
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from agctl.errors import UsageError
 from agctl.ids import validate_id
-from agctl.models import Model
+from agctl.models import Model, _empty_list
 from agctl.vocab import HookEvent, HookOnError, ToolApproval, ToolArgsMode
 
 # The stdout a run keeps (the stored tool message's output); the rest is read and counted.
@@ -42,7 +42,7 @@ class ToolSpec(Model):
     max_output: int = Field(default=DEFAULT_MAX_OUTPUT, ge=MIN_MAX_OUTPUT, le=KEPT_OUTPUT)
     cwd: str | None = None
     approve: ToolApproval = "ask"
-    env_allow: list[str] = Field(default_factory=list)
+    env_allow: list[str] = Field(default_factory=_empty_list)
 
     @field_validator("name")
     @classmethod

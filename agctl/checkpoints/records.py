@@ -23,6 +23,7 @@ from agctl.models import (
     Model,
     Session,
     Slot,
+    _empty_list,
     message_list_adapter,
     utcnow,
 )
@@ -131,7 +132,7 @@ class CheckpointHistory(Model):
 
     records: list[str] = Field(description="The log's lines, without their newlines.")
     digest: str = Field(description="BLAKE2b (16 bytes, hex) of the log's bytes.")
-    removed: list[str] = Field(default_factory=list, description="Removed checkpoint ids.")
+    removed: list[str] = Field(default_factory=_empty_list, description="Removed checkpoint ids.")
 
     def log_bytes(self) -> bytes:
         data = b"".join(record.encode() + b"\n" for record in self.records)
