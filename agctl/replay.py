@@ -350,6 +350,7 @@ class _Groups:
         self.enabled = enabled
         self.fast = False  # the last turn's provider answered within FAST_SECONDS
         self._open: contextlib.ExitStack | None = None
+        self._tx: Any = None  # the open group's transaction
         self._opened = 0.0
         self._done: list[TurnOutcome] = []
 

@@ -23,8 +23,8 @@ class CallRecord:
     name: str
     arguments: str
     # "ran" (it ran; see exit), "error" (refused before running: unknown tool, bad
-    # arguments), "denied" (by the approval policy or a hook), "reused" (its result was
-    # recorded by an earlier attempt of the turn and not run again).
+    # arguments), "denied" (by the approval policy or a hook), "replayed" (answered from
+    # a cassette; nothing ran).
     outcome: str = "ran"
     exit: int | None = None
     duration_ms: int = 0

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from agctl.store import Store
     from agctl.tools import AskFn, ToolSpec
     from agctl.usage import Prices
+    from agctl.vocab import HookEvent
 
 T = TypeVar("T")
 
@@ -65,6 +66,18 @@ class App:
 
             self._prices = ConfigStore().load().price_overrides()
         return self._prices
+
+    def observe(
+        self, event: HookEvent, session_id: str, payload: dict[str, Any], **data: Any
+    ) -> None:
+        """Fire an observing event (PostRollback, PostFork) after the command's work, and
+        list its hook runs in `payload` (its --json output) when there were hooks."""
+        hooks = self.hooks()
+        if hooks is None:
+            return
+        hooks.context["session"] = session_id
+        hooks.observe(event, **data)
+        payload["hooks"] = [run.public() for run in hooks.runs]
 
     def hooks(self) -> Hooks | None:
         """The hooks of a command that calls no model (rollback, fork): the config's,

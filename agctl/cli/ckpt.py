@@ -262,11 +262,7 @@ def rollback(app: App, checkpoint_id: str) -> None:
         "turn": restored.turn_index,
         "saved_as": saved.id,
     }
-    hooks = app.hooks()
-    if hooks is not None:
-        hooks.context["session"] = sid
-        hooks.observe("PostRollback", checkpoint=restored.id, saved_as=saved.id)
-        payload["hooks"] = [run.public() for run in hooks.runs]
+    app.observe("PostRollback", sid, payload, checkpoint=restored.id, saved_as=saved.id)
     text = (
         f"rolled back to {restored.id} (turn {restored.turn_index}); "
         f"the replaced state is checkpoint {saved.id}"
@@ -294,11 +290,7 @@ def fork(app: App, checkpoint_id: str, new_id: str | None, make_current: bool) -
     if make_current:
         app.store.set_current_session(session.id)
     payload: dict[str, Any] = {"session": session.id, "parent_id": sid}
-    hooks = app.hooks()
-    if hooks is not None:
-        hooks.context["session"] = sid
-        hooks.observe("PostFork", checkpoint=checkpoint, new_session=session.id)
-        payload["hooks"] = [run.public() for run in hooks.runs]
+    app.observe("PostFork", sid, payload, checkpoint=checkpoint, new_session=session.id)
     app.emit(payload, text=session.id)
 
 

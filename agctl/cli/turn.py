@@ -22,8 +22,10 @@ from agctl.cli.output import echo, secho
 from agctl.vocab import CHECK_MODES, SYNC_MODES
 
 if TYPE_CHECKING:
+    from agctl.hooks import Hooks
     from agctl.providers.base import Event
-    from agctl.setup import ModelChoice, ToolsChoice
+    from agctl.setup import ModelChoice, ModelSetup, ToolsChoice
+    from agctl.steps import ToolBox
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -202,8 +204,7 @@ def send(
     settings = setup.settings
     streaming = sys.stdout.isatty() if stream is None else stream
     hooks = None if dry_run else setup.hooks(no_hooks=app.no_hooks)
-    ask = terminal_ask() if tools.chosen else None
-    toolbox = setup.toolbox(tools, record=record, data_dir=store.root, ask=ask, hooks=hooks)
+    toolbox = _toolbox(app, setup, tools, record, hooks)
     options = setup.turn_options(
         checkpoint=checkpoint,
         slot=slot,
@@ -257,6 +258,14 @@ def send(
             )
 
 
+def _toolbox(
+    app: App, setup: ModelSetup, tools: ToolsChoice, record: Path | None, hooks: Hooks | None
+) -> ToolBox | None:
+    """What answers a turn's tool calls, asking on the terminal when a tool says ask."""
+    ask = terminal_ask() if tools.chosen else None
+    return setup.toolbox(tools, record=record, data_dir=app.store.root, ask=ask, hooks=hooks)
+
+
 @command.command("undo")
 @click.argument("turns", type=click.IntRange(min=1), default=1)
 @command_options
@@ -276,11 +285,7 @@ def undo(app: App, turns: int) -> None:
     sid = app.session_id()
     restored, saved = Checkpointer(app.store).undo(sid, turns)
     payload = {"restored": restored.id, "turn": restored.turn_index, "saved_as": saved.id}
-    hooks = app.hooks()
-    if hooks is not None:
-        hooks.context["session"] = sid
-        hooks.observe("PostRollback", checkpoint=restored.id, saved_as=saved.id)
-        payload["hooks"] = [run.public() for run in hooks.runs]
+    app.observe("PostRollback", sid, payload, checkpoint=restored.id, saved_as=saved.id)
     text = f"back at turn {restored.turn_index}; the replaced state is checkpoint {saved.id}"
     app.done(payload, text=text)
 
@@ -399,8 +404,7 @@ def replay(
     with starting as sid:
         setup = ModelSetup.chosen(app.store, sid, choice)
         hooks = setup.hooks(no_hooks=app.no_hooks)
-        ask = terminal_ask() if tools.chosen else None
-        toolbox = setup.toolbox(tools, record=record, data_dir=app.store.root, ask=ask, hooks=hooks)
+        toolbox = _toolbox(app, setup, tools, record, hooks)
         base = setup.turn_options(
             checkpoint=checkpoint, slot=slot, tools=toolbox, hooks=hooks, **loop
         )
