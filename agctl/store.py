@@ -25,7 +25,8 @@ from agctl.fsio import read_bytes, write_atomic
 from agctl.ids import resolve_prefix
 from agctl.sessions import Destroyed, Replaced, SessionInfo
 from agctl.slots import DEFAULT_SLOT
-from agctl.storage.file.backend import FileBackend, lock_timeout
+from agctl.storage.base import lock_timeout
+from agctl.storage.file.backend import FileBackend
 
 if TYPE_CHECKING:
     from agctl.models import Draft, Message, Session, Slot

@@ -11,9 +11,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from fake_openai import FakeOpenAI
+from pgserver import SKIP_PREFIX
 
 from agctl.cli import cli
 from agctl.store import Store
+
+# The throwaway PostgreSQL server (pg_server, pg_database, pg_store).
+pytest_plugins = ["pgserver"]
 
 
 @pytest.fixture(autouse=True)
@@ -73,9 +77,15 @@ def run() -> Callable[..., Result]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     outcome = yield
     report = outcome.get_result()
-    if not os.environ.get("AGCTL_REQUIRE_REAL") or not report.skipped:
+    if not report.skipped:
         return
     reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
+    if os.environ.get("AGCTL_REQUIRE_POSTGRES") and SKIP_PREFIX in reason:
+        report.outcome = "failed"
+        report.longrepr = f"AGCTL_REQUIRE_POSTGRES is set, so this skip is a failure: {reason}"
+        return
+    if not os.environ.get("AGCTL_REQUIRE_REAL"):
+        return
     if reason.startswith("Skipped: optional:") or reason.startswith("optional:"):
         return
     report.outcome = "failed"

@@ -45,6 +45,31 @@ def next_rev(stored: int | None) -> int:
     return time.time_ns() // 1000
 
 
+def lock_timeout() -> float:
+    """How long a writer waits for a session another holds, on every backend:
+    AGCTL_LOCK_TIMEOUT, else the config's `lock_timeout`, else 30 seconds."""
+    import os
+
+    from agctl.errors import AgctlError, UsageError
+
+    env = os.environ.get("AGCTL_LOCK_TIMEOUT")
+    if env:
+        try:
+            value = float(env)
+        except ValueError:
+            value = -1.0
+        if not value > 0 or value == float("inf"):
+            raise UsageError(f"AGCTL_LOCK_TIMEOUT must be a number of seconds above 0, not {env!r}")
+        return value
+    from agctl.config import ConfigStore
+    from agctl.fsio import DEFAULT_LOCK_TIMEOUT
+
+    try:
+        return ConfigStore().load().lock_timeout
+    except AgctlError:
+        return DEFAULT_LOCK_TIMEOUT  # the config cannot be read: its default
+
+
 class LogReader(Protocol):
     """The checkpoint log of one session, as bytes: `name` names it in messages."""
 

@@ -8,8 +8,11 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agctl"
 # Above storage/file/, who may import it: the facade that builds the default backend,
-# the doctor that runs the file backend's checks, and TAB completion (the layout, fast).
-FILE_BACKEND_USERS = {"agctl.store", "agctl.doctor", "agctl.cli.complete"}
+# the doctor that runs the file backend's checks, TAB completion (the layout, fast) and
+# the PostgreSQL backend, which keeps its current-session pointer in this machine's data
+# dir (the layout's store_pointer).
+LAYOUT_USERS = {"agctl.cli.complete", "agctl.storage.postgres.backend"}
+FILE_BACKEND_USERS = {"agctl.store", "agctl.doctor", *LAYOUT_USERS}
 
 
 def modules() -> dict[str, Path]:
@@ -100,7 +103,7 @@ def test_only_the_file_backend_knows_the_layout() -> None:
         for name, targets in graph.items()
         if not name.startswith(inside) and f"{inside}.layout" in targets
     }
-    assert layout_users == {"agctl.cli.complete"}
+    assert layout_users == LAYOUT_USERS
 
 
 def test_storage_knows_nothing_of_the_domain() -> None:

@@ -183,7 +183,7 @@ def assert_every_append_kept(slot: Slot) -> None:
         assert mine == [f"{writer}:{number}" for number in range(APPENDS)]
 
 
-# ---- several processes (the file backend) ----------------------------------------------
+# ---- several processes (the backends other processes can share) -----------------------
 
 PYTHONPATH = str(Path(agctl.__file__).resolve().parent.parent)
 
@@ -191,9 +191,9 @@ APPENDER = f"""
 import sys
 from pathlib import Path
 from agctl.models import Message
-from agctl.storage.file.backend import FileBackend
+from child_backend import open_backend
 
-backend = FileBackend(Path(sys.argv[1]))
+backend = open_backend(sys.argv[1])
 for number in range({APPENDS}):
     with backend.transaction("{SID}") as tx:
         slot = tx.load_slot("{SID}", "default")
@@ -206,9 +206,9 @@ TURNS = """
 import json, sys
 from pathlib import Path
 from agctl.models import Message
-from agctl.storage.file.backend import FileBackend
+from child_backend import open_backend
 
-backend = FileBackend(Path(sys.argv[1]))
+backend = open_backend(sys.argv[1])
 while True:
     with backend.transaction("s") as tx:
         session = tx.load_session("s")
@@ -226,7 +226,7 @@ while True:
 
 
 def child_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": PYTHONPATH}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([PYTHONPATH, str(Path(__file__).parent)])}
 
 
 def script(tmp_path: Path, name: str, text: str) -> Path:
@@ -236,32 +236,32 @@ def script(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_exclusive_transactions_of_processes_lose_no_append(
-    new_file_backend: Callable[[], Backend], isolated_env: Path, tmp_path: Path
+    shared_backend: tuple[str, Callable[[], Backend]], tmp_path: Path
 ) -> None:
-    seed(new_file_backend())
+    spec, new_backend = shared_backend
+    seed(new_backend())
     appender = script(tmp_path, "appender.py", APPENDER)
     children = [
-        subprocess.Popen(
-            [sys.executable, str(appender), str(isolated_env), str(writer)], env=child_env()
-        )
+        subprocess.Popen([sys.executable, str(appender), spec, str(writer)], env=child_env())
         for writer in range(WRITERS)
     ]
     assert [child.wait(timeout=300) for child in children] == [0] * WRITERS
-    assert_every_append_kept(new_file_backend().load_slot(SID, "default"))
+    assert_every_append_kept(new_backend().load_slot(SID, "default"))
 
 
 KILLS = 20
 
 
 def test_a_commit_killed_at_any_moment_leaves_the_old_state_or_the_new(
-    new_file_backend: Callable[[], Backend], isolated_env: Path, tmp_path: Path
+    shared_backend: tuple[str, Callable[[], Backend]], tmp_path: Path
 ) -> None:
-    new_file_backend().create_session(Session(id="s"), [Slot(id="default")])
+    spec, new_backend = shared_backend
+    new_backend().create_session(Session(id="s"), [Slot(id="default")])
     turns = script(tmp_path, "turns.py", TURNS)
     delays = random.Random(12).uniform
     for kill in range(1, KILLS + 1):
         child = subprocess.Popen(
-            [sys.executable, str(turns), str(isolated_env)],
+            [sys.executable, str(turns), spec],
             env=child_env(),
             stdout=subprocess.PIPE,
         )
@@ -274,7 +274,7 @@ def test_a_commit_killed_at_any_moment_leaves_the_old_state_or_the_new(
         assert child.wait(timeout=60) == -signal.SIGKILL
         child.stdout.close()
 
-        backend = new_file_backend()
+        backend = new_backend()
         with backend.transaction("s"):  # finishes a commit the kill interrupted
             pass
         assert backend.pending("s") is False

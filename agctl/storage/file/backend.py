@@ -35,7 +35,6 @@ from agctl.errors import (
     StoreError,
 )
 from agctl.fsio import (
-    DEFAULT_LOCK_TIMEOUT,
     TEMP_SUFFIX,
     append_durably,
     check_dir,
@@ -49,7 +48,7 @@ from agctl.fsio import (
 )
 from agctl.ids import validate_id
 from agctl.models import Draft, Session, Slot
-from agctl.storage.base import next_rev
+from agctl.storage.base import lock_timeout, next_rev
 from agctl.storage.file import layout, slotlog
 from agctl.storage.file.documents import (
     dump_document,
@@ -115,27 +114,6 @@ _CACHE_PATHS: dict[str, Callable[[Path], Path]] = {
     "index": layout.checkpoint_index,
 }
 T = TypeVar("T")
-
-
-def lock_timeout() -> float:
-    """AGCTL_LOCK_TIMEOUT, else the config's `lock_timeout`, else 30 seconds."""
-    from agctl.errors import AgctlError, UsageError
-
-    env = os.environ.get("AGCTL_LOCK_TIMEOUT")
-    if env:
-        try:
-            value = float(env)
-        except ValueError:
-            value = -1.0
-        if not value > 0 or value == float("inf"):
-            raise UsageError(f"AGCTL_LOCK_TIMEOUT must be a number of seconds above 0, not {env!r}")
-        return value
-    from agctl.config import ConfigStore
-
-    try:
-        return ConfigStore().load().lock_timeout
-    except AgctlError:
-        return DEFAULT_LOCK_TIMEOUT  # the config cannot be read: its default
 
 
 class FileBackend:

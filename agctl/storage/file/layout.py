@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 SESSIONS = "sessions"
+STORES = "stores"
 CURRENT = "current-session"
 SESSION = "session.json"
 LOCK = ".lock"
@@ -53,6 +54,12 @@ def sessions_dir(root: Path) -> Path:
 
 def current_pointer(root: Path) -> Path:
     return root / CURRENT
+
+
+def store_pointer(root: Path, store_key: str) -> Path:
+    """The current-session pointer of a shared store (one per store), kept on this
+    machine in its data dir."""
+    return root / STORES / store_key / CURRENT
 
 
 def session_dir(root: Path, session_id: str) -> Path:

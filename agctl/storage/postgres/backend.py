@@ -1,0 +1,939 @@
+"""The PostgreSQL backend: sessions shared by every machine that reaches one database.
+
+The same contract as the file backend (agctl.storage.base), kept by the database:
+- a transaction on a session is a database transaction at READ COMMITTED that first
+  locks the session's row (`SELECT … FOR UPDATE`, never an advisory lock, which a
+  transaction-mode pooler breaks); `lock_timeout` (AGCTL_LOCK_TIMEOUT, the config's
+  `lock_timeout`, 30 s) turns a wait that is too long into Conflict (exit 4);
+- everything a unit of work writes commits together or not at all; a savepoint is a
+  database savepoint;
+- a turn inserts its new messages (`slot_messages`) and rewrites only the slot's header;
+- reads outside a transaction are single statements: each one sees one committed state;
+- revisions come from one sequence, so a revision is never given twice;
+- a connection lost before a transaction starts is opened again (a server restarting,
+  a pooler recycling it); one lost inside a transaction fails it, and nothing of it is
+  committed.
+
+Only the current-session pointer stays on this machine (`local_dir`), per store.
+psycopg is imported here, and this module only where a postgresql URL is used.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import hashlib
+import io
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.sql import Composed
+from pydantic import ValidationError
+
+from agctl.errors import (
+    AlreadyExists,
+    Conflict,
+    CorruptDocument,
+    DataError,
+    NotFound,
+    StoreError,
+    UsageError,
+)
+from agctl.fsio import make_dirs, read_bytes, remove_file, write_atomic
+from agctl.ids import validate_id
+from agctl.models import Draft, Message, Session, Slot
+from agctl.storage.base import CACHES, Tx, lock_timeout
+from agctl.storage.postgres import schema as pg_schema
+from agctl.validation import validation_summary
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+# How long a new connection may keep failing (a server restarting) before we give up.
+CONNECT_PATIENCE = 15.0
+# Checkpoint log rows fetched around a position a reader needs.
+LOG_ROWS = 16
+# A history given whole (an import) is stored in rows of about this size, cut at lines.
+LOG_CHUNK = 1 << 16
+
+_SQL = {
+    "session": "SELECT doc, rev FROM {s}.sessions WHERE id = %s",
+    "has_session": "SELECT 1 FROM {s}.sessions WHERE id = %s",
+    "session_ids": 'SELECT id FROM {s}.sessions ORDER BY id COLLATE "C"',
+    "lock": "SELECT log_size FROM {s}.sessions WHERE id = %s FOR UPDATE",
+    "lock_or_skip": "SELECT log_size FROM {s}.sessions WHERE id = %s FOR UPDATE SKIP LOCKED",
+    "lock_timeout": "SELECT set_config('lock_timeout', %s, true)",
+    "slot_ids": 'SELECT id FROM {s}.slots WHERE session_id = %s ORDER BY id COLLATE "C"',
+    "slot": """SELECT header, rev, count, CASE WHEN rev = %s THEN NULL ELSE ARRAY(
+                   SELECT m.data FROM {s}.slot_messages AS m
+                   WHERE m.session_id = t.session_id AND m.slot_id = t.id ORDER BY m.seq)
+               END FROM {s}.slots AS t WHERE session_id = %s AND id = %s""",
+    "slot_rev": "SELECT rev, count FROM {s}.slots WHERE session_id = %s AND id = %s",
+    "drafts": 'SELECT slot_id FROM {s}.drafts WHERE session_id = %s ORDER BY slot_id COLLATE "C"',
+    "draft": "SELECT doc FROM {s}.drafts WHERE session_id = %s AND slot_id = %s",
+    "removed": "SELECT removed FROM {s}.sessions WHERE id = %s",
+    "cache": """SELECT string_agg(data, ''::bytea ORDER BY seq) FROM {s}.caches
+                WHERE session_id = %s AND name = %s""",
+    "log_size": "SELECT log_size FROM {s}.sessions WHERE id = %s",
+    "log_rows": """(SELECT off, data FROM {s}.checkpoint_log
+                    WHERE session_id = %s AND off <= %s ORDER BY off DESC LIMIT %s)
+                   UNION ALL
+                   (SELECT off, data FROM {s}.checkpoint_log
+                    WHERE session_id = %s AND off > %s AND off < %s ORDER BY off LIMIT %s)""",
+    "log_last_byte": """SELECT get_byte(data, length(data) - 1) FROM {s}.checkpoint_log
+                        WHERE session_id = %s ORDER BY off DESC LIMIT 1""",
+    "log_insert": "INSERT INTO {s}.checkpoint_log (session_id, off, data) VALUES (%s, %s, %s)",
+    "log_cut": "DELETE FROM {s}.checkpoint_log WHERE session_id = %s AND off >= %s",
+    "log_trim": """UPDATE {s}.checkpoint_log
+                   SET data = substring(data FROM 1 FOR (%s - off)::integer)
+                   WHERE session_id = %s AND off < %s AND off + length(data) > %s""",
+    "log_chunks": """INSERT INTO {s}.checkpoint_log (session_id, off, data)
+                     SELECT %s, o, d FROM unnest(%s::bigint[], %s::bytea[]) AS t(o, d)""",
+    "put_log_size": "UPDATE {s}.sessions SET log_size = %s WHERE id = %s",
+    "insert_session": """INSERT INTO {s}.sessions (id, doc, rev, removed, log_size)
+                         VALUES (%s, %s, nextval('{s}.revs'), %s, %s)
+                         ON CONFLICT (id) DO NOTHING RETURNING rev""",
+    "put_session": """UPDATE {s}.sessions SET doc = %s, rev = nextval('{s}.revs')
+                      WHERE id = %s RETURNING rev""",
+    "put_removed": "UPDATE {s}.sessions SET removed = %s WHERE id = %s",
+    "clear_slots": "DELETE FROM {s}.slots WHERE session_id = %s",
+    "clear_drafts": "DELETE FROM {s}.drafts WHERE session_id = %s",
+    "clear_log": "DELETE FROM {s}.checkpoint_log WHERE session_id = %s",
+    "clear_caches": "DELETE FROM {s}.caches WHERE session_id = %s",
+    "destroy": "DELETE FROM {s}.sessions WHERE id = %s RETURNING 1",
+    "put_slot": """INSERT INTO {s}.slots (session_id, id, header, rev, count)
+                   VALUES (%s, %s, %s, nextval('{s}.revs'), %s)
+                   ON CONFLICT (session_id, id) DO UPDATE
+                   SET header = excluded.header, rev = excluded.rev, count = excluded.count
+                   RETURNING rev""",
+    "clear_messages": "DELETE FROM {s}.slot_messages WHERE session_id = %s AND slot_id = %s",
+    "insert_messages": """INSERT INTO {s}.slot_messages (session_id, slot_id, seq, data)
+                          SELECT %s, %s, q, d FROM unnest(%s::integer[], %s::bytea[])
+                          AS t(q, d)""",
+    "append_slot": """UPDATE {s}.slots SET header = %s, rev = nextval('{s}.revs'),
+                      count = count + %s WHERE session_id = %s AND id = %s RETURNING rev""",
+    "delete_slot": "DELETE FROM {s}.slots WHERE session_id = %s AND id = %s RETURNING 1",
+    "put_draft": """INSERT INTO {s}.drafts (session_id, slot_id, doc) VALUES (%s, %s, %s)
+                    ON CONFLICT (session_id, slot_id) DO UPDATE SET doc = excluded.doc""",
+    "delete_draft": "DELETE FROM {s}.drafts WHERE session_id = %s AND slot_id = %s RETURNING 1",
+    "drop_cache": "DELETE FROM {s}.caches WHERE session_id = %s AND name = %s",
+    "append_cache": "INSERT INTO {s}.caches (session_id, name, data) VALUES (%s, %s, %s)",
+}
+
+
+def _statements(schema: str) -> dict[str, Composed]:
+    return {name: pg_schema.statement(text, schema) for name, text in _SQL.items()}
+
+
+def _check_cache(name: str) -> str:
+    if name not in CACHES:
+        raise UsageError(f"no cache is named {name!r}: the caches are {', '.join(CACHES)}")
+    return name
+
+
+def _header(slot: Slot) -> bytes:
+    """The slot's document without its `messages` zone (kept a row a message)."""
+    return slot.model_dump_json(exclude={"messages", "rev"}).encode()
+
+
+def _message_rows(messages: Sequence[Message]) -> list[bytes]:
+    return [message.model_dump_json().encode() for message in messages]
+
+
+def _log_chunks(data: bytes) -> tuple[list[int], list[bytes]]:
+    """A whole history cut into rows of about LOG_CHUNK bytes, each ending at a line end
+    where there is one (a reader fetches rows, never half a line it does not need)."""
+    offsets, chunks = [], []
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", min(start + LOG_CHUNK, len(data)) - 1)
+        end = len(data) if end < 0 else end + 1
+        offsets.append(start)
+        chunks.append(data[start:end])
+        start = end
+    return offsets, chunks
+
+
+class _Known:
+    """A slot as this backend last read or wrote it, at a revision: what an append must
+    extend (compared in memory, as the file backend does, not read back)."""
+
+    __slots__ = ("compressed", "immutable", "messages", "rev")
+
+    def __init__(self, slot: Slot) -> None:
+        self.rev = slot.rev
+        self.immutable = list(slot.immutable)
+        self.compressed = list(slot.compressed)
+        self.messages = list(slot.messages)
+
+    def extended_by(self, slot: Slot, count: int) -> str | None:
+        kept = len(slot.messages) - count
+        if count < 0 or kept != len(self.messages):
+            return f"it holds {len(self.messages)} messages, not {kept}"
+        if slot.immutable != self.immutable or slot.compressed != self.compressed:
+            return "its immutable or compressed zone differs"
+        if slot.messages[:kept] != self.messages:
+            return "its earlier messages differ"
+        return None
+
+
+class _LogRaw(io.RawIOBase):
+    """A checkpoint log as a seekable byte stream over its rows, fetched as they are
+    needed: the log up to `size` when opened (rows are only ever added after it)."""
+
+    def __init__(
+        self,
+        fetch: Callable[[int, int], list[tuple[int, bytes]]],
+        size: int,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self._fetch = fetch
+        self._on_close = on_close
+        self._size = size
+        self._position = 0
+        self._starts: list[int] = []
+        self._rows: dict[int, bytes] = {}
+
+    def close(self) -> None:
+        if not self.closed and self._on_close is not None:
+            self._on_close()
+        super().close()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def _row(self, position: int) -> tuple[int, bytes]:
+        for attempt in range(2):
+            index = bisect.bisect_right(self._starts, position) - 1
+            if index >= 0:
+                start = self._starts[index]
+                data = self._rows[start]
+                if position < start + len(data):
+                    return start, data
+            if attempt:
+                break
+            for start, data in self._fetch(position, self._size):
+                if start not in self._rows:
+                    bisect.insort(self._starts, start)
+                    self._rows[start] = data
+        raise CorruptDocument("checkpoint log", f"no stored row holds byte {position}")
+
+    def readinto(self, buffer: Any) -> int:
+        if self._position >= self._size:
+            return 0
+        start, data = self._row(self._position)
+        begin = self._position - start
+        count = min(len(buffer), len(data) - begin, self._size - self._position)
+        buffer[:count] = data[begin : begin + count]
+        self._position += count
+        return count
+
+
+class _LogReader:
+    """The committed checkpoint log of one session (or, in a Tx, the staged one)."""
+
+    def __init__(self, name: str, owner: _Reading, session_id: str) -> None:
+        self.name = name
+        self._owner = owner
+        self._session_id = session_id
+
+    def size(self) -> int:
+        return self._owner._log_size(self._session_id)
+
+    def open(self) -> IO[bytes]:
+        """A reader over the log as it is now: outside a transaction, on a connection of
+        its own in a read-only REPEATABLE READ snapshot, held until it is closed."""
+        return self._owner._open_log(self.name, self._session_id)
+
+
+def _open_log(
+    name: str,
+    session_id: str,
+    size: int,
+    rows: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]],
+    on_close: Callable[[], None] | None = None,
+) -> IO[bytes]:
+    if not size:
+        if on_close is not None:
+            on_close()
+        raise NotFound(f"{name} not found")
+
+    def fetch(position: int, end: int) -> list[tuple[int, bytes]]:
+        found = rows(
+            "log_rows", [session_id, position, LOG_ROWS, session_id, position, end, LOG_ROWS]
+        )
+        return [(int(off), bytes(data)) for off, data in found]
+
+    return io.BufferedReader(_LogRaw(fetch, size, on_close), buffer_size=8192)
+
+
+class _LogWriter(_LogReader):
+    def __init__(self, name: str, tx: PgTx) -> None:
+        super().__init__(name, tx, tx.session_id)
+        self._tx = tx
+
+    @property
+    def rewinds(self) -> int:
+        return self._tx.rewinds
+
+    def append(self, build: Callable[[int], bytes]) -> int:
+        tx = self._tx
+        size = tx._log_size(tx.session_id)
+        prefix = b"" if not size or tx._log_sealed() else b"\n"
+        offset = size + len(prefix)
+        data = prefix + build(offset)
+        tx._execute("log_insert", [tx.session_id, size, data])
+        tx._set_log_size(size + len(data), sealed=data.endswith(b"\n"))
+        return offset
+
+    def truncate(self, size: int) -> None:
+        tx = self._tx
+        sid = tx.session_id
+        tx._execute("log_cut", [sid, size])
+        tx._execute("log_trim", [size, sid, size, size])
+        tx._set_log_size(size, sealed=None)
+
+
+class _Reading:
+    """The Reader methods over statements run by `_rows` (a connection of the backend,
+    or a transaction's)."""
+
+    _sql: dict[str, Composed]
+    _known: dict[tuple[str, str], _Known]
+    where: str
+
+    def _rows(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _one(self, name: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+        rows = self._rows(name, params)
+        return rows[0] if rows else None
+
+    def _corrupt(self, what: str, exc: ValidationError) -> CorruptDocument:
+        return CorruptDocument(f"{self.where}: {what}", validation_summary(exc, what))
+
+    def session_ids(self) -> list[str]:
+        return [str(row[0]) for row in self._rows("session_ids", [])]
+
+    def has_session(self, session_id: str) -> bool:
+        return self._one("has_session", [validate_id(session_id, "session")]) is not None
+
+    def load_session(self, session_id: str) -> Session:
+        row = self._one("session", [validate_id(session_id, "session")])
+        if row is None:
+            raise NotFound(f"session {session_id!r} not found")
+        try:
+            session = Session.model_validate_json(bytes(row[0]))
+        except ValidationError as exc:
+            raise self._corrupt(f"session {session_id!r}", exc) from None
+        session.rev = int(row[1])
+        return session
+
+    def slot_ids(self, session_id: str) -> list[str]:
+        sid = validate_id(session_id, "session")
+        ids = [str(row[0]) for row in self._rows("slot_ids", [sid])]
+        if not ids and not self.has_session(sid):
+            raise NotFound(f"session {session_id!r} not found")
+        return ids
+
+    def load_slot(self, session_id: str, slot_id: str, *, reuse: Slot | None = None) -> Slot:
+        sid, slot_id = validate_id(session_id, "session"), validate_id(slot_id, "slot")
+        row = self._one(
+            "slot", [reuse.rev if reuse is not None and reuse.id == slot_id else -1, sid, slot_id]
+        )
+        if row is None:
+            if not self.has_session(sid):
+                raise NotFound(f"session {session_id!r} not found")
+            raise NotFound(f"slot {slot_id!r} not found in session {session_id!r}")
+        if row[3] is None and reuse is not None:
+            return reuse  # stored at its revision, which no other write was ever given
+        header, rev, rows = bytes(row[0]), int(row[1]), row[3]
+        document = header[:-1] + b',"messages":[' + b",".join(rows) + b"]}"
+        try:
+            slot = Slot.model_validate_json(document)
+        except ValidationError as exc:
+            raise self._corrupt(f"slot {slot_id!r} of session {session_id!r}", exc) from None
+        slot.rev = rev
+        self._known[(sid, slot_id)] = _Known(slot)
+        return slot
+
+    def slot_rev(self, session_id: str, slot_id: str) -> int | None:
+        row = self._one(
+            "slot_rev", [validate_id(session_id, "session"), validate_id(slot_id, "slot")]
+        )
+        return None if row is None else int(row[0])
+
+    def draft_slots(self, session_id: str) -> list[str]:
+        sid = validate_id(session_id, "session")
+        ids = [str(row[0]) for row in self._rows("drafts", [sid])]
+        if not ids and not self.has_session(sid):
+            raise NotFound(f"session {session_id!r} not found")
+        return ids
+
+    def load_draft(self, session_id: str, slot_id: str) -> Draft:
+        sid, slot_id = validate_id(session_id, "session"), validate_id(slot_id, "slot")
+        row = self._one("draft", [sid, slot_id])
+        if row is None:
+            raise NotFound(f"slot {slot_id!r} of session {session_id!r} has no draft")
+        try:
+            return Draft.model_validate_json(bytes(row[0]))
+        except ValidationError as exc:
+            raise self._corrupt(f"draft of slot {slot_id!r}", exc) from None
+
+    def _log_size(self, session_id: str) -> int:
+        row = self._one("log_size", [session_id])
+        return 0 if row is None else int(row[0])
+
+    def _open_log(self, name: str, session_id: str) -> IO[bytes]:
+        return _open_log(name, session_id, self._log_size(session_id), self._rows)
+
+    def checkpoint_log(self, session_id: str) -> Any:
+        sid = validate_id(session_id, "session")
+        return _LogReader(f"checkpoint log of session {sid!r}", self, sid)
+
+    def removed_checkpoints(self, session_id: str) -> set[str]:
+        row = self._one("removed", [validate_id(session_id, "session")])
+        if row is None:
+            raise NotFound(f"session {session_id!r} not found")
+        return set(row[0] or ())
+
+    def cache(self, session_id: str, name: str) -> bytes | None:
+        sid = validate_id(session_id, "session")
+        row = self._one("cache", [sid, _check_cache(name)])
+        if row is None or row[0] is None:
+            if not self.has_session(sid):
+                raise NotFound(f"session {session_id!r} not found")
+            return None
+        return bytes(row[0])
+
+
+class PgTx(_Reading):
+    """One transaction of a PostgresBackend: its statements run in the database
+    transaction that holds the session's row lock."""
+
+    def __init__(self, backend: PostgresBackend, session_id: str, conn: Conn, log_size: int):
+        self.session_id = session_id
+        self.backend = backend
+        self.where = backend.where
+        self._conn = conn
+        self._sql = backend._sql
+        self._known = backend._known
+        self._size = log_size
+        self._sealed: bool | None = None  # whether the log ends with a newline (None: ask)
+        self._stored_size = log_size
+        self.rewinds = 0
+
+    def _rows(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        cursor = self._conn.execute(self._sql[name], params)
+        return cursor.fetchall() if cursor.description is not None else []
+
+    def _execute(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return self._rows(name, params)
+
+    def _check(self, session_id: str) -> str:
+        if validate_id(session_id, "session") != self.session_id:
+            raise UsageError(
+                f"session {session_id!r} written in a transaction of session {self.session_id!r}"
+            )
+        return session_id
+
+    # ---- the checkpoint log's end, kept here until commit ----------------------
+
+    def _log_size(self, session_id: str) -> int:
+        if session_id == self.session_id:
+            return self._size
+        return super()._log_size(session_id)
+
+    def _log_sealed(self) -> bool:
+        if self._sealed is None:
+            row = self._one("log_last_byte", [self.session_id])
+            self._sealed = row is None or int(row[0]) == 0x0A
+        return self._sealed
+
+    def _set_log_size(self, size: int, *, sealed: bool | None) -> None:
+        self._size = size
+        self._sealed = sealed
+
+    def flush(self) -> None:
+        """Write what is kept here until commit (the log's size in the session row)."""
+        if self._size != self._stored_size:
+            self._execute("put_log_size", [self._size, self.session_id])
+            self._stored_size = self._size
+
+    # ---- writes ----------------------------------------------------------------
+
+    def put_session(self, session: Session) -> None:
+        self._check(session.id)
+        doc = session.model_dump_json(exclude={"rev"}).encode()
+        row = self._one("put_session", [doc, self.session_id])
+        if row is None:
+            raise NotFound(f"session {session.id!r} not found")
+        session.rev = int(row[0])
+
+    def put_slot(self, slot: Slot) -> None:
+        sid, slot_id = self.session_id, validate_id(slot.id, "slot")
+        self._execute("clear_messages", [sid, slot_id])
+        row = self._one("put_slot", [sid, slot_id, _header(slot), len(slot.messages)])
+        assert row is not None
+        self._insert_messages(slot_id, 0, slot.messages)
+        slot.rev = int(row[0])
+        self._known[(sid, slot_id)] = _Known(slot)
+
+    def _insert_messages(self, slot_id: str, start: int, messages: Sequence[Message]) -> None:
+        if messages:
+            numbers = list(range(start, start + len(messages)))
+            self._execute(
+                "insert_messages", [self.session_id, slot_id, numbers, _message_rows(messages)]
+            )
+
+    def append_messages(self, slot: Slot, count: int) -> None:
+        sid, slot_id = self.session_id, validate_id(slot.id, "slot")
+        row = self._one("slot_rev", [sid, slot_id])
+        if row is None:
+            raise NotFound(f"slot {slot_id!r} not found in session {sid!r}")
+        stored_rev, stored_count = int(row[0]), int(row[1])
+        known = self._known.get((sid, slot_id))
+        if known is None or known.rev != stored_rev:
+            self.load_slot(sid, slot_id)
+            known = self._known[(sid, slot_id)]
+        problem = known.extended_by(slot, count)
+        if problem is not None:
+            raise Conflict(f"slot {slot_id!r} cannot be appended to as given: {problem}")
+        new = slot.messages[len(slot.messages) - count :]
+        self._insert_messages(slot_id, stored_count, new)
+        updated = self._one("append_slot", [_header(slot), count, sid, slot_id])
+        assert updated is not None
+        slot.rev = int(updated[0])
+        self._known[(sid, slot_id)] = _Known(slot)
+
+    def delete_slot(self, slot_id: str) -> None:
+        slot_id = validate_id(slot_id, "slot")
+        if self._one("delete_slot", [self.session_id, slot_id]) is None:
+            raise NotFound(f"slot {slot_id!r} not found in session {self.session_id!r}")
+        self._known.pop((self.session_id, slot_id), None)
+
+    def put_draft(self, draft: Draft) -> None:
+        slot_id = validate_id(draft.slot, "slot")
+        self._execute("put_draft", [self.session_id, slot_id, draft.model_dump_json().encode()])
+
+    def delete_draft(self, slot_id: str) -> bool:
+        return (
+            self._one("delete_draft", [self.session_id, validate_id(slot_id, "slot")]) is not None
+        )
+
+    def checkpoint_log(self, session_id: str | None = None) -> _LogWriter:
+        if session_id is not None and validate_id(session_id, "session") != self.session_id:
+            raise UsageError(
+                f"the checkpoint log of session {session_id!r} is not writable in a "
+                f"transaction of session {self.session_id!r}"
+            )
+        return _LogWriter(f"checkpoint log of session {self.session_id!r}", self)
+
+    def set_removed_checkpoints(self, ids: Iterable[str]) -> None:
+        self._execute("put_removed", [sorted(set(ids)), self.session_id])
+
+    def put_cache(self, name: str, data: bytes | None) -> None:
+        self._execute("drop_cache", [self.session_id, _check_cache(name)])
+        if data is not None:
+            self._execute("append_cache", [self.session_id, name, bytes(data)])
+
+    def append_cache(self, name: str, data: bytes) -> None:
+        self._execute("append_cache", [self.session_id, _check_cache(name), bytes(data)])
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A database savepoint; what is kept here (the log's end) is put back with it."""
+        size, sealed = self._size, self._sealed
+        try:
+            with self._conn.transaction():
+                yield
+        except BaseException:
+            self._size, self._sealed = size, sealed
+            self.rewinds += 1
+            raise
+
+
+class PostgresBackend(_Reading):
+    """Sessions in one schema of a PostgreSQL database (see the module docstring).
+
+    `dsn`: a libpq connection string or postgresql:// URL (passwords from libpq's own
+    sources: PGPASSFILE, PGSERVICE, the environment); `schema`: where the tables are;
+    `local_dir`: this machine's data dir, which keeps the current-session pointer."""
+
+    def __init__(self, dsn: str, *, schema: str = "agctl", local_dir: Path) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.where = f"{redact(dsn)} (schema {schema})"
+        self.local_dir = local_dir
+        self._sql = _statements(schema)
+        self._known: dict[tuple[str, str], _Known] = {}
+        self._reader: Conn | None = None
+        self._reader_lock = threading.Lock()
+        self._idle: list[Conn] = []
+        self._pool_lock = threading.Lock()
+        self._open = threading.local()
+        self._migrated = False
+
+    # ---- connections ---------------------------------------------------------------
+
+    def _connect(self) -> Conn:
+        """A new connection, retried while the server cannot take one yet (restarting,
+        starting up): a connection is only ever opened where no transaction is at work."""
+        deadline = time.monotonic() + CONNECT_PATIENCE
+        delay = 0.05
+        while True:
+            try:
+                conn: Conn = psycopg.connect(self.dsn, autocommit=True)
+            except psycopg.OperationalError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise StoreError(
+                        f"cannot connect to the store {self.where}: {_first_line(exc)}"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            except psycopg.ProgrammingError as exc:  # a malformed connection string
+                raise UsageError(f"bad store URL {redact(self.dsn)}: {_first_line(exc)}") from None
+            if not self._migrated:
+                self._migrated = True
+                try:
+                    self.migrate(conn)
+                except BaseException:
+                    self._migrated = False
+                    conn.close()
+                    raise
+            return conn
+
+    def migrate(self, conn: Conn | None = None) -> list[int]:
+        """Run the migrations the schema is behind on, each in its own transaction;
+        the versions reached. A schema from a newer agctl is refused (exit 5)."""
+        if conn is None:
+            with self._connection() as fresh:
+                return self.migrate(fresh)
+        found = pg_schema.stored_version(conn, self.schema)
+        self.check_version(found)
+        reached = []
+        while found < pg_schema.VERSION:
+            step = pg_schema.migrate_step(conn, self.schema, pg_schema.VERSION)
+            if step is None:
+                break
+            reached.append(step)
+            found = step
+        return reached
+
+    def check_version(self, found: int) -> None:
+        if found > pg_schema.VERSION:
+            raise DataError(
+                f"the store {self.where} has schema version {found}, from a newer agctl; "
+                f"this agctl knows versions up to {pg_schema.VERSION}: upgrade agctl"
+            )
+
+    def version(self) -> int:
+        with self._connection() as conn:
+            return pg_schema.stored_version(conn, self.schema)
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[Conn]:
+        """An idle connection of the pool, or a new one; given back afterwards unless broken."""
+        with self._pool_lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None or conn.closed:
+            conn = self._connect()
+        try:
+            yield conn
+        finally:
+            if (
+                not conn.closed
+                and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            ):
+                with self._pool_lock:
+                    self._idle.append(conn)
+            else:
+                conn.close()
+
+    def _rows(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """One statement on the reader connection: opened again once if it was lost
+        (a statement outside a transaction can be run again)."""
+        with self._reader_lock:
+            for attempt in range(2):
+                if self._reader is None or self._reader.closed:
+                    self._reader = self._connect()
+                try:
+                    cursor = self._reader.execute(self._sql[name], params)
+                    return cursor.fetchall() if cursor.description is not None else []
+                except psycopg.OperationalError as exc:
+                    if not self._reader.closed or attempt:
+                        raise _store_error(self.where, exc) from None
+                    self._reader = None
+        raise AssertionError("unreachable")
+
+    def _open_log(self, name: str, session_id: str) -> IO[bytes]:
+        snapshot = self._connection()
+        conn = snapshot.__enter__()
+        try:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            row = conn.execute(self._sql["log_size"], [session_id]).fetchone()
+        except BaseException:
+            _rollback(conn)
+            snapshot.__exit__(None, None, None)
+            raise
+
+        def rows(name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+            try:
+                return conn.execute(self._sql[name], params).fetchall()
+            except psycopg.OperationalError as exc:
+                raise _store_error(self.where, exc, session_id) from None
+
+        def close() -> None:
+            _rollback(conn)
+            snapshot.__exit__(None, None, None)
+
+        return _open_log(name, session_id, 0 if row is None else int(row[0]), rows, close)
+
+    def close(self) -> None:
+        with self._pool_lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+
+    # ---- transactions --------------------------------------------------------------
+
+    def _open_txs(self) -> dict[str, PgTx]:
+        if not hasattr(self._open, "txs"):
+            self._open.txs = {}
+        txs: dict[str, PgTx] = self._open.txs
+        return txs
+
+    def in_transaction(self, session_id: str) -> Tx | None:
+        return self._open_txs().get(validate_id(session_id, "session"))
+
+    @contextlib.contextmanager
+    def _locked(self, session_id: str, *, skip_locked: bool = False) -> Iterator[PgTx | None]:
+        """A database transaction holding the session's row lock (None with `skip_locked`
+        when another holds it). Before the lock is held nothing is done, so a connection
+        lost until then is opened again; after it, a lost one fails the transaction."""
+        timeout = f"{int(lock_timeout() * 1000)}ms"
+        for attempt in range(3):
+            with self._connection() as conn:
+                try:
+                    conn.execute("BEGIN")
+                    conn.execute(self._sql["lock_timeout"], [timeout])
+                    found = conn.execute(
+                        self._sql["lock_or_skip" if skip_locked else "lock"], [session_id]
+                    ).fetchone()
+                except psycopg.OperationalError as exc:
+                    if conn.closed and attempt < 2:
+                        continue
+                    _rollback(conn)
+                    raise _store_error(self.where, exc, session_id) from None
+                except BaseException:
+                    _rollback(conn)
+                    raise
+                if found is None:
+                    _rollback(conn)
+                    if skip_locked:
+                        yield None
+                        return
+                    raise NotFound(f"session {session_id!r} not found")
+                tx = PgTx(self, session_id, conn, int(found[0]))
+                try:
+                    yield tx
+                    tx.flush()
+                except psycopg.OperationalError as exc:
+                    _rollback(conn)
+                    raise _store_error(self.where, exc, session_id) from None
+                except BaseException:
+                    _rollback(conn)
+                    raise
+                try:
+                    conn.execute("COMMIT")
+                except psycopg.OperationalError as exc:
+                    conn.close()
+                    raise StoreError(
+                        f"the connection to the store {self.where} was lost while session "
+                        f"{session_id!r} was being committed: the change may or may not have "
+                        f"been committed ({_first_line(exc)})"
+                    ) from None
+                return
+
+    @contextlib.contextmanager
+    def transaction(self, session_id: str) -> Iterator[Tx]:
+        outer = self.in_transaction(session_id)
+        if outer is not None:
+            yield outer
+            return
+        txs = self._open_txs()
+        with self._locked(session_id) as tx:
+            assert tx is not None
+            txs[session_id] = tx
+            try:
+                yield tx
+            finally:
+                del txs[session_id]
+
+    def _not_in_transaction(self, session_id: str, action: str) -> None:
+        if self.in_transaction(session_id) is not None:
+            raise Conflict(f"cannot {action} session {session_id!r} inside a transaction on it")
+
+    def _write_session(
+        self, tx: PgTx, slots: Sequence[Slot], log: bytes, removed: Iterable[str]
+    ) -> None:
+        for slot in slots:
+            tx.put_slot(slot)
+        if log:
+            offsets, chunks = _log_chunks(bytes(log))
+            tx._execute("log_chunks", [tx.session_id, offsets, chunks])
+        tx._set_log_size(len(log), sealed=None)
+        tx._stored_size = len(log)
+        tx.set_removed_checkpoints(removed)
+
+    def create_session(
+        self,
+        session: Session,
+        slots: Sequence[Slot],
+        *,
+        checkpoint_log: bytes = b"",
+        removed: Iterable[str] = (),
+    ) -> None:
+        sid = validate_id(session.id, "session")
+        for slot in slots:
+            validate_id(slot.id, "slot")
+        with self._connection() as conn:
+            try:
+                with conn.transaction():
+                    doc = session.model_dump_json(exclude={"rev"}).encode()
+                    row = conn.execute(
+                        self._sql["insert_session"], [sid, doc, [], len(checkpoint_log)]
+                    ).fetchone()
+                    if row is None:
+                        raise AlreadyExists(f"session {sid!r} already exists")
+                    session.rev = int(row[0])
+                    tx = PgTx(self, sid, conn, len(checkpoint_log))
+                    self._write_session(tx, slots, checkpoint_log, removed)
+            except psycopg.OperationalError as exc:
+                raise _store_error(self.where, exc, sid) from None
+
+    def replace_session(self, session: Session, slots: Sequence[Slot]) -> None:
+        sid = validate_id(session.id, "session")
+        self._not_in_transaction(sid, "replace")
+        with self._locked(sid) as tx:
+            assert tx is not None
+            for name in ("clear_slots", "clear_drafts", "clear_log", "clear_caches"):
+                tx._execute(name, [sid])
+            tx.put_session(session)
+            self._write_session(tx, slots, b"", ())
+            tx._stored_size = -1  # the size is written again
+
+    def destroy_session(self, session_id: str) -> None:
+        sid = validate_id(session_id, "session")
+        self._not_in_transaction(sid, "destroy")
+        with self._locked(sid) as tx:
+            assert tx is not None
+            tx._execute("destroy", [sid])
+            tx._stored_size = tx._size  # nothing to write back: the row is gone
+        if self.current_session_id() == sid:
+            self.set_current_session(None)
+
+    def repair_cache(self, session_id: str, name: str, append: bytes | None) -> None:
+        """Best effort: done only if no transaction holds the session (SKIP LOCKED)."""
+        if self.in_transaction(session_id) is not None:
+            return
+        try:
+            with self._locked(validate_id(session_id, "session"), skip_locked=True) as tx:
+                if tx is None:
+                    return
+                if append is None:
+                    tx.put_cache(name, None)
+                else:
+                    tx.append_cache(name, append)
+        except (StoreError, NotFound):
+            pass
+
+    def pending(self, session_id: str) -> bool:
+        validate_id(session_id, "session")
+        return False  # a database transaction is never left half done
+
+    # ---- the current-session pointer (this machine's) ----------------------------
+
+    def _pointer(self) -> Path:
+        from agctl.storage.file import layout
+
+        key = hashlib.sha256(f"{redact(self.dsn)}\0{self.schema}".encode()).hexdigest()[:16]
+        return layout.store_pointer(self.local_dir, key)
+
+    def current_session_id(self) -> str | None:
+        path = self._pointer()
+        try:
+            value = read_bytes(path, "current-session pointer").decode().strip()
+        except NotFound:
+            return None
+        except UnicodeDecodeError:
+            raise CorruptDocument(path, "not UTF-8 text") from None
+        return value or None
+
+    def set_current_session(self, session_id: str | None) -> None:
+        path = self._pointer()
+        if session_id is None:
+            remove_file(path)
+            return
+        self.load_session(session_id)
+        make_dirs(path.parent)
+        write_atomic(path, session_id.encode() + b"\n")
+
+
+def redact(dsn: str) -> str:
+    """The connection string without its password (temporary: agctl.storage.urls)."""
+    import re
+
+    dsn = re.sub(r"(://[^:/@?]*):[^@/?]*@", r"\1:***@", dsn)
+    return re.sub(r"(password\s*=\s*)('[^']*'|[^\s&]*)", r"\1***", dsn, flags=re.I)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _rollback(conn: Conn) -> None:
+    if conn.closed:
+        return
+    try:
+        conn.execute("ROLLBACK")
+    except psycopg.Error:
+        conn.close()
+
+
+def _store_error(where: str, exc: psycopg.Error, session_id: str | None = None) -> Exception:
+    """What a database error means to the user: a lock held too long is a conflict."""
+    about = f" on session {session_id!r}" if session_id else ""
+    if isinstance(exc, pg_errors.LockNotAvailable):
+        return Conflict(
+            f"another writer holds session {session_id!r} of {where}; it was not released "
+            "within the lock timeout (AGCTL_LOCK_TIMEOUT)"
+        )
+    if isinstance(exc, pg_errors.SerializationFailure | pg_errors.DeadlockDetected):
+        return Conflict(f"a concurrent writer{about} got in the way ({_first_line(exc)})")
+    return StoreError(
+        f"the store {where} failed{about}: {_first_line(exc)}; nothing of this transaction "
+        "was committed"
+    )
