@@ -92,6 +92,14 @@ class SlotChanged(Conflict):
         )
 
 
+class SlotMoved(SlotChanged):
+    """A turn sent with --if-unchanged found its slot written since its view was built,
+    by a change that is allowed by default (another turn's append): fenced out too."""
+
+    def __init__(self, slot_id: str, what: str) -> None:
+        super().__init__(slot_id, f"{what}; --if-unchanged refuses any change")
+
+
 class StaleDraft(Conflict):
     """The draft's slot changed after the draft was kept: its prompt was written for a
     context that is gone."""

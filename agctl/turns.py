@@ -21,6 +21,7 @@ from agctl.errors import (
     CommitPending,
     ContextFull,
     SlotChanged,
+    SlotMoved,
     StepLimit,
     TurnInterrupted,
     UsageError,
@@ -84,6 +85,10 @@ class TurnOptions:
     # The hooks the turn fires (TurnStart, TurnEnd, TurnError; its tools and an automatic
     # compression fire theirs); None: none.
     hooks: Hooks | None = None
+    # Fencing for two writers on one slot: refuse to commit (SlotMoved, exit 4, the reply
+    # kept in the draft) if the slot was written at all since the view was built, even
+    # by another turn's append, which is allowed by default.
+    if_unchanged: bool = False
 
     def __post_init__(self) -> None:
         """The library refuses what the CLI's option types refuse, for scripts too."""
@@ -251,6 +256,10 @@ def send_turn(
 ) -> TurnResult:
     """Send one turn and commit it; on any failure write nothing and keep a draft.
 
+    Another writer's turn appended to the slot while the provider answered is allowed
+    (this turn goes after it); with `options.if_unchanged` the turn is refused instead
+    (SlotMoved, exit 4, the reply kept in the draft) when the slot moved at all.
+
     With tools offered (`options.tools`), the turn is a loop: each reply that asks for
     tools has its calls answered and sent back, until a reply answers (see _Loop). The
     whole loop commits as one turn. `resume` holds the messages of an earlier attempt's
@@ -316,7 +325,16 @@ def _send(
     )
     writing = "interrupted before the reply was written"
     with _kept_on_failure(store, session_id, prepared, writing, loop=loop):
-        checkpoint = _commit(store, session_id, prepared, loop, usage, cost, options.checkpoint)
+        checkpoint = _commit(
+            store,
+            session_id,
+            prepared,
+            loop,
+            usage,
+            cost,
+            options.checkpoint,
+            if_unchanged=options.if_unchanged,
+        )
     log.info(
         "reply committed: slot=%s turn=%d requests=%d latency=%.3fs tokens=%s",
         prepared.slot.id,
@@ -705,6 +723,20 @@ def check_only_appended(seen: Slot, now: Slot) -> None:
         raise SlotChanged(now.id, "messages were edited or replaced")
 
 
+def check_unchanged(store: Store, session_id: str, seen: Slot) -> None:
+    """Refuse to commit onto a slot written at all since `seen` was read: its revision
+    moved (through the storage interface only, so every backend fences alike). Raises
+    SlotMoved for a change allowed by default (appends), SlotChanged for one refused
+    anyway, NotFound when the slot is gone."""
+    if store.reader(session_id).slot_rev(session_id, seen.id) == seen.rev:
+        return
+    now = store.load_slot(session_id, seen.id)
+    check_only_appended(seen, now)
+    appended = len(now.messages) - len(seen.messages)
+    what = f"{appended} messages were appended" if appended else "it was written again"
+    raise SlotMoved(now.id, what)
+
+
 def _commit(
     store: Store,
     session_id: str,
@@ -713,6 +745,8 @@ def _commit(
     usage: Usage | None,
     cost: float | None,
     checkpoint: bool,
+    *,
+    if_unchanged: bool = False,
 ) -> str | None:
     """The turn as one unit of work: its messages appended to the slot, the session's
     count and cost, the superseded draft dropped and the checkpoints, together or not
@@ -721,7 +755,8 @@ def _commit(
     With `checkpoint`, the session is checkpointed after the turn; if it has no
     checkpoint yet, or was edited since its latest one, its state before the turn is
     checkpointed first, so the turn can be undone exactly. Returns the id of the
-    checkpoint written after the turn.
+    checkpoint written after the turn. With `if_unchanged`, a slot written since the
+    view was built is refused (see check_unchanged) before anything is written.
     """
     from agctl.checkpoints import Checkpointer, TurnHint
 
@@ -730,6 +765,8 @@ def _commit(
     # The lock is taken first, so Ctrl-C while waiting for it stops the turn cleanly; once
     # it is held, an interrupt waits for the commit to finish and is then dropped.
     with store.transaction(session_id) as tx, deferred_interrupts(reraise=False):
+        if if_unchanged:
+            check_unchanged(store, session_id, prepared.slot)
         if checkpoint and checkpointer.needs_baseline(session_id):
             turn = prepared.request.context.turn
             read = TurnHint(slot=prepared.slot, base_rev=None, appended=0)  # not read again

@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -131,6 +131,7 @@ class FakeOpenAI:
         self._requests: list[RecordedRequest] = []
         self._replies: deque[Reply] = deque()
         self._faults: deque[Fault] = deque()
+        self._hooks: deque[Callable[[], object]] = deque()
         self._connections: set[socket.socket] = set()
         self._completions = 0
         self._call_numbers = itertools.count(1)
@@ -289,6 +290,13 @@ class FakeOpenAI:
         with self._lock:
             self._faults.append(fault)
 
+    def before_reply(self, hook: Callable[[], object]) -> None:
+        """Run `hook` (in the server's thread) when the next chat completion has arrived,
+        before it is answered: another writer acting while the client waits, at a known
+        moment. An exception it raises is kept in `errors` and the request answered."""
+        with self._lock:
+            self._hooks.append(hook)
+
     @property
     def requests(self) -> list[RecordedRequest]:
         """A snapshot of every request received so far, oldest first."""
@@ -309,6 +317,16 @@ class FakeOpenAI:
     def _next_fault(self) -> Fault | None:
         with self._lock:
             return self._faults.popleft() if self._faults else None
+
+    def _run_hook(self) -> None:
+        with self._lock:
+            hook = self._hooks.popleft() if self._hooks else None
+        if hook is None:
+            return
+        try:
+            hook()
+        except Exception as exc:  # the test sees it in `errors`
+            self.errors.append(exc)
 
     def _next_reply(self, *, scripted: bool) -> tuple[int, Reply | None]:
         """A completion number, and the next scripted reply when `scripted` and one is queued."""
@@ -429,6 +447,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(messages, list) or not messages:
             self._send_error(400, "Missing required parameter: 'messages'.", param="messages")
             return
+        self.fake._run_hook()
         number, queued = self.fake._next_reply(scripted=scripted)
         text = f"echo: {_last_user_text(messages)}"
         if fault is not None and fault.kind == "oversize":

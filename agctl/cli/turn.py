@@ -123,6 +123,12 @@ class StreamPrinter:
     default=None,
     help="Checkpoint the session after the turn (default: config auto_checkpoint, on).",
 )
+@click.option(
+    "--if-unchanged",
+    is_flag=True,
+    help="Refuse to commit (exit 4, the reply kept in the draft) if the slot was written "
+    "at all since the view was built, even by another turn's append (allowed by default).",
+)
 @tool_options
 @command_options
 @pass_app
@@ -143,6 +149,7 @@ def send(
     resume_draft: bool,
     force: bool,
     checkpoint: bool | None,
+    if_unchanged: bool,
     tools: ToolsChoice,
     loop: dict[str, Any],
 ) -> None:
@@ -159,6 +166,11 @@ def send(
     since, unless --force. Each slot keeps its own draft; without --slot, --resume-draft
     takes the current slot's, else the session's only one, else asks for --slot (exit 2).
     A successful turn on a slot drops an older draft of that slot.
+
+    Two writers may share a slot: a turn that another turn appended to while the model
+    answered is written after it. With --if-unchanged it is refused instead (exit 4,
+    error type SlotMoved, the reply kept in the draft) if the slot was written at all
+    since its view was built; send it again on the new context with --resume-draft.
 
     With tools offered (-T NAME, --tools all; see 'agctl tool'), the turn is a loop: each
     reply that calls tools has its calls run (each an argv command with the arguments
@@ -180,6 +192,7 @@ def send(
       agctl turn send "Hi" --record chat.cassette     # then: --cassette chat.cassette
       agctl turn send --resume-draft
       agctl turn send --resume-draft --force   # even though the slot changed since
+      agctl turn send "Go on" --if-unchanged   # exit 4 if the slot moved meanwhile
       agctl turn send "What is 17*23?" -T calc --approve auto
       agctl turn send "Tidy the notes" --tools all --max-steps 4 --record run.cassette
     """
@@ -215,6 +228,7 @@ def send(
         stream=streaming or jsonl,
         tools=toolbox,
         hooks=hooks,
+        if_unchanged=if_unchanged,
         **loop,
     )
     if dry_run:
@@ -338,6 +352,12 @@ GENERATED_ID = "\0"
     "(much faster; a crash of the machine meanwhile may lose the turns replayed so far, "
     "never half of one).",
 )
+@click.option(
+    "--if-unchanged",
+    is_flag=True,
+    help="Stop at a turn (exit 4) whose slot was written at all while the model answered, "
+    "even by another writer's append (allowed by default).",
+)
 @tool_options
 @command_options
 @pass_app
@@ -354,6 +374,7 @@ def replay(
     make_current: bool,
     checkpoint: bool | None,
     sync: str,
+    if_unchanged: bool,
     tools: ToolsChoice,
     loop: dict[str, Any],
 ) -> None:
@@ -378,12 +399,17 @@ def replay(
     together, each still whole (a failed turn is undone alone), and each is printed once
     its group is committed; the session is never held locked while a provider thinks.
 
+    Another writer's turn on the slot during the replay lands between two replayed turns;
+    with --if-unchanged the replay stops at that turn instead (exit 4; the turns before
+    it stay, and no draft is kept: the transcript has the prompt).
+
     \b
     Examples:
       agctl turn replay chat.jsonl --cassette chat.cassette --check --new-session
       agctl turn replay chat.jsonl --cassette chat.cassette --new-session --sync end
       agctl turn replay chat.jsonl --record chat.cassette --profile openai
       agctl turn replay chat.jsonl --cassette chat.cassette --new-session ci-42
+      agctl turn replay chat.jsonl --cassette chat.cassette --if-unchanged
       agctl msg export --slot good | agctl turn replay - --check-mode contains --check
     """
     import contextlib
@@ -406,7 +432,12 @@ def replay(
         hooks = setup.hooks(no_hooks=app.no_hooks)
         toolbox = _toolbox(app, setup, tools, record, hooks)
         base = setup.turn_options(
-            checkpoint=checkpoint, slot=slot, tools=toolbox, hooks=hooks, **loop
+            checkpoint=checkpoint,
+            slot=slot,
+            tools=toolbox,
+            hooks=hooks,
+            if_unchanged=if_unchanged,
+            **loop,
         )
         provider = setup.provider(record=record)
         if new_session is not None and make_current:

@@ -439,3 +439,22 @@ def test_concurrent_requests_are_all_answered_and_logged(server: FakeOpenAI) -> 
         thread.join()
     assert replies == {n: f"echo: question {n}" for n in range(16)}
     assert len(server.requests) == 16
+
+
+def test_a_hook_runs_once_before_the_next_completion_is_answered(server: FakeOpenAI) -> None:
+    seen: list[int] = []
+    server.before_reply(lambda: seen.append(len(server.requests)))
+
+    status, first = send_json(server, chat_body("one"))
+    assert (status, seen) == (200, [1])  # after the request arrived, before its answer
+    assert first["choices"][0]["message"]["content"] == "echo: one"
+    send_json(server, chat_body("two"))
+    assert seen == [1]
+
+
+def test_a_failing_hook_is_kept_in_errors_and_the_request_answered() -> None:
+    with FakeOpenAI() as server:
+        server.before_reply(lambda: 1 / 0)
+        status, _ = send_json(server, chat_body())
+    assert status == 200
+    assert [type(e) for e in server.errors] == [ZeroDivisionError]
