@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from fake_openai import FakeOpenAI
-from pgserver import SKIP_PREFIX
 
 from agctl.cli import cli
 from agctl.store import Store
@@ -80,6 +79,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if not report.skipped:
         return
     reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
+    from pgserver import SKIP_PREFIX
+
     if os.environ.get("AGCTL_REQUIRE_POSTGRES") and SKIP_PREFIX in reason:
         report.outcome = "failed"
         report.longrepr = f"AGCTL_REQUIRE_POSTGRES is set, so this skip is a failure: {reason}"
