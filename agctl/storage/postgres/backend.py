@@ -574,9 +574,16 @@ class PostgresBackend(_Reading):
 
     `dsn`: a libpq connection string or postgresql:// URL (passwords from libpq's own
     sources: PGPASSFILE, PGSERVICE, the environment); `schema`: where the tables are;
-    `local_dir`: this machine's data dir, which keeps the current-session pointer."""
+    `local_dir`: this machine's data dir, which keeps the current-session pointer;
+    `auto_migrate`: run the migrations the schema is behind on when first connecting
+    (and refuse one from a newer agctl), as every command but `store status` does."""
 
-    def __init__(self, dsn: str, *, schema: str = "agctl", local_dir: Path) -> None:
+    kind = "postgresql"
+    latest_version = pg_schema.VERSION
+
+    def __init__(
+        self, dsn: str, *, schema: str = "agctl", local_dir: Path, auto_migrate: bool = True
+    ) -> None:
         self.dsn = dsn
         self.schema = schema
         self.where = f"{redact(dsn)} (schema {schema})"
@@ -588,7 +595,9 @@ class PostgresBackend(_Reading):
         self._idle: list[Conn] = []
         self._pool_lock = threading.Lock()
         self._open = threading.local()
-        self._migrated = False
+        # Whether the first connection brings the schema up to date (`store status` looks
+        # at it as it is).
+        self._migrated = not auto_migrate
 
     # ---- connections ---------------------------------------------------------------
 

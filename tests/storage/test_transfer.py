@@ -1,0 +1,119 @@
+"""`store copy` in the library: sessions moved between any two backends with their whole
+checkpoint history, each one whole, idempotently."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from pgserver import PgStore
+from test_domain import SID, at, checkpointed_turns, turn
+
+from agctl.checkpoints import Checkpointer
+from agctl.errors import Conflict, NotFound
+from agctl.interchange import export_session
+from agctl.storage.memory import MemoryBackend
+from agctl.storage.postgres.backend import PostgresBackend
+from agctl.store import Store
+from agctl.transfer import copy_sessions
+
+
+def exported(store: Store, sid: str = SID) -> bytes:
+    return (
+        export_session(store, sid, checkpoints=True)
+        .model_dump_json(exclude={"agctl_version"})
+        .encode()
+    )
+
+
+@pytest.fixture
+def stores(tmp_path: Path, pg_store: PgStore) -> dict[str, Store]:
+    return {
+        "file": Store(tmp_path / "files"),
+        "postgres": Store(
+            backend=PostgresBackend(pg_store.dsn, schema=pg_store.schema, local_dir=tmp_path)
+        ),
+        "memory": Store(backend=MemoryBackend()),
+        "file again": Store(tmp_path / "back"),
+    }
+
+
+def test_file_to_postgres_to_file_keeps_every_checkpoint(stores: dict[str, Store]) -> None:
+    source = stores["file"]
+    source.create_session(SID)
+    seen = checkpointed_turns(source, 4)
+    child = Checkpointer(source).fork(SID, next(iter(seen)), "child").id
+    Checkpointer(source).prune(SID, 3)
+    hops = [source, stores["postgres"], stores["file again"]]
+    for here, there in itertools.pairwise(hops):
+        results = copy_sessions(here, there)
+        assert [(r.session_id, r.outcome) for r in results] == [(SID, "copied"), (child, "copied")]
+        assert results[0].checkpoints == {c: c for c in results[0].checkpoints}
+        assert sorted(results[0].checkpoints) == sorted(
+            s.id for s in Checkpointer(here).summaries(SID)
+        )
+        assert exported(there) == exported(source)
+        assert exported(there, child) == exported(source, child)
+    last = hops[-1]
+    for identifier, state in seen.items():
+        if identifier in results[0].checkpoints:
+            assert at(last, identifier) == state
+    turn(last, "after the trip")  # the copy takes turns like the original
+    assert last.load_session(SID).turn_count == source.load_session(SID).turn_count + 1
+
+
+def test_a_second_copy_skips_what_is_there_and_a_different_one_conflicts(
+    stores: dict[str, Store],
+) -> None:
+    source, target = stores["memory"], stores["postgres"]
+    source.create_session(SID)
+    checkpointed_turns(source, 2)
+    assert [r.outcome for r in copy_sessions(source, target)] == ["copied"]
+    assert [r.outcome for r in copy_sessions(source, target)] == ["skipped"]
+    turn(source, "only in the source")
+    before = exported(target)
+    with pytest.raises(Conflict, match="differs"):
+        copy_sessions(source, target)
+    assert exported(target) == before
+
+
+def test_only_the_sessions_named_and_a_missing_one_is_not_found(
+    stores: dict[str, Store],
+) -> None:
+    source, target = stores["postgres"], stores["file"]
+    for sid in ("a", "b"):
+        source.create_session(sid)
+        turn(source, "hello", sid)
+    assert [r.session_id for r in copy_sessions(source, target, ["b"])] == ["b"]
+    assert target.session_ids() == ["b"]
+    with pytest.raises(NotFound):
+        copy_sessions(source, target, ["nope"])
+    assert target.session_ids() == ["b"]
+
+
+def test_status_says_how_far_behind_and_migrate_brings_it_up(
+    tmp_path: Path, pg_store: PgStore
+) -> None:
+    from agctl.storage import admin
+    from agctl.storage.postgres import schema
+
+    def fresh() -> PostgresBackend:
+        return PostgresBackend(
+            pg_store.dsn, schema=pg_store.schema, local_dir=tmp_path, auto_migrate=False
+        )
+
+    before = admin.status(fresh())
+    assert (before.kind, before.version, before.latest, before.state) == (
+        "postgresql",
+        0,
+        schema.VERSION,
+        "behind",
+    )
+    assert before.sessions is None and pg_store.schema in before.where
+    assert admin.migrate(fresh()) == list(range(1, schema.VERSION + 1))
+    assert admin.migrate(fresh()) == []
+    after = admin.status(fresh())
+    assert (after.version, after.state, after.sessions) == (schema.VERSION, "ok", 0)
+    files = admin.status(Store(tmp_path / "files").backend)
+    assert (files.kind, files.version, files.state, files.sessions) == ("file", None, "ok", 0)
