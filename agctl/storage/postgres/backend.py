@@ -667,6 +667,31 @@ class PostgresBackend(_Reading):
             else:
                 conn.close()
 
+    @contextlib.contextmanager
+    def _begun(self, begin: str = "BEGIN", session_id: str | None = None) -> Iterator[Conn]:
+        """A pooled connection in a new transaction. A connection found lost at BEGIN,
+        before anything is done, is replaced: a server restart cuts every idle one, so
+        the rest of the pool goes too and a new connection is opened (waiting out a
+        restart, CONNECT_PATIENCE)."""
+        for attempt in range(2):
+            with self._connection() as conn:
+                try:
+                    conn.execute(begin)
+                except psycopg.OperationalError as exc:
+                    if conn.closed and not attempt:
+                        self._drop_idle()
+                        continue
+                    _rollback(conn)
+                    raise _store_error(self.where, exc, session_id) from None
+                yield conn
+                return
+
+    def _drop_idle(self) -> None:
+        with self._pool_lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
     def _rows(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """One statement on the reader connection: opened again once if it was lost
         (a statement outside a transaction can be run again)."""
@@ -684,14 +709,15 @@ class PostgresBackend(_Reading):
         raise AssertionError("unreachable")
 
     def _open_log(self, name: str, session_id: str) -> IO[bytes]:
-        snapshot = self._connection()
+        snapshot = self._begun("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", session_id)
         conn = snapshot.__enter__()
         try:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             row = conn.execute(self._sql["log_size"], [session_id]).fetchone()
-        except BaseException:
+        except BaseException as exc:
             _rollback(conn)
             snapshot.__exit__(None, None, None)
+            if isinstance(exc, psycopg.OperationalError):
+                raise _store_error(self.where, exc, session_id) from None
             raise
 
         def rows(name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -707,10 +733,7 @@ class PostgresBackend(_Reading):
         return _open_log(name, session_id, 0 if row is None else int(row[0]), rows, close)
 
     def close(self) -> None:
-        with self._pool_lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+        self._drop_idle()
         with self._reader_lock:
             if self._reader is not None:
                 self._reader.close()
@@ -733,18 +756,17 @@ class PostgresBackend(_Reading):
         when another holds it). Before the lock is held nothing is done, so a connection
         lost until then is opened again; after it, a lost one fails the transaction."""
         timeout = f"{int(lock_timeout() * 1000)}ms"
-        for attempt in range(3):
-            with self._connection() as conn:
+        for attempt in range(2):
+            with self._begun("BEGIN", session_id) as conn:
                 try:
-                    conn.execute("BEGIN")
                     conn.execute(self._sql["lock_timeout"], [timeout])
                     found = conn.execute(
                         self._sql["lock_or_skip" if skip_locked else "lock"], [session_id]
                     ).fetchone()
                 except psycopg.OperationalError as exc:
-                    if conn.closed and attempt < 2:
-                        continue
                     _rollback(conn)
+                    if conn.closed and not attempt:
+                        continue
                     raise _store_error(self.where, exc, session_id) from None
                 except BaseException:
                     _rollback(conn)
@@ -765,16 +787,19 @@ class PostgresBackend(_Reading):
                 except BaseException:
                     _rollback(conn)
                     raise
-                try:
-                    conn.execute("COMMIT")
-                except psycopg.OperationalError as exc:
-                    conn.close()
-                    raise StoreError(
-                        f"the connection to the store {self.where} was lost while session "
-                        f"{session_id!r} was being committed: the change may or may not have "
-                        f"been committed ({_first_line(exc)})"
-                    ) from None
+                self._commit(conn, session_id)
                 return
+
+    def _commit(self, conn: Conn, session_id: str) -> None:
+        try:
+            conn.execute("COMMIT")
+        except psycopg.OperationalError as exc:
+            conn.close()
+            raise StoreError(
+                f"the connection to the store {self.where} was lost while session "
+                f"{session_id!r} was being committed: the change may or may not have "
+                f"been committed ({_first_line(exc)})"
+            ) from None
 
     @contextlib.contextmanager
     def transaction(self, session_id: str) -> Iterator[Tx]:
@@ -818,20 +843,24 @@ class PostgresBackend(_Reading):
         sid = validate_id(session.id, "session")
         for slot in slots:
             validate_id(slot.id, "slot")
-        with self._connection() as conn:
+        with self._begun("BEGIN", sid) as conn:
             try:
-                with conn.transaction():
-                    doc = session.model_dump_json(exclude={"rev"}).encode()
-                    row = conn.execute(
-                        self._sql["insert_session"], [sid, doc, [], len(checkpoint_log)]
-                    ).fetchone()
-                    if row is None:
-                        raise AlreadyExists(f"session {sid!r} already exists")
-                    session.rev = int(row[0])
-                    tx = PgTx(self, sid, conn, len(checkpoint_log))
-                    self._write_session(tx, slots, checkpoint_log, removed)
+                doc = session.model_dump_json(exclude={"rev"}).encode()
+                row = conn.execute(
+                    self._sql["insert_session"], [sid, doc, [], len(checkpoint_log)]
+                ).fetchone()
+                if row is None:
+                    raise AlreadyExists(f"session {sid!r} already exists")
+                tx = PgTx(self, sid, conn, len(checkpoint_log))
+                self._write_session(tx, slots, checkpoint_log, removed)
             except psycopg.OperationalError as exc:
+                _rollback(conn)
                 raise _store_error(self.where, exc, sid) from None
+            except BaseException:
+                _rollback(conn)
+                raise
+            self._commit(conn, sid)
+            session.rev = int(row[0])
 
     def replace_session(self, session: Session, slots: Sequence[Slot]) -> None:
         sid = validate_id(session.id, "session")
