@@ -95,9 +95,9 @@ _SQL = {
                      SELECT %s, o, d FROM unnest(%s::bigint[], %s::bytea[]) AS t(o, d)""",
     "put_log_size": "UPDATE {s}.sessions SET log_size = %s WHERE id = %s",
     "insert_session": """INSERT INTO {s}.sessions (id, doc, rev, removed, log_size)
-                         VALUES (%s, %s, nextval('{s}.revs'), %s, %s)
+                         VALUES (%s, %s, nextval({revs}), %s, %s)
                          ON CONFLICT (id) DO NOTHING RETURNING rev""",
-    "put_session": """UPDATE {s}.sessions SET doc = %s, rev = nextval('{s}.revs')
+    "put_session": """UPDATE {s}.sessions SET doc = %s, rev = nextval({revs})
                       WHERE id = %s RETURNING rev""",
     "put_removed": "UPDATE {s}.sessions SET removed = %s WHERE id = %s",
     "clear_slots": "DELETE FROM {s}.slots WHERE session_id = %s",
@@ -106,7 +106,7 @@ _SQL = {
     "clear_caches": "DELETE FROM {s}.caches WHERE session_id = %s",
     "destroy": "DELETE FROM {s}.sessions WHERE id = %s RETURNING 1",
     "put_slot": """INSERT INTO {s}.slots (session_id, id, header, rev, count)
-                   VALUES (%s, %s, %s, nextval('{s}.revs'), %s)
+                   VALUES (%s, %s, %s, nextval({revs}), %s)
                    ON CONFLICT (session_id, id) DO UPDATE
                    SET header = excluded.header, rev = excluded.rev, count = excluded.count
                    RETURNING rev""",
@@ -114,7 +114,7 @@ _SQL = {
     "insert_messages": """INSERT INTO {s}.slot_messages (session_id, slot_id, seq, data)
                           SELECT %s, %s, q, d FROM unnest(%s::integer[], %s::bytea[])
                           AS t(q, d)""",
-    "append_slot": """UPDATE {s}.slots SET header = %s, rev = nextval('{s}.revs'),
+    "append_slot": """UPDATE {s}.slots SET header = %s, rev = nextval({revs}),
                       count = count + %s WHERE session_id = %s AND id = %s RETURNING rev""",
     "delete_slot": "DELETE FROM {s}.slots WHERE session_id = %s AND id = %s RETURNING 1",
     "put_draft": """INSERT INTO {s}.drafts (session_id, slot_id, doc) VALUES (%s, %s, %s)
