@@ -4,6 +4,7 @@ gone for good is a clear StoreError that names the store, its password redacted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import traceback
@@ -128,7 +129,8 @@ def test_two_processes_reconnect_after_a_restart_between_their_writes(
     assert counts[-1] == 8  # the second to write saw all four
 
 
-def start_in_a_second(server: PgServer) -> Iterator[threading.Thread]:
+@contextlib.contextmanager
+def started_in_a_second(server: PgServer) -> Iterator[None]:
     """Start the stopped server from another thread, a second from now."""
     failures: list[BaseException] = []
 
@@ -141,8 +143,10 @@ def start_in_a_second(server: PgServer) -> Iterator[threading.Thread]:
 
     starter = threading.Thread(target=start_later)
     starter.start()
-    yield starter
-    starter.join()
+    try:
+        yield
+    finally:
+        starter.join()
     assert failures == []
 
 
@@ -163,18 +167,18 @@ def test_an_operation_while_the_server_is_down_for_a_moment_waits_for_it(
 ) -> None:
     backend = open_backend()
     seed(backend)
-    expected = operation(open_backend())
+    expected = operation(open_backend())  # the same operation with the server up
     assert pg_backend.CONNECT_PATIENCE > 1.0
 
     running_server.stop("fast")
-    for _ in start_in_a_second(running_server):
+    with started_in_a_second(running_server):
         outcome = operation(backend)  # waits for the server instead of failing
 
     if operation is read_it:
         assert outcome == expected
     else:
         assert outcome == "while it was down"
-        assert texts(open_backend())[-2:] == ["while it was down"] * 2
+        assert texts(open_backend())[-2:] == ["while it was down"] * 2  # both kept
 
 
 PASSWORD = "secret-pw"
