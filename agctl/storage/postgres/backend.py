@@ -95,9 +95,9 @@ _SQL = {
                      SELECT %s, o, d FROM unnest(%s::bigint[], %s::bytea[]) AS t(o, d)""",
     "put_log_size": "UPDATE {s}.sessions SET log_size = %s WHERE id = %s",
     "insert_session": """INSERT INTO {s}.sessions (id, doc, rev, removed, log_size)
-                         VALUES (%s, %s, nextval('{s}.revs'), %s, %s)
+                         VALUES (%s, %s, nextval({revs}), %s, %s)
                          ON CONFLICT (id) DO NOTHING RETURNING rev""",
-    "put_session": """UPDATE {s}.sessions SET doc = %s, rev = nextval('{s}.revs')
+    "put_session": """UPDATE {s}.sessions SET doc = %s, rev = nextval({revs})
                       WHERE id = %s RETURNING rev""",
     "put_removed": "UPDATE {s}.sessions SET removed = %s WHERE id = %s",
     "clear_slots": "DELETE FROM {s}.slots WHERE session_id = %s",
@@ -106,7 +106,7 @@ _SQL = {
     "clear_caches": "DELETE FROM {s}.caches WHERE session_id = %s",
     "destroy": "DELETE FROM {s}.sessions WHERE id = %s RETURNING 1",
     "put_slot": """INSERT INTO {s}.slots (session_id, id, header, rev, count)
-                   VALUES (%s, %s, %s, nextval('{s}.revs'), %s)
+                   VALUES (%s, %s, %s, nextval({revs}), %s)
                    ON CONFLICT (session_id, id) DO UPDATE
                    SET header = excluded.header, rev = excluded.rev, count = excluded.count
                    RETURNING rev""",
@@ -114,7 +114,7 @@ _SQL = {
     "insert_messages": """INSERT INTO {s}.slot_messages (session_id, slot_id, seq, data)
                           SELECT %s, %s, q, d FROM unnest(%s::integer[], %s::bytea[])
                           AS t(q, d)""",
-    "append_slot": """UPDATE {s}.slots SET header = %s, rev = nextval('{s}.revs'),
+    "append_slot": """UPDATE {s}.slots SET header = %s, rev = nextval({revs}),
                       count = count + %s WHERE session_id = %s AND id = %s RETURNING rev""",
     "delete_slot": "DELETE FROM {s}.slots WHERE session_id = %s AND id = %s RETURNING 1",
     "put_draft": """INSERT INTO {s}.drafts (session_id, slot_id, doc) VALUES (%s, %s, %s)
@@ -676,6 +676,31 @@ class PostgresBackend(_Reading):
             else:
                 conn.close()
 
+    @contextlib.contextmanager
+    def _begun(self, begin: str = "BEGIN", session_id: str | None = None) -> Iterator[Conn]:
+        """A pooled connection in a new transaction. A connection found lost at BEGIN,
+        before anything is done, is replaced: a server restart cuts every idle one, so
+        the rest of the pool goes too and a new connection is opened (waiting out a
+        restart, CONNECT_PATIENCE)."""
+        for attempt in range(2):
+            with self._connection() as conn:
+                try:
+                    conn.execute(begin)
+                except psycopg.OperationalError as exc:
+                    if conn.closed and not attempt:
+                        self._drop_idle()
+                        continue
+                    _rollback(conn)
+                    raise _store_error(self.where, exc, session_id) from None
+                yield conn
+                return
+
+    def _drop_idle(self) -> None:
+        with self._pool_lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
     def _rows(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """One statement on the reader connection: opened again once if it was lost
         (a statement outside a transaction can be run again)."""
@@ -693,14 +718,15 @@ class PostgresBackend(_Reading):
         raise AssertionError("unreachable")
 
     def _open_log(self, name: str, session_id: str) -> IO[bytes]:
-        snapshot = self._connection()
+        snapshot = self._begun("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", session_id)
         conn = snapshot.__enter__()
         try:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             row = conn.execute(self._sql["log_size"], [session_id]).fetchone()
-        except BaseException:
+        except BaseException as exc:
             _rollback(conn)
             snapshot.__exit__(None, None, None)
+            if isinstance(exc, psycopg.OperationalError):
+                raise _store_error(self.where, exc, session_id) from None
             raise
 
         def rows(name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -716,10 +742,7 @@ class PostgresBackend(_Reading):
         return _open_log(name, session_id, 0 if row is None else int(row[0]), rows, close)
 
     def close(self) -> None:
-        with self._pool_lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+        self._drop_idle()
         with self._reader_lock:
             if self._reader is not None:
                 self._reader.close()
@@ -742,18 +765,17 @@ class PostgresBackend(_Reading):
         when another holds it). Before the lock is held nothing is done, so a connection
         lost until then is opened again; after it, a lost one fails the transaction."""
         timeout = f"{int(lock_timeout() * 1000)}ms"
-        for attempt in range(3):
-            with self._connection() as conn:
+        for attempt in range(2):
+            with self._begun("BEGIN", session_id) as conn:
                 try:
-                    conn.execute("BEGIN")
                     conn.execute(self._sql["lock_timeout"], [timeout])
                     found = conn.execute(
                         self._sql["lock_or_skip" if skip_locked else "lock"], [session_id]
                     ).fetchone()
                 except psycopg.OperationalError as exc:
-                    if conn.closed and attempt < 2:
-                        continue
                     _rollback(conn)
+                    if conn.closed and not attempt:
+                        continue
                     raise _store_error(self.where, exc, session_id) from None
                 except BaseException:
                     _rollback(conn)
@@ -774,16 +796,19 @@ class PostgresBackend(_Reading):
                 except BaseException:
                     _rollback(conn)
                     raise
-                try:
-                    conn.execute("COMMIT")
-                except psycopg.OperationalError as exc:
-                    conn.close()
-                    raise StoreError(
-                        f"the connection to the store {self.where} was lost while session "
-                        f"{session_id!r} was being committed: the change may or may not have "
-                        f"been committed ({_first_line(exc)})"
-                    ) from None
+                self._commit(conn, session_id)
                 return
+
+    def _commit(self, conn: Conn, session_id: str) -> None:
+        try:
+            conn.execute("COMMIT")
+        except psycopg.OperationalError as exc:
+            conn.close()
+            raise StoreError(
+                f"the connection to the store {self.where} was lost while session "
+                f"{session_id!r} was being committed: the change may or may not have "
+                f"been committed ({_first_line(exc)})"
+            ) from None
 
     @contextlib.contextmanager
     def transaction(self, session_id: str) -> Iterator[Tx]:
@@ -827,20 +852,24 @@ class PostgresBackend(_Reading):
         sid = validate_id(session.id, "session")
         for slot in slots:
             validate_id(slot.id, "slot")
-        with self._connection() as conn:
+        with self._begun("BEGIN", sid) as conn:
             try:
-                with conn.transaction():
-                    doc = session.model_dump_json(exclude={"rev"}).encode()
-                    row = conn.execute(
-                        self._sql["insert_session"], [sid, doc, [], len(checkpoint_log)]
-                    ).fetchone()
-                    if row is None:
-                        raise AlreadyExists(f"session {sid!r} already exists")
-                    session.rev = int(row[0])
-                    tx = PgTx(self, sid, conn, len(checkpoint_log))
-                    self._write_session(tx, slots, checkpoint_log, removed)
+                doc = session.model_dump_json(exclude={"rev"}).encode()
+                row = conn.execute(
+                    self._sql["insert_session"], [sid, doc, [], len(checkpoint_log)]
+                ).fetchone()
+                if row is None:
+                    raise AlreadyExists(f"session {sid!r} already exists")
+                tx = PgTx(self, sid, conn, len(checkpoint_log))
+                self._write_session(tx, slots, checkpoint_log, removed)
             except psycopg.OperationalError as exc:
+                _rollback(conn)
                 raise _store_error(self.where, exc, sid) from None
+            except BaseException:
+                _rollback(conn)
+                raise
+            self._commit(conn, sid)
+            session.rev = int(row[0])
 
     def replace_session(self, session: Session, slots: Sequence[Slot]) -> None:
         sid = validate_id(session.id, "session")

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from psycopg.sql import Composed
 
 # Each migration: a short name and its statements, with {s} for the schema (an identifier,
-# quoted by psycopg.sql, never a value).
+# quoted by psycopg.sql, never a value) and {revs} for its sequence's name as a string
+# literal (nextval's argument: the quoted identifier, itself quoted as a literal).
 MIGRATIONS: list[tuple[str, list[str]]] = [
     (
         "the first schema",
@@ -101,7 +102,9 @@ META = """CREATE TABLE IF NOT EXISTS {s}.meta (
 def statement(text: str, schema: str) -> Composed:
     from psycopg import sql
 
-    return sql.SQL(text).format(s=sql.Identifier(schema))
+    return sql.SQL(text).format(
+        s=sql.Identifier(schema), revs=sql.Literal(sql.Identifier(schema, "revs").as_string(None))
+    )
 
 
 def stored_version(conn: Connection[tuple[object, ...]], schema: str) -> int:

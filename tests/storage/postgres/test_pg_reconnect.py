@@ -1,0 +1,233 @@
+"""The server restarting or going away under a backend: the next operation reconnects
+(the reader connection and the pooled ones), a short outage is waited out, and a server
+gone for good is a clear StoreError that names the store, its password redacted."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import child_backend
+import pytest
+from backend_docs import SID, seed, snapshot, user
+from pg_children import read_line, start, tell
+from pgserver import PgServer, PgStore
+
+from agctl.errors import StoreError
+from agctl.models import Session, Slot
+from agctl.storage.base import Backend
+from agctl.storage.postgres import backend as pg_backend
+from agctl.storage.postgres.backend import PostgresBackend
+
+
+def append(backend: Backend, text: str, session_id: str = SID) -> None:
+    with backend.transaction(session_id) as tx:
+        slot = tx.load_slot(session_id, "default")
+        slot.messages.append(user(text))
+        tx.append_messages(slot, 1)
+
+
+def texts(backend: Backend, session_id: str = SID) -> list[str]:
+    return [m.text() for m in backend.load_slot(session_id, "default").messages]
+
+
+def started_at(server: PgServer) -> str:
+    import psycopg
+
+    with psycopg.connect(server.url(), autocommit=True) as conn:
+        row = conn.execute("SELECT pg_postmaster_start_time()::text").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_one_backend_reconnects_after_a_restart_and_loses_nothing(
+    running_server: PgServer, open_backend: Callable[..., PostgresBackend]
+) -> None:
+    backend = open_backend()
+    seed(backend)
+    for other in ("a", "b", "c"):
+        backend.create_session(Session(id=other), [Slot(id="default")])
+    # Three transactions open at once: three connections idle in the pool afterwards,
+    # besides the reader's, all cut by the restart.
+    with backend.transaction("a"), backend.transaction("b"), backend.transaction("c"):
+        pass
+    append(backend, "before")
+    with backend.transaction(SID) as tx:
+        tx.checkpoint_log().append(lambda offset: b'{"before": true}\n')
+    before = snapshot(backend)
+    first_start = started_at(running_server)
+
+    running_server.restart()
+
+    assert started_at(running_server) != first_start
+    assert snapshot(backend) == before  # the reader, and the log's snapshot connection
+    append(backend, "after")  # a pooled connection, found dead, replaced
+    with backend.transaction("a") as tx:
+        tx.put_session(Session(id="a", title="after the restart"))
+    backend.create_session(Session(id="d"), [Slot(id="default")])
+    fresh = open_backend()
+    assert texts(fresh)[-2:] == ["before", "after"]
+    assert fresh.load_session("a").title == "after the restart"
+    assert fresh.session_ids() == ["a", "b", "c", "d", SID]
+    assert fresh.checkpoint_log(SID).open().read() == b'{"before": true}\n'
+
+
+# A child that writes, waits (its connections open) while the server restarts, writes again.
+WRITE_WAIT_WRITE = f"""
+import sys
+from agctl.models import Message
+from child_backend import open_backend
+
+backend = open_backend(sys.argv[1])
+who = sys.argv[2]
+
+def append(text):
+    with backend.transaction("{SID}") as tx:
+        slot = tx.load_slot("{SID}", "default")
+        slot.messages.append(Message(role="user", content=text))
+        tx.append_messages(slot, 1)
+
+append(who + ":1")
+backend.load_session("{SID}")
+print("ready", flush=True)
+sys.stdin.readline()
+append(who + ":2")
+print(len(backend.load_slot("{SID}", "default").messages), flush=True)
+"""
+
+
+def test_two_processes_reconnect_after_a_restart_between_their_writes(
+    running_server: PgServer,
+    pg_store: PgStore,
+    open_backend: Callable[..., PostgresBackend],
+    tmp_path: Path,
+) -> None:
+    backend = open_backend()
+    seed(backend)
+    spec = child_backend.spec("postgres", tmp_path, pg_store.dsn, pg_store.schema)
+    children = [start(tmp_path, "writer", WRITE_WAIT_WRITE, spec, who) for who in "xy"]
+    try:
+        assert [read_line(child) for child in children] == ["ready", "ready"]
+        running_server.restart()
+        for child in children:
+            tell(child)
+        counts = sorted(int(read_line(child) or 0) for child in children)
+        assert [child.wait(timeout=60) for child in children] == [0, 0]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    appended = texts(open_backend())[4:]
+    assert sorted(appended) == ["x:1", "x:2", "y:1", "y:2"]
+    assert appended.index("x:1") < appended.index("x:2")
+    assert appended.index("y:1") < appended.index("y:2")
+    assert counts[-1] == 8  # the second to write saw all four
+
+
+@contextlib.contextmanager
+def started_in_a_second(server: PgServer) -> Iterator[None]:
+    """Start the stopped server from another thread, a second from now."""
+    failures: list[BaseException] = []
+
+    def start_later() -> None:
+        try:
+            threading.Event().wait(1.0)
+            server.start()
+        except BaseException as exc:  # reported by the test
+            failures.append(exc)
+
+    starter = threading.Thread(target=start_later)
+    starter.start()
+    try:
+        yield
+    finally:
+        starter.join()
+    assert failures == []
+
+
+def read_it(backend: PostgresBackend) -> object:
+    return json.dumps(snapshot(backend), default=repr)
+
+
+def write_it(backend: PostgresBackend) -> object:
+    append(backend, "while it was down")
+    return texts(backend)[-1]
+
+
+@pytest.mark.parametrize("operation", [read_it, write_it], ids=["read", "transaction"])
+def test_an_operation_while_the_server_is_down_for_a_moment_waits_for_it(
+    running_server: PgServer,
+    open_backend: Callable[..., PostgresBackend],
+    operation: Callable[[PostgresBackend], object],
+) -> None:
+    backend = open_backend()
+    seed(backend)
+    expected = operation(open_backend())  # the same operation with the server up
+    assert pg_backend.CONNECT_PATIENCE > 1.0
+
+    running_server.stop("fast")
+    with started_in_a_second(running_server):
+        outcome = operation(backend)  # waits for the server instead of failing
+
+    if operation is read_it:
+        assert outcome == expected
+    else:
+        assert outcome == "while it was down"
+        assert texts(open_backend())[-2:] == ["while it was down"] * 2  # both kept
+
+
+PASSWORD = "secret-pw"
+
+
+def url_with_password(server: PgServer, database: str) -> str:
+    return server.url(database).replace("postgresql://agctl@", f"postgresql://agctl:{PASSWORD}@")
+
+
+def keywords_with_password(server: PgServer, database: str) -> str:
+    return f"host={server.socket_dir} dbname={database} user=agctl password={PASSWORD}"
+
+
+@pytest.mark.parametrize(
+    "form", [url_with_password, keywords_with_password], ids=["url", "keywords"]
+)
+def test_a_server_gone_for_good_is_a_store_error_naming_the_store_without_its_password(
+    running_server: PgServer,
+    pg_store: PgStore,
+    pg_database: str,
+    open_backend: Callable[..., PostgresBackend],
+    monkeypatch: pytest.MonkeyPatch,
+    form: Callable[[PgServer, str], str],
+) -> None:
+    monkeypatch.setattr(pg_backend, "CONNECT_PATIENCE", 0.5)
+    dsn = form(running_server, pg_database)
+    used = open_backend(dsn=dsn)
+    seed(used)  # the password is accepted (trust auth): the store works
+    never_connected = open_backend(dsn=dsn)
+
+    running_server.stop("fast")
+
+    failures: list[StoreError] = []
+    for backend, operation in [
+        (used, lambda b: b.load_session(SID)),
+        (used, lambda b: append(b, "lost")),
+        (never_connected, lambda b: b.session_ids()),
+        (never_connected, lambda b: b.checkpoint_log(SID).open()),
+    ]:
+        with pytest.raises(StoreError) as caught:
+            operation(backend)
+        failures.append(caught.value)
+    for error in failures:
+        text = "".join(traceback.format_exception(error)) + "\n".join(
+            getattr(error, "__notes__", [])
+        )
+        assert error.exit_code == 1
+        assert PASSWORD not in text and PASSWORD not in str(error)
+        assert f"(schema {pg_store.schema})" in str(error)
+        assert "***" in str(error) and pg_database in str(error)
+    running_server.start()
+    assert open_backend().load_session(SID).title == "rich"
