@@ -711,8 +711,9 @@ class PostgresBackend(_Reading):
                 try:
                     cursor = self._reader.execute(self._sql[name], params)
                     return cursor.fetchall() if cursor.description is not None else []
-                except psycopg.OperationalError as exc:
-                    if not self._reader.closed or attempt:
+                except psycopg.Error as exc:
+                    lost = isinstance(exc, psycopg.OperationalError) and self._reader.closed
+                    if not lost or attempt:
                         raise _store_error(self.where, exc) from None
                     self._reader = None
         raise AssertionError("unreachable")
@@ -732,7 +733,7 @@ class PostgresBackend(_Reading):
         def rows(name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
             try:
                 return conn.execute(self._sql[name], params).fetchall()
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:
                 raise _store_error(self.where, exc, session_id) from None
 
         def close() -> None:
@@ -790,7 +791,7 @@ class PostgresBackend(_Reading):
                 try:
                     yield tx
                     tx.flush()
-                except psycopg.OperationalError as exc:
+                except psycopg.Error as exc:
                     _rollback(conn)
                     raise _store_error(self.where, exc, session_id) from None
                 except BaseException:
@@ -801,7 +802,7 @@ class PostgresBackend(_Reading):
 
     def _commit(self, conn: Conn, session_id: str) -> None:
         try:
-            conn.execute("COMMIT")
+            done = conn.execute("COMMIT")
         except psycopg.OperationalError as exc:
             conn.close()
             raise StoreError(
@@ -809,6 +810,11 @@ class PostgresBackend(_Reading):
                 f"{session_id!r} was being committed: the change may or may not have "
                 f"been committed ({_first_line(exc)})"
             ) from None
+        if done.statusmessage == "ROLLBACK":  # a failed statement was caught, not raised
+            raise StoreError(
+                f"the transaction on session {session_id!r} of {self.where} failed inside "
+                "and was rolled back: nothing of it was committed"
+            )
 
     @contextlib.contextmanager
     def transaction(self, session_id: str) -> Iterator[Tx]:
@@ -862,7 +868,7 @@ class PostgresBackend(_Reading):
                     raise AlreadyExists(f"session {sid!r} already exists")
                 tx = PgTx(self, sid, conn, len(checkpoint_log))
                 self._write_session(tx, slots, checkpoint_log, removed)
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:
                 _rollback(conn)
                 raise _store_error(self.where, exc, sid) from None
             except BaseException:
