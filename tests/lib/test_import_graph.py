@@ -7,9 +7,10 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agctl"
-# Above storage/file/, who may import it: the facade that builds the default backend,
-# the doctor that runs the file backend's checks, and TAB completion (the layout, fast).
-FILE_BACKEND_USERS = {"agctl.store", "agctl.doctor", "agctl.cli.complete"}
+# Above storage/file/, who may import it: the facade, the factory that opens the chosen
+# backend, the doctor that runs the file backend's checks, and TAB completion (the layout,
+# fast).
+FILE_BACKEND_USERS = {"agctl.store", "agctl.storage.factory", "agctl.doctor", "agctl.cli.complete"}
 
 
 def modules() -> dict[str, Path]:
