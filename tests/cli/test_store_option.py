@@ -1,7 +1,6 @@
 """Choosing the store on the command line: --store, AGCTL_STORE, the config's store.url; a
 PostgreSQL store (agctl.storage.postgres, stood in for by tests/helpers.FakePostgres) with
-its password never shown; the commands that name the data dir, and TAB completion, on a
-store that has none."""
+its password never shown; the commands that name the data dir on a store that has none."""
 
 from __future__ import annotations
 
