@@ -13,6 +13,7 @@ completion): urllib.parse and re are imported when a URL or a DSN is taken apart
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -71,14 +72,14 @@ def parse_store(text: str, *, origin: str = "--store") -> StoreSpec:
         if kind == FILE_SCHEME:
             return file_store(_file_url_path(text, origin))
         raise UsageError(
-            f"{_at(origin)}{redact(text)!r} is not a store agctl knows: give {ACCEPTED}"
+            f"{_at(origin)}{_quoted(text)} is not a store agctl knows: give {ACCEPTED}"
         )
     head = text.split(":", 1)[0].lower() if ":" in text else ""
     if head in (*POSTGRES_SCHEMES, FILE_SCHEME):
-        raise UsageError(f"{_at(origin)}{redact(text)!r} needs '{head}://': give {ACCEPTED}")
+        raise UsageError(f"{_at(origin)}{_quoted(text)} needs '{head}://': give {ACCEPTED}")
     if _looks_like_keywords(text):
         raise UsageError(
-            f"{_at(origin)}{redact(text)!r} looks like a libpq keyword/value DSN: give it as a URL",
+            f"{_at(origin)}{_quoted(text)} looks like a libpq keyword/value DSN: give it as a URL",
             hint="every keyword can be a query parameter: postgresql:///DB?host=HOST&user=NAME "
             "(a directory of that name: ./NAME)",
         )
@@ -105,23 +106,44 @@ def _file_url_path(text: str, origin: str) -> Path:
     host, _, path = text[len("file://") :].partition("/")
     if host not in ("", "localhost"):
         raise UsageError(
-            f"{_at(origin)}{redact(text)!r} names another machine: a file store is local"
+            f"{_at(origin)}{_quoted(text)} names another machine: a file store is local"
         )
     if "?" in path or "#" in path:
         raise UsageError(
-            f"{_at(origin)}{redact(text)!r}: a file store URL takes no query or fragment"
+            f"{_at(origin)}{_quoted(text)}: a file store URL takes no query or fragment"
         )
     decoded = unquote("/" + path)
     if decoded == "/" or "\x00" in decoded:
-        raise UsageError(f"{_at(origin)}{redact(text)!r} names no directory")
+        raise UsageError(f"{_at(origin)}{_quoted(text)} names no directory")
     return _directory(Path(decoded), origin)
 
 
 def _directory(path: Path, origin: str) -> Path:
-    """`path`, refused (as --data-dir refuses it) when something else than a directory is there."""
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{_at(origin)}{str(path)!r} is not a directory")
+    """`path`, refused (as --data-dir refuses it) when something else than a directory is
+    there, or when no file system could hold it (too long, a loop of links)."""
+    import errno
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno in (errno.ENAMETOOLONG, errno.ELOOP):
+            raise UsageError(f"{_at(origin)}{_quoted(str(path))}: {exc.strerror}") from None
+        return path
+    if not stat.S_ISDIR(mode):
+        raise UsageError(f"{_at(origin)}{_quoted(str(path))} is not a directory")
     return path
+
+
+SHOWN_LIMIT = 80
+
+
+def _quoted(text: str) -> str:
+    """`text` redacted and quoted for a message, cut when long."""
+    shown = redact(text)
+    if len(shown) <= SHOWN_LIMIT:
+        return repr(shown)
+    return f"{shown[:SHOWN_LIMIT]!r}… ({len(shown)} characters)"
 
 
 def _looks_like_keywords(text: str) -> bool:

@@ -223,3 +223,13 @@ def test_store_url_opens_the_chosen_store(tmp_path: Path, config_path: Path) -> 
     by_url = Store(url=(tmp_path / "by url").as_uri())
     assert by_url.root == by_url.local_dir == tmp_path / "by url"
     assert isinstance(open_backend(choose_store(str(tmp_path / "x"))), FileBackend)
+
+
+def test_a_path_no_file_system_can_hold_is_a_usage_error_quoted_short(tmp_path: Path) -> None:
+    """Before: os.stat's OSError (name too long) was a traceback."""
+    with pytest.raises(UsageError, match="too long") as caught:
+        parse_store("x" * 100_000)
+    assert "(100000 characters)" in str(caught.value) and len(str(caught.value)) < 300
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(UsageError, match="symbolic links"):
+        parse_store(str(tmp_path / "loop" / "x"))
