@@ -176,6 +176,13 @@ class Store:
             raise StoreError(f"no transaction open on session {session_id!r}")
         return tx
 
+    def close(self) -> None:
+        """Release what the backend holds open (a PostgreSQL store's connections); the
+        store opens them again if used after."""
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
+
     def flush(self) -> None:
         """Make durable what was committed without sync (`sync="end"`)."""
         flush = getattr(self.backend, "flush", None)

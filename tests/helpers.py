@@ -313,12 +313,24 @@ class FakePostgres:
     opened: list[dict[str, Any]] = field(default_factory=list)
     databases: dict[tuple[str, str], MemoryBackend] = field(default_factory=dict)
     refuse: AgctlError | None = None
+    closed: int = 0  # how many times a backend was closed (its connections released)
 
     def backend(self, dsn: str, *, schema: str, local_dir: Path) -> MemoryBackend:
         self.opened.append({"dsn": dsn, "schema": schema, "local_dir": local_dir})
         if self.refuse is not None:
             raise self.refuse
-        return self.databases.setdefault((dsn, schema), MemoryBackend())
+        return self.databases.setdefault((dsn, schema), _ClosingBackend(self))
+
+
+class _ClosingBackend(MemoryBackend):
+    """A MemoryBackend that counts its close() calls, as PostgresBackend has one."""
+
+    def __init__(self, fake: FakePostgres) -> None:
+        super().__init__()
+        self.fake = fake
+
+    def close(self) -> None:
+        self.fake.closed += 1
 
 
 def install_fake_postgres(monkeypatch: pytest.MonkeyPatch) -> FakePostgres:

@@ -60,6 +60,9 @@ class App:
 
             warnings_to_stderr(json=self.json)
             self._store = Store(choice=self.store_choice())
+            ctx = click.get_current_context(silent=True)
+            if ctx is not None:  # the command's end releases its connections (in-process too)
+                ctx.find_root().call_on_close(self._store.close)
         return self._store
 
     def store_choice(self) -> StoreChoice:

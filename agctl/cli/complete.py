@@ -104,6 +104,8 @@ def _from_backend(ctx: click.Context, read: Callable[[Store, str], list[T]]) -> 
         return [] if sid is None else read(store, sid)
     except Exception:  # as above: a TAB never shows a traceback
         return []
+    finally:
+        store.close()  # a TAB's contexts are never closed: release its connections now
 
 
 def _pick(wanted: str, ids: list[str]) -> str | None:
@@ -196,6 +198,8 @@ def _backend_sessions(ctx: click.Context, incomplete: str) -> list[CompletionIte
         sessions = [info.session for info in store.list_sessions([])]
     except Exception:  # a TAB never shows a traceback
         return []
+    finally:
+        store.close()
     return [
         CompletionItem(s.id, help=_about(s.title, s.system_prompt))
         for s in sorted(sessions, key=lambda s: s.id)

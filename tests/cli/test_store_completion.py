@@ -59,7 +59,9 @@ def two_sessions(run: Run, on_postgres: FakePostgres) -> list[str]:
         ["slot", "new", "b"],
     ):
         assert run(*args).exit_code == 0
-    Store(url=URL).save_draft("main", Draft(prompt="p", slot="b"))
+    library = Store(url=URL)
+    library.save_draft("main", Draft(prompt="p", slot="b"))
+    library.close()
     return [row["id"] for row in json.loads(run("ckpt", "list", "--json").stdout)]
 
 
@@ -73,6 +75,7 @@ def test_completion_goes_through_the_backend(
     assert complete("agctl draft show --slot ") == ["b"]
     assert complete("agctl ckpt rollback ") == two_sessions
     assert not (isolated_env / "sessions").exists()
+    assert on_postgres.closed == len(on_postgres.opened)  # each TAB closed what it opened
 
 
 def test_completion_follows_store_on_the_line_and_the_config(

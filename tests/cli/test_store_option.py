@@ -91,6 +91,14 @@ def test_a_postgresql_url_opens_the_postgres_backend(
     assert on_postgres.opened[-1]["local_dir"] == mine  # --data-dir: this machine's dir
 
 
+def test_each_command_closes_the_store_it_opened(run: Run, on_postgres: FakePostgres) -> None:
+    """Its connections are released when the command ends, in-process too (before, the
+    PostgreSQL server ran out of connections after a few hundred CliRunner commands)."""
+    for args in (["session", "new", "s"], ["turn", "send", "hi"], ["session", "list"]):
+        assert run(*args).exit_code == 0
+    assert on_postgres.closed == len(on_postgres.opened) == 3
+
+
 def test_the_config_names_the_store_and_its_schema(
     run: Run, fake_postgres: FakePostgres, isolated_env: Path
 ) -> None:
