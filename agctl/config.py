@@ -17,16 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field, PositiveInt, ValidationError, field_validator
+from pydantic import ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
 from agctl import schema
 from agctl.errors import CorruptDocument, NotFound, UsageError
 from agctl.fsio import DEFAULT_LOCK_TIMEOUT, make_dirs, read_bytes, write_atomic
 from agctl.ids import validate_id
 from agctl.models import EAGER, Document, Model, Session, _empty_dict, _empty_list
+from agctl.paths import default_config_path
 from agctl.providers.base import chat_completions_url
 from agctl.redact import mask_url
 from agctl.specs import LazyHookList, LazyToolTable, ToolSpec
+from agctl.storage.urls import STORED_PASSWORD, check_schema, has_password, parse_store, redact
 from agctl.validation import validation_summary
 from agctl.vocab import CONFIG_KEYS, PRESET_ALIASES, PRESETS, PROVIDERS, Preset, ProviderName
 
@@ -82,6 +84,42 @@ class Price(Model):
     completion: float = Field(ge=0)
 
 
+class StoreSettings(Model):
+    """The config's `store` table: the store's URL (never with a password: libpq reads one
+    from its own files and environment) and the schema of a PostgreSQL store."""
+
+    model_config = ConfigDict(
+        validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
+    url: str | None = None
+    # "schema" is a BaseModel method's name: the field is db_schema, "schema" in the file.
+    db_schema: str | None = Field(default=None, alias="schema")
+
+    @field_validator("url")
+    @classmethod
+    def _url_names_a_store(cls, url: str | None) -> str | None:
+        if url is not None:
+            if has_password(url):
+                raise ValueError(STORED_PASSWORD)
+            try:
+                parse_store(url, origin="")
+            except UsageError as exc:
+                raise ValueError(str(exc)) from None
+        return url
+
+    @field_validator("db_schema")
+    @classmethod
+    def _schema_is_a_name(cls, name: str | None) -> str | None:
+        try:
+            return None if name is None else check_schema(name, "")
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+
+
+def _store_unset(settings: StoreSettings) -> bool:
+    return settings.url is None and settings.db_schema is None
+
+
 class Config(Document):
     kind: ClassVar[str] = "config"
     default_profile: str | None = None
@@ -108,18 +146,11 @@ class Config(Document):
     # Project hooks files (absolute path -> the sha256 `agctl hook trust` pinned): a file
     # runs only while its content has that hash.
     trusted_hook_files: dict[str, str] = Field(default_factory=_empty_dict, exclude_if=_is_empty)
+    # Where the sessions are when neither --store nor AGCTL_STORE says (agctl.storage.factory).
+    store: StoreSettings = Field(default_factory=StoreSettings, exclude_if=_store_unset)
 
     def price_overrides(self) -> dict[str, tuple[float, float]]:
         return {name: (p.prompt, p.completion) for name, p in self.prices.items()}
-
-
-def default_config_path() -> Path:
-    env = os.environ.get("AGCTL_CONFIG")
-    if env:
-        return Path(env)
-    import platformdirs
-
-    return Path(platformdirs.user_config_dir("agctl")) / "config.json"
 
 
 def mask(secret: str | None) -> str | None:
@@ -256,6 +287,10 @@ def _check_key(key: str, parts: list[str]) -> None:
         if len(parts) > 2 and (model is None or parts[2] not in model.model_fields):
             known = ", ".join(model.model_fields) if model else "none"
             raise UsageError(f"unknown field {parts[2]!r} in {key!r} (fields: {known})")
+    elif top == "store":
+        fields = ("url", "schema")
+        if len(parts) != 2 or parts[1] not in fields:
+            raise UsageError(f"unknown config key {key!r}; the store's are store.url, store.schema")
     elif len(parts) > 1:
         raise UsageError(f"config key {top!r} has no sub-keys")
 
@@ -269,6 +304,8 @@ def mask_secrets(data: Any) -> Any:
                 masked[key] = mask(value)
             elif key == "base_url" and isinstance(value, str):
                 masked[key] = mask_url(value)
+            elif key == "url" and isinstance(value, str):  # store.url
+                masked[key] = redact(value)
             elif key == "headers" and isinstance(value, dict):
                 masked[key] = {name: mask(str(v)) for name, v in value.items()}
             else:

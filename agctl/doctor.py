@@ -11,10 +11,14 @@ __all__ = ["Finding", "diagnose"]
 
 
 def diagnose(store: Store, *, fix: bool = False) -> list[Finding]:
-    """Every finding in the store's data dir (repaired where safe, with `fix`)."""
+    """Every finding in the store's data dir (repaired where safe, with `fix`); for a
+    store kept elsewhere (PostgreSQL), in this machine's data dir, which it uses too."""
     from agctl.checkpoints import Checkpointer
     from agctl.storage.file import doctor
 
     if store.files is None:
-        raise StoreError("agctl doctor checks a file store's data dir; this store has none")
+        if store.local_dir is None:
+            raise StoreError(f"agctl doctor checks a data dir; this store ({store.shown}) has none")
+        store = Store(store.local_dir)
+    assert store.files is not None
     return doctor.diagnose(store.files, Checkpointer(store).verify, fix=fix)

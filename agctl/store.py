@@ -23,9 +23,11 @@ from agctl import drafts, sessions, slots
 from agctl.errors import AgctlError, DataError, NotFound, StoreError
 from agctl.fsio import read_bytes, write_atomic
 from agctl.ids import resolve_prefix
+from agctl.paths import default_data_dir
 from agctl.sessions import Destroyed, Replaced, SessionInfo
 from agctl.slots import DEFAULT_SLOT
 from agctl.storage.base import lock_timeout
+from agctl.storage.factory import StoreChoice, choose_store, file_choice, open_backend
 from agctl.storage.file.backend import FileBackend
 
 if TYPE_CHECKING:
@@ -51,42 +53,56 @@ _warned_loose: set[str] = set()
 T = TypeVar("T")
 
 
-def default_data_dir() -> Path:
-    """AGCTL_DATA_DIR, else the platform's user data dir for agctl."""
-    env = os.environ.get("AGCTL_DATA_DIR")
-    if env:
-        return Path(env)
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("agctl"))
-
-
 class Store:
     """Sessions, slots, messages and memory, kept by one backend.
 
-    `Store(root)` keeps them as files under `root` (default: AGCTL_DATA_DIR, else the
-    user data dir); `Store(backend=MemoryBackend())` keeps them in memory. `sync="end"`
-    (file backend) commits without an fsync each time, until `flush()`.
+    `Store(root)` keeps them as files under `root`; `Store(url=URL)` in the store URL
+    names (a directory, file://, postgresql://: agctl.storage.urls), with `root` as the
+    machine-local data dir; `Store()` in the store the user chose (AGCTL_STORE, the
+    config's store.url, else the data dir: agctl.storage.factory), as the command line
+    does; `Store(backend=MemoryBackend())` keeps them in memory. `sync="end"` (file
+    backend) commits without an fsync each time, until `flush()`.
     """
 
     def __init__(
         self,
         root: Path | str | None = None,
         *,
+        url: str | None = None,
+        schema: str | None = None,
+        choice: StoreChoice | None = None,
         backend: Backend | None = None,
         sync: str = "per-turn",
     ) -> None:
         if backend is None:
-            backend = FileBackend(Path(root) if root is not None else default_data_dir(), sync=sync)
+            if choice is None and url is None and root is not None:
+                choice = file_choice(Path(root))
+            elif choice is None:
+                local = Path(root) if root is not None else None
+                choice = choose_store(url, origin="store URL", data_dir=local, schema=schema)
+            log.debug("store: %s (%s)", choice.spec.shown, choice.origin)
+            backend = open_backend(choice, sync=sync)
         self.backend: Backend = backend
+        self.choice = choice
         self.files: FileBackend | None = backend if isinstance(backend, FileBackend) else None
         self.root: Path | None = self.files.root if self.files is not None else None
+        # This machine's data dir: the file store's root, or what a shared store keeps
+        # locally (the current-session pointer); tools never run in it. None in memory.
+        self.local_dir: Path | None = choice.local_dir if choice is not None else self.root
         # Session id -> the command whose first change is to be checkpointed (undoable).
         self._pending_edits: dict[str, str] = {}
         if os.environ.get("AGCTL_LOCK_TIMEOUT"):
             lock_timeout()  # a bad value is an error now, not only when a lock is busy
         if self.files is not None:
             self._warn_if_loose(self.files.root)
+
+    @property
+    def shown(self) -> str:
+        """The store as messages and JSON name it: its directory, or its URL without a
+        password."""
+        if self.choice is not None:
+            return self.choice.spec.shown
+        return str(self.root) if self.root is not None else "memory"
 
     @property
     def sessions_dir(self) -> Path:
@@ -160,6 +176,13 @@ class Store:
         if tx is None:  # pragma: no cover - every writer opens one first
             raise StoreError(f"no transaction open on session {session_id!r}")
         return tx
+
+    def close(self) -> None:
+        """Release what the backend holds open (a PostgreSQL store's connections); the
+        store opens them again if used after."""
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
 
     def flush(self) -> None:
         """Make durable what was committed without sync (`sync="end"`)."""

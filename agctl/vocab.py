@@ -106,6 +106,8 @@ CONFIG_KEYS: tuple[str, ...] = (
     "max_reply_bytes",
     "max_retry_wait",
     "lock_timeout",
+    "store.url",
+    "store.schema",
     "prices.MODEL",
     "profiles.NAME",
     "tools.NAME",

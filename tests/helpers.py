@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
+import types
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +19,13 @@ import pytest
 from click.testing import Result
 
 from agctl.checkpoints import Checkpointer, SessionState
-from agctl.errors import ProviderError
+from agctl.errors import AgctlError, ProviderError
 from agctl.models import Draft, Message
 from agctl.providers.base import ChatRequest, Event, TextDelta
 from agctl.providers.offline import OfflineProvider
 from agctl.sessions import SessionNode
 from agctl.storage.file import layout
+from agctl.storage.memory import MemoryBackend
 from agctl.store import Store
 from agctl.turns import TurnOptions, TurnResult, send_turn
 
@@ -298,3 +302,45 @@ def process_dead(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+@dataclass
+class FakePostgres:
+    """What stands in for agctl.storage.postgres while it is written beside this work: the
+    sessions of each (DSN, schema) in one MemoryBackend shared by the commands of a test,
+    every opening recorded, and an error to raise instead when `refuse` is set."""
+
+    opened: list[dict[str, Any]] = field(default_factory=list)
+    databases: dict[tuple[str, str], MemoryBackend] = field(default_factory=dict)
+    refuse: AgctlError | None = None
+    closed: int = 0  # how many times a backend was closed (its connections released)
+
+    def backend(self, dsn: str, *, schema: str, local_dir: Path) -> MemoryBackend:
+        self.opened.append({"dsn": dsn, "schema": schema, "local_dir": local_dir})
+        if self.refuse is not None:
+            raise self.refuse
+        return self.databases.setdefault((dsn, schema), _ClosingBackend(self))
+
+
+class _ClosingBackend(MemoryBackend):
+    """A MemoryBackend that counts its close() calls, as PostgresBackend has one."""
+
+    def __init__(self, fake: FakePostgres) -> None:
+        super().__init__()
+        self.fake = fake
+
+    def close(self) -> None:
+        self.fake.closed += 1
+
+
+def install_fake_postgres(monkeypatch: pytest.MonkeyPatch) -> FakePostgres:
+    """Make `import agctl.storage.postgres.backend` give a FakePostgres's PostgresBackend
+    (the factory imports it by that name, after psycopg, which is installed)."""
+    fake = FakePostgres()
+    package = types.ModuleType("agctl.storage.postgres")
+    package.__path__ = []
+    module = types.ModuleType("agctl.storage.postgres.backend")
+    module.PostgresBackend = fake.backend  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "agctl.storage.postgres", package)
+    monkeypatch.setitem(sys.modules, "agctl.storage.postgres.backend", module)
+    return fake

@@ -190,3 +190,17 @@ class PgStore:
 def pg_store(pg_server: PgServer, pg_database: str) -> PgStore:
     """A fresh schema of the module's database: an empty store."""
     return PgStore(pg_server.url(pg_database), f"s{next(_numbers)}")
+
+
+# A password in the store's URL (trust authentication ignores it): no output may show it.
+PASSWORD = "s3cr3t-Pa55word"
+
+
+@pytest.fixture
+def pg_env(pg_server: PgServer, pg_store: PgStore, monkeypatch: pytest.MonkeyPatch) -> str:
+    """AGCTL_STORE and AGCTL_STORE_SCHEMA name a fresh schema of the test server, by a
+    URL that holds a password: the URL."""
+    url = pg_store.dsn.replace(f"postgresql://{ROLE}@", f"postgresql://{ROLE}:{PASSWORD}@", 1)
+    monkeypatch.setenv("AGCTL_STORE", url)
+    monkeypatch.setenv("AGCTL_STORE_SCHEMA", pg_store.schema)
+    return url

@@ -144,6 +144,12 @@ class RootGroup(click.Group):
         exit code."""
         app = ctx.find_object(App) if ctx is not None else None
         described = describe_error(exc)
+        if app is not None:  # a message from the store's driver may quote its URL
+            for key in ("message", "hint"):
+                if described[key]:
+                    described[key] = app.scrubbed(described[key])
+            if "notes" in described:
+                described["notes"] = [app.scrubbed(note) for note in described["notes"]]
         if getattr(self, "json_errors", False) or (app is not None and app.json):
             from agctl.cli.output import echo_json
 
@@ -313,7 +319,7 @@ def cli(ctx: click.Context) -> None:
     """Manage the context of LLM conversations as data.
 
     Sessions hold named context slots (branchable message lists); everything is stored
-    as plain JSON under the data dir.
+    as plain JSON under the data dir, or, shared by a team, in PostgreSQL (--store).
 
     The options below are global: each is accepted before the group, after it or after
     the command (agctl -q slot new x, agctl slot -q new x, agctl slot new x -q); given
@@ -329,6 +335,8 @@ def cli(ctx: click.Context) -> None:
       agctl msg append user "What is a monad?"
       agctl slot derive experiment --use
       agctl slot show --view --json
+      agctl --store ~/agctl-work session list
+      AGCTL_STORE='postgresql:///agctl?service=team' agctl session list
     """
     ctx.ensure_object(App)
 

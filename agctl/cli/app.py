@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from agctl.hooks import Hooks
+    from agctl.storage.factory import StoreChoice
     from agctl.store import Store
     from agctl.tools import AskFn, ToolSpec
     from agctl.usage import Prices
@@ -40,6 +41,10 @@ class App:
     ) -> None:
         self.data_dir = data_dir
         self.data_dir_given = False  # --data-dir on the command line, not AGCTL_DATA_DIR
+        self.store_arg: str | None = None  # --store, or AGCTL_STORE
+        self.store_origin = "--store"  # which of the two, for messages
+        self.store_given = False  # --store on the command line
+        self._store_choice: StoreChoice | None = None
         self.session_arg = session
         self.json = json
         self.quiet = quiet
@@ -54,8 +59,37 @@ class App:
             from agctl.store import Store
 
             warnings_to_stderr(json=self.json)
-            self._store = Store(self.data_dir)
+            self._store = Store(choice=self.store_choice())
+            ctx = click.get_current_context(silent=True)
+            if ctx is not None:  # the command's end releases its connections (in-process too)
+                ctx.find_root().call_on_close(self._store.close)
         return self._store
+
+    def store_choice(self) -> StoreChoice:
+        """The store this command uses (--store, AGCTL_STORE, the config's store.url,
+        else the data dir), chosen without opening it."""
+        if self._store_choice is None:
+            from agctl.storage.factory import choose_store
+
+            self._store_choice = choose_store(
+                self.store_arg, origin=self.store_origin, data_dir=self.data_dir
+            )
+        return self._store_choice
+
+    @property
+    def local_dir(self) -> Path:
+        """This machine's data dir: a file store's directory, or where a PostgreSQL store
+        keeps the current-session pointer. Tools never run inside it."""
+        return self.store_choice().local_dir
+
+    def scrubbed(self, text: str) -> str:
+        """`text` without the password of the store's URL, if it has one and was chosen."""
+        choice = self._store_choice
+        if choice is None or choice.spec.dsn is None:
+            return text
+        from agctl.storage.urls import redact_text
+
+        return redact_text(text, choice.spec.dsn)
 
     @property
     def prices(self) -> Prices:

@@ -1,38 +1,119 @@
 """Live values for shell completion: session ids, slot names, checkpoint ids, profiles,
 models.
 
-Every TAB re-runs the CLI, so these read only directory listings and small files, with the
-standard library's json: no pydantic, no httpx, no agctl.store.
+Every TAB re-runs the CLI, so for a file store these read only directory listings and
+small files, with the standard library's json: no pydantic, no httpx, no agctl.store. A
+store elsewhere (PostgreSQL: --store, AGCTL_STORE or the config's store.url) has no files
+to read: its values come through its backend (slower: the core and a connection).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from agctl.storage.file import layout
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from click.shell_completion import CompletionItem
 
+    from agctl.storage.factory import StoreChoice
+    from agctl.store import Store
 
-def data_dir(ctx: click.Context) -> Path:
-    """--data-dir wherever it was given (the global options write into the App object
-    the contexts share), else AGCTL_DATA_DIR, else the platform's."""
+
+def _given(ctx: click.Context, name: str) -> Any:
+    """A global option's value wherever it was given (the global options write into the
+    App object the contexts share)."""
     here: click.Context | None = ctx
-    given = None
-    while here is not None and given is None:
-        given = getattr(here.obj, "data_dir", None)
+    while here is not None:
+        value = getattr(here.obj, name, None)
+        if value is not None:
+            return value
         here = here.parent
-    given = given or os.environ.get("AGCTL_DATA_DIR")
-    if given:
-        return Path(given)
-    import platformdirs
+    return None
 
-    return Path(platformdirs.user_data_dir("agctl"))
+
+def store_choice(ctx: click.Context) -> StoreChoice | None:
+    """The store the command line being completed uses (--store anywhere, AGCTL_STORE, the
+    config's store.url, else the data dir: --data-dir anywhere, AGCTL_DATA_DIR, the
+    platform's); None when what names it is not a store. Chosen once a TAB."""
+    from agctl.errors import AgctlError
+    from agctl.storage.factory import choose_store
+
+    if "agctl.store_choice" not in ctx.meta:  # shared by every context of the command line
+        try:
+            choice: StoreChoice | None = choose_store(
+                _given(ctx, "store_arg"),
+                origin=_given(ctx, "store_origin") or "--store",
+                data_dir=_given(ctx, "data_dir"),
+                config=_store_config(ctx),
+            )
+        except AgctlError:
+            choice = None
+        ctx.meta["agctl.store_choice"] = choice
+    found: StoreChoice | None = ctx.meta["agctl.store_choice"]
+    return found
+
+
+def data_dir(ctx: click.Context) -> Path | None:
+    """The directory of the file store the command line uses; None for another store."""
+    choice = store_choice(ctx)
+    return None if choice is None else choice.spec.path
+
+
+def _elsewhere(ctx: click.Context) -> bool:
+    """Whether the store is not a file store (its values come through its backend)."""
+    choice = store_choice(ctx)
+    return choice is not None and choice.spec.path is None
+
+
+def backend_store(ctx: click.Context) -> Store | None:
+    """The store the command line uses when it is not a file store, opened once a TAB;
+    None for a file store, or when it cannot be opened."""
+    if not _elsewhere(ctx):
+        return None
+    if "agctl.backend_store" not in ctx.meta:
+        from agctl.store import Store
+
+        try:
+            store: Store | None = Store(choice=store_choice(ctx))
+        except Exception:  # a missing driver, a server down: a TAB offers nothing, quietly
+            store = None
+        ctx.meta["agctl.backend_store"] = store
+    opened: Store | None = ctx.meta["agctl.backend_store"]
+    return opened
+
+
+T = TypeVar("T")
+
+
+def _from_backend(ctx: click.Context, read: Callable[[Store, str], list[T]]) -> list[T]:
+    """`read(store, session)` for the session the command line selects, through the
+    backend of a store that is not a file store; nothing when it cannot be read."""
+    store = backend_store(ctx)
+    if store is None:
+        return []
+    try:
+        wanted = _given(ctx, "session_arg") or store.current_session_id()
+        sid = _pick(wanted, store.session_ids()) if wanted else None
+        return [] if sid is None else read(store, sid)
+    except Exception:  # as above: a TAB never shows a traceback
+        return []
+    finally:
+        store.close()  # a TAB's contexts are never closed: release its connections now
+
+
+def _pick(wanted: str, ids: list[str]) -> str | None:
+    """`wanted` among `ids`, or the one id it is a unique prefix of."""
+    if wanted in ids:
+        return wanted
+    matches = [sid for sid in ids if sid.startswith(wanted)]
+    return matches[0] if len(matches) == 1 else None
 
 
 def _open_regular(path: Path, *, follow: bool = False) -> Any:
@@ -66,31 +147,26 @@ def _session_ids(root: Path) -> list[str]:
     return sorted(n for n in names if not n.startswith("."))
 
 
-def selected_session(ctx: click.Context) -> str | None:
-    """The session the command line selects: -s (here or globally), AGCTL_SESSION, `use`."""
+def selected_session_dir(ctx: click.Context) -> Path | None:
+    """The directory of the session the command line selects in a file store, if it
+    selects one: -s (here or globally), AGCTL_SESSION, `use`."""
     root = data_dir(ctx)
-    here: click.Context | None = ctx
-    wanted = None
-    while here is not None and wanted is None:
-        wanted = getattr(here.obj, "session_arg", None)  # set by a command's own -s
-        here = here.parent
+    if root is None:
+        return None
+    wanted = _given(ctx, "session_arg")  # set by a command's own -s too
     if not wanted:
         try:
             with _open_regular(layout.current_pointer(root)) as handle:
                 wanted = handle.read().decode("utf-8", "replace").strip()
         except OSError:
             return None
-    ids = _session_ids(root)
-    if wanted in ids:
-        return str(wanted)
-    matches = [sid for sid in ids if sid.startswith(str(wanted))]
-    return matches[0] if len(matches) == 1 else None
+    sid = _pick(str(wanted), _session_ids(root))
+    return None if sid is None else layout.session_dir(root, sid)
 
 
-def selected_session_dir(ctx: click.Context) -> Path | None:
-    """The directory of the session the command line selects, if it selects one."""
-    sid = selected_session(ctx)
-    return None if sid is None else layout.session_dir(data_dir(ctx), sid)
+def _about(title: object, system_prompt: object) -> str | None:
+    """A session's description: its title, else its system prompt, on one short line."""
+    return " ".join(str(title or system_prompt or "").split())[:60] or None
 
 
 def complete_sessions(
@@ -100,14 +176,35 @@ def complete_sessions(
     from click.shell_completion import CompletionItem
 
     root = data_dir(ctx)
+    if root is None:
+        return _backend_sessions(ctx, incomplete)
     items = []
     for sid in _session_ids(root):
         if not sid.startswith(incomplete):
             continue
         document = _read_json(layout.session_document(layout.session_dir(root, sid))) or {}
-        about = document.get("title") or document.get("system_prompt") or ""
-        items.append(CompletionItem(sid, help=" ".join(str(about).split())[:60] or None))
+        about = _about(document.get("title"), document.get("system_prompt"))
+        items.append(CompletionItem(sid, help=about))
     return items
+
+
+def _backend_sessions(ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+    from click.shell_completion import CompletionItem
+
+    store = backend_store(ctx)
+    if store is None:
+        return []
+    try:
+        sessions = [info.session for info in store.list_sessions([])]
+    except Exception:  # a TAB never shows a traceback
+        return []
+    finally:
+        store.close()
+    return [
+        CompletionItem(s.id, help=_about(s.title, s.system_prompt))
+        for s in sorted(sessions, key=lambda s: s.id)
+        if s.id.startswith(incomplete)
+    ]
 
 
 def _document_ids(folder: Path) -> list[str]:
@@ -124,10 +221,13 @@ def complete_slots(
     """Slot names of the selected session."""
     from click.shell_completion import CompletionItem
 
-    directory = selected_session_dir(ctx)
-    if directory is None:
-        return []
-    slots = _document_ids(layout.slots_dir(directory))
+    if _elsewhere(ctx):
+        slots = _from_backend(ctx, lambda store, sid: store.slot_ids(sid))
+    else:
+        directory = selected_session_dir(ctx)
+        if directory is None:
+            return []
+        slots = _document_ids(layout.slots_dir(directory))
     return [CompletionItem(name) for name in slots if name.startswith(incomplete)]
 
 
@@ -137,6 +237,9 @@ def complete_draft_slots(
     """Slots of the selected session that have a draft (a removed slot's included)."""
     from click.shell_completion import CompletionItem
 
+    if _elsewhere(ctx):
+        drafts = _from_backend(ctx, lambda store, sid: store.draft_slots(sid))
+        return [CompletionItem(name) for name in sorted(drafts) if name.startswith(incomplete)]
     directory = selected_session_dir(ctx)
     if directory is None:
         return []
@@ -153,13 +256,14 @@ def complete_checkpoints(
     """Checkpoint ids of the selected session, newest first, described by turn and label."""
     import json
 
-    from click.shell_completion import CompletionItem
-
+    found: dict[str, str] = {}
+    if _elsewhere(ctx):
+        found = dict(_from_backend(ctx, _checkpoints))
+        return _checkpoint_items(found, incomplete)
     directory = selected_session_dir(ctx)
     if directory is None:
         return []
     removed = set(_read_json(layout.removed_checkpoints(directory)) or [])
-    found: dict[str, str] = {}
     try:
         with _open_regular(layout.checkpoint_index(directory)) as handle:
             for line in handle:
@@ -172,20 +276,52 @@ def complete_checkpoints(
                     found[str(entry["id"])] = f"turn {entry.get('turn_index')} {label}".strip()
     except OSError:
         return []
+    return _checkpoint_items(found, incomplete)
+
+
+def _checkpoints(store: Store, session_id: str) -> list[tuple[str, str]]:
+    """A session's checkpoints and their descriptions, through its store's backend."""
+    from agctl.checkpoints import Checkpointer
+
+    return [
+        (c.id, f"turn {c.turn_index} {c.label or ''}".strip())
+        for c in Checkpointer(store).summaries(session_id)
+    ]
+
+
+def _checkpoint_items(found: dict[str, str], incomplete: str) -> list[CompletionItem]:
+    """Checkpoint ids newest first (ids sort by creation), described."""
+    from click.shell_completion import CompletionItem
+
     ordered = sorted(found, reverse=True, key=lambda c: (len(c), c))
     return [CompletionItem(c, help=found[c]) for c in ordered if c.startswith(incomplete)]
 
 
-def _config(ctx: click.Context) -> dict[str, Any]:
-    path = os.environ.get("AGCTL_CONFIG")
-    if path:
-        config_path = Path(path)
-    else:
-        import platformdirs
+def _store_config(ctx: click.Context) -> dict[str, Any]:
+    """The config as far as choosing the store needs it: a config that never mentions a
+    store is not parsed (a TAB on a file store loads no json for it)."""
+    if "agctl.config" not in ctx.meta:
+        from agctl.paths import default_config_path
 
-        config_path = Path(platformdirs.user_config_dir("agctl")) / "config.json"
-    data = _read_json(config_path, follow=True)
-    return data if isinstance(data, dict) else {}
+        try:
+            with _open_regular(default_config_path(), follow=True) as handle:
+                mentioned = b'"store"' in handle.read()
+        except OSError:
+            mentioned = False
+        if not mentioned:
+            return {}
+    return _config(ctx)
+
+
+def _config(ctx: click.Context) -> dict[str, Any]:
+    """The config file, read once a TAB ({} when it cannot be)."""
+    if "agctl.config" not in ctx.meta:
+        from agctl.paths import default_config_path
+
+        data = _read_json(default_config_path(), follow=True)
+        ctx.meta["agctl.config"] = data if isinstance(data, dict) else {}
+    config: dict[str, Any] = ctx.meta["agctl.config"]
+    return config
 
 
 def complete_profiles(

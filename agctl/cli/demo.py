@@ -283,8 +283,13 @@ def _steps(files: TourFiles) -> list[Step]:
 
 @contextlib.contextmanager
 def _data_dir(app: App) -> Iterator[Path]:
-    if app.data_dir is not None and app.data_dir_given:
-        yield app.data_dir
+    """The file store named on the command line (--data-dir DIR, --store DIR), else a
+    temporary one: the tour never runs in a shared store."""
+    named = app.store_choice().spec.path if app.store_given else None
+    if named is None and app.data_dir is not None and app.data_dir_given:
+        named = app.data_dir
+    if named is not None:
+        yield named
         return
     import tempfile
 
@@ -303,7 +308,7 @@ def command(app: App) -> None:
     branches stay apart. In option A a tool is defined and a turn's loop calls it (the
     offline model follows a script: the call, then the answer), and one undo takes the
     whole loop away. Every step is a real agctl command; every claim printed is
-    checked. Runs in a temporary data dir unless --data-dir is given.
+    checked. Runs in a temporary data dir unless --data-dir (or --store DIR) is given.
 
     \b
     Examples:
@@ -341,7 +346,7 @@ def command(app: App) -> None:
                     continue
                 if not app.json:
                     output.secho(f"$ agctl {step.command}", fg="cyan")
-                args = ["--data-dir", str(data_dir), *shlex.split(step.command)]
+                args = ["--store", str(data_dir), *shlex.split(step.command)]
                 captured = io.StringIO()
                 with contextlib.redirect_stdout(captured) if app.json else contextlib.nullcontext():
                     status = cli.main(args, prog_name="agctl", standalone_mode=False)

@@ -20,6 +20,9 @@ def command(app: App, fix: bool) -> None:
     recovery journals, and checkpoint records that fail their checks or cannot be
     verified (written before checksums).
 
+    With a PostgreSQL store (--store), checks this machine's data dir, where it keeps the
+    current-session choice; the database's own health is the server's.
+
     Exits 0 when nothing is wrong (or everything found was fixed), 5 otherwise.
 
     \b
@@ -31,21 +34,26 @@ def command(app: App, fix: bool) -> None:
     from agctl.doctor import diagnose
     from agctl.errors import DataError
 
-    findings = diagnose(app.store, fix=fix)
+    store = app.store
+    findings = diagnose(store, fix=fix)
     unresolved = [f for f in findings if not f.fixed and not f.notice]
+    checked = str(store.local_dir)
     payload = {
-        "data_dir": str(app.store.root),
+        "data_dir": checked,
+        "store": store.shown,
         "ok": not unresolved,
         "findings": [f.to_dict() for f in findings],
     }
     lines = []
+    if store.files is None:
+        lines.append(f"the sessions are in {store.shown}: this checks this machine's data dir")
     for finding in findings:
         state = "fixed" if finding.fixed else ("note" if finding.notice else "found")
         lines.append(f"{state:5}  {finding.kind:12}  {finding.path}: {finding.detail}")
     if not findings:
-        lines.append(f"{app.store.root}: nothing to report")
+        lines.append(f"{checked}: nothing to report")
     elif unresolved and not fix and any(f.fixable for f in unresolved):
         lines.append("run 'agctl doctor --fix' to repair what can be repaired")
     app.emit(payload, text="\n".join(lines))
     if unresolved:
-        raise DataError(f"{len(unresolved)} problem(s) in {app.store.root} not fixed")
+        raise DataError(f"{len(unresolved)} problem(s) in {checked} not fixed")

@@ -54,6 +54,17 @@ def _data_dir(ctx: click.Context, param: click.Parameter, value: Path | None) ->
     app.data_dir_given = source == click.core.ParameterSource.COMMANDLINE
 
 
+def _store(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is None:
+        return
+    app = _app(ctx)
+    app.store_arg = value
+    source = ctx.get_parameter_source(param.name or "")
+    from_env = source == click.core.ParameterSource.ENVIRONMENT
+    app.store_origin = "AGCTL_STORE" if from_env else "--store"
+    app.store_given = source == click.core.ParameterSource.COMMANDLINE
+
+
 def _session(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
     if value:
         _app(ctx).session_arg = value
@@ -128,10 +139,23 @@ _GLOBALS: list[tuple[tuple[str, ...], dict[str, Any], Callback, str | None]] = [
         ("--data-dir", "data_dir"),
         {
             "type": PathType(file_okay=False),
-            "help": "Where sessions are stored (default: the platform's user data dir).",
+            "help": "This machine's data dir: the sessions, unless --store names another "
+            "store, and the current-session choice (default: the platform's user data dir).",
         },
         _data_dir,
         "AGCTL_DATA_DIR",
+    ),
+    (
+        ("--store", "store"),
+        {
+            "metavar": "URL",
+            "help": "Where the sessions are: a directory or file:///DIR (a file store, as "
+            "--data-dir DIR), or PostgreSQL, shared by a team: postgresql://HOST/DB, "
+            "'postgresql:///DB?service=NAME' (passwords from ~/.pgpass, PGPASSWORD). "
+            "Default: the config's store.url, else the data dir.",
+        },
+        _store,
+        "AGCTL_STORE",
     ),
     (
         ("--session", "-s", "session"),

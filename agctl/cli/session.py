@@ -424,7 +424,7 @@ def export(app: App, session_id: str | None, output: str, with_checkpoints: bool
     Examples:
       agctl session export > backup.json
       agctl session export 1q2w -o 1q2w.json
-      agctl session export --checkpoints | agctl --data-dir /tmp/copy session import -
+      agctl session export --checkpoints | agctl --store /tmp/copy session import -
     """
     from agctl.cli.app import write_output
     from agctl.interchange import export_session
@@ -449,7 +449,7 @@ def import_(app: App, source: str, as_id: str | None, make_current: bool) -> Non
     \b
     Examples:
       agctl session import backup.json
-      agctl session export | agctl --data-dir /tmp/copy session import -
+      agctl session export | agctl --store /tmp/copy session import -
       agctl session import backup.json --as restored --no-use
     """
     from agctl.cli.app import read_input_file

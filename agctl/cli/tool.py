@@ -4,7 +4,6 @@ running one by hand."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -54,12 +53,6 @@ _tools_file_option = click.option(
     type=PathType(dir_okay=False),
     help="Also the tools of FILE (a JSON array of tool objects), overriding by name.",
 )
-
-
-def _data_dir(app: App) -> Path:
-    from agctl.store import default_data_dir
-
-    return Path(app.data_dir) if app.data_dir is not None else default_data_dir()
 
 
 def _listed_profile(config: Config, profile: str | None) -> str | None:
@@ -200,7 +193,7 @@ def add(
         }
     )
     if spec.cwd is not None:
-        tool_cwd(spec, started_in=None, data_dir=_data_dir(app))
+        tool_cwd(spec, started_in=None, data_dir=app.local_dir)
     replaced = ConfigStore().add_tool(spec, profile=profile, replace=force)
     where = f" to profile {profile}" if profile else ""
     app.done(
@@ -338,7 +331,7 @@ def test(
     checked = check_call(spec, name, arguments)
     if isinstance(checked, str):
         raise UsageError(f"--args: {checked.removeprefix('error: ')}", hint="nothing was run")
-    result = run_tool(spec, checked, data_dir=_data_dir(app))
+    result = run_tool(spec, checked, data_dir=app.local_dir)
     app.emit(result.to_dict(), text=result.result_text.removesuffix("\n"))
     if not result.ok:
         ctx.exit(1)

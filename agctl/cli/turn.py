@@ -277,7 +277,7 @@ def _toolbox(
 ) -> ToolBox | None:
     """What answers a turn's tool calls, asking on the terminal when a tool says ask."""
     ask = terminal_ask() if tools.chosen else None
-    return setup.toolbox(tools, record=record, data_dir=app.store.root, ask=ask, hooks=hooks)
+    return setup.toolbox(tools, record=record, data_dir=app.store.local_dir, ask=ask, hooks=hooks)
 
 
 @command.command("undo")

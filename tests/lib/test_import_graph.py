@@ -7,12 +7,12 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agctl"
-# Above storage/file/, who may import it: the facade that builds the default backend,
-# the doctor that runs the file backend's checks, TAB completion (the layout, fast) and
-# the PostgreSQL backend, which keeps its current-session pointer in this machine's data
-# dir (the layout's store_pointer).
+# Above storage/file/, who may import it: the facade, the factory that opens the chosen
+# backend, the doctor that runs the file backend's checks, TAB completion (the layout,
+# fast) and the PostgreSQL backend, which keeps its current-session pointer in this
+# machine's data dir (the layout's store_pointer).
 LAYOUT_USERS = {"agctl.cli.complete", "agctl.storage.postgres.backend"}
-FILE_BACKEND_USERS = {"agctl.store", "agctl.doctor", *LAYOUT_USERS}
+FILE_BACKEND_USERS = {"agctl.store", "agctl.storage.factory", "agctl.doctor", *LAYOUT_USERS}
 
 
 def modules() -> dict[str, Path]:

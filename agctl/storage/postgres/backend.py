@@ -49,6 +49,7 @@ from agctl.ids import validate_id
 from agctl.models import Draft, Message, Session, Slot
 from agctl.storage.base import CACHES, Tx, lock_timeout
 from agctl.storage.postgres import schema as pg_schema
+from agctl.storage.urls import redact
 from agctl.validation import validation_summary
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -943,14 +944,6 @@ class PostgresBackend(_Reading):
         self.load_session(session_id)
         make_dirs(path.parent)
         write_atomic(path, session_id.encode() + b"\n")
-
-
-def redact(dsn: str) -> str:
-    """The connection string without its password (temporary: agctl.storage.urls)."""
-    import re
-
-    dsn = re.sub(r"(://[^:/@?]*):[^@/?]*@", r"\1:***@", dsn)
-    return re.sub(r"(password\s*=\s*)('[^']*'|[^\s&]*)", r"\1***", dsn, flags=re.I)
 
 
 def _first_line(exc: BaseException) -> str:

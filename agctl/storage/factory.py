@@ -1,0 +1,154 @@
+"""Choosing the store and opening its backend.
+
+The choice, first found wins: the `--store` option, AGCTL_STORE, the config's `store.url`,
+else the file store in the data dir (--data-dir, AGCTL_DATA_DIR, the platform's). The data
+dir is the machine-local one whatever the store: a PostgreSQL store keeps the "current
+session" pointer there (the rest is shared in the database), and tools never run in it.
+The schema of a PostgreSQL store: AGCTL_STORE_SCHEMA, else the config's `store.schema`,
+else "agctl".
+
+Standard library only at import (TAB completion chooses the store too); the backends, and
+psycopg, are imported when one is opened.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from agctl.errors import StoreError, UsageError
+from agctl.paths import default_config_path, default_data_dir
+from agctl.storage.urls import (
+    DEFAULT_SCHEMA,
+    StoreSpec,
+    check_schema,
+    file_store,
+    parse_store,
+    refuse_stored_password,
+)
+
+if TYPE_CHECKING:
+    from agctl.storage.base import Backend
+
+INSTALL_POSTGRES = "pip install 'agctl[postgres]'"
+
+
+class StoreChoice(NamedTuple):
+    """The store to open: what it is, its schema (PostgreSQL), the machine-local data
+    dir, and where the choice came from (--store, AGCTL_STORE, config store.url, data dir)."""
+
+    spec: StoreSpec
+    schema: str
+    local_dir: Path
+    origin: str
+
+
+def file_choice(root: Path) -> StoreChoice:
+    """The file store in `root` (`Store(root)`)."""
+    return StoreChoice(file_store(root), DEFAULT_SCHEMA, root, "data dir")
+
+
+def choose_store(
+    given: str | None = None,
+    *,
+    origin: str = "--store",
+    data_dir: Path | None = None,
+    schema: str | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> StoreChoice:
+    """The store chosen (see the module docstring): `given` names it if not None (from
+    `origin`); `config` is the parsed config file, read here when not given and needed."""
+    settings: dict[str, str | None] | None = None
+
+    def configured() -> dict[str, str | None]:
+        nonlocal settings
+        if settings is None:
+            settings = store_settings(read_config() if config is None else config)
+        return settings
+
+    text: str | None
+    if given:
+        text, where = given, origin
+    elif os.environ.get("AGCTL_STORE"):
+        text, where = os.environ["AGCTL_STORE"], "AGCTL_STORE"
+    else:
+        text, where = configured()["url"], "config store.url"
+    local = Path(data_dir) if data_dir is not None else default_data_dir()
+    if not text:
+        return file_choice(local)
+    spec = parse_store(text, origin=where)
+    if spec.path is not None:  # a file store: its directory is the data dir too
+        return StoreChoice(spec, DEFAULT_SCHEMA, spec.path, where)
+    if schema is not None:
+        named, schema_origin = schema, "store schema"
+    elif os.environ.get("AGCTL_STORE_SCHEMA"):
+        named, schema_origin = os.environ["AGCTL_STORE_SCHEMA"], "AGCTL_STORE_SCHEMA"
+    else:
+        named, schema_origin = configured()["schema"] or DEFAULT_SCHEMA, "config store.schema"
+    return StoreChoice(spec, check_schema(named, schema_origin), local, where)
+
+
+def read_config() -> Mapping[str, Any]:
+    """The config file as JSON, without validating it (agctl.config does): {} when
+    there is none."""
+    import json
+
+    from agctl.errors import CorruptDocument, NotFound
+    from agctl.fsio import read_bytes
+
+    path = default_config_path()
+    try:
+        data = json.loads(read_bytes(path, "config", follow=True))
+    except NotFound:
+        return {}
+    except ValueError:
+        raise CorruptDocument(path, "invalid config: not JSON") from None
+    if not isinstance(data, dict):
+        raise CorruptDocument(path, "invalid config: not a JSON object")
+    return data
+
+
+def store_settings(config: Mapping[str, Any]) -> dict[str, str | None]:
+    """The config's `store` table: its url (never one with a password) and schema."""
+    table = config.get("store") or {}
+    if not isinstance(table, dict):
+        raise UsageError('config store must be a table: {"url": ..., "schema": ...}')
+    found: dict[str, str | None] = {}
+    for key in ("url", "schema"):
+        value = table.get(key)
+        if value is not None and not isinstance(value, str):
+            raise UsageError(f"config store.{key} must be text")
+        found[key] = value
+    if found["url"]:
+        refuse_stored_password(found["url"])
+    return found
+
+
+def open_backend(choice: StoreChoice, *, sync: str = "per-turn") -> Backend:
+    """The backend of the chosen store. `sync="end"` is the file backend's (see Store)."""
+    if choice.spec.path is not None:
+        from agctl.storage.file.backend import FileBackend
+
+        return FileBackend(choice.spec.path, sync=sync)
+    assert choice.spec.dsn is not None
+    return _postgres(choice.spec, schema=choice.schema, local_dir=choice.local_dir)
+
+
+def _postgres(spec: StoreSpec, *, schema: str, local_dir: Path) -> Backend:
+    """The PostgreSQL backend, imported now: psycopg is an extra (agctl[postgres])."""
+    try:
+        import psycopg  # noqa: F401  - checked first, for the message that says what to install
+    except ImportError as exc:
+        why = "" if isinstance(exc, ModuleNotFoundError) else f" ({exc})"
+        raise StoreError(
+            f"the store {spec.shown} is PostgreSQL, which needs psycopg 3{why}: {INSTALL_POSTGRES}",
+            hint=f"install the extra ({INSTALL_POSTGRES}), or choose a file store "
+            "(--store DIR, or unset AGCTL_STORE and the config's store.url)",
+        ) from None
+    from agctl.storage.postgres.backend import PostgresBackend
+
+    assert spec.dsn is not None
+    backend: Backend = PostgresBackend(spec.dsn, schema=schema, local_dir=local_dir)
+    return backend

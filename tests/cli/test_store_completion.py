@@ -1,0 +1,110 @@
+"""TAB completion on a store that is not a file store: session ids, slots, drafts and
+checkpoints come through its backend (tests/helpers.FakePostgres stands in for
+agctl.storage.postgres and records what is opened); a file store named by --store or
+AGCTL_STORE is read as files."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from helpers import FakePostgres, install_fake_postgres
+
+from agctl.cli import cli
+from agctl.errors import StoreError
+from agctl.models import Draft
+from agctl.store import Store
+
+Run = Callable[..., Result]
+SECRET = "s3cr3t-Pa55word"
+URL = f"postgresql://agent:{SECRET}@127.0.0.1:9/team?sslmode=disable"
+
+
+@pytest.fixture
+def on_postgres(monkeypatch: pytest.MonkeyPatch) -> FakePostgres:
+    """AGCTL_STORE names a PostgreSQL store."""
+    monkeypatch.setenv("AGCTL_STORE", URL)
+    return install_fake_postgres(monkeypatch)
+
+
+def output(result: Result) -> str:
+    return result.stdout + result.stderr
+
+
+def complete(line: str, env: dict[str, str] | None = None) -> list[str]:
+    """The values bash completion offers for `line` (in-process, as the script asks)."""
+    asked = {"_AGCTL_COMPLETE": "bash_complete", "COMP_WORDS": line}
+    asked["COMP_CWORD"] = str(len(line.split(" ")) - 1)
+    result = CliRunner().invoke(
+        cli, [], prog_name="agctl", env={**asked, **(env or {})}, catch_exceptions=False
+    )
+    assert result.exit_code == 0, output(result)
+    assert "Traceback" not in output(result)
+    return [row.split(",", 1)[1] for row in result.stdout.splitlines() if row]
+
+
+@pytest.fixture
+def two_sessions(run: Run, on_postgres: FakePostgres) -> list[str]:
+    """ "main" (current, slots default and b, a draft on b, checkpoints) and "other" (slot
+    x), on the PostgreSQL store; the checkpoint ids of main, newest first."""
+    for args in (
+        ["session", "new", "other"],
+        ["slot", "new", "x"],
+        ["session", "new", "main"],
+        ["turn", "send", "one"],
+        ["turn", "send", "two"],
+        ["slot", "new", "b"],
+    ):
+        assert run(*args).exit_code == 0
+    library = Store(url=URL)
+    library.save_draft("main", Draft(prompt="p", slot="b"))
+    library.close()
+    return [row["id"] for row in json.loads(run("ckpt", "list", "--json").stdout)]
+
+
+def test_completion_goes_through_the_backend(
+    two_sessions: list[str], on_postgres: FakePostgres, isolated_env: Path
+) -> None:
+    assert complete("agctl session use ") == ["main", "other"]
+    assert complete("agctl slot use ") == ["b", "default"]
+    assert complete("agctl -s other slot use ") == ["default", "x"]
+    assert complete("agctl -s oth slot use ") == ["default", "x"]  # a prefix
+    assert complete("agctl draft show --slot ") == ["b"]
+    assert complete("agctl ckpt rollback ") == two_sessions
+    assert not (isolated_env / "sessions").exists()
+    assert on_postgres.closed == len(on_postgres.opened)  # each TAB closed what it opened
+
+
+def test_completion_follows_store_on_the_line_and_the_config(
+    two_sessions: list[str], run: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("AGCTL_STORE")
+    assert complete("agctl session use ") == []  # the data dir: empty
+    assert complete(f"agctl --store {URL} session use ") == ["main", "other"]
+    assert complete(f"agctl slot --store {URL} use ") == ["b", "default"]
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"store": {"url": URL.replace(f":{SECRET}", "")}}))
+    monkeypatch.setenv("AGCTL_CONFIG", str(config))
+    assert complete(f"agctl --store {URL} session use ") == ["main", "other"]
+    assert complete("agctl session use ") == []  # another database: no sessions
+
+
+def test_completion_offers_nothing_when_the_store_cannot_be_opened(
+    on_postgres: FakePostgres, run: Run
+) -> None:
+    on_postgres.refuse = StoreError("the server is down")
+    assert complete("agctl session use ") == []
+    assert complete("agctl slot use ") == []
+    assert complete("agctl --store mysql://x session use ") == []
+
+
+def test_completion_of_a_file_store_named_by_store(run: Run, tmp_path: Path) -> None:
+    where = tmp_path / "files"
+    assert run("--store", str(where), "session", "new", "tabs").exit_code == 0
+    assert complete(f"agctl --store {where} session use ") == ["tabs"]
+    assert complete("agctl slot use ", {"AGCTL_STORE": where.as_uri()}) == ["default"]
+    assert os.environ.get("AGCTL_STORE") is None
