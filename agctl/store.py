@@ -243,6 +243,14 @@ class Store:
     def session_ids(self) -> list[str]:
         return self.backend.session_ids()
 
+    def current_session_id(self) -> str | None:
+        """The session commands use when none is named, if one is selected."""
+        return self.backend.current_session_id()
+
+    def set_current_session(self, session_id: str | None) -> None:
+        """Select the session commands use when none is named (None: no session)."""
+        self.backend.set_current_session(session_id)
+
     def resolve_session(self, prefix: str) -> str:
         """Resolve a session id or a unique prefix of one."""
         return resolve_prefix("session", prefix, self.session_ids())
@@ -385,18 +393,6 @@ class Store:
         from agctl import sessions
 
         return sessions.destroy_session(self, session_id, recursive=recursive, orphan=orphan)
-
-    def current_session_id(self) -> str | None:
-        """The session commands use when none is named, if one is selected."""
-        from agctl import sessions
-
-        return sessions.current_session_id(self)
-
-    def set_current_session(self, session_id: str | None) -> None:
-        """Select the session commands use when none is named (None: no session)."""
-        from agctl import sessions
-
-        sessions.set_current_session(self, session_id)
 
     def memory_set(self, session_id: str, key: str, value: str) -> None:
         """Set a memory key of the session."""
