@@ -4,12 +4,10 @@ Every model keeps unknown fields (`extra="allow"`), so a document written by a n
 minor version of agctl survives a rewrite by this one.
 """
 
-from __future__ import annotations
-
 import functools
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -114,7 +112,7 @@ class Message(Model):
     output_sha256: str | None = _optional()
 
     @model_validator(mode="after")
-    def _check_shape(self) -> Message:
+    def _check_shape(self) -> Self:
         if self.content is None and not (self.role == "assistant" and self.tool_calls):
             raise ValueError(f"a {self.role} message needs content")
         if self.role == "tool" and not self.tool_call_id:
@@ -122,7 +120,7 @@ class Message(Model):
         return self
 
     @classmethod
-    def from_openai(cls, data: Any) -> Message:
+    def from_openai(cls, data: Any) -> Self:
         """Validate one message in the OpenAI chat format (`reasoning_content` accepted,
         and the `developer` role, OpenAI's newer name for `system`, stored as `system`)."""
         if isinstance(data, dict) and data.get("role") == DEVELOPER_ROLE:
@@ -202,7 +200,7 @@ class ZoneMemo:
         self.estimate = 0
         self._requests: list[dict[str, Any]] | None = None
 
-    def update(self, messages: list[Message]) -> ZoneMemo:
+    def update(self, messages: list[Message]) -> Self:
         """Bring the memo up to `messages`: kept when the ones it saw are still their
         beginning (the same objects: a C-speed check; equal copies pass too), else redone."""
         known = len(self.seen)
@@ -238,7 +236,7 @@ class FocusedConfig(Model):
     # Regenerate summary_override with the model after every N turns (None: never).
     auto_summary_every: int | None = _optional(ge=1)
 
-    def updated(self, changes: Mapping[str, Any] | None) -> FocusedConfig:
+    def updated(self, changes: Mapping[str, Any] | None) -> "FocusedConfig":
         """A copy with `changes` applied (None values are ignored; "" clears the summary,
         an auto_summary_every of 0 turns it off)."""
         data = self.model_dump()
