@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from agctl.config import Config, Resolved
@@ -21,8 +21,7 @@ if TYPE_CHECKING:
     from agctl.vocab import ApproveMode
 
 
-@dataclass(frozen=True)
-class ModelChoice:
+class ModelChoice(NamedTuple):
     """What a caller chose for a model call, each None when not chosen: the settings that
     override the session's (profile, model, provider kind) and where replies come from
     (`script` for the scripted offline provider, `cassette` for the replay one)."""
@@ -34,8 +33,7 @@ class ModelChoice:
     cassette: Path | None = None
 
 
-@dataclass(frozen=True)
-class ToolsChoice:
+class ToolsChoice(NamedTuple):
     """Which tools a turn offers (`names`, or `every` one defined) and how their calls
     are answered: with a cassette, from its recordings unless `live`; `approve` is the
     --approve mode (auto: run without asking; never: deny every call)."""

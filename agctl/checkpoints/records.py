@@ -6,9 +6,8 @@ The bottom of the package: it imports nothing of it, and everything of it may im
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from pydantic import Field
 
@@ -115,8 +114,7 @@ class CheckpointSummary(Model):
     message_count: int = 0
 
 
-@dataclass
-class SessionState:
+class SessionState(NamedTuple):
     """A whole session in memory: the session document and every slot."""
 
     session: Session

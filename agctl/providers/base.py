@@ -7,7 +7,6 @@ once, around `Provider.stream`, for every provider (see agctl.turns).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from agctl.errors import AgctlError
@@ -76,8 +75,7 @@ def event_from_dict(data: dict[str, Any]) -> Event:
     return kind(**{k: v for k, v in data.items() if k != "type"})
 
 
-@dataclass
-class TurnContext:
+class TurnContext(NamedTuple):
     """What a provider may know about the turn beyond the wire request (never sent)."""
 
     session_id: str = ""
@@ -92,8 +90,7 @@ class TurnContext:
     prompt_estimate: int | None = None
 
 
-@dataclass
-class ChatRequest:
+class ChatRequest(NamedTuple):
     """One chat-completions request: the model input plus how to deliver it."""
 
     model: str
@@ -101,7 +98,7 @@ class ChatRequest:
     temperature: float | None = None
     max_tokens: int | None = None
     stream: bool = False
-    context: TurnContext = field(default_factory=TurnContext)
+    context: TurnContext = TurnContext()
     # The tools offered (OpenAI function definitions), and which the model may call:
     # "auto", "none", "required" or {"type": "function", "function": {"name": ...}}.
     tools: list[dict[str, Any]] | None = None
