@@ -5,7 +5,6 @@ Shared by turns, replays, compression, summaries and merges, from the CLI or a s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -49,8 +48,7 @@ class ToolsChoice(NamedTuple):
         return self.every or bool(self.names)
 
 
-@dataclass
-class ModelSetup:
+class ModelSetup(NamedTuple):
     """The config, the resolved settings and the model's window for one session."""
 
     config: Config

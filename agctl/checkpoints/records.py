@@ -3,8 +3,6 @@
 The bottom of the package: it imports nothing of it, and everything of it may import it.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, ClassVar, NamedTuple
@@ -81,7 +79,7 @@ class Checkpoint(Document):
     session_volatile: dict[str, Any]
     slots: dict[str, SlotEntry]
 
-    def summary(self, end: int = 0) -> CheckpointSummary:
+    def summary(self, end: int = 0) -> "CheckpointSummary":
         return CheckpointSummary(
             id=self.id,
             offset=checkpoint_offset(self.id),

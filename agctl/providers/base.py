@@ -4,8 +4,6 @@ Everything else — assembling the reply, usage, cost, recording, committing —
 once, around `Provider.stream`, for every provider (see agctl.turns).
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
@@ -151,7 +149,7 @@ class Provider(Protocol):
 class RedactingProvider:
     """Wraps a provider so that no event or error it gives carries a secret."""
 
-    def __init__(self, inner: Provider, redactor: Redactor) -> None:
+    def __init__(self, inner: Provider, redactor: "Redactor") -> None:
         self.inner = inner
         self.redactor = redactor
         self.name = inner.name
@@ -160,7 +158,7 @@ class RedactingProvider:
         return redacted_events(self.inner.stream(request), self.redactor)
 
 
-def redacted_events(events: Iterator[Event], redactor: Redactor) -> Iterator[Event]:
+def redacted_events(events: Iterator[Event], redactor: "Redactor") -> Iterator[Event]:
     """`events` with every secret removed, and any AgctlError they raise redacted too.
 
     Text, reasoning and tool-call arguments arrive in pieces, and a secret may be cut
