@@ -5,7 +5,7 @@ minor version of agctl survives a rewrite by this one.
 """
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal, Self
 
@@ -85,6 +85,46 @@ def _empty_list() -> list[Any]:
     """`default_factory=list` as a Python function: pydantic reads each factory's signature,
     and reading the builtin's parses its text form (tokenize's regexes: ~4 ms of a turn)."""
     return []
+
+
+class Deferred:
+    """A field type validated through its own TypeAdapter, of the type `load` returns,
+    imported and built when a value needs it: every command loads the config, few of them
+    hold or use a tool or a hook, and building those models with the config was a tenth
+    of a turn's start. Errors keep their place in the document; the JSON schema is the
+    adapted type's own."""
+
+    def __init__(self, load: Callable[[], Any]) -> None:
+        self.load = load
+        self._adapter: Any = None
+
+    def adapter(self) -> Any:
+        if self._adapter is None:
+            self._adapter = TypeAdapter(self.load())
+        return self._adapter
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        def validate(value: Any) -> Any:
+            if not value and isinstance(value, dict | list):
+                return type(value)()
+            return self.adapter().validate_python(value)
+
+        def serialize(value: Any, info: Any) -> Any:
+            if not value:
+                return type(value)()
+            return self.adapter().dump_python(value, mode=info.mode, exclude_none=info.exclude_none)
+
+        return core_schema.no_info_plain_validator_function(
+            validate,
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                serialize, info_arg=True
+            ),
+        )
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> Any:
+        return handler(self.adapter().core_schema)
 
 
 def _optional(**kwargs: Any) -> Any:

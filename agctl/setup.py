@@ -180,7 +180,7 @@ def command_hooks(
     the config or the profile, and no project file in `cwd` (cheap: one stat)."""
     import os
 
-    from agctl.specs import PROJECT_HOOKS_FILE
+    from agctl.config import PROJECT_HOOKS_FILE
 
     where = Path.cwd() if cwd is None else cwd
     chosen = config.profiles.get(profile) if profile else None
