@@ -220,6 +220,9 @@ def test_an_offline_turn_loads_no_http_client(env: dict[str, str], session: str)
     assert "agctl.checkpoints.prune" not in modules
     assert "agctl.store" in modules
     assert "agctl.sessions" not in modules
+    # The config holds no tool and no hook: their models are not loaded.
+    assert "agctl.config" in modules
+    assert "agctl.specs" not in modules
 
 
 # Run without `site`, whose .pth files may import pathlib (and more) on this machine before
