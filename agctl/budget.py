@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -107,8 +107,7 @@ def set_budget(
     return store.update_slot(session_id, slot_id, apply)
 
 
-@dataclass
-class Zone:
+class Zone(NamedTuple):
     """One part of the next request: how many messages, and their tokens."""
 
     name: str

@@ -58,9 +58,8 @@ def summarize(
             {"role": "system", "content": instructions or SUMMARY_INSTRUCTIONS},
             {"role": "user", "content": render_transcript(messages)},
         ],
-        context=context or TurnContext(),
+        context=(context or TurnContext())._replace(purpose="summary"),
     )
-    request.context.purpose = "summary"
     builder = ReplyBuilder()
     for event in provider.stream(request):
         builder.feed(event)

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
@@ -23,14 +23,16 @@ from agctl import schema
 from agctl.errors import CorruptDocument, NotFound, UsageError
 from agctl.fsio import DEFAULT_LOCK_TIMEOUT, make_dirs, read_bytes, write_atomic
 from agctl.ids import validate_id
-from agctl.models import EAGER, Document, Model, Session, _empty_dict, _empty_list
+from agctl.models import EAGER, Deferred, Document, Model, Session, _empty_dict, _empty_list
 from agctl.paths import default_config_path
 from agctl.providers.base import chat_completions_url
 from agctl.redact import mask_url
-from agctl.specs import LazyHookList, LazyToolTable, ToolSpec
 from agctl.storage.urls import STORED_PASSWORD, check_schema, has_password, parse_store, redact
 from agctl.validation import validation_summary
 from agctl.vocab import CONFIG_KEYS, PRESET_ALIASES, PRESETS, PROVIDERS, Preset, ProviderName
+
+if TYPE_CHECKING:
+    from agctl.specs import ToolSpec
 
 OFFLINE_MODEL = "offline"
 
@@ -44,6 +46,28 @@ def preset_named(name: str) -> Preset | None:
 
 def _is_empty(value: object) -> bool:
     return not value
+
+
+# The project's hooks file, relative to the directory agctl runs in.
+PROJECT_HOOKS_FILE = Path(".agctl") / "hooks.json"
+
+
+def _tool_table() -> Any:
+    from agctl.specs import ToolTable
+
+    return ToolTable
+
+
+def _hook_list() -> Any:
+    from agctl.specs import HookSpec
+
+    return list[HookSpec]
+
+
+# `Config.tools` and `Profile.tools`: tools by name; `Config.hooks` and `Profile.hooks`.
+# Validated by agctl.specs's models, imported only when the config holds some.
+LazyToolTable = Annotated[dict[str, Any], Deferred(_tool_table)]
+LazyHookList = Annotated[list[Any], Deferred(_hook_list)]
 
 
 class Profile(Model):
@@ -276,6 +300,8 @@ class ConfigStore:
 
 def _check_key(key: str, parts: list[str]) -> None:
     """Refuse a key the config does not have, so a typo is not silently kept."""
+    from agctl.specs import ToolSpec
+
     nested = {"profiles": Profile, "prices": Price, "context_windows": None, "tools": ToolSpec}
     top = parts[0]
     if top not in Config.model_fields or top in ("schema_version",):

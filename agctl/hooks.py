@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agctl.config import PROJECT_HOOKS_FILE
 from agctl.errors import AgctlError, AlreadyExists, Blocked, InvalidInput, NotFound, UsageError
-from agctl.specs import PROJECT_HOOKS_FILE, HookSpec
+from agctl.specs import HookSpec
 from agctl.validation import validation_summary
 from agctl.vocab import (
     HOOK_DECISIONS,

@@ -4,12 +4,10 @@ Every model keeps unknown fields (`extra="allow"`), so a document written by a n
 minor version of agctl survives a rewrite by this one.
 """
 
-from __future__ import annotations
-
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -89,6 +87,46 @@ def _empty_list() -> list[Any]:
     return []
 
 
+class Deferred:
+    """A field type validated through its own TypeAdapter, of the type `load` returns,
+    imported and built when a value needs it: every command loads the config, few of them
+    hold or use a tool or a hook, and building those models with the config was a tenth
+    of a turn's start. Errors keep their place in the document; the JSON schema is the
+    adapted type's own."""
+
+    def __init__(self, load: Callable[[], Any]) -> None:
+        self.load = load
+        self._adapter: Any = None
+
+    def adapter(self) -> Any:
+        if self._adapter is None:
+            self._adapter = TypeAdapter(self.load())
+        return self._adapter
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        def validate(value: Any) -> Any:
+            if not value and isinstance(value, dict | list):
+                return type(value)()
+            return self.adapter().validate_python(value)
+
+        def serialize(value: Any, info: Any) -> Any:
+            if not value:
+                return type(value)()
+            return self.adapter().dump_python(value, mode=info.mode, exclude_none=info.exclude_none)
+
+        return core_schema.no_info_plain_validator_function(
+            validate,
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                serialize, info_arg=True
+            ),
+        )
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> Any:
+        return handler(self.adapter().core_schema)
+
+
 def _optional(**kwargs: Any) -> Any:
     """An optional field left out of documents while unset, to keep them small."""
     return Field(default=None, exclude_if=_is_none, **kwargs)
@@ -114,7 +152,7 @@ class Message(Model):
     output_sha256: str | None = _optional()
 
     @model_validator(mode="after")
-    def _check_shape(self) -> Message:
+    def _check_shape(self) -> Self:
         if self.content is None and not (self.role == "assistant" and self.tool_calls):
             raise ValueError(f"a {self.role} message needs content")
         if self.role == "tool" and not self.tool_call_id:
@@ -122,7 +160,7 @@ class Message(Model):
         return self
 
     @classmethod
-    def from_openai(cls, data: Any) -> Message:
+    def from_openai(cls, data: Any) -> Self:
         """Validate one message in the OpenAI chat format (`reasoning_content` accepted,
         and the `developer` role, OpenAI's newer name for `system`, stored as `system`)."""
         if isinstance(data, dict) and data.get("role") == DEVELOPER_ROLE:
@@ -202,7 +240,7 @@ class ZoneMemo:
         self.estimate = 0
         self._requests: list[dict[str, Any]] | None = None
 
-    def update(self, messages: list[Message]) -> ZoneMemo:
+    def update(self, messages: list[Message]) -> Self:
         """Bring the memo up to `messages`: kept when the ones it saw are still their
         beginning (the same objects: a C-speed check; equal copies pass too), else redone."""
         known = len(self.seen)
@@ -238,7 +276,7 @@ class FocusedConfig(Model):
     # Regenerate summary_override with the model after every N turns (None: never).
     auto_summary_every: int | None = _optional(ge=1)
 
-    def updated(self, changes: Mapping[str, Any] | None) -> FocusedConfig:
+    def updated(self, changes: Mapping[str, Any] | None) -> "FocusedConfig":
         """A copy with `changes` applied (None values are ignored; "" clears the summary,
         an auto_summary_every of 0 turns it off)."""
         data = self.model_dump()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import quote, quote_plus, unquote
 
 MARK = "***"
@@ -21,8 +21,7 @@ MIN_SECRET = 6
 MIN_BASE64_CORE = 8
 
 
-@dataclass(frozen=True)
-class Userinfo:
+class Userinfo(NamedTuple):
     """The `user:password@` part of a URL, decoded; `start`/`end` delimit it (without '@')."""
 
     user: str

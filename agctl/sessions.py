@@ -1,6 +1,7 @@
 """The session rules: creating, replacing and destroying sessions (parents, children,
-orphans and loops of parent links), the session document, its memory and settings, the
-current-session pointer; and work on many sessions at once (the forest, removing several).
+orphans and loops of parent links), the session document, its memory and settings; and
+work on many sessions at once (the forest, removing several). The current-session pointer
+is the backend's, read and set through the Store.
 
 Each rule takes the Store and works through its transactions and reads (the Store's
 methods of the same names delegate here), so it sits above the storage seam, never below.
@@ -277,22 +278,9 @@ def destroy_session(
     for sid in reversed(doomed):
         store.backend.destroy_session(sid)
         log.info("session destroyed: %s", sid)
-    if current_session_id(store) in doomed:
-        set_current_session(store, None)
+    if store.current_session_id() in doomed:
+        store.set_current_session(None)
     return Destroyed(destroyed=doomed, orphaned=[] if recursive else direct)
-
-
-# ---- the current-session pointer ------------------------------------------------------
-
-
-def current_session_id(store: Store) -> str | None:
-    """The session commands use when none is named, if one is selected."""
-    return store.backend.current_session_id()
-
-
-def set_current_session(store: Store, session_id: str | None) -> None:
-    """Select the session commands use when none is named (None: no session)."""
-    store.backend.set_current_session(session_id)
 
 
 # ---- memory ---------------------------------------------------------------------------
@@ -399,7 +387,7 @@ def session_forest(
         info.session.id: info
         for info in list_sessions(store, problems=[] if problems is None else problems)
     }
-    current = current_session_id(store)
+    current = store.current_session_id()
     if root is not None:
         root_id = store.resolve_session(root)
         if root_id not in infos:

@@ -5,9 +5,8 @@ Shared by turns, replays, compression, summaries and merges, from the CLI or a s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from agctl.config import Config, Resolved
@@ -21,8 +20,7 @@ if TYPE_CHECKING:
     from agctl.vocab import ApproveMode
 
 
-@dataclass(frozen=True)
-class ModelChoice:
+class ModelChoice(NamedTuple):
     """What a caller chose for a model call, each None when not chosen: the settings that
     override the session's (profile, model, provider kind) and where replies come from
     (`script` for the scripted offline provider, `cassette` for the replay one)."""
@@ -34,8 +32,7 @@ class ModelChoice:
     cassette: Path | None = None
 
 
-@dataclass(frozen=True)
-class ToolsChoice:
+class ToolsChoice(NamedTuple):
     """Which tools a turn offers (`names`, or `every` one defined) and how their calls
     are answered: with a cassette, from its recordings unless `live`; `approve` is the
     --approve mode (auto: run without asking; never: deny every call)."""
@@ -51,8 +48,7 @@ class ToolsChoice:
         return self.every or bool(self.names)
 
 
-@dataclass
-class ModelSetup:
+class ModelSetup(NamedTuple):
     """The config, the resolved settings and the model's window for one session."""
 
     config: Config
@@ -184,7 +180,7 @@ def command_hooks(
     the config or the profile, and no project file in `cwd` (cheap: one stat)."""
     import os
 
-    from agctl.specs import PROJECT_HOOKS_FILE
+    from agctl.config import PROJECT_HOOKS_FILE
 
     where = Path.cwd() if cwd is None else cwd
     chosen = config.profiles.get(profile) if profile else None

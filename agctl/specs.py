@@ -1,11 +1,10 @@
-"""What the config holds of tools and hooks (ToolSpec, HookSpec): light enough for every
-command to load the config without the tool runner or the hook runner (agctl.tools and
-agctl.hooks, which re-export these)."""
+"""What the config holds of tools and hooks (ToolSpec, HookSpec), without the tool runner
+or the hook runner (agctl.tools and agctl.hooks, which re-export these). The config
+validates its tools and hooks with these models only when it holds some (agctl.config)."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -24,8 +23,6 @@ DEFAULT_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 # OpenAI's rule for a function name, within agctl's rule for an id (so no '.').
 _FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 DEFAULT_TIMEOUT_S = 10.0
-# The project's hooks file, relative to the directory agctl runs in.
-PROJECT_HOOKS_FILE = Path(".agctl") / "hooks.json"
 # The hook events that only observe (a failure there warns, by default).
 OBSERVING_EVENTS = frozenset({"TurnEnd", "TurnError", "PostRollback", "PostFork"})
 
@@ -145,49 +142,3 @@ class HookSpec(BaseModel):
         if any("\x00" in arg for arg in command):
             raise ValueError("a command argument cannot contain a NUL character")
         return command
-
-
-class Deferred:
-    """A field type validated through its own TypeAdapter, built when a value needs it:
-    every command loads the config, few of them hold or use a tool or a hook, and
-    building these models with the config was a tenth of a turn's start. Errors keep
-    their place in the document; the JSON schema is the adapted type's own."""
-
-    def __init__(self, shape: Any) -> None:
-        self.shape = shape
-        self._adapter: Any = None
-
-    def adapter(self) -> Any:
-        if self._adapter is None:
-            from pydantic import TypeAdapter
-
-            self._adapter = TypeAdapter(self.shape)
-        return self._adapter
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
-        from pydantic_core import core_schema
-
-        def validate(value: Any) -> Any:
-            if not value and isinstance(value, dict | list):
-                return type(value)()
-            return self.adapter().validate_python(value)
-
-        def serialize(value: Any, info: Any) -> Any:
-            if not value:
-                return type(value)()
-            return self.adapter().dump_python(value, mode=info.mode, exclude_none=info.exclude_none)
-
-        return core_schema.no_info_plain_validator_function(
-            validate,
-            serialization=core_schema.plain_serializer_function_ser_schema(
-                serialize, info_arg=True
-            ),
-        )
-
-    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> Any:
-        return handler(self.adapter().core_schema)
-
-
-# `Config.tools` and `Profile.tools`: tools by name; `Config.hooks` and `Profile.hooks`.
-LazyToolTable = Annotated[dict[str, Any], Deferred(ToolTable)]
-LazyHookList = Annotated[list[Any], Deferred(list[HookSpec])]

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from agctl.models import Message, ToolCall, utcnow
 
 
-@dataclass
-class CallRecord:
+class CallRecord(NamedTuple):
     """One tool call of a step, as `--json` reports it."""
 
     id: str

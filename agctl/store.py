@@ -19,12 +19,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agctl import drafts, sessions, slots
+from agctl import drafts, slots
 from agctl.errors import AgctlError, DataError, NotFound, StoreError
 from agctl.fsio import read_bytes, write_atomic
 from agctl.ids import resolve_prefix
 from agctl.paths import default_data_dir
-from agctl.sessions import Destroyed, Replaced, SessionInfo
 from agctl.slots import DEFAULT_SLOT
 from agctl.storage.base import lock_timeout
 from agctl.storage.factory import StoreChoice, choose_store, file_choice, open_backend
@@ -32,6 +31,7 @@ from agctl.storage.file.backend import FileBackend
 
 if TYPE_CHECKING:
     from agctl.models import Draft, Message, Session, Slot
+    from agctl.sessions import Destroyed, Replaced, SessionInfo
     from agctl.storage.base import Backend, Reader, Tx
     from agctl.vocab import DeriveStrategy
 
@@ -44,6 +44,18 @@ __all__ = [
     "default_data_dir",
     "lock_timeout",
 ]
+
+# The rules of sessions are imported when a session rule is first used: a turn uses none.
+_FROM_SESSIONS = frozenset({"Destroyed", "Replaced", "SessionInfo"})
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _FROM_SESSIONS:
+        raise AttributeError(f"module 'agctl.store' has no attribute {name!r}")
+    from agctl import sessions
+
+    return getattr(sessions, name)
+
 
 log = logging.getLogger("agctl.store")
 
@@ -255,6 +267,14 @@ class Store:
     def session_ids(self) -> list[str]:
         return self.backend.session_ids()
 
+    def current_session_id(self) -> str | None:
+        """The session commands use when none is named, if one is selected."""
+        return self.backend.current_session_id()
+
+    def set_current_session(self, session_id: str | None) -> None:
+        """Select the session commands use when none is named (None: no session)."""
+        self.backend.set_current_session(session_id)
+
     def resolve_session(self, prefix: str) -> str:
         """Resolve a session id or a unique prefix of one."""
         return resolve_prefix("session", prefix, self.session_ids())
@@ -311,10 +331,14 @@ class Store:
 
     def list_sessions(self, problems: list[AgctlError] | None = None) -> list[SessionInfo]:
         """Every session, oldest first, with its children and whether its parent is gone."""
+        from agctl import sessions
+
         return sessions.list_sessions(self, problems)
 
     def children(self, session_id: str) -> list[str]:
         """Ids of the sessions whose parent is `session_id` (unreadable sessions skipped)."""
+        from agctl import sessions
+
         return sessions.children(self, session_id)
 
     def create_session(
@@ -328,6 +352,8 @@ class Store:
         model: str | None = None,
     ) -> Session:
         """Create a session with its `default` slot, all or nothing."""
+        from agctl import sessions
+
         return sessions.create_session(
             self,
             session_id,
@@ -351,6 +377,8 @@ class Store:
         model: str | None = None,
     ) -> Replaced:
         """A new session `session_id`, in place of the one of that id if there is one."""
+        from agctl import sessions
+
         return sessions.replace_session(
             self,
             session_id,
@@ -365,46 +393,54 @@ class Store:
 
     def update_session(self, session_id: str, change: Callable[[Session], T]) -> T:
         """Apply `change` to the session document in a transaction and write it back."""
+        from agctl import sessions
+
         return sessions.update_session(self, session_id, change)
 
     def check_parent(self, session_id: str, parent_id: str | None) -> None:
         """Refuse a parent link that would make a loop: `parent_id` or one of its
         ancestors is `session_id` itself (exit 5)."""
+        from agctl import sessions
+
         sessions.check_parent(self, session_id, parent_id)
 
     def parent(self, session_id: str) -> str | None:
         """The parent's id, or None when there is none or it was destroyed (an orphan)."""
+        from agctl import sessions
+
         return sessions.parent(self, session_id)
 
     def destroy_session(
         self, session_id: str, *, recursive: bool = False, orphan: bool = False
     ) -> Destroyed:
         """Remove a session, and with `recursive` its descendants."""
+        from agctl import sessions
+
         return sessions.destroy_session(self, session_id, recursive=recursive, orphan=orphan)
-
-    def current_session_id(self) -> str | None:
-        """The session commands use when none is named, if one is selected."""
-        return sessions.current_session_id(self)
-
-    def set_current_session(self, session_id: str | None) -> None:
-        """Select the session commands use when none is named (None: no session)."""
-        sessions.set_current_session(self, session_id)
 
     def memory_set(self, session_id: str, key: str, value: str) -> None:
         """Set a memory key of the session."""
+        from agctl import sessions
+
         sessions.memory_set(self, session_id, key, value)
 
     def memory_get(self, session_id: str, key: str) -> str:
         """A memory key's value (NotFound when it is not set)."""
+        from agctl import sessions
+
         return sessions.memory_get(self, session_id, key)
 
     def memory_remove(self, session_id: str, key: str) -> str:
         """Remove a memory key and return its value (NotFound when it is not set)."""
+        from agctl import sessions
+
         return sessions.memory_remove(self, session_id, key)
 
     def configure_session(self, session_id: str, changes: Mapping[str, Any]) -> Session:
         """Change session settings (validated): title, system_prompt, profile, model,
         memory_in_context, auto_compress."""
+        from agctl import sessions
+
         return sessions.configure_session(self, session_id, changes)
 
     # ---- slots (agctl.slots) ----------------------------------------------------------

@@ -836,5 +836,6 @@ class LiveTools:
             )
             if "output" in changes:
                 text = changes["output"]
-                record.output = None  # the whole output is not kept beside a redacted one
+                # The whole output is not kept beside a redacted one.
+                record = record._replace(output=None)
         return text, record

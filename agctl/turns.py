@@ -420,11 +420,8 @@ class _Loop:
         base = self.prepared.request
         if not self.messages and not final:
             return base
-        from dataclasses import replace
-
-        context = replace(base.context, step=self.requests + 1, prompt_estimate=None)
-        return replace(
-            base,
+        context = base.context._replace(step=self.requests + 1, prompt_estimate=None)
+        return base._replace(
             messages=[*base.messages, *messages_to_openai(self.messages, reasoning=False)],
             context=context,
             tool_choice="none" if final else base.tool_choice,

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from agctl.models import FocusedConfig, Message, Session, Slot, messages_to_openai
 from agctl.vocab import ZONES
@@ -94,8 +93,7 @@ def _around(
     return head, tail
 
 
-@dataclass
-class RequestView:
+class RequestView(NamedTuple):
     """The next turn's messages, in a request's form too, with their sums."""
 
     messages: list[Message]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 # Each name is imported from its module when first used, so that a command (a turn) loads
 # only the modules it needs: a turn's checkpoint never loads diff (difflib), prune or
-# verify.
+# verify (nor builds their reports).
 _LAZY = {
     "Checkpointer": "agctl.checkpoints.checkpointer",
     "diff_states": "agctl.checkpoints.diff",
@@ -37,10 +37,10 @@ _LAZY = {
     "TurnHint": "agctl.checkpoints.planner",
     "VOLATILE_SESSION": "agctl.checkpoints.records",
     "Checkpoint": "agctl.checkpoints.records",
-    "CheckpointHistory": "agctl.checkpoints.records",
+    "CheckpointHistory": "agctl.checkpoints.verify",
     "CheckpointSummary": "agctl.checkpoints.records",
-    "LogReport": "agctl.checkpoints.records",
-    "Pruned": "agctl.checkpoints.records",
+    "LogReport": "agctl.checkpoints.verify",
+    "Pruned": "agctl.checkpoints.prune",
     "SessionState": "agctl.checkpoints.records",
     "SlotEntry": "agctl.checkpoints.records",
     "checkpoint_id": "agctl.checkpoints.records",
@@ -52,19 +52,18 @@ if TYPE_CHECKING:
     from agctl.checkpoints.checkpointer import Checkpointer
     from agctl.checkpoints.diff import diff_states
     from agctl.checkpoints.planner import Batch, Pending, TurnHint
+    from agctl.checkpoints.prune import Pruned
     from agctl.checkpoints.records import (
         VOLATILE_SESSION,
         Checkpoint,
-        CheckpointHistory,
         CheckpointSummary,
-        LogReport,
-        Pruned,
         SessionState,
         SlotEntry,
         checkpoint_id,
         checkpoint_offset,
         messages_to_json,
     )
+    from agctl.checkpoints.verify import CheckpointHistory, LogReport
 
 
 def __getattr__(name: str) -> Any:

@@ -1,27 +1,23 @@
 """The Checkpointer: one object over a Store for every checkpoint job, each done by the
 package's module for it (planner, reader, restore, verify, prune, diff).
 
-diff is imported by the method that uses it: a turn's checkpoint does not load difflib."""
+verify, prune and diff are imported by the methods that use them: a turn's checkpoint
+loads neither difflib nor their reports."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agctl.checkpoints import planner, prune, reader, restore, verify
+from agctl.checkpoints import planner, reader, restore
 from agctl.checkpoints.planner import TurnHint
-from agctl.checkpoints.records import (
-    Checkpoint,
-    CheckpointHistory,
-    CheckpointSummary,
-    LogReport,
-    Pruned,
-    SessionState,
-)
+from agctl.checkpoints.records import Checkpoint, CheckpointSummary, SessionState
 from agctl.models import Session
-from agctl.pack import Log
 
 if TYPE_CHECKING:
+    from agctl.checkpoints.prune import Pruned
+    from agctl.checkpoints.verify import CheckpointHistory, LogReport
+    from agctl.pack import Log
     from agctl.store import Store
 
 
@@ -91,23 +87,35 @@ class Checkpointer:
     # ---- verify, export and import (verify) ----------------------------------------
 
     def verify(self, session_id: str) -> LogReport:
+        from agctl.checkpoints import verify
+
         return verify.verify(self.store, session_id)
 
     def verify_log(self, session_id: str, history: Log) -> LogReport:
+        from agctl.checkpoints import verify
+
         return verify.verify_log(session_id, history)
 
     def export_history(self, session_id: str) -> CheckpointHistory:
+        from agctl.checkpoints import verify
+
         return verify.export_history(self.store, session_id)
 
     def verify_import(self, session_id: str, data: bytes) -> None:
+        from agctl.checkpoints import verify
+
         verify.verify_import(session_id, data)
 
     # ---- remove (prune) ------------------------------------------------------------
 
     def remove(self, session_id: str, identifiers: Sequence[str]) -> list[str]:
+        from agctl.checkpoints import prune
+
         return prune.remove(self.store, session_id, identifiers)
 
     def prune(self, session_id: str, keep: int, *, everything: bool = False) -> Pruned:
+        from agctl.checkpoints import prune
+
         return prune.prune(self.store, session_id, keep, everything=everything)
 
     # ---- diff ----------------------------------------------------------------------

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -35,11 +34,13 @@ if TYPE_CHECKING:
     from agctl.store import Store
 
 
-@dataclass
 class Pending:
     """A reference to a record of the batch being written, resolved once it is placed."""
 
-    index: int
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
 
 
 Ref = int | Pending
@@ -49,17 +50,20 @@ def _place(ref: Ref, offsets: list[int]) -> int:
     return offsets[ref.index] if isinstance(ref, Pending) else ref
 
 
-@dataclass
 class Batch:
-    records: list[Callable[[list[int]], Any]] = field(default_factory=list)
+    """The records of one append, each built once the offsets of those before it are known."""
+
+    __slots__ = ("records",)
+
+    def __init__(self) -> None:
+        self.records: list[Callable[[list[int]], Any]] = []
 
     def add(self, build: Callable[[list[int]], Any]) -> Pending:
         self.records.append(build)
         return Pending(len(self.records) - 1)
 
 
-@dataclass
-class TurnHint:
+class TurnHint(NamedTuple):
     """One slot as a turn holds it in memory (used when it is still at the stored
     revision, so it is not read again), and what the turn did to it: appended
     `appended` messages to revision `base_rev` (None: nothing is known of that)."""

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agctl.checkpoints.files import removed_ids
 from agctl.checkpoints.reader import ids, summaries
-from agctl.checkpoints.records import Pruned
 from agctl.checkpoints.restore import undo_targets
 from agctl.errors import NotFound
 
 if TYPE_CHECKING:
     from agctl.store import Store
+
+
+@dataclass
+class Pruned:
+    """What `prune` removed, and what it kept: the newest, and what `undo` still needs."""
+
+    removed: list[str]
+    kept: list[str]
+    kept_for_undo: list[str]
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"removed": self.removed, "kept": self.kept, "kept_for_undo": self.kept_for_undo}
 
 
 def remove(store: Store, session_id: str, identifiers: Sequence[str]) -> list[str]:

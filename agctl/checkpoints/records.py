@@ -1,20 +1,16 @@
-"""The stored shapes of checkpoints: ids, the log's checkpoint record, summaries, reports.
+"""The stored shapes of checkpoints: ids, the log's checkpoint record, summaries.
 
 The bottom of the package: it imports nothing of it, and everything of it may import it.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from pydantic import Field
 
 from agctl import schema
-from agctl.errors import InvalidInput, NotFound
-from agctl.hashing import data_hash
+from agctl.errors import NotFound
 from agctl.ids import BASE32_ALPHABET
 from agctl.models import (
     EAGER,
@@ -23,7 +19,6 @@ from agctl.models import (
     Model,
     Session,
     Slot,
-    _empty_list,
     message_list_adapter,
     utcnow,
 )
@@ -84,7 +79,7 @@ class Checkpoint(Document):
     session_volatile: dict[str, Any]
     slots: dict[str, SlotEntry]
 
-    def summary(self, end: int = 0) -> CheckpointSummary:
+    def summary(self, end: int = 0) -> "CheckpointSummary":
         return CheckpointSummary(
             id=self.id,
             offset=checkpoint_offset(self.id),
@@ -117,79 +112,11 @@ class CheckpointSummary(Model):
     message_count: int = 0
 
 
-@dataclass
-class SessionState:
+class SessionState(NamedTuple):
     """A whole session in memory: the session document and every slot."""
 
     session: Session
     slots: dict[str, Slot]
-
-
-class CheckpointHistory(Model):
-    """A session's checkpoint log in an export: its records verbatim, one a line (so each
-    checkpoint keeps its offset, which is its id), and the ids of removed checkpoints.
-    The caches beside the log (index, heads) are rebuilt where it is imported."""
-
-    records: list[str] = Field(description="The log's lines, without their newlines.")
-    digest: str = Field(description="BLAKE2b (16 bytes, hex) of the log's bytes.")
-    removed: list[str] = Field(default_factory=_empty_list, description="Removed checkpoint ids.")
-
-    def log_bytes(self) -> bytes:
-        data = b"".join(record.encode() + b"\n" for record in self.records)
-        if data_hash(data) != self.digest:
-            raise InvalidInput(
-                "the exported checkpoint log does not match its digest (changed or cut short)"
-            )
-        return data
-
-
-@dataclass
-class Pruned:
-    """What `prune` removed, and what it kept: the newest, and what `undo` still needs."""
-
-    removed: list[str]
-    kept: list[str]
-    kept_for_undo: list[str]
-
-    def to_dict(self) -> dict[str, list[str]]:
-        return {"removed": self.removed, "kept": self.kept, "kept_for_undo": self.kept_for_undo}
-
-
-@dataclass
-class LogReport:
-    """What `ckpt verify` found in one session's checkpoint log."""
-
-    session: str
-    path: str
-    bytes: int = 0
-    records: int = 0
-    checkpoints: int = 0
-    # False for a log written before checksums: its records are readable, unverifiable.
-    checksums: bool = True
-    unverifiable: int = 0
-    # Bytes of a last record cut short by a crash: harmless, sealed by the next append.
-    torn: int = 0
-    problems: list[str] = field(default_factory=list)
-    bad_checkpoints: list[dict[str, str]] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems and not self.bad_checkpoints
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "session": self.session,
-            "path": self.path,
-            "ok": self.ok,
-            "bytes": self.bytes,
-            "records": self.records,
-            "checkpoints": self.checkpoints,
-            "checksums": self.checksums,
-            "unverifiable": self.unverifiable,
-            "torn": self.torn,
-            "problems": self.problems,
-            "bad_checkpoints": self.bad_checkpoints,
-        }
 
 
 def untimed(document: dict[str, Any]) -> dict[str, Any]:

@@ -2,17 +2,76 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import Field
+
 from agctl.checkpoints.files import open_log, read_checkpoint, removed_ids
-from agctl.checkpoints.records import Checkpoint, CheckpointHistory, LogReport, checkpoint_id
+from agctl.checkpoints.records import Checkpoint, checkpoint_id
 from agctl.errors import CorruptDocument, DataError, InvalidInput, NotFound
 from agctl.hashing import content_hash, data_hash, line_sum
+from agctl.models import Model, _empty_list
 from agctl.pack import NO_PARENT, BytesLog, Log
 from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
     from agctl.store import Store
+
+
+@dataclass
+class LogReport:
+    """What `ckpt verify` found in one session's checkpoint log."""
+
+    session: str
+    path: str
+    bytes: int = 0
+    records: int = 0
+    checkpoints: int = 0
+    # False for a log written before checksums: its records are readable, unverifiable.
+    checksums: bool = True
+    unverifiable: int = 0
+    # Bytes of a last record cut short by a crash: harmless, sealed by the next append.
+    torn: int = 0
+    problems: list[str] = field(default_factory=list)
+    bad_checkpoints: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.bad_checkpoints
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session": self.session,
+            "path": self.path,
+            "ok": self.ok,
+            "bytes": self.bytes,
+            "records": self.records,
+            "checkpoints": self.checkpoints,
+            "checksums": self.checksums,
+            "unverifiable": self.unverifiable,
+            "torn": self.torn,
+            "problems": self.problems,
+            "bad_checkpoints": self.bad_checkpoints,
+        }
+
+
+class CheckpointHistory(Model):
+    """A session's checkpoint log in an export: its records verbatim, one a line (so each
+    checkpoint keeps its offset, which is its id), and the ids of removed checkpoints.
+    The caches beside the log (index, heads) are rebuilt where it is imported."""
+
+    records: list[str] = Field(description="The log's lines, without their newlines.")
+    digest: str = Field(description="BLAKE2b (16 bytes, hex) of the log's bytes.")
+    removed: list[str] = Field(default_factory=_empty_list, description="Removed checkpoint ids.")
+
+    def log_bytes(self) -> bytes:
+        data = b"".join(record.encode() + b"\n" for record in self.records)
+        if data_hash(data) != self.digest:
+            raise InvalidInput(
+                "the exported checkpoint log does not match its digest (changed or cut short)"
+            )
+        return data
 
 
 def verify(store: Store, session_id: str) -> LogReport:

@@ -4,10 +4,7 @@ Everything else — assembling the reply, usage, cost, recording, committing —
 once, around `Provider.stream`, for every provider (see agctl.turns).
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from agctl.errors import AgctlError
@@ -76,8 +73,7 @@ def event_from_dict(data: dict[str, Any]) -> Event:
     return kind(**{k: v for k, v in data.items() if k != "type"})
 
 
-@dataclass
-class TurnContext:
+class TurnContext(NamedTuple):
     """What a provider may know about the turn beyond the wire request (never sent)."""
 
     session_id: str = ""
@@ -92,8 +88,7 @@ class TurnContext:
     prompt_estimate: int | None = None
 
 
-@dataclass
-class ChatRequest:
+class ChatRequest(NamedTuple):
     """One chat-completions request: the model input plus how to deliver it."""
 
     model: str
@@ -101,7 +96,7 @@ class ChatRequest:
     temperature: float | None = None
     max_tokens: int | None = None
     stream: bool = False
-    context: TurnContext = field(default_factory=TurnContext)
+    context: TurnContext = TurnContext()
     # The tools offered (OpenAI function definitions), and which the model may call:
     # "auto", "none", "required" or {"type": "function", "function": {"name": ...}}.
     tools: list[dict[str, Any]] | None = None
@@ -154,7 +149,7 @@ class Provider(Protocol):
 class RedactingProvider:
     """Wraps a provider so that no event or error it gives carries a secret."""
 
-    def __init__(self, inner: Provider, redactor: Redactor) -> None:
+    def __init__(self, inner: Provider, redactor: "Redactor") -> None:
         self.inner = inner
         self.redactor = redactor
         self.name = inner.name
@@ -163,7 +158,7 @@ class RedactingProvider:
         return redacted_events(self.inner.stream(request), self.redactor)
 
 
-def redacted_events(events: Iterator[Event], redactor: Redactor) -> Iterator[Event]:
+def redacted_events(events: Iterator[Event], redactor: "Redactor") -> Iterator[Event]:
     """`events` with every secret removed, and any AgctlError they raise redacted too.
 
     Text, reasoning and tool-call arguments arrive in pieces, and a secret may be cut

@@ -13,10 +13,9 @@ import math
 import random
 import re
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
@@ -49,11 +48,10 @@ MAX_TOOL_INDEX = 65535
 _LINE_BREAK = re.compile(rb"\r\n|\r|\n")
 
 
-@dataclass
-class HttpSettings:
+class HttpSettings(NamedTuple):
     base_url: str
     api_key: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = {}  # shared by the settings that name none: read only
     connect_timeout: float = 10.0
     # The longest wait for an event that carries data (keepalives do not count).
     read_timeout: float = 120.0

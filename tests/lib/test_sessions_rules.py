@@ -26,8 +26,6 @@ RULES: dict[ModuleType, tuple[str, ...]] = {
         "check_parent",
         "parent",
         "destroy_session",
-        "current_session_id",
-        "set_current_session",
         "memory_set",
         "memory_get",
         "memory_remove",
@@ -98,13 +96,13 @@ def test_the_session_rules_work_on_a_store_without_files() -> None:
     assert store.files is None
     sessions.create_session(store, "root")
     sessions.create_session(store, "kid", parent_id="ro")
-    sessions.set_current_session(store, "kid")
+    store.set_current_session("kid")
     assert sessions.children(store, "root") == ["kid"]
     assert sessions.parent(store, "kid") == "root"
     sessions.memory_set(store, "kid", "k", "v")
     assert sessions.memory_get(store, "kid", "k") == "v"
     gone = sessions.destroy_session(store, "root", recursive=True)
     assert gone.destroyed == ["root", "kid"]
-    assert sessions.current_session_id(store) is None
+    assert store.current_session_id() is None
     with pytest.raises(NotFound, match="session 'kid' not found"):
         sessions.destroy_session(store, "kid")

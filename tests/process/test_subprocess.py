@@ -213,9 +213,16 @@ def test_an_offline_turn_loads_no_http_client(env: dict[str, str], session: str)
     assert "agctl.providers.offline" in modules
     assert {m for m in modules if m.split(".")[0] in ("httpx", "httpcore")} == set()
     assert "agctl.providers.openai" not in modules
-    # Its checkpoint loads the planner, not the whole package (diff, and difflib).
+    # Its checkpoint loads the planner, not the whole package (diff and difflib, verify,
+    # prune); the Store, not the rules of sessions, which a turn does not use.
     assert "agctl.checkpoints.planner" in modules
-    assert "agctl.checkpoints.diff" not in modules
+    assert {"agctl.checkpoints.diff", "agctl.checkpoints.verify"} & modules == set()
+    assert "agctl.checkpoints.prune" not in modules
+    assert "agctl.store" in modules
+    assert "agctl.sessions" not in modules
+    # The config holds no tool and no hook: their models are not loaded.
+    assert "agctl.config" in modules
+    assert "agctl.specs" not in modules
 
 
 # Run without `site`, whose .pth files may import pathlib (and more) on this machine before

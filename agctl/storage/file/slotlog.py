@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from pydantic import ValidationError
@@ -145,8 +144,7 @@ def header_of(slot: Slot) -> dict[str, Any]:
     }
 
 
-@dataclass
-class StoredSlot:
+class StoredSlot(NamedTuple):
     """A slot as this backend last read or wrote it: its files' stats and revision, what
     its log's lines extend, and its zones and header then (what an append must extend)."""
 
