@@ -315,7 +315,9 @@ class FakePostgres:
     refuse: AgctlError | None = None
     closed: int = 0  # how many times a backend was closed (its connections released)
 
-    def backend(self, dsn: str, *, schema: str, local_dir: Path) -> MemoryBackend:
+    def backend(
+        self, dsn: str, *, schema: str, local_dir: Path, auto_migrate: bool = True
+    ) -> MemoryBackend:
         self.opened.append({"dsn": dsn, "schema": schema, "local_dir": local_dir})
         if self.refuse is not None:
             raise self.refuse

@@ -47,6 +47,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "agctl.cli.tool",
         "Tools a model may call: argv commands given their arguments as JSON.",
     ),
+    "store": (
+        "agctl.cli.store",
+        "The store itself: its status and schema, and copying sessions between stores.",
+    ),
     "completion": ("agctl.cli.completion", "Print the completion script for SHELL."),
     "search": (
         "agctl.cli.search",

@@ -126,17 +126,19 @@ def store_settings(config: Mapping[str, Any]) -> dict[str, str | None]:
     return found
 
 
-def open_backend(choice: StoreChoice, *, sync: str = "per-turn") -> Backend:
-    """The backend of the chosen store. `sync="end"` is the file backend's (see Store)."""
+def open_backend(choice: StoreChoice, *, sync: str = "per-turn", migrate: bool = True) -> Backend:
+    """The backend of the chosen store. `sync="end"` is the file backend's (see Store);
+    `migrate=False` opens a PostgreSQL store as it is (`store status`), else it is
+    brought up to date when first used."""
     if choice.spec.path is not None:
         from agctl.storage.file.backend import FileBackend
 
         return FileBackend(choice.spec.path, sync=sync)
     assert choice.spec.dsn is not None
-    return _postgres(choice.spec, schema=choice.schema, local_dir=choice.local_dir)
+    return _postgres(choice.spec, schema=choice.schema, local_dir=choice.local_dir, migrate=migrate)
 
 
-def _postgres(spec: StoreSpec, *, schema: str, local_dir: Path) -> Backend:
+def _postgres(spec: StoreSpec, *, schema: str, local_dir: Path, migrate: bool = True) -> Backend:
     """The PostgreSQL backend, imported now: psycopg is an extra (agctl[postgres])."""
     try:
         import psycopg  # noqa: F401  - checked first, for the message that says what to install
@@ -150,5 +152,7 @@ def _postgres(spec: StoreSpec, *, schema: str, local_dir: Path) -> Backend:
     from agctl.storage.postgres.backend import PostgresBackend
 
     assert spec.dsn is not None
-    backend: Backend = PostgresBackend(spec.dsn, schema=schema, local_dir=local_dir)
+    backend: Backend = PostgresBackend(
+        spec.dsn, schema=schema, local_dir=local_dir, auto_migrate=migrate
+    )
     return backend

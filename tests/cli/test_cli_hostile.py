@@ -136,6 +136,8 @@ def world(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Wo
         names[name] = str(root / f"{name}.{suffix}")
     names["hooks_file"] = str(root / "project" / ".agctl" / "hooks.json")
     names["hook_payload"] = str(root / "payload.json")
+    names["store"] = str(root / "data")
+    names["copy_target"] = str(root / "copied")
     return World(root, names, CliRunner())
 
 

@@ -72,6 +72,8 @@ def world(run: Run, store: Store, tmp_path: Path) -> dict[str, str]:
         "export": str(export),
         "hooks_file": str(hooks_file),
         "hook_payload": str(hook_payload),
+        "store": store.shown,
+        "copy_target": str(tmp_path / "copied"),
     }
 
 
@@ -82,6 +84,9 @@ INVOCATIONS: dict[str, list[str]] = {
     "ckpt list": ["ckpt", "list"],
     "ckpt verify": ["ckpt", "verify"],
     "doctor": ["doctor"],
+    "store copy": ["store", "copy", "{store}", "{copy_target}"],
+    "store migrate": ["store", "migrate"],
+    "store status": ["store", "status"],
     "man": ["man", "turn", "send"],
     "ckpt prune": ["ckpt", "prune", "--keep", "2"],
     "ckpt rm": ["ckpt", "rm", "{older}"],

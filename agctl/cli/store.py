@@ -1,0 +1,191 @@
+"""`agctl store`: the store itself — its status and migrations, and copying sessions
+between stores."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import click
+
+from agctl.cli.app import App, pass_app
+from agctl.cli.options import json_option
+
+if TYPE_CHECKING:
+    from agctl.storage.base import Backend
+
+
+@contextlib.contextmanager
+def _opened(app: App) -> Iterator[Backend]:
+    """The chosen store's backend as it is: a PostgreSQL schema is not migrated by
+    opening it (these commands look at it, or migrate it, themselves)."""
+    from agctl.storage.factory import open_backend
+
+    backend = open_backend(app.store_choice(), migrate=False)
+    try:
+        yield backend
+    finally:
+        close = getattr(backend, "close", None)
+        if close is not None:
+            close()
+
+
+@click.group("store")
+def command() -> None:
+    """The store itself: its status and schema, and copying sessions between stores.
+
+    The store is the file store in the data dir unless --store, AGCTL_STORE or the
+    config's store.url names another (a directory, or a postgresql:// URL).
+
+    \b
+    Examples:
+      agctl store status
+      AGCTL_STORE=postgresql:///agctl?service=team agctl store migrate
+      agctl store copy ~/.local/share/agctl postgresql:///agctl?service=team
+    """
+
+
+@command.command("status")
+@json_option
+@pass_app
+def status(app: App) -> None:
+    """Show which store is used, its sessions and its schema version, changing nothing.
+
+    A PostgreSQL store's schema is made and brought up to date by migrations, run by the
+    first command that uses it (or by 'agctl store migrate'); status shows it as it is.
+    Exits 5 when the store's schema is from a newer agctl.
+
+    \b
+    Examples:
+      agctl store status
+      agctl --store postgresql:///agctl?service=team store status --json
+    """
+    from agctl.errors import DataError
+    from agctl.storage import admin
+
+    with _opened(app) as backend:
+        found = admin.status(backend)
+    payload = {**found.to_dict(), "origin": app.store_choice().origin}
+    lines = [f"{found.kind} store: {found.where}", f"chosen by: {payload['origin']}"]
+    if found.sessions is not None:
+        lines.append(f"sessions: {found.sessions}")
+    if found.version is not None:
+        notes = {
+            "ok": "up to date",
+            "behind": "behind: the next command, or 'agctl store migrate', brings it up",
+            "newer": "from a newer agctl: upgrade agctl to use it",
+        }
+        lines.append(f"schema: version {found.version} of {found.latest} ({notes[found.state]})")
+    app.emit(payload, text="\n".join(lines))
+    if found.state == "newer":
+        raise DataError(
+            f"the store {found.where} has schema version {found.version}; this agctl knows "
+            f"versions up to {found.latest}: upgrade agctl"
+        )
+
+
+@command.command("migrate")
+@json_option
+@pass_app
+def migrate(app: App) -> None:
+    """Bring the store's schema up to date (a PostgreSQL store; a file store has none).
+
+    Each migration runs in its own transaction under a lock, so several machines may run
+    this at once: one migrates, the others find it done. A schema from a newer agctl is
+    refused (exit 5).
+
+    \b
+    Examples:
+      agctl --store postgresql:///agctl?service=team store migrate
+      agctl store migrate --json | jq .version
+    """
+    from agctl.storage import admin
+
+    with _opened(app) as backend:
+        reached = admin.migrate(backend)
+        found = admin.status(backend)
+    payload = {"kind": found.kind, "where": found.where, "migrated": reached,
+               "version": found.version}  # fmt: skip
+    if found.version is None:
+        text = f"{found.where}: a file store has no schema to migrate"
+    elif reached:
+        text = f"{found.where}: migrated to version {found.version} ({len(reached)} step(s))"
+    else:
+        text = f"{found.where}: up to date (version {found.version})"
+    app.done(payload, text)
+
+
+@command.command("copy")
+@click.argument("source", metavar="SRC")
+@click.argument("target", metavar="DST")
+@click.option(
+    "--session",
+    "-S",
+    "session_ids",
+    multiple=True,
+    metavar="ID",
+    help="Copy this session only (repeatable; default: every session of SRC).",
+)
+@click.option("--source-schema", metavar="NAME", help="The schema of SRC, a PostgreSQL store.")
+@click.option("--target-schema", metavar="NAME", help="The schema of DST, a PostgreSQL store.")
+@json_option
+@pass_app
+def copy(
+    app: App,
+    source: str,
+    target: str,
+    session_ids: tuple[str, ...],
+    source_schema: str | None,
+    target_schema: str | None,
+) -> None:
+    """Copy sessions from store SRC to store DST, each with its whole checkpoint history.
+
+    SRC and DST are stores as --store takes them: a directory (a file store) or a
+    postgresql:// URL. Each session is copied whole or not at all, and verified on the
+    way in; its checkpoints keep their ids (--json prints the old -> new map). A session
+    DST already holds identically is skipped, so a copy can be run again; one DST holds
+    differently stops the copy (exit 4), the sessions before it copied. Drafts stay in
+    SRC. Afterwards 'session export --checkpoints' of SRC and DST print the same.
+
+    \b
+    Examples:
+      agctl store copy ~/.local/share/agctl postgresql:///agctl?service=team
+      agctl store copy postgresql:///agctl?service=team ./backup --session review-42
+      agctl store copy ./a ./b --json | jq '.sessions[] | {id, outcome}'
+    """
+    from agctl.storage.factory import choose_store
+    from agctl.store import Store
+    from agctl.transfer import copy_sessions
+
+    chosen = [
+        choose_store(given, origin=origin, data_dir=app.data_dir, schema=schema)
+        for given, origin, schema in (
+            (source, "SRC", source_schema),
+            (target, "DST", target_schema),
+        )
+    ]
+    if chosen[0].spec == chosen[1].spec and chosen[0].schema == chosen[1].schema:
+        from agctl.errors import UsageError
+
+        raise UsageError(f"SRC and DST are the same store ({chosen[0].spec.shown})")
+    stores: list[Store] = []
+    try:
+        for choice in chosen:
+            stores.append(Store(choice=choice))
+        src, dst = stores
+        copied = copy_sessions(src, dst, list(session_ids) or None)
+    finally:
+        for store in stores:
+            store.close()
+    payload = {
+        "source": src.shown,
+        "target": dst.shown,
+        "sessions": [
+            {"id": c.session_id, "outcome": c.outcome, "checkpoints": c.checkpoints} for c in copied
+        ],
+    }
+    lines = [f"{c.outcome:7}  {c.session_id}  ({len(c.checkpoints)} checkpoint(s))" for c in copied]
+    if not copied:
+        lines.append(f"{src.shown} holds no session")
+    app.done(payload, "\n".join(lines))
