@@ -1,7 +1,7 @@
 """TAB completion on a store that is not a file store: session ids, slots, drafts and
-checkpoints come through its backend (tests/helpers.FakePostgres stands in for
-agctl.storage.postgres and records what is opened); a file store named by --store or
-AGCTL_STORE is read as files."""
+checkpoints come through its backend (the real PostgreSQL server of tests/pgserver.py;
+tests/helpers.FakePostgres stands in for one that cannot be opened); a file store named
+by --store or AGCTL_STORE is read as files."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 from helpers import FakePostgres, install_fake_postgres
+from pgserver import PASSWORD
 
 from agctl.cli import cli
 from agctl.errors import StoreError
@@ -48,9 +49,9 @@ def complete(line: str, env: dict[str, str] | None = None) -> list[str]:
 
 
 @pytest.fixture
-def two_sessions(run: Run, on_postgres: FakePostgres) -> list[str]:
+def two_sessions(run: Run, pg_env: str) -> list[str]:
     """ "main" (current, slots default and b, a draft on b, checkpoints) and "other" (slot
-    x), on the PostgreSQL store; the checkpoint ids of main, newest first."""
+    x), on the real PostgreSQL store; the checkpoint ids of main, newest first."""
     for args in (
         ["session", "new", "other"],
         ["slot", "new", "x"],
@@ -60,15 +61,13 @@ def two_sessions(run: Run, on_postgres: FakePostgres) -> list[str]:
         ["slot", "new", "b"],
     ):
         assert run(*args).exit_code == 0
-    library = Store(url=URL)
+    library = Store(url=pg_env)
     library.save_draft("main", Draft(prompt="p", slot="b"))
     library.close()
     return [row["id"] for row in json.loads(run("ckpt", "list", "--json").stdout)]
 
 
-def test_completion_goes_through_the_backend(
-    two_sessions: list[str], on_postgres: FakePostgres, isolated_env: Path
-) -> None:
+def test_completion_goes_through_the_backend(two_sessions: list[str], isolated_env: Path) -> None:
     assert complete("agctl session use ") == ["main", "other"]
     assert complete("agctl slot use ") == ["b", "default"]
     assert complete("agctl -s other slot use ") == ["default", "x"]
@@ -76,21 +75,22 @@ def test_completion_goes_through_the_backend(
     assert complete("agctl draft show --slot ") == ["b"]
     assert complete("agctl ckpt rollback ") == two_sessions
     assert not (isolated_env / "sessions").exists()
-    assert on_postgres.closed == len(on_postgres.opened)  # each TAB closed what it opened
 
 
 def test_completion_follows_store_on_the_line_and_the_config(
-    two_sessions: list[str], run: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    two_sessions: list[str], pg_env: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("AGCTL_STORE")
     assert complete("agctl session use ") == []  # the data dir: empty
-    assert complete(f"agctl --store {URL} session use ") == ["main", "other"]
-    assert complete(f"agctl slot --store {URL} use ") == ["b", "default"]
+    assert complete(f"agctl --store {pg_env} session use ") == ["main", "other"]
+    assert complete(f"agctl slot --store {pg_env} use ") == ["b", "default"]
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"store": {"url": URL.replace(f":{SECRET}", "")}}))
+    config.write_text(json.dumps({"store": {"url": pg_env.replace(f":{PASSWORD}", "")}}))
     monkeypatch.setenv("AGCTL_CONFIG", str(config))
-    assert complete(f"agctl --store {URL} session use ") == ["main", "other"]
-    assert complete("agctl session use ") == []  # another database: no sessions
+    monkeypatch.setenv("AGCTL_STORE_SCHEMA", "another")
+    assert complete(f"agctl --store {pg_env} session use ") == []  # another schema: none
+    monkeypatch.delenv("AGCTL_STORE_SCHEMA")
+    assert complete("agctl session use ") == []  # the config's, schema agctl: none
 
 
 def test_completion_offers_nothing_when_the_store_cannot_be_opened(
