@@ -611,7 +611,7 @@ class PostgresBackend(_Reading):
             try:
                 conn: Conn = psycopg.connect(self.dsn, autocommit=True)
             except psycopg.OperationalError as exc:
-                if time.monotonic() + delay > deadline:
+                if not _unavailable(exc) or time.monotonic() + delay > deadline:
                     raise StoreError(
                         f"cannot connect to the store {self.where}: {_first_line(exc)}"
                     ) from None
@@ -944,6 +944,22 @@ class PostgresBackend(_Reading):
         self.load_session(session_id)
         make_dirs(path.parent)
         write_atomic(path, session_id.encode() + b"\n")
+
+
+# The server says it cannot take connections yet (starting up, shutting down, in
+# recovery): worth waiting for, as is no answer at all (a socket not there yet). libpq
+# gives a refusal at connect as text only ("FATAL:  database ... does not exist").
+_NOT_YET = {"57P03"}
+_NOT_YET_TEXT = ("starting up", "shutting down", "in recovery", "not yet accepting")
+
+
+def _unavailable(exc: psycopg.OperationalError) -> bool:
+    """Whether a failed connect may succeed soon: a wrong password, database or role
+    will not, and is reported at once."""
+    if exc.sqlstate is not None:
+        return exc.sqlstate in _NOT_YET
+    text = str(exc)
+    return "FATAL:" not in text or any(phrase in text for phrase in _NOT_YET_TEXT)
 
 
 def _first_line(exc: BaseException) -> str:

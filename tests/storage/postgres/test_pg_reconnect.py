@@ -231,3 +231,31 @@ def test_a_server_gone_for_good_is_a_store_error_naming_the_store_without_its_pa
         assert "***" in str(error) and pg_database in str(error)
     running_server.start()
     assert open_backend().load_session(SID).title == "rich"
+
+
+def test_a_database_that_does_not_exist_is_reported_at_once(
+    pg_server: PgServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refusal that waiting cannot fix (no such database, role, password) is not
+    retried for CONNECT_PATIENCE: the command fails at its first attempt, saying why."""
+    attempts = []
+    connect = pg_backend.psycopg.connect
+
+    def counted(*args: object, **kwargs: object) -> object:
+        attempts.append(args)
+        return connect(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pg_backend.psycopg, "connect", counted)
+    backend = PostgresBackend(pg_server.url("no_such_db"), schema="s", local_dir=tmp_path)
+    with pytest.raises(StoreError, match="no_such_db"):
+        backend.session_ids()
+    assert len(attempts) == 1
+    pg_server.stop()  # no server at all: that is waited for, and retried
+    try:
+        monkeypatch.setattr(pg_backend, "CONNECT_PATIENCE", 0.3)
+        attempts.clear()
+        with pytest.raises(StoreError):
+            PostgresBackend(pg_server.url(), schema="s", local_dir=tmp_path).session_ids()
+        assert len(attempts) > 1
+    finally:
+        pg_server.start()
