@@ -166,6 +166,19 @@ class Log:
             self._last = (self._sealed, (offsets[-1], values[-1]))
         return offsets
 
+    def replace(self, data: bytes) -> None:
+        """Make the log exactly `data` (whole lines, a header first): what `store gc`
+        writes, in the transaction that commits it; everything learnt of the old log
+        is forgotten."""
+        writer = self._writer()
+        writer.truncate(0)
+        if data:
+            writer.append(lambda offset: data)
+        self._checked = None
+        self._digests.clear()
+        self._last = None
+        self._sealed = self.size()
+
     def _drop_torn_tail(self) -> None:
         """Cut off what a crash mid-append left after the last newline (nothing refers to
         it), so a torn header cannot turn a new log into one without checksums."""
