@@ -33,7 +33,7 @@ def _opened(app: App) -> Iterator[Backend]:
 
 @click.group("store")
 def command() -> None:
-    """The store itself: its status and schema, copying sessions between stores, and gc.
+    """The store itself: its status and schema, and copying sessions between stores.
 
     The store is the file store in the data dir unless --store, AGCTL_STORE or the
     config's store.url names another (a directory, or a postgresql:// URL).
