@@ -14,7 +14,8 @@ different state; a log starts with a header record saying so. Logs written befor
 checksums (no header) stay readable, their records unverifiable.
 
 A zone of a checkpoint is the offset of its last node, so a checkpoint costs only what is
-new since the history it extends. Records are never rewritten; everything a record refers
+new since the history it extends. Records are never rewritten (only `store gc` writes a
+whole new log, in one transaction: agctl.checkpoints.gc); everything a record refers
 to was written before it, in the same or an earlier append, and each append is fsynced
 before anything else refers to it. A crash can leave at most a torn last line, which
 nothing refers to and the next append seals.

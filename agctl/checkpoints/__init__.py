@@ -19,8 +19,9 @@ chains, whatever the number of checkpoints.
 The package is a stack, each module importing only those below it: records (the stored
 shapes and ids) · files (the log, index and removed set) · planner (what a new checkpoint
 must store; the heads cache) · reader · restore (rollback, fork, undo) · verify · prune ·
-diff · gc (reclaiming what only removed checkpoints reached) · checkpointer (the Checkpointer, one object over them). This module only re-exports,
-each name when first used.
+diff · gc (reclaiming what only removed checkpoints reached) · checkpointer (the
+Checkpointer, one object over them). This module only re-exports, each name when first
+used.
 """
 
 from __future__ import annotations

@@ -197,8 +197,8 @@ class _Plan:
         """The record with its offsets moved (None: it is dropped)."""
         where = self.offsets
         if "h" in record:
-            parent = int(record["p"])
-            return {**record, "p": parent if parent == NO_PARENT else where[parent]}
+            node_parent = int(record["p"])
+            return {**record, "p": node_parent if node_parent == NO_PARENT else where[node_parent]}
         if "c" in record:
             old = record["c"]
             parent = self.nearest_live(old.get("parent"))
@@ -299,9 +299,7 @@ class _Plan:
     def report(self, session_id: str, new: bytes) -> GcReport:
         kinds = {"nodes": "h", "blobs": "b", "checkpoints": "c", "rollbacks": "r"}
         dropped = {
-            name: sum(
-                1 for o, (r, _) in self.records.items() if key in r and o not in self.offsets
-            )
+            name: sum(1 for o, (r, _) in self.records.items() if key in r and o not in self.offsets)
             for name, key in kinds.items()
         }
         return GcReport(
@@ -364,6 +362,7 @@ def _remap_drafts(store: Store, session_id: str, old: set[str], ids: dict[str, s
             continue
         if not draft.error:
             continue
+
         def moved(found: re.Match[str]) -> str:
             name = found.group(2)
             if name not in old:

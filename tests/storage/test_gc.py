@@ -249,7 +249,7 @@ def test_gc_killed_at_any_moment_leaves_the_old_log_or_the_new(
         child.stdin.write(b"go\n")
         child.stdin.flush()
         try:
-            child.wait(timeout=delays(0.0, 0.4))
+            child.wait(timeout=delays(0.0, 0.12))
         except subprocess.TimeoutExpired:
             child.send_signal(signal.SIGKILL)
         child.wait(timeout=60)
