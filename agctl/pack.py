@@ -14,7 +14,8 @@ different state; a log starts with a header record saying so. Logs written befor
 checksums (no header) stay readable, their records unverifiable.
 
 A zone of a checkpoint is the offset of its last node, so a checkpoint costs only what is
-new since the history it extends. Records are never rewritten; everything a record refers
+new since the history it extends. Records are never rewritten (only `store gc` writes a
+whole new log, in one transaction: agctl.checkpoints.gc); everything a record refers
 to was written before it, in the same or an earlier append, and each append is fsynced
 before anything else refers to it. A crash can leave at most a torn last line, which
 nothing refers to and the next append seals.
@@ -165,6 +166,19 @@ class Log:
         if isinstance(values[-1], dict):
             self._last = (self._sealed, (offsets[-1], values[-1]))
         return offsets
+
+    def replace(self, data: bytes) -> None:
+        """Make the log exactly `data` (whole lines, a header first): what `store gc`
+        writes, in the transaction that commits it; everything learnt of the old log
+        is forgotten."""
+        writer = self._writer()
+        writer.truncate(0)
+        if data:
+            writer.append(lambda offset: data)
+        self._checked = None
+        self._digests.clear()
+        self._last = None
+        self._sealed = self.size()
 
     def _drop_torn_tail(self) -> None:
         """Cut off what a crash mid-append left after the last newline (nothing refers to

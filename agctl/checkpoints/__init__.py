@@ -10,7 +10,8 @@ is in docs/checkpoints.md):
     the heads      what the latest checkpoint refers to, per slot, with the revision of
                    the slot it saw; a cache that lets the next checkpoint skip unchanged
                    slots and store only new messages
-    removed ids    of removed checkpoints
+    removed ids    of removed checkpoints (until `store gc` writes the log again without
+                   them: the live checkpoints then get new ids)
 
 A checkpoint costs its new messages plus a small record; reading one walks only its own
 chains, whatever the number of checkpoints.
@@ -18,8 +19,9 @@ chains, whatever the number of checkpoints.
 The package is a stack, each module importing only those below it: records (the stored
 shapes and ids) · files (the log, index and removed set) · planner (what a new checkpoint
 must store; the heads cache) · reader · restore (rollback, fork, undo) · verify · prune ·
-diff · checkpointer (the Checkpointer, one object over them). This module only re-exports,
-each name when first used.
+diff · gc (reclaiming what only removed checkpoints reached) · checkpointer (the
+Checkpointer, one object over them). This module only re-exports, each name when first
+used.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ _LAZY = {
     "Checkpoint": "agctl.checkpoints.records",
     "CheckpointHistory": "agctl.checkpoints.verify",
     "CheckpointSummary": "agctl.checkpoints.records",
+    "GcReport": "agctl.checkpoints.gc",
     "LogReport": "agctl.checkpoints.verify",
     "Pruned": "agctl.checkpoints.prune",
     "SessionState": "agctl.checkpoints.records",
@@ -51,6 +54,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from agctl.checkpoints.checkpointer import Checkpointer
     from agctl.checkpoints.diff import diff_states
+    from agctl.checkpoints.gc import GcReport
     from agctl.checkpoints.planner import Batch, Pending, TurnHint
     from agctl.checkpoints.prune import Pruned
     from agctl.checkpoints.records import (
@@ -84,6 +88,7 @@ __all__ = [
     "CheckpointHistory",
     "CheckpointSummary",
     "Checkpointer",
+    "GcReport",
     "LogReport",
     "Pending",
     "Pruned",

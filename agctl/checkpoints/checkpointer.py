@@ -15,6 +15,7 @@ from agctl.checkpoints.records import Checkpoint, CheckpointSummary, SessionStat
 from agctl.models import Session
 
 if TYPE_CHECKING:
+    from agctl.checkpoints.gc import GcReport
     from agctl.checkpoints.prune import Pruned
     from agctl.checkpoints.verify import CheckpointHistory, LogReport
     from agctl.pack import Log
@@ -117,6 +118,12 @@ class Checkpointer:
         from agctl.checkpoints import prune
 
         return prune.prune(self.store, session_id, keep, everything=everything)
+
+    def gc(self, session_id: str, *, dry_run: bool = False) -> GcReport:
+        """Reclaim what only removed checkpoints reached; the live ones get new ids."""
+        from agctl.checkpoints import gc
+
+        return gc.gc(self.store, session_id, dry_run=dry_run)
 
     # ---- diff ----------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""`agctl store`: the store itself — its status and migrations, and copying sessions
-between stores."""
+"""`agctl store`: the store itself — its status and migrations, copying sessions
+between stores, and reclaiming what removed checkpoints held."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ def command() -> None:
       agctl store status
       AGCTL_STORE=postgresql:///agctl?service=team agctl store migrate
       agctl store copy ~/.local/share/agctl postgresql:///agctl?service=team
+      agctl store gc --dry-run
     """
 
 
@@ -188,4 +189,56 @@ def copy(
     lines = [f"{c.outcome:7}  {c.session_id}  ({len(c.checkpoints)} checkpoint(s))" for c in copied]
     if not copied:
         lines.append(f"{src.shown} holds no session")
+    app.done(payload, "\n".join(lines))
+
+
+@command.command("gc")
+@click.option(
+    "--session",
+    "-S",
+    "session_ids",
+    multiple=True,
+    metavar="ID",
+    help="Reclaim in this session only (repeatable; default: every session).",
+)
+@click.option("--dry-run", is_flag=True, help="Say what would be reclaimed, changing nothing.")
+@json_option
+@pass_app
+def gc(app: App, session_ids: tuple[str, ...], dry_run: bool) -> None:
+    """Reclaim the space only removed checkpoints used ('ckpt prune', 'ckpt rm').
+
+    Each session's checkpoint log is written again, in one transaction, with only what
+    its live checkpoints reach; each is verified first, and every live checkpoint still
+    restores the same state. Checkpoint ids are offsets in the log, so the kept ones get
+    new ids (--json prints the old -> new map). A session with nothing to reclaim is left
+    as it is. A fork keeps no checkpoint id of its origin, so nothing elsewhere changes.
+
+    \b
+    Examples:
+      agctl ckpt prune --keep 5 && agctl store gc
+      agctl store gc --session review-42 --dry-run
+      agctl store gc --json | jq '.sessions[] | {session, bytes_before, bytes_after}'
+    """
+    from agctl.checkpoints import Checkpointer
+
+    store = app.store
+    keeper = Checkpointer(store)
+    wanted = list(session_ids) or store.session_ids()
+    reports = [keeper.gc(session_id, dry_run=dry_run) for session_id in wanted]
+    payload = {"dry_run": dry_run, "sessions": [r.to_dict() for r in reports]}
+    lines = []
+    for r in reports:
+        if r.bytes_after == r.bytes_before:
+            outcome = "nothing to reclaim"
+        else:
+            verb = "would reclaim" if dry_run else "reclaimed"
+            renamed = sum(old != new for old, new in r.ids.items())
+            outcome = (
+                f"{verb} {r.reclaimed} bytes ({r.bytes_before} -> {r.bytes_after}; "
+                f"{r.checkpoints_dropped} removed checkpoint(s), {r.nodes_dropped} message "
+                f"node(s), {r.blobs_dropped} blob(s)); {renamed} checkpoint(s) renamed"
+            )
+        lines.append(f"{r.session}  {outcome}")
+    if not reports:
+        lines.append("the store holds no session")
     app.done(payload, "\n".join(lines))

@@ -255,6 +255,12 @@ class Journal:
             if size == 0:
                 os.pwrite(fd, _header(_header_size(), _BOOT), 0)
                 size = _header_size()
+            elif size > _header_size() and any(op[0] == "mv" for op in ops):
+                # A move is replayed only while its temp file is there: an earlier record
+                # replayed after a power failure would otherwise write over the moved file
+                # (a log written again by `store gc`) and stay. Those go to disk first.
+                self._flush(fd)
+                size = _header_size()
             try:
                 try:
                     self._write_record(fd, record, size, durable)
