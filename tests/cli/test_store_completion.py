@@ -74,7 +74,7 @@ def test_completion_goes_through_the_backend(two_sessions: list[str], isolated_e
     assert complete("agctl -s oth slot use ") == ["default", "x"]  # a prefix
     assert complete("agctl draft show --slot ") == ["b"]
     assert complete("agctl ckpt rollback ") == two_sessions
-    assert not (isolated_env / "sessions").exists()
+    assert Store(isolated_env).session_ids() == []  # none in the data dir
 
 
 def test_completion_follows_store_on_the_line_and_the_config(

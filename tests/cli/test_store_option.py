@@ -86,7 +86,7 @@ def test_a_postgresql_url_opens_the_postgres_backend(
 ) -> None:
     assert run("session", "new", "s").exit_code == 0
     assert on_postgres.opened == [{"dsn": URL, "schema": "agctl", "local_dir": isolated_env}]
-    assert not (isolated_env / "sessions").exists()  # nothing of it in the data dir
+    assert Store(isolated_env).session_ids() == []  # nothing of it in the data dir
     mine = tmp_path / "machine-b"
     result = run("--data-dir", str(mine), "--store", URL, "session", "list", "--json")
     assert [row["id"] for row in json.loads(result.stdout)] == ["s"]
@@ -135,7 +135,7 @@ def test_no_command_shows_the_password(
     result = run(*args, *[arg.format(**world) for arg in INVOCATIONS[name]])
     assert result.exit_code == 0, output(result)
     assert PASSWORD not in output(result)
-    assert not (isolated_env / "sessions").exists()  # the sessions are in the database
+    assert Store(isolated_env).session_ids() == []  # the sessions are in the database
 
 
 @pytest.fixture
