@@ -32,7 +32,6 @@ from typing import IO, Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.sql import Composed
 from pydantic import ValidationError
 
 from agctl.errors import (
@@ -65,9 +64,9 @@ _SQL = {
     "session": "SELECT doc, rev FROM {s}.sessions WHERE id = %s",
     "has_session": "SELECT 1 FROM {s}.sessions WHERE id = %s",
     "session_ids": 'SELECT id FROM {s}.sessions ORDER BY id COLLATE "C"',
+    "lock_timeout": "SELECT set_config('lock_timeout', %s, true)",
     "lock": "SELECT log_size FROM {s}.sessions WHERE id = %s FOR UPDATE",
     "lock_or_skip": "SELECT log_size FROM {s}.sessions WHERE id = %s FOR UPDATE SKIP LOCKED",
-    "lock_timeout": "SELECT set_config('lock_timeout', %s, true)",
     "slot_ids": 'SELECT id FROM {s}.slots WHERE session_id = %s ORDER BY id COLLATE "C"',
     "slot": """SELECT header, rev, count, CASE WHEN rev = %s THEN NULL ELSE ARRAY(
                    SELECT m.data FROM {s}.slot_messages AS m
@@ -126,8 +125,10 @@ _SQL = {
 }
 
 
-def _statements(schema: str) -> dict[str, Composed]:
-    return {name: pg_schema.statement(text, schema) for name, text in _SQL.items()}
+def _statements(schema: str) -> dict[str, bytes]:
+    """The statements with the schema in them, rendered once: psycopg caches the parsing
+    of a bytes query, but renders a Composed one again at every execute."""
+    return {name: pg_schema.statement(text, schema).as_bytes(None) for name, text in _SQL.items()}
 
 
 def _check_cache(name: str) -> str:
@@ -315,7 +316,7 @@ class _Reading:
     """The Reader methods over statements run by `_rows` (a connection of the backend,
     or a transaction's)."""
 
-    _sql: dict[str, Composed]
+    _sql: dict[str, bytes]
     _known: dict[tuple[str, str], _Known]
     where: str
 
@@ -678,15 +679,26 @@ class PostgresBackend(_Reading):
                 conn.close()
 
     @contextlib.contextmanager
-    def _begun(self, begin: str = "BEGIN", session_id: str | None = None) -> Iterator[Conn]:
+    def _begun(
+        self,
+        begin: str = "BEGIN",
+        session_id: str | None = None,
+        settings: Sequence[Any] = (),
+    ) -> Iterator[Conn]:
         """A pooled connection in a new transaction. A connection found lost at BEGIN,
         before anything is done, is replaced: a server restart cuts every idle one, so
         the rest of the pool goes too and a new connection is opened (waiting out a
-        restart, CONNECT_PATIENCE)."""
+        restart, CONNECT_PATIENCE). `settings`, parameters of the "lock_timeout" statement,
+        are set with BEGIN in the same round trip (a pipeline)."""
         for attempt in range(2):
             with self._connection() as conn:
                 try:
-                    conn.execute(begin)
+                    if settings:
+                        with conn.pipeline():
+                            conn.execute(begin)
+                            conn.execute(self._sql["lock_timeout"], settings)
+                    else:
+                        conn.execute(begin)
                 except psycopg.OperationalError as exc:
                     if conn.closed and not attempt:
                         self._drop_idle()
@@ -766,11 +778,10 @@ class PostgresBackend(_Reading):
         """A database transaction holding the session's row lock (None with `skip_locked`
         when another holds it). Before the lock is held nothing is done, so a connection
         lost until then is opened again; after it, a lost one fails the transaction."""
-        timeout = f"{int(lock_timeout() * 1000)}ms"
+        timeout = [f"{int(lock_timeout() * 1000)}ms"]
         for attempt in range(2):
-            with self._begun("BEGIN", session_id) as conn:
+            with self._begun("BEGIN", session_id, timeout) as conn:
                 try:
-                    conn.execute(self._sql["lock_timeout"], [timeout])
                     found = conn.execute(
                         self._sql["lock_or_skip" if skip_locked else "lock"], [session_id]
                     ).fetchone()
