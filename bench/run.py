@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from checkpoints import measure as measure_checkpoints
 from fake_openai import FakeOpenAI
 from installed import Installed, installed_wheel, source_tree
+from postgres import NOTES as POSTGRES_NOTES
+from postgres import measure as measure_postgres
 from replay import measure as measure_replay
 from replay import sync_modes
 from search import measure as measure_search
@@ -310,6 +312,10 @@ def main() -> None:
     sizes = [10, 100] if args.quick else [10, 100, 1000, 5000]
     with measured_form(args.source) as agctl:
         rows = [*startup(runs, agctl), *turns(runs, sizes, agctl)]
+        postgres = measure_postgres(runs, args.quick, agctl)
+        rows += postgres["rows"]
+    if postgres["skipped"]:
+        rows.append(row("PostgreSQL", 0, "-", postgres["skipped"], None, "skipped", None))
     rows += [
         *(replay(100, 100, 500) if args.quick else replay(1000, 300, 4000)),
         *storage(100 if args.quick else 1000),
@@ -320,14 +326,16 @@ def main() -> None:
         print(json.dumps({"runs": runs, "form": agctl.form, "rows": rows}, indent=2))
         return
     print(f"commands timed as: {agctl.form}; load average {os.getloadavg()[0]:.2f}")
-    print(f"{'benchmark':44} {'value':>10} {'unit':8} {'ratio':>6}  {'target':14} met  reference")
+    print(f"{'benchmark':56} {'value':>10} {'unit':8} {'ratio':>6}  {'target':17} met  reference")
     for r in rows:
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
         met = {True: "yes", False: "NO", None: "-"}[r["met"]]
         print(
-            f"{r['name']:44} {r['value']:10.1f} {r['unit']:8} {ratio:>6}  {r['target']:14} "
+            f"{r['name']:56} {r['value']:10.1f} {r['unit']:8} {ratio:>6}  {r['target']:17} "
             f"{met:4} {r['reference']}"
         )
+    if not postgres["skipped"]:
+        print("\n".join(POSTGRES_NOTES))
     if "end" not in sync_modes():
         print("turn replay, sync end: not available yet (agctl.replay.replay takes no sync)")
 

@@ -32,7 +32,6 @@ from typing import IO, Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.sql import Composed
 from pydantic import ValidationError
 
 from agctl.errors import (
@@ -65,9 +64,9 @@ _SQL = {
     "session": "SELECT doc, rev FROM {s}.sessions WHERE id = %s",
     "has_session": "SELECT 1 FROM {s}.sessions WHERE id = %s",
     "session_ids": 'SELECT id FROM {s}.sessions ORDER BY id COLLATE "C"',
+    "lock_timeout": "SELECT set_config('lock_timeout', %s, true)",
     "lock": "SELECT log_size FROM {s}.sessions WHERE id = %s FOR UPDATE",
     "lock_or_skip": "SELECT log_size FROM {s}.sessions WHERE id = %s FOR UPDATE SKIP LOCKED",
-    "lock_timeout": "SELECT set_config('lock_timeout', %s, true)",
     "slot_ids": 'SELECT id FROM {s}.slots WHERE session_id = %s ORDER BY id COLLATE "C"',
     "slot": """SELECT header, rev, count, CASE WHEN rev = %s THEN NULL ELSE ARRAY(
                    SELECT m.data FROM {s}.slot_messages AS m
@@ -123,11 +122,15 @@ _SQL = {
     "delete_draft": "DELETE FROM {s}.drafts WHERE session_id = %s AND slot_id = %s RETURNING 1",
     "drop_cache": "DELETE FROM {s}.caches WHERE session_id = %s AND name = %s",
     "append_cache": "INSERT INTO {s}.caches (session_id, name, data) VALUES (%s, %s, %s)",
+    "replace_cache": """WITH gone AS (DELETE FROM {s}.caches WHERE session_id = %s AND name = %s)
+                        INSERT INTO {s}.caches (session_id, name, data) VALUES (%s, %s, %s)""",
 }
 
 
-def _statements(schema: str) -> dict[str, Composed]:
-    return {name: pg_schema.statement(text, schema) for name, text in _SQL.items()}
+def _statements(schema: str) -> dict[str, bytes]:
+    """The statements with the schema in them, rendered once: psycopg caches the parsing
+    of a bytes query, but renders a Composed one again at every execute."""
+    return {name: pg_schema.statement(text, schema).as_bytes(None) for name, text in _SQL.items()}
 
 
 def _check_cache(name: str) -> str:
@@ -315,7 +318,7 @@ class _Reading:
     """The Reader methods over statements run by `_rows` (a connection of the backend,
     or a transaction's)."""
 
-    _sql: dict[str, Composed]
+    _sql: dict[str, bytes]
     _known: dict[tuple[str, str], _Known]
     where: str
 
@@ -335,16 +338,23 @@ class _Reading:
     def has_session(self, session_id: str) -> bool:
         return self._one("has_session", [validate_id(session_id, "session")]) is not None
 
+    def _session_row(self, session_id: str) -> tuple[bytes, int] | None:
+        row = self._one("session", [session_id])
+        return None if row is None else (bytes(row[0]), int(row[1]))
+
     def load_session(self, session_id: str) -> Session:
-        row = self._one("session", [validate_id(session_id, "session")])
+        row = self._session_row(validate_id(session_id, "session"))
         if row is None:
             raise NotFound(f"session {session_id!r} not found")
         try:
-            session = Session.model_validate_json(bytes(row[0]))
+            session = Session.model_validate_json(row[0])
         except ValidationError as exc:
             raise self._corrupt(f"session {session_id!r}", exc) from None
-        session.rev = int(row[1])
+        session.rev = row[1]
         return session
+
+    def _saw_slot(self, session_id: str, slot_id: str, rev: int, count: int) -> None:
+        """A slot's stored revision and message count, as just read."""
 
     def slot_ids(self, session_id: str) -> list[str]:
         sid = validate_id(session_id, "session")
@@ -362,6 +372,7 @@ class _Reading:
             if not self.has_session(sid):
                 raise NotFound(f"session {session_id!r} not found")
             raise NotFound(f"slot {slot_id!r} not found in session {session_id!r}")
+        self._saw_slot(sid, slot_id, int(row[1]), int(row[2]))
         if row[3] is None and reuse is not None:
             return reuse  # stored at its revision, which no other write was ever given
         header, rev, rows = bytes(row[0]), int(row[1]), row[3]
@@ -439,6 +450,11 @@ class PgTx(_Reading):
         self._sealed: bool | None = None  # whether the log ends with a newline (None: ask)
         self._stored_size = log_size
         self.rewinds = 0
+        # What this transaction last read or wrote of its session's rows: nobody else
+        # writes them while it holds the session's lock, so a second look needs no
+        # statement. Slot id -> (revision, message count); the session's (doc, revision).
+        self._slots: dict[str, tuple[int, int]] = {}
+        self._session: tuple[bytes, int] | None = None
 
     def _rows(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         cursor = self._conn.execute(self._sql[name], params)
@@ -453,6 +469,45 @@ class PgTx(_Reading):
                 f"session {session_id!r} written in a transaction of session {self.session_id!r}"
             )
         return session_id
+
+    # ---- what this transaction knows of its own rows ---------------------------
+
+    def has_session(self, session_id: str) -> bool:
+        if validate_id(session_id, "session") == self.session_id:
+            return True  # its row is locked by this transaction
+        return super().has_session(session_id)
+
+    def _session_row(self, session_id: str) -> tuple[bytes, int] | None:
+        if session_id != self.session_id:
+            return super()._session_row(session_id)
+        if self._session is None:
+            self._session = super()._session_row(session_id)
+        return self._session
+
+    def _saw_slot(self, session_id: str, slot_id: str, rev: int, count: int) -> None:
+        if session_id == self.session_id:
+            self._slots[slot_id] = (rev, count)
+
+    def _slot_state(self, slot_id: str) -> tuple[int, int] | None:
+        """The slot's stored (revision, message count); None: there is no such slot."""
+        if slot_id not in self._slots:
+            row = self._one("slot_rev", [self.session_id, slot_id])
+            if row is None:
+                return None
+            self._slots[slot_id] = (int(row[0]), int(row[1]))
+        return self._slots[slot_id]
+
+    def slot_rev(self, session_id: str, slot_id: str) -> int | None:
+        sid, slot_id = validate_id(session_id, "session"), validate_id(slot_id, "slot")
+        if sid != self.session_id:
+            return super().slot_rev(sid, slot_id)
+        state = self._slot_state(slot_id)
+        return None if state is None else state[0]
+
+    def _forget(self) -> None:
+        """After a statement that removed the session's rows at once (replace, destroy)."""
+        self._slots.clear()
+        self._session = None
 
     # ---- the checkpoint log's end, kept here until commit ----------------------
 
@@ -486,6 +541,7 @@ class PgTx(_Reading):
         if row is None:
             raise NotFound(f"session {session.id!r} not found")
         session.rev = int(row[0])
+        self._session = (doc, session.rev)
 
     def put_slot(self, slot: Slot) -> None:
         sid, slot_id = self.session_id, validate_id(slot.id, "slot")
@@ -494,6 +550,7 @@ class PgTx(_Reading):
         assert row is not None
         self._insert_messages(slot_id, 0, slot.messages)
         slot.rev = int(row[0])
+        self._slots[slot_id] = (slot.rev, len(slot.messages))
         self._known[(sid, slot_id)] = _Known(slot)
 
     def _insert_messages(self, slot_id: str, start: int, messages: Sequence[Message]) -> None:
@@ -505,10 +562,10 @@ class PgTx(_Reading):
 
     def append_messages(self, slot: Slot, count: int) -> None:
         sid, slot_id = self.session_id, validate_id(slot.id, "slot")
-        row = self._one("slot_rev", [sid, slot_id])
-        if row is None:
+        state = self._slot_state(slot_id)
+        if state is None:
             raise NotFound(f"slot {slot_id!r} not found in session {sid!r}")
-        stored_rev, stored_count = int(row[0]), int(row[1])
+        stored_rev, stored_count = state
         known = self._known.get((sid, slot_id))
         if known is None or known.rev != stored_rev:
             self.load_slot(sid, slot_id)
@@ -521,10 +578,12 @@ class PgTx(_Reading):
         updated = self._one("append_slot", [_header(slot), count, sid, slot_id])
         assert updated is not None
         slot.rev = int(updated[0])
+        self._slots[slot_id] = (slot.rev, stored_count + count)
         self._known[(sid, slot_id)] = _Known(slot)
 
     def delete_slot(self, slot_id: str) -> None:
         slot_id = validate_id(slot_id, "slot")
+        self._slots.pop(slot_id, None)
         if self._one("delete_slot", [self.session_id, slot_id]) is None:
             raise NotFound(f"slot {slot_id!r} not found in session {self.session_id!r}")
         self._known.pop((self.session_id, slot_id), None)
@@ -550,22 +609,27 @@ class PgTx(_Reading):
         self._execute("put_removed", [sorted(set(ids)), self.session_id])
 
     def put_cache(self, name: str, data: bytes | None) -> None:
-        self._execute("drop_cache", [self.session_id, _check_cache(name)])
-        if data is not None:
-            self._execute("append_cache", [self.session_id, name, bytes(data)])
+        if data is None:
+            self._execute("drop_cache", [self.session_id, _check_cache(name)])
+        else:
+            sid = self.session_id
+            self._execute("replace_cache", [sid, _check_cache(name), sid, name, bytes(data)])
 
     def append_cache(self, name: str, data: bytes) -> None:
         self._execute("append_cache", [self.session_id, _check_cache(name), bytes(data)])
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
-        """A database savepoint; what is kept here (the log's end) is put back with it."""
+        """A database savepoint; what is kept here (the log's end, the rows known) is put
+        back with it."""
         size, sealed = self._size, self._sealed
+        slots, session = dict(self._slots), self._session
         try:
             with self._conn.transaction():
                 yield
         except BaseException:
             self._size, self._sealed = size, sealed
+            self._slots, self._session = slots, session
             self.rewinds += 1
             raise
 
@@ -678,15 +742,26 @@ class PostgresBackend(_Reading):
                 conn.close()
 
     @contextlib.contextmanager
-    def _begun(self, begin: str = "BEGIN", session_id: str | None = None) -> Iterator[Conn]:
+    def _begun(
+        self,
+        begin: str = "BEGIN",
+        session_id: str | None = None,
+        settings: Sequence[Any] = (),
+    ) -> Iterator[Conn]:
         """A pooled connection in a new transaction. A connection found lost at BEGIN,
         before anything is done, is replaced: a server restart cuts every idle one, so
         the rest of the pool goes too and a new connection is opened (waiting out a
-        restart, CONNECT_PATIENCE)."""
+        restart, CONNECT_PATIENCE). `settings`, parameters of the "lock_timeout" statement,
+        are set with BEGIN in the same round trip (a pipeline)."""
         for attempt in range(2):
             with self._connection() as conn:
                 try:
-                    conn.execute(begin)
+                    if settings:
+                        with conn.pipeline():
+                            conn.execute(begin)
+                            conn.execute(self._sql["lock_timeout"], settings)
+                    else:
+                        conn.execute(begin)
                 except psycopg.OperationalError as exc:
                     if conn.closed and not attempt:
                         self._drop_idle()
@@ -766,11 +841,10 @@ class PostgresBackend(_Reading):
         """A database transaction holding the session's row lock (None with `skip_locked`
         when another holds it). Before the lock is held nothing is done, so a connection
         lost until then is opened again; after it, a lost one fails the transaction."""
-        timeout = f"{int(lock_timeout() * 1000)}ms"
+        timeout = [f"{int(lock_timeout() * 1000)}ms"]
         for attempt in range(2):
-            with self._begun("BEGIN", session_id) as conn:
+            with self._begun("BEGIN", session_id, timeout) as conn:
                 try:
-                    conn.execute(self._sql["lock_timeout"], [timeout])
                     found = conn.execute(
                         self._sql["lock_or_skip" if skip_locked else "lock"], [session_id]
                     ).fetchone()
@@ -885,6 +959,7 @@ class PostgresBackend(_Reading):
             assert tx is not None
             for name in ("clear_slots", "clear_drafts", "clear_log", "clear_caches"):
                 tx._execute(name, [sid])
+            tx._forget()
             tx.put_session(session)
             self._write_session(tx, slots, b"", ())
             tx._stored_size = -1  # the size is written again
@@ -895,6 +970,7 @@ class PostgresBackend(_Reading):
         with self._locked(sid) as tx:
             assert tx is not None
             tx._execute("destroy", [sid])
+            tx._forget()
             tx._stored_size = tx._size  # nothing to write back: the row is gone
         if self.current_session_id() == sid:
             self.set_current_session(None)

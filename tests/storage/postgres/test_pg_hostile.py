@@ -50,7 +50,10 @@ class Statements:
         self.params: list[Any] = []
 
     def record(self, query: Any, params: Any) -> None:
-        text = query if isinstance(query, str) else query.as_string(None)
+        if isinstance(query, bytes):
+            text = query.decode()
+        else:
+            text = query if isinstance(query, str) else query.as_string(None)
         self.texts.append(text)
         self.params.extend(params or ())
 
