@@ -324,6 +324,26 @@ def remove_file(path: Path) -> None:
     fsync_dir(path.parent)
 
 
+def read_pointer(path: Path) -> str | None:
+    """The session id a current-session pointer file names (None: there is none)."""
+    try:
+        value = read_bytes(path, "current-session pointer").decode().strip()
+    except NotFound:
+        return None
+    except UnicodeDecodeError:
+        raise CorruptDocument(path, "not UTF-8 text") from None
+    return value or None
+
+
+def write_pointer(path: Path, session_id: str | None) -> None:
+    """Point the current-session pointer file at `session_id` (None: remove it)."""
+    if session_id is None:
+        remove_file(path)
+        return
+    make_dirs(path.parent)
+    write_atomic(path, session_id.encode() + b"\n")
+
+
 _local = threading.local()
 
 

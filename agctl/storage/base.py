@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from agctl.models import Draft, Session, Slot
+    from agctl.models import Draft, Message, Session, Slot
 
 # The caches a backend keeps for the checkpoint code, by name.
 CACHES = ("heads", "index")
@@ -68,6 +68,25 @@ def lock_timeout() -> float:
         return ConfigStore().load().lock_timeout
     except AgctlError:
         return DEFAULT_LOCK_TIMEOUT  # the config cannot be read: its default
+
+
+def append_problem(
+    stored: tuple[Sequence[Message], Sequence[Message], Sequence[Message]],
+    slot: Slot,
+    count: int,
+) -> str | None:
+    """Why `slot` is not the slot whose zones (immutable, compressed, messages) are
+    `stored` plus `count` appended messages, or None: what every backend's
+    `append_messages` checks before it appends."""
+    immutable, compressed, messages = stored
+    kept = len(slot.messages) - count
+    if count < 0 or kept != len(messages):
+        return f"it holds {len(messages)} messages, not {kept}"
+    if slot.immutable != list(immutable) or slot.compressed != list(compressed):
+        return "its immutable or compressed zone differs"
+    if slot.messages[:kept] != list(messages):
+        return "its earlier messages differ"
+    return None
 
 
 class LogReader(Protocol):

@@ -43,8 +43,10 @@ from agctl.fsio import (
     fsync_dir,
     make_dirs,
     read_bytes,
+    read_pointer,
     remove_file,
     write_atomic,
+    write_pointer,
 )
 from agctl.ids import validate_id
 from agctl.models import Draft, Session, Slot
@@ -642,23 +644,12 @@ class FileBackend:
     # ---- the current-session pointer -----------------------------------------------
 
     def current_session_id(self) -> str | None:
-        path = layout.current_pointer(self.root)
-        try:
-            value = read_bytes(path, "current-session pointer").decode().strip()
-        except NotFound:
-            return None
-        except UnicodeDecodeError:
-            raise CorruptDocument(path, "not UTF-8 text") from None
-        return value or None
+        return read_pointer(layout.current_pointer(self.root))
 
     def set_current_session(self, session_id: str | None) -> None:
-        path = layout.current_pointer(self.root)
-        if session_id is None:
-            remove_file(path)
-            return
-        self.load_session(session_id)
-        make_dirs(self.root)
-        write_atomic(path, session_id.encode() + b"\n")
+        if session_id is not None:
+            self.load_session(session_id)
+        write_pointer(layout.current_pointer(self.root), session_id)
 
     # ---- legacy --------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from agctl.fsio import read_bytes
 from agctl.hashing import data_hash
 from agctl.models import Message, Slot, message_list_adapter
 from agctl.pack import checked_value, encode_record
+from agctl.storage.base import append_problem
 from agctl.storage.file import layout
 from agctl.storage.file.journal import Op, pack_data
 from agctl.validation import validation_summary
@@ -170,11 +171,4 @@ class StoredSlot(NamedTuple):
 
     def extended_by(self, slot: Slot, count: int) -> str | None:
         """Why `slot` is not this stored slot plus `count` appended messages, or None."""
-        kept = len(slot.messages) - count
-        if count < 0 or kept != len(self.messages):
-            return f"it holds {len(self.messages)} messages, not {kept}"
-        if slot.immutable != self.immutable or slot.compressed != self.compressed:
-            return "its immutable or compressed zone differs"
-        if slot.messages[:kept] != self.messages:
-            return "its earlier messages differ"
-        return None
+        return append_problem((self.immutable, self.compressed, self.messages), slot, count)

@@ -43,10 +43,10 @@ from agctl.errors import (
     StoreError,
     UsageError,
 )
-from agctl.fsio import make_dirs, read_bytes, remove_file, write_atomic
+from agctl.fsio import read_pointer, write_pointer
 from agctl.ids import validate_id
 from agctl.models import Draft, Message, Session, Slot
-from agctl.storage.base import CACHES, Tx, lock_timeout
+from agctl.storage.base import CACHES, Tx, append_problem, lock_timeout
 from agctl.storage.postgres import schema as pg_schema
 from agctl.storage.urls import redact
 from agctl.validation import validation_summary
@@ -175,14 +175,7 @@ class _Known:
         self.messages = list(slot.messages)
 
     def extended_by(self, slot: Slot, count: int) -> str | None:
-        kept = len(slot.messages) - count
-        if count < 0 or kept != len(self.messages):
-            return f"it holds {len(self.messages)} messages, not {kept}"
-        if slot.immutable != self.immutable or slot.compressed != self.compressed:
-            return "its immutable or compressed zone differs"
-        if slot.messages[:kept] != self.messages:
-            return "its earlier messages differ"
-        return None
+        return append_problem((self.immutable, self.compressed, self.messages), slot, count)
 
 
 class _LogRaw(io.RawIOBase):
@@ -1003,23 +996,12 @@ class PostgresBackend(_Reading):
         return layout.store_pointer(self.local_dir, key)
 
     def current_session_id(self) -> str | None:
-        path = self._pointer()
-        try:
-            value = read_bytes(path, "current-session pointer").decode().strip()
-        except NotFound:
-            return None
-        except UnicodeDecodeError:
-            raise CorruptDocument(path, "not UTF-8 text") from None
-        return value or None
+        return read_pointer(self._pointer())
 
     def set_current_session(self, session_id: str | None) -> None:
-        path = self._pointer()
-        if session_id is None:
-            remove_file(path)
-            return
-        self.load_session(session_id)
-        make_dirs(path.parent)
-        write_atomic(path, session_id.encode() + b"\n")
+        if session_id is not None:
+            self.load_session(session_id)
+        write_pointer(self._pointer(), session_id)
 
 
 # The server says it cannot take connections yet (starting up, shutting down, in
