@@ -46,6 +46,7 @@ class App:
         self.store_given = False  # --store on the command line
         self._store_choice: StoreChoice | None = None
         self.session_arg = session
+        self.session_given = False  # -s/--session on the command line
         self.json = json
         self.quiet = quiet
         self.no_hooks = False  # --no-hooks or AGCTL_NO_HOOKS: see agctl.hooks.hooks_disabled

@@ -65,9 +65,37 @@ def _store(ctx: click.Context, param: click.Parameter, value: str | None) -> Non
     app.store_given = source == click.core.ParameterSource.COMMANDLINE
 
 
-def _session(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+def _session(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     if value:
-        _app(ctx).session_arg = value
+        app = _app(ctx)
+        app.session_arg = value
+        source = ctx.get_parameter_source(param.name or "")
+        app.session_given = app.session_given or source == click.core.ParameterSource.COMMANDLINE
+
+
+def _sessions(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[str]:
+    """The sessions a command over several takes: each `--session`, else the one the
+    global `-s` named on the command line (not AGCTL_SESSION's: all of them then)."""
+    app = _app(ctx)
+    if values:
+        app.session_arg = values[-1]
+        app.session_given = True
+        return list(values)
+    return [app.session_arg] if app.session_given and app.session_arg else []
+
+
+def sessions_option(what: str) -> Callable[[F], F]:
+    """`--session/-s ID`, repeatable, on a command over several sessions (default: every
+    one): the global option, taking more than one."""
+    return click.option(
+        "--session",
+        "-s",
+        "session_ids",
+        multiple=True,
+        metavar="ID",
+        callback=_sessions,
+        help=f"{what} this session only (repeatable; default: every session).",
+    )
 
 
 def _json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from agctl.cli.app import App, pass_app
-from agctl.cli.options import json_option
+from agctl.cli.options import json_option, sessions_option
 
 if TYPE_CHECKING:
     from agctl.storage.base import Backend
@@ -120,14 +120,7 @@ def migrate(app: App) -> None:
 @command.command("copy")
 @click.argument("source", metavar="SRC")
 @click.argument("target", metavar="DST")
-@click.option(
-    "--session",
-    "-S",
-    "session_ids",
-    multiple=True,
-    metavar="ID",
-    help="Copy this session only (repeatable; default: every session of SRC).",
-)
+@sessions_option("Copy")
 @click.option("--source-schema", metavar="NAME", help="The schema of SRC, a PostgreSQL store.")
 @click.option("--target-schema", metavar="NAME", help="The schema of DST, a PostgreSQL store.")
 @json_option
@@ -136,7 +129,7 @@ def copy(
     app: App,
     source: str,
     target: str,
-    session_ids: tuple[str, ...],
+    session_ids: list[str],
     source_schema: str | None,
     target_schema: str | None,
 ) -> None:
@@ -193,18 +186,11 @@ def copy(
 
 
 @command.command("gc")
-@click.option(
-    "--session",
-    "-S",
-    "session_ids",
-    multiple=True,
-    metavar="ID",
-    help="Reclaim in this session only (repeatable; default: every session).",
-)
+@sessions_option("Reclaim in")
 @click.option("--dry-run", is_flag=True, help="Say what would be reclaimed, changing nothing.")
 @json_option
 @pass_app
-def gc(app: App, session_ids: tuple[str, ...], dry_run: bool) -> None:
+def gc(app: App, session_ids: list[str], dry_run: bool) -> None:
     """Reclaim the space only removed checkpoints used ('ckpt prune', 'ckpt rm').
 
     Each session's checkpoint log is written again, in one transaction, with only what

@@ -85,7 +85,7 @@ INVOCATIONS: dict[str, list[str]] = {
     "ckpt verify": ["ckpt", "verify"],
     "doctor": ["doctor"],
     "store copy": ["store", "copy", "{store}", "{copy_target}"],
-    "store gc": ["store", "gc", "--session", "s"],
+    "store gc": ["store", "gc"],
     "store migrate": ["store", "migrate"],
     "store status": ["store", "status"],
     "man": ["man", "turn", "send"],
