@@ -14,6 +14,8 @@ import argparse
 import contextlib
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -125,6 +127,34 @@ def startup(runs: int, agctl: Installed) -> list[dict[str, Any]]:
     ]
 
 
+def instructions(
+    commands: list[tuple[list[str], dict[str, str]]], agctl: Installed
+) -> list[int] | None:
+    """The instructions each command executes, counted by callgrind (one run each, with
+    a fixed hash seed): the same count on a busy machine as on a quiet one, where wall
+    times of a few hundred ms swing by a fifth. None without valgrind."""
+    if shutil.which("valgrind") is None:
+        return None
+    counts = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for argv, env in commands:
+            if not argv[0].endswith("python") and not argv[0].endswith("python3"):
+                argv = [agctl.python, *argv]  # the agctl script: count the interpreter
+            done = subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out", *argv],
+                env={**env, "PYTHONHASHSEED": "0"},
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+            found = re.search(r"Collected : (\d+)", done.stderr)
+            if done.returncode or found is None:
+                return None
+            counts.append(int(found.group(1)))
+    return counts
+
+
 def turns(runs: int, sizes: list[int], agctl: Installed) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp, FakeOpenAI() as server:
         config = Path(tmp) / "config.json"
@@ -145,6 +175,7 @@ def turns(runs: int, sizes: list[int], agctl: Installed) -> list[dict[str, Any]]
             argv = [*agctl.agctl, "-s", f"s{size}", "turn", "send", "hi", "--no-stream"]
             commands[str(size)] = (argv, env)
         times = interleaved_medians(commands, runs)
+        counted = instructions([commands["floor"], commands[str(sizes[0])]], agctl)
     floor = times.pop("floor")
     results = {int(size): seconds for size, seconds in times.items()}
     ref = f"import click, pydantic, httpx {floor * 1000:.0f} ms"
@@ -160,6 +191,19 @@ def turns(runs: int, sizes: list[int], agctl: Installed) -> list[dict[str, Any]]
             small / floor <= 2,
         )
     ]
+    if counted is not None:
+        floor_ir, small_ir = counted
+        out.append(
+            row(
+                "  the same, counted in instructions (callgrind)",
+                small_ir / 1e6,
+                "M instr",
+                f"import click, pydantic, httpx {floor_ir / 1e6:.1f}M",
+                small_ir / floor_ir,
+                "<= 2x floor",
+                small_ir / floor_ir <= 2,
+            )
+        )
     for size in sizes[1:]:
         ratio = results[size] / small
         target = "<= 1.15x of 10" if size == sizes[-1] else "(shown)"
