@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from timing import interleaved_medians
+from timing import interleaved_medians, row
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -65,26 +65,6 @@ DURABILITY = {
     "fsync on": "-c fsync=on -c synchronous_commit=on -c full_page_writes=on",
 }
 WRITERS = 8
-
-
-def row(
-    name: str,
-    value: float,
-    unit: str,
-    reference: str,
-    ratio: float | None,
-    target: str,
-    met: bool | None,
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "value": value,
-        "unit": unit,
-        "reference": reference,
-        "ratio": ratio,
-        "target": target,
-        "met": met,
-    }
 
 
 @dataclass

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from timing import interleaved_medians
+from timing import interleaved_medians, row
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -41,26 +41,6 @@ from turn import fill
 
 from agctl.store import Store
 from agctl.tokens import estimate_text
-
-
-def row(
-    name: str,
-    value: float,
-    unit: str,
-    reference: str,
-    ratio: float | None,
-    target: str,
-    met: bool | None,
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "value": value,
-        "unit": unit,
-        "reference": reference,
-        "ratio": ratio,
-        "target": target,
-        "met": met,
-    }
 
 
 @contextlib.contextmanager

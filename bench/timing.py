@@ -1,10 +1,12 @@
-"""Timing shared by the benchmarks: the median wall time of a real process."""
+"""Timing shared by the benchmarks: the median wall time of a real process, and a row of
+the table."""
 
 from __future__ import annotations
 
 import statistics
 import subprocess
 import time
+from typing import Any
 
 
 def median_wall(argv: list[str], env: dict[str, str], runs: int, *, warm_up: bool = True) -> float:
@@ -32,3 +34,24 @@ def interleaved_medians(
             if round_number:
                 samples[name].append(time.perf_counter() - start)
     return {name: statistics.median(times) for name, times in samples.items()}
+
+
+def row(
+    name: str,
+    value: float,
+    unit: str,
+    reference: str,
+    ratio: float | None,
+    target: str,
+    met: bool | None,
+) -> dict[str, Any]:
+    """One line of the benchmark table (bench/run.py), its reference beside it."""
+    return {
+        "name": name,
+        "value": value,
+        "unit": unit,
+        "reference": reference,
+        "ratio": ratio,
+        "target": target,
+        "met": met,
+    }
