@@ -73,7 +73,8 @@ class Store:
     machine-local data dir; `Store()` in the store the user chose (AGCTL_STORE, the
     config's store.url, else the data dir: agctl.storage.factory), as the command line
     does; `Store(backend=MemoryBackend())` keeps them in memory. `sync="end"` (file
-    backend) commits without an fsync each time, until `flush()`.
+    backend) commits without an fsync each time, until `flush()`; `patient=False`
+    tries a shared store's server once rather than waiting it out (TAB completion).
     """
 
     def __init__(
@@ -85,6 +86,7 @@ class Store:
         choice: StoreChoice | None = None,
         backend: Backend | None = None,
         sync: str = "per-turn",
+        patient: bool = True,
     ) -> None:
         if backend is None:
             if choice is None and url is None and root is not None:
@@ -93,7 +95,7 @@ class Store:
                 local = Path(root) if root is not None else None
                 choice = choose_store(url, origin="store URL", data_dir=local, schema=schema)
             log.debug("store: %s (%s)", choice.spec.shown, choice.origin)
-            backend = open_backend(choice, sync=sync)
+            backend = open_backend(choice, sync=sync, patient=patient)
         self.backend: Backend = backend
         self.choice = choice
         self.files: FileBackend | None = backend if isinstance(backend, FileBackend) else None

@@ -316,7 +316,13 @@ class FakePostgres:
     closed: int = 0  # how many times a backend was closed (its connections released)
 
     def backend(
-        self, dsn: str, *, schema: str, local_dir: Path, auto_migrate: bool = True
+        self,
+        dsn: str,
+        *,
+        schema: str,
+        local_dir: Path,
+        auto_migrate: bool = True,
+        connect_patience: float | None = None,
     ) -> MemoryBackend:
         self.opened.append({"dsn": dsn, "schema": schema, "local_dir": local_dir})
         if self.refuse is not None:

@@ -81,7 +81,7 @@ def backend_store(ctx: click.Context) -> Store | None:
         from agctl.store import Store
 
         try:
-            store: Store | None = Store(choice=store_choice(ctx))
+            store: Store | None = Store(choice=store_choice(ctx), patient=False)
         except Exception:  # a missing driver, a server down: a TAB offers nothing, quietly
             store = None
         ctx.meta["agctl.backend_store"] = store

@@ -126,19 +126,35 @@ def store_settings(config: Mapping[str, Any]) -> dict[str, str | None]:
     return found
 
 
-def open_backend(choice: StoreChoice, *, sync: str = "per-turn", migrate: bool = True) -> Backend:
+def open_backend(
+    choice: StoreChoice, *, sync: str = "per-turn", migrate: bool = True, patient: bool = True
+) -> Backend:
     """The backend of the chosen store. `sync="end"` is the file backend's (see Store);
     `migrate=False` opens a PostgreSQL store as it is (`store status`), else it is
-    brought up to date when first used."""
+    brought up to date when first used; `patient=False` tries a connection once (a TAB
+    must not wait out a server that is down)."""
     if choice.spec.path is not None:
         from agctl.storage.file.backend import FileBackend
 
         return FileBackend(choice.spec.path, sync=sync)
     assert choice.spec.dsn is not None
-    return _postgres(choice.spec, schema=choice.schema, local_dir=choice.local_dir, migrate=migrate)
+    return _postgres(
+        choice.spec,
+        schema=choice.schema,
+        local_dir=choice.local_dir,
+        migrate=migrate,
+        patience=None if patient else 0.0,
+    )
 
 
-def _postgres(spec: StoreSpec, *, schema: str, local_dir: Path, migrate: bool = True) -> Backend:
+def _postgres(
+    spec: StoreSpec,
+    *,
+    schema: str,
+    local_dir: Path,
+    migrate: bool = True,
+    patience: float | None = None,
+) -> Backend:
     """The PostgreSQL backend, imported now: psycopg is an extra (agctl[postgres])."""
     try:
         import psycopg  # noqa: F401  - checked first, for the message that says what to install
@@ -153,6 +169,10 @@ def _postgres(spec: StoreSpec, *, schema: str, local_dir: Path, migrate: bool = 
 
     assert spec.dsn is not None
     backend: Backend = PostgresBackend(
-        spec.dsn, schema=schema, local_dir=local_dir, auto_migrate=migrate
+        spec.dsn,
+        schema=schema,
+        local_dir=local_dir,
+        auto_migrate=migrate,
+        connect_patience=patience,
     )
     return backend

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 from helpers import FakePostgres, install_fake_postgres
-from pgserver import PASSWORD
+from pgserver import PASSWORD, PgServer
 
 from agctl.cli import cli
 from agctl.errors import StoreError
@@ -108,3 +108,27 @@ def test_completion_of_a_file_store_named_by_store(run: Run, tmp_path: Path) -> 
     assert complete(f"agctl --store {where} session use ") == ["tabs"]
     assert complete("agctl slot use ", {"AGCTL_STORE": where.as_uri()}) == ["default"]
     assert os.environ.get("AGCTL_STORE") is None
+
+
+def test_a_tab_on_a_server_that_is_down_tries_once(
+    two_sessions: list[str], pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TAB must not hang: with the server down it offers nothing after one attempt,
+    where a command waits the server out (CONNECT_PATIENCE)."""
+    from agctl.storage.postgres import backend as pg_backend
+
+    attempts: list[object] = []
+    connect = pg_backend.psycopg.connect
+
+    def counted(*args: object, **kwargs: object) -> object:
+        attempts.append(args)
+        return connect(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pg_backend.psycopg, "connect", counted)
+    pg_server.stop()
+    try:
+        assert complete("agctl session use ") == []
+        assert len(attempts) == 1
+    finally:
+        pg_server.start()
+    assert complete("agctl session use ") == ["main", "other"]

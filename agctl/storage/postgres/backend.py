@@ -634,15 +634,25 @@ class PostgresBackend(_Reading):
     sources: PGPASSFILE, PGSERVICE, the environment); `schema`: where the tables are;
     `local_dir`: this machine's data dir, which keeps the current-session pointer;
     `auto_migrate`: run the migrations the schema is behind on when first connecting
-    (and refuse one from a newer agctl), as every command but `store status` does."""
+    (and refuse one from a newer agctl), as every command but `store status` does;
+    `connect_patience`: seconds to wait out a server that cannot take connections yet."""
 
     kind = "postgresql"
     latest_version = pg_schema.VERSION
 
     def __init__(
-        self, dsn: str, *, schema: str = "agctl", local_dir: Path, auto_migrate: bool = True
+        self,
+        dsn: str,
+        *,
+        schema: str = "agctl",
+        local_dir: Path,
+        auto_migrate: bool = True,
+        connect_patience: float | None = None,
     ) -> None:
         self.dsn = dsn
+        # How long a connect waits out a server that is not there yet (None: the default,
+        # CONNECT_PATIENCE; 0: one attempt, for a TAB that must not hang).
+        self.connect_patience = connect_patience
         self.schema = schema
         self.where = f"{redact(dsn)} (schema {schema})"
         self.local_dir = local_dir
@@ -662,7 +672,8 @@ class PostgresBackend(_Reading):
     def _connect(self) -> Conn:
         """A new connection, retried while the server cannot take one yet (restarting,
         starting up): a connection is only ever opened where no transaction is at work."""
-        deadline = time.monotonic() + CONNECT_PATIENCE
+        patience = CONNECT_PATIENCE if self.connect_patience is None else self.connect_patience
+        deadline = time.monotonic() + patience
         delay = 0.05
         while True:
             try:
