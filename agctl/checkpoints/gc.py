@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agctl.checkpoints.files import head, log, open_log, removed_ids
+from agctl.checkpoints.files import head, log, removed_ids
 from agctl.checkpoints.planner import load_heads, save_heads
 from agctl.checkpoints.reader import summaries
 from agctl.checkpoints.records import checkpoint_id
@@ -75,23 +75,10 @@ class GcReport:
 def gc(store: Store, session_id: str, *, dry_run: bool = False) -> GcReport:
     """Write the session's log again with only what its live checkpoints reach, in one
     transaction; a log with nothing to reclaim is left as it is, byte for byte."""
-    from agctl.checkpoints.verify import verify, verify_log
+    from agctl.checkpoints.verify import verified_log, verify, verify_log
 
     with store.transaction(session_id) as tx:
-        history = open_log(store, session_id)
-        report = verify(store, session_id)
-        if not report.ok:
-            reasons = report.problems + [b["reason"] for b in report.bad_checkpoints]
-            raise CorruptDocument(
-                history.path,
-                f"the checkpoint log is damaged ({reasons[0]}); 'agctl ckpt verify' says "
-                "more; nothing was reclaimed",
-            )
-        try:
-            with history.storage.open() as handle:
-                data = handle.read()
-        except NotFound:
-            data = b""
+        history, data, _ = verified_log(store, session_id, "; nothing was reclaimed")
         plan = _Plan(history, data, removed_ids(store, session_id))
         new = plan.build()
         result = plan.report(session_id, new)

@@ -151,23 +151,32 @@ def _broken_reference(checkpoint: Checkpoint, depth: dict[int, int], blobs: set[
     return ""
 
 
+def verified_log(store: Store, session_id: str, refused: str) -> tuple[Log, bytes, LogReport]:
+    """The session's checkpoint log, its bytes and its report, once verified: a damaged
+    log is refused (exit 5), its message ending with `refused` (what is not done).
+    Called in a transaction on the session."""
+    history = open_log(store, session_id)
+    report = verify(store, session_id)
+    if not report.ok:
+        reasons = report.problems + [b["reason"] for b in report.bad_checkpoints]
+        raise CorruptDocument(
+            history.path,
+            f"the checkpoint log is damaged ({reasons[0]}); 'agctl ckpt verify' says more{refused}",
+        )
+    try:
+        with history.storage.open() as handle:
+            data = handle.read()
+    except NotFound:
+        data = b""
+    return history, data, report
+
+
 def export_history(store: Store, session_id: str) -> CheckpointHistory:
     """The session's checkpoint log as it is, verified (a damaged one is refused)."""
     with store.transaction(session_id):
-        history = open_log(store, session_id)
-        report = verify(store, session_id)
-        if not report.ok:
-            reasons = report.problems + [b["reason"] for b in report.bad_checkpoints]
-            raise CorruptDocument(
-                history.path,
-                f"the checkpoint log is damaged ({reasons[0]}); 'agctl ckpt verify' "
-                "says more, and an export without --checkpoints leaves it behind",
-            )
-        try:
-            with history.storage.open() as handle:
-                data = handle.read()
-        except NotFound:
-            data = b""
+        history, data, report = verified_log(
+            store, session_id, ", and an export without --checkpoints leaves it behind"
+        )
         data = data[: len(data) - report.torn]
         removed = sorted(removed_ids(store, session_id))
     try:
