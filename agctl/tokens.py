@@ -17,6 +17,8 @@ def estimate_text(text: str) -> int:
     if not text:
         return 0
     chars = len(text)
+    if text.isascii():  # a flag of the string: no bytes to count
+        return (chars + 3) // 4
     wide = (len(text.encode("utf-8", "surrogatepass")) - chars) // 2
     narrow = max(chars - wide, 0)
     return wide + (narrow + 3) // 4

@@ -134,7 +134,7 @@ class _Reading:
             raise NotFound(f"slot {slot_id!r} not found in session {session_id!r}")
         if reuse is not None and reuse.id == slot_id and reuse.rev == stored.rev:
             return reuse
-        slot = Slot.model_validate_json(stored.data)
+        slot = Slot.from_json(stored.data)
         slot.rev = stored.rev
         return slot
 

@@ -25,7 +25,7 @@ def invalid_document(exc: ValidationError) -> str:
 def parse_document(raw: bytes, model: type[D], path: Path | str) -> D:
     """A document from its bytes, or CorruptDocument / SchemaTooNew naming `path`."""
     try:
-        return model.model_validate_json(raw)
+        return model.from_json(raw)
     except SchemaTooNew as exc:
         raise SchemaTooNew(exc.kind, exc.found, exc.supported, path) from None
     except ValidationError as exc:

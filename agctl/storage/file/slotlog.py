@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from agctl.errors import CorruptDocument, NotFound
 from agctl.fsio import read_bytes
 from agctl.hashing import data_hash
-from agctl.models import Message, Slot, message_list_adapter
+from agctl.models import Message, Slot, message_list_adapter, stored_messages
 from agctl.pack import checked_value, encode_record
 from agctl.storage.base import append_problem
 from agctl.storage.file import layout
@@ -70,11 +70,10 @@ def replay(document: Path, slot: Slot, base: str) -> None:
         data = read_bytes(path, f"slot {slot.id!r}")
     except NotFound:
         return
-    adapter = message_list_adapter()
     meta: dict[str, Any] = {}
     for number, value in extending_lines(data, base, slot.rev):
         try:
-            slot.messages.extend(adapter.validate_python(value.get("m")))
+            slot.messages.extend(stored_messages(value.get("m")))
         except ValidationError as exc:
             summary = validation_summary(exc, "message")
             raise CorruptDocument(path, f"line {number}: {summary}") from None

@@ -371,7 +371,7 @@ class _Reading:
         header, rev, rows = bytes(row[0]), int(row[1]), row[3]
         document = header[:-1] + b',"messages":[' + b",".join(rows) + b"]}"
         try:
-            slot = Slot.model_validate_json(document)
+            slot = Slot.from_json(document)
         except ValidationError as exc:
             raise self._corrupt(f"slot {slot_id!r} of session {session_id!r}", exc) from None
         slot.rev = rev
