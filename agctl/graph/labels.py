@@ -7,9 +7,10 @@ from __future__ import annotations
 import unicodedata
 from typing import Any
 
-# Control, format (bidi overrides, zero-width joiners), line and paragraph separators and
-# lone surrogates: each could hide, reorder or break what follows it in any renderer.
-_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+# Control, format (bidi overrides, zero-width joiners), line and paragraph separators, lone
+# surrogates, private and unassigned code points: each could hide, reorder or break what
+# follows it in some renderer, or take a width no one can tell. Other spaces become spaces.
+_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 REPLACEMENT = "\ufffd"
 
 
@@ -17,10 +18,16 @@ def clean(text: str, replacement: str = REPLACEMENT) -> str:
     """`text` with every character that is not shown as itself replaced."""
     if text.isprintable():
         return text
-    return "".join(
-        replacement if unicodedata.category(char) in _HIDDEN else char
-        for char in text.replace("\t", " ")
-    )
+    shown = []
+    for char in text:
+        category = unicodedata.category(char)
+        if category in _HIDDEN:
+            shown.append(" " if char == "\t" else replacement)
+        elif category == "Zs":
+            shown.append(" ")
+        else:
+            shown.append(char)
+    return "".join(shown)
 
 
 def _count(number: int, word: str) -> str:

@@ -17,6 +17,8 @@ from agctl.graph.labels import clean, edge_text, is_current, node_details, node_
 
 WIDTH = 80
 MAX_LANES = 16
+# A name longer than this is cut, so that what follows it on the row still shows.
+NAME_WIDTH = 32
 # The kinds of edge that are lanes (from a row above to a row below).
 _LANE_EDGES = ("derived", "forked", "parent")
 
@@ -219,17 +221,17 @@ def _row_prefix(
 
 def _row_text(node: dict[str, Any], notes: list[str], glyphs: Glyphs) -> str:
     details = node_details(node)
-    parts = [clean(node_title(node))]
+    parts = [cut(clean(node_title(node)), NAME_WIDTH, glyphs.ellipsis)]
     if details:
         parts.append(f"({clean(details)})" if node["kind"] == "session" else clean(details))
-    parts.extend(notes)
-    text = "  ".join(parts)
-    if glyphs is ASCII:
-        text = text.replace("·", "-").encode("ascii", "replace").decode("ascii")
-    return text
+    parts.extend(clean(note) for note in notes)
+    return "  ".join(parts)
 
 
 def _fit(prefix: str, text: str, width: int, glyphs: Glyphs) -> str:
-    """One row: the lanes, then the text cut to what is left of `width`."""
+    """One row: the lanes, then the text (in ASCII for ASCII glyphs) cut to what is left
+    of `width`."""
+    if glyphs is ASCII:
+        text = text.replace("·", "-").encode("ascii", "replace").decode("ascii")
     line = prefix + cut(text, max(width - display_width(prefix), 0), glyphs.ellipsis)
     return line.rstrip()
