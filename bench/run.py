@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from checkpoints import measure as measure_checkpoints
 from fake_openai import FakeOpenAI
+from graph import measure as measure_graph
 from installed import Installed, installed_wheel, source_tree
 from postgres import NOTES as POSTGRES_NOTES
 from postgres import measure as measure_postgres
@@ -315,6 +316,22 @@ def search(runs: int) -> list[dict[str, Any]]:
     ]
 
 
+def graph(runs: int, slots: int, checkpoints: int) -> list[dict[str, Any]]:
+    result = measure_graph(slots, checkpoints, runs)
+    seconds = result["seconds"]
+    return [
+        row(
+            f"session graph --format text, {slots} slots, {checkpoints:,} ckpts",
+            seconds["graph"] * 1000,
+            "ms",
+            f"ckpt list {seconds['ckpt_list'] * 1000:.0f} ms",
+            seconds["graph"] / seconds["ckpt_list"],
+            "< 1 s",
+            seconds["graph"] < 1,
+        )
+    ]
+
+
 def tokens() -> list[dict[str, Any]]:
     text = corpus(10)
     size = len(text.encode()) / 1e6
@@ -358,6 +375,7 @@ def main() -> None:
         *(replay(100, 100, 500) if args.quick else replay(1000, 300, 4000)),
         *storage(100 if args.quick else 1000),
         *search(runs),
+        *(graph(runs, 200, 200) if args.quick else graph(runs, 200, 2000)),
         *tokens(),
     ]
     if args.json:
