@@ -19,7 +19,7 @@ from agctl.checkpoints.records import (
 from agctl.errors import AlreadyExists, NotFound, UsageError
 from agctl.hashing import content_hash
 from agctl.ids import validate_id
-from agctl.models import Session, utcnow
+from agctl.models import Session, isoformat, utcnow
 
 if TYPE_CHECKING:
     from agctl.store import Store
@@ -78,6 +78,13 @@ def fork(store: Store, session_id: str, identifier: str, new_id: str | None = No
             "parent_id": session_id,
             "created_at": now,
             "updated_at": now,
+            # Where it came from, for `session graph`: the turn and time find the
+            # checkpoint again after `store gc` gave it a new id.
+            "forked_from": {
+                "checkpoint": target.id,
+                "turn": target.turn_index,
+                "created_at": isoformat(target.created_at),
+            },
         }
     )
     store.materialize_session(session, list(rebuilt.slots.values()))

@@ -28,7 +28,7 @@ from agctl.errors import (
     UsageError,
 )
 from agctl.ids import BASE32_ALPHABET, new_session_id
-from agctl.models import Message, Session, Slot
+from agctl.models import Message, Session, Slot, isoformat
 from agctl.providers.base import (
     ChatRequest,
     Event,
@@ -325,11 +325,16 @@ def test_fork_starts_a_child_from_the_checkpoint(store: Store) -> None:
     assert (child.id, child.parent_id) == ("child", SID)
     state = dumped_live(store, "child")
     assert state["slots"] == expected["slots"]
-    moved = {"id", "parent_id", "created_at", "updated_at"}
+    moved = {"id", "parent_id", "created_at", "updated_at", "forked_from"}
     assert {k: v for k, v in state["session"].items() if k not in moved} == {
         k: v for k, v in expected["session"].items() if k not in moved
     }
     assert state["session"]["x_session"] == {"a": [1, None]}
+    assert state["session"]["forked_from"] == {
+        "checkpoint": checkpoint.id,
+        "turn": checkpoint.turn_index,
+        "created_at": isoformat(checkpoint.created_at),
+    }
     assert store.parent("child") == SID and store.children(SID) == ["child"]
     assert keeper.ids("child") == []
     with pytest.raises(AlreadyExists):
