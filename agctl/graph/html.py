@@ -19,12 +19,13 @@ if TYPE_CHECKING:
     from agctl.pack import Log
     from agctl.store import Store
 
-SLOT_WIDTH, SLOT_HEIGHT, SLOT_STEP = 132, 38, 150
-CHECKPOINT_RADIUS, CHECKPOINT_STEP = 7, 26
+SLOT_WIDTH, SLOT_HEIGHT, SLOT_STEP = 132, 38, 50
+CHECKPOINT_RADIUS, CHECKPOINT_STEP = 7, 24
 SESSION_WIDTH, SESSION_HEIGHT = 150, 44
-LEFT = SESSION_WIDTH + 40
-LAYER_HEIGHT = 58
-BAND_GAP = 28
+COLUMN = 196  # a layer of slots
+CHECKPOINT_COLUMN = 120
+BAND_GAP = 24
+TOP = 24
 LABEL_CHARS = 17
 
 
@@ -33,55 +34,49 @@ def _cut(label: str, limit: int = LABEL_CHARS) -> str:
 
 
 class _Layout:
-    """Where each node is drawn: a band per session (its node at the left; beside it a layer
-    per derivation depth of its slots; below them a row of checkpoints), x by time across
-    the whole graph so that a fork lines up with what it forked from."""
+    """Where each node is drawn: time runs down the page across the whole graph (so a fork
+    lines up with what it forked from); each session is a band of columns, its node, then a
+    layer of slots per derivation depth, then its checkpoints."""
 
     def __init__(self, graph: dict[str, Any]) -> None:
         nodes = graph["nodes"]
         self.at: dict[str, tuple[float, float]] = {}
         self.band_of: dict[str, str] = {}  # node id -> its session's node id
-        self.bands: list[tuple[str, float, float]] = []  # (session node id, top, height)
+        self.bands: list[tuple[str, float, float]] = []  # (session node id, left, width)
         owners = {n["session"]: n["id"] for n in nodes if n["kind"] == "session"}
         members: dict[str, list[dict[str, Any]]] = {owner: [] for owner in owners.values()}
         for node in nodes:
             if node["kind"] != "session" and node["session"] in owners:
                 members[owners[node["session"]]].append(node)
-        timed = sorted(
-            (n for group in members.values() for n in group),
-            key=lambda n: (n.get("created_at") or "", int(n["id"][1:])),
-        )
-        x: dict[str, float] = {}
-        cursor = float(LEFT)
-        for node in timed:
-            step = SLOT_STEP if node["kind"] == "slot" else CHECKPOINT_STEP
-            x[node["id"]] = cursor + step / 2
+        y: dict[str, float] = {}
+        cursor = float(TOP)
+        steps = {"session": SESSION_HEIGHT + 12, "slot": SLOT_STEP, "checkpoint": CHECKPOINT_STEP}
+        for node in sorted(nodes, key=lambda n: (n.get("created_at") or "", int(n["id"][1:]))):
+            step = steps.get(node["kind"], SLOT_STEP)
+            y[node["id"]] = cursor + step / 2
             cursor += step
-        self.width = cursor + 40
-        top = 20.0
+        self.height = cursor + TOP
+        left = 16.0
         for session in (n for n in nodes if n["kind"] == "session"):
-            own = (
-                members.get(session["id"], [])
-                if owners[session["session"]] == session["id"]
-                else []
+            own = members[session["id"]] if owners[session["session"]] == session["id"] else []
+            layers = 1 + max(
+                (int(n.get("depth", 0)) for n in own if n["kind"] == "slot"), default=0
             )
-            slots = [n for n in own if n["kind"] == "slot"]
-            layers = 1 + max((int(n.get("depth", 0)) for n in slots), default=0)
-            middle = top + SESSION_HEIGHT / 2
-            self.at[session["id"]] = (20 + SESSION_WIDTH / 2, middle)
+            self.at[session["id"]] = (left + 8 + SESSION_WIDTH / 2, y[session["id"]])
             self.band_of[session["id"]] = session["id"]
+            first = left + 16 + SESSION_WIDTH
             for node in own:
                 if node["kind"] == "slot":
-                    row = middle + int(node.get("depth", 0)) * LAYER_HEIGHT
+                    column = first + int(node.get("depth", 0)) * COLUMN + SLOT_WIDTH / 2
                 else:
-                    row = middle + layers * LAYER_HEIGHT
-                self.at[node["id"]] = (x[node["id"]], row)
+                    column = first + layers * COLUMN + CHECKPOINT_RADIUS + 4
+                self.at[node["id"]] = (column, y[node["id"]])
                 self.band_of[node["id"]] = session["id"]
-            rows = layers + any(n["kind"] == "checkpoint" for n in own)
-            height = max(rows * LAYER_HEIGHT, SESSION_HEIGHT + 16.0)
-            self.bands.append((session["id"], top, height))
-            top += height + BAND_GAP
-        self.height = top + 10
+            has_checkpoints = any(n["kind"] == "checkpoint" for n in own)
+            width = first - left + layers * COLUMN + CHECKPOINT_COLUMN * has_checkpoints
+            self.bands.append((session["id"], left, width))
+            left += width + BAND_GAP
+        self.width = left
 
 
 def _half_width(kind: str) -> float:
@@ -97,17 +92,10 @@ def _edge_path(
 ) -> str:
     """A curve from the border of one node to the border of the other."""
     (x1, y1), (x2, y2) = start, end
-    if kind == "rolled_back":  # an arc above the checkpoint row, back in time
-        lift = 24 + min(abs(x2 - x1) / 6, 60)
-        y1, y2 = y1 - CHECKPOINT_RADIUS, y2 - CHECKPOINT_RADIUS
-        return (
-            f"M{x1:.0f},{y1:.0f} C{x1:.0f},{y1 - lift:.0f} "
-            f"{x2:.0f},{y2 - lift:.0f} {x2:.0f},{y2:.0f}"
-        )
-    if abs(x2 - x1) < _half_width(kinds[0]) + _half_width(kinds[1]):
-        sign = 1 if y2 >= y1 else -1
-        y1, y2 = y1 + sign * _half_height(kinds[0]), y2 - sign * _half_height(kinds[1])
-        return f"M{x1:.0f},{y1:.0f} L{x2:.0f},{y2:.0f}"
+    if abs(x2 - x1) < _half_width(kinds[0]) + _half_width(kinds[1]):  # one column: around
+        x1, x2 = x1 + _half_width(kinds[0]), x2 + _half_width(kinds[1])
+        bulge = max(x1, x2) + 18 + min(abs(y2 - y1) / 8, 40)
+        return f"M{x1:.0f},{y1:.0f} C{bulge:.0f},{y1:.0f} {bulge:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"
     sign = 1 if x2 >= x1 else -1
     x1, x2 = x1 + sign * _half_width(kinds[0]), x2 - sign * _half_width(kinds[1])
     middle = (x1 + x2) / 2
@@ -123,10 +111,10 @@ def _svg(graph: dict[str, Any], layout: _Layout) -> str:
         'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
         'class="arrowhead"/></marker></defs>',
     ]
-    for session_id, top, height in layout.bands:
+    for session_id, left, width in layout.bands:
         parts.append(
-            f'<rect class="band" data-band="{text(session_id)}" x="8" y="{top - 8:.0f}" '
-            f'width="{layout.width - 16:.0f}" height="{height:.0f}" rx="8"/>'
+            f'<rect class="band" data-band="{text(session_id)}" x="{left:.0f}" y="8" '
+            f'width="{width:.0f}" height="{layout.height - 16:.0f}" rx="8"/>'
         )
     kinds = {n["id"]: n["kind"] for n in graph["nodes"]}
     for edge in graph["edges"]:
@@ -166,7 +154,7 @@ def _node_svg(node: dict[str, Any], at: tuple[float, float], band: str) -> str:
         if node.get("checkpoint_label"):
             tip += f" · {node['checkpoint_label']}"
         shown = (
-            f'<text class="checkpoint-label" x="{x:.0f}" y="{y + 22:.0f}">'
+            f'<text class="checkpoint-label" x="{x + 12:.0f}" y="{y + 4:.0f}">'
             f"{text(_cut(str(node['checkpoint_label']), 12))}</text>"
             if node.get("checkpoint_label") and not node.get("auto")
             else ""
