@@ -117,7 +117,15 @@ CONFIG_KEYS: tuple[str, ...] = (
 
 # The documents `agctl schema NAME` describes.
 SchemaName = Literal[
-    "session", "slot", "message", "checkpoint", "cassette", "transcript", "export", "config"
+    "session",
+    "slot",
+    "message",
+    "checkpoint",
+    "cassette",
+    "transcript",
+    "export",
+    "graph",
+    "config",
 ]
 SCHEMA_NAMES: tuple[SchemaName, ...] = get_args(SchemaName)
 

@@ -29,20 +29,23 @@ def schema_of(name: str) -> dict[str, Any]:
         from agctl.replay import TranscriptTurn as model
     elif name == "export":
         from agctl.interchange import SessionExport as model
+    elif name == "graph":
+        from agctl.graph.document import GraphDocument as model
     else:
         from agctl.config import Config as model
     return model.model_json_schema()
 
 
 @click.command("schema")
-@click.argument("name", type=click.Choice(SCHEMA_NAMES))
+@click.argument("name", metavar="NAME", type=click.Choice(SCHEMA_NAMES))
 @json_option
 def command(name: str) -> None:
     """Print the JSON Schema of a stored document or input format.
 
     session, slot, message: the live documents; checkpoint: a checkpoint record of the
     log; cassette: one line of a cassette; transcript: one line of a replay transcript;
-    export: a session export; config: the config file.
+    export: a session export; graph: what 'session graph --format json' prints;
+    config: the config file.
 
     \b
     Examples:

@@ -506,3 +506,98 @@ def import_(app: App, source: str, as_id: str | None, make_current: bool) -> Non
     if make_current:
         app.store.set_current_session(session.id)
     app.done({"session": session.id}, text=f"imported session {session.id}")
+
+
+def _locale_is_utf8() -> bool:
+    """Whether the locale the user set (LC_ALL, else LC_CTYPE, else LANG) is UTF-8: Python
+    prints UTF-8 even in the C locale, but the terminal of a user who chose it may not."""
+    import os
+
+    for name in ("LC_ALL", "LC_CTYPE", "LANG"):
+        value = os.environ.get(name)
+        if value:
+            return value.lower().replace("-", "").endswith("utf8")
+    return False
+
+
+@command.command("graph")
+@click.argument("session_id", metavar="[SESSION]", required=False, shell_complete=complete_sessions)
+@click.option("--all", "all_sessions", is_flag=True, help="Draw every session, not one tree.")
+@click.option(
+    "--checkpoints", is_flag=True, help="Draw every checkpoint, not only fork and rollback ends."
+)
+@click.option("--turns", is_flag=True, help="Show each slot's messages under it.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(("text", "mermaid", "dot", "html", "json")),
+    default="text",
+    show_default=True,
+    help="What to draw: text lanes, Mermaid, Graphviz DOT, one HTML page, or the model.",
+)
+@click.option("--output", "-o", metavar="FILE", default="-", help="Write to FILE ('-': stdout).")
+@click.option("--redact", is_flag=True, help="Leave message text out (roles and counts stay).")
+@click.option("--ascii", "ascii_only", is_flag=True, help="Draw text lanes in ASCII only.")
+@json_option
+@pass_app
+def graph(
+    app: App,
+    session_id: str | None,
+    all_sessions: bool,
+    checkpoints: bool,
+    turns: bool,
+    fmt: str,
+    output: str,
+    redact: bool,
+    ascii_only: bool,
+) -> None:
+    """Draw how sessions, slots and checkpoints came from one another.
+
+    Nodes: sessions, slots (mode, messages, tokens; '*' marks the current session and
+    slot) and checkpoints (with --checkpoints; else only those a fork or a rollback
+    starts or ends at). Edges: derived, forked, parent (dashed to a parent that is
+    gone), merged and rolled back. SESSION (default: the current one) is drawn with
+    its descendants. Text lanes use box-drawing characters in a UTF-8 locale and fit
+    80 columns; Mermaid warns past its default size; DOT is for Graphviz ('dot
+    -Tsvg'). --json prints the model ('agctl schema graph') like --format json.
+
+    \b
+    Examples:
+      agctl session graph
+      agctl session graph --all --checkpoints
+      agctl session graph --format mermaid -o graph.mmd
+      agctl session graph 1q2w --format dot | dot -Tsvg > graph.svg
+      agctl session graph --format html --redact -o graph.html
+    """
+    from agctl.graph.model import build_graph
+    from agctl.graph.render import render
+
+    if all_sessions and session_id:
+        from agctl.errors import UsageError
+
+        raise UsageError("give SESSION or --all, not both")
+    chosen = None if all_sessions else app.session_id(session_id)
+    model = build_graph(
+        app.store, chosen, all_sessions=all_sessions, checkpoints=checkpoints, turns=turns
+    ).to_json()
+    if app.json and output == "-":
+        fmt = "json"
+    drawn = render(model, fmt, unicode=not ascii_only and _locale_is_utf8(), redact=redact)
+    if fmt == "mermaid":
+        from agctl.graph.mermaid import too_big
+
+        reason = too_big(drawn, model)
+        if reason is not None:
+            app.warn(f"the Mermaid graph has {reason}: try --format html")
+    from agctl.cli.app import replace_output
+
+    replace_output(output, drawn.encode())
+    if output == "-":
+        return
+    report = {
+        "file": output,
+        "format": fmt,
+        "nodes": len(model["nodes"]),
+        "edges": len(model["edges"]),
+    }
+    app.done(report, text=f"wrote {output} ({fmt}, {len(model['nodes'])} nodes)")

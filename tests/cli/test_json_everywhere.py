@@ -130,6 +130,7 @@ INVOCATIONS: dict[str, list[str]] = {
     "search": ["search", "one"],
     "session children": ["session", "children", "s"],
     "session export": ["session", "export"],
+    "session graph": ["session", "graph", "--checkpoints", "--turns"],
     "session import": ["session", "import", "{export}", "--as", "copy"],
     "session list": ["session", "list"],
     "session new": ["session", "new", "fresh", "--no-use"],

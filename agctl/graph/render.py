@@ -1,0 +1,57 @@
+"""One entry point to every renderer of the session graph, each a pure function of the
+graph's JSON form (the HTML page's module is imported only when asked for)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from agctl.errors import UsageError
+
+FORMATS = ("text", "mermaid", "dot", "html", "json")
+
+
+def redacted(graph: dict[str, Any]) -> dict[str, Any]:
+    """The graph without message text (roles and token counts kept), to share."""
+    if not any("turns" in node for node in graph["nodes"]):
+        return graph
+    graph = copy.deepcopy(graph)
+    for node in graph["nodes"]:
+        for turn in node.get("turns") or ():
+            turn.pop("text", None)
+    return graph
+
+
+def render(graph: dict[str, Any], fmt: str, *, unicode: bool = True, redact: bool = False) -> str:
+    """The graph in `fmt` (one of FORMATS); `unicode=False` draws text lanes in ASCII."""
+    if fmt == "html":
+        import importlib
+
+        try:
+            html = importlib.import_module("agctl.graph.html")
+        except ModuleNotFoundError as exc:
+            if exc.name != "agctl.graph.html":
+                raise
+            raise UsageError(
+                "--format html is not built yet", hint="use text, mermaid, dot or json"
+            ) from None
+        return str(html.render(graph, redact=redact))
+    if redact:
+        graph = redacted(graph)
+    if fmt == "text":
+        from agctl.graph import text
+
+        return text.render(graph, unicode=unicode) + "\n"
+    if fmt == "mermaid":
+        from agctl.graph import mermaid
+
+        return mermaid.render(graph)
+    if fmt == "dot":
+        from agctl.graph import dot
+
+        return dot.render(graph)
+    if fmt == "json":
+        import json
+
+        return json.dumps(graph, indent=2, ensure_ascii=False) + "\n"
+    raise UsageError(f"unknown graph format {fmt!r}", hint=f"one of {', '.join(FORMATS)}")
