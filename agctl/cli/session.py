@@ -582,7 +582,13 @@ def graph(
     ).to_json()
     if app.json and output == "-":
         fmt = "json"
-    drawn = render(model, fmt, unicode=not ascii_only and _locale_is_utf8(), redact=redact)
+    clicks = None
+    if fmt == "html":
+        from agctl.graph.html import details
+
+        clicks = details(app.store, model, redact=redact)
+    unicode = not ascii_only and _locale_is_utf8()
+    drawn = render(model, fmt, unicode=unicode, redact=redact, details=clicks)
     if fmt == "mermaid":
         from agctl.graph.mermaid import too_big
 

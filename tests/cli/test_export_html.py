@@ -49,3 +49,19 @@ def test_options_of_the_other_format_are_refused(run: Callable[..., Result], sto
     fails(run("session", "export", SID, "--slot", "default"), 2, "--format html")
     fails(run("session", "export", SID, "--format", "html", "--checkpoints"), 2, "--format json")
     fails(run("session", "export", SID, "--format", "html", "--slot", "nope"), 3, "nope")
+
+
+def test_session_graph_html_carries_what_a_click_shows(
+    run: Callable[..., Result], store: Store, tmp_path: Path
+) -> None:
+    from graph_scenario import build_scenario
+
+    build_scenario(store)
+    target = tmp_path / "graph.html"
+    ok(run("session", "graph", "--all", "--checkpoints", "--format", "html", "-o", str(target)))
+    data = parse_page(target.read_text()).data()
+    assert "Draft the migration plan." in [m["text"] for m in data["details"]["messages"]]
+    drawn = [n["id"] for n in data["graph"]["nodes"] if n["kind"] == "checkpoint"]
+    assert sorted(data["details"]["checkpoints"]) == sorted(drawn)
+    redacted = ok(run("session", "graph", "--all", "--format", "html", "--redact")).output
+    assert "Draft the migration plan." not in redacted
