@@ -296,30 +296,58 @@ def _checkpoint_chains(
     nodes: dict[str, list[int]],
     table: _MessageTable,
 ) -> dict[str, Any]:
-    from agctl.checkpoints.files import open_log, read_checkpoint
+    from agctl.checkpoints.files import open_log
     from agctl.checkpoints.records import checkpoint_offset
 
     history = open_log(store, session_id)
     found: dict[str, Any] = {}
     previous: dict[str, Any] = {}
     for node in sorted(drawn, key=lambda n: checkpoint_offset(n["checkpoint"])):
-        record = read_checkpoint(history, checkpoint_offset(node["checkpoint"]))
-        entries = {slot_id: entry.zones for slot_id, entry in record.slots.items()}
-        changed: list[tuple[str, list[tuple[int, int]]]] = [
-            (slot_id, zones) for slot_id, zones in entries.items() if previous.get(slot_id) != zones
+        offset = checkpoint_offset(node["checkpoint"])
+        record = _checkpoint_record(history, offset)
+        entries = record["slots"]
+        changed = [
+            (slot_id, _zones(history, offset, entry))
+            for slot_id, entry in entries.items()
+            if previous.get(slot_id) != entry
         ]
         for _, zones in changed:
             for tip, count in zones:
                 _add_chain(history, tip, count, nodes, table)
         found[node["id"]] = {
-            "turn": record.turn_index,
-            "current_slot": record.session_volatile.get("current_slot"),
+            "turn": node.get("turn"),
+            "current_slot": record.get("session_volatile", {}).get("current_slot"),
             "log": session_node,
             "changed": changed,
             "deleted": sorted(previous.keys() - entries.keys()),
         }
         previous = entries
     return found
+
+
+def _checkpoint_record(history: Log, offset: int) -> dict[str, Any]:
+    """The checkpoint record at `offset` as stored: the page needs only each slot's zone
+    chains, and validating thousands of records (each with every slot) as models would cost
+    more than the rest of the page; `_zones` checks the entries it uses."""
+    from agctl.errors import CorruptDocument
+
+    record = history.read(offset).get("c")
+    if not isinstance(record, dict) or not isinstance(record.get("slots"), dict):
+        raise CorruptDocument(history.path, f"no checkpoint record at byte {offset}")
+    return record
+
+
+def _zones(history: Log, offset: int, entry: Any) -> list[tuple[int, int]]:
+    """A slot entry's (tip, count) for each zone, checked."""
+    from agctl.errors import CorruptDocument
+
+    zones = entry.get("zones") if isinstance(entry, dict) else None
+    if not isinstance(zones, list) or not all(
+        isinstance(zone, list) and len(zone) == 2 and all(isinstance(n, int) for n in zone)
+        for zone in zones
+    ):
+        raise CorruptDocument(history.path, f"checkpoint record at byte {offset} is malformed")
+    return [(tip, count) for tip, count in zones]
 
 
 def _add_chain(
