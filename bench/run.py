@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from checkpoints import measure as measure_checkpoints
 from fake_openai import FakeOpenAI
 from graph import measure as measure_graph
+from graph_html import measure as measure_graph_html
 from installed import Installed, installed_wheel, source_tree
 from postgres import NOTES as POSTGRES_NOTES
 from postgres import measure as measure_postgres
@@ -286,6 +287,33 @@ def storage(turns_count: int) -> list[dict[str, Any]]:
     ]
 
 
+def graph_html(slots: int, checkpoints: int, runs: int) -> list[dict[str, Any]]:
+    result = measure_graph_html(slots, checkpoints, runs)
+    seconds, reference = result["html_seconds"], result["json_seconds"]
+    megabytes = result["html_bytes"] / 1e6
+    size = f"{slots} slots, {checkpoints} checkpoints"
+    return [
+        row(
+            f"session graph --format html, {size}",
+            seconds * 1000,
+            "ms",
+            f"--format json (the model) {reference * 1000:.0f} ms",
+            seconds / reference,
+            "< 2000 ms",
+            seconds < 2,
+        ),
+        row(
+            "  the page's size",
+            megabytes,
+            "MB",
+            "",
+            None,
+            "< 5 MB",
+            megabytes < 5,
+        ),
+    ]
+
+
 def search(runs: int) -> list[dict[str, Any]]:
     result = measure_search(runs)
     seconds = result["seconds"]
@@ -376,6 +404,7 @@ def main() -> None:
         *storage(100 if args.quick else 1000),
         *search(runs),
         *(graph(runs, 200, 200) if args.quick else graph(runs, 200, 2000)),
+        *(graph_html(50, 300, runs) if args.quick else graph_html(200, 2000, 3)),
         *tokens(),
     ]
     if args.json:

@@ -15,8 +15,8 @@ from fake_openai import FakeOpenAI
 from agctl.cli import cli
 from agctl.store import Store
 
-# The throwaway PostgreSQL server (pg_server, pg_database, pg_store).
-pytest_plugins = ["pgserver"]
+# The throwaway PostgreSQL server (pg_server, pg_database, pg_store) and headless Chromium.
+pytest_plugins = ["pgserver", "chromium"]
 
 
 @pytest.fixture(autouse=True)
@@ -79,12 +79,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if not report.skipped:
         return
     reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
-    from pgserver import SKIP_PREFIX
+    import chromium
+    import pgserver
 
-    if os.environ.get("AGCTL_REQUIRE_POSTGRES") and SKIP_PREFIX in reason:
-        report.outcome = "failed"
-        report.longrepr = f"AGCTL_REQUIRE_POSTGRES is set, so this skip is a failure: {reason}"
-        return
+    for variable, prefix in (
+        ("AGCTL_REQUIRE_POSTGRES", pgserver.SKIP_PREFIX),
+        ("AGCTL_REQUIRE_BROWSER", chromium.SKIP_PREFIX),
+    ):
+        if os.environ.get(variable) and prefix in reason:
+            report.outcome = "failed"
+            report.longrepr = f"{variable} is set, so this skip is a failure: {reason}"
+            return
     if not os.environ.get("AGCTL_REQUIRE_REAL"):
         return
     if reason.startswith("Skipped: optional:") or reason.startswith("optional:"):

@@ -352,3 +352,28 @@ def install_fake_postgres(monkeypatch: pytest.MonkeyPatch) -> FakePostgres:
     monkeypatch.setitem(sys.modules, "agctl.storage.postgres", package)
     monkeypatch.setitem(sys.modules, "agctl.storage.postgres.backend", module)
     return fake
+
+
+# A message that tries to leave the page it is shown in (a script, a comment, an attribute,
+# a bidi override that would flip what follows, a NUL).
+HOSTILE_TEXT = (
+    '</script><script>window.pwned = 1; document.title = "pwned"</script>'
+    '<!-- <img src=x onerror="window.pwned = 2"> ]]> \u202eevil\u2028\u2029\0 \'q\' "qq" &amp;'
+)
+
+
+def conversation_with_tools(store: Store, sid: str = SID) -> str:
+    """A session whose default slot holds a system prompt, the hostile message, an assistant
+    tool call, its result and an answer: what the pages must show, fold and keep as text."""
+    from agctl.models import ToolCall, ToolCallFunction
+
+    store.create_session(sid, system_prompt="You are terse.")
+    call = ToolCall(id="call_1", function=ToolCallFunction(name="lookup", arguments='{"q": "x"}'))
+    messages = [
+        user(HOSTILE_TEXT),
+        Message(role="assistant", content=None, tool_calls=[call]),
+        Message(role="tool", tool_call_id="call_1", content="lookup said: forty-two"),
+        Message(role="assistant", content="The answer is forty-two."),
+    ]
+    store.update_slot(sid, None, lambda slot: slot.extend(messages))
+    return sid

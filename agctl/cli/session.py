@@ -7,7 +7,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from agctl.cli.app import App, most_recent, pass_app, text_argument
-from agctl.cli.complete import complete_models, complete_profiles, complete_sessions
+from agctl.cli.complete import (
+    complete_models,
+    complete_profiles,
+    complete_sessions,
+    complete_slots,
+)
 from agctl.cli.options import json_option, limit_option, select_option, session_option
 from agctl.cli.output import echo, plain
 from agctl.vocab import SESSION_SETTINGS
@@ -405,31 +410,72 @@ def set_(app: App, key: str, value: str) -> None:
 @click.argument("session_id", metavar="[ID]", required=False, shell_complete=complete_sessions)
 @click.option("--output", "-o", metavar="FILE", default="-", help="Write to FILE ('-': stdout).")
 @click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "html"]),
+    default="json",
+    show_default=True,
+    help="json: the whole session, for 'session import'; html: one slot's conversation as a "
+    "self-contained page that works offline.",
+)
+@click.option(
     "--checkpoints",
     "with_checkpoints",
     is_flag=True,
     help="Include the checkpoint history (verified), for ckpt rollback after import.",
 )
+@click.option(
+    "--slot",
+    metavar="NAME",
+    shell_complete=complete_slots,
+    help="With --format html: the slot whose view to show (default: the current slot).",
+)
+@click.option("--redact", is_flag=True, help="With --format html: leave out all message text.")
 @json_option
 @pass_app
-def export(app: App, session_id: str | None, output: str, with_checkpoints: bool) -> None:
-    """Export a whole session — every slot, memory, checkpoint metadata — as one JSON document.
+def export(
+    app: App,
+    session_id: str | None,
+    output: str,
+    fmt: str,
+    with_checkpoints: bool,
+    slot: str | None,
+    redact: bool,
+) -> None:
+    """Export a whole session — every slot, memory, checkpoint metadata — as one JSON document,
+    or one conversation as an HTML page.
 
-    'session import' reads it back into an identical session. With --checkpoints the
+    'session import' reads the JSON back into an identical session. With --checkpoints the
     checkpoint history goes along (the log is verified first, and the export is schema
     version 2.0, which an agctl that cannot restore it refuses), so 'ckpt list',
     'ckpt rollback' and 'turn undo' work on the imported session.
+
+    --format html writes the request view of one slot (tool calls and results folded) as
+    one file that needs no network and opens from disk; --redact drops the message text
+    so the page can be shared.
 
     \b
     Examples:
       agctl session export > backup.json
       agctl session export 1q2w -o 1q2w.json
       agctl session export --checkpoints | agctl --store /tmp/copy session import -
+      agctl session export --format html --slot draft -o chat.html
     """
     from agctl.cli.app import write_output
+
+    sid = app.session_id(session_id)
+    if fmt == "html":
+        if with_checkpoints:
+            raise click.UsageError("--checkpoints goes with --format json")
+        from agctl.pages.conversation import conversation_page
+
+        write_output(output, conversation_page(app.store, sid, slot, redact=redact).encode())
+        return
+    if slot is not None or redact:
+        raise click.UsageError("--slot and --redact go with --format html")
     from agctl.interchange import export_session
 
-    document = export_session(app.store, app.session_id(session_id), checkpoints=with_checkpoints)
+    document = export_session(app.store, sid, checkpoints=with_checkpoints)
     write_output(output, document.model_dump_json(indent=2, exclude_none=False).encode() + b"\n")
 
 
@@ -536,7 +582,13 @@ def graph(
     ).to_json()
     if app.json and output == "-":
         fmt = "json"
-    drawn = render(model, fmt, unicode=not ascii_only and _locale_is_utf8(), redact=redact)
+    clicks = None
+    if fmt == "html":
+        from agctl.graph.html import details
+
+        clicks = details(app.store, model, redact=redact)
+    unicode = not ascii_only and _locale_is_utf8()
+    drawn = render(model, fmt, unicode=unicode, redact=redact, details=clicks)
     if fmt == "mermaid":
         from agctl.graph.mermaid import too_big
 

@@ -22,8 +22,16 @@ def redacted(graph: dict[str, Any]) -> dict[str, Any]:
     return graph
 
 
-def render(graph: dict[str, Any], fmt: str, *, unicode: bool = True, redact: bool = False) -> str:
-    """The graph in `fmt` (one of FORMATS); `unicode=False` draws text lanes in ASCII."""
+def render(
+    graph: dict[str, Any],
+    fmt: str,
+    *,
+    unicode: bool = True,
+    redact: bool = False,
+    details: dict[str, Any] | None = None,
+) -> str:
+    """The graph in `fmt` (one of FORMATS); `unicode=False` draws text lanes in ASCII;
+    `details` (agctl.graph.html.details) is what the HTML page shows on a click."""
     if fmt == "html":
         import importlib
 
@@ -35,7 +43,7 @@ def render(graph: dict[str, Any], fmt: str, *, unicode: bool = True, redact: boo
             raise UsageError(
                 "--format html is not built yet", hint="use text, mermaid, dot or json"
             ) from None
-        return str(html.render(graph, redact=redact))
+        return str(html.render(graph, redact=redact, details=details))
     if redact:
         graph = redacted(graph)
     if fmt == "text":
