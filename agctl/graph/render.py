@@ -33,17 +33,9 @@ def render(
     """The graph in `fmt` (one of FORMATS); `unicode=False` draws text lanes in ASCII;
     `details` (agctl.graph.html.details) is what the HTML page shows on a click."""
     if fmt == "html":
-        import importlib
+        from agctl.graph import html
 
-        try:
-            html = importlib.import_module("agctl.graph.html")
-        except ModuleNotFoundError as exc:
-            if exc.name != "agctl.graph.html":
-                raise
-            raise UsageError(
-                "--format html is not built yet", hint="use text, mermaid, dot or json"
-            ) from None
-        return str(html.render(graph, redact=redact, details=details))
+        return html.render(graph, redact=redact, details=details)
     if redact:
         graph = redacted(graph)
     if fmt == "text":

@@ -87,20 +87,6 @@ def test_mermaid_past_its_limit_warns_and_suggests_html(
     assert ok(run("session", "graph", "--format", "dot")).stderr == ""
 
 
-@pytest.mark.usefixtures("scenario")
-def test_html_says_it_is_not_built_yet_until_its_module_is(run: Run, tmp_path: Path) -> None:
-    try:
-        import agctl.graph.html  # noqa: F401
-    except ModuleNotFoundError:
-        target = tmp_path / "graph.html"
-        fails_with_message(
-            run("session", "graph", "--format", "html", "-o", str(target)), 2, "not built yet"
-        )
-        assert not target.exists()
-    else:
-        pytest.skip("optional: agctl.graph.html exists; its own tests cover --format html")
-
-
 def test_errors_name_what_to_give(run: Run, store: Store) -> None:
     store.create_session("lone")
     store.set_current_session(None)
