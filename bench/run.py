@@ -73,21 +73,35 @@ def startup(runs: int, agctl: Installed) -> list[dict[str, Any]]:
             "COMP_WORDS": "agctl slot use ",
             "COMP_CWORD": "3",
         }
-        times = interleaved_medians(
-            {
-                "click": ([agctl.python, "-c", "import click"], env),
-                "help": ([*agctl.agctl, "--help"], env),
-                "list": ([*agctl.agctl, "session", "list"], env),
-                "tab": (agctl.agctl, tab_env),
-            },
-            runs,
-        )
+        commands = {
+            "click": ([agctl.python, "-c", "import click"], env),
+            "help": ([*agctl.agctl, "--help"], env),
+            "list": ([*agctl.agctl, "session", "list"], env),
+            "tab": (agctl.agctl, tab_env),
+        }
+        times = interleaved_medians(commands, runs)
+        counted = instructions([commands["click"], commands["help"]], agctl)
     click, helps, listing, tab = times["click"], times["help"], times["list"], times["tab"]
     ref = f"import click {click * 1000:.0f} ms"
+    counts = []
+    if counted is not None:
+        click_ir, help_ir = counted
+        counts.append(
+            row(
+                "  the same, counted in instructions (callgrind)",
+                help_ir / 1e6,
+                "M instr",
+                f"import click {click_ir / 1e6:.1f}M",
+                help_ir / click_ir,
+                "<= 1.2x",
+                help_ir / click_ir <= 1.2,
+            )
+        )
     return [
         row(
             "agctl --help", helps * 1000, "ms", ref, helps / click, "<= 1.2x", helps / click <= 1.2
         ),
+        *counts,
         row(
             "agctl session list (100 sessions)",
             listing * 1000,

@@ -179,6 +179,20 @@ def test_importtime_of_help_and_version(env: dict[str, str], args: list[str]) ->
     assert {m for m in modules if m.split(".")[0] in ("httpx", "pydantic")} == set()
 
 
+def test_help_looks_no_text_up_in_the_locale_directories(env: dict[str, str]) -> None:
+    """Click's texts stay English without a search of the locale directories, which
+    imported `locale` (agctl.cli.output._english); another domain is still looked up."""
+    assert "locale" not in imported_modules(env, "--help")
+    code = (
+        "import gettext, sys, agctl.cli.output\n"
+        "print(gettext.gettext('Usage:'), gettext.dgettext('other', 'x'), 'locale' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, env=env, timeout=60, check=False
+    )
+    assert result.stdout.split() == [b"Usage:", b"x", b"True"], result.stderr
+
+
 def test_a_turn_does_not_load_trio(env: dict[str, str], session: str) -> None:
     """httpcore imports trio (~80 ms) and anyio just to detect them; the command line never
     runs them."""
