@@ -432,20 +432,6 @@ def write_output(target: str, data: bytes) -> None:
         raise StoreError(f"cannot write {target}: {exc.strerror}") from None
 
 
-def replace_output(target: str, data: bytes) -> None:
-    """Write `data` to FILE atomically (a 0600 file, whole or not at all: a picture is
-    read by a browser or a viewer that may look while it is written), or to stdout for '-'."""
-    if target == "-":
-        write_output(target, data)
-        return
-    from pathlib import Path
-
-    from agctl.fsio import write_atomic
-
-    _refuse_nul(target)
-    write_atomic(Path(target), data)
-
-
 def terminal_ask() -> AskFn | None:
     """The approval question of a tool set to ask, put on the controlling terminal (as
     sudo and ssh ask: stdin may be the prompt's pipe); None without a terminal, so such a

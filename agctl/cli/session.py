@@ -595,9 +595,9 @@ def graph(
         reason = too_big(drawn, model)
         if reason is not None:
             app.warn(f"the Mermaid graph has {reason}: try --format html")
-    from agctl.cli.app import replace_output
+    from agctl.cli.app import write_output
 
-    replace_output(output, drawn.encode())
+    write_output(output, drawn.encode())
     if output == "-":
         return
     report = {
