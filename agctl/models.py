@@ -727,6 +727,10 @@ class Session(Document):
     memory: dict[str, str] = Field(default_factory=_empty_dict)
     memory_in_context: bool = False
     auto_compress: bool | None = None
+    # A session made by `ckpt fork`: the checkpoint it came from, {"checkpoint": id,
+    # "turn": N, "created_at": time}; the turn and time find it again after `store gc`
+    # gave it a new id (a plain dict: a model here would be built by every command).
+    forked_from: dict[str, Any] | None = _optional()
 
 
 class Draft(Model):

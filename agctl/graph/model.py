@@ -277,8 +277,8 @@ class _SessionGraph:
     def find_fork_origin(self, child: Session) -> str | None:
         """The id of the checkpoint `child` was forked from, if it is still here: found by
         its turn and time, which `store gc` keeps, else by the id it had."""
-        origin = (child.model_extra or {}).get("forked_from")
-        if not isinstance(origin, dict):
+        origin = child.forked_from
+        if origin is None:
             return None
         for summary in self.summaries:
             at = isoformat(summary.created_at)
