@@ -15,7 +15,8 @@ SKIP_PREFIX = "browser:"
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 # As root on these machines Chromium needs the sandbox off; the rest keep it from opening
-# connections of its own (which pile up on a closed network) and from a first-run setup.
+# connections of its own (which pile up on a closed network) and from a first-run setup;
+# its shared memory goes to /tmp, as a container's /dev/shm may be 64 MB.
 FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -25,6 +26,7 @@ FLAGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    "--disable-dev-shm-usage",
     "--window-size=1280,900",
 ]
 
