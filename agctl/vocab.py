@@ -128,6 +128,13 @@ SchemaName = Literal[
     "config",
 ]
 SCHEMA_NAMES: tuple[SchemaName, ...] = get_args(SchemaName)
+# What `session export` writes: the whole session as JSON (for `session import`), or one
+# slot's conversation as an HTML page.
+SessionExportFormat = Literal["json", "html"]
+SESSION_EXPORT_FORMATS: tuple[SessionExportFormat, ...] = get_args(SessionExportFormat)
+# What `session graph` draws: text lanes, Mermaid, Graphviz DOT, one HTML page, the model.
+GraphFormat = Literal["text", "mermaid", "dot", "html", "json"]
+GRAPH_FORMATS: tuple[GraphFormat, ...] = get_args(GraphFormat)
 
 
 # How `turn replay` makes its turns durable: each as it commits, or all at the end.

@@ -15,7 +15,7 @@ from agctl.cli.complete import (
 )
 from agctl.cli.options import json_option, limit_option, select_option, session_option
 from agctl.cli.output import echo, plain
-from agctl.vocab import SESSION_SETTINGS
+from agctl.vocab import GRAPH_FORMATS, SESSION_EXPORT_FORMATS, SESSION_SETTINGS
 
 if TYPE_CHECKING:
     from agctl.models import Session
@@ -412,7 +412,7 @@ def set_(app: App, key: str, value: str) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["json", "html"]),
+    type=click.Choice(SESSION_EXPORT_FORMATS),
     default="json",
     show_default=True,
     help="json: the whole session, for 'session import'; html: one slot's conversation as a "
@@ -530,7 +530,7 @@ def _locale_is_utf8() -> bool:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(("text", "mermaid", "dot", "html", "json")),
+    type=click.Choice(GRAPH_FORMATS),
     default="text",
     show_default=True,
     help="What to draw: text lanes, Mermaid, Graphviz DOT, one HTML page, or the model.",

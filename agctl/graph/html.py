@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from agctl.pages import asset, message_entry, page, text
+from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
     from agctl.pack import Log
@@ -248,7 +249,7 @@ def details(store: Store, graph: dict[str, Any], *, redact: bool) -> dict[str, A
     for node in graph["nodes"]:
         if node["kind"] == "slot" and node["session"] in sessions:
             slot = store.load_slot(node["session"], node["slot"])
-            slots[node["id"]] = [table.add_messages(getattr(slot, zone)) for zone in _ZONES]
+            slots[node["id"]] = [table.add_messages(getattr(slot, zone)) for zone in ZONES]
     logs: dict[str, dict[str, list[int]]] = {}
     checkpoints: dict[str, Any] = {}
     for session_id, session_node in sessions.items():
@@ -260,9 +261,6 @@ def details(store: Store, graph: dict[str, Any], *, redact: bool) -> dict[str, A
             chains = _checkpoint_chains(store, session_id, session_node, drawn, nodes, table)
             checkpoints.update(chains)
     return {"messages": table.entries, "slots": slots, "logs": logs, "checkpoints": checkpoints}
-
-
-_ZONES = ("immutable", "compressed", "messages")
 
 
 class _MessageTable:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from agctl.errors import UsageError
 from agctl.models import Session, Slot, isoformat
+from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
     from agctl.checkpoints.records import CheckpointSummary
@@ -382,6 +383,6 @@ def _messages(slot: Slot) -> list[dict[str, Any]]:
                 else {}
             ),
         }
-        for zone in ("immutable", "compressed", "messages")
+        for zone in ZONES
         for message in getattr(slot, zone)
     ]

@@ -7,8 +7,7 @@ import copy
 from typing import Any
 
 from agctl.errors import UsageError
-
-FORMATS = ("text", "mermaid", "dot", "html", "json")
+from agctl.vocab import GRAPH_FORMATS
 
 
 def redacted(graph: dict[str, Any]) -> dict[str, Any]:
@@ -30,7 +29,7 @@ def render(
     redact: bool = False,
     details: dict[str, Any] | None = None,
 ) -> str:
-    """The graph in `fmt` (one of FORMATS); `unicode=False` draws text lanes in ASCII;
+    """The graph in `fmt` (one of GRAPH_FORMATS); `unicode=False` draws text lanes in ASCII;
     `details` (agctl.graph.html.details) is what the HTML page shows on a click."""
     if fmt == "html":
         from agctl.graph import html
@@ -54,4 +53,4 @@ def render(
         import json
 
         return json.dumps(graph, indent=2, ensure_ascii=False) + "\n"
-    raise UsageError(f"unknown graph format {fmt!r}", hint=f"one of {', '.join(FORMATS)}")
+    raise UsageError(f"unknown graph format {fmt!r}", hint=f"one of {', '.join(GRAPH_FORMATS)}")
