@@ -30,7 +30,7 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from agctl.errors import CorruptDocument, DataError, NotFound, StoreError
-from agctl.hashing import content_hash, line_sum
+from agctl.hashing import LINE_SUM_LENGTH, content_hash, line_sum
 
 if TYPE_CHECKING:
     from agctl.storage.base import LogReader, LogWriter
@@ -95,6 +95,7 @@ class Log:
         self.path = storage.name
         self._checked: bool | None = None  # whether every line must carry a checksum
         self._digests: dict[int, str] = {}  # line_digest of lines appended or found here
+        self._checksums: dict[int, str] = {}  # the checksum of the last line appended
         self._last: tuple[int, tuple[int, dict[str, Any]] | None] | None = None  # by size
         self._sealed: int | None = None  # a size at which the log ends with a whole line
         self._rewinds = getattr(storage, "rewinds", 0)
@@ -106,6 +107,7 @@ class Log:
             self._rewinds = rewinds
             self._checked = None
             self._digests.clear()
+            self._checksums.clear()
             self._last = None
             self._sealed = None
 
@@ -136,12 +138,14 @@ class Log:
         self._memos()
         offsets: list[int] = []
         written: dict[int, str] = {}
+        checksums: dict[int, str] = {}
         values: list[Any] = []
 
         def encode(start: int) -> bytes:
             chunks = []
             end = start
             written.clear()
+            checksums.clear()
             values.clear()
             if start == 0:
                 chunks.append(encode_record(HEADER))
@@ -156,11 +160,13 @@ class Log:
             # The last line's fingerprint is what callers ask for (the caches tie
             # themselves to it); any other is read back if asked.
             written[offsets[-1]] = line_sum(chunks[-1]).decode()
+            checksums[offsets[-1]] = _checksum_of(chunks[-1]) or ""
             return b"".join(chunks)
 
         self._drop_torn_tail()
         self._writer().append(encode)
         self._digests.update(written)
+        self._checksums.update(checksums)
         # The log now ends with the last record written: known without reading it back.
         self._sealed = self.size()
         if isinstance(values[-1], dict):
@@ -177,6 +183,7 @@ class Log:
             writer.append(lambda offset: data)
         self._checked = None
         self._digests.clear()
+        self._checksums.clear()
         self._last = None
         self._sealed = self.size()
 
@@ -289,6 +296,31 @@ class Log:
                     line = self._line_at(handle, offset)
                     if line.endswith(b"\n"):
                         found[offset] = line_sum(line).decode()
+        except (OSError, DataError):
+            pass
+        return found
+
+    def line_checksums(self, spans: Sequence[tuple[int, int]]) -> dict[int, str]:
+        """The checksum carried by the line of each (offset, end) that is one whole line
+        of the log, read from its last bytes alone (and the newline before it): cheap
+        enough to check thousands of index lines against the log. Lines this object just
+        appended are not read again."""
+        self._memos()
+        found = {o: self._checksums[o] for o, _ in spans if o in self._checksums}
+        width = LINE_SUM_LENGTH + 2  # a tab, the checksum, the newline
+        try:
+            with self._open() as handle:
+                for offset, end in spans:
+                    if offset in found or end - offset < width + 2:
+                        continue
+                    if offset:
+                        handle.seek(offset - 1)
+                        if handle.read(1) != b"\n":
+                            continue
+                    handle.seek(end - width)
+                    checksum = _checksum_of(handle.read(width))
+                    if checksum is not None:
+                        found[offset] = checksum
         except (OSError, DataError):
             pass
         return found
@@ -431,6 +463,15 @@ class Log:
                         if record != HEADER or offset:
                             yield offset, end, record
                 offset = end
+
+
+def _checksum_of(line: bytes) -> str | None:
+    """The checksum at the end of a line as `encode_record` writes it (None if none)."""
+    width = LINE_SUM_LENGTH + 2
+    tail = line[-width:]
+    if len(tail) != width or tail[:1] != b"\t" or tail[-1:] != b"\n":
+        return None
+    return tail[1:-1].decode("ascii", "replace")
 
 
 def common_prefix(left: Sequence[str], right: Sequence[str]) -> int:

@@ -1,11 +1,11 @@
 """`session graph` on a large session: 200 slots (a derivation tree) and 2,000 checkpoints.
 
-Usage: python bench/graph.py [--slots 200] [--checkpoints 2000] [--runs N] [--json]
+Usage: python bench/graph.py [--slots 200] [--checkpoints 2000] [--runs N] [--fixture DIR] [--json]
 The median wall time of the real CLI for `session graph --format text` (the target: under
 1 s), next to `ckpt list` on the same session (which reads the same 2,000 checkpoint
 summaries) measured in the same rounds; and, in process, each renderer's time and output
 size on the whole graph (--checkpoints: every checkpoint a node). Never part of the test
-suite's pass/fail.
+suite's pass/fail. The session is bench/graph_fixture.py's (--fixture DIR: built once, kept).
 """
 
 from __future__ import annotations
@@ -14,42 +14,15 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
+from graph_fixture import fixture
 from timing import interleaved_medians
 
-from agctl.checkpoints import Checkpointer
 from agctl.graph.model import build_graph
 from agctl.graph.render import render
-from agctl.models import Message
 from agctl.store import Store
-
-
-def build_fixture(root: Path, slots: int, checkpoints: int) -> str:
-    """A session with `slots` slots, each derived from an earlier one (a tree four wide),
-    and `checkpoints` checkpoints, each after one more message in some slot."""
-    store = Store(root, sync="end")
-    sid = store.create_session("bench", title="graph benchmark").id
-    names = ["default"]
-    for index in range(1, slots):
-        parent = names[(index - 1) // 4]
-        name = f"slot-{index:03}"
-        store.derive_slot(sid, name, source=parent, strategy="focused" if index % 3 else "full")
-        names.append(name)
-    keeper = Checkpointer(store)
-    for start in range(0, checkpoints, 100):
-        # A hundred checkpoints a transaction: each still plans every slot, as a turn's does.
-        with store.transaction(sid):
-            for index in range(start, min(start + 100, checkpoints)):
-                slot = names[index % len(names)]
-                message = Message(role="user", content=f"note {index} in {slot}")
-                store.update_slot(sid, slot, lambda s, m=message: s.append(m))
-                keeper.create(sid, label=f"step {index}", auto=index % 2 == 0)
-    store.flush()
-    return sid
 
 
 def renderers(store: Store, sid: str) -> list[dict[str, Any]]:
@@ -73,12 +46,11 @@ def renderers(store: Store, sid: str) -> list[dict[str, Any]]:
     return found
 
 
-def measure(slots: int, checkpoints: int, runs: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        started = time.perf_counter()
-        sid = build_fixture(Path(tmp), slots, checkpoints)
-        fixture = time.perf_counter() - started
-        env = {**os.environ, "AGCTL_DATA_DIR": tmp, "AGCTL_SESSION": sid, "LANG": "C.UTF-8"}
+def measure(
+    slots: int, checkpoints: int, runs: int, directory: str | None = None
+) -> dict[str, Any]:
+    with fixture(directory, slots, checkpoints) as (root, sid, built):
+        env = {**os.environ, "AGCTL_DATA_DIR": str(root), "AGCTL_SESSION": sid, "LANG": "C.UTF-8"}
         agctl = [sys.executable, "-m", "agctl"]
         seconds = interleaved_medians(
             {
@@ -94,9 +66,9 @@ def measure(slots: int, checkpoints: int, runs: int) -> dict[str, Any]:
         return {
             "slots": slots,
             "checkpoints": checkpoints,
-            "fixture_seconds": fixture,
+            "fixture_seconds": built,
             "seconds": seconds,
-            "renderers": renderers(Store(tmp), sid),
+            "renderers": renderers(Store(root), sid),
         }
 
 
@@ -105,9 +77,12 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=200)
     parser.add_argument("--checkpoints", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--fixture", metavar="DIR", help="Build the session once into DIR, reuse it."
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    result = measure(args.slots, args.checkpoints, args.runs)
+    result = measure(args.slots, args.checkpoints, args.runs, args.fixture)
     if args.json:
         print(json.dumps(result, indent=2))
         return

@@ -23,6 +23,7 @@ from agctl.checkpoints.records import (
     messages_to_json,
     static_session,
     without_zones,
+    zone_delta,
 )
 from agctl.errors import StoreError
 from agctl.hashing import content_hash
@@ -159,6 +160,17 @@ def create(
         size = history.size()
         heads = load_heads(store, session_id, size)
         parent = head(history)
+        last = history.last()
+        # The heads cache describes `parent` when it was written after the log's last
+        # record: the new record's zones are then kept in the index as a delta from it.
+        heads_zones = (
+            {
+                slot_id: [(tip, count) for tip, count in entry["zones"]]
+                for slot_id, entry in heads["slots"].items()
+            }
+            if parent is not None and last is not None and heads.get("tail", [None])[0] == last[0]
+            else None
+        )
         session = store.load_session(session_id)
         batch = Batch()
         static = static_session(session)
@@ -205,6 +217,8 @@ def create(
         checkpoint.id = checkpoint_id(offsets[-1])
         summary = checkpoint.summary(end)
         summary.digest = history.line_digest(offsets[-1])
+        summary.checksum = history.line_checksums([(offsets[-1], end)]).get(offsets[-1])
+        summary.zones = zone_delta(parent, heads_zones, checkpoint.zones())
         append_index(store, session_id, summary)
         heads = {
             "end": end,

@@ -29,6 +29,7 @@ from agctl.checkpoints.records import (
     static_session,
     untimed,
     without_zones,
+    zone_delta,
 )
 from agctl.errors import CorruptDocument, DataError, NotFound
 from agctl.hashing import content_hash
@@ -44,6 +45,17 @@ if TYPE_CHECKING:
 
 def summaries(store: Store, session_id: str) -> list[CheckpointSummary]:
     """Every checkpoint, newest first (from the index, completed from the log)."""
+    removed = removed_ids(store, session_id)
+    return sorted(
+        (s for s in _indexed(store, session_id).values() if s.id not in removed),
+        key=lambda s: s.offset,
+        reverse=True,
+    )
+
+
+def _indexed(store: Store, session_id: str) -> dict[int, CheckpointSummary]:
+    """The summary of every checkpoint record of the log, removed or not, by offset: the
+    index's lines that still name their records, completed (or rebuilt) from the log."""
     store.load_session(session_id)
     history = open_log(store, session_id)
     found: dict[int, CheckpointSummary] = {}
@@ -59,9 +71,18 @@ def summaries(store: Store, session_id: str) -> list[CheckpointSummary]:
             continue
         if summary.end <= size:
             indexed.append(summary)
-    digests = history.line_digests([s.offset for s in indexed])
+    # A line that has its record's checksum is checked against the record's last bytes;
+    # one of before that, against the digest of the whole record.
+    checksums = history.line_checksums(
+        [(s.offset, s.end) for s in indexed if s.checksum is not None]
+    )
+    digests = history.line_digests([s.offset for s in indexed if s.checksum is None])
     for summary in indexed:
-        if summary.digest is None or digests.get(summary.offset) != summary.digest:
+        if summary.checksum is not None:
+            sound = checksums.get(summary.offset) == summary.checksum
+        else:
+            sound = summary.digest is not None and digests.get(summary.offset) == summary.digest
+        if not sound:
             damaged = True  # not this log's record (cut short and grown again?)
             continue
         found[summary.offset] = summary
@@ -72,24 +93,75 @@ def summaries(store: Store, session_id: str) -> list[CheckpointSummary]:
         drop_index(store, session_id)
     if indexed_end < size:
         problems: list[CorruptDocument] = []
+        previous: tuple[int, dict[str, list[tuple[int, int]]]] | None = None
         for offset, end, record in history.scan(indexed_end, problems):
             if "c" in record and offset not in found:
                 try:
-                    summary = read_checkpoint(history, offset).summary(end)
+                    checkpoint = read_checkpoint(history, offset)
                 except DataError as exc:
                     log.warning("skipping %s", exc)
                     continue
+                summary = checkpoint.summary(end)
                 summary.digest = history.line_digest(offset)
+                summary.checksum = history.line_checksums([(offset, end)]).get(offset)
+                zones = checkpoint.zones()
+                before = previous[1] if previous and previous[0] == checkpoint.parent else None
+                summary.zones = zone_delta(checkpoint.parent, before, zones)
+                previous = offset, zones
                 found[offset] = summary
                 append_index(store, session_id, summary)
         for problem in problems:
             log.warning("skipping %s ('agctl ckpt verify' checks the whole log)", problem)
-    removed = removed_ids(store, session_id)
-    return sorted(
-        (s for s in found.values() if s.id not in removed),
-        key=lambda s: s.offset,
-        reverse=True,
-    )
+    return found
+
+
+def zones_at(
+    store: Store, session_id: str, offsets: Sequence[int]
+) -> dict[int, dict[str, list[tuple[int, int]]]]:
+    """Each slot's zones (tip, count) at each checkpoint of `offsets`, from the index's
+    zone deltas: a checkpoint whose line has none (an index of before them) is read from
+    the log, raw (validating thousands of records as models costs seconds)."""
+    indexed = _indexed(store, session_id)
+    history = open_log(store, session_id)
+    known: dict[int, dict[str, list[tuple[int, int]]]] = {}
+    wanted = set(offsets)
+    # Oldest first: a delta's base is an earlier record, its zones known by then.
+    for offset in sorted(o for o in indexed if o <= max(wanted, default=-1)):
+        delta = indexed[offset].zones
+        base = None if delta is None or delta.base is None else known.get(delta.base)
+        if delta is not None and delta.base is not None and base is None:
+            base = known[delta.base] = record_zones(history, delta.base)
+        if delta is None:
+            if offset in wanted:
+                known[offset] = record_zones(history, offset)
+        else:
+            state = dict(base or {})
+            for slot_id in delta.deleted:
+                state.pop(slot_id, None)
+            added = delta.changed.keys() - state.keys()
+            state.update(delta.changed)
+            # A record holds its slots in id order (Backend.slot_ids).
+            known[offset] = dict(sorted(state.items())) if added or delta.deleted else state
+    return {o: known[o] if o in known else record_zones(history, o) for o in offsets}
+
+
+def record_zones(history: Log, offset: int) -> dict[str, list[tuple[int, int]]]:
+    """Each slot's zones in the checkpoint record at `offset`, read as stored and checked
+    only where it is used."""
+    record = history.read(offset).get("c")
+    slots = record.get("slots") if isinstance(record, dict) else None
+    if not isinstance(slots, dict):
+        raise CorruptDocument(history.path, f"no checkpoint record at byte {offset}")
+    found: dict[str, list[tuple[int, int]]] = {}
+    for slot_id, entry in slots.items():
+        zones = entry.get("zones") if isinstance(entry, dict) else None
+        if not isinstance(zones, list) or not all(
+            isinstance(zone, list) and len(zone) == 2 and all(type(n) is int for n in zone)
+            for zone in zones
+        ):
+            raise CorruptDocument(history.path, f"checkpoint record at byte {offset} is malformed")
+        found[str(slot_id)] = [(tip, count) for tip, count in zones]
+    return found
 
 
 def ids(store: Store, session_id: str) -> list[str]:

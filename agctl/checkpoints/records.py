@@ -79,6 +79,10 @@ class Checkpoint(Document):
     session_volatile: dict[str, Any]
     slots: dict[str, SlotEntry]
 
+    def zones(self) -> dict[str, list[tuple[int, int]]]:
+        """Each slot's (tip, count) for each of ZONES."""
+        return {slot_id: list(entry.zones) for slot_id, entry in self.slots.items()}
+
     def summary(self, end: int = 0) -> "CheckpointSummary":
         return CheckpointSummary(
             id=self.id,
@@ -95,6 +99,33 @@ class Checkpoint(Document):
         )
 
 
+class ZoneDelta(Model):
+    """Each slot's zones (tip, count) where they differ from those of the checkpoint at
+    `base` (None: every slot is here), and the slots it had that this one has not: what
+    the index keeps so that a reader of many checkpoints' zones (the HTML session graph)
+    never reads their records."""
+
+    base: int | None = None
+    changed: dict[str, list[tuple[int, int]]] = Field(default_factory=dict)
+    deleted: list[str] = Field(default_factory=list)
+
+
+def zone_delta(
+    base: int | None,
+    before: dict[str, list[tuple[int, int]]] | None,
+    after: dict[str, list[tuple[int, int]]],
+) -> ZoneDelta:
+    """The delta from the zones `before` (those of the checkpoint at `base`; None when
+    they are not known) to `after`."""
+    if before is None:
+        return ZoneDelta(base=None, changed=dict(after))
+    return ZoneDelta(
+        base=base,
+        changed={slot: zones for slot, zones in after.items() if before.get(slot) != zones},
+        deleted=sorted(before.keys() - after.keys()),
+    )
+
+
 class CheckpointSummary(Model):
     id: str
     offset: int
@@ -102,6 +133,11 @@ class CheckpointSummary(Model):
     # The record's line fingerprint (Log.line_digest): an index line whose record no
     # longer reads the same (a log cut short and grown again) is dropped and rebuilt.
     digest: str | None = None
+    # The checksum the record's line ends with (Log.line_checksums): when the index line
+    # has it, it is checked against the last bytes of the record alone, without reading
+    # (and hashing) the whole record; `digest` stays for the readers that predate it.
+    checksum: str | None = None
+    zones: ZoneDelta | None = None
     turn_index: int
     created_at: datetime
     label: str | None = None

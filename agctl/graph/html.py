@@ -295,57 +295,35 @@ def _checkpoint_chains(
     table: _MessageTable,
 ) -> dict[str, Any]:
     from agctl.checkpoints.files import open_log
+    from agctl.checkpoints.reader import zones_at
     from agctl.checkpoints.records import checkpoint_offset
 
     history = open_log(store, session_id)
+    ordered = sorted(drawn, key=lambda n: checkpoint_offset(n["checkpoint"]))
+    # Each drawn checkpoint's zones, from the index's deltas (no record is read).
+    states = zones_at(store, session_id, [checkpoint_offset(n["checkpoint"]) for n in ordered])
     found: dict[str, Any] = {}
-    previous: dict[str, Any] = {}
-    for node in sorted(drawn, key=lambda n: checkpoint_offset(n["checkpoint"])):
-        offset = checkpoint_offset(node["checkpoint"])
-        record = _checkpoint_record(history, offset)
-        entries = record["slots"]
+    previous: dict[str, list[tuple[int, int]]] = {}
+    for node in ordered:
+        zones = states[checkpoint_offset(node["checkpoint"])]
+        # A slot a delta left alone holds the very zones of the checkpoint before.
         changed = [
-            (slot_id, _zones(history, offset, entry))
-            for slot_id, entry in entries.items()
-            if previous.get(slot_id) != entry
+            (slot_id, slot_zones)
+            for slot_id, slot_zones in zones.items()
+            if (before := previous.get(slot_id)) is not slot_zones and before != slot_zones
         ]
-        for _, zones in changed:
-            for tip, count in zones:
+        for _, slot_zones in changed:
+            for tip, count in slot_zones:
                 _add_chain(history, tip, count, nodes, table)
         found[node["id"]] = {
             "turn": node.get("turn"),
-            "current_slot": record.get("session_volatile", {}).get("current_slot"),
+            "current_slot": node["slot"],
             "log": session_node,
             "changed": changed,
-            "deleted": sorted(previous.keys() - entries.keys()),
+            "deleted": sorted(previous.keys() - zones.keys()),
         }
-        previous = entries
+        previous = zones
     return found
-
-
-def _checkpoint_record(history: Log, offset: int) -> dict[str, Any]:
-    """The checkpoint record at `offset` as stored: the page needs only each slot's zone
-    chains, and validating thousands of records (each with every slot) as models would cost
-    more than the rest of the page; `_zones` checks the entries it uses."""
-    from agctl.errors import CorruptDocument
-
-    record = history.read(offset).get("c")
-    if not isinstance(record, dict) or not isinstance(record.get("slots"), dict):
-        raise CorruptDocument(history.path, f"no checkpoint record at byte {offset}")
-    return record
-
-
-def _zones(history: Log, offset: int, entry: Any) -> list[tuple[int, int]]:
-    """A slot entry's (tip, count) for each zone, checked."""
-    from agctl.errors import CorruptDocument
-
-    zones = entry.get("zones") if isinstance(entry, dict) else None
-    if not isinstance(zones, list) or not all(
-        isinstance(zone, list) and len(zone) == 2 and all(isinstance(n, int) for n in zone)
-        for zone in zones
-    ):
-        raise CorruptDocument(history.path, f"checkpoint record at byte {offset} is malformed")
-    return [(tip, count) for tip, count in zones]
 
 
 def _add_chain(

@@ -7,6 +7,7 @@ id goes; what a user wrote (titles, checkpoint labels, messages) is only ever a 
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -218,7 +219,10 @@ class _SessionGraph:
         )
         if ghost is not None:
             graph.edges.append(Edge(ghost.id, self.node.id, "parent", dashed=True))
-        ordered = _by_derivation(self.store.list_slots(session.id))
+        slots = (
+            self.store.list_slots(session.id) if self.turns else _headers(self.store, session.id)
+        )
+        ordered = _by_derivation(slots)
         self.slots = [slot for slot, _ in ordered]
         for slot, depth in ordered:
             fields: dict[str, Any] = {
@@ -340,6 +344,24 @@ def _rollback_target(history: Any, offset: int) -> str | None:
         return None
     target = record.get("r")
     return checkpoint_id(target) if isinstance(target, int) else None
+
+
+def _headers(store: Store, session_id: str) -> list[Slot]:
+    """Every slot of the session, in id order, without its messages (its meta keeps their
+    counts): read as stored where the backend can (validating every message of 200 slots
+    cost more than the rest of the graph), else loaded whole."""
+    from pydantic import ValidationError
+
+    current = Slot.model_fields["schema_version"].default
+    found = []
+    for slot_id in store.slot_ids(session_id):
+        document = store.slot_document(session_id, slot_id)
+        header = None
+        if document is not None and document.get("schema_version") == current:
+            with contextlib.suppress(ValidationError):  # the whole read says what is wrong
+                header = Slot.model_validate({**document, **{zone: [] for zone in ZONES}})
+        found.append(header if header is not None else store.load_slot(session_id, slot_id))
+    return found
 
 
 def _by_derivation(slots: list[Slot]) -> list[tuple[Slot, int]]:

@@ -88,9 +88,10 @@ def replay(document: Path, slot: Slot, base: str) -> None:
 
 
 def raw_document(document: bytes, log: bytes | None) -> dict[str, Any] | None:
-    """A slot as stored, parsed but not validated, with the messages its log appended:
-    for readers that scan many slots (search). None when it is not a JSON object of the
-    shape the log extends (the validated read says what is wrong)."""
+    """A slot as stored, parsed but not validated, with the messages and counters its log
+    appended: for readers that scan many slots (search, the session graph). None when it
+    is not a JSON object of the shape the log extends (the validated read says what is
+    wrong)."""
     try:
         value = orjson.loads(document)
     except orjson.JSONDecodeError:
@@ -105,6 +106,10 @@ def raw_document(document: bytes, log: bytes | None) -> dict[str, Any] | None:
             if not isinstance(line.get("m"), list):
                 return None
             messages.extend(line["m"])
+            if isinstance(line.get("meta"), dict) and isinstance(value.get("meta"), dict):
+                value["meta"].update(
+                    {k: line["meta"][k] for k in APPENDED_META if k in line["meta"]}
+                )
     return value
 
 
