@@ -127,22 +127,44 @@ def zones_at(
     wanted = set(offsets)
     # Oldest first: a delta's base is an earlier record, its zones known by then.
     for offset in sorted(o for o in indexed if o <= max(wanted, default=-1)):
-        delta = indexed[offset].zones
-        base = None if delta is None or delta.base is None else known.get(delta.base)
-        if delta is not None and delta.base is not None and base is None:
-            base = known[delta.base] = record_zones(history, delta.base)
+        delta = _delta(indexed[offset].zones)
         if delta is None:
             if offset in wanted:
                 known[offset] = record_zones(history, offset)
-        else:
-            state = dict(base or {})
-            for slot_id in delta.deleted:
-                state.pop(slot_id, None)
-            added = delta.changed.keys() - state.keys()
-            state.update(delta.changed)
-            # A record holds its slots in id order (Backend.slot_ids).
-            known[offset] = dict(sorted(state.items())) if added or delta.deleted else state
+            continue
+        start, changed, deleted = delta
+        base = None if start is None else known.get(start)
+        if start is not None and base is None:
+            base = known[start] = record_zones(history, start)
+        state = dict(base or {})
+        for slot_id in deleted:
+            state.pop(slot_id, None)
+        added = changed.keys() - state.keys()
+        state.update(changed)
+        # A record holds its slots in id order (Backend.slot_ids).
+        known[offset] = dict(sorted(state.items())) if added or deleted else state
     return {o: known[o] if o in known else record_zones(history, o) for o in offsets}
+
+
+def _delta(
+    value: dict[str, Any] | None,
+) -> tuple[int | None, dict[str, list[tuple[int, int]]], list[str]] | None:
+    """An index line's zone delta (records.zone_delta) as (base, changed, deleted), or
+    None when it has none or none of that shape (the record is read instead)."""
+    if value is None:
+        return None
+    try:
+        base = value["base"]
+        changed = {
+            str(slot_id): [(int(tip), int(count)) for tip, count in zones]
+            for slot_id, zones in value["changed"].items()
+        }
+        deleted = [str(slot_id) for slot_id in value["deleted"]]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if base is not None and type(base) is not int:
+        return None
+    return base, changed, deleted
 
 
 def record_zones(history: Log, offset: int) -> dict[str, list[tuple[int, int]]]:

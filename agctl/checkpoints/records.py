@@ -99,31 +99,23 @@ class Checkpoint(Document):
         )
 
 
-class ZoneDelta(Model):
-    """Each slot's zones (tip, count) where they differ from those of the checkpoint at
-    `base` (None: every slot is here), and the slots it had that this one has not: what
-    the index keeps so that a reader of many checkpoints' zones (the HTML session graph)
-    never reads their records."""
-
-    base: int | None = None
-    changed: dict[str, list[tuple[int, int]]] = Field(default_factory=dict)
-    deleted: list[str] = Field(default_factory=list)
-
-
 def zone_delta(
     base: int | None,
     before: dict[str, list[tuple[int, int]]] | None,
     after: dict[str, list[tuple[int, int]]],
-) -> ZoneDelta:
-    """The delta from the zones `before` (those of the checkpoint at `base`; None when
-    they are not known) to `after`."""
+) -> dict[str, Any]:
+    """What the index keeps of a checkpoint's zones, so that a reader of many checkpoints'
+    zones (the HTML session graph) never reads their records: each slot's zones (tip,
+    count) where they differ from those `before` of the checkpoint at `base` (None when
+    not known: then every slot), and the slots that one had and this has not. A plain
+    dict, not a model: every turn writes one."""
     if before is None:
-        return ZoneDelta(base=None, changed=dict(after))
-    return ZoneDelta(
-        base=base,
-        changed={slot: zones for slot, zones in after.items() if before.get(slot) != zones},
-        deleted=sorted(before.keys() - after.keys()),
-    )
+        return {"base": None, "changed": dict(after), "deleted": []}
+    return {
+        "base": base,
+        "changed": {slot: zones for slot, zones in after.items() if before.get(slot) != zones},
+        "deleted": sorted(before.keys() - after.keys()),
+    }
 
 
 class CheckpointSummary(Model):
@@ -137,7 +129,7 @@ class CheckpointSummary(Model):
     # has it, it is checked against the last bytes of the record alone, without reading
     # (and hashing) the whole record; `digest` stays for the readers that predate it.
     checksum: str | None = None
-    zones: ZoneDelta | None = None
+    zones: dict[str, Any] | None = None  # zone_delta's
     turn_index: int
     created_at: datetime
     label: str | None = None

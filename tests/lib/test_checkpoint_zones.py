@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
+
 from agctl.checkpoints import Checkpointer
 from agctl.checkpoints.files import open_log
 from agctl.checkpoints.reader import record_zones, summaries, zones_at
 from agctl.graph.model import _headers
 from agctl.models import Message
+from agctl.pack import encode_record
 from agctl.store import Store
 
 
@@ -38,7 +41,7 @@ def test_the_zones_from_the_index_deltas_are_those_of_the_records(tmp_path: Path
     sid, _ = _history(store)
     found = summaries(store, sid)
     assert all(s.zones is not None and s.checksum is not None for s in found)
-    assert any(s.zones is not None and s.zones.base is not None for s in found)
+    assert any(s.zones is not None and s.zones["base"] is not None for s in found)
     history = open_log(store, sid)
     offsets = [s.offset for s in found]
     assert zones_at(store, sid, offsets) == {o: record_zones(history, o) for o in offsets}
@@ -54,6 +57,33 @@ def test_an_index_rebuilt_from_the_log_gives_the_same_zones(tmp_path: Path) -> N
     assert zones_at(store, sid, offsets) == before
     assert index.exists()  # rebuilt, its lines with deltas again
     assert all(s.zones is not None for s in summaries(store, sid))
+
+
+def test_a_delta_of_another_shape_is_read_from_the_record(tmp_path: Path) -> None:
+    """The index is a cache: a zones field it should never hold means the record is read."""
+    store = Store(tmp_path)
+    sid, _ = _history(store)
+    history = open_log(store, sid)
+    offsets = [s.offset for s in summaries(store, sid)]
+    index = next(tmp_path.rglob("index.jsonl"))
+    lines = index.read_bytes().splitlines(keepends=True)
+    odd = [
+        {"changed": 3},
+        {"base": "x", "changed": {}, "deleted": []},
+        {"base": None, "changed": {"default": "zz"}, "deleted": []},
+        {"base": None, "changed": {}, "deleted": 7},
+    ]
+    shapes = iter(odd * len(lines))
+    rewritten = []
+    for line in lines:
+        body, _, _ = line.rstrip(b"\n").rpartition(b"\t")
+        value = orjson.loads(body)
+        if "zones" in value:
+            value["zones"] = next(shapes)
+        rewritten.append(encode_record(value))
+    index.write_bytes(b"".join(rewritten))
+    assert [s.zones for s in summaries(store, sid)][-4:] == odd[::-1]  # the lines were kept
+    assert zones_at(store, sid, offsets) == {o: record_zones(history, o) for o in offsets}
 
 
 def test_an_index_line_whose_record_changed_is_dropped(tmp_path: Path) -> None:
