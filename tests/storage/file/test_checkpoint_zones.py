@@ -1,5 +1,7 @@
-"""The index keeps each checkpoint's slot zones as a delta and its record's checksum: the
-zones read from it are those of the records, and a record replaced under it is noticed."""
+"""The checkpoint index keeps each checkpoint's slot zones as a delta and its record's
+checksum: the zones read from it are those of the records, a record replaced under it is
+noticed, and an index line of another shape is read from its record. Here, beside the file
+backend's tests, because they edit its files."""
 
 from __future__ import annotations
 
