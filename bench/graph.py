@@ -10,14 +10,13 @@ suite's pass/fail. The session is bench/graph_fixture.py's (--fixture DIR: built
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 from typing import Any
 
-from graph_fixture import fixture
+from graph_fixture import arguments, fixture
 from timing import interleaved_medians
 
 from agctl.graph.model import build_graph
@@ -73,15 +72,7 @@ def measure(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--slots", type=int, default=200)
-    parser.add_argument("--checkpoints", type=int, default=2000)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument(
-        "--fixture", metavar="DIR", help="Build the session once into DIR, reuse it."
-    )
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = arguments(__doc__)
     result = measure(args.slots, args.checkpoints, args.runs, args.fixture)
     if args.json:
         print(json.dumps(result, indent=2))

@@ -6,6 +6,7 @@ slot, as a turn's does), so `--fixture DIR` builds it once into DIR and reuses i
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import tempfile
@@ -21,6 +22,19 @@ from agctl.store import Store
 # Raised whenever build() makes a different session, so that a kept fixture is rebuilt.
 BUILDER_VERSION = 1
 MARKER = "graph-fixture.json"
+
+
+def arguments(doc: str | None) -> argparse.Namespace:
+    """The command line both benchmarks take: the session's size, the runs, the fixture."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--slots", type=int, default=200)
+    parser.add_argument("--checkpoints", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--fixture", metavar="DIR", help="Build the session once into DIR, reuse it."
+    )
+    parser.add_argument("--json", action="store_true")
+    return parser.parse_args()
 
 
 def build(root: Path, slots: int, checkpoints: int) -> str:
