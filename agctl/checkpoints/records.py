@@ -109,12 +109,12 @@ def zone_delta(
     count) where they differ from those `before` of the checkpoint at `base` (None when
     not known: then every slot), and the slots that one had and this has not. A plain
     dict, not a model: every turn writes one."""
-    if before is None:
-        return {"base": None, "changed": dict(after), "deleted": []}
+    changed = after if before is None else {s: z for s, z in after.items() if before.get(s) != z}
     return {
-        "base": base,
-        "changed": {slot: zones for slot, zones in after.items() if before.get(slot) != zones},
-        "deleted": sorted(before.keys() - after.keys()),
+        "base": None if before is None else base,
+        # As the index reads back (JSON lists), so a summary equals its line read again.
+        "changed": {s: [[tip, count] for tip, count in zones] for s, zones in changed.items()},
+        "deleted": [] if before is None else sorted(before.keys() - after.keys()),
     }
 
 
