@@ -583,18 +583,31 @@ class Slot(Document):
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:
             data = None
-        current = cls.model_fields["schema_version"].default
-        if type(data) is not dict or data.get("schema_version") != current:
-            return cls.model_validate_json(raw)  # not JSON, or to be upgraded first
+        slot = cls.header(data)
+        if slot is None:
+            return cls.model_validate_json(raw)  # not a slot of this format: pydantic says
         try:
             zones: dict[str, list[Message]] = {
                 zone: stored_messages(data[zone]) for zone in ZONES if zone in data
             }
-            slot = cls.model_validate({**data, **{zone: [] for zone in zones}})
         except ValidationError:
             return cls.model_validate_json(raw)
         slot.__dict__.update(zones)
         return slot
+
+    @classmethod
+    def header(cls, data: object) -> Self | None:
+        """The slot of a stored document (parsed, not validated) with its zones empty:
+        config and meta (which counts the messages) without validating a message. None
+        when it is not a valid slot document of the current format (to be upgraded, or
+        wrong: the whole read says what is wrong)."""
+        current = cls.model_fields["schema_version"].default
+        if type(data) is not dict or data.get("schema_version") != current:
+            return None
+        try:
+            return cls.model_validate({**data, **{zone: [] for zone in ZONES if zone in data}})
+        except ValidationError:
+            return None
 
     def memo(self, zone: Zone) -> ZoneMemo:
         """The zone's memo, up to date (see ZoneMemo): counts without counting again."""

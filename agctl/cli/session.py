@@ -569,41 +569,30 @@ def graph(
       agctl session graph 1q2w --format dot | dot -Tsvg > graph.svg
       agctl session graph --format html --redact -o graph.html
     """
-    from agctl.graph.model import build_graph
-    from agctl.graph.render import render
+    from agctl.graph.render import draw
 
     if all_sessions and session_id:
         from agctl.errors import UsageError
 
         raise UsageError("give SESSION or --all, not both")
-    chosen = None if all_sessions else app.session_id(session_id)
-    model = build_graph(
-        app.store, chosen, all_sessions=all_sessions, checkpoints=checkpoints, turns=turns
-    ).to_json()
     if app.json and output == "-":
         fmt = "json"
-    clicks = None
-    if fmt == "html":
-        from agctl.graph.html import details
-
-        clicks = details(app.store, model, redact=redact)
-    unicode = not ascii_only and _locale_is_utf8()
-    drawn = render(model, fmt, unicode=unicode, redact=redact, details=clicks)
-    if fmt == "mermaid":
-        from agctl.graph.mermaid import too_big
-
-        reason = too_big(drawn, model)
-        if reason is not None:
-            app.warn(f"the Mermaid graph has {reason}: try --format html")
+    drawing = draw(
+        app.store,
+        None if all_sessions else app.session_id(session_id),
+        fmt,
+        all_sessions=all_sessions,
+        checkpoints=checkpoints,
+        turns=turns,
+        unicode=not ascii_only and _locale_is_utf8(),
+        redact=redact,
+    )
+    if drawing.too_big is not None:
+        app.warn(f"the Mermaid graph has {drawing.too_big}: try --format html")
     from agctl.cli.app import write_output
 
-    write_output(output, drawn.encode())
+    write_output(output, drawing.text.encode())
     if output == "-":
         return
-    report = {
-        "file": output,
-        "format": fmt,
-        "nodes": len(model["nodes"]),
-        "edges": len(model["edges"]),
-    }
-    app.done(report, text=f"wrote {output} ({fmt}, {len(model['nodes'])} nodes)")
+    report = {"file": output, "format": fmt, "nodes": drawing.nodes, "edges": drawing.edges}
+    app.done(report, text=f"wrote {output} ({fmt}, {drawing.nodes} nodes)")

@@ -7,7 +7,6 @@ id goes; what a user wrote (titles, checkpoint labels, messages) is only ever a 
 
 from __future__ import annotations
 
-import contextlib
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -350,16 +349,9 @@ def _headers(store: Store, session_id: str) -> list[Slot]:
     """Every slot of the session, in id order, without its messages (its meta keeps their
     counts): read as stored where the backend can (validating every message of 200 slots
     cost more than the rest of the graph), else loaded whole."""
-    from pydantic import ValidationError
-
-    current = Slot.model_fields["schema_version"].default
     found = []
     for slot_id in store.slot_ids(session_id):
-        document = store.slot_document(session_id, slot_id)
-        header = None
-        if document is not None and document.get("schema_version") == current:
-            with contextlib.suppress(ValidationError):  # the whole read says what is wrong
-                header = Slot.model_validate({**document, **{zone: [] for zone in ZONES}})
+        header = Slot.header(store.slot_document(session_id, slot_id))
         found.append(header if header is not None else store.load_slot(session_id, slot_id))
     return found
 

@@ -4,10 +4,13 @@ graph's JSON form (the HTML page's module is imported only when asked for)."""
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from agctl.errors import UsageError
 from agctl.vocab import GRAPH_FORMATS
+
+if TYPE_CHECKING:
+    from agctl.store import Store
 
 
 def redacted(graph: dict[str, Any]) -> dict[str, Any]:
@@ -54,3 +57,45 @@ def render(
 
         return json.dumps(graph, indent=2, ensure_ascii=False) + "\n"
     raise UsageError(f"unknown graph format {fmt!r}", hint=f"one of {', '.join(GRAPH_FORMATS)}")
+
+
+class Drawing(NamedTuple):
+    """A session graph drawn: the text, the size of the graph, and why Mermaid would
+    refuse to draw it with its default limits (None: it would not, or not Mermaid)."""
+
+    text: str
+    nodes: int
+    edges: int
+    too_big: str | None
+
+
+def draw(
+    store: Store,
+    session_id: str | None,
+    fmt: str,
+    *,
+    all_sessions: bool = False,
+    checkpoints: bool = False,
+    turns: bool = False,
+    unicode: bool = True,
+    redact: bool = False,
+) -> Drawing:
+    """`session graph`: the graph of `session_id` (None with `all_sessions`) in `fmt`,
+    with what a click on the HTML page shows."""
+    from agctl.graph.model import build_graph
+
+    graph = build_graph(
+        store, session_id, all_sessions=all_sessions, checkpoints=checkpoints, turns=turns
+    ).to_json()
+    details = None
+    if fmt == "html":
+        from agctl.graph import html
+
+        details = html.details(store, graph, redact=redact)
+    text = render(graph, fmt, unicode=unicode, redact=redact, details=details)
+    too_big = None
+    if fmt == "mermaid":
+        from agctl.graph import mermaid
+
+        too_big = mermaid.too_big(text, graph)
+    return Drawing(text, len(graph["nodes"]), len(graph["edges"]), too_big)
