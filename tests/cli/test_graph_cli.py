@@ -74,6 +74,21 @@ def test_output_file_is_written_whole_and_private(run: Run, tmp_path: Path) -> N
     assert target.read_text().startswith("*")
 
 
+@pytest.mark.usefixtures("scenario")
+def test_output_is_the_users_file_as_every_other_o_writes_it(run: Run, tmp_path: Path) -> None:
+    """Through a link (as to /dev/stdout) into the file it names; a file of theirs keeps
+    its mode (as `msg export -o` and `session export -o` do)."""
+    target = tmp_path / "picture.mmd"
+    target.write_text("old")
+    target.chmod(0o644)
+    link = tmp_path / "latest.mmd"
+    link.symlink_to(target)
+    ok(run("session", "graph", "--format", "mermaid", "-o", str(link)))
+    assert link.is_symlink()
+    assert target.read_text().startswith("%% agctl session graph v1")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
 def test_mermaid_past_its_limit_warns_and_suggests_html(
     run: Run, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
