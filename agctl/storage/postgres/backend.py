@@ -59,14 +59,22 @@ CONNECT_PATIENCE = 15.0
 LOG_ROWS = 16
 # A history given whole (an import) is stored in rows of about this size, cut at lines.
 LOG_CHUNK = 1 << 16
+# Revisions a transaction takes from the sequence with its lock, for the documents it
+# writes (a turn writes two); past them a write takes one in its own statement.
+LOCK_REVS = 4
 
 _SQL = {
     "session": "SELECT doc, rev FROM {s}.sessions WHERE id = %s",
     "has_session": "SELECT 1 FROM {s}.sessions WHERE id = %s",
     "session_ids": 'SELECT id FROM {s}.sessions ORDER BY id COLLATE "C"',
     "lock_timeout": "SELECT set_config('lock_timeout', %s, true)",
-    "lock": "SELECT log_size FROM {s}.sessions WHERE id = %s FOR UPDATE",
-    "lock_or_skip": "SELECT log_size FROM {s}.sessions WHERE id = %s FOR UPDATE SKIP LOCKED",
+    # The session's row locked, with what a transaction starts from: the log's size, the
+    # session document and LOCK_REVS revisions of its own.
+    "lock": """SELECT log_size, doc, rev, ARRAY(SELECT nextval({revs})
+                   FROM generate_series(1, %s)) FROM {s}.sessions WHERE id = %s FOR UPDATE""",
+    "lock_or_skip": """SELECT log_size, doc, rev, ARRAY(SELECT nextval({revs})
+                           FROM generate_series(1, %s)) FROM {s}.sessions WHERE id = %s
+                       FOR UPDATE SKIP LOCKED""",
     "slot_ids": 'SELECT id FROM {s}.slots WHERE session_id = %s ORDER BY id COLLATE "C"',
     "slot": """SELECT header, rev, count, CASE WHEN rev = %s THEN NULL ELSE ARRAY(
                    SELECT m.data FROM {s}.slot_messages AS m
@@ -99,6 +107,7 @@ _SQL = {
                          ON CONFLICT (id) DO NOTHING RETURNING rev""",
     "put_session": """UPDATE {s}.sessions SET doc = %s, rev = nextval({revs})
                       WHERE id = %s RETURNING rev""",
+    "put_session_at": "UPDATE {s}.sessions SET doc = %s, rev = %s WHERE id = %s",
     "put_removed": "UPDATE {s}.sessions SET removed = %s WHERE id = %s",
     "clear_slots": "DELETE FROM {s}.slots WHERE session_id = %s",
     "clear_drafts": "DELETE FROM {s}.drafts WHERE session_id = %s",
@@ -110,12 +119,18 @@ _SQL = {
                    ON CONFLICT (session_id, id) DO UPDATE
                    SET header = excluded.header, rev = excluded.rev, count = excluded.count
                    RETURNING rev""",
+    "put_slot_at": """INSERT INTO {s}.slots (session_id, id, header, rev, count)
+                      VALUES (%s, %s, %s, %s, %s)
+                      ON CONFLICT (session_id, id) DO UPDATE
+                      SET header = excluded.header, rev = excluded.rev, count = excluded.count""",
     "clear_messages": "DELETE FROM {s}.slot_messages WHERE session_id = %s AND slot_id = %s",
     "insert_messages": """INSERT INTO {s}.slot_messages (session_id, slot_id, seq, data)
                           SELECT %s, %s, q, d FROM unnest(%s::integer[], %s::bytea[])
                           AS t(q, d)""",
     "append_slot": """UPDATE {s}.slots SET header = %s, rev = nextval({revs}),
                       count = count + %s WHERE session_id = %s AND id = %s RETURNING rev""",
+    "append_slot_at": """UPDATE {s}.slots SET header = %s, rev = %s, count = count + %s
+                         WHERE session_id = %s AND id = %s""",
     "delete_slot": "DELETE FROM {s}.slots WHERE session_id = %s AND id = %s RETURNING 1",
     "put_draft": """INSERT INTO {s}.drafts (session_id, slot_id, doc) VALUES (%s, %s, %s)
                     ON CONFLICT (session_id, slot_id) DO UPDATE SET doc = excluded.doc""",
@@ -124,6 +139,12 @@ _SQL = {
     "append_cache": "INSERT INTO {s}.caches (session_id, name, data) VALUES (%s, %s, %s)",
     "replace_cache": """WITH gone AS (DELETE FROM {s}.caches WHERE session_id = %s AND name = %s)
                         INSERT INTO {s}.caches (session_id, name, data) VALUES (%s, %s, %s)""",
+    # One name for every savepoint: a nested one shadows the one around it, and RELEASE
+    # or ROLLBACK TO names the newest.
+    "savepoint": "SAVEPOINT agctl",
+    "release": "RELEASE SAVEPOINT agctl",
+    "rollback_to": "ROLLBACK TO SAVEPOINT agctl",
+    "commit": "COMMIT",
 }
 
 
@@ -178,6 +199,36 @@ class _Known:
         return append_problem((self.immutable, self.compressed, self.messages), slot, count)
 
 
+class _LogRows:
+    """Rows of a checkpoint log as fetched or written, by offset: what one reader has
+    seen, or what a transaction has (nobody else writes the log while it holds the lock;
+    what it cuts it forgets)."""
+
+    __slots__ = ("rows", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.rows: dict[int, bytes] = {}
+
+    def find(self, position: int) -> tuple[int, bytes] | None:
+        index = bisect.bisect_right(self.starts, position) - 1
+        if index >= 0:
+            start = self.starts[index]
+            data = self.rows[start]
+            if position < start + len(data):
+                return start, data
+        return None
+
+    def add(self, start: int, data: bytes) -> None:
+        if start not in self.rows:
+            bisect.insort(self.starts, start)
+        self.rows[start] = data
+
+    def clear(self) -> None:
+        self.starts.clear()
+        self.rows.clear()
+
+
 class _LogRaw(io.RawIOBase):
     """A checkpoint log as a seekable byte stream over its rows, fetched as they are
     needed: the log up to `size` when opened (rows are only ever added after it)."""
@@ -187,14 +238,14 @@ class _LogRaw(io.RawIOBase):
         fetch: Callable[[int, int], list[tuple[int, bytes]]],
         size: int,
         on_close: Callable[[], None] | None = None,
+        rows: _LogRows | None = None,
     ) -> None:
         super().__init__()
         self._fetch = fetch
         self._on_close = on_close
         self._size = size
         self._position = 0
-        self._starts: list[int] = []
-        self._rows: dict[int, bytes] = {}
+        self._rows = _LogRows() if rows is None else rows
 
     def close(self) -> None:
         if not self.closed and self._on_close is not None:
@@ -216,20 +267,15 @@ class _LogRaw(io.RawIOBase):
         return self._position
 
     def _row(self, position: int) -> tuple[int, bytes]:
-        for attempt in range(2):
-            index = bisect.bisect_right(self._starts, position) - 1
-            if index >= 0:
-                start = self._starts[index]
-                data = self._rows[start]
-                if position < start + len(data):
-                    return start, data
-            if attempt:
-                break
+        found = self._rows.find(position)
+        if found is None:
             for start, data in self._fetch(position, self._size):
-                if start not in self._rows:
-                    bisect.insort(self._starts, start)
-                    self._rows[start] = data
-        raise CorruptDocument("checkpoint log", f"no stored row holds byte {position}")
+                if start not in self._rows.rows:
+                    self._rows.add(start, data)
+            found = self._rows.find(position)
+        if found is None:
+            raise CorruptDocument("checkpoint log", f"no stored row holds byte {position}")
+        return found
 
     def readinto(self, buffer: Any) -> int:
         if self._position >= self._size:
@@ -265,6 +311,7 @@ def _open_log(
     size: int,
     rows: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]],
     on_close: Callable[[], None] | None = None,
+    seen: _LogRows | None = None,
 ) -> IO[bytes]:
     if not size:
         if on_close is not None:
@@ -277,7 +324,7 @@ def _open_log(
         )
         return [(int(off), bytes(data)) for off, data in found]
 
-    return io.BufferedReader(_LogRaw(fetch, size, on_close), buffer_size=8192)
+    return io.BufferedReader(_LogRaw(fetch, size, on_close, seen), buffer_size=8192)
 
 
 class _LogWriter(_LogReader):
@@ -296,6 +343,7 @@ class _LogWriter(_LogReader):
         offset = size + len(prefix)
         data = prefix + build(offset)
         tx._execute("log_insert", [tx.session_id, size, data])
+        tx._log_rows.add(size, data)
         tx._set_log_size(size + len(data), sealed=data.endswith(b"\n"))
         return offset
 
@@ -304,6 +352,7 @@ class _LogWriter(_LogReader):
         sid = tx.session_id
         tx._execute("log_cut", [sid, size])
         tx._execute("log_trim", [size, sid, size, size])
+        tx._log_rows.clear()
         tx._set_log_size(size, sealed=None)
 
 
@@ -430,9 +479,23 @@ class _Reading:
 
 class PgTx(_Reading):
     """One transaction of a PostgresBackend: its statements run in the database
-    transaction that holds the session's row lock."""
+    transaction that holds the session's row lock.
 
-    def __init__(self, backend: PostgresBackend, session_id: str, conn: Conn, log_size: int):
+    A write whose answer nothing needs waits in `_pending` and goes to the server with
+    the next statement that needs one, all in one round trip (a pipeline), the last of
+    them with COMMIT: the server runs them in order, so every read still sees every
+    write before it, and a failed one fails the transaction as it would alone."""
+
+    def __init__(
+        self,
+        backend: PostgresBackend,
+        session_id: str,
+        conn: Conn,
+        log_size: int,
+        *,
+        session_row: tuple[bytes, int] | None = None,
+        revs: Sequence[int] = (),
+    ):
         self.session_id = session_id
         self.backend = backend
         self.where = backend.where
@@ -445,16 +508,45 @@ class PgTx(_Reading):
         self.rewinds = 0
         # What this transaction last read or wrote of its session's rows: nobody else
         # writes them while it holds the session's lock, so a second look needs no
-        # statement. Slot id -> (revision, message count); the session's (doc, revision).
+        # statement. Slot id -> (revision, message count); the session's (doc, revision);
+        # the checkpoint log's rows.
         self._slots: dict[str, tuple[int, int]] = {}
-        self._session: tuple[bytes, int] | None = None
+        self._session = session_row
+        self._log_rows = _LogRows()
+        # Revisions taken from the sequence with the lock, not given to a document yet.
+        self._revs = list(reversed(revs))
+        # Statements sent when the next answer is needed, and how often that happened.
+        self._pending: list[tuple[bytes, Sequence[Any]]] = []
+        self._sends = 0
 
     def _rows(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        cursor = self._conn.execute(self._sql[name], params)
+        cursor = self._send(self._sql[name], params)
         return cursor.fetchall() if cursor.description is not None else []
 
-    def _execute(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        return self._rows(name, params)
+    def _execute(self, name: str, params: Sequence[Any]) -> None:
+        """A write whose answer nothing needs: sent with the next statement that has one."""
+        self._pending.append((self._sql[name], params))
+
+    def _send(self, query: bytes, params: Sequence[Any]) -> psycopg.Cursor[tuple[Any, ...]]:
+        """`query`, after what is pending, in one round trip; its cursor."""
+        conn = self._conn
+        if not self._pending:
+            return conn.execute(query, params)
+        pending, self._pending = self._pending, []
+        self._sends += 1
+        with conn.pipeline():
+            for text, values in pending:
+                _queue(conn, text, values)
+            return _queue(conn, query, params)
+
+    def finish(self) -> psycopg.Cursor[tuple[Any, ...]]:
+        """What is pending and COMMIT, in one round trip: COMMIT's cursor."""
+        return self._send(self._sql["commit"], ())
+
+    def _take_rev(self) -> int | None:
+        """A revision of this transaction's own for the next document written (None:
+        none left, the write takes one in its statement)."""
+        return self._revs.pop() if self._revs else None
 
     def _check(self, session_id: str) -> str:
         if validate_id(session_id, "session") != self.session_id:
@@ -501,6 +593,7 @@ class PgTx(_Reading):
         """After a statement that removed the session's rows at once (replace, destroy)."""
         self._slots.clear()
         self._session = None
+        self._log_rows.clear()
 
     # ---- the checkpoint log's end, kept here until commit ----------------------
 
@@ -511,9 +604,19 @@ class PgTx(_Reading):
 
     def _log_sealed(self) -> bool:
         if self._sealed is None:
-            row = self._one("log_last_byte", [self.session_id])
-            self._sealed = row is None or int(row[0]) == 0x0A
+            found = self._log_rows.find(self._size - 1) if self._size else None
+            if found is not None:
+                start, data = found
+                self._sealed = data[self._size - 1 - start] == 0x0A
+            else:
+                row = self._one("log_last_byte", [self.session_id])
+                self._sealed = row is None or int(row[0]) == 0x0A
         return self._sealed
+
+    def _open_log(self, name: str, session_id: str) -> IO[bytes]:
+        if session_id != self.session_id:
+            return super()._open_log(name, session_id)
+        return _open_log(name, session_id, self._size, self._rows, seen=self._log_rows)
 
     def _set_log_size(self, size: int, *, sealed: bool | None) -> None:
         self._size = size
@@ -530,19 +633,30 @@ class PgTx(_Reading):
     def put_session(self, session: Session) -> None:
         self._check(session.id)
         doc = session.model_dump_json(exclude={"rev"}).encode()
-        row = self._one("put_session", [doc, self.session_id])
-        if row is None:
-            raise NotFound(f"session {session.id!r} not found")
-        session.rev = int(row[0])
-        self._session = (doc, session.rev)
+        rev = self._take_rev() if self._session is not None else None
+        if rev is not None:  # the row is there: this transaction holds its lock
+            self._execute("put_session_at", [doc, rev, self.session_id])
+        else:
+            row = self._one("put_session", [doc, self.session_id])
+            if row is None:
+                raise NotFound(f"session {session.id!r} not found")
+            rev = int(row[0])
+        session.rev = rev
+        self._session = (doc, rev)
 
     def put_slot(self, slot: Slot) -> None:
         sid, slot_id = self.session_id, validate_id(slot.id, "slot")
         self._execute("clear_messages", [sid, slot_id])
-        row = self._one("put_slot", [sid, slot_id, _header(slot), len(slot.messages)])
-        assert row is not None
+        header, count = _header(slot), len(slot.messages)
+        rev = self._take_rev()
+        if rev is not None:
+            self._execute("put_slot_at", [sid, slot_id, header, rev, count])
+        else:
+            row = self._one("put_slot", [sid, slot_id, header, count])
+            assert row is not None
+            rev = int(row[0])
         self._insert_messages(slot_id, 0, slot.messages)
-        slot.rev = int(row[0])
+        slot.rev = rev
         self._slots[slot_id] = (slot.rev, len(slot.messages))
         self._known[(sid, slot_id)] = _Known(slot)
 
@@ -568,9 +682,14 @@ class PgTx(_Reading):
             raise Conflict(f"slot {slot_id!r} cannot be appended to as given: {problem}")
         new = slot.messages[len(slot.messages) - count :]
         self._insert_messages(slot_id, stored_count, new)
-        updated = self._one("append_slot", [_header(slot), count, sid, slot_id])
-        assert updated is not None
-        slot.rev = int(updated[0])
+        rev = self._take_rev()
+        if rev is not None:  # the row is there (its state was read in this transaction)
+            self._execute("append_slot_at", [_header(slot), rev, count, sid, slot_id])
+        else:
+            updated = self._one("append_slot", [_header(slot), count, sid, slot_id])
+            assert updated is not None
+            rev = int(updated[0])
+        slot.rev = rev
         self._slots[slot_id] = (slot.rev, stored_count + count)
         self._known[(sid, slot_id)] = _Known(slot)
 
@@ -613,18 +732,28 @@ class PgTx(_Reading):
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
-        """A database savepoint; what is kept here (the log's end, the rows known) is put
-        back with it."""
+        """A database savepoint, its statements sent with the others; what is kept here
+        (the log's end, the rows known) is put back with it. One the server never saw
+        (nothing was sent since it began) is undone by not sending it."""
         size, sealed = self._size, self._sealed
         slots, session = dict(self._slots), self._session
+        mark, sends = len(self._pending), self._sends
+        self._execute("savepoint", ())
         try:
-            with self._conn.transaction():
-                yield
+            yield
         except BaseException:
             self._size, self._sealed = size, sealed
             self._slots, self._session = slots, session
+            self._log_rows.clear()
             self.rewinds += 1
+            if self._sends == sends:
+                del self._pending[mark:]
+            else:  # what is pending was queued inside it
+                self._pending.clear()
+                self._execute("rollback_to", ())
+                self._execute("release", ())
             raise
+        self._execute("release", ())
 
 
 class PostgresBackend(_Reading):
@@ -751,28 +880,42 @@ class PostgresBackend(_Reading):
         begin: str = "BEGIN",
         session_id: str | None = None,
         settings: Sequence[Any] = (),
-    ) -> Iterator[Conn]:
-        """A pooled connection in a new transaction. A connection found lost at BEGIN,
-        before anything is done, is replaced: a server restart cuts every idle one, so
-        the rest of the pool goes too and a new connection is opened (waiting out a
-        restart, CONNECT_PATIENCE). `settings`, parameters of the "lock_timeout" statement,
-        are set with BEGIN in the same round trip (a pipeline)."""
+        lock: Sequence[Any] = (),
+        skip_locked: bool = False,
+    ) -> Iterator[tuple[Conn, tuple[Any, ...] | None]]:
+        """A pooled connection in a new transaction, and the session row `lock` (the
+        "lock" statement's parameters) locked when given. A connection found lost before
+        anything is done is replaced: a server restart cuts every idle one, so the rest of
+        the pool goes too and a new connection is opened (waiting out a restart,
+        CONNECT_PATIENCE). BEGIN, `settings` (parameters of the "lock_timeout" statement)
+        and the lock go in one round trip (a pipeline)."""
         for attempt in range(2):
             with self._connection() as conn:
+                found = None
                 try:
-                    if settings:
+                    if settings or lock:
                         with conn.pipeline():
                             conn.execute(begin)
-                            conn.execute(self._sql["lock_timeout"], settings)
+                            if settings:
+                                conn.execute(self._sql["lock_timeout"], settings)
+                            if lock:
+                                name = "lock_or_skip" if skip_locked else "lock"
+                                cursor = _queue(conn, self._sql[name], lock)
+                        if lock:
+                            found = cursor.fetchone()
                     else:
                         conn.execute(begin)
-                except psycopg.OperationalError as exc:
-                    if conn.closed and not attempt:
+                except psycopg.Error as exc:
+                    lost = isinstance(exc, psycopg.OperationalError) and conn.closed
+                    if lost and not attempt:
                         self._drop_idle()
                         continue
                     _rollback(conn)
                     raise _store_error(self.where, exc, session_id) from None
-                yield conn
+                except BaseException:
+                    _rollback(conn)
+                    raise
+                yield conn, found
                 return
 
     def _drop_idle(self) -> None:
@@ -800,7 +943,7 @@ class PostgresBackend(_Reading):
 
     def _open_log(self, name: str, session_id: str) -> IO[bytes]:
         snapshot = self._begun("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", session_id)
-        conn = snapshot.__enter__()
+        conn, _ = snapshot.__enter__()
         try:
             row = conn.execute(self._sql["log_size"], [session_id]).fetchone()
         except BaseException as exc:
@@ -846,49 +989,45 @@ class PostgresBackend(_Reading):
         when another holds it). Before the lock is held nothing is done, so a connection
         lost until then is opened again; after it, a lost one fails the transaction."""
         timeout = [f"{int(lock_timeout() * 1000)}ms"]
-        for attempt in range(2):
-            with self._begun("BEGIN", session_id, timeout) as conn:
-                try:
-                    found = conn.execute(
-                        self._sql["lock_or_skip" if skip_locked else "lock"], [session_id]
-                    ).fetchone()
-                except psycopg.OperationalError as exc:
-                    _rollback(conn)
-                    if conn.closed and not attempt:
-                        continue
-                    raise _store_error(self.where, exc, session_id) from None
-                except BaseException:
-                    _rollback(conn)
-                    raise
-                if found is None:
-                    _rollback(conn)
-                    if skip_locked:
-                        yield None
-                        return
-                    raise NotFound(f"session {session_id!r} not found")
-                tx = PgTx(self, session_id, conn, int(found[0]))
-                try:
-                    yield tx
-                    tx.flush()
-                except psycopg.Error as exc:
-                    _rollback(conn)
-                    raise _store_error(self.where, exc, session_id) from None
-                except BaseException:
-                    _rollback(conn)
-                    raise
-                self._commit(conn, session_id)
-                return
+        lock = [LOCK_REVS, session_id]
+        with self._begun("BEGIN", session_id, timeout, lock, skip_locked) as (conn, found):
+            if found is None:
+                _rollback(conn)
+                if skip_locked:
+                    yield None
+                    return
+                raise NotFound(f"session {session_id!r} not found")
+            size, doc, rev, revs = found
+            tx = PgTx(
+                self, session_id, conn, int(size), session_row=(bytes(doc), int(rev)), revs=revs
+            )
+            try:
+                yield tx
+                tx.flush()
+            except psycopg.Error as exc:
+                _rollback(conn)
+                raise _store_error(self.where, exc, session_id) from None
+            except BaseException:
+                _rollback(conn)
+                raise
+            self._commit(tx)
 
-    def _commit(self, conn: Conn, session_id: str) -> None:
+    def _commit(self, tx: PgTx) -> None:
+        """COMMIT, with the statements still pending. A connection lost meanwhile leaves
+        the outcome unknown; a statement that failed, or a COMMIT refused, committed
+        nothing."""
+        conn, session_id = tx._conn, tx.session_id
         try:
-            done = conn.execute("COMMIT")
-        except psycopg.OperationalError as exc:
-            conn.close()
-            raise StoreError(
-                f"the connection to the store {self.where} was lost while session "
-                f"{session_id!r} was being committed: the change may or may not have "
-                f"been committed ({_first_line(exc)})"
-            ) from None
+            done = tx.finish()
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError) and conn.closed:
+                raise StoreError(
+                    f"the connection to the store {self.where} was lost while session "
+                    f"{session_id!r} was being committed: the change may or may not have "
+                    f"been committed ({_first_line(exc)})"
+                ) from None
+            _rollback(conn)
+            raise _store_error(self.where, exc, session_id) from None
         if done.statusmessage == "ROLLBACK":  # a failed statement was caught, not raised
             raise StoreError(
                 f"the transaction on session {session_id!r} of {self.where} failed inside "
@@ -919,6 +1058,7 @@ class PostgresBackend(_Reading):
     ) -> None:
         for slot in slots:
             tx.put_slot(slot)
+        tx._log_rows.clear()
         if log:
             offsets, chunks = _log_chunks(bytes(log))
             tx._execute("log_chunks", [tx.session_id, offsets, chunks])
@@ -937,7 +1077,7 @@ class PostgresBackend(_Reading):
         sid = validate_id(session.id, "session")
         for slot in slots:
             validate_id(slot.id, "slot")
-        with self._begun("BEGIN", sid) as conn:
+        with self._begun("BEGIN", sid) as (conn, _):
             try:
                 doc = session.model_dump_json(exclude={"rev"}).encode()
                 row = conn.execute(
@@ -953,7 +1093,7 @@ class PostgresBackend(_Reading):
             except BaseException:
                 _rollback(conn)
                 raise
-            self._commit(conn, sid)
+            self._commit(tx)
             session.rev = int(row[0])
 
     def replace_session(self, session: Session, slots: Sequence[Slot]) -> None:
@@ -1029,6 +1169,11 @@ def _unavailable(exc: psycopg.OperationalError) -> bool:
         return exc.sqlstate in _NOT_YET
     text = str(exc)
     return "FATAL:" not in text or any(phrase in text for phrase in _NOT_YET_TEXT)
+
+
+def _queue(conn: Conn, query: bytes, params: Sequence[Any]) -> psycopg.Cursor[tuple[Any, ...]]:
+    """One statement on `conn` (in a pipeline: sent with the others at its end)."""
+    return conn.execute(query, params)
 
 
 def _first_line(exc: BaseException) -> str:
