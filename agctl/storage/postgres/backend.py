@@ -8,6 +8,14 @@ The same contract as the file backend (agctl.storage.base), kept by the database
 - everything a unit of work writes commits together or not at all; a savepoint is a
   database savepoint;
 - a turn inserts its new messages (`slot_messages`) and rewrites only the slot's header;
+- a write nothing waits on goes with the next statement that needs an answer, in one
+  round trip (a pipeline), the last ones with COMMIT; the lock's round trip brings the
+  session document and revisions for the transaction's writes;
+- each commit gives the session row a new generation (a revision): a transaction that
+  finds the generation its backend last committed starts from what that one knew of
+  the session's rows (slots, drafts, caches, the log's end), since nobody wrote since;
+- a connection lost while committing: the server is asked what became of the
+  transaction (committed, aborted), and only without an answer is the outcome unknown;
 - reads outside a transaction are single statements: each one sees one committed state;
 - revisions come from one sequence, so a revision is never given twice;
 - a connection lost before a transaction starts is opened again (a server restarting,
@@ -60,8 +68,12 @@ LOG_ROWS = 16
 # A history given whole (an import) is stored in rows of about this size, cut at lines.
 LOG_CHUNK = 1 << 16
 # Revisions a transaction takes from the sequence with its lock, for the documents it
-# writes (a turn writes two); past them a write takes one in its own statement.
+# writes (a turn writes two) and the generation it commits; past them a write takes one
+# in its own statement.
 LOCK_REVS = 4
+# Checkpoint log rows kept from one transaction on a session to the next (its end, which
+# the next checkpoint reads).
+WARM_LOG_ROWS = 16
 
 _SQL = {
     "session": "SELECT doc, rev FROM {s}.sessions WHERE id = %s",
@@ -69,12 +81,18 @@ _SQL = {
     "session_ids": 'SELECT id FROM {s}.sessions ORDER BY id COLLATE "C"',
     "lock_timeout": "SELECT set_config('lock_timeout', %s, true)",
     # The session's row locked, with what a transaction starts from: the log's size, the
-    # session document and LOCK_REVS revisions of its own.
-    "lock": """SELECT log_size, doc, rev, ARRAY(SELECT nextval({revs})
-                   FROM generate_series(1, %s)) FROM {s}.sessions WHERE id = %s FOR UPDATE""",
-    "lock_or_skip": """SELECT log_size, doc, rev, ARRAY(SELECT nextval({revs})
-                           FROM generate_series(1, %s)) FROM {s}.sessions WHERE id = %s
-                       FOR UPDATE SKIP LOCKED""",
+    # session document, the generation, LOCK_REVS revisions of its own and its id (asked
+    # after if the connection is lost while it commits).
+    "lock": """SELECT log_size, doc, rev, gen, ARRAY(SELECT nextval({revs})
+                   FROM generate_series(1, %s)), txid_current()
+               FROM {s}.sessions WHERE id = %s FOR UPDATE""",
+    "lock_or_skip": """SELECT log_size, doc, rev, gen, ARRAY(SELECT nextval({revs})
+                           FROM generate_series(1, %s)), txid_current()
+                       FROM {s}.sessions WHERE id = %s FOR UPDATE SKIP LOCKED""",
+    "xact_status": "SELECT txid_status(%s)",
+    # What a commit writes last: the log's size and the generation.
+    "put_end": "UPDATE {s}.sessions SET log_size = %s, gen = %s WHERE id = %s",
+    "put_end_new": "UPDATE {s}.sessions SET log_size = %s, gen = nextval({revs}) WHERE id = %s",
     "slot_ids": 'SELECT id FROM {s}.slots WHERE session_id = %s ORDER BY id COLLATE "C"',
     "slot": """SELECT header, rev, count, CASE WHEN rev = %s THEN NULL ELSE ARRAY(
                    SELECT m.data FROM {s}.slot_messages AS m
@@ -101,10 +119,9 @@ _SQL = {
                    WHERE session_id = %s AND off < %s AND off + length(data) > %s""",
     "log_chunks": """INSERT INTO {s}.checkpoint_log (session_id, off, data)
                      SELECT %s, o, d FROM unnest(%s::bigint[], %s::bytea[]) AS t(o, d)""",
-    "put_log_size": "UPDATE {s}.sessions SET log_size = %s WHERE id = %s",
     "insert_session": """INSERT INTO {s}.sessions (id, doc, rev, removed, log_size)
                          VALUES (%s, %s, nextval({revs}), %s, %s)
-                         ON CONFLICT (id) DO NOTHING RETURNING rev""",
+                         ON CONFLICT (id) DO NOTHING RETURNING rev, txid_current()""",
     "put_session": """UPDATE {s}.sessions SET doc = %s, rev = nextval({revs})
                       WHERE id = %s RETURNING rev""",
     "put_session_at": "UPDATE {s}.sessions SET doc = %s, rev = %s WHERE id = %s",
@@ -183,6 +200,22 @@ def _log_chunks(data: bytes) -> tuple[list[int], list[bytes]]:
     return offsets, chunks
 
 
+class _Warm:
+    """What a committed transaction knew of its session's rows, at the generation it
+    committed: the next transaction that finds that generation under the lock starts
+    from it (nobody has committed on the session since), the others read afresh."""
+
+    __slots__ = ("caches", "drafts", "gen", "log_rows", "slot_ids", "slots")
+
+    def __init__(self, gen: int) -> None:
+        self.gen = gen
+        self.slots: dict[str, tuple[int, int]] = {}  # slot id -> (revision, message count)
+        self.slot_ids: list[str] | None = None
+        self.caches: dict[str, bytes | None] = {}
+        self.drafts: dict[str, bytes | None] = {}  # slot id -> draft document, None: none
+        self.log_rows = _LogRows()
+
+
 class _Known:
     """A slot as this backend last read or wrote it, at a revision: what an append must
     extend (compared in memory, as the file backend does, not read back)."""
@@ -227,6 +260,12 @@ class _LogRows:
     def clear(self) -> None:
         self.starts.clear()
         self.rows.clear()
+
+    def keep_last(self, count: int) -> None:
+        """Forget all but the last `count` rows."""
+        for start in self.starts[:-count]:
+            del self.rows[start]
+        del self.starts[:-count]
 
 
 class _LogRaw(io.RawIOBase):
@@ -495,8 +534,11 @@ class PgTx(_Reading):
         *,
         session_row: tuple[bytes, int] | None = None,
         revs: Sequence[int] = (),
+        warm: _Warm | None = None,
+        xid: int | None = None,
     ):
         self.session_id = session_id
+        self.xid = xid  # the database transaction's id
         self.backend = backend
         self.where = backend.where
         self._conn = conn
@@ -504,15 +546,18 @@ class PgTx(_Reading):
         self._known = backend._known
         self._size = log_size
         self._sealed: bool | None = None  # whether the log ends with a newline (None: ask)
-        self._stored_size = log_size
         self.rewinds = 0
         # What this transaction last read or wrote of its session's rows: nobody else
         # writes them while it holds the session's lock, so a second look needs no
-        # statement. Slot id -> (revision, message count); the session's (doc, revision);
-        # the checkpoint log's rows.
-        self._slots: dict[str, tuple[int, int]] = {}
+        # statement. It starts from what the last transaction committed here knew, when
+        # nobody has committed on the session since (`warm`).
+        known = _Warm(0) if warm is None else warm
+        self._slots = known.slots
+        self._slot_ids = known.slot_ids
+        self._caches = known.caches
+        self._drafts = known.drafts
+        self._log_rows = known.log_rows
         self._session = session_row
-        self._log_rows = _LogRows()
         # Revisions taken from the sequence with the lock, not given to a document yet.
         self._revs = list(reversed(revs))
         # Statements sent when the next answer is needed, and how often that happened.
@@ -539,9 +584,25 @@ class PgTx(_Reading):
                 _queue(conn, text, values)
             return _queue(conn, query, params)
 
-    def finish(self) -> psycopg.Cursor[tuple[Any, ...]]:
-        """What is pending and COMMIT, in one round trip: COMMIT's cursor."""
-        return self._send(self._sql["commit"], ())
+    def finish(self) -> tuple[psycopg.Cursor[tuple[Any, ...]], _Warm | None]:
+        """What is pending, the log's size and a new generation in the session row, and
+        COMMIT, in one round trip: COMMIT's
+        cursor, and what this transaction knows at that generation (None: it does not
+        know the generation, having no revision left for it)."""
+        gen = self._take_rev()
+        if gen is None:
+            self._execute("put_end_new", [self._size, self.session_id])
+        else:
+            self._execute("put_end", [self._size, gen, self.session_id])
+        done = self._send(self._sql["commit"], ())
+        if gen is None:
+            return done, None
+        warm = _Warm(gen)
+        warm.slots, warm.slot_ids = self._slots, self._slot_ids
+        warm.caches, warm.drafts = self._caches, self._drafts
+        warm.log_rows = self._log_rows
+        warm.log_rows.keep_last(WARM_LOG_ROWS)
+        return done, warm
 
     def _take_rev(self) -> int | None:
         """A revision of this transaction's own for the next document written (None:
@@ -573,6 +634,46 @@ class PgTx(_Reading):
         if session_id == self.session_id:
             self._slots[slot_id] = (rev, count)
 
+    def slot_ids(self, session_id: str) -> list[str]:
+        if validate_id(session_id, "session") != self.session_id:
+            return super().slot_ids(session_id)
+        if self._slot_ids is None:
+            self._slot_ids = super().slot_ids(session_id)
+        return list(self._slot_ids)
+
+    def load_slot(self, session_id: str, slot_id: str, *, reuse: Slot | None = None) -> Slot:
+        if (
+            reuse is not None
+            and reuse.id == slot_id
+            and session_id == self.session_id
+            and slot_id in self._slots
+            and self._slots[slot_id][0] == reuse.rev
+        ):
+            return reuse  # stored at its revision, which no other write was ever given
+        return super().load_slot(session_id, slot_id, reuse=reuse)
+
+    def load_draft(self, session_id: str, slot_id: str) -> Draft:
+        if validate_id(session_id, "session") != self.session_id:
+            return super().load_draft(session_id, slot_id)
+        slot_id = validate_id(slot_id, "slot")
+        if slot_id not in self._drafts:
+            row = self._one("draft", [session_id, slot_id])
+            self._drafts[slot_id] = None if row is None else bytes(row[0])
+        doc = self._drafts[slot_id]
+        if doc is None:
+            raise NotFound(f"slot {slot_id!r} of session {session_id!r} has no draft")
+        try:
+            return Draft.model_validate_json(doc)
+        except ValidationError as exc:
+            raise self._corrupt(f"draft of slot {slot_id!r}", exc) from None
+
+    def cache(self, session_id: str, name: str) -> bytes | None:
+        if validate_id(session_id, "session") != self.session_id:
+            return super().cache(session_id, name)
+        if name not in self._caches:
+            self._caches[name] = super().cache(session_id, name)
+        return self._caches[name]
+
     def _slot_state(self, slot_id: str) -> tuple[int, int] | None:
         """The slot's stored (revision, message count); None: there is no such slot."""
         if slot_id not in self._slots:
@@ -593,6 +694,9 @@ class PgTx(_Reading):
         """After a statement that removed the session's rows at once (replace, destroy)."""
         self._slots.clear()
         self._session = None
+        self._slot_ids = None
+        self._caches.clear()
+        self._drafts.clear()
         self._log_rows.clear()
 
     # ---- the checkpoint log's end, kept here until commit ----------------------
@@ -622,12 +726,6 @@ class PgTx(_Reading):
         self._size = size
         self._sealed = sealed
 
-    def flush(self) -> None:
-        """Write what is kept here until commit (the log's size in the session row)."""
-        if self._size != self._stored_size:
-            self._execute("put_log_size", [self._size, self.session_id])
-            self._stored_size = self._size
-
     # ---- writes ----------------------------------------------------------------
 
     def put_session(self, session: Session) -> None:
@@ -656,6 +754,8 @@ class PgTx(_Reading):
             assert row is not None
             rev = int(row[0])
         self._insert_messages(slot_id, 0, slot.messages)
+        if self._slot_ids is not None and slot_id not in self._slot_ids:
+            bisect.insort(self._slot_ids, slot_id)
         slot.rev = rev
         self._slots[slot_id] = (slot.rev, len(slot.messages))
         self._known[(sid, slot_id)] = _Known(slot)
@@ -698,16 +798,27 @@ class PgTx(_Reading):
         self._slots.pop(slot_id, None)
         if self._one("delete_slot", [self.session_id, slot_id]) is None:
             raise NotFound(f"slot {slot_id!r} not found in session {self.session_id!r}")
+        if self._slot_ids is not None and slot_id in self._slot_ids:
+            self._slot_ids.remove(slot_id)
+        self._drafts.pop(slot_id, None)  # read again if asked
         self._known.pop((self.session_id, slot_id), None)
 
     def put_draft(self, draft: Draft) -> None:
         slot_id = validate_id(draft.slot, "slot")
-        self._execute("put_draft", [self.session_id, slot_id, draft.model_dump_json().encode()])
+        doc = draft.model_dump_json().encode()
+        self._execute("put_draft", [self.session_id, slot_id, doc])
+        self._drafts[slot_id] = doc
 
     def delete_draft(self, slot_id: str) -> bool:
-        return (
-            self._one("delete_draft", [self.session_id, validate_id(slot_id, "slot")]) is not None
-        )
+        slot_id = validate_id(slot_id, "slot")
+        if slot_id in self._drafts:
+            had = self._drafts[slot_id] is not None
+            if had:
+                self._execute("delete_draft", [self.session_id, slot_id])
+            self._drafts[slot_id] = None
+            return had
+        self._drafts[slot_id] = None
+        return self._one("delete_draft", [self.session_id, slot_id]) is not None
 
     def checkpoint_log(self, session_id: str | None = None) -> _LogWriter:
         if session_id is not None and validate_id(session_id, "session") != self.session_id:
@@ -723,12 +834,16 @@ class PgTx(_Reading):
     def put_cache(self, name: str, data: bytes | None) -> None:
         if data is None:
             self._execute("drop_cache", [self.session_id, _check_cache(name)])
+            self._caches[name] = None
         else:
-            sid = self.session_id
-            self._execute("replace_cache", [sid, _check_cache(name), sid, name, bytes(data)])
+            sid, data = self.session_id, bytes(data)
+            self._execute("replace_cache", [sid, _check_cache(name), sid, name, data])
+            self._caches[name] = data
 
     def append_cache(self, name: str, data: bytes) -> None:
         self._execute("append_cache", [self.session_id, _check_cache(name), bytes(data)])
+        if name in self._caches:
+            self._caches[name] = (self._caches[name] or b"") + bytes(data)
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
@@ -744,6 +859,9 @@ class PgTx(_Reading):
         except BaseException:
             self._size, self._sealed = size, sealed
             self._slots, self._session = slots, session
+            self._slot_ids = None
+            self._caches.clear()
+            self._drafts.clear()
             self._log_rows.clear()
             self.rewinds += 1
             if self._sends == sends:
@@ -787,6 +905,8 @@ class PostgresBackend(_Reading):
         self.local_dir = local_dir
         self._sql = _statements(schema)
         self._known: dict[tuple[str, str], _Known] = {}
+        # Session id -> what the last transaction this backend committed on it knew.
+        self._warm: dict[str, _Warm] = {}
         self._reader: Conn | None = None
         self._reader_lock = threading.Lock()
         self._idle: list[Conn] = []
@@ -990,6 +1110,7 @@ class PostgresBackend(_Reading):
         lost until then is opened again; after it, a lost one fails the transaction."""
         timeout = [f"{int(lock_timeout() * 1000)}ms"]
         lock = [LOCK_REVS, session_id]
+        warm = self._warm.pop(session_id, None)
         with self._begun("BEGIN", session_id, timeout, lock, skip_locked) as (conn, found):
             if found is None:
                 _rollback(conn)
@@ -997,13 +1118,19 @@ class PostgresBackend(_Reading):
                     yield None
                     return
                 raise NotFound(f"session {session_id!r} not found")
-            size, doc, rev, revs = found
+            size, doc, rev, gen, revs, xid = found
             tx = PgTx(
-                self, session_id, conn, int(size), session_row=(bytes(doc), int(rev)), revs=revs
+                self,
+                session_id,
+                conn,
+                int(size),
+                session_row=(bytes(doc), int(rev)),
+                revs=revs,
+                warm=warm if warm is not None and warm.gen == gen else None,
+                xid=int(xid),
             )
             try:
                 yield tx
-                tx.flush()
             except psycopg.Error as exc:
                 _rollback(conn)
                 raise _store_error(self.where, exc, session_id) from None
@@ -1013,14 +1140,20 @@ class PostgresBackend(_Reading):
             self._commit(tx)
 
     def _commit(self, tx: PgTx) -> None:
-        """COMMIT, with the statements still pending. A connection lost meanwhile leaves
-        the outcome unknown; a statement that failed, or a COMMIT refused, committed
-        nothing."""
+        """COMMIT, with the statements still pending. When the connection is lost
+        meanwhile, the server is asked on a new one what became of the transaction:
+        committed is done, aborted committed nothing, and no answer leaves the outcome
+        unknown. A statement that failed, or a COMMIT refused, committed nothing."""
         conn, session_id = tx._conn, tx.session_id
         try:
-            done = tx.finish()
+            done, warm = tx.finish()
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError) and conn.closed:
+                outcome = self._outcome(tx.xid)
+                if outcome == "committed":
+                    return
+                if outcome == "aborted":
+                    raise _store_error(self.where, exc, session_id) from None
                 raise StoreError(
                     f"the connection to the store {self.where} was lost while session "
                     f"{session_id!r} was being committed: the change may or may not have "
@@ -1033,6 +1166,21 @@ class PostgresBackend(_Reading):
                 f"the transaction on session {session_id!r} of {self.where} failed inside "
                 "and was rolled back: nothing of it was committed"
             )
+        if warm is not None:
+            self._warm[session_id] = warm
+
+    def _outcome(self, xid: int | None) -> str | None:
+        """What became of a transaction whose connection was lost: "committed",
+        "aborted", "in progress", or None when the server cannot say (or be reached)."""
+        if xid is None:
+            return None
+        self._drop_idle()  # a lost connection may be a restart, which cut them all
+        try:
+            with self._connection() as conn:
+                row = conn.execute(self._sql["xact_status"], [xid]).fetchone()
+        except (psycopg.Error, StoreError):
+            return None
+        return None if row is None or row[0] is None else str(row[0])
 
     @contextlib.contextmanager
     def transaction(self, session_id: str) -> Iterator[Tx]:
@@ -1063,7 +1211,6 @@ class PostgresBackend(_Reading):
             offsets, chunks = _log_chunks(bytes(log))
             tx._execute("log_chunks", [tx.session_id, offsets, chunks])
         tx._set_log_size(len(log), sealed=None)
-        tx._stored_size = len(log)
         tx.set_removed_checkpoints(removed)
 
     def create_session(
@@ -1085,7 +1232,7 @@ class PostgresBackend(_Reading):
                 ).fetchone()
                 if row is None:
                     raise AlreadyExists(f"session {sid!r} already exists")
-                tx = PgTx(self, sid, conn, len(checkpoint_log))
+                tx = PgTx(self, sid, conn, len(checkpoint_log), xid=int(row[1]))
                 self._write_session(tx, slots, checkpoint_log, removed)
             except psycopg.Error as exc:
                 _rollback(conn)
@@ -1106,7 +1253,6 @@ class PostgresBackend(_Reading):
             tx._forget()
             tx.put_session(session)
             self._write_session(tx, slots, b"", ())
-            tx._stored_size = -1  # the size is written again
 
     def destroy_session(self, session_id: str) -> None:
         sid = validate_id(session_id, "session")
@@ -1115,7 +1261,7 @@ class PostgresBackend(_Reading):
             assert tx is not None
             tx._execute("destroy", [sid])
             tx._forget()
-            tx._stored_size = tx._size  # nothing to write back: the row is gone
+        self._warm.pop(sid, None)
         if self.current_session_id() == sid:
             self.set_current_session(None)
 

@@ -6,8 +6,11 @@ Each migration runs in its own transaction under a transaction-scoped advisory l
 the schema's name, so CI workers that start together against a new database neither race
 nor deadlock: the first one migrates, the others wait and find it done.
 
-    sessions       one row a session: its document, revision, removed checkpoint ids and
-                   checkpoint log size; locked FOR UPDATE by each transaction on it
+    sessions       one row a session: its document, revision, removed checkpoint ids,
+                   checkpoint log size and generation (a revision taken by every
+                   transaction that commits on the session: a client that finds the one
+                   it wrote knows nobody wrote since); locked FOR UPDATE by each
+                   transaction on it
     slots          one row a live slot: its document without the `messages` zone (the
                    header), revision and message count
     slot_messages  the `messages` zone, a row a message: a turn inserts its new ones
@@ -88,6 +91,10 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
                 FROM {s}.checkpoint_log GROUP BY session_id
             ) AS l WHERE l.session_id = s.id""",
         ],
+    ),
+    (
+        "a generation on the session row, new at every commit on the session",
+        ["ALTER TABLE {s}.sessions ADD COLUMN gen bigint NOT NULL DEFAULT 0"],
     ),
 ]
 
