@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agctl import drafts, slots
 from agctl.errors import AgctlError, DataError, NotFound, StoreError
 from agctl.fsio import read_bytes, write_atomic
-from agctl.ids import resolve_prefix
+from agctl.ids import resolve_prefix, validate_id
 from agctl.paths import default_data_dir
 from agctl.slots import DEFAULT_SLOT
 from agctl.storage.base import lock_timeout
@@ -278,7 +278,10 @@ class Store:
         self.backend.set_current_session(session_id)
 
     def resolve_session(self, prefix: str) -> str:
-        """Resolve a session id or a unique prefix of one."""
+        """Resolve a session id or a unique prefix of one. A whole id is looked up on its
+        own, never by listing every session (a shared store may hold thousands)."""
+        if self.backend.has_session(validate_id(prefix, "session")):
+            return prefix
         return resolve_prefix("session", prefix, self.session_ids())
 
     def load_session(self, session_id: str) -> Session:

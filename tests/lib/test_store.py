@@ -78,6 +78,25 @@ def test_exact_id_wins_over_longer_ones(store: Store) -> None:
     assert store.resolve_session("run") == "run"
 
 
+def test_a_whole_id_is_resolved_without_listing_every_session(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.create_session("run")
+    store.create_session("run2")
+
+    def listing() -> list[str]:
+        raise AssertionError("every session listed to resolve a whole id")
+
+    monkeypatch.setattr(store.backend, "session_ids", listing)
+    assert store.resolve_session("run") == "run"
+    assert store.resolve_session("run2") == "run2"
+    with pytest.raises(AssertionError, match="every session listed"):
+        store.resolve_session("ru")  # a prefix still needs the list
+    monkeypatch.undo()
+    with pytest.raises(InvalidId):
+        store.resolve_session("../x")
+
+
 def test_list_reports_parents_children_and_orphans(store: Store) -> None:
     store.create_session("root")
     store.create_session("kid", parent_id="root")
