@@ -192,6 +192,18 @@ def turns(
                     ratio <= 1.3,
                 )
             )
+            rest = seconds * 1000 - psycopg_ms
+            out.append(
+                row(
+                    "  the same, less import psycopg",
+                    rest,
+                    "ms",
+                    "what agctl does on PostgreSQL, against the file store's whole turn",
+                    rest / (file * 1000),
+                    "(shown)",
+                    None,
+                )
+            )
     out.append(
         row(
             f"  statements of one turn send, {sizes[0]} msgs",
