@@ -975,12 +975,27 @@ class PostgresBackend(_Reading):
         with self._connection() as conn:
             return pg_schema.stored_version(conn, self.schema)
 
+    def _take_idle(self) -> Conn | None:
+        with self._pool_lock:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed:
+                    return conn
+        return None
+
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Conn]:
-        """An idle connection of the pool, or a new one; given back afterwards unless broken."""
-        with self._pool_lock:
-            conn = self._idle.pop() if self._idle else None
-        if conn is None or conn.closed:
+        """An idle connection of the pool, else the reader's when no read is using it (a
+        command, one thread, then opens one connection, not two), else a new one; given
+        back to the pool afterwards unless broken."""
+        conn = self._take_idle()
+        if conn is None and self._reader_lock.acquire(blocking=False):
+            try:
+                if self._reader is not None and not self._reader.closed:
+                    conn, self._reader = self._reader, None
+            finally:
+                self._reader_lock.release()
+        if conn is None:
             conn = self._connect()
         try:
             yield conn
@@ -1045,12 +1060,13 @@ class PostgresBackend(_Reading):
             conn.close()
 
     def _rows(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """One statement on the reader connection: opened again once if it was lost
-        (a statement outside a transaction can be run again)."""
+        """One statement on the reader connection (an idle one of the pool, else a new
+        one): opened again once if it was lost (a statement outside a transaction can be
+        run again), then new, and the idle ones dropped (a restart cut them all)."""
         with self._reader_lock:
             for attempt in range(2):
                 if self._reader is None or self._reader.closed:
-                    self._reader = self._connect()
+                    self._reader = (None if attempt else self._take_idle()) or self._connect()
                 try:
                     cursor = _queue(self._reader, self._sql[name], params)
                     return cursor.fetchall() if cursor.description is not None else []
@@ -1059,6 +1075,7 @@ class PostgresBackend(_Reading):
                     if not lost or attempt:
                         raise _store_error(self.where, exc) from None
                     self._reader = None
+                    self._drop_idle()
         raise AssertionError("unreachable")
 
     def _open_log(self, name: str, session_id: str) -> IO[bytes]:

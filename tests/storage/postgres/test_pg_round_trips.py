@@ -238,3 +238,26 @@ def test_a_transaction_without_revisions_left_commits_a_generation_it_does_not_k
     fresh = Store(backend=open_backend())
     assert texts(fresh)[::2] == ["first", "second", "third"]
     assert Checkpointer(fresh).verify(SID).problems == []
+
+
+def test_a_turn_in_a_new_process_opens_one_connection(
+    open_backend: Callable[..., PostgresBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setup = Store(backend=open_backend())
+    setup.create_session(SID)
+    send_turn(setup, SID, "first", OfflineProvider(), OFFLINE)
+    opened: list[PostgresBackend] = []
+    connect = PostgresBackend._connect
+
+    def counting_connect(self: PostgresBackend) -> Any:
+        opened.append(self)
+        return connect(self)
+
+    monkeypatch.setattr(PostgresBackend, "_connect", counting_connect)
+    store = Store(backend=open_backend())  # as a new command opens it
+    send_turn(store, SID, "second", OfflineProvider(), OFFLINE)
+
+    # The reads before the transaction and the transaction share it.
+    assert opened == [store.backend]
+    assert texts(store)[::2] == ["first", "second"]
+    assert len(opened) == 1
