@@ -1146,15 +1146,22 @@ class PostgresBackend(_Reading):
                 warm=warm if warm is not None and warm.gen == gen else None,
                 xid=int(xid),
             )
-            try:
+            with self._undone_on_error(conn, session_id):
                 yield tx
-            except psycopg.Error as exc:
-                _rollback(conn)
-                raise _store_error(self.where, exc, session_id) from None
-            except BaseException:
-                _rollback(conn)
-                raise
             self._commit(tx)
+
+    @contextlib.contextmanager
+    def _undone_on_error(self, conn: Conn, session_id: str) -> Iterator[None]:
+        """The transaction on `conn` rolled back if the block fails; a database error
+        told as the store's (StoreError, or Conflict for a lock held too long)."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            _rollback(conn)
+            raise _store_error(self.where, exc, session_id) from None
+        except BaseException:
+            _rollback(conn)
+            raise
 
     def _commit(self, tx: PgTx) -> None:
         """COMMIT, with the statements still pending. When the connection is lost
@@ -1242,7 +1249,7 @@ class PostgresBackend(_Reading):
         for slot in slots:
             validate_id(slot.id, "slot")
         with self._begun("BEGIN", sid) as (conn, _):
-            try:
+            with self._undone_on_error(conn, sid):
                 doc = session.model_dump_json(exclude={"rev"}).encode()
                 row = _queue(
                     conn, self._sql["insert_session"], [sid, doc, [], len(checkpoint_log)]
@@ -1251,12 +1258,6 @@ class PostgresBackend(_Reading):
                     raise AlreadyExists(f"session {sid!r} already exists")
                 tx = PgTx(self, sid, conn, len(checkpoint_log), xid=int(row[1]))
                 self._write_session(tx, slots, checkpoint_log, removed)
-            except psycopg.Error as exc:
-                _rollback(conn)
-                raise _store_error(self.where, exc, sid) from None
-            except BaseException:
-                _rollback(conn)
-                raise
             self._commit(tx)
             session.rev = int(row[0])
 
