@@ -205,10 +205,13 @@ class _Warm:
     committed: the next transaction that finds that generation under the lock starts
     from it (nobody has committed on the session since), the others read afresh."""
 
-    __slots__ = ("caches", "drafts", "gen", "log_rows", "slot_ids", "slots")
+    __slots__ = ("caches", "drafts", "gen", "log_rows", "slot_ids", "slots", "stamp")
 
-    def __init__(self, gen: int) -> None:
+    def __init__(self, gen: int, stamp: tuple[int | None, int] = (None, 0)) -> None:
         self.gen = gen
+        # The session row's revision and log size it committed: a writer that does not
+        # know the generation (an agctl from before it, still running) moves one of them.
+        self.stamp = stamp
         self.slots: dict[str, tuple[int, int]] = {}  # slot id -> (revision, message count)
         self.slot_ids: list[str] | None = None
         self.caches: dict[str, bytes | None] = {}
@@ -597,7 +600,7 @@ class PgTx(_Reading):
         done = self._send(self._sql["commit"], ())
         if gen is None:
             return done, None
-        warm = _Warm(gen)
+        warm = _Warm(gen, (None if self._session is None else self._session[1], self._size))
         warm.slots, warm.slot_ids = self._slots, self._slot_ids
         warm.caches, warm.drafts = self._caches, self._drafts
         warm.log_rows = self._log_rows
@@ -1136,6 +1139,8 @@ class PostgresBackend(_Reading):
                     return
                 raise NotFound(f"session {session_id!r} not found")
             size, doc, rev, gen, revs, xid = found
+            if warm is not None and (warm.gen, warm.stamp) != (gen, (rev, size)):
+                warm = None  # somebody committed on the session since
             tx = PgTx(
                 self,
                 session_id,
@@ -1143,7 +1148,7 @@ class PostgresBackend(_Reading):
                 int(size),
                 session_row=(bytes(doc), int(rev)),
                 revs=revs,
-                warm=warm if warm is not None and warm.gen == gen else None,
+                warm=warm,
                 xid=int(xid),
             )
             with self._undone_on_error(conn, session_id):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import psycopg.sql
 import pytest
 
 from agctl.checkpoints import Checkpointer
@@ -261,3 +262,32 @@ def test_a_turn_in_a_new_process_opens_one_connection(
     assert opened == [store.backend]
     assert texts(store)[::2] == ["first", "second"]
     assert len(opened) == 1
+
+
+def test_a_writer_that_knows_no_generation_is_noticed_by_the_session_rows_revision(
+    open_backend: Callable[..., PostgresBackend], pg_store: Any
+) -> None:
+    """An agctl from before the generation, still running through the migration, writes
+    without one; what it writes to the session row (its revision) still tells."""
+    store = Store(backend=open_backend())
+    store.create_session(SID)
+    started = utcnow()
+    assert not store.clear_draft(SID, "default", before=started)  # known: no draft
+    draft = Draft(prompt="kept by an old agctl", slot="default", created_at=started)
+    schema = psycopg.sql.Identifier(pg_store.schema)
+    with psycopg.connect(pg_store.dsn) as old:  # its statements, as it wrote them
+        old.execute(
+            psycopg.sql.SQL(
+                "INSERT INTO {s}.drafts (session_id, slot_id, doc) VALUES (%s, %s, %s)"
+            ).format(s=schema),
+            [SID, "default", draft.model_dump_json().encode()],
+        )
+        old.execute(
+            psycopg.sql.SQL("UPDATE {s}.sessions SET rev = nextval({revs}) WHERE id = %s").format(
+                s=schema, revs=psycopg.sql.Literal(f'"{pg_store.schema}"."revs"')
+            ),
+            [SID],
+        )
+
+    assert store.clear_draft(SID, "default", before=started + timedelta(seconds=1))
+    assert Store(backend=open_backend()).draft_slots(SID) == []
