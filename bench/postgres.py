@@ -173,7 +173,7 @@ def turns(
         commands["floor+psycopg"] = ([agctl.python, "-c", f"{imports}, psycopg"], env)
         times = interleaved_medians(commands, runs)
         turn = [*agctl.agctl, "-s", f"s{sizes[0]}", "turn", "send", "hi"]
-        statements = statements_of(pg["fsync off"], turn, pg_env(env, pg["fsync off"]))
+        statements, connections = statements_of(pg["fsync off"], turn, pg_env(env, pg["fsync off"]))
     psycopg_ms = (times["floor+psycopg"] - times["floor"]) * 1000
     out = []
     for size in sizes:
@@ -209,7 +209,7 @@ def turns(
             f"  statements of one turn send, {sizes[0]} msgs",
             statements,
             "stmts",
-            "log_statement=all; over 2 connections (a reader, a writer)",
+            f"log_statement=all; over {connections} connection(s)",
             None,
             "(shown)",
             None,
@@ -218,15 +218,22 @@ def turns(
     return out
 
 
-def statements_of(server: BenchServer, argv: list[str], env: dict[str, str]) -> int:
-    """How many statements the command runs on the server: log_statement=all for the
-    bench database (new connections take it) while it runs once."""
+def statements_of(server: BenchServer, argv: list[str], env: dict[str, str]) -> tuple[int, int]:
+    """How many statements the command runs on the server, and over how many
+    connections: log_statement=all for the bench database (new connections take it)
+    while it runs once."""
     server.execute(f"ALTER DATABASE {DATABASE} SET log_statement = 'all'")
     try:
         offset = server.log_size()
         subprocess.run([*argv, "--no-stream"], env=env, capture_output=True, check=True)
-        log = server.log_since(offset)
-        return log.count("LOG:  statement: ") + log.count("LOG:  execute ")
+        lines = [
+            line
+            for line in server.log_since(offset).splitlines()
+            if "LOG:  statement: " in line or "LOG:  execute " in line
+        ]
+        # The default log_line_prefix ('%m [%p] ') names each statement's server process.
+        pids = {line.split("[", 1)[1].split("]", 1)[0] for line in lines if "[" in line}
+        return len(lines), len(pids)
     finally:
         server.execute(f"ALTER DATABASE {DATABASE} RESET log_statement")
 
