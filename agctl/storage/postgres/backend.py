@@ -75,20 +75,31 @@ LOCK_REVS = 4
 # the next checkpoint reads).
 WARM_LOG_ROWS = 16
 
+_STAMP = """ARRAY[(SELECT coalesce(max(t.rev), 0) FROM {s}.slots AS t WHERE t.session_id = r.id),
+                  (SELECT count(*) FROM {s}.slots AS t WHERE t.session_id = r.id),
+                  (SELECT count(*) FROM {s}.drafts AS d WHERE d.session_id = r.id),
+                  (SELECT coalesce(max(d.xmin::text::bigint), 0) FROM {s}.drafts AS d
+                   WHERE d.session_id = r.id)]"""
+
 _SQL = {
     "session": "SELECT doc, rev FROM {s}.sessions WHERE id = %s",
     "has_session": "SELECT 1 FROM {s}.sessions WHERE id = %s",
     "session_ids": 'SELECT id FROM {s}.sessions ORDER BY id COLLATE "C"',
     "lock_timeout": "SELECT set_config('lock_timeout', %s, true)",
     # The session's row locked, with what a transaction starts from: the log's size, the
-    # session document, the generation, LOCK_REVS revisions of its own and its id (asked
-    # after if the connection is lost while it commits).
+    # session document, the generation, LOCK_REVS revisions of its own, its id (asked
+    # after if the connection is lost while it commits) and the stamp of its slots and
+    # drafts ("stamp").
     "lock": """SELECT log_size, doc, rev, gen, ARRAY(SELECT nextval({revs})
-                   FROM generate_series(1, %s)), txid_current()
-               FROM {s}.sessions WHERE id = %s FOR UPDATE""",
+                   FROM generate_series(1, %s)), txid_current(), {stamp}
+               FROM {s}.sessions AS r WHERE id = %s FOR UPDATE""",
     "lock_or_skip": """SELECT log_size, doc, rev, gen, ARRAY(SELECT nextval({revs})
-                           FROM generate_series(1, %s)), txid_current()
-                       FROM {s}.sessions WHERE id = %s FOR UPDATE SKIP LOCKED""",
+                           FROM generate_series(1, %s)), txid_current(), {stamp}
+                       FROM {s}.sessions AS r WHERE id = %s FOR UPDATE SKIP LOCKED""",
+    # What any write to a session's slots or drafts moves, whoever makes it (an agctl
+    # from before the generation too): the slots' highest revision (every write takes a
+    # new one, in lock order) and count, the drafts' count and newest row version.
+    "stamp": "SELECT {stamp} FROM {s}.sessions AS r WHERE id = %s",
     "xact_status": "SELECT txid_status(%s)",
     # What a commit writes last: the log's size and the generation.
     "put_end": "UPDATE {s}.sessions SET log_size = %s, gen = %s WHERE id = %s",
@@ -163,6 +174,7 @@ _SQL = {
     "rollback_to": "ROLLBACK TO SAVEPOINT agctl",
     "commit": "COMMIT",
 }
+_SQL = {name: text.replace("{stamp}", _STAMP) for name, text in _SQL.items()}
 
 
 def _statements(schema: str) -> dict[str, bytes]:
@@ -207,10 +219,11 @@ class _Warm:
 
     __slots__ = ("caches", "drafts", "gen", "log_rows", "slot_ids", "slots", "stamp")
 
-    def __init__(self, gen: int, stamp: tuple[int | None, int] = (None, 0)) -> None:
+    def __init__(self, gen: int, stamp: tuple[Any, ...] = ()) -> None:
         self.gen = gen
-        # The session row's revision and log size it committed: a writer that does not
-        # know the generation (an agctl from before it, still running) moves one of them.
+        # The session row's revision and log size it committed, and the stamp of the
+        # session's slots and drafts: a writer that does not know the generation (an
+        # agctl from before it, still running) moves one of them.
         self.stamp = stamp
         self.slots: dict[str, tuple[int, int]] = {}  # slot id -> (revision, message count)
         self.slot_ids: list[str] | None = None
@@ -577,15 +590,22 @@ class PgTx(_Reading):
 
     def _send(self, query: bytes, params: Sequence[Any]) -> psycopg.Cursor[tuple[Any, ...]]:
         """`query`, after what is pending, in one round trip; its cursor."""
+        return self._round_trip([(query, params)])[-1]
+
+    def _round_trip(
+        self, last: Sequence[tuple[bytes, Sequence[Any]]]
+    ) -> list[psycopg.Cursor[tuple[Any, ...]]]:
+        """What is pending, then `last`, in one round trip (a pipeline when there is
+        more than one statement); the cursors of `last`."""
         conn = self._conn
-        if not self._pending:
-            return _queue(conn, query, params)
+        if not self._pending and len(last) == 1:
+            return [_queue(conn, *last[0])]
         pending, self._pending = self._pending, []
         self._sends += 1
         with conn.pipeline():
             for text, values in pending:
                 _queue(conn, text, values)
-            return _queue(conn, query, params)
+            return [_queue(conn, text, values) for text, values in last]
 
     def finish(self) -> tuple[psycopg.Cursor[tuple[Any, ...]], _Warm | None]:
         """What is pending, the log's size and a new generation in the session row, and
@@ -595,12 +615,15 @@ class PgTx(_Reading):
         gen = self._take_rev()
         if gen is None:
             self._execute("put_end_new", [self._size, self.session_id])
-        else:
-            self._execute("put_end", [self._size, gen, self.session_id])
-        done = self._send(self._sql["commit"], ())
-        if gen is None:
+            return self._send(self._sql["commit"], ()), None
+        self._execute("put_end", [self._size, gen, self.session_id])
+        stamped, done = self._round_trip(
+            [(self._sql["stamp"], [self.session_id]), (self._sql["commit"], ())]
+        )
+        found = stamped.fetchone()
+        if done.statusmessage != "COMMIT" or found is None or self._session is None:
             return done, None
-        warm = _Warm(gen, (None if self._session is None else self._session[1], self._size))
+        warm = _Warm(gen, (self._session[1], self._size, list(found[0])))
         warm.slots, warm.slot_ids = self._slots, self._slot_ids
         warm.caches, warm.drafts = self._caches, self._drafts
         warm.log_rows = self._log_rows
@@ -1138,8 +1161,8 @@ class PostgresBackend(_Reading):
                     yield None
                     return
                 raise NotFound(f"session {session_id!r} not found")
-            size, doc, rev, gen, revs, xid = found
-            if warm is not None and (warm.gen, warm.stamp) != (gen, (rev, size)):
+            size, doc, rev, gen, revs, xid, stamp = found
+            if warm is not None and (warm.gen, warm.stamp) != (gen, (rev, size, list(stamp))):
                 warm = None  # somebody committed on the session since
             tx = PgTx(
                 self,

@@ -3,8 +3,8 @@ writes sent with the next statement that needs an answer (a pipeline), a transac
 starting from what the last one on its session knew while the session's generation says
 nobody wrote since, and a connection lost while committing answered by the server.
 
-The round trips are counted where they happen: PgTx._send (a pipeline or a statement
-inside a transaction) and PostgresBackend._begun (BEGIN and the lock)."""
+The round trips are counted where they happen: PgTx._round_trip (a pipeline or a
+statement inside a transaction) and PostgresBackend._begun (BEGIN and the lock)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 
 from agctl.checkpoints import Checkpointer
 from agctl.errors import StoreError
-from agctl.models import Draft, utcnow
+from agctl.models import Draft, Message, utcnow
 from agctl.providers.offline import OfflineProvider
 from agctl.storage.postgres import backend as pg_backend
 from agctl.storage.postgres.backend import PgTx, PostgresBackend
@@ -36,17 +36,17 @@ def trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     """Round trips inside transactions, by kind: 'begin' (BEGIN and the lock) and
     'send' (what was pending and a statement, or COMMIT)."""
     counted: Counter[str] = Counter()
-    send, begun = PgTx._send, PostgresBackend._begun
+    send, begun = PgTx._round_trip, PostgresBackend._begun
 
-    def counting_send(self: PgTx, query: bytes, params: Any) -> Any:
+    def counting_send(self: PgTx, last: Any) -> Any:
         counted["send"] += 1
-        return send(self, query, params)
+        return send(self, last)
 
     def counting_begun(self: PostgresBackend, *args: Any, **kwargs: Any) -> Any:
         counted["begin"] += 1
         return begun(self, *args, **kwargs)
 
-    monkeypatch.setattr(PgTx, "_send", counting_send)
+    monkeypatch.setattr(PgTx, "_round_trip", counting_send)
     monkeypatch.setattr(PostgresBackend, "_begun", counting_begun)
     yield counted
 
@@ -264,30 +264,63 @@ def test_a_turn_in_a_new_process_opens_one_connection(
     assert len(opened) == 1
 
 
-def test_a_writer_that_knows_no_generation_is_noticed_by_the_session_rows_revision(
+def _as_old_agctl(pg_store: Any, statement: str, params: list[Any]) -> None:
+    """One statement as an agctl from before the generation wrote it: no generation, no
+    session row touched."""
+    schema = psycopg.sql.Identifier(pg_store.schema)
+    revs = psycopg.sql.Literal(f'"{pg_store.schema}"."revs"')
+    with psycopg.connect(pg_store.dsn) as old:
+        old.execute(psycopg.sql.SQL(statement).format(s=schema, revs=revs), params)
+
+
+def test_a_draft_kept_by_an_agctl_that_knows_no_generation_is_seen(
     open_backend: Callable[..., PostgresBackend], pg_store: Any
 ) -> None:
     """An agctl from before the generation, still running through the migration, writes
-    without one; what it writes to the session row (its revision) still tells."""
+    a draft without one: the drafts' stamp in the lock's answer still tells."""
     store = Store(backend=open_backend())
     store.create_session(SID)
     started = utcnow()
     assert not store.clear_draft(SID, "default", before=started)  # known: no draft
     draft = Draft(prompt="kept by an old agctl", slot="default", created_at=started)
-    schema = psycopg.sql.Identifier(pg_store.schema)
-    with psycopg.connect(pg_store.dsn) as old:  # its statements, as it wrote them
-        old.execute(
-            psycopg.sql.SQL(
-                "INSERT INTO {s}.drafts (session_id, slot_id, doc) VALUES (%s, %s, %s)"
-            ).format(s=schema),
-            [SID, "default", draft.model_dump_json().encode()],
-        )
-        old.execute(
-            psycopg.sql.SQL("UPDATE {s}.sessions SET rev = nextval({revs}) WHERE id = %s").format(
-                s=schema, revs=psycopg.sql.Literal(f'"{pg_store.schema}"."revs"')
-            ),
-            [SID],
-        )
+    _as_old_agctl(
+        pg_store,
+        "INSERT INTO {s}.drafts (session_id, slot_id, doc) VALUES (%s, %s, %s)",
+        [SID, "default", draft.model_dump_json().encode()],
+    )
 
     assert store.clear_draft(SID, "default", before=started + timedelta(seconds=1))
     assert Store(backend=open_backend()).draft_slots(SID) == []
+
+
+def test_a_slot_written_by_an_agctl_that_knows_no_generation_is_checkpointed_as_written(
+    open_backend: Callable[..., PostgresBackend], pg_store: Any
+) -> None:
+    """An old agctl appends a message to the slot (its row and the slot's new revision
+    only): the next checkpoint of a backend that knew the slot one write earlier holds
+    that message, since the slots' stamp moved."""
+    store = Store(backend=open_backend())
+    store.create_session(SID)
+    send_turn(store, SID, "first", OfflineProvider(), OFFLINE)
+    checkpoints = Checkpointer(store)
+    before = len(store.load_slot(SID).messages)
+    row = Message(role="user", content="appended by an old agctl").model_dump_json().encode()
+    _as_old_agctl(
+        pg_store,
+        "INSERT INTO {s}.slot_messages (session_id, slot_id, seq, data) VALUES (%s, %s, %s, %s)",
+        [SID, "default", before, row],
+    )
+    _as_old_agctl(
+        pg_store,
+        "UPDATE {s}.slots SET rev = nextval({revs}), count = count + 1"
+        " WHERE session_id = %s AND id = %s",
+        [SID, "default"],
+    )
+
+    made = checkpoints.create(SID, label="after the old agctl")
+
+    state = Checkpointer(Store(backend=open_backend())).state(SID, made)
+    texts_then = [m.text() for m in state.slots["default"].messages]
+    assert texts_then[-1] == "appended by an old agctl"
+    assert len(texts_then) == before + 1
+    assert Checkpointer(store).verify(SID).problems == []
