@@ -608,10 +608,10 @@ class PgTx(_Reading):
             return [_queue(conn, text, values) for text, values in last]
 
     def finish(self) -> tuple[psycopg.Cursor[tuple[Any, ...]], _Warm | None]:
-        """What is pending, the log's size and a new generation in the session row, and
-        COMMIT, in one round trip: COMMIT's
-        cursor, and what this transaction knows at that generation (None: it does not
-        know the generation, having no revision left for it)."""
+        """What is pending, the log's size and a new generation in the session row, the
+        slots-and-drafts stamp and COMMIT, in one round trip: COMMIT's cursor, and what
+        this transaction knows at that generation (None: it does not know the
+        generation, having no revision left for it)."""
         gen = self._take_rev()
         if gen is None:
             self._execute("put_end_new", [self._size, self.session_id])
