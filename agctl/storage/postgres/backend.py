@@ -497,13 +497,18 @@ class _Reading:
 
     def load_draft(self, session_id: str, slot_id: str) -> Draft:
         sid, slot_id = validate_id(session_id, "session"), validate_id(slot_id, "slot")
-        row = self._one("draft", [sid, slot_id])
-        if row is None:
+        doc = self._draft_doc(sid, slot_id)
+        if doc is None:
             raise NotFound(f"slot {slot_id!r} of session {session_id!r} has no draft")
         try:
-            return Draft.model_validate_json(bytes(row[0]))
+            return Draft.model_validate_json(doc)
         except ValidationError as exc:
             raise self._corrupt(f"draft of slot {slot_id!r}", exc) from None
+
+    def _draft_doc(self, session_id: str, slot_id: str) -> bytes | None:
+        """The slot's stored draft document (None: it has none)."""
+        row = self._one("draft", [session_id, slot_id])
+        return None if row is None else bytes(row[0])
 
     def _log_size(self, session_id: str) -> int:
         row = self._one("log_size", [session_id])
@@ -678,20 +683,12 @@ class PgTx(_Reading):
             return reuse  # stored at its revision, which no other write was ever given
         return super().load_slot(session_id, slot_id, reuse=reuse)
 
-    def load_draft(self, session_id: str, slot_id: str) -> Draft:
-        if validate_id(session_id, "session") != self.session_id:
-            return super().load_draft(session_id, slot_id)
-        slot_id = validate_id(slot_id, "slot")
+    def _draft_doc(self, session_id: str, slot_id: str) -> bytes | None:
+        if session_id != self.session_id:
+            return super()._draft_doc(session_id, slot_id)
         if slot_id not in self._drafts:
-            row = self._one("draft", [session_id, slot_id])
-            self._drafts[slot_id] = None if row is None else bytes(row[0])
-        doc = self._drafts[slot_id]
-        if doc is None:
-            raise NotFound(f"slot {slot_id!r} of session {session_id!r} has no draft")
-        try:
-            return Draft.model_validate_json(doc)
-        except ValidationError as exc:
-            raise self._corrupt(f"draft of slot {slot_id!r}", exc) from None
+            self._drafts[slot_id] = super()._draft_doc(session_id, slot_id)
+        return self._drafts[slot_id]
 
     def cache(self, session_id: str, name: str) -> bytes | None:
         if validate_id(session_id, "session") != self.session_id:
