@@ -324,3 +324,41 @@ def test_a_slot_written_by_an_agctl_that_knows_no_generation_is_checkpointed_as_
     assert texts_then[-1] == "appended by an old agctl"
     assert len(texts_then) == before + 1
     assert Checkpointer(store).verify(SID).problems == []
+
+
+def _lose_the_connection_before_commit(self: PgTx) -> Any:
+    self._conn.close()  # the server rolls the transaction back
+    raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+
+def test_a_connection_lost_before_the_server_committed_commits_nothing_and_says_so(
+    open_backend: Callable[..., PostgresBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(backend=open_backend())
+    store.create_session(SID)
+    send_turn(store, SID, "kept", OfflineProvider(), OFFLINE)
+    monkeypatch.setattr(PgTx, "finish", _lose_the_connection_before_commit)
+
+    with pytest.raises(StoreError, match="nothing of this transaction was committed"):
+        send_turn(store, SID, "lost", OfflineProvider(), OFFLINE)
+
+    monkeypatch.undo()
+    fresh = Store(backend=open_backend())
+    assert texts(fresh)[::2] == ["kept"]
+    assert fresh.load_session(SID).turn_count == 1
+
+
+def test_a_lost_commit_the_server_cannot_be_asked_about_is_reported_unknown(
+    open_backend: Callable[..., PostgresBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(backend=open_backend())
+    store.create_session(SID)
+    send_turn(store, SID, "kept", OfflineProvider(), OFFLINE)
+    monkeypatch.setattr(PgTx, "finish", _lose_the_connection_before_commit)
+
+    def unreachable(self: PostgresBackend) -> Any:
+        raise StoreError("cannot connect to the store")
+
+    monkeypatch.setattr(PostgresBackend, "_connect", unreachable)
+    with pytest.raises(StoreError, match="may or may not have been committed"):
+        send_turn(store, SID, "unknown", OfflineProvider(), OFFLINE)
