@@ -68,16 +68,26 @@ class KillWhileBlocked:
             with psycopg.connect(self.where.dsn, autocommit=True) as admin:
                 deadline = time.monotonic() + 30
                 while time.monotonic() < deadline:
-                    row = admin.execute(
-                        "SELECT pid, query FROM pg_stat_activity"
-                        " WHERE %s = ANY(pg_blocking_pids(pid))",
+                    found = admin.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
                         [blocker.info.backend_pid],
                     ).fetchone()
-                    if row is not None:
-                        admin.execute("SELECT pg_terminate_backend(%s)", [row[0]])
-                        self.killed.append((int(row[0]), str(row[1])))
+                    if found is not None:
                         break
                     time.sleep(0.02)
+                else:
+                    raise AssertionError("no connection waited on the slot's row")
+                # pg_stat_activity is a snapshot taken when the statement starts, while
+                # pg_blocking_pids looks now: the query read with the pid can be the one
+                # before (the lock's, idle in its transaction). The waiter cannot move on
+                # while the row is held, so a statement of its own reads what it waits in.
+                pid, query = admin.execute(
+                    "SELECT pid, query FROM pg_stat_activity"
+                    " WHERE pid = %s AND %s = ANY(pg_blocking_pids(pid))",
+                    [found[0], blocker.info.backend_pid],
+                ).fetchone() or (found[0], "(it stopped waiting)")
+                admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+                self.killed.append((int(pid), str(query)))
         except BaseException as exc:  # reported by the test
             self.errors.append(exc)
         finally:
