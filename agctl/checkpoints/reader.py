@@ -273,10 +273,11 @@ def matching_live(
     """The ids among `summaries` of the checkpoints that hold the live state (a
     rollback to one would change nothing but timestamps).
 
-    Cheap: the summaries rule out most checkpoints without reading them; a slot file
-    not replaced since the latest checkpoint or rollback (the heads cache says) is
-    compared by its references alone; only other slots are read and hashed. No
-    checkpoint is rebuilt, and a damaged one matches nothing.
+    Cheap: the summaries (turn, current slot, slots, messages) rule out most checkpoints
+    without reading them; a slot file not replaced since the latest checkpoint or
+    rollback (the heads cache says) is compared by its references alone; only other
+    slots are read and hashed. No checkpoint is rebuilt, and a damaged one matches
+    nothing.
     """
     session = store.load_session(session_id)
     slot_ids = store.slot_ids(session_id)
@@ -296,8 +297,10 @@ def matching_live(
         if slot_id in slot_ids and reader.slot_rev(session_id, slot_id) == known.get("version")
     }
     live = _LiveHashes(store, session, slot_ids, unchanged)
+    # A match holds as many messages as the live slots do (the summaries count them all).
+    total = live.message_count()
     matched: set[str] = set()
-    for summary in candidates:
+    for summary in (s for s in candidates if s.message_count == total):
         try:
             if live.held_by(history, read_checkpoint(history, summary.offset)):
                 matched.add(summary.id)
@@ -334,6 +337,18 @@ class _LiveHashes:
             ]
             self._slots[slot_id] = slot, zones
         return self._slots[slot_id]
+
+    def message_count(self) -> int:
+        """The live slots' messages, every zone: counted from the references of a slot
+        unchanged since the heads cache, from the slot (read once) otherwise."""
+        total = 0
+        for slot_id in self.slot_ids:
+            known = self.unchanged.get(slot_id)
+            if known is not None:
+                total += sum(count for _, count in known["zones"])
+            else:
+                total += sum(len(hashes) for hashes in self._slot(slot_id)[1])
+        return total
 
     def held_by(self, history: Log, checkpoint: Checkpoint) -> bool:
         if untimed(checkpoint.session_volatile) != self.volatile:
