@@ -63,6 +63,10 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 
 # How long a new connection may keep failing (a server restarting) before we give up.
 CONNECT_PATIENCE = 15.0
+# How long a commit whose connection was lost asks again while the server still has its
+# transaction "in progress": the server ends one whose client is gone as soon as it reads
+# the closed socket, unless a statement of it waits (on a lock), which may yet commit.
+OUTCOME_PATIENCE = 3.0
 # Checkpoint log rows fetched around a position a reader needs.
 LOG_ROWS = 16
 # A history given whole (an import) is stored in rows of about this size, cut at lines.
@@ -1224,12 +1228,18 @@ class PostgresBackend(_Reading):
         if xid is None:
             return None
         self._drop_idle()  # a lost connection may be a restart, which cut them all
+        deadline, pause = time.monotonic() + OUTCOME_PATIENCE, 0.01
         try:
             with self._connection() as conn:
-                row = conn.execute(self._sql["xact_status"], [xid]).fetchone()
+                while True:
+                    row = conn.execute(self._sql["xact_status"], [xid]).fetchone()
+                    status = None if row is None or row[0] is None else str(row[0])
+                    if status != "in progress" or time.monotonic() + pause > deadline:
+                        return status
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.2)
         except (psycopg.Error, StoreError):
             return None
-        return None if row is None or row[0] is None else str(row[0])
 
     @contextlib.contextmanager
     def transaction(self, session_id: str) -> Iterator[Tx]:

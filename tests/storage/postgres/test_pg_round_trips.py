@@ -362,3 +362,29 @@ def test_a_lost_commit_the_server_cannot_be_asked_about_is_reported_unknown(
     monkeypatch.setattr(PostgresBackend, "_connect", unreachable)
     with pytest.raises(StoreError, match="may or may not have been committed"):
         send_turn(store, SID, "unknown", OfflineProvider(), OFFLINE)
+
+
+def test_a_lost_commit_the_server_still_runs_is_asked_about_again_until_it_ends(
+    open_backend: Callable[..., PostgresBackend], pg_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client learns of its lost connection before the server does: the transaction is
+    "in progress" for a moment. The backend asks again until the server says how it
+    ended, and says "in progress" (may or may not) only when that takes too long."""
+    import threading
+
+    backend = open_backend()
+    other = psycopg.connect(pg_store.dsn)  # a transaction open on the server
+    try:
+        xid = other.execute("SELECT txid_current()").fetchone()[0]  # type: ignore[index]
+        monkeypatch.setattr(pg_backend, "OUTCOME_PATIENCE", 0.3)
+        assert backend._outcome(xid) == "in progress"  # never ends within the patience
+
+        monkeypatch.setattr(pg_backend, "OUTCOME_PATIENCE", 30.0)
+        ending = threading.Timer(0.4, other.commit)
+        ending.start()
+        try:
+            assert backend._outcome(xid) == "committed"
+        finally:
+            ending.join()
+    finally:
+        other.close()
