@@ -40,17 +40,18 @@ needs_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="ne
 
 @needs_proc
 def test_a_timeout_kills_the_tool_and_its_children() -> None:
-    result = run(tool("sh", "-c", "sleep 60 & echo $!; sleep 60", timeout_s=0.5))
+    # Long enough for sh to start its child and say its pid on a loaded machine.
+    result = run(tool("sh", "-c", "sleep 60 & echo $!; sleep 60", timeout_s=1.5))
     child = int(result.output.strip())
     assert result.timed_out and result.exit_code is None
-    assert result.result_text == "error: timed out after 0.5s"
+    assert result.result_text == "error: timed out after 1.5s"
     assert wait_dead(child)
 
 
 @needs_proc
 def test_a_tool_that_ignores_sigterm_is_killed() -> None:
     script = "trap '' TERM; sleep 60 & echo $!; wait"
-    result = run(tool("sh", "-c", script, timeout_s=0.2))
+    result = run(tool("sh", "-c", script, timeout_s=1.5))
     child = int(result.output.strip())
     assert result.timed_out
     assert wait_dead(child)
