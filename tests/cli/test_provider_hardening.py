@@ -102,11 +102,12 @@ def test_keepalives_before_the_reply_are_skipped(
 def test_each_event_that_carries_data_restarts_the_read_timeout(
     run: Run, sid: str, wired: FakeOpenAI
 ) -> None:
-    # ~200 bytes an event at >= 1 ms a byte: 20 events take longer than read_timeout,
-    # but each comes well within it.
-    configure(run, read_timeout="1")
+    # ~200 bytes an event, 10 bytes every 10 ms: the 20 events take twice read_timeout,
+    # but each comes well within it (its 20 pauses may each take 100 ms on a loaded
+    # machine, where the server's thread waits for the interpreter's lock).
+    configure(run, read_timeout="2")
     wired.reply(text="abcdefghij" * 4, chunk_size=2)
-    wired.fail("drip", seconds=30, interval=0.001)
+    wired.fail("drip", seconds=30, interval=0.01, piece=10)
     result = run("turn", "send", "hello", "--stream")
     assert result.exit_code == 0, result.output
     assert result.stdout == "abcdefghij" * 4 + "\n"
@@ -452,12 +453,12 @@ def test_content_with_a_part_that_is_not_text_is_malformed(
 def test_a_whole_body_arriving_in_parts_is_not_a_timeout(
     run: Run, sid: str, wired: FakeOpenAI
 ) -> None:
-    """A reply body that keeps arriving (here 3 KiB parts, 0.4 s apart, past a 0.6 s
+    """A reply body that keeps arriving (here 3 KiB parts, 0.6 s apart, past a 1.5 s
     read_timeout in all) is progress, not a stalled server (a review found it refused)."""
-    configure(run, read_timeout="0.6")
-    text = "x" * 9000
+    configure(run, read_timeout="1.5")
+    text = "x" * 15000
     wired.reply(text)
-    wired.fail("drip", seconds=5, interval=0.4, piece=3072)
+    wired.fail("drip", seconds=10, interval=0.6, piece=3072)
     result = run("--json", "turn", "send", "hello", "--no-stream")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["reply"] == text

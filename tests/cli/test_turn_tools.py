@@ -20,14 +20,11 @@ from agctl.store import Store
 
 Run = Callable[..., Result]
 
-# A tool that logs each run to $HOME/runs.log (so a test counts them), then answers; it
-# takes a second when $HOME/slow exists (so a test can act while it runs).
+# A tool that logs each run to $HOME/runs.log (so a test counts them), then answers.
 TOOL = """
-import json, os, sys, time
+import json, os, sys
 args = json.load(sys.stdin)
 home = os.environ["HOME"]
-if os.path.exists(home + "/slow"):
-    time.sleep(1)
 with open(home + "/runs.log", "a") as runs:
     runs.write(json.dumps(args) + "\\n")
 print(args["a"] * args["b"])
@@ -112,18 +109,16 @@ def test_a_turn_killed_between_steps_goes_on_without_running_the_tool_again(
     result, and --resume-draft finishes the turn with it; the tool ran once."""
     from fake_openai import FakeOpenAI
 
-    (tool / "slow").touch()
     with FakeOpenAI() as server:
         server.reply(tool_calls=[{"id": "m1", "name": "mul", "arguments": '{"a": 6, "b": 7}'}])
+        # Queued once step 1's request has taken its reply: step 2's request hangs.
+        server.before_reply(lambda: server.fail("slow", seconds=30))
         env = {**os.environ, "AGCTL_PROVIDER": "openai", "AGCTL_BASE_URL": server.base_url,
                "AGCTL_MODEL": "m", "AGCTL_API_KEY": "k"}  # fmt: skip
         argv = [sys.executable, "-m", "agctl", "-s", "s", "turn", "send", "6*7?", "-T", "mul",
                 "--approve", "auto", "--no-stream"]  # fmt: skip
         turn = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
-        while not server.requests and time.monotonic() < deadline:
-            time.sleep(0.01)
-        server.fail("slow", seconds=30)  # step 2 hangs (the tool takes a second first)
         while len(server.requests) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(server.requests) == 2, turn.communicate()

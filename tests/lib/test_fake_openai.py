@@ -308,7 +308,7 @@ def test_slow_fault_times_out_the_client_and_does_not_hold_up_shutdown() -> None
         send(fake, chat_body(), timeout=0.2).read()
     started = time.monotonic()
     fake.stop()
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 10  # not the 30 s the fault sleeps
     assert fake.errors == []
 
 

@@ -26,9 +26,18 @@ from agctl.store import Store
 from agctl.turns import TurnOptions, send_turn
 
 ADD = """
-import json, sys, time
+import json, os, sys, time
 args = json.load(sys.stdin)
-time.sleep(args.get("sleep", 0))
+deadline = time.monotonic() + 30
+while "after" in args and time.monotonic() < deadline:  # until that run is logged
+    if os.path.exists(sys.argv[1]):
+        with open(sys.argv[1]) as logged:
+            if any(json.loads(line)["a"] == args["after"] for line in logged):
+                break
+    time.sleep(0.01)
+else:
+    if "after" in args:
+        sys.exit(1)
 with open(sys.argv[1], "a") as runs:
     runs.write(json.dumps(args) + "\\n")
 print(args["a"] + args["b"])
@@ -213,11 +222,12 @@ def test_each_steps_results_are_on_disk_before_the_next_request(
 
 def test_calls_run_at_once_keep_their_order(store: Store, sid: str, tmp_path: Path) -> None:
     tools = Adder(tmp_path)
-    slow_first = calls({"a": 1, "b": 0, "sleep": 0.5}, {"a": 2, "b": 0})
-    started = time.monotonic()
-    send_turn(store, sid, "both", Watching([[slow_first, "done"]]), options(tools, tool_jobs=2))
-    assert time.monotonic() - started < 5
-    assert [r["a"] for r in tools.ran()] == [2, 1], "the quick one finished first"
+    # The first call ends only once the second has run: both run at once, or it fails.
+    waits_for_the_second = calls({"a": 1, "b": 0, "after": 2}, {"a": 2, "b": 0})
+    send_turn(
+        store, sid, "both", Watching([[waits_for_the_second, "done"]]), options(tools, tool_jobs=2)
+    )
+    assert [r["a"] for r in tools.ran()] == [2, 1], "the second finished first"
     results = [m.text() for m in store.load_slot(sid).messages if m.role == "tool"]
     assert results == ["1", "2"], "results in the calls' order"
 

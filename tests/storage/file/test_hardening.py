@@ -550,26 +550,28 @@ def test_a_turn_appended_by_another_process_meanwhile_is_kept_in_order(
 def test_a_refused_turn_exits_4_on_the_command_line(
     run: Run, env: dict[str, str], isolated_env: Path, session: str, tmp_path: Path
 ) -> None:
-    """Through the CLI: a slow scripted offline reply, a `msg clear` meanwhile."""
+    """Through the CLI: a `msg clear` (another process) while the model answers."""
     from fake_openai import FakeOpenAI
 
+    cleared: list[subprocess.CompletedProcess[str]] = []
+    agctl = [sys.executable, "-m", "agctl", "-s", SID]
     with FakeOpenAI() as server:
-        server.fail("slow", seconds=1.5)
+        server.before_reply(
+            lambda: cleared.append(
+                subprocess.run([*agctl, "msg", "clear"], env=env, capture_output=True, text=True)
+            )
+        )
         child_env = {**env, "AGCTL_BASE_URL": server.base_url, "AGCTL_PROVIDER": "openai"}
         child_env["AGCTL_MODEL"] = "m"
         turn = subprocess.Popen(
-            [sys.executable, "-m", "agctl", "-s", SID, "turn", "send", "question"],
+            [*agctl, "turn", "send", "question"],
             env=child_env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        deadline = time.monotonic() + 20
-        while not server.requests and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert server.requests, "the turn never reached the server"
-        assert run("-s", SID, "msg", "clear").exit_code == 0
-        _out, err = turn.communicate(timeout=30)
+        _out, err = turn.communicate(timeout=60)
+    assert server.errors == [] and [c.returncode for c in cleared] == [0], cleared
     assert turn.returncode == 4, err
     assert "changed while the model was answering" in err
     draft = json.loads((isolated_env / "sessions" / SID / "drafts" / "default.json").read_text())
