@@ -4,7 +4,9 @@ models.
 Every TAB re-runs the CLI, so for a file store these read only directory listings and
 small files, with the standard library's json: no pydantic, no httpx, no agctl.store. A
 store elsewhere (PostgreSQL: --store, AGCTL_STORE or the config's store.url) has no files
-to read: its values come through its backend (slower: the core and a connection).
+to read: its sessions, slots and drafts come from its tables through psycopg alone
+(agctl.storage.postgres.listing), its checkpoints through its backend (slower: the core
+and a connection).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
 
     from agctl.storage.factory import StoreChoice
+    from agctl.storage.postgres.listing import Listing
     from agctl.store import Store
 
 
@@ -108,6 +111,41 @@ def _from_backend(ctx: click.Context, read: Callable[[Store, str], list[T]]) -> 
         store.close()  # a TAB's contexts are never closed: release its connections now
 
 
+def _listing(ctx: click.Context) -> tuple[StoreChoice, Listing] | None:
+    """A connection for the lists of a PostgreSQL store (one attempt); None for another
+    store, or when it cannot be reached (a TAB offers nothing, quietly)."""
+    choice = store_choice(ctx)
+    if choice is None or choice.spec.kind != "postgres" or choice.spec.dsn is None:
+        return None
+    try:
+        from agctl.storage.postgres.listing import Listing
+
+        return choice, Listing(choice.spec.dsn, choice.schema)
+    except Exception:  # no psycopg, a server down, a bad URL: nothing to offer
+        return None
+
+
+def _listed(ctx: click.Context, read: Callable[[Listing, str], list[str]]) -> list[str]:
+    """`read(listing, session)` for the session the command line selects (-s, else this
+    machine's `session use`), from a PostgreSQL store's tables; nothing when it cannot."""
+    from agctl.storage.postgres.listing import current_session_id
+
+    opened = _listing(ctx)
+    if opened is None:
+        return []
+    choice, listing = opened
+    try:
+        wanted = _given(ctx, "session_arg") or current_session_id(
+            choice.local_dir, str(choice.spec.dsn), choice.schema
+        )
+        sid = _pick(wanted, listing.session_ids()) if wanted else None
+        return [] if sid is None else read(listing, sid)
+    except Exception:  # as above: a TAB never shows a traceback
+        return []
+    finally:
+        listing.close()
+
+
 def _pick(wanted: str, ids: list[str]) -> str | None:
     """`wanted` among `ids`, or the one id it is a unique prefix of."""
     if wanted in ids:
@@ -191,19 +229,20 @@ def complete_sessions(
 def _backend_sessions(ctx: click.Context, incomplete: str) -> list[CompletionItem]:
     from click.shell_completion import CompletionItem
 
-    store = backend_store(ctx)
-    if store is None:
+    opened = _listing(ctx)
+    if opened is None:
         return []
+    _choice, listing = opened
     try:
-        sessions = [info.session for info in store.list_sessions([])]
+        sessions = listing.sessions()
     except Exception:  # a TAB never shows a traceback
         return []
     finally:
-        store.close()
+        listing.close()
     return [
-        CompletionItem(s.id, help=_about(s.title, s.system_prompt))
-        for s in sorted(sessions, key=lambda s: s.id)
-        if s.id.startswith(incomplete)
+        CompletionItem(sid, help=_about(doc.get("title"), doc.get("system_prompt")))
+        for sid, doc in sessions
+        if sid.startswith(incomplete)
     ]
 
 
@@ -222,7 +261,7 @@ def complete_slots(
     from click.shell_completion import CompletionItem
 
     if _elsewhere(ctx):
-        slots = _from_backend(ctx, lambda store, sid: store.slot_ids(sid))
+        slots = _listed(ctx, lambda listing, sid: listing.slot_ids(sid))
     else:
         directory = selected_session_dir(ctx)
         if directory is None:
@@ -238,7 +277,7 @@ def complete_draft_slots(
     from click.shell_completion import CompletionItem
 
     if _elsewhere(ctx):
-        drafts = _from_backend(ctx, lambda store, sid: store.draft_slots(sid))
+        drafts = _listed(ctx, lambda listing, sid: listing.draft_slots(sid))
         return [CompletionItem(name) for name in sorted(drafts) if name.startswith(incomplete)]
     directory = selected_session_dir(ctx)
     if directory is None:

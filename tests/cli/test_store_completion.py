@@ -1,7 +1,7 @@
-"""TAB completion on a store that is not a file store: session ids, slots, drafts and
-checkpoints come through its backend (the real PostgreSQL server of tests/pgserver.py;
-tests/helpers.FakePostgres stands in for one that cannot be opened); a file store named
-by --store or AGCTL_STORE is read as files."""
+"""TAB completion on a store that is not a file store: session ids, slots and drafts come
+from its tables (agctl.storage.postgres.listing), checkpoints through its backend (the
+real PostgreSQL server of tests/pgserver.py; tests/helpers.FakePostgres stands in for one
+that cannot be opened); a file store named by --store or AGCTL_STORE is read as files."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_openai import FakeOpenAI
@@ -146,3 +147,38 @@ def test_without_psycopg_a_postgresql_url_says_what_to_install(
         error = json.loads(result.stderr)["error"]
         assert (error["type"], error["exit"]) == ("StoreError", 1)
     assert "agctl.storage.postgres.backend" not in modules
+
+
+@pytest.mark.parametrize(
+    ("line", "offered"),
+    [
+        ("agctl session use ", ["main", "other"]),
+        ("agctl slot use ", ["b", "default"]),
+        ("agctl -s other slot use ", ["default"]),
+        ("agctl draft show --slot ", ["b"]),
+    ],
+)
+def test_completion_on_postgresql_reads_its_tables_with_no_model_and_no_core(
+    env: dict[str, str], isolated_env: Path, pg_store: Any, line: str, offered: list[str]
+) -> None:
+    """A TAB on a PostgreSQL store lists sessions, slots and drafts with psycopg alone:
+    neither pydantic nor the core (agctl.store) nor the backend is loaded."""
+    from agctl.models import Draft
+    from agctl.store import Store
+
+    on_pg = {**env, "AGCTL_STORE": pg_store.dsn, "AGCTL_STORE_SCHEMA": pg_store.schema}
+    for args in (["session", "new", "other"], ["session", "new", "main"], ["slot", "new", "b"]):
+        assert agctl(on_pg, *args)[0].returncode == 0
+    library = Store(isolated_env, url=pg_store.dsn, schema=pg_store.schema)
+    library.save_draft("main", Draft(prompt="p", slot="b"))
+    library.close()
+    tab = {**on_pg, "_AGCTL_COMPLETE": "bash_complete", "COMP_WORDS": line}
+    tab["COMP_CWORD"] = str(len(line.split(" ")) - 1)
+
+    result, modules = agctl(tab)
+
+    assert result.returncode == 0, result.stderr
+    assert [row.split(",", 1)[1] for row in result.stdout.splitlines()] == offered
+    assert {"psycopg", "agctl.storage.postgres.listing"} <= modules
+    assert {m for m in modules if m.split(".")[0] == "pydantic"} == set()
+    assert {"agctl.store", "agctl.models", "agctl.storage.postgres.backend"} & modules == set()

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import hashlib
 import io
 import threading
 import time
@@ -55,6 +54,7 @@ from agctl.fsio import read_pointer, write_pointer
 from agctl.ids import validate_id
 from agctl.models import Draft, Message, Session, Slot
 from agctl.storage.base import CACHES, Tx, append_problem, lock_timeout
+from agctl.storage.postgres import listing
 from agctl.storage.postgres import schema as pg_schema
 from agctl.storage.urls import redact
 from agctl.validation import validation_summary
@@ -86,9 +86,9 @@ _STAMP = """ARRAY[(SELECT coalesce(max(t.rev), 0) FROM {s}.slots AS t WHERE t.se
                    WHERE d.session_id = r.id)]"""
 
 _SQL = {
+    **listing.STATEMENTS,  # the lists a TAB reads too
     "session": "SELECT doc, rev FROM {s}.sessions WHERE id = %s",
     "has_session": "SELECT 1 FROM {s}.sessions WHERE id = %s",
-    "session_ids": 'SELECT id FROM {s}.sessions ORDER BY id COLLATE "C"',
     "lock_timeout": "SELECT set_config('lock_timeout', %s, true)",
     # The session's row locked, with what a transaction starts from: the log's size, the
     # session document, the generation, LOCK_REVS revisions of its own, its id (asked
@@ -108,13 +108,11 @@ _SQL = {
     # What a commit writes last: the log's size and the generation.
     "put_end": "UPDATE {s}.sessions SET log_size = %s, gen = %s WHERE id = %s",
     "put_end_new": "UPDATE {s}.sessions SET log_size = %s, gen = nextval({revs}) WHERE id = %s",
-    "slot_ids": 'SELECT id FROM {s}.slots WHERE session_id = %s ORDER BY id COLLATE "C"',
     "slot": """SELECT header, rev, count, CASE WHEN rev = %s THEN NULL ELSE ARRAY(
                    SELECT m.data FROM {s}.slot_messages AS m
                    WHERE m.session_id = t.session_id AND m.slot_id = t.id ORDER BY m.seq)
                END FROM {s}.slots AS t WHERE session_id = %s AND id = %s""",
     "slot_rev": "SELECT rev, count FROM {s}.slots WHERE session_id = %s AND id = %s",
-    "drafts": 'SELECT slot_id FROM {s}.drafts WHERE session_id = %s ORDER BY slot_id COLLATE "C"',
     "draft": "SELECT doc FROM {s}.drafts WHERE session_id = %s AND slot_id = %s",
     "removed": "SELECT removed FROM {s}.sessions WHERE id = %s",
     "cache": """SELECT string_agg(data, ''::bytea ORDER BY seq) FROM {s}.caches
@@ -1340,10 +1338,7 @@ class PostgresBackend(_Reading):
     # ---- the current-session pointer (this machine's) ----------------------------
 
     def _pointer(self) -> Path:
-        from agctl.storage.file import layout
-
-        key = hashlib.sha256(f"{redact(self.dsn)}\0{self.schema}".encode()).hexdigest()[:16]
-        return layout.store_pointer(self.local_dir, key)
+        return listing.pointer_path(self.local_dir, self.dsn, self.schema)
 
     def current_session_id(self) -> str | None:
         return read_pointer(self._pointer())
