@@ -143,7 +143,9 @@ def create_session(
 ) -> Session:
     """Create a session with its `default` slot, all or nothing."""
     session = _new_session(store, session_id, system_prompt, parent_id, title, profile, model)
-    store.materialize_session(session, [new_slot(DEFAULT_SLOT)])
+    session = store.materialize_session(
+        session, [new_slot(DEFAULT_SLOT)], drawn_id=session_id is None
+    )
     log.info("session created: %s (parent %s)", session.id, session.parent_id or "-")
     return session
 

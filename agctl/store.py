@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agctl import drafts, slots
-from agctl.errors import AgctlError, DataError, NotFound, StoreError
+from agctl.errors import AgctlError, AlreadyExists, DataError, NotFound, StoreError
 from agctl.fsio import read_bytes, write_atomic
-from agctl.ids import resolve_prefix, validate_id
+from agctl.ids import new_session_id, resolve_prefix, validate_id
 from agctl.paths import default_data_dir
 from agctl.slots import DEFAULT_SLOT
 from agctl.storage.base import lock_timeout
@@ -59,6 +59,9 @@ def __getattr__(name: str) -> Any:
 
 log = logging.getLogger("agctl.store")
 
+# How many ids a new session may draw: 3 random characters a second, so two sessions made
+# in the same second (parallel CI jobs) share one once in 32,768 pairs.
+ID_DRAWS = 8
 # Data dirs already warned about in this process; the note that says so across processes.
 WARNED_NOTE = ".loose-modes-warned"
 _warned_loose: set[str] = set()
@@ -315,9 +318,23 @@ class Store:
         *,
         checkpoint_log: bytes = b"",
         removed: Sequence[str] = (),
-    ) -> None:
-        """Write a new session with these slots (and checkpoint history), all or nothing."""
-        self.backend.create_session(session, slots, checkpoint_log=checkpoint_log, removed=removed)
+        drawn_id: bool = False,
+    ) -> Session:
+        """Write a new session with these slots (and checkpoint history), all or nothing;
+        the session written. `drawn_id`: its id was drawn (new_session_id), not given, so
+        one that another process drew in the same second is drawn again, not refused."""
+        draws = ID_DRAWS if drawn_id else 1
+        while True:
+            try:
+                self.backend.create_session(
+                    session, slots, checkpoint_log=checkpoint_log, removed=removed
+                )
+                return session
+            except AlreadyExists:
+                draws -= 1
+                if not draws:
+                    raise
+                session = session.model_copy(update={"id": new_session_id()})
 
     def replace_state(self, session: Session, slots: Sequence[Slot]) -> None:
         """Make the session exactly `session` with exactly `slots`, in one transaction.

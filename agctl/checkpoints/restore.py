@@ -87,7 +87,9 @@ def fork(store: Store, session_id: str, identifier: str, new_id: str | None = No
             },
         }
     )
-    store.materialize_session(session, list(rebuilt.slots.values()))
+    session = store.materialize_session(
+        session, list(rebuilt.slots.values()), drawn_id=new_id is None
+    )
     log.info("fork: %s from %s/%s", session.id, session_id, target.id)
     return session
 

@@ -30,6 +30,42 @@ def test_generated_ids_are_short_and_sort_by_time() -> None:
     assert len({new_session_id(1_800_000_000) for _ in range(50)}) > 40
 
 
+def test_a_drawn_id_another_session_has_is_drawn_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sessions made in the same second may draw one id (3 random characters): the
+    second draws again, for a new session and a fork; a given id is refused as taken."""
+    from agctl import sessions
+    from agctl import store as store_module
+    from agctl.checkpoints import Checkpointer
+
+    store.create_session("taken")
+    store.create_session("also-taken")
+    draws = iter(["taken", "also-taken", "fresh", "taken", "forked"])
+    drawn = []
+
+    def draw() -> str:
+        drawn.append(next(draws))
+        return drawn[-1]
+
+    monkeypatch.setattr(sessions, "new_session_id", draw)
+    monkeypatch.setattr(store_module, "new_session_id", draw)
+    assert store.create_session().id == "fresh"
+    assert drawn == ["taken", "also-taken", "fresh"]
+
+    monkeypatch.setattr("agctl.ids.new_session_id", draw)  # fork imports it where it draws
+    checkpoints = Checkpointer(store)
+    made = checkpoints.create("fresh")
+    assert checkpoints.fork("fresh", made.id).id == "forked"
+    assert store.session_ids() == ["also-taken", "forked", "fresh", "taken"]
+    assert store.load_session("forked").parent_id == "fresh"
+
+    monkeypatch.setattr(store_module, "ID_DRAWS", 2)
+    draws = iter(["taken", "taken"])
+    with pytest.raises(AlreadyExists):  # every draw taken: said, not looped on
+        store.create_session()
+
+
 def test_create_with_a_given_id_and_a_duplicate(store: Store) -> None:
     store.create_session("review")
     with pytest.raises(AlreadyExists):
