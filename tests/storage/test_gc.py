@@ -4,7 +4,6 @@ the other."""
 
 from __future__ import annotations
 
-import random
 import shutil
 import signal
 import subprocess
@@ -197,25 +196,39 @@ def test_a_draft_naming_a_checkpoint_is_remapped(store: Store) -> None:
     assert store.load_draft(SID, "default").error == error.replace(kept, report.ids[kept])
 
 
+# Runs gc, stopping (for the test to kill it) at its `stop`-th fsync, rename or replace:
+# the moments a crash can land between what is durable and what is not.
 GC = """
-import sys
+import os, sys, time
 from agctl.checkpoints import Checkpointer
 from agctl.storage.file.backend import FileBackend
 from agctl.store import Store
 
 store = Store(backend=FileBackend(__import__("pathlib").Path(sys.argv[1])))
-print("ready", flush=True)
-sys.stdin.readline()
-report = Checkpointer(store).gc("s")
-print(report.bytes_after, flush=True)
+stop, steps = int(sys.argv[2]), 0
+
+def stopping(real):
+    def step(*args, **kwargs):
+        global steps
+        steps += 1
+        if steps == stop:
+            print("stopped", flush=True)
+            time.sleep(600)
+        return real(*args, **kwargs)
+    return step
+
+for name in ("fsync", "rename", "replace"):
+    setattr(os, name, stopping(getattr(os, name)))
+Checkpointer(store).gc("s")
+print("done", steps, flush=True)
 """
 
-KILLS = 12
 
-
-def test_gc_killed_at_any_moment_leaves_the_old_log_or_the_new(
+def test_gc_killed_at_any_durable_step_leaves_the_old_log_or_the_new(
     tmp_path: Path, isolated_env: Path
 ) -> None:
+    """kill -9 at each of gc's fsyncs, renames and replaces in turn (then one past the
+    last, which finishes): every kill leaves the old log or the new, both seen."""
     template = tmp_path / "template"
     store = Store(backend=FileBackend(template))
     store.create_session(SID)
@@ -234,28 +247,25 @@ def test_gc_killed_at_any_moment_leaves_the_old_log_or_the_new(
 
     gc_script = tmp_path / "gc.py"
     gc_script.write_text(textwrap.dedent(GC))
-    delays = random.Random(14).uniform
-    for kill in range(KILLS):
-        root = tmp_path / f"run{kill}"
+    outcomes = []
+    for stop in range(1, 500):
+        root = tmp_path / f"run{stop}"
         shutil.copytree(template, root)
         child = subprocess.Popen(
-            [sys.executable, str(gc_script), str(root)],
+            [sys.executable, str(gc_script), str(root), str(stop)],
             env=child_env(),
-            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
-        assert child.stdin is not None and child.stdout is not None
-        assert child.stdout.readline().strip() == b"ready"
-        child.stdin.write(b"go\n")
-        child.stdin.flush()
-        try:
-            child.wait(timeout=delays(0.0, 0.12))
-        except subprocess.TimeoutExpired:
+        assert child.stdout is not None
+        said = child.stdout.readline().decode().split()
+        if said == ["stopped"]:
             child.send_signal(signal.SIGKILL)
-        child.wait(timeout=60)
-        child.stdin.close()
-        child.stdout.close()
-
+            assert child.wait(timeout=60) == -signal.SIGKILL
+        child.communicate(timeout=60)
+        finished = said != ["stopped"]
+        if finished:  # no step left to stop at: gc ran to its end
+            assert child.returncode == 0 and said == ["done", str(stop - 1)], said
         after = Store(backend=FileBackend(root))
         with after.transaction(SID):  # finishes a commit the kill interrupted
             pass
@@ -271,3 +281,10 @@ def test_gc_killed_at_any_moment_leaves_the_old_log_or_the_new(
             ids = done.ids
         for old, state in kept.items():
             assert at(after, ids[old]) == state
+        outcomes.append("old" if data == old_log else "new")
+        if finished:
+            break
+    else:
+        raise AssertionError("gc never finished")
+    assert outcomes[-1] == "new" and "old" in outcomes, outcomes
+    assert len(outcomes) > 3, outcomes  # gc stopped at several steps
