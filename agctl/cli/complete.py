@@ -93,25 +93,34 @@ def backend_store(ctx: click.Context) -> Store | None:
 
 
 T = TypeVar("T")
+S = TypeVar("S", "Store", "Listing")
 
 
-def _from_backend(ctx: click.Context, read: Callable[[Store, str], list[T]]) -> list[T]:
-    """`read(store, session)` for the session the command line selects, through the
-    backend of a store that is not a file store; nothing when it cannot be read."""
-    store = backend_store(ctx)
-    if store is None:
+def _in_selected(
+    ctx: click.Context, source: S | None, read: Callable[[S, str], list[T]]
+) -> list[T]:
+    """`read(source, session)` for the session the command line selects (-s, else this
+    machine's `session use`), from a store that is not a file store (its backend or its
+    tables); nothing when it cannot be read. The source is closed after (a TAB's
+    contexts never are: its connections are released now)."""
+    if source is None:
         return []
     try:
-        wanted = _given(ctx, "session_arg") or store.current_session_id()
-        sid = _pick(wanted, store.session_ids()) if wanted else None
-        return [] if sid is None else read(store, sid)
+        wanted = _given(ctx, "session_arg") or source.current_session_id()
+        sid = _pick(wanted, source.session_ids()) if wanted else None
+        return [] if sid is None else read(source, sid)
     except Exception:  # as above: a TAB never shows a traceback
         return []
     finally:
-        store.close()  # a TAB's contexts are never closed: release its connections now
+        source.close()
 
 
-def _listing(ctx: click.Context) -> tuple[StoreChoice, Listing] | None:
+def _from_backend(ctx: click.Context, read: Callable[[Store, str], list[T]]) -> list[T]:
+    """`read(store, session)` for the selected session, through the store's backend."""
+    return _in_selected(ctx, backend_store(ctx), read)
+
+
+def _listing(ctx: click.Context) -> Listing | None:
     """A connection for the lists of a PostgreSQL store (one attempt); None for another
     store, or when it cannot be reached (a TAB offers nothing, quietly)."""
     choice = store_choice(ctx)
@@ -120,30 +129,14 @@ def _listing(ctx: click.Context) -> tuple[StoreChoice, Listing] | None:
     try:
         from agctl.storage.postgres.listing import Listing
 
-        return choice, Listing(choice.spec.dsn, choice.schema)
+        return Listing(choice.spec.dsn, choice.schema, choice.local_dir)
     except Exception:  # no psycopg, a server down, a bad URL: nothing to offer
         return None
 
 
 def _listed(ctx: click.Context, read: Callable[[Listing, str], list[str]]) -> list[str]:
-    """`read(listing, session)` for the session the command line selects (-s, else this
-    machine's `session use`), from a PostgreSQL store's tables; nothing when it cannot."""
-    from agctl.storage.postgres.listing import current_session_id
-
-    opened = _listing(ctx)
-    if opened is None:
-        return []
-    choice, listing = opened
-    try:
-        wanted = _given(ctx, "session_arg") or current_session_id(
-            choice.local_dir, str(choice.spec.dsn), choice.schema
-        )
-        sid = _pick(wanted, listing.session_ids()) if wanted else None
-        return [] if sid is None else read(listing, sid)
-    except Exception:  # as above: a TAB never shows a traceback
-        return []
-    finally:
-        listing.close()
+    """`read(listing, session)` for the selected session, from a PostgreSQL store's tables."""
+    return _in_selected(ctx, _listing(ctx), read)
 
 
 def _pick(wanted: str, ids: list[str]) -> str | None:
@@ -229,10 +222,9 @@ def complete_sessions(
 def _backend_sessions(ctx: click.Context, incomplete: str) -> list[CompletionItem]:
     from click.shell_completion import CompletionItem
 
-    opened = _listing(ctx)
-    if opened is None:
+    listing = _listing(ctx)
+    if listing is None:
         return []
-    _choice, listing = opened
     try:
         sessions = listing.sessions()
     except Exception:  # a TAB never shows a traceback

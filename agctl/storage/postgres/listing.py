@@ -39,17 +39,18 @@ def pointer_path(local_dir: Path, dsn: str, schema: str) -> Path:
 
 class Listing:
     """One connection to the store's schema, for the lists a TAB offers; close it after.
-    Errors are psycopg's own (a TAB offers nothing on any of them)."""
+    `local_dir`: this machine's data dir, where the current-session pointer is. Errors are
+    psycopg's own (a TAB offers nothing on any of them)."""
 
-    def __init__(self, dsn: str, schema: str) -> None:
-        self.schema = schema
+    def __init__(self, dsn: str, schema: str, local_dir: Path) -> None:
+        self.dsn, self.schema, self.local_dir = dsn, schema, local_dir
         self._conn: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(dsn, autocommit=True)
 
-    def __enter__(self) -> Listing:
-        return self
+    def current_session_id(self) -> str | None:
+        """The session `agctl session use` chose on this machine for this store."""
+        from agctl.fsio import read_pointer
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return read_pointer(pointer_path(self.local_dir, self.dsn, self.schema))
 
     def close(self) -> None:
         self._conn.close()
@@ -78,10 +79,3 @@ class Listing:
 
     def draft_slots(self, session_id: str) -> list[str]:
         return self._column("drafts", session_id)
-
-
-def current_session_id(local_dir: Path, dsn: str, schema: str) -> str | None:
-    """The session `agctl session use` chose on this machine for this store."""
-    from agctl.fsio import read_pointer
-
-    return read_pointer(pointer_path(local_dir, dsn, schema))
