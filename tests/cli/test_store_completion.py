@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 from helpers import FakePostgres, install_fake_postgres
-from pgserver import PASSWORD, PgServer
+from pgserver import PASSWORD, PgServer, PgStore
 
 from agctl.cli import cli
 from agctl.errors import StoreError
@@ -131,4 +131,31 @@ def test_a_tab_on_a_server_that_is_down_tries_once(
         assert len(attempts) == 1
     finally:
         pg_server.start()
+    assert complete("agctl session use ") == ["main", "other"]
+
+
+def test_a_session_whose_document_does_not_parse_is_offered_without_a_description(
+    two_sessions: list[str], pg_env: str, pg_store: PgStore, isolated_env: Path
+) -> None:
+    """A damaged session document (not JSON, or JSON but not an object) leaves the TAB
+    its id, with no title to show, and the other sessions as they were."""
+    import psycopg
+    from psycopg import sql
+
+    from agctl.storage.postgres.listing import Listing
+
+    with psycopg.connect(pg_store.dsn, autocommit=True) as conn:
+        for sid, doc in (("other", b"{not json"), ("main", b"[1, 2]")):
+            conn.execute(
+                sql.SQL("UPDATE {}.sessions SET doc = %s WHERE id = %s").format(
+                    sql.Identifier(pg_store.schema)
+                ),
+                [doc, sid],
+            )
+    listing = Listing(pg_env, pg_store.schema, isolated_env)  # the URL the commands used
+    try:
+        assert listing.sessions() == [("main", {}), ("other", {})]
+        assert listing.current_session_id() == "main"
+    finally:
+        listing.close()
     assert complete("agctl session use ") == ["main", "other"]
