@@ -215,9 +215,8 @@ def list_(app: App, profile: str | None, tools_file: str | None) -> None:
       agctl tool list
       agctl tool list --profile work --tools-file ci-tools.json --json
     """
-    import shlex
-
     from agctl.config import ConfigStore
+    from agctl.quoting import shell_words
     from agctl.tools import tool_registry, tool_sources
 
     config = ConfigStore().load()
@@ -236,7 +235,7 @@ def list_(app: App, profile: str | None, tools_file: str | None) -> None:
         }
         for name, spec in sorted(registry.items())
     ]
-    commands = [shlex.join(spec.command) for _name, spec in sorted(registry.items())]
+    commands = [shell_words(spec.command) for _name, spec in sorted(registry.items())]
     display = [{**row, "command": command} for row, command in zip(rows, commands, strict=True)]
     columns = [
         ("name", "TOOL"),
@@ -261,12 +260,12 @@ def show(app: App, name: str, profile: str | None, tools_file: str | None) -> No
       agctl tool show word-count
       agctl tool show word-count --json | jq .parameters
     """
-    import shlex
+    from agctl.quoting import shell_words
 
     spec, source = _found(profile, tools_file, name)
     payload = {**spec.model_dump(mode="json", exclude_none=True), "source": source}
     shown = {key: plain(value) for key, value in payload.items()}
-    shown["command"] = shlex.join(spec.command)
+    shown["command"] = shell_words(spec.command)
     app.emit(payload, text="\n".join(f"{key:<12} {value}" for key, value in shown.items()))
 
 

@@ -93,6 +93,19 @@ def test_list_and_show(run: Run) -> None:
     fails(run("tool", "show", "nope"), 3, "tool 'nope' not found (tools: count)")
 
 
+def test_list_and_show_show_hidden_and_control_characters_escaped(
+    run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # the table's last column is not cut
+    tools_file = tmp_path / "tools.json"
+    command = ["sh", "\u202ekcehc.sh", "\x1b]0;pwned\x07"]
+    tools_file.write_text(json.dumps([{"name": "x", "command": command}]))
+    for args in (["list"], ["show", "x"]):
+        text = ok(run("tool", *args, "--tools-file", str(tools_file))).stdout
+        assert "sh $'\\u202ekcehc.sh' $'\\x1b]0;pwned\\x07'" in text
+        assert not {"\u202e", "\x1b", "\x07"} & set(text)
+
+
 def test_a_tools_file_adds_and_overrides(run: Run, tmp_path: Path) -> None:
     ok(add_count(run))
     tools_file = tmp_path / "tools.json"
