@@ -167,8 +167,9 @@ class Config(Document):
     tools: LazyToolTable = Field(default_factory=_empty_dict, exclude_if=_is_empty)
     # Hooks, run in this order at their events (agctl.hooks).
     hooks: LazyHookList = Field(default_factory=_empty_list, exclude_if=_is_empty)
-    # Project hooks files (absolute path -> the sha256 `agctl hook trust` pinned): a file
-    # runs only while its content has that hash.
+    # Project hooks files (PROJECT/.agctl/hooks.json, the project directory with links
+    # resolved, the rest as the project holds it -> the sha256 `agctl hook trust` pinned):
+    # a file runs only while its content has that hash.
     trusted_hook_files: dict[str, str] = Field(default_factory=_empty_dict, exclude_if=_is_empty)
     # Where the sessions are when neither --store nor AGCTL_STORE says (agctl.storage.factory).
     store: StoreSettings = Field(default_factory=StoreSettings, exclude_if=_store_unset)

@@ -2,7 +2,11 @@
 
 A hook is data (`HookSpec`) kept in the user config, in a profile, or in a project's
 `.agctl/hooks.json`; the project file runs only once `agctl hook trust` pinned its sha256
-in the user config, so checking out a repository never makes agctl run its code.
+in the user config, so checking out a repository never makes agctl run its code. The pin
+is keyed by the project directory and the file's place in it, and is for the bytes the
+project holds there: a symbolic link in place of `.agctl` or of the file is refused (its
+target may be a file trusted in another project), and a project's hooks run in the
+project's directory, so a relative command means the project's own file.
 
 A hook exits 0 to let the event go on (printing nothing, or one JSON object of the changes
 its event allows: an unknown key is an error, since a typo must not mean "allow"), or 2
@@ -18,6 +22,7 @@ import logging
 import os
 import re
 import signal
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agctl.config import PROJECT_HOOKS_FILE
 from agctl.errors import AgctlError, AlreadyExists, Blocked, InvalidInput, NotFound, UsageError
+from agctl.quoting import shell_word
 from agctl.specs import HookSpec
 from agctl.validation import validation_summary
 from agctl.vocab import (
@@ -57,7 +63,7 @@ MAX_STDOUT_BYTES = 1024 * 1024
 # What is kept of a hook's stderr (its end): the reason of a block, or of a failure.
 STDERR_TAIL_BYTES = 64 * 1024
 REASON_CHARS = 2000
-# The project's hooks file, relative to the directory agctl runs in.
+# The most a project's hooks file may hold.
 MAX_PROJECT_FILE_BYTES = 1024 * 1024
 # The fields every payload has, besides `hook_event` and `schema_version`.
 CONTEXT_FIELDS = ("session", "slot", "turn", "model", "cwd")
@@ -150,23 +156,57 @@ def hook_spec(fields: Mapping[str, Any]) -> HookSpec:
 class ProjectHooks(NamedTuple):
     """A project's hooks file as found: its hooks run only when `state` is "trusted"."""
 
-    path: Path  # absolute, links resolved: the key of its pin in the config
+    project: Path  # the project directory, as the kernel names it (links resolved)
     state: HookFileState
     sha256: str | None = None
     hooks: tuple[HookSpec, ...] = ()  # parsed, even when not trusted
     problem: str | None = None  # why an "invalid" file cannot be read
 
     @property
+    def path(self) -> Path:
+        """The file as the project holds it, and the key of its pin: never a link's target."""
+        return self.project / PROJECT_HOOKS_FILE
+
+    @property
     def trusted(self) -> bool:
         return self.state == "trusted"
+
+    def runnable(self) -> list[ProjectHookSpec]:
+        """The hooks, each bound to the project directory it runs in."""
+        return [
+            ProjectHookSpec.model_validate({**hook.model_dump(), "project": self.project})
+            for hook in self.hooks
+        ]
+
+
+class ProjectHookSpec(HookSpec):
+    """A hook of a trusted project file. It runs in the project's directory, where the file
+    was trusted, whatever the payload's cwd: a relative command (`sh .agctl/check.sh`)
+    always means that project's own file."""
+
+    project: Path = Field(exclude=True)
 
 
 # Each (path, state) is warned about once a process: a loop asks for hooks many times.
 _warned: set[tuple[str, str]] = set()
 
 
-def project_hooks_path(cwd: Path) -> Path:
-    return Path(os.path.realpath(Path(cwd) / PROJECT_HOOKS_FILE))
+def project_directory(cwd: Path) -> Path:
+    """The project in `cwd`: its directory as the kernel names it (so `cd` through a link
+    is the same project)."""
+    return Path(os.path.realpath(cwd))
+
+
+def project_of(path: Path) -> Path:
+    """The project whose hooks file `path` names (PROJECT/.agctl/hooks.json); no other
+    file is ever read for hooks, so no other can be trusted (UsageError)."""
+    named = Path.cwd() / path  # `..` kept: it is resolved on disk, not by its spelling
+    if named.name != PROJECT_HOOKS_FILE.name or named.parent.name != PROJECT_HOOKS_FILE.parent.name:
+        raise UsageError(
+            f"{shell_word(str(path))} is not a project's hooks file: agctl reads hooks from "
+            f"PROJECT/{PROJECT_HOOKS_FILE} only"
+        )
+    return project_directory(named.parent.parent)
 
 
 def _parse_hooks_file(data: bytes) -> list[HookSpec]:
@@ -192,42 +232,92 @@ def _parse_hooks_file(data: bytes) -> list[HookSpec]:
     return hooks
 
 
-def _read_hooks_file(path: Path) -> bytes:
-    from agctl.fsio import read_bytes
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
+
+def _read_project_file(project: Path) -> bytes:
+    """The bytes of the project's hooks file as the project holds them: `.agctl` a real
+    directory in it and `hooks.json` a regular file in that, neither a symbolic link (whose
+    target may be a file trusted in another project). Each step is opened from the one
+    before, so nothing can become a link between a check and the read. NotFound when the
+    project has no hooks file, InvalidInput when something else is in its place."""
+    from agctl.fsio import not_regular
+
+    path = project / PROJECT_HOOKS_FILE
+    opened: list[int] = []
     try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise NotFound(f"no hooks file: {path}") from None
+        try:
+            opened.append(os.open(project, _DIRECTORY_FLAGS))
+            folder = PROJECT_HOOKS_FILE.parent.name
+            opened.append(os.open(folder, _DIRECTORY_FLAGS | os.O_NOFOLLOW, dir_fd=opened[-1]))
+            opened.append(os.open(PROJECT_HOOKS_FILE.name, _FILE_FLAGS, dir_fd=opened[-1]))
+        except FileNotFoundError:
+            raise NotFound(f"no hooks file: {shell_word(str(path))}") from None
+        except OSError as exc:
+            raise InvalidInput(_unreadable(project, exc)) from None
+        info = os.fstat(opened[-1])
+        if not stat.S_ISREG(info.st_mode):
+            reason = not_regular(path, info.st_mode).reason
+            raise InvalidInput(f"{shell_word(str(path))} {reason}")
+        chunks = [os.read(opened[-1], MAX_PROJECT_FILE_BYTES + 1)]
+        while chunks[-1] and sum(map(len, chunks)) <= MAX_PROJECT_FILE_BYTES:
+            chunks.append(os.read(opened[-1], 65536))
     except OSError as exc:
-        raise InvalidInput(f"{path}: {exc.strerror}") from None
-    if size > MAX_PROJECT_FILE_BYTES:
-        raise InvalidInput(f"{path}: {size} bytes, more than a hooks file can be")
-    return read_bytes(path, "hooks file", follow=True)
+        raise InvalidInput(f"{shell_word(str(path))}: {exc.strerror}") from None
+    finally:
+        for fd in reversed(opened):
+            os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_PROJECT_FILE_BYTES:
+        raise InvalidInput(
+            f"{shell_word(str(path))}: more than the {MAX_PROJECT_FILE_BYTES} bytes a hooks "
+            "file can be"
+        )
+    return data
 
 
-def read_project_hooks(config: Config, cwd: Path, path: Path | None = None) -> ProjectHooks:
-    """The hooks file of the project in `cwd` (or the file `path`), parsed but not run,
-    and whether the config trusts it as it is now."""
-    found = Path(os.path.realpath(path)) if path is not None else project_hooks_path(cwd)
-    pinned = config.trusted_hook_files.get(str(found))
+def _unreadable(project: Path, exc: OSError) -> str:
+    """Why the hooks file of `project` could not be opened: the first step on its way that
+    is a link (naming the target) or not a directory, else the system's reason."""
+    where = project
+    for part in PROJECT_HOOKS_FILE.parts:
+        where = where / part
+        try:
+            target = os.readlink(where)
+        except OSError:
+            continue
+        return (
+            f"{shell_word(str(where))} is a symbolic link (to {shell_word(target)}): a project's "
+            "hooks are read only from the file the project itself holds, never through a link, "
+            "whose target may be a file trusted in another project"
+        )
+    return f"{shell_word(str(project / PROJECT_HOOKS_FILE))}: {exc.strerror}"
+
+
+def read_project_hooks(config: Config, cwd: Path) -> ProjectHooks:
+    """The hooks file of the project in `cwd`, parsed but not run, and whether the config
+    trusts it as it is now (its pin is keyed by the file's place in the project)."""
+    project = project_directory(cwd)
+    key = str(project / PROJECT_HOOKS_FILE)
+    pinned = config.trusted_hook_files.get(key)
     try:
-        data = _read_hooks_file(found)
+        data = _read_project_file(project)
     except NotFound:
-        return ProjectHooks(found, "absent")
+        return ProjectHooks(project, "absent")
     except InvalidInput as exc:
-        return ProjectHooks(found, "invalid", problem=str(exc))
+        return ProjectHooks(project, "invalid", problem=str(exc))
     digest = hashlib.sha256(data).hexdigest()
     try:
         hooks = _parse_hooks_file(data)
     except InvalidInput as exc:
         if pinned == digest:  # trusted as it is, yet unreadable (written by a newer agctl)
-            raise InvalidInput(f"trusted hooks file {found}: {exc}") from None
-        return ProjectHooks(found, "invalid", digest, problem=str(exc))
+            raise InvalidInput(f"trusted hooks file {shell_word(key)}: {exc}") from None
+        return ProjectHooks(project, "invalid", digest, problem=str(exc))
     state: HookFileState = (
         "untrusted" if pinned is None else "trusted" if pinned == digest else "changed"
     )
-    return ProjectHooks(found, state, digest, tuple(hooks))
+    return ProjectHooks(project, state, digest, tuple(hooks))
 
 
 def _warn_unused(project: ProjectHooks) -> None:
@@ -235,18 +325,17 @@ def _warn_unused(project: ProjectHooks) -> None:
     if project.state in ("absent", "trusted") or key in _warned:
         return
     _warned.add(key)
+    shown = shell_word(str(project.path))
     if project.state == "untrusted":
-        log.warning(
-            "%s is ignored: its hooks run once you trust it ('agctl hook trust')", project.path
-        )
+        log.warning("%s is ignored: its hooks run once you trust it ('agctl hook trust')", shown)
     elif project.state == "changed":
         log.warning(
             "%s changed since 'agctl hook trust' pinned it: its trust is dropped and its "
             "hooks are ignored until you trust it again",
-            project.path,
+            shown,
         )
     else:
-        log.warning("%s is ignored: %s", project.path, project.problem)
+        log.warning("%s is ignored: %s", shown, project.problem)
 
 
 def hooks_disabled(flag: bool = False, env: Mapping[str, str] | None = None) -> bool:
@@ -319,7 +408,7 @@ def _in_order(config: Config, profile_name: str | None, cwd: Path) -> list[HookS
     project = read_project_hooks(config, cwd)
     _warn_unused(project)
     if project.trusted:
-        chosen.extend(project.hooks)
+        chosen.extend(project.runnable())
     return chosen
 
 
@@ -419,30 +508,35 @@ def remove_hook(store: ConfigStore, name: str, *, profile: str | None = None) ->
 
 
 def trust_hooks_file(store: ConfigStore, path: Path) -> ProjectHooks:
-    """Pin the sha256 of the hooks file at `path`, after checking that it is valid: its
-    hooks run from now on, until the file changes."""
+    """Pin the sha256 of the project hooks file at `path` (PROJECT/.agctl/hooks.json), keyed
+    by its place in the project, after checking that the project holds it itself (no link
+    on its way) and that it is valid: its hooks run in that project from now on, until the
+    file changes."""
+    project = project_of(path)
+    found = project / PROJECT_HOOKS_FILE
     config = store.load()
-    found = Path(os.path.realpath(path))
-    data = _read_hooks_file(found)
+    data = _read_project_file(project)
     try:
         hooks = _parse_hooks_file(data)
     except InvalidInput as exc:
-        raise InvalidInput(f"{found}: {exc}") from None
+        raise InvalidInput(f"{shell_word(str(found))}: {exc}") from None
     digest = hashlib.sha256(data).hexdigest()
     config.trusted_hook_files[str(found)] = digest
     store.save(config)
-    return ProjectHooks(found, "trusted", digest, tuple(hooks))
+    return ProjectHooks(project, "trusted", digest, tuple(hooks))
 
 
-def untrust_hooks_file(store: ConfigStore, path: Path) -> tuple[Path, str]:
-    """Drop the pin of the hooks file at `path`: the file's key and the sha256 it pinned."""
+def untrust_hooks_file(store: ConfigStore, path: Path) -> ProjectHooks:
+    """Drop the pin of the project hooks file at `path` (which need not exist any more):
+    the project and the sha256 it pinned."""
+    project = project_of(path)
+    found = project / PROJECT_HOOKS_FILE
     config = store.load()
-    found = Path(os.path.realpath(path))
     if str(found) not in config.trusted_hook_files:
-        raise NotFound(f"{found} is not trusted")
+        raise NotFound(f"{shell_word(str(found))} is not trusted")
     digest = config.trusted_hook_files.pop(str(found))
     store.save(config)
-    return found, digest
+    return ProjectHooks(project, "untrusted", digest)
 
 
 # ---- running hooks -----------------------------------------------------------------------
@@ -560,7 +654,8 @@ def run_hooks(
         if hook.event != event:
             raise ValueError(f"hook {hook.name!r} is a {hook.event} hook, not {event}")
         started = time.monotonic()
-        finished = _run_process(hook, _json_bytes(current), str(current["cwd"]), environ)
+        where = hook.project if isinstance(hook, ProjectHookSpec) else current["cwd"]
+        finished = _run_process(hook, _json_bytes(current), str(where), environ)
         duration_ms = int((time.monotonic() - started) * 1000)
         failure = finished.failure
         changes: dict[str, Any] = {}

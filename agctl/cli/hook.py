@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Any, cast
 
@@ -37,8 +36,9 @@ def command() -> None:
     TMPDIR and TERM from the environment, never a key.
 
     A project's .agctl/hooks.json (a JSON array of hooks) runs only once 'agctl hook
-    trust' pinned its sha256; any change drops the trust. --no-hooks (or AGCTL_NO_HOOKS=1)
-    runs no hook at all.
+    trust' pinned its sha256; any change drops the trust. Its hooks run in the project's
+    directory. A symbolic link in place of the file or of .agctl is never followed.
+    --no-hooks (or AGCTL_NO_HOOKS=1) runs no hook at all.
 
     \b
     Examples:
@@ -123,17 +123,18 @@ def list_(app: App) -> None:
     """
     from agctl.config import ConfigStore
     from agctl.hooks import all_hooks
+    from agctl.quoting import shell_word, shell_words
 
     warnings_to_stderr(json=app.json)
     listed, project = all_hooks(ConfigStore().load(), Path.cwd())
     if project.state == "invalid":
-        app.warn(f"{project.path} is ignored: {project.problem}")
+        app.warn(f"{shell_word(str(project.path))} is ignored: {project.problem}")
     rows = [hook.public() for hook in listed]
     display = [
         {
             **row,
             "source": f"profile {row['profile']}" if row["profile"] else row["source"],
-            "command": shlex.join(row["command"]),
+            "command": shell_words(row["command"]),
         }
         for row in rows
     ]
@@ -264,8 +265,12 @@ def _runs_text(runs: list[dict[str, Any]]) -> str:
 def trust(app: App, file: Path | None) -> None:
     """Trust a project's hooks file: pin its sha256, so its hooks run until it changes.
 
-    FILE defaults to ./.agctl/hooks.json. Read its hooks (agctl hook list) first: once
-    trusted, they run with your rights at their events.
+    FILE defaults to ./.agctl/hooks.json, and must be a project's .agctl/hooks.json. The
+    pin is for that project and the bytes it holds there: a symbolic link in place of the
+    file or of .agctl is refused, since its target may be a file trusted elsewhere. Read
+    its hooks (agctl hook list) first: once trusted, they run with your rights at their
+    events, in the project's directory (a relative command means the project's file).
+    The output names the project, the file, its sha256 and each command.
 
     \b
     Examples:
@@ -274,15 +279,27 @@ def trust(app: App, file: Path | None) -> None:
     """
     from agctl.config import ConfigStore
     from agctl.hooks import trust_hooks_file
+    from agctl.quoting import shell_word, shell_words
 
     pinned = trust_hooks_file(ConfigStore(), file or Path.cwd() / PROJECT_FILE)
-    hooks = [{"name": h.name, "event": h.event, "command": h.command} for h in pinned.hooks]
-    lines = [f"trusted {pinned.path}", f"sha256 {pinned.sha256}"]
-    lines += [f"  {h['name']} ({h['event']}): {shlex.join(h['command'])}" for h in hooks]
-    app.done(
-        {"file": str(pinned.path), "sha256": pinned.sha256, "hooks": hooks},
-        text="\n".join(lines),
-    )
+    project = shell_word(str(pinned.project))
+    lines = [
+        f"trusted the hooks file of project {project}",
+        f"  file    {shell_word(str(pinned.path))}",
+        f"  sha256  {pinned.sha256}",
+    ]
+    if pinned.hooks:
+        lines.append(f"its hooks run in {project}, with your rights, until the file changes:")
+        lines += [f"  {h.name} ({h.event}): {shell_words(h.command)}" for h in pinned.hooks]
+    else:
+        lines.append("it has no hooks")
+    report = {
+        "project": str(pinned.project),
+        "file": str(pinned.path),
+        "sha256": pinned.sha256,
+        "hooks": [hook.model_dump(mode="json") for hook in pinned.hooks],
+    }
+    app.done(report, text="\n".join(lines))
 
 
 @command.command("untrust")
@@ -300,6 +317,8 @@ def untrust(app: App, file: Path | None) -> None:
     """
     from agctl.config import ConfigStore
     from agctl.hooks import untrust_hooks_file
+    from agctl.quoting import shell_word
 
-    path, digest = untrust_hooks_file(ConfigStore(), file or Path.cwd() / PROJECT_FILE)
-    app.done({"file": str(path), "sha256": digest}, text=f"untrusted {path}")
+    dropped = untrust_hooks_file(ConfigStore(), file or Path.cwd() / PROJECT_FILE)
+    report = {"project": str(dropped.project), "file": str(dropped.path), "sha256": dropped.sha256}
+    app.done(report, text=f"untrusted {shell_word(str(dropped.path))}")

@@ -70,6 +70,8 @@ def test_add_refuses_a_second_hook_of_a_name_unless_forced(run: Run) -> None:
         (["hook", "rm", "nope"], 3, "not found"),
         (["hook", "untrust"], 3, "not trusted"),
         (["hook", "trust"], 3, "no hooks file"),
+        (["hook", "trust", "hooks.json"], 2, "is not a project's hooks file"),
+        (["hook", "untrust", "../x/hooks.json"], 2, "is not a project's hooks file"),
         (["hook", "test", "TurnStart", "--payload", "-"], 5, "not JSON"),
     ],
 )
@@ -185,10 +187,19 @@ def test_trust_pins_the_project_file_and_an_edit_drops_it(
     trusted = run("hook", "trust", "--json")
     assert trusted.exit_code == 0, trusted.output
     pin = json.loads(trusted.stdout)
+    assert pin["project"] == str(in_a_project.resolve())
     assert pin["file"] == str(path.resolve()) and len(pin["sha256"]) == 64
-    assert [h["name"] for h in pin["hooks"]] == ["proj"]
+    assert [(h["name"], h["event"], h["command"]) for h in pin["hooks"]] == [
+        ("proj", "TurnEnd", touch)
+    ]
     assert ConfigStore().load().trusted_hook_files == {str(path.resolve()): pin["sha256"]}
-    assert f"sha256 {pin['sha256']}" in run("hook", "trust").stdout
+    assert run("hook", "trust").stdout.splitlines() == [
+        f"trusted the hooks file of project {in_a_project.resolve()}",
+        f"  file    {path.resolve()}",
+        f"  sha256  {pin['sha256']}",
+        f"its hooks run in {in_a_project.resolve()}, with your rights, until the file changes:",
+        f"  proj (TurnEnd): {' '.join(touch)}",
+    ]
     assert json.loads(run("hook", "list", "--json").stdout)[0]["trust"] == "trusted"
     assert run("hook", "test", "TurnEnd", "--payload", "-", input="{}").exit_code == 0
     assert marker.exists()
@@ -201,7 +212,11 @@ def test_trust_pins_the_project_file_and_an_edit_drops_it(
     assert not marker.exists()
 
     untrusted = run("hook", "untrust", "--json")
-    assert json.loads(untrusted.stdout) == {"file": str(path.resolve()), "sha256": pin["sha256"]}
+    assert json.loads(untrusted.stdout) == {
+        "project": str(in_a_project.resolve()),
+        "file": str(path.resolve()),
+        "sha256": pin["sha256"],
+    }
     assert ConfigStore().load().trusted_hook_files == {}
 
 
@@ -215,3 +230,24 @@ def test_an_invalid_project_file_is_refused_by_trust_and_warned_about_by_list(
     listed = run("hook", "list")
     assert listed.exit_code == 0
     assert "hooks.json is ignored: hook 0" in listed.stderr
+
+
+# A command that would show reversed (a right-to-left override), hide a part (an isolate,
+# a zero-width space) or act on the terminal (OSC: set the window title).
+HIDDEN = ["sh", "\u202ekcehc.sh", "\u2066x\u2069\u200b", "\x1b]0;pwned\x07", "it's"]
+HIDDEN_SHOWN = "sh $'\\u202ekcehc.sh' $'\\u2066x\\u2069\\u200b' $'\\x1b]0;pwned\\x07' 'it'\"'\"'s'"
+
+
+def test_trust_and_list_show_hidden_and_control_characters_escaped(
+    run: Run, in_a_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # the table's last column is not cut
+    path = write_project_file(in_a_project, HIDDEN)
+    for args in (["hook", "trust"], ["hook", "list"]):
+        shown = run(*args)
+        assert shown.exit_code == 0, shown.output
+        assert HIDDEN_SHOWN in shown.stdout
+        assert not {"\u202e", "\u2066", "\u2069", "\u200b", "\x1b", "\x07"} & set(shown.stdout)
+    pin = json.loads(run("hook", "trust", "--json").stdout)
+    assert pin["hooks"][0]["command"] == HIDDEN  # JSON is exact
+    assert pin["file"] == str(path.resolve())

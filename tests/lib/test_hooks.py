@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -448,7 +449,7 @@ def test_a_trusted_project_file_runs_after_the_config_s_hooks_until_it_changes(
     hooks.trust_hooks_file(store, path)
     found = hooks_for(store.load(), None, tmp_path / "repo", "TurnEnd")
     assert names(found) == ["mine", "proj", "sneaked"]
-    assert hooks.untrust_hooks_file(store, path)[0] == path.resolve()
+    assert hooks.untrust_hooks_file(store, path).path == path.resolve()
     assert names(hooks_for(store.load(), None, tmp_path / "repo", "TurnEnd")) == ["mine"]
 
 
@@ -464,13 +465,13 @@ def test_a_trusted_project_file_runs_after_the_config_s_hooks_until_it_changes(
 def test_an_invalid_project_file_cannot_be_trusted(
     tmp_path: Path, content: str, problem: str
 ) -> None:
-    path = tmp_path / "hooks.json"
+    path = project(tmp_path, [])
     path.write_text(content)
     store = ConfigStore(tmp_path / "config.json")
     with pytest.raises(InvalidInput, match=problem):
         hooks.trust_hooks_file(store, path)
     assert store.load().trusted_hook_files == {}
-    found = read_project_hooks(store.load(), tmp_path, path)
+    found = read_project_hooks(store.load(), tmp_path / "repo")
     assert found.state == "invalid" and problem in (found.problem or "")
 
 
@@ -479,9 +480,105 @@ def test_trusting_a_missing_file_or_untrusting_an_untrusted_one_is_not_found(
 ) -> None:
     store = ConfigStore(tmp_path / "config.json")
     with pytest.raises(NotFound):
-        hooks.trust_hooks_file(store, tmp_path / "nope.json")
+        hooks.trust_hooks_file(store, tmp_path / ".agctl" / "hooks.json")
     with pytest.raises(NotFound, match="is not trusted"):
-        hooks.untrust_hooks_file(store, tmp_path / "nope.json")
+        hooks.untrust_hooks_file(store, tmp_path / ".agctl" / "hooks.json")
+
+
+def trusted_elsewhere(tmp_path: Path, store: ConfigStore) -> Path:
+    """A project the user trusted ("a"), its hooks file naming a relative script."""
+    path = tmp_path / "a" / ".agctl" / "hooks.json"
+    path.parent.mkdir(parents=True)
+    command = [sys.executable, ".agctl/check.py"]
+    path.write_text(json.dumps([{"name": "check", "event": "TurnEnd", "command": command}]))
+    hooks.trust_hooks_file(store, path)
+    return path
+
+
+def link_the_file(clone: Path, trusted: Path) -> None:
+    """The file, to the one trusted in another project."""
+    (clone / ".agctl").mkdir()
+    (clone / ".agctl" / "hooks.json").symlink_to(trusted)
+
+
+def link_the_folder(clone: Path, trusted: Path) -> None:
+    """The folder, to the other project's."""
+    (clone / ".agctl").symlink_to(trusted.parent)
+
+
+def link_within(clone: Path, trusted: Path) -> None:
+    """The file, to a copy inside the clone itself (relative, as git checks links out)."""
+    (clone / "hooks.json").write_bytes(trusted.read_bytes())
+    (clone / ".agctl").mkdir()
+    (clone / ".agctl" / "hooks.json").symlink_to(Path("..") / "hooks.json")
+
+
+LINKS = {"file": link_the_file, "folder": link_the_folder, "within": link_within}
+
+
+@pytest.mark.parametrize("link", sorted(LINKS))
+def test_a_link_in_place_of_a_project_hooks_file_is_refused_never_trusted_through_its_target(
+    tmp_path: Path, link: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = ConfigStore(tmp_path / "config.json")
+    trusted = trusted_elsewhere(tmp_path, store)
+    pins = store.load().trusted_hook_files
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    LINKS[link](clone, trusted)
+
+    found = read_project_hooks(store.load(), clone)
+    assert found.state == "invalid" and found.hooks == ()
+    assert "is a symbolic link" in (found.problem or "")
+    with caplog.at_level(logging.WARNING, "agctl"):
+        assert hooks_for(store.load(), None, clone, "TurnEnd") == []
+    assert "is a symbolic link" in caplog.text
+    with pytest.raises(InvalidInput, match="is a symbolic link"):
+        hooks.trust_hooks_file(store, clone / ".agctl" / "hooks.json")
+    assert store.load().trusted_hook_files == pins
+    assert read_project_hooks(store.load(), trusted.parent.parent).trusted
+
+
+def test_a_project_hook_runs_in_its_project_whatever_the_payload_s_cwd(tmp_path: Path) -> None:
+    store = ConfigStore(tmp_path / "config.json")
+    trusted = trusted_elsewhere(tmp_path, store)
+    elsewhere = tmp_path / "elsewhere"
+    for root in (trusted.parent.parent, elsewhere):
+        (root / ".agctl").mkdir(parents=True, exist_ok=True)
+        marker = tmp_path / f"ran-in-{root.name}"
+        (root / ".agctl" / "check.py").write_text(f"open({str(marker)!r}, 'w')\n")
+    found = hooks_for(store.load(), None, trusted.parent.parent, "TurnEnd")
+    assert names(found) == ["check"]
+    outcome = run_hooks("TurnEnd", {"cwd": str(elsewhere)}, found)
+    assert [run.outcome for run in outcome.runs] == ["proceed"]
+    assert (tmp_path / "ran-in-a").exists()
+    assert not (tmp_path / "ran-in-elsewhere").exists()
+    assert outcome.payload["cwd"] == str(elsewhere)
+
+
+@pytest.mark.parametrize("thing", ["directory", "fifo"])
+def test_something_else_in_place_of_a_project_hooks_file_is_ignored_with_its_reason(
+    tmp_path: Path, thing: str
+) -> None:
+    path = tmp_path / ".agctl" / "hooks.json"
+    path.parent.mkdir()
+    if thing == "directory":
+        path.mkdir()
+    else:
+        os.mkfifo(path)  # read without a writer, it would never end
+    found = read_project_hooks(Config(), tmp_path)
+    assert found.state == "invalid"
+    assert f"is a {'FIFO' if thing == 'fifo' else 'directory'}" in (found.problem or "")
+    assert hooks_for(Config(), None, tmp_path, "TurnEnd") == []
+
+
+def test_only_a_project_s_hooks_file_can_be_trusted(tmp_path: Path) -> None:
+    store = ConfigStore(tmp_path / "config.json")
+    path = tmp_path / "hooks.json"
+    path.write_text(json.dumps([spec("x")]))
+    with pytest.raises(UsageError, match="is not a project's hooks file"):
+        hooks.trust_hooks_file(store, path)
+    assert store.load().trusted_hook_files == {}
 
 
 def test_add_and_remove_keep_the_order_and_refuse_a_second_of_a_name(tmp_path: Path) -> None:

@@ -154,6 +154,53 @@ def test_a_project_file_runs_in_a_real_process_only_once_trusted(
     assert marker.exists()
 
 
+def project_with_a_check(root: Path, marker: Path) -> Path:
+    """A project whose hooks file runs its own script by a relative path, as many do."""
+    (root / ".agctl").mkdir(parents=True)
+    (root / ".agctl" / "check.sh").write_text(f"echo {root.name} >> '{marker}'\n")
+    hooks_file = root / ".agctl" / "hooks.json"
+    command = ["sh", ".agctl/check.sh"]
+    hooks_file.write_text(json.dumps([{"name": "check", "event": "TurnEnd", "command": command}]))
+    return hooks_file
+
+
+@pytest.mark.parametrize("link", ["file", "folder"])
+def test_a_clone_linking_to_a_trusted_hooks_file_runs_nothing(
+    env: dict[str, str], tmp_path: Path, link: str
+) -> None:
+    marker = tmp_path / "ran"
+    trusted = project_with_a_check(tmp_path / "mine", marker)
+    assert agctl(env, trusted.parent.parent, "hook", "trust").returncode == 0
+    ran = agctl(
+        env, trusted.parent.parent, "hook", "test", "TurnEnd", "--payload", "-", stdin=b"{}"
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert marker.read_text() == "mine\n"
+    marker.unlink()
+
+    # The clone holds a link where its hooks file (or its .agctl) would be, and a script
+    # of its own that the trusted file's relative command would name.
+    clone = tmp_path / "clone"
+    if link == "file":
+        project_with_a_check(clone, marker)
+        (clone / ".agctl" / "hooks.json").unlink()
+        (clone / ".agctl" / "hooks.json").symlink_to(trusted)
+    else:
+        clone.mkdir()
+        (clone / ".agctl").symlink_to(trusted.parent)
+    before = (tmp_path / "config.json").read_bytes()
+    ignored = agctl(env, clone, "hook", "test", "TurnEnd", "--payload", "-", "--json", stdin=b"{}")
+    assert ignored.returncode == 0, ignored.stderr
+    assert json.loads(ignored.stdout)["runs"] == []
+    assert b"is a symbolic link" in ignored.stderr
+    assert not marker.exists()
+    refused = agctl(env, clone, "hook", "trust")
+    assert refused.returncode == 5
+    assert b"is a symbolic link" in refused.stderr
+    assert (tmp_path / "config.json").read_bytes() == before
+    assert not marker.exists()
+
+
 def test_ctrl_c_during_a_hook_kills_it_and_exits_130(env: dict[str, str], tmp_path: Path) -> None:
     pidfile = tmp_path / "hook.pid"
     command = script(tmp_path, "sleepy", f"open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
