@@ -255,7 +255,7 @@ def _read_project_file(project: Path) -> bytes:
         except FileNotFoundError:
             raise NotFound(f"no hooks file: {shell_word(str(path))}") from None
         except OSError as exc:
-            raise InvalidInput(_unreadable(project, exc)) from None
+            raise _unreadable(project, exc) from None
         info = os.fstat(opened[-1])
         if not stat.S_ISREG(info.st_mode):
             reason = not_regular(path, info.st_mode).reason
@@ -277,9 +277,9 @@ def _read_project_file(project: Path) -> bytes:
     return data
 
 
-def _unreadable(project: Path, exc: OSError) -> str:
+def _unreadable(project: Path, exc: OSError) -> InvalidInput:
     """Why the hooks file of `project` could not be opened: the first step on its way that
-    is a link (naming the target) or not a directory, else the system's reason."""
+    is a link (naming the target), else the system's reason."""
     where = project
     for part in PROJECT_HOOKS_FILE.parts:
         where = where / part
@@ -287,12 +287,13 @@ def _unreadable(project: Path, exc: OSError) -> str:
             target = os.readlink(where)
         except OSError:
             continue
-        return (
+        return InvalidInput(
             f"{shell_word(str(where))} is a symbolic link (to {shell_word(target)}): a project's "
             "hooks are read only from the file the project itself holds, never through a link, "
-            "whose target may be a file trusted in another project"
+            "whose target may be a file trusted in another project",
+            hint=f"put a copy of the file itself at {PROJECT_HOOKS_FILE}, read it, then trust it",
         )
-    return f"{shell_word(str(project / PROJECT_HOOKS_FILE))}: {exc.strerror}"
+    return InvalidInput(f"{shell_word(str(project / PROJECT_HOOKS_FILE))}: {exc.strerror}")
 
 
 def read_project_hooks(config: Config, cwd: Path) -> ProjectHooks:

@@ -197,6 +197,7 @@ def test_a_clone_linking_to_a_trusted_hooks_file_runs_nothing(
     refused = agctl(env, clone, "hook", "trust")
     assert refused.returncode == 5
     assert b"is a symbolic link" in refused.stderr
+    assert b"hint: put a copy of the file itself at .agctl/hooks.json" in refused.stderr
     assert (tmp_path / "config.json").read_bytes() == before
     assert not marker.exists()
 
