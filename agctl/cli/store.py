@@ -205,8 +205,8 @@ def copy(
         error = DataError(
             f"{len(failed)} of {len(copied)} session(s) not copied, damaged "
             f"({', '.join(c.session_id for c in failed)}); the others were",
-            hint="repair or remove them in SRC ('agctl ckpt verify' says more), then copy "
-            "again: what DST holds already is skipped",
+            hint="repair or remove them in SRC ('agctl --store SRC -s ID ckpt verify' checks "
+            "a log), then copy again: what DST holds already is skipped",
         )
         for c in failed:
             error.add_note(f"session {c.session_id!r}: {c.error}")
