@@ -80,12 +80,14 @@ def _checkpoint_map(source: Store, target: Store, session_id: str) -> dict[str, 
     return dict(zip(before, after, strict=True))
 
 
-def _copy_one(source: Store, target: Store, sid: str, done: Sequence[Copied]) -> Copied:
-    """Copy one session, or skip it when the target holds it identically already."""
+def _copy_one(
+    source: Store, target: Store, sid: str, held: set[str], done: Sequence[Copied]
+) -> Copied:
+    """Copy one session, or skip it when the target holds it (`held`) identically."""
     from agctl.interchange import import_session
 
     exported = _comparable(source, sid)
-    if target.backend.has_session(sid):
+    if sid in held:
         if _comparable(target, sid) != exported:
             copied = ", ".join(c.session_id for c in done if c.outcome != "failed") or "none"
             raise Conflict(
@@ -120,13 +122,16 @@ def copy_sessions(
             parents[sid] = source.load_session(sid).parent_id
         except DAMAGE as exc:
             parents[sid], unreadable[sid] = None, exc
+    # Opening the target: a fault of the whole store (a schema from a newer agctl) stops
+    # the copy here, before it could fail every session alike.
+    held = set(target.session_ids())
     done: list[Copied] = []
     for sid in _parents_first(parents):
         if sid in unreadable:
             done.append(Copied(sid, "failed", error=unreadable[sid]))
             continue
         try:
-            done.append(_copy_one(source, target, sid, done))
+            done.append(_copy_one(source, target, sid, held, done))
         except DAMAGE as exc:
             done.append(Copied(sid, "failed", error=exc))
         except Conflict as exc:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from pgserver import PgStore
+from pgserver import PgServer, PgStore
 from test_domain import SID, at, checkpointed_turns, turn
 
 from agctl.checkpoints import Checkpointer, CheckpointSummary
@@ -178,6 +178,28 @@ def test_a_damaged_target_copy_fails_alone_and_a_conflict_names_the_failed(
     with pytest.raises(Conflict, match="'c'") as raised:
         copy_sessions(source, target)
     assert any("'a'" in note and str(path) in note for note in raised.value.__notes__)
+
+
+def test_a_target_from_a_newer_agctl_stops_the_copy_before_any_session(
+    stores: dict[str, Store],
+    tmp_path: Path,
+    pg_server: PgServer,
+    pg_database: str,
+    pg_store: PgStore,
+) -> None:
+    from agctl.storage.postgres.schema import VERSION
+
+    source, target = stores["file"], stores["postgres"]
+    for sid in ("a", "b"):
+        source.create_session(sid)
+    target.session_ids()  # made and migrated
+    pg_server.execute(
+        f"UPDATE \"{pg_store.schema}\".meta SET value = '{VERSION + 1}' WHERE key = 'version'",
+        pg_database,
+    )
+    fresh = Store(backend=PostgresBackend(pg_store.dsn, schema=pg_store.schema, local_dir=tmp_path))
+    with pytest.raises(DataError, match=f"schema version {VERSION + 1}"):
+        copy_sessions(source, fresh)
 
 
 def test_a_copy_whose_checkpoints_do_not_read_back_is_taken_out_again(
