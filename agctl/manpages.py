@@ -1,26 +1,27 @@
-"""The man pages shipped inside the package, so `agctl man` works without installing them.
+"""The man pages, found where they are, so `agctl man` works without man knowing them.
 
-scripts/generate.py writes them into agctl/man/man1 (and `--check` keeps them current); the
-wheel carries the same files as package data, read here, and in share/man/man1, for man.
-Standard library only.
+scripts/generate.py writes them into man/man1 at the top of the source tree (and `--check`
+keeps them current). A checkout (an editable install, or PYTHONPATH) reads them there; a
+wheel installs that folder, and nothing else of them, into share/man/man1 of its prefix,
+where man finds them too, and the wheel's RECORD says where that is (a venv, --user,
+--prefix). Standard library only.
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib.resources import as_file, files
-from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from agctl.errors import UsageError
+from agctl.errors import NotFound, UsageError
 
 PROGRAM = "agctl"
 SECTION = "1"
 # How many close names an unknown command's error lists.
 SUGGESTIONS = 3
+FOLDER = ("man", f"man{SECTION}")  # in the source tree, and under share/ once installed
+MAIN_PAGE = f"{PROGRAM}.{SECTION}"
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class ManPage:
     """One page: `agctl-turn-send` documents the command `agctl turn send`."""
 
     name: str
-    resource: Traversable
+    path: Path
 
     @property
     def command(self) -> str:
@@ -36,18 +37,45 @@ class ManPage:
 
     @property
     def roff(self) -> str:
-        return self.resource.read_text(encoding="utf-8")
+        return self.path.read_text(encoding="utf-8")
 
 
-def _directory() -> Traversable:
-    return files(PROGRAM).joinpath("man", f"man{SECTION}")
+def _installed() -> Path | None:
+    """share/man/man1 as agctl's wheel installed it, if it did."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        found = distribution(PROGRAM)
+    except PackageNotFoundError:
+        return None
+    for file in found.files or ():
+        if file.name == MAIN_PAGE and file.parent.parts[-3:] == ("share", *FOLDER):
+            page = Path(str(found.locate_file(file))).resolve()
+            return page.parent if page.is_file() else None
+    return None
+
+
+def directory() -> Path:
+    """Where the pages are: man/man1 beside the package in a checkout, else the share/man
+    the wheel installed them in."""
+    checkout = Path(__file__).resolve().parent.parent.joinpath(*FOLDER)
+    if (checkout / MAIN_PAGE).is_file():
+        return checkout
+    installed = _installed()
+    if installed is None:
+        raise NotFound(
+            f"{PROGRAM}'s man pages are not installed (not in {checkout}, and none in "
+            f"share/{'/'.join(FOLDER)} of its install)",
+            hint=f"install {PROGRAM} from its wheel, or read '{PROGRAM} COMMAND --help'",
+        )
+    return installed
 
 
 def pages() -> dict[str, ManPage]:
-    """Every shipped page by name."""
+    """Every page by name."""
     suffix = f".{SECTION}"
     found = {}
-    for entry in _directory().iterdir():
+    for entry in directory().iterdir():
         if entry.name.startswith(PROGRAM) and entry.name.endswith(suffix) and entry.is_file():
             name = entry.name.removesuffix(suffix)
             found[name] = ManPage(name, entry)
@@ -72,11 +100,3 @@ def find(words: Sequence[str]) -> ManPage:
         else f"'{PROGRAM} --help' lists the commands"
     )
     raise UsageError(f"no man page for '{PROGRAM} {wanted}'", hint=hint)
-
-
-@contextlib.contextmanager
-def page_file(page: ManPage) -> Iterator[Path]:
-    """A file system path to the page, for `man -l` (a temporary copy if the package is
-    not unpacked on disk)."""
-    with as_file(page.resource) as path:
-        yield path

@@ -20,7 +20,7 @@ import click
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPLETION_FILES = {"bash": "agctl.bash", "zsh": "_agctl", "fish": "agctl.fish"}
-MAN_DIR = "agctl/man/man1"
+MAN_DIR = "man/man1"
 README = "README.md"
 REFERENCE_START = "<!-- cli-reference:start -->"
 REFERENCE_END = "<!-- cli-reference:end -->"

@@ -74,7 +74,7 @@ def head(history: Log) -> int | None:
 
 def append_index(store: Store, session_id: str, summary: CheckpointSummary) -> None:
     """Best effort: the index is rebuilt from the log when it is behind."""
-    line = encode_record(summary.model_dump(mode="json"))
+    line = encode_record(summary.index_line())
     tx = store.backend.in_transaction(session_id)
     try:
         if tx is not None:

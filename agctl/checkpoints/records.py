@@ -119,17 +119,24 @@ def zone_delta(
 
 
 class CheckpointSummary(Model):
+    """A checkpoint as its record in the log says, and, for the index that caches it,
+    how to check that line against the log and read zones without the record. That
+    bookkeeping (excluded from dumps; `index_line` writes it) depends on how and when the
+    index was built, so an export, which must be the same from every store, never has it."""
+
     id: str
     offset: int
     end: int
     # The record's line fingerprint (Log.line_digest): an index line whose record no
     # longer reads the same (a log cut short and grown again) is dropped and rebuilt.
-    digest: str | None = None
+    digest: str | None = Field(default=None, exclude=True)
     # The checksum the record's line ends with (Log.line_checksums): when the index line
     # has it, it is checked against the last bytes of the record alone, without reading
     # (and hashing) the whole record; `digest` stays for the readers that predate it.
-    checksum: str | None = None
-    zones: dict[str, Any] | None = None  # zone_delta's
+    checksum: str | None = Field(default=None, exclude=True)
+    # zone_delta's: its base is the checkpoint the index line was written after, known
+    # when a turn writes it, often not when the log is scanned again.
+    zones: dict[str, Any] | None = Field(default=None, exclude=True)
     turn_index: int
     created_at: datetime
     label: str | None = None
@@ -138,6 +145,15 @@ class CheckpointSummary(Model):
     current_slot: str = ""
     slot_count: int = 0
     message_count: int = 0
+
+    def index_line(self) -> dict[str, Any]:
+        """The summary as the index keeps it: with its bookkeeping."""
+        return {
+            **self.model_dump(mode="json"),
+            "digest": self.digest,
+            "checksum": self.checksum,
+            "zones": self.zones,
+        }
 
 
 class SessionState(NamedTuple):

@@ -27,7 +27,7 @@ from agctl.errors import AgctlError
 def command(app: App, words: tuple[str, ...], roff: bool) -> None:
     """Show the man page of agctl or of one of its commands.
 
-    The pages ship inside agctl, so this works before 'man agctl' does (an editable
+    The pages ship with agctl, so this works before 'man agctl' does (an editable
     install, a wheel not yet on MANPATH). On a terminal the page opens in man, with its
     pager; to a pipe or a file it is the plain text man prints there, as 'man agctl | grep'
     gives. Without man installed, and with --roff, the roff source is printed instead.
@@ -52,21 +52,20 @@ def command(app: App, words: tuple[str, ...], roff: bool) -> None:
             echo("agctl: man is not installed; this is the page's roff source", err=True)
         echo(page.roff, nl=False)
         return
-    with manpages.page_file(page) as path:
-        if sys.stdout.isatty():
-            # man and its pager take the terminal; their status is agctl's.
-            status = subprocess.run([man, "-l", str(path)], check=False).returncode
-            if status:
-                raise click.exceptions.Exit(status)
-            return
-        result = subprocess.run(
-            [man, "-l", str(path)],
-            capture_output=True,
-            encoding="utf-8",
-            errors="replace",
-            env={**os.environ, "MANPAGER": "cat", "PAGER": "cat"},
-            check=False,
-        )
+    if sys.stdout.isatty():
+        # man and its pager take the terminal; their status is agctl's.
+        status = subprocess.run([man, "-l", str(page.path)], check=False).returncode
+        if status:
+            raise click.exceptions.Exit(status)
+        return
+    result = subprocess.run(
+        [man, "-l", str(page.path)],
+        capture_output=True,
+        encoding="utf-8",
+        errors="replace",
+        env={**os.environ, "MANPAGER": "cat", "PAGER": "cat"},
+        check=False,
+    )
     if result.returncode:
         why = " ".join(result.stderr.split()) or f"exit status {result.returncode}"
         raise AgctlError(f"man could not show {page.name}: {why} ('agctl man --roff' prints it)")

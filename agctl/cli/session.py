@@ -448,7 +448,8 @@ def export(
     'session import' reads the JSON back into an identical session. With --checkpoints the
     checkpoint history goes along (the log is verified first, and the export is schema
     version 2.0, which an agctl that cannot restore it refuses), so 'ckpt list',
-    'ckpt rollback' and 'turn undo' work on the imported session.
+    'ckpt rollback' and 'turn undo' work on the imported session. A session exports
+    the same, byte for byte, from every store it is copied to.
 
     --format html writes the request view of one slot (tool calls and results folded) as
     one file that needs no network and opens from disk; --redact drops the message text

@@ -139,8 +139,11 @@ def copy(
     postgresql:// URL. Each session is copied whole or not at all, and verified on the
     way in; its checkpoints keep their ids (--json prints the old -> new map). A session
     DST already holds identically is skipped, so a copy can be run again; one DST holds
-    differently stops the copy (exit 4), the sessions before it copied. Drafts stay in
-    SRC. Afterwards 'session export --checkpoints' of SRC and DST print the same.
+    differently stops the copy (exit 4), the sessions before it copied. A damaged session
+    (a document that does not parse, a log failing its checksums) is not copied, and
+    nothing of it is left in DST: the others are, and the copy exits 5 at the end, naming
+    each failed one and why (--json: its "error"). Drafts stay in SRC. Afterwards
+    'session export --checkpoints' of SRC and DST print the same.
 
     \b
     Examples:
@@ -172,17 +175,42 @@ def copy(
     finally:
         for store in stores:
             store.close()
+    from agctl.cli import describe_error
+
     payload = {
         "source": src.shown,
         "target": dst.shown,
         "sessions": [
-            {"id": c.session_id, "outcome": c.outcome, "checkpoints": c.checkpoints} for c in copied
+            {
+                "id": c.session_id,
+                "outcome": c.outcome,
+                "checkpoints": c.checkpoints,
+                "error": None if c.error is None else describe_error(c.error),
+            }
+            for c in copied
         ],
     }
-    lines = [f"{c.outcome:7}  {c.session_id}  ({len(c.checkpoints)} checkpoint(s))" for c in copied]
+    lines = [
+        f"{c.outcome:7}  {c.session_id}  "
+        + ("(not copied)" if c.error else f"({len(c.checkpoints)} checkpoint(s))")
+        for c in copied
+    ]
     if not copied:
         lines.append(f"{src.shown} holds no session")
     app.done(payload, "\n".join(lines))
+    failed = [c for c in copied if c.error is not None]
+    if failed:
+        from agctl.errors import DataError
+
+        error = DataError(
+            f"{len(failed)} of {len(copied)} session(s) not copied, damaged "
+            f"({', '.join(c.session_id for c in failed)}); the others were",
+            hint="repair or remove them in SRC ('agctl --store SRC -s ID ckpt verify' checks "
+            "a log), then copy again: what DST holds already is skipped",
+        )
+        for c in failed:
+            error.add_note(f"session {c.session_id!r}: {c.error}")
+        raise error
 
 
 @command.command("gc")

@@ -17,7 +17,7 @@ from agctl.cli import cli
 from agctl.cli.completion import SHELLS
 
 ROOT = Path(__file__).resolve().parents[2]
-MAN_DIR = ROOT / "agctl" / "man" / "man1"
+MAN_DIR = ROOT / "man" / "man1"
 COMPLETION_FILES = {"bash": "agctl.bash", "zsh": "_agctl", "fish": "agctl.fish"}
 
 

@@ -1,5 +1,6 @@
-"""Man pages: `agctl man` shows the shipped pages, and an installed wheel puts them where
-`man` looks (share/man/man1 of the environment)."""
+"""Man pages: `agctl man` shows the pages generated into man/man1, and an installed wheel
+puts them where `man` looks (share/man/man1 of the environment), where its `agctl man`
+reads them too."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ from agctl.errors import UsageError
 
 Run = Callable[..., Result]
 ROOT = Path(__file__).resolve().parents[2]
-MAN_DIR = ROOT / "agctl" / "man" / "man1"
-# What a build of the project reads: the metadata, the readme it names, the package.
-BUILD_INPUTS = ("pyproject.toml", "README.md", "agctl")
+MAN_DIR = ROOT / "man" / "man1"
+# What a build of the project reads: the metadata, the readme it names, the package and
+# the man pages it installs.
+BUILD_INPUTS = ("pyproject.toml", "README.md", "agctl", "man")
 TIMEOUT = 300
 
 
@@ -46,7 +48,8 @@ def man_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_shipped_pages_are_the_generated_ones() -> None:
-    """One source: what `agctl man` reads is agctl/man/man1, which generate.py --check guards."""
+    """One source: what `agctl man` reads is man/man1, which generate.py --check guards."""
+    assert manpages.directory() == MAN_DIR
     shipped = manpages.pages()
     assert sorted(f"{name}.1" for name in shipped) == sorted(p.name for p in MAN_DIR.glob("*.1"))
     assert shipped["agctl-turn-send"].roff == (MAN_DIR / "agctl-turn-send.1").read_text()
@@ -175,10 +178,12 @@ def build(args: list[str], cwd: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_an_installed_wheel_puts_the_pages_where_man_finds_them(tmp_path: Path) -> None:
-    """sdist, then a wheel from the sdist (as pip installs from an index), then that wheel
-    in a fresh venv: `man -w` finds the pages from the venv's PATH alone, no MANPATH."""
-    man = require_man()
+PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+OFFLINE = ["--no-deps", "--no-index", "--no-build-isolation"]
+
+
+def source_tree(tmp_path: Path) -> Path:
+    """A copy of what a build reads, away from the checkout."""
     if not can_build_wheels_offline():
         pytest.skip("setuptools>=70.1 (in the test extra) is needed to build offline")
     source = tmp_path / "source"
@@ -189,6 +194,62 @@ def test_an_installed_wheel_puts_the_pages_where_man_finds_them(tmp_path: Path) 
             shutil.copytree(ROOT / name, source / name, ignore=skip_caches)
         else:
             shutil.copy2(ROOT / name, source / name)
+    return source
+
+
+def fresh_venv(tmp_path: Path, *install: str) -> Path:
+    """A venv with `pip install ...install` done in it; agctl's dependencies come from
+    this interpreter's site-packages, behind the venv's own."""
+    venv = tmp_path / "venv"
+    options = ["--without-pip", "--system-site-packages"]
+    build([sys.executable, "-m", "venv", *options, str(venv)], cwd=tmp_path)
+    build([*PIP, "--python", str(venv / "bin" / "python"), "install", *install], cwd=tmp_path)
+    return venv
+
+
+def installed_env(tmp_path: Path, venv: Path) -> dict[str, str]:
+    """The environment of a user of that venv: its bin on PATH, no MANPATH, nothing of the
+    test run's Python or agctl settings."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key != "MANPATH" and not key.startswith(("PYTHON", "AGCTL_"))
+    }
+    env.update(
+        PATH=f"{venv / 'bin'}:/usr/bin:/bin",
+        MAN_DISABLE_SECCOMP="1",
+        LC_ALL="C.UTF-8",
+        AGCTL_DATA_DIR=str(tmp_path / "data"),
+        AGCTL_CONFIG_DIR=str(tmp_path / "config"),
+    )
+    return env
+
+
+def run_installed(
+    venv: Path, env: dict[str, str], *args: str, program: str = "agctl"
+) -> subprocess.CompletedProcess[str]:
+    """`program` of the venv, run from a directory that is no source tree."""
+    elsewhere = venv.parent / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    return subprocess.run(
+        [str(venv / "bin" / program), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=elsewhere,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_an_installed_wheel_puts_the_pages_where_man_and_agctl_man_find_them(
+    tmp_path: Path,
+) -> None:
+    """sdist, then a wheel from the sdist (as pip installs from an index), then that wheel
+    in a fresh venv: `man -w` finds the pages from the venv's PATH alone, no MANPATH, and
+    the venv's `agctl man`, run away from the source tree, reads the same ones."""
+    man = require_man()
+    source = source_tree(tmp_path)
     dist = tmp_path / "dist"
     build(
         [
@@ -202,20 +263,16 @@ def test_an_installed_wheel_puts_the_pages_where_man_finds_them(tmp_path: Path) 
     (sdist,) = dist.glob("agctl-*.tar.gz")
     with tarfile.open(sdist) as archive:
         members = {Path(*Path(name).parts[1:]).as_posix() for name in archive.getnames()}
-    assert {"pyproject.toml", "agctl/man/man1/agctl.1", "agctl/man/man1/agctl-man.1"} <= members
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
-    offline = ["--no-deps", "--no-index", "--no-build-isolation"]
-    build([*pip, "wheel", *offline, "--wheel-dir", str(dist), str(sdist)], cwd=tmp_path)
+    assert {"pyproject.toml", "man/man1/agctl.1", "man/man1/agctl-man.1"} <= members
+    build([*PIP, "wheel", *OFFLINE, "--wheel-dir", str(dist), str(sdist)], cwd=tmp_path)
     (wheel,) = dist.glob("agctl-*.whl")
-    venv = tmp_path / "venv"
-    build([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path)
-    install = ["install", "--no-deps", "--no-index", str(wheel)]
-    build([*pip, "--python", str(venv / "bin" / "python"), *install], cwd=tmp_path)
+    venv = fresh_venv(tmp_path, *OFFLINE, str(wheel))
     (site_packages,) = venv.glob("lib/python*/site-packages")
-    assert (site_packages / "agctl" / "man" / "man1" / "agctl-turn-send.1").is_file()
+    assert not list((site_packages / "agctl").rglob("*.1"))  # one copy, in share/man
+    env = installed_env(tmp_path, venv)
+    origin = run_installed(venv, env, "-c", "import agctl; print(agctl.__file__)", program="python")
+    assert origin.stdout.strip() == str(site_packages / "agctl" / "__init__.py"), origin.stderr
 
-    env = {key: value for key, value in os.environ.items() if key != "MANPATH"}
-    env.update(PATH=f"{venv / 'bin'}:/usr/bin:/bin", MAN_DISABLE_SECCOMP="1", LC_ALL="C.UTF-8")
     found = subprocess.run(
         [man, "-w", "agctl", "agctl-turn-send"],
         capture_output=True,
@@ -228,3 +285,31 @@ def test_an_installed_wheel_puts_the_pages_where_man_finds_them(tmp_path: Path) 
     shared = venv / "share" / "man" / "man1"
     assert found.stdout.split() == [str(shared / "agctl.1"), str(shared / "agctl-turn-send.1")]
     assert (shared / "agctl.1").read_text() == (MAN_DIR / "agctl.1").read_text()
+
+    shown = run_installed(venv, env, "--json", "man", "turn", "send")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["roff"] == (MAN_DIR / "agctl-turn-send.1").read_text()
+    rendered = run_installed(venv, env, "man", "ckpt", "rollback")
+    assert rendered.returncode == 0, rendered.stderr
+    assert "AGCTL-CKPT-ROLLBACK(1)" in rendered.stdout
+    for page in shared.glob("*.1"):
+        page.unlink()
+    gone = run_installed(venv, env, "man", "turn", "send")
+    assert gone.returncode == 3, gone.stderr
+    assert "agctl's man pages are not installed" in gone.stderr
+
+
+def test_an_editable_install_reads_the_pages_of_its_checkout(tmp_path: Path) -> None:
+    """`pip install -e` installs no data files (setuptools #3399): its `agctl man` reads
+    man/man1 of the tree it points at."""
+    source = source_tree(tmp_path)
+    venv = fresh_venv(tmp_path, *OFFLINE, "--editable", str(source))
+    env = installed_env(tmp_path, venv)
+    origin = run_installed(venv, env, "-c", "import agctl; print(agctl.__file__)", program="python")
+    assert origin.stdout.strip() == str(source / "agctl" / "__init__.py"), origin.stderr
+    assert not (venv / "share" / "man").exists()
+    page = source / "man" / "man1" / "agctl-turn-send.1"
+    page.write_text(page.read_text() + '.\\" edited in the checkout\n')
+    shown = run_installed(venv, env, "--json", "man", "turn", "send")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["roff"] == page.read_text()

@@ -138,7 +138,11 @@ def test_store_copy_file_to_postgres_to_file_keeps_the_history(
     ok(agctl(on_source, "session", "new", SID))
     for text in ("one", "two", "three"):
         ok(agctl(on_source, "-s", SID, "turn", "send", text))
-    oldest = json.loads(ok(agctl(on_source, "-s", SID, "ckpt", "list", "--json")))[-1]["id"]
+    listed = json.loads(ok(agctl(on_source, "-s", SID, "ckpt", "list", "--json")))
+    oldest, first_turn = listed[-1]["id"], listed[-2]["id"]
+    ok(agctl(on_source, "-s", SID, "msg", "edit", "0", "ONE"))
+    ok(agctl(on_source, "-s", SID, "ckpt", "rollback", first_turn))
+    ok(agctl(on_source, "-s", SID, "turn", "send", "after the rollback"))
     ok(agctl(on_source, "-s", SID, "ckpt", "fork", oldest, "--id", "fork"))
     shared = env["AGCTL_STORE"]
     copied = json.loads(ok(agctl(env, "store", "copy", str(source), shared, "--json")))
@@ -152,13 +156,60 @@ def test_store_copy_file_to_postgres_to_file_keeps_the_history(
     assert [s["outcome"] for s in again["sessions"]] == ["skipped", "skipped"]
     ok(agctl(env, "store", "copy", shared, str(back)))
 
-    def export(where: dict[str, str], sid: str) -> dict[str, object]:
-        out = json.loads(ok(agctl(where, "-s", sid, "session", "export", "--checkpoints")))
-        out.pop("agctl_version")
-        return out
+    def export(where: dict[str, str], sid: str) -> str:
+        return ok(agctl(where, "-s", sid, "session", "export", "--checkpoints"))
 
+    # Byte for byte: an export says nothing of the store it was read from.
+    on_back = {**files, "AGCTL_STORE": str(back)}
     for sid in (SID, "fork"):
         assert export(env, sid) == export(on_source, sid)
-        assert export({**files, "AGCTL_STORE": str(back)}, sid) == export(on_source, sid)
+        assert export(on_back, sid) == export(on_source, sid)
+    exported = tmp_path / "exported.json"
+    exported.write_text(export(env, SID))
+    on_again = {**files, "AGCTL_STORE": str(tmp_path / "again")}
+    ok(agctl(on_again, "session", "import", str(exported)))
+    assert export(on_again, SID) == exported.read_text()
     same = agctl(env, "store", "copy", shared, shared)
     assert same.returncode == 2 and "same store" in same.stderr
+
+
+def test_store_copy_of_a_damaged_session_copies_the_others_and_exits_5(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    files = {k: v for k, v in env.items() if k not in ("AGCTL_STORE", "AGCTL_STORE_SCHEMA")}
+    source = tmp_path / "source"
+    on_source = {**files, "AGCTL_STORE": str(source)}
+    for sid in ("before", "broken", "later"):
+        ok(agctl(on_source, "session", "new", sid))
+        ok(agctl(on_source, "-s", sid, "turn", "send", "hello"))
+    slot = source / "sessions" / "broken" / "slots" / "default.json"
+    slot.write_bytes(slot.read_bytes()[:20])  # a slot file cut short
+    shared = env["AGCTL_STORE"]
+    done = agctl(env, "store", "copy", str(source), shared, "--json")
+    assert done.returncode == 5, done.stderr
+    outcomes = json.loads(done.stdout)["sessions"]
+    assert [(s["id"], s["outcome"]) for s in outcomes] == [
+        ("before", "copied"),
+        ("broken", "failed"),
+        ("later", "copied"),
+    ]
+    assert outcomes[1]["error"]["exit"] == 5 and str(slot) in outcomes[1]["error"]["message"]
+    error = json.loads(done.stderr)["error"]
+    assert (error["exit"], error["type"]) == (5, "DataError") and "(broken)" in error["message"]
+    assert error["notes"] == [f"session 'broken': {slot}: not valid JSON"]
+    listed = json.loads(ok(agctl(env, "session", "list", "--json")))
+    assert sorted(s["id"] for s in listed) == ["before", "later"]
+    back = tmp_path / "back"
+    plain = agctl(env, "store", "copy", str(source), str(back))
+    assert plain.returncode == 5
+    assert "copied   before" in plain.stdout and "failed   broken" in plain.stdout
+    assert f"agctl: session 'broken': {slot}: not valid JSON" in plain.stderr
+    on_back = {**files, "AGCTL_STORE": str(back)}
+    listed = json.loads(ok(agctl(on_back, "session", "list", "--json")))
+    assert sorted(s["id"] for s in listed) == ["before", "later"]
+    for where in (env, on_back):
+        for sid in ("before", "later"):
+            exported = ok(agctl(where, "-s", sid, "session", "export", "--checkpoints"))
+            original = ok(agctl(on_source, "-s", sid, "session", "export", "--checkpoints"))
+            assert exported == original
+            ok(agctl(where, "-s", sid, "ckpt", "verify"))

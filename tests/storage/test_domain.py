@@ -1,15 +1,19 @@
-"""The domain over each backend, through the Store facade: rollback, fork, prune, cost."""
+"""The domain over each backend, through the Store facade: rollback, fork, prune, cost,
+and an export that is the same from every one."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agctl.checkpoints import Checkpointer, SessionState
 from agctl.errors import NotFound
+from agctl.interchange import export_session, import_session
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
+from agctl.transfer import copy_sessions
 from agctl.turns import TurnOptions, TurnResult, send_turn
 
 SID = "s"
@@ -133,3 +137,33 @@ def test_a_turn_adds_to_the_checkpoint_log_what_it_adds_not_the_slot(store: Stor
     assert len(store.load_slot(SID).messages) == 160
     early, late = max(added[1:10]), max(added[-10:])
     assert 0 < late <= 1.5 * early, (early, late)
+
+
+def test_a_session_exports_byte_for_byte_the_same_from_every_store(
+    store: Store, tmp_path: Path
+) -> None:
+    """An export is a function of the session alone, never of where its log or the log's
+    index were written: a history with an edit, a rollback and an undo made on a file
+    store exports the same after a copy here, and again after its export is imported."""
+    origin = Store(tmp_path / "origin")
+    origin.create_session(SID, system_prompt="Be brief.")
+    checkpointed_turns(origin, 3)
+    with origin.undoable(SID, "msg edit"):
+        origin.update_slot(SID, None, lambda slot: slot.edit(0, "prompt one"))
+    keeper = Checkpointer(origin)
+    keeper.rollback(SID, keeper.summaries(SID)[-2].id)  # back to the first turn
+    turn(origin, "after the rollback")
+    keeper.undo(SID)
+    turn(origin, "after the undo")
+    assert any(s.edit for s in keeper.summaries(SID))
+
+    def exported(where: Store) -> bytes:
+        return export_session(where, SID, checkpoints=True).model_dump_json().encode()
+
+    expected = exported(origin)
+    assert [r.outcome for r in copy_sessions(origin, store)] == ["copied"]
+    assert exported(store) == expected
+    store.destroy_session(SID)
+    import_session(store, expected)
+    assert exported(store) == expected
+    assert live(store) == live(origin)
