@@ -18,6 +18,8 @@ from agctl.budget import Breakdown, breakdown
 from agctl.drafts import new_draft
 from agctl.errors import (
     AgctlError,
+    ApprovalNeeded,
+    ApprovalPending,
     CommitPending,
     ContextFull,
     SlotChanged,
@@ -47,7 +49,7 @@ from agctl.providers.base import (
     Usage,
 )
 from agctl.reply import ReplyBuilder
-from agctl.steps import Step, ToolBox, run_calls, unanswered
+from agctl.steps import CallRecord, Step, ToolBox, run_calls, unanswered
 from agctl.store import Store
 from agctl.view import request_messages
 
@@ -395,7 +397,9 @@ class _Loop:
     that may call tools; then one more goes with tool_choice "none" to get the answer
     (StepLimit, exit 10, if it still asks). Each step's tool results are kept durably
     in the slot's draft as they come, so a turn killed at step 3 goes on from there
-    (`turn send --resume-draft`) without running a tool twice."""
+    (`turn send --resume-draft`) without running a tool twice; calls left for a person
+    to approve stop the turn (ApprovalPending, exit 9) with the others' results in the
+    draft."""
 
     def __init__(
         self, prepared: PreparedTurn, options: TurnOptions, resume: Sequence[Message]
@@ -413,6 +417,8 @@ class _Loop:
         # The turn's requests so far, a resumed attempt's earlier ones included.
         self.requests = sum(m.role == "assistant" for m in messages)
         self.draft_at: datetime | None = None  # when this turn's step log was last kept
+        # The calls of the last reply waiting for a person's approval (their ids).
+        self.awaiting: list[str] = []
 
     def _request(self, final: bool) -> ChatRequest:
         """The next request: the prepared one, then with the messages so far after it
@@ -434,6 +440,8 @@ class _Loop:
         provider: Provider,
         on_event: Callable[[Event], None] | None,
     ) -> None:
+        if self.toolbox is not None:
+            self.toolbox.begin_turn()
         self._answer(store, session_id, unanswered(self.messages))
         while True:
             final = self.toolbox is not None and self.requests >= self.options.max_steps
@@ -490,19 +498,33 @@ class _Loop:
         """Run the calls (those a resumed turn has no result for), keep their results."""
         if not calls or self.toolbox is None:
             return
-        for message, record in run_calls(self.toolbox, calls, self.options.tool_jobs):
-            self.messages.append(message)
-            if self.steps:
-                self.steps[-1].calls.append(record)
-            log.info(
-                "tool %s [%s]: %s%s in %d ms",
-                record.name,
-                record.id,
-                record.outcome,
-                f", exit {record.exit}" if record.exit is not None else "",
-                record.duration_ms,
+        pending: list[tuple[ToolCall, ApprovalNeeded]] = []
+
+        def waiting(call: ToolCall, why: ApprovalNeeded) -> None:
+            pending.append((call, why))
+            self.awaiting.append(call.id)
+
+        run_calls(self.toolbox, calls, self.options.tool_jobs, self._answered, waiting)
+        if pending:
+            raise ApprovalPending(
+                [(call.id, call.function.name) for call, _ in pending],
+                pending[0][1].reason,
+                kept=self.prepared.keep_draft,
             )
         self._keep(store, session_id)
+
+    def _answered(self, message: Message, record: CallRecord) -> None:
+        self.messages.append(message)
+        if self.steps:
+            self.steps[-1].calls.append(record)
+        log.info(
+            "tool %s [%s]: %s%s in %d ms",
+            record.name,
+            record.id,
+            record.outcome,
+            f", exit {record.exit}" if record.exit is not None else "",
+            record.duration_ms,
+        )
 
     def _keep(self, store: Store, session_id: str) -> None:
         """The step log: the prompt and every message so far, as the slot's draft (on
@@ -613,9 +635,11 @@ def _keep_draft(
     error: AgctlError,
     reply: Message | None = None,
     steps: Sequence[Message] = (),
+    awaiting: Sequence[str] = (),
 ) -> None:
-    """Save the prompt (and the reply, if one came) of a failed turn; if even that fails,
-    put the prompt in the error."""
+    """Save the prompt (and the reply, if one came, and the steps so far with the calls
+    `awaiting` approval) of a failed turn; if even that fails, put the prompt in the
+    error."""
     if not prepared.keep_draft:
         return
     prompt = prepared.prompt
@@ -637,6 +661,7 @@ def _keep_draft(
     try:
         draft = new_draft(store, session_id, prepared.slot, prompt, str(error), reply)
         draft.steps = list(steps)
+        draft.awaiting_approval = list(awaiting)
         store.save_draft(session_id, draft)
     except AgctlError as draft_error:
         error.add_note(f"{outcome}, and the draft could not be kept ({draft_error})")
@@ -697,7 +722,8 @@ def _kept_on_failure(
         reply = (
             last if last is not None and last.role == "assistant" and not last.tool_calls else None
         )
-        _keep_draft(store, session_id, prepared, error, reply, messages)
+        awaiting = loop.awaiting if loop is not None else []
+        _keep_draft(store, session_id, prepared, error, reply, messages, awaiting)
         if reply is not None:
             error.add_note(f"the model's reply, which was not written:\n{reply.text()}")
         if error is caught:

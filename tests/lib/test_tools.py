@@ -13,9 +13,10 @@ import pytest
 from pydantic import ValidationError
 
 from agctl.config import Config, ConfigStore, Profile
-from agctl.errors import AlreadyExists, Blocked, InvalidInput, NotFound, UsageError
+from agctl.errors import AlreadyExists, ApprovalNeeded, InvalidInput, NotFound, UsageError
 from agctl.tools import (
     DENIED,
+    Answer,
     ToolSpec,
     _cut,
     approval,
@@ -356,8 +357,8 @@ def test_a_cut_never_splits_a_character() -> None:
 # ---- approval -----------------------------------------------------------------------------
 
 
-def asked(answer: bool, calls: list[tuple[str, dict[str, Any], list[str]]]) -> Any:
-    def ask(tool: ToolSpec, arguments: dict[str, Any], argv: list[str]) -> bool:
+def asked(answer: Answer, calls: list[tuple[str, dict[str, Any], list[str]]]) -> Any:
+    def ask(tool: ToolSpec, arguments: dict[str, Any], argv: list[str]) -> Answer:
         calls.append((tool.name, arguments, argv))
         return answer
 
@@ -383,20 +384,21 @@ def test_an_auto_tool_runs_without_asking_even_with_no_terminal() -> None:
 def test_an_ask_tool_asks_with_its_name_arguments_and_resolved_argv() -> None:
     calls: list[Any] = []
     tool = spec(approve="ask", command=["sh", "-c", "x"], args="argv")
-    assert approval(tool, None, asked(False, calls), {"a": 1}) == "deny"
-    assert approval(tool, None, asked(True, calls), {"a": 1}) == "run"
+    assert approval(tool, None, asked("no", calls), {"a": 1}) == "deny"
+    assert approval(tool, None, asked("yes", calls), {"a": 1}) == "run"
+    assert approval(tool, None, asked("always", calls), {"a": 1}) == "run"
     name, arguments, argv = calls[0]
     assert (name, arguments) == ("t", {"a": 1})
     assert argv[0].endswith("/sh") and argv[1:] == ["-c", "x", '{"a":1}']
-    assert approval(tool, "auto", asked(False, calls), {}) == "run"
-    assert len(calls) == 2
+    assert approval(tool, "auto", asked("no", calls), {}) == "run"
+    assert len(calls) == 3
 
 
-def test_an_ask_tool_with_no_terminal_is_blocked() -> None:
-    with pytest.raises(Blocked, match="no terminal") as caught:
+def test_an_ask_tool_with_no_terminal_is_left_for_later() -> None:
+    with pytest.raises(ApprovalNeeded, match="no terminal") as caught:
         approval(spec(approve="ask"), None, None, {})
     assert caught.value.exit_code == 9
-    assert caught.value.hint is not None and "--approve auto" in caught.value.hint
+    assert (caught.value.tool, caught.value.reason) == ("t", "there is no terminal to ask on")
 
 
 def test_the_denied_text_is_what_the_issue_names() -> None:
