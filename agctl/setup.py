@@ -163,11 +163,15 @@ class ModelSetup(NamedTuple):
         return command_hooks(self.config, self.settings.profile, cwd, no_hooks=no_hooks)
 
     def turn_options(self, *, checkpoint: bool | None = None, **fields: Any) -> TurnOptions:
-        """Turn options from the config (prices, checkpoints, window, compression) and
-        `fields` (slot, temperature, max_tokens, system, scratch, stream)."""
+        """Turn options from the config (prices, checkpoints, window, compression, the
+        limits of tool calls a field leaves None) and `fields` (slot, temperature,
+        max_tokens, system, scratch, stream, ...)."""
         from agctl.turns import TurnOptions
 
         config = self.config
+        for limit in ("max_calls_per_reply", "max_calls_per_turn"):
+            if fields.get(limit) is None:
+                fields[limit] = getattr(config, limit)
         return TurnOptions(
             model=self.settings.model,
             prices=config.price_overrides(),

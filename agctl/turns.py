@@ -79,11 +79,15 @@ class TurnOptions:
     keep_draft: bool = True
     # The tools offered (None: none), which the model may call ("auto", "none",
     # "required" or a tool's name), how many requests may call tools (one more, with
-    # tool_choice "none", then asks for the answer) and how many calls run at once.
+    # tool_choice "none", then asks for the answer), how many calls run at once, and how
+    # many calls one reply and the whole turn may ask for (past either, none of that
+    # reply's calls runs: StepLimit, exit 10).
     tools: ToolBox | None = None
     tool_choice: str | None = None
     max_steps: int = 8
     tool_jobs: int = 1
+    max_calls_per_reply: int = 32
+    max_calls_per_turn: int = 128
     # The hooks the turn fires (TurnStart, TurnEnd, TurnError; its tools and an automatic
     # compression fire theirs); None: none.
     hooks: Hooks | None = None
@@ -104,8 +108,9 @@ class TurnOptions:
             raise UsageError(f"max_tokens must be from 1 to 2**63-1, not {self.max_tokens}")
         if self.max_steps < 1:
             raise UsageError(f"max_steps must be at least 1, not {self.max_steps}")
-        if self.tool_jobs < 1:
-            raise UsageError(f"tool_jobs must be at least 1, not {self.tool_jobs}")
+        for name in ("tool_jobs", "max_calls_per_reply", "max_calls_per_turn"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"{name} must be at least 1, not {getattr(self, name)}")
 
 
 @dataclass
@@ -395,11 +400,12 @@ class _Loop:
     calls it asked for, in order. A reply that asks for tools when some are offered has
     its calls answered and sent back with the next request, up to `max_steps` requests
     that may call tools; then one more goes with tool_choice "none" to get the answer
-    (StepLimit, exit 10, if it still asks). Each step's tool results are kept durably
-    in the slot's draft as they come, so a turn killed at step 3 goes on from there
-    (`turn send --resume-draft`) without running a tool twice; calls left for a person
-    to approve stop the turn (ApprovalPending, exit 9) with the others' results in the
-    draft."""
+    (StepLimit, exit 10, if it still asks). A reply asking for more calls than
+    `max_calls_per_reply`, or taking the turn past `max_calls_per_turn`, runs none of
+    them (StepLimit). Each step's tool results are kept durably in the slot's draft as
+    they come, so a turn killed at step 3 goes on from there (`turn send
+    --resume-draft`) without running a tool twice; calls left for a person to approve
+    stop the turn (ApprovalPending, exit 9) with the others' results in the draft."""
 
     def __init__(
         self, prepared: PreparedTurn, options: TurnOptions, resume: Sequence[Message]
@@ -498,6 +504,7 @@ class _Loop:
         """Run the calls (those a resumed turn has no result for), keep their results."""
         if not calls or self.toolbox is None:
             return
+        self._check_calls(len(calls))
         pending: list[tuple[ToolCall, ApprovalNeeded]] = []
 
         def waiting(call: ToolCall, why: ApprovalNeeded) -> None:
@@ -524,6 +531,31 @@ class _Loop:
             record.outcome,
             f", exit {record.exit}" if record.exit is not None else "",
             record.duration_ms,
+        )
+
+    def _check_calls(self, waiting: int) -> None:
+        """Refuse (StepLimit) the last reply's calls, all of them, when there are more
+        than a reply may ask for, or they take the turn past its limit."""
+        asked = [len(m.tool_calls or ()) for m in self.messages if m.role == "assistant"]
+        per_reply, per_turn = self.options.max_calls_per_reply, self.options.max_calls_per_turn
+        if asked[-1] > per_reply:
+            over = (
+                f"the model asked for {asked[-1]} tool calls in one reply, more than "
+                f"--max-calls-per-reply allows ({per_reply})"
+            )
+            flag, setting = "--max-calls-per-reply", "max_calls_per_reply"
+        elif sum(asked) > per_turn:
+            over = (
+                f"the model asked for {sum(asked)} tool calls in this turn, more than "
+                f"--max-calls-per-turn allows ({per_turn})"
+            )
+            flag, setting = "--max-calls-per-turn", "max_calls_per_turn"
+        else:
+            return
+        raise StepLimit(
+            f"{over}; none of its {waiting} calls was run",
+            hint=f"to let them run, raise the limit ('agctl config set {setting} N') and "
+            f"resume the draft ('agctl turn send --resume-draft {flag} N')",
         )
 
     def _keep(self, store: Store, session_id: str) -> None:

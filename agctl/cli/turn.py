@@ -199,8 +199,10 @@ def send(
     capped output) and their results sent back, until the model answers. The whole loop
     is one turn: one commit, one checkpoint, undone whole. Each step's results are kept
     in the draft as they come, so --resume-draft goes on from where a failed turn stopped
-    without running a tool twice. --record also records the tools' results, and
-    --cassette answers calls from them (no tool runs).
+    without running a tool twice. A reply asking for more tool calls than
+    --max-calls-per-reply, or taking the turn past --max-calls-per-turn, runs none of
+    them: the turn stops with exit 10, its draft kept. --record also records the tools'
+    results, and --cassette answers calls from them (no tool runs).
 
     A call of a tool set to ask is asked about on the terminal (/dev/tty, whatever
     stdin is): yes, no (the model is told it was denied) or always (this tool runs
