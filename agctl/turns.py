@@ -701,6 +701,13 @@ def _keep_draft(
         return
     # Without --slot, --resume-draft takes the current slot's draft: name any other slot.
     elsewhere = "" if draft.slot == prepared.session.current_slot else f" --slot {draft.slot}"
+    if awaiting:
+        error.add_note(
+            f"{outcome}; your prompt and the calls waiting were kept as a draft: go on "
+            f"with 'agctl turn send --resume-draft{elsewhere} --approve-call ID|all' (or "
+            "--deny-call ID|all)"
+        )
+        return
     error.add_note(
         f"{outcome}; your prompt was kept as a draft: "
         f"send it again with 'agctl turn send --resume-draft{elsewhere}'"

@@ -61,7 +61,8 @@ def waiting(run: Run, home: Path, server: FakeOpenAI) -> None:
     """A draft whose last reply's calls a1 and a2 (tool `ask`) wait for approval, with
     no terminal (the test run's is never asked: see conftest)."""
     server.reply(tool_calls=calls(2, "a", tool="ask"))
-    fails(send(run, "go"), 9, "2 tool calls need approval", "ask 'a1', ask 'a2'")
+    fails(send(run, "go"), 9, "2 tool calls need approval", "ask 'a1', ask 'a2'",
+          "the calls waiting were kept as a draft")  # fmt: skip
     assert runs(home) == 0
 
 
@@ -107,3 +108,15 @@ def test_waiting_calls_are_listed_escaped(
     data = as_json(run("--json", "draft", "show"))
     assert data["waiting_calls"][0]["id"] == "k\u202e1"
     assert json.loads(data["waiting_calls"][0]["arguments"]) == {"x": "\u2066\x9b"}
+
+
+def test_a_terminal_that_cannot_be_opened_is_said_not_taken_for_none(
+    run: Run, home: Path, server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only "no terminal" (ENXIO, ENOENT, ENODEV) means there is none; another failure to
+    open it (here EISDIR) is named where the call is left waiting."""
+    monkeypatch.setattr("agctl.cli.app.TERMINAL", str(tmp_path))
+    server.reply(tool_calls=calls(1, "a", tool="ask"))
+    failed = fails(send(run, "go"), 9, "needs approval", "cannot be opened to ask on (")
+    assert "no terminal" not in failed.stderr.splitlines()[0]
+    assert runs(home) == 0
