@@ -161,6 +161,9 @@ class Config(Document):
     max_retry_wait: float = Field(default=60.0, ge=0, allow_inf_nan=False)
     # How long a writer waits for another process's lock on a session.
     lock_timeout: float = Field(default=DEFAULT_LOCK_TIMEOUT, gt=0, allow_inf_nan=False)
+    # How many tool calls one reply, and one whole turn, may ask for (--max-calls-per-*).
+    max_calls_per_reply: int = Field(default=32, ge=1)
+    max_calls_per_turn: int = Field(default=128, ge=1)
     prices: dict[str, Price] = Field(default_factory=_empty_dict)
     profiles: dict[str, Profile] = Field(default_factory=_empty_dict)
     # Tools by name (agctl.tools): left out of the file while there are none.

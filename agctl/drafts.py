@@ -12,8 +12,9 @@ the session has; with drafts on several other slots, a usage error lists them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from agctl.errors import AgctlError, CorruptDocument, NotFound, StaleDraft, UsageError
 from agctl.hashing import content_hash
@@ -22,6 +23,7 @@ from agctl.models import Draft, Message, Slot, isoformat
 from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
+    from agctl.models import ToolCall
     from agctl.store import Store
 
 log = logging.getLogger("agctl.store")
@@ -242,9 +244,59 @@ def resumable_draft(
     return draft
 
 
+# ---- the tool calls a draft keeps waiting, and the answers given for them
+
+
+def waiting_calls(draft: Draft) -> list[ToolCall]:
+    """The calls of the draft's last step that have no result yet: the ones a resumed
+    turn answers first (those awaiting approval among them), in the reply's order."""
+    from agctl.steps import unanswered
+
+    return unanswered(draft.steps)
+
+
+# An answer given in advance (agctl.tools.Answer, less "always").
+Answer = Literal["yes", "no"]
+
+
+def given_answers(draft: Draft, approve: Sequence[str], deny: Sequence[str]) -> dict[str, Answer]:
+    """The answers `--approve-call` and `--deny-call` give, by call id, to the draft's
+    waiting calls: an id names one ("all": each waiting call the other flag does not
+    name). An id the draft does not wait on, one both approved and denied, or "all"
+    given to both is a UsageError: a decision must never miss its call unseen."""
+    waiting = [call.id for call in waiting_calls(draft)]
+    named: dict[str, Answer] = {}
+    every: Answer | None = None
+    flags: tuple[tuple[str, Sequence[str], Answer], ...] = (
+        ("--approve-call", approve, "yes"),
+        ("--deny-call", deny, "no"),
+    )
+    for flag, ids, answer in flags:
+        for given in ids:
+            if given == "all":
+                if every is not None and every != answer:
+                    raise UsageError("--approve-call all and --deny-call all contradict")
+                every = answer
+            elif given not in waiting:
+                listed = ", ".join(repr(call_id) for call_id in waiting)
+                held = f"its waiting calls: {listed}" if waiting else "none waits"
+                raise UsageError(
+                    f"{flag} {given!r}: the draft of slot {draft.slot!r} has no waiting "
+                    f"call with that id ({held}; see 'agctl draft show')"
+                )
+            elif named.setdefault(given, answer) != answer:
+                raise UsageError(f"call {given!r} is given to both --approve-call and --deny-call")
+    if every is None:
+        return named
+    if not waiting:
+        raise UsageError(f"the draft of slot {draft.slot!r} has no waiting tool call")
+    return {call_id: named.get(call_id, every) for call_id in waiting}
+
+
 def draft_document(store: Store, session_id: str, draft: Draft) -> dict[str, Any]:
     """A draft as `draft show` and `draft rm` report it: "stale" says why --resume-draft
-    would refuse it (its slot changed since, or is gone), or is None."""
+    would refuse it (its slot changed since, or is gone), or is None; "waiting_calls"
+    are the tool calls a resumed turn answers first (see waiting_calls)."""
     try:
         stale = staleness(store, session_id, draft)
     except NotFound as exc:  # its slot was deleted since
@@ -257,6 +309,15 @@ def draft_document(store: Store, session_id: str, draft: Draft) -> dict[str, Any
         "error": draft.error,
         "reply": draft.reply.text() if draft.reply is not None else None,
         "stale": stale,
+        "waiting_calls": [
+            {
+                "id": call.id,
+                "tool": call.function.name,
+                "arguments": call.function.arguments,
+                "awaiting_approval": call.id in draft.awaiting_approval,
+            }
+            for call in waiting_calls(draft)
+        ],
     }
 
 

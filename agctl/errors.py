@@ -272,6 +272,38 @@ class Blocked(AgctlError):
     exit_code = EXIT_BLOCKED
 
 
+class ApprovalNeeded(Blocked):
+    """One tool call needs a person's approval and none can be asked now (no terminal, or
+    no answer): the call is left pending, never run, for a decision later."""
+
+    def __init__(self, tool: str, reason: str) -> None:
+        self.tool = tool
+        self.reason = reason
+        super().__init__(f"tool {tool!r} needs approval (approve: ask), and {reason}")
+
+
+class ApprovalPending(Blocked):
+    """A turn stopped on tool calls that wait for approval: they are kept in the draft,
+    with the results of the calls that ran, for `turn send --resume-draft` to approve or
+    deny (the hint says how)."""
+
+    def __init__(self, pending: list[tuple[str, str]], reason: str, *, kept: bool) -> None:
+        self.pending = pending  # (call id, tool name) in the reply's order
+        # repr: a model chose the ids, and repr escapes what is not printable (bidi too).
+        listed = ", ".join(f"{tool} {call_id!r}" for call_id, tool in pending)
+        calls = "a tool call needs" if len(pending) == 1 else f"{len(pending)} tool calls need"
+        later = (
+            "see them with 'agctl draft show', then go on with 'agctl turn send "
+            "--resume-draft --approve-call ID|all' or '--deny-call ID|all' (repeatable); or "
+            if kept
+            else ""
+        )
+        super().__init__(
+            f"{calls} approval (approve: ask), and {reason}: {listed}",
+            hint=f"{later}answer on a terminal, or run such tools without asking (--approve auto)",
+        )
+
+
 class StepLimit(AgctlError):
     """A turn's tool loop reached its step limit and the model still asked for tools."""
 

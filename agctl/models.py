@@ -746,9 +746,12 @@ class Session(Document):
     forked_from: dict[str, Any] | None = _optional()
 
 
-class Draft(Model):
-    """A prompt whose turn did not complete, kept so that nothing typed is lost."""
+class Draft(Document):
+    """A prompt whose turn did not complete, kept so that nothing typed is lost (a draft
+    an older agctl kept has no schema_version: it reads as 1.0)."""
 
+    kind: ClassVar[str] = "draft"
+    schema_version: str = schema.format_version(schema.CURRENT["draft"])
     prompt: str
     slot: str
     created_at: datetime = Field(default_factory=utcnow)
@@ -762,3 +765,6 @@ class Draft(Model):
     # A tool loop's messages after the prompt (replies with tool calls, and the tool
     # results), kept after each step: a resumed turn goes on from them.
     steps: list[Message] = Field(default_factory=_empty_list)
+    # The ids of the last step's calls that wait for a person's approval (no terminal
+    # to ask on): `turn send --resume-draft --approve-call/--deny-call` decides them.
+    awaiting_approval: list[str] = Field(default_factory=_empty_list)

@@ -15,10 +15,10 @@ from agctl.errors import SchemaTooNew
 Version = tuple[int, int]
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 
-CURRENT: dict[str, Version] = {"session": (1, 0), "slot": (1, 0)}
+CURRENT: dict[str, Version] = {"session": (1, 0), "slot": (1, 0), "draft": (1, 0)}
 
 # kind -> [(version the step produces, step)], in ascending order of version.
-MIGRATIONS: dict[str, list[tuple[Version, Upgrade]]] = {"session": [], "slot": []}
+MIGRATIONS: dict[str, list[tuple[Version, Upgrade]]] = {"session": [], "slot": [], "draft": []}
 
 
 def parse_version(value: Any) -> Version:

@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from agctl.config import Config, Resolved
     from agctl.hooks import Hooks
     from agctl.providers.base import Provider
     from agctl.specs import ToolSpec
     from agctl.steps import ToolBox
     from agctl.store import Store
-    from agctl.tools import AskFn
+    from agctl.tools import Answer, AskFn
     from agctl.turns import TurnOptions
     from agctl.vocab import ApproveMode
 
@@ -131,12 +133,14 @@ class ModelSetup(NamedTuple):
         data_dir: Path | None = None,
         ask: AskFn | None = None,
         hooks: Hooks | None = None,
+        answers: Mapping[str, Answer] | None = None,
     ) -> ToolBox | None:
         """What answers a turn's tool calls: None when no tool is offered; the cassette's
         recordings when replies come from one (unless `chosen.live`); else the tools
-        themselves, each answer also appended to `record` when recording."""
+        themselves (`answers`: by call id, given in advance), each answer also appended
+        to `record` when recording."""
         if not chosen.chosen:
-            if chosen.live or chosen.approve is not None:
+            if chosen.live or chosen.approve is not None or answers:
                 from agctl.errors import UsageError
 
                 raise UsageError("no tool is offered: name one with -T/--tool, or --tools all")
@@ -147,7 +151,9 @@ class ModelSetup(NamedTuple):
         specs = self.offered_specs(chosen)
         if self.cassette is not None and not chosen.live:
             return CassetteTools(self.cassette, definitions(specs.values()))
-        live = LiveTools(specs, approve=chosen.approve, ask=ask, data_dir=data_dir, hooks=hooks)
+        live = LiveTools(
+            specs, approve=chosen.approve, ask=ask, data_dir=data_dir, hooks=hooks, answers=answers
+        )
         return RecordingTools(live, record) if record is not None else live
 
     def hooks(self, cwd: Path | None = None, *, no_hooks: bool = False) -> Hooks | None:
@@ -157,11 +163,15 @@ class ModelSetup(NamedTuple):
         return command_hooks(self.config, self.settings.profile, cwd, no_hooks=no_hooks)
 
     def turn_options(self, *, checkpoint: bool | None = None, **fields: Any) -> TurnOptions:
-        """Turn options from the config (prices, checkpoints, window, compression) and
-        `fields` (slot, temperature, max_tokens, system, scratch, stream)."""
+        """Turn options from the config (prices, checkpoints, window, compression, the
+        limits of tool calls a field leaves None) and `fields` (slot, temperature,
+        max_tokens, system, scratch, stream, ...)."""
         from agctl.turns import TurnOptions
 
         config = self.config
+        for limit in ("max_calls_per_reply", "max_calls_per_turn"):
+            if fields.get(limit) is None:
+                fields[limit] = getattr(config, limit)
         return TurnOptions(
             model=self.settings.model,
             prices=config.price_overrides(),

@@ -8,10 +8,11 @@ agctl.tools, or a cassette's recorded results. The loop itself is in agctl.turns
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from agctl.errors import ApprovalNeeded
 from agctl.models import Message, ToolCall, utcnow
 
 
@@ -56,7 +57,11 @@ class ToolBox(Protocol):
         """Answer one call: the result text the model gets, and the record of the call.
         A call that cannot run (unknown tool, bad arguments, denied) is answered with an
         error text, never an exception; Ctrl-C and a blocked call (agctl.errors.Blocked)
-        propagate."""
+        propagate, and a call left for a person to approve later raises ApprovalNeeded."""
+        ...
+
+    def begin_turn(self) -> None:
+        """A turn starts: what was approved for the rest of the last one ("always") ends."""
         ...
 
 
@@ -103,18 +108,54 @@ def unanswered(messages: Sequence[Message]) -> list[ToolCall]:
 
 
 def run_calls(
-    toolbox: ToolBox, calls: Sequence[ToolCall], jobs: int = 1
-) -> list[tuple[Message, CallRecord]]:
+    toolbox: ToolBox,
+    calls: Sequence[ToolCall],
+    jobs: int,
+    answered: Callable[[Message, CallRecord], None],
+    waiting: Callable[[ToolCall, ApprovalNeeded], None],
+) -> None:
     """Answer `calls`: one at a time in order, or up to `jobs` at once (each tool is its
-    own process); the answers come back in the calls' order either way."""
-    if jobs <= 1 or len(calls) <= 1:
-        answers = [toolbox.run(call) for call in calls]
-    else:
-        from concurrent.futures import ThreadPoolExecutor
+    own process). Each answer goes to `answered`, in the calls' order, as soon as it is
+    in: an error or Ctrl-C later loses no result of a tool that ran. A call left for a
+    person's approval (ApprovalNeeded) does not run and goes to `waiting`, and the other
+    calls go on; any other error is raised once the answers that came are handed on."""
 
-        with ThreadPoolExecutor(min(jobs, len(calls))) as pool:
-            answers = list(pool.map(toolbox.run, calls))
-    return [
-        (tool_message(call.id, text, record), record)
-        for call, (text, record) in zip(calls, answers, strict=True)
-    ]
+    def take(call: ToolCall, answer: tuple[str, CallRecord] | ApprovalNeeded) -> None:
+        if isinstance(answer, ApprovalNeeded):
+            waiting(call, answer)
+        else:
+            text, record = answer
+            answered(tool_message(call.id, text, record), record)
+
+    if jobs <= 1 or len(calls) <= 1:
+        for call in calls:
+            take(call, _answer(toolbox, call))
+        return
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    failure: BaseException | None = None
+    with ThreadPoolExecutor(min(jobs, len(calls))) as pool:
+        futures = [pool.submit(_answer, toolbox, call) for call in calls]
+        try:
+            wait(futures, return_when=FIRST_EXCEPTION)
+        except BaseException as exc:  # Ctrl-C: the calls running are still waited for
+            failure = exc
+        # After an error no call starts that had not (as one at a time, in order).
+        pool.shutdown(wait=True, cancel_futures=True)
+    for call, future in zip(calls, futures, strict=True):
+        if future.cancelled():
+            continue
+        error = future.exception()
+        if error is not None:
+            failure = failure or error
+            continue
+        take(call, future.result())
+    if failure is not None:
+        raise failure
+
+
+def _answer(toolbox: ToolBox, call: ToolCall) -> tuple[str, CallRecord] | ApprovalNeeded:
+    try:
+        return toolbox.run(call)
+    except ApprovalNeeded as pending:
+        return pending

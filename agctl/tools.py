@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
-from agctl.errors import Blocked, InvalidInput, NotFound, UsageError
+from agctl.errors import ApprovalNeeded, InvalidInput, NotFound, UsageError
 from agctl.models import ToolCall
 from agctl.specs import (  # re-exported: the tool API in one place
     KEPT_OUTPUT as KEPT_OUTPUT,
@@ -706,8 +706,11 @@ def _signal_name(number: int) -> str:
 
 # ---- approval -----------------------------------------------------------------------------
 
+# A person's answer about one call: run it, do not, or run it and every later call of
+# the same tool in this turn without asking again.
+Answer = Literal["yes", "no", "always"]
 # Asks the user whether to run a call: (the tool, its arguments, the resolved argv).
-AskFn = Callable[[ToolSpec, dict[str, Any], list[str]], bool]
+AskFn = Callable[[ToolSpec, dict[str, Any], list[str]], Answer]
 Decision = Literal["run", "deny"]
 
 
@@ -721,38 +724,48 @@ def approval(
     "auto": run "ask" tools without asking, "never": run nothing); `ask` asks on the
     terminal, None when there is none. A tool marked "deny" never runs. A "deny" decision
     is not an error: the loop gives the model DENIED as the call's result. Only an "ask"
-    tool with nobody to ask (and no --approve auto) raises Blocked (exit 9): it fails
-    closed."""
+    tool with nobody to ask (and no --approve auto) raises ApprovalNeeded (exit 9): it
+    fails closed, the call left for a decision later."""
     if spec.approve == "deny" or mode == "never":
         return "deny"
     if spec.approve == "auto" or mode == "auto":
         return "run"
     if ask is None:
-        raise Blocked(
-            f"tool {spec.name!r} needs approval (approve: ask), and there is no terminal to ask on",
-            hint="run on a terminal, pass --approve auto to run such tools without asking, "
-            f"or set the tool's approve to auto ('agctl tool add {spec.name} --approve auto "
-            "--force -- ...')",
-        )
-    return "run" if ask(spec, dict(arguments), resolved_argv(spec, arguments)) else "deny"
+        raise ApprovalNeeded(spec.name, "there is no terminal to ask on")
+    answer = ask(spec, dict(arguments), resolved_argv(spec, arguments))
+    return "run" if answer in ("yes", "always") else "deny"
 
 
-def approval_prompt(spec: ToolSpec, arguments: Mapping[str, Any], argv: list[str]) -> str:
-    """The question put to the user for one call: the tool, its arguments and its argv."""
+def approval_prompt(
+    spec: ToolSpec,
+    arguments: Mapping[str, Any],
+    argv: list[str],
+    escape: Callable[[str], str] = lambda text: text,
+) -> str:
+    """The question put to the user for one call: the tool, its arguments and its argv,
+    each through `escape` (the terminal's: what the model wrote cannot act on it)."""
     return (
-        f"The model asks to run tool {spec.name!r}:\n"
-        f"  arguments: {arguments_json(arguments)}\n"
-        f"  command:   {shlex.join(argv)}\n"
-        "Run it?"
+        f"The model asks to run tool {escape(spec.name)}:\n"
+        f"  arguments: {escape(arguments_json(arguments))}\n"
+        f"  command:   {escape(shlex.join(argv))}\n"
+        f"Run it? (always: run it, and {escape(spec.name)} for the rest of this turn "
+        "without asking)"
     )
+
+
+def _given(answer: Answer) -> AskFn:
+    """An AskFn that answers `answer` without asking: the answer given in advance."""
+    return lambda spec, arguments, argv: answer
 
 
 class LiveTools:
     """A ToolBox that runs the offered tools (agctl.steps): each call checked against its
     tool's schema, put to the approval rules (`approve`: the --approve mode; `ask`: the
-    terminal's question, None without one), then run. A call that cannot run gets an
-    error text, a denied one DENIED; a blocked one (an "ask" with no one to ask) raises
-    Blocked, exit 9. Questions are asked one at a time even when calls run at once.
+    terminal's question, None without one; `answers`: answers given in advance by call
+    id, as --approve-call and --deny-call give them), then run. A call that cannot run
+    gets an error text, a denied one DENIED; an "ask" with no one to ask raises
+    ApprovalNeeded, exit 9. Questions are asked one at a time even when calls run at
+    once; "always" runs the tool's later calls in the turn without asking.
 
     With `hooks`, PreToolUse hooks see each call first: they may allow it (as --approve
     auto would, never over a tool set to deny or --approve never), deny it (the model is
@@ -769,6 +782,7 @@ class LiveTools:
         data_dir: Path | None = None,
         cwd: Path | None = None,
         hooks: Hooks | None = None,
+        answers: Mapping[str, Answer] | None = None,
     ) -> None:
         import threading
 
@@ -778,8 +792,20 @@ class LiveTools:
         self.data_dir = data_dir
         self.cwd = cwd
         self.hooks = hooks
+        self.answers = dict(answers or {})
+        self._always: set[str] = set()  # tools answered "always" in this turn
         self._asking = threading.Lock()
         self._definitions: list[dict[str, Any]] | None = None
+
+    def begin_turn(self) -> None:
+        self._always.clear()
+
+    def _ask(self, spec: ToolSpec, arguments: dict[str, Any], argv: list[str]) -> Answer:
+        assert self.ask is not None
+        answer = self.ask(spec, arguments, argv)
+        if answer == "always":
+            self._always.add(spec.name)
+        return answer
 
     def definitions(self) -> list[dict[str, Any]]:
         if self._definitions is None:
@@ -793,7 +819,11 @@ class LiveTools:
         if isinstance(checked, str) or spec is None:
             text = checked if isinstance(checked, str) else f"error: no tool named {name!r}"
             return text, CallRecord(call.id, name, arguments, outcome="error")
+        given_answer = self.answers.get(call.id)
+        if given_answer == "no":
+            return DENIED, CallRecord(call.id, name, arguments, outcome="denied")
         mode = self.approve
+        given: str | None = None
         if self.hooks and self.hooks.has("PreToolUse"):
             changes = self.hooks.fire(
                 "PreToolUse", tool=name, call_id=call.id, arguments=dict(checked)
@@ -813,8 +843,13 @@ class LiveTools:
                 mode = "auto"
             elif given == "ask" and spec.approve == "auto" and mode != "never":
                 spec, mode = spec.model_copy(update={"approve": "ask"}), None
+        ask: AskFn | None = self._ask if self.ask is not None else None
+        if given_answer is not None:
+            ask = _given(given_answer)
         with self._asking:
-            decision = approval(spec, mode, self.ask, checked)
+            if mode is None and given != "ask" and spec.name in self._always:
+                mode = "auto"  # answered "always" (a hook's own "ask" is still asked)
+            decision = approval(spec, mode, ask, checked)
         if decision != "run":
             return DENIED, CallRecord(call.id, name, arguments, outcome="denied")
         run = run_tool(spec, checked, data_dir=self.data_dir, cwd=self.cwd)

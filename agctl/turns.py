@@ -18,6 +18,8 @@ from agctl.budget import Breakdown, breakdown
 from agctl.drafts import new_draft
 from agctl.errors import (
     AgctlError,
+    ApprovalNeeded,
+    ApprovalPending,
     CommitPending,
     ContextFull,
     SlotChanged,
@@ -47,7 +49,7 @@ from agctl.providers.base import (
     Usage,
 )
 from agctl.reply import ReplyBuilder
-from agctl.steps import Step, ToolBox, run_calls, unanswered
+from agctl.steps import CallRecord, Step, ToolBox, run_calls, unanswered
 from agctl.store import Store
 from agctl.view import request_messages
 
@@ -77,11 +79,15 @@ class TurnOptions:
     keep_draft: bool = True
     # The tools offered (None: none), which the model may call ("auto", "none",
     # "required" or a tool's name), how many requests may call tools (one more, with
-    # tool_choice "none", then asks for the answer) and how many calls run at once.
+    # tool_choice "none", then asks for the answer), how many calls run at once, and how
+    # many calls one reply and the whole turn may ask for (past either, none of that
+    # reply's calls runs: StepLimit, exit 10).
     tools: ToolBox | None = None
     tool_choice: str | None = None
     max_steps: int = 8
     tool_jobs: int = 1
+    max_calls_per_reply: int = 32
+    max_calls_per_turn: int = 128
     # The hooks the turn fires (TurnStart, TurnEnd, TurnError; its tools and an automatic
     # compression fire theirs); None: none.
     hooks: Hooks | None = None
@@ -102,8 +108,9 @@ class TurnOptions:
             raise UsageError(f"max_tokens must be from 1 to 2**63-1, not {self.max_tokens}")
         if self.max_steps < 1:
             raise UsageError(f"max_steps must be at least 1, not {self.max_steps}")
-        if self.tool_jobs < 1:
-            raise UsageError(f"tool_jobs must be at least 1, not {self.tool_jobs}")
+        for name in ("tool_jobs", "max_calls_per_reply", "max_calls_per_turn"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"{name} must be at least 1, not {getattr(self, name)}")
 
 
 @dataclass
@@ -393,9 +400,12 @@ class _Loop:
     calls it asked for, in order. A reply that asks for tools when some are offered has
     its calls answered and sent back with the next request, up to `max_steps` requests
     that may call tools; then one more goes with tool_choice "none" to get the answer
-    (StepLimit, exit 10, if it still asks). Each step's tool results are kept durably
-    in the slot's draft as they come, so a turn killed at step 3 goes on from there
-    (`turn send --resume-draft`) without running a tool twice."""
+    (StepLimit, exit 10, if it still asks). A reply asking for more calls than
+    `max_calls_per_reply`, or taking the turn past `max_calls_per_turn`, runs none of
+    them (StepLimit). Each step's tool results are kept durably in the slot's draft as
+    they come, so a turn killed at step 3 goes on from there (`turn send
+    --resume-draft`) without running a tool twice; calls left for a person to approve
+    stop the turn (ApprovalPending, exit 9) with the others' results in the draft."""
 
     def __init__(
         self, prepared: PreparedTurn, options: TurnOptions, resume: Sequence[Message]
@@ -413,6 +423,8 @@ class _Loop:
         # The turn's requests so far, a resumed attempt's earlier ones included.
         self.requests = sum(m.role == "assistant" for m in messages)
         self.draft_at: datetime | None = None  # when this turn's step log was last kept
+        # The calls of the last reply waiting for a person's approval (their ids).
+        self.awaiting: list[str] = []
 
     def _request(self, final: bool) -> ChatRequest:
         """The next request: the prepared one, then with the messages so far after it
@@ -434,6 +446,8 @@ class _Loop:
         provider: Provider,
         on_event: Callable[[Event], None] | None,
     ) -> None:
+        if self.toolbox is not None:
+            self.toolbox.begin_turn()
         self._answer(store, session_id, unanswered(self.messages))
         while True:
             final = self.toolbox is not None and self.requests >= self.options.max_steps
@@ -490,19 +504,59 @@ class _Loop:
         """Run the calls (those a resumed turn has no result for), keep their results."""
         if not calls or self.toolbox is None:
             return
-        for message, record in run_calls(self.toolbox, calls, self.options.tool_jobs):
-            self.messages.append(message)
-            if self.steps:
-                self.steps[-1].calls.append(record)
-            log.info(
-                "tool %s [%s]: %s%s in %d ms",
-                record.name,
-                record.id,
-                record.outcome,
-                f", exit {record.exit}" if record.exit is not None else "",
-                record.duration_ms,
+        self._check_calls(len(calls))
+        pending: list[tuple[ToolCall, ApprovalNeeded]] = []
+
+        def waiting(call: ToolCall, why: ApprovalNeeded) -> None:
+            pending.append((call, why))
+            self.awaiting.append(call.id)
+
+        run_calls(self.toolbox, calls, self.options.tool_jobs, self._answered, waiting)
+        if pending:
+            raise ApprovalPending(
+                [(call.id, call.function.name) for call, _ in pending],
+                pending[0][1].reason,
+                kept=self.prepared.keep_draft,
             )
         self._keep(store, session_id)
+
+    def _answered(self, message: Message, record: CallRecord) -> None:
+        self.messages.append(message)
+        if self.steps:
+            self.steps[-1].calls.append(record)
+        log.info(
+            "tool %s [%s]: %s%s in %d ms",
+            record.name,
+            record.id,
+            record.outcome,
+            f", exit {record.exit}" if record.exit is not None else "",
+            record.duration_ms,
+        )
+
+    def _check_calls(self, waiting: int) -> None:
+        """Refuse (StepLimit) the last reply's calls, all of them, when there are more
+        than a reply may ask for, or they take the turn past its limit."""
+        asked = [len(m.tool_calls or ()) for m in self.messages if m.role == "assistant"]
+        per_reply, per_turn = self.options.max_calls_per_reply, self.options.max_calls_per_turn
+        if asked[-1] > per_reply:
+            over = (
+                f"the model asked for {asked[-1]} tool calls in one reply, more than "
+                f"--max-calls-per-reply allows ({per_reply})"
+            )
+            flag, setting = "--max-calls-per-reply", "max_calls_per_reply"
+        elif sum(asked) > per_turn:
+            over = (
+                f"the model asked for {sum(asked)} tool calls in this turn, more than "
+                f"--max-calls-per-turn allows ({per_turn})"
+            )
+            flag, setting = "--max-calls-per-turn", "max_calls_per_turn"
+        else:
+            return
+        raise StepLimit(
+            f"{over}; none of its {waiting} calls was run",
+            hint=f"to let them run, raise the limit ('agctl config set {setting} N') and "
+            f"resume the draft ('agctl turn send --resume-draft {flag} N')",
+        )
 
     def _keep(self, store: Store, session_id: str) -> None:
         """The step log: the prompt and every message so far, as the slot's draft (on
@@ -613,9 +667,11 @@ def _keep_draft(
     error: AgctlError,
     reply: Message | None = None,
     steps: Sequence[Message] = (),
+    awaiting: Sequence[str] = (),
 ) -> None:
-    """Save the prompt (and the reply, if one came) of a failed turn; if even that fails,
-    put the prompt in the error."""
+    """Save the prompt (and the reply, if one came, and the steps so far with the calls
+    `awaiting` approval) of a failed turn; if even that fails, put the prompt in the
+    error."""
     if not prepared.keep_draft:
         return
     prompt = prepared.prompt
@@ -637,6 +693,7 @@ def _keep_draft(
     try:
         draft = new_draft(store, session_id, prepared.slot, prompt, str(error), reply)
         draft.steps = list(steps)
+        draft.awaiting_approval = list(awaiting)
         store.save_draft(session_id, draft)
     except AgctlError as draft_error:
         error.add_note(f"{outcome}, and the draft could not be kept ({draft_error})")
@@ -644,6 +701,13 @@ def _keep_draft(
         return
     # Without --slot, --resume-draft takes the current slot's draft: name any other slot.
     elsewhere = "" if draft.slot == prepared.session.current_slot else f" --slot {draft.slot}"
+    if awaiting:
+        error.add_note(
+            f"{outcome}; your prompt and the calls waiting were kept as a draft: go on "
+            f"with 'agctl turn send --resume-draft{elsewhere} --approve-call ID|all' (or "
+            "--deny-call ID|all)"
+        )
+        return
     error.add_note(
         f"{outcome}; your prompt was kept as a draft: "
         f"send it again with 'agctl turn send --resume-draft{elsewhere}'"
@@ -697,7 +761,8 @@ def _kept_on_failure(
         reply = (
             last if last is not None and last.role == "assistant" and not last.tool_calls else None
         )
-        _keep_draft(store, session_id, prepared, error, reply, messages)
+        awaiting = loop.awaiting if loop is not None else []
+        _keep_draft(store, session_id, prepared, error, reply, messages, awaiting)
         if reply is not None:
             error.add_note(f"the model's reply, which was not written:\n{reply.text()}")
         if error is caught:

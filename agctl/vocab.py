@@ -106,6 +106,8 @@ CONFIG_KEYS: tuple[str, ...] = (
     "max_reply_bytes",
     "max_retry_wait",
     "lock_timeout",
+    "max_calls_per_reply",
+    "max_calls_per_turn",
     "store.url",
     "store.schema",
     "prices.MODEL",

@@ -29,6 +29,9 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("COLUMNS", "80")
     for name in ("AGCTL_SESSION", "AGCTL_LOG", "AGCTL_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
+    # A command run in-process never asks its tool questions on the terminal the tests
+    # may run on: it has none (tests/process/test_approval.py asks on a real one).
+    monkeypatch.setattr("agctl.cli.app.TERMINAL", str(tmp_path / "no-terminal"))
     return data_dir
 
 

@@ -61,3 +61,75 @@ def raw_controls(data: bytes) -> list[str]:
     return sorted(
         {repr(c) for c in text if (ord(c) < 32 and c not in "\n\t") or 127 <= ord(c) < 160}
     )
+
+
+class ControllingTerminal:
+    """agctl run with a pseudo-terminal as its controlling terminal (/dev/tty) while its
+    standard streams are not on it (stdin /dev/null, stdout and stderr pipes), so that
+    what it asks there is asked on /dev/tty itself; the test reads the terminal and types."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        import fcntl
+        import termios
+
+        # The slave stays open here too: until the child opens /dev/tty, nothing else has.
+        self.master, self.slave = pty.openpty()
+        slave = self.slave
+
+        def take_terminal() -> None:  # in the child, a session leader already
+            fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "agctl", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+            preexec_fn=take_terminal,
+        )
+        self.received = b""  # everything the terminal showed so far
+        self._seen = 0  # how much of it `wait_for` has consumed
+
+    def wait_for(self, text: bytes) -> bytes:
+        """What the terminal shows from the last `wait_for` up to and including `text`,
+        waiting for it at most TIMEOUT seconds (AssertionError if it never comes)."""
+        deadline = time.monotonic() + TIMEOUT
+        while text not in self.received[self._seen :]:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{text!r} never came; the terminal showed {self.received!r}"
+            ready, _, _ = select.select([self.master], [], [], min(left, 0.5))
+            if ready:
+                self.received += os.read(self.master, 65536)
+            elif self.process.poll() is not None:
+                raise AssertionError(f"agctl ended before {text!r}: {self.received!r}")
+        end = self.received.index(text, self._seen) + len(text)
+        shown, self._seen = self.received[self._seen : end], end
+        return shown
+
+    def type(self, line: str) -> None:
+        os.write(self.master, line.encode() + b"\n")
+
+    def finish(self) -> tuple[int, str, str]:
+        """The exit status, stdout and stderr, once the process ends (then the terminal's
+        last output is in `received`)."""
+        try:
+            out, err = self.process.communicate(timeout=TIMEOUT)
+            while True:
+                ready, _, _ = select.select([self.master], [], [], 0)
+                if not ready:
+                    break
+                try:
+                    chunk = os.read(self.master, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                self.received += chunk
+        finally:
+            os.close(self.master)
+            os.close(self.slave)
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode, out.decode(), err.decode()

@@ -10,7 +10,7 @@ import click
 from agctl.cli.app import App, pass_app
 from agctl.cli.complete import complete_draft_slots
 from agctl.cli.options import command_options
-from agctl.cli.output import echo
+from agctl.cli.output import echo, escaped
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,13 +53,18 @@ def show(app: App, slot: str | None, every: bool) -> None:
     """Print a draft's prompt; what it is about goes to stderr (all of it with --json).
 
     "stale" says why --resume-draft would refuse it (its slot changed since, or is
-    gone), or is null. --all lists every draft, one row per slot (a JSON array).
+    gone), or is null. "waiting_calls" are the tool calls of its last step with no
+    result yet, each with its id, tool, arguments and whether it awaits approval:
+    'turn send --resume-draft' answers them first, --approve-call ID|all and
+    --deny-call ID|all deciding those that await approval. --all lists every draft, one
+    row per slot (a JSON array).
 
     \b
     Examples:
       agctl draft show
       agctl draft show --slot plan-b --json
       agctl draft show --all --json | jq -r '.[].slot'
+      agctl draft show --json | jq -r '.waiting_calls[].id'
       agctl draft show | agctl turn send - --slot other
     """
     from agctl.drafts import GONE, damaged_document, draft_document
@@ -109,7 +114,27 @@ def show(app: App, slot: str | None, every: bool) -> None:
         echo(f"stale: its slot {row['stale']} (--resume-draft needs --force)", err=True)
     if row["reply"] is not None:
         echo(f"the model's reply, which was not written:\n{row['reply']}", err=True)
+    if row["waiting_calls"]:
+        echo(waiting_text(row["waiting_calls"]), err=True)
     echo(row["prompt"])
+
+
+def waiting_text(calls: list[dict[str, Any]]) -> str:
+    """The waiting tool calls for people: one line each, id, tool and arguments escaped
+    (a model wrote them), and how to decide those awaiting approval."""
+    lines = [f"tool calls waiting ({len(calls)}), run first by 'agctl turn send --resume-draft':"]
+    for call in calls:
+        awaits = "  awaits approval" if call["awaiting_approval"] else ""
+        lines.append(
+            f"  {escaped(call['id'])}  {escaped(call['tool'])}  "
+            f"{escaped(call['arguments'])}{awaits}"
+        )
+    if any(call["awaiting_approval"] for call in calls):
+        lines.append(
+            "decide with --resume-draft --approve-call ID|all or --deny-call ID|all "
+            "(repeatable), offering the same tools (-T)"
+        )
+    return "\n".join(lines)
 
 
 @command.command("rm")

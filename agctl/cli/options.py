@@ -421,9 +421,10 @@ def source_options(fn: F) -> F:
 
 
 def tool_options(fn: F) -> F:
-    """-T/--tool, --tools, --tools-file, --tool-choice, --max-steps, --tool-jobs and
-    --approve: the tools a turn offers and its loop's limits. The command gets `tools`
-    (an agctl.setup.ToolsChoice) and `loop` (the TurnOptions fields they set)."""
+    """-T/--tool, --tools, --tools-file, --tool-choice, --max-steps, --tool-jobs,
+    --max-calls-per-reply, --max-calls-per-turn and --approve: the tools a turn offers and
+    its loop's limits. The command gets `tools` (an agctl.setup.ToolsChoice) and `loop`
+    (the TurnOptions fields they set; a limit not given is None: the config's)."""
     from agctl.cli.complete import complete_tools
     from agctl.vocab import APPROVE_MODES, TOOLS_MODES
 
@@ -436,6 +437,8 @@ def tool_options(fn: F) -> F:
         tool_choice: str | None,
         max_steps: int,
         tool_jobs: int,
+        max_calls_per_reply: int | None,
+        max_calls_per_turn: int | None,
         approve: str | None,
         **kw: Any,
     ) -> Any:
@@ -448,7 +451,13 @@ def tool_options(fn: F) -> F:
             tools_file=tools_file,
             approve=approve,  # type: ignore[arg-type]
         )
-        loop = {"tool_choice": tool_choice, "max_steps": max_steps, "tool_jobs": tool_jobs}
+        loop = {
+            "tool_choice": tool_choice,
+            "max_steps": max_steps,
+            "tool_jobs": tool_jobs,
+            "max_calls_per_reply": max_calls_per_reply,
+            "max_calls_per_turn": max_calls_per_turn,
+        }
         return fn(*args, tools=tools, loop=loop, **kw)
 
     chosen = cast(F, with_tools)
@@ -457,6 +466,22 @@ def tool_options(fn: F) -> F:
         type=click.Choice(APPROVE_MODES),
         help="auto: run the tools' calls without asking (even those set to ask); never: "
         "refuse every call (the model is told). Default: each tool's own approve.",
+    )(chosen)
+    chosen = click.option(
+        "--max-calls-per-turn",
+        type=Count(min=1),
+        metavar="N",
+        help="Tool calls the whole turn may ask for; past N the turn stops (exit 10) "
+        "running none of the reply's calls, kept in the draft (default: config "
+        "max_calls_per_turn, 128).",
+    )(chosen)
+    chosen = click.option(
+        "--max-calls-per-reply",
+        type=Count(min=1),
+        metavar="N",
+        help="Tool calls one reply may ask for; a reply asking for more runs none of them: "
+        "the turn stops (exit 10), kept in the draft (default: config "
+        "max_calls_per_reply, 32).",
     )(chosen)
     chosen = click.option(
         "--tool-jobs",

@@ -22,10 +22,13 @@ from agctl.cli.output import echo, secho
 from agctl.vocab import CHECK_MODES, SYNC_MODES
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from agctl.hooks import Hooks
     from agctl.providers.base import Event
     from agctl.setup import ModelChoice, ModelSetup, ToolsChoice
     from agctl.steps import ToolBox
+    from agctl.tools import Answer
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -119,6 +122,22 @@ class StreamPrinter:
     help="With --resume-draft: send the draft even if its slot changed since it was kept.",
 )
 @click.option(
+    "--approve-call",
+    "approve_calls",
+    multiple=True,
+    metavar="ID|all",
+    help="With --resume-draft: run the draft's waiting tool call ID as if approved on a "
+    "terminal (all: every waiting call --deny-call does not name). Repeatable.",
+)
+@click.option(
+    "--deny-call",
+    "deny_calls",
+    multiple=True,
+    metavar="ID|all",
+    help="With --resume-draft: do not run the draft's waiting tool call ID; the model is "
+    "told it was denied (all: every waiting call --approve-call does not name). Repeatable.",
+)
+@click.option(
     "--checkpoint/--no-checkpoint",
     default=None,
     help="Checkpoint the session after the turn (default: config auto_checkpoint, on).",
@@ -148,6 +167,8 @@ def send(
     files: tuple[str, ...],
     resume_draft: bool,
     force: bool,
+    approve_calls: tuple[str, ...],
+    deny_calls: tuple[str, ...],
     checkpoint: bool | None,
     if_unchanged: bool,
     tools: ToolsChoice,
@@ -175,12 +196,21 @@ def send(
     With tools offered (-T NAME, --tools all; see 'agctl tool'), the turn is a loop: each
     reply that calls tools has its calls run (each an argv command with the arguments
     as JSON on stdin, its own process group, a scrubbed environment, a time limit and
-    capped output; a tool set to ask is asked about on the terminal, and with none the
-    turn stops with exit 9 unless --approve auto) and their results sent back, until the
-    model answers. The whole loop is one turn: one commit, one checkpoint, undone whole.
-    Each step's results are kept in the draft as they come, so --resume-draft goes on
-    from where a failed turn stopped without running a tool twice. --record also records
-    the tools' results, and --cassette answers calls from them (no tool runs).
+    capped output) and their results sent back, until the model answers. The whole loop
+    is one turn: one commit, one checkpoint, undone whole. Each step's results are kept
+    in the draft as they come, so --resume-draft goes on from where a failed turn stopped
+    without running a tool twice. A reply asking for more tool calls than
+    --max-calls-per-reply, or taking the turn past --max-calls-per-turn, runs none of
+    them: the turn stops with exit 10, its draft kept. --record also records the tools'
+    results, and --cassette answers calls from them (no tool runs).
+
+    A call of a tool set to ask is asked about on the terminal (/dev/tty, whatever
+    stdin is): yes, no (the model is told it was denied) or always (this tool runs
+    without asking for the rest of the turn). With no terminal, the turn stops with exit
+    9 once the other calls of the reply ran, and its draft keeps the calls waiting
+    ('agctl draft show' lists them): decide later with --resume-draft and --approve-call
+    or --deny-call, each a call's ID or all, repeatable, offering the same tools again.
+    --approve auto|never decides every call of the turn instead.
 
     \b
     Examples:
@@ -195,6 +225,8 @@ def send(
       agctl turn send "Go on" --if-unchanged   # exit 4 if the slot moved meanwhile
       agctl turn send "What is 17*23?" -T calc --approve auto
       agctl turn send "Tidy the notes" --tools all --max-steps 4 --record run.cassette
+      agctl turn send --resume-draft -T deploy --approve-call call_1   # approved later
+      agctl turn send --resume-draft -T deploy --deny-call call_2 --approve-call all
     """
     from agctl.setup import ModelSetup
     from agctl.turns import prepare_turn, send_turn
@@ -202,22 +234,29 @@ def send(
     store = app.store
     sid = app.session_id()
     resume: list[Any] = []
+    answers: Mapping[str, Answer] = {}
     if resume_draft:
         if prompt is not None or files:
             raise click.UsageError("give either PROMPT (or --file) or --resume-draft, not both")
-        from agctl.drafts import resumable_draft
+        from agctl.drafts import given_answers, resumable_draft
 
         draft = resumable_draft(store, sid, slot, force=force)
         prompt, slot, resume = draft.prompt, draft.slot, draft.steps
+        answers = given_answers(draft, approve_calls, deny_calls)
     else:
         if force:
             raise click.UsageError("--force applies only with --resume-draft")
+        if approve_calls or deny_calls:
+            raise click.UsageError(
+                "--approve-call and --deny-call decide the tool calls a draft keeps waiting: "
+                "give them with --resume-draft"
+            )
         prompt = text_argument(prompt, "PROMPT", files=files, may_be_empty=True)
     setup = ModelSetup.chosen(store, sid, choice)
     settings = setup.settings
     streaming = sys.stdout.isatty() if stream is None else stream
     hooks = None if dry_run else setup.hooks(no_hooks=app.no_hooks)
-    toolbox = _toolbox(app, setup, tools, record, hooks)
+    toolbox = _toolbox(app, setup, tools, record, hooks, answers)
     options = setup.turn_options(
         checkpoint=checkpoint,
         slot=slot,
@@ -273,11 +312,19 @@ def send(
 
 
 def _toolbox(
-    app: App, setup: ModelSetup, tools: ToolsChoice, record: Path | None, hooks: Hooks | None
+    app: App,
+    setup: ModelSetup,
+    tools: ToolsChoice,
+    record: Path | None,
+    hooks: Hooks | None,
+    answers: Mapping[str, Answer] | None = None,
 ) -> ToolBox | None:
-    """What answers a turn's tool calls, asking on the terminal when a tool says ask."""
+    """What answers a turn's tool calls, asking on the terminal when a tool says ask
+    (`answers`: by call id, given in advance with --approve-call and --deny-call)."""
     ask = terminal_ask() if tools.chosen else None
-    return setup.toolbox(tools, record=record, data_dir=app.store.local_dir, ask=ask, hooks=hooks)
+    return setup.toolbox(
+        tools, record=record, data_dir=app.store.local_dir, ask=ask, hooks=hooks, answers=answers
+    )
 
 
 @command.command("undo")

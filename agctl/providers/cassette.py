@@ -260,6 +260,9 @@ class CassetteTools:
     def definitions(self) -> list[dict[str, Any]]:
         return self._definitions
 
+    def begin_turn(self) -> None:
+        pass  # nothing is approved: nothing runs
+
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:
         name, arguments = call.function.name, call.function.arguments
         key = call_key(name, arguments)
@@ -293,6 +296,9 @@ class RecordingTools:
 
     def definitions(self) -> list[dict[str, Any]]:
         return self.inner.definitions()
+
+    def begin_turn(self) -> None:
+        self.inner.begin_turn()
 
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:
         text, record = self.inner.run(call)

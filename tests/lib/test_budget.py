@@ -361,6 +361,9 @@ class Unrunnable:
     def definitions(self) -> list[dict[str, Any]]:
         return TOOLS
 
+    def begin_turn(self) -> None:
+        pass
+
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:
         raise AssertionError(f"no call was expected, got {call.function.name}")
 

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
-from helpers import exited_zero, fail_turn, succeed_turn
+from helpers import draft_file, exited_zero, fail_turn, succeed_turn
 
 from agctl.drafts import check_resumable, draft_slot, find_draft, new_draft, remove_draft, staleness
 from agctl.errors import (
     NotFound,
+    SchemaTooNew,
     SlotChanged,
     StaleDraft,
     UsageError,
@@ -359,3 +360,21 @@ def test_draft_rm_waits_for_the_session_lock_and_removes_what_it_reports(
     assert child.returncode == 0, err
     assert json.loads(out)["prompt"] == "kept by a turn while draft rm waited"
     assert session.draft_slots(SID) == []
+
+
+# ---- the draft document's version --------------------------------------------------------
+
+
+def test_a_draft_is_versioned_and_one_of_a_newer_major_version_is_refused(
+    session: Store, isolated_env: Path
+) -> None:
+    fail_turn(session, "lost")
+    path = isolated_env / draft_file(SID)
+    kept = json.loads(path.read_bytes())
+    assert kept["schema_version"] == "1.0"
+    del kept["schema_version"]  # as an older agctl kept it: read as 1.0
+    path.write_text(json.dumps(kept))
+    assert session.load_draft(SID, "default").prompt == "lost"
+    path.write_text(json.dumps({**kept, "schema_version": "2.0"}))
+    with pytest.raises(SchemaTooNew, match=r"draft document has schema version 2\.0.* 1\.0"):
+        session.load_draft(SID, "default")

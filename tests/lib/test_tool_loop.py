@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from agctl.checkpoints import Checkpointer
-from agctl.errors import ProviderError, StepLimit
+from agctl.errors import Blocked, ProviderError, StepLimit
 from agctl.models import ToolCall
 from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider, ScriptedReply
@@ -55,6 +55,9 @@ class Adder:
     def definitions(self) -> list[dict[str, Any]]:
         schema = {"type": "object", "properties": {"a": {"type": "number"}}}
         return [{"type": "function", "function": {"name": "add", "parameters": schema}}]
+
+    def begin_turn(self) -> None:
+        pass
 
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:
         started = time.monotonic()
@@ -342,3 +345,40 @@ def test_a_replay_checks_the_tool_calls_a_turn_makes(
     assert '-tool call: add {"a":9}' in report and '+tool call: add {"a": 3, "b": 3}' in report
     assert "+tool call: add" in report.split("turn 3")[1]
     assert isinstance(transcript[0], TranscriptTurn)
+
+
+class Refusing(Adder):
+    """Adder that refuses (Blocked, as a hook blocking the call would) a call of `a` 0."""
+
+    def run(self, call: ToolCall) -> tuple[str, CallRecord]:
+        if json.loads(call.function.arguments)["a"] == 0:
+            raise Blocked("a hook blocked the call")
+        return super().run(call)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_call_that_stops_the_turn_keeps_the_results_of_the_calls_that_ran(
+    store: Store, sid: str, tmp_path: Path, jobs: int
+) -> None:
+    """The call that ran before (one at a time) or beside (at once) the refused one keeps
+    its result in the draft: the resumed turn does not run it again."""
+    tools = Refusing(tmp_path)
+    # Started first, the call that runs is running (or done) when the second is refused.
+    first = calls({"a": 1, "b": 1}, {"a": 0, "b": 0})
+    script = [[first, "Done."]]
+    with pytest.raises(Blocked):
+        send_turn(store, sid, "add", Watching(script), options(tools, tool_jobs=jobs))
+    assert [r["a"] for r in tools.ran()] == [1]
+    draft = store.load_draft(sid, "default")
+    assert [m.role for m in draft.steps] == ["assistant", "tool"]
+    send_turn(
+        store, sid, draft.prompt, Watching(script), options(Adder(tmp_path)), resume=draft.steps
+    )
+    assert [r["a"] for r in tools.ran()] == [1, 0], "the call that ran is not run again"
+    assert [m.role for m in store.load_slot(sid).messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+    ]

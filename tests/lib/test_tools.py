@@ -13,9 +13,12 @@ import pytest
 from pydantic import ValidationError
 
 from agctl.config import Config, ConfigStore, Profile
-from agctl.errors import AlreadyExists, Blocked, InvalidInput, NotFound, UsageError
+from agctl.errors import AlreadyExists, ApprovalNeeded, InvalidInput, NotFound, UsageError
+from agctl.models import ToolCall, ToolCallFunction
 from agctl.tools import (
     DENIED,
+    Answer,
+    LiveTools,
     ToolSpec,
     _cut,
     approval,
@@ -356,8 +359,8 @@ def test_a_cut_never_splits_a_character() -> None:
 # ---- approval -----------------------------------------------------------------------------
 
 
-def asked(answer: bool, calls: list[tuple[str, dict[str, Any], list[str]]]) -> Any:
-    def ask(tool: ToolSpec, arguments: dict[str, Any], argv: list[str]) -> bool:
+def asked(answer: Answer, calls: list[tuple[str, dict[str, Any], list[str]]]) -> Any:
+    def ask(tool: ToolSpec, arguments: dict[str, Any], argv: list[str]) -> Answer:
         calls.append((tool.name, arguments, argv))
         return answer
 
@@ -383,20 +386,51 @@ def test_an_auto_tool_runs_without_asking_even_with_no_terminal() -> None:
 def test_an_ask_tool_asks_with_its_name_arguments_and_resolved_argv() -> None:
     calls: list[Any] = []
     tool = spec(approve="ask", command=["sh", "-c", "x"], args="argv")
-    assert approval(tool, None, asked(False, calls), {"a": 1}) == "deny"
-    assert approval(tool, None, asked(True, calls), {"a": 1}) == "run"
+    assert approval(tool, None, asked("no", calls), {"a": 1}) == "deny"
+    assert approval(tool, None, asked("yes", calls), {"a": 1}) == "run"
+    assert approval(tool, None, asked("always", calls), {"a": 1}) == "run"
     name, arguments, argv = calls[0]
     assert (name, arguments) == ("t", {"a": 1})
     assert argv[0].endswith("/sh") and argv[1:] == ["-c", "x", '{"a":1}']
-    assert approval(tool, "auto", asked(False, calls), {}) == "run"
-    assert len(calls) == 2
+    assert approval(tool, "auto", asked("no", calls), {}) == "run"
+    assert len(calls) == 3
 
 
-def test_an_ask_tool_with_no_terminal_is_blocked() -> None:
-    with pytest.raises(Blocked, match="no terminal") as caught:
+def test_an_ask_tool_with_no_terminal_is_left_for_later() -> None:
+    with pytest.raises(ApprovalNeeded, match="no terminal") as caught:
         approval(spec(approve="ask"), None, None, {})
     assert caught.value.exit_code == 9
-    assert caught.value.hint is not None and "--approve auto" in caught.value.hint
+    assert (caught.value.tool, caught.value.reason) == ("t", "there is no terminal to ask on")
+
+
+def call_of(call_id: str) -> ToolCall:
+    return ToolCall(id=call_id, function=ToolCallFunction(name="t", arguments="{}"))
+
+
+def test_an_answer_given_in_advance_decides_its_call_and_a_denial_wins_over_auto(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "ran"
+    tool = spec(approve="auto", command=["sh", "-c", f"echo x >> {marker}"])
+    tools = LiveTools({"t": tool}, approve="auto", answers={"c1": "no"}, cwd=tmp_path)
+    text, record = tools.run(call_of("c1"))
+    assert (text, record.outcome) == (DENIED, "denied") and not marker.exists()
+    asked = spec(approve="ask", command=tool.command)
+    tools = LiveTools({"t": asked}, answers={"c2": "yes"}, cwd=tmp_path)
+    assert tools.run(call_of("c2"))[1].outcome == "ran" and marker.read_text() == "x\n"
+    with pytest.raises(ApprovalNeeded):
+        tools.run(call_of("c3"))  # no answer given for it, and no terminal
+
+
+def test_always_lasts_for_the_rest_of_the_turn_only(tmp_path: Path) -> None:
+    questions: list[Any] = []
+    tools = LiveTools({"t": spec(approve="ask")}, ask=asked("always", questions), cwd=tmp_path)
+    tools.begin_turn()
+    assert [tools.run(call_of(f"c{n}"))[1].outcome for n in range(3)] == ["ran"] * 3
+    assert len(questions) == 1
+    tools.begin_turn()
+    tools.run(call_of("c4"))
+    assert len(questions) == 2, "a new turn asks again"
 
 
 def test_the_denied_text_is_what_the_issue_names() -> None:

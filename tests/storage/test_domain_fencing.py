@@ -182,6 +182,9 @@ class Echo:
     def definitions(self) -> list[dict[str, Any]]:
         return [{"type": "function", "function": {"name": "echo", "parameters": {}}}]
 
+    def begin_turn(self) -> None:
+        pass
+
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:
         record = CallRecord(call.id, call.function.name, call.function.arguments, exit=0)
         return call.function.arguments, record
