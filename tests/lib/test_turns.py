@@ -237,7 +237,7 @@ def test_a_turn_whose_accounting_fails_writes_none_of_it(
     """One unit of work: messages, count and cost, and checkpoints commit together."""
     from agctl import turns
 
-    def unaccounted(*args: object) -> None:
+    def unaccounted(*args: object, **kwargs: object) -> None:
         raise StoreError("cannot count the turn")
 
     before = data_dir_files(store.root)
