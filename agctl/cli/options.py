@@ -435,7 +435,8 @@ def source_options(fn: F) -> F:
     return click.option(
         "--script",
         type=PathType(dir_okay=False),
-        help="Offline provider answering from FILE's canned replies, one per turn.",
+        help="Offline provider answering from FILE's canned replies, one per turn this "
+        "command sends, from the first.",
     )(fn)
 
 
