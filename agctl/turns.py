@@ -47,7 +47,7 @@ from agctl.providers.base import (
     Usage,
 )
 from agctl.reply import ReplyBuilder
-from agctl.steps import Step, ToolBox, run_calls, unanswered
+from agctl.steps import CallRecord, Step, ToolBox, run_calls, unanswered
 from agctl.store import Store
 from agctl.view import request_messages
 
@@ -89,6 +89,9 @@ class TurnOptions:
     # kept in the draft) if the slot was written at all since the view was built, even
     # by another turn's append, which is allowed by default.
     if_unchanged: bool = False
+    # Told of each tool call as it is answered (ran, denied, refused, replayed): what
+    # the command shows of the loop while it runs.
+    on_call: Callable[[CallRecord], None] | None = None
 
     def __post_init__(self) -> None:
         """The library refuses what the CLI's option types refuse, for scripts too."""
@@ -511,6 +514,8 @@ class _Loop:
                 f", exit {record.exit}" if record.exit is not None else "",
                 record.duration_ms,
             )
+            if self.options.on_call is not None:
+                self.options.on_call(record)
         self._keep(store, session_id)
 
     def _keep(self, store: Store, session_id: str) -> None:

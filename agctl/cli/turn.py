@@ -22,10 +22,12 @@ from agctl.cli.output import echo, secho
 from agctl.vocab import CHECK_MODES, SYNC_MODES
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from agctl.hooks import Hooks
     from agctl.providers.base import Event
     from agctl.setup import ModelChoice, ModelSetup, ToolsChoice
-    from agctl.steps import ToolBox
+    from agctl.steps import CallRecord, ToolBox
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -64,6 +66,8 @@ class StreamPrinter:
         self.show_text = show_text
         self.printed = False
         self.in_reasoning = False
+        # The streamed text stopped mid-line: a line on stderr starts on a new one.
+        self.mid_line = False
 
     def __call__(self, event: Event) -> None:
         if self.jsonl:
@@ -83,6 +87,55 @@ class StreamPrinter:
             echo(event.text, nl=False)
             sys.stdout.flush()
             self.printed = True
+            self.mid_line = not event.text.endswith("\n")
+
+    def ends_line(self) -> bool:
+        """Whether the text streamed so far stopped mid-line on the terminal stderr also
+        writes to (then it has ended now)."""
+        mid_line, self.mid_line = self.mid_line, False
+        return mid_line and sys.stdout.isatty() and sys.stderr.isatty()
+
+
+# The most characters of a call's arguments its line shows.
+CALL_ARGUMENTS_SHOWN = 60
+
+
+def call_line(record: CallRecord) -> str:
+    """A tool call and how it ended, on one line for people: its name and arguments
+    escaped (the model chose them) and cut short."""
+    from agctl.cli.output import escaped
+
+    arguments = record.arguments
+    if len(arguments) > CALL_ARGUMENTS_SHOWN:
+        arguments = arguments[: CALL_ARGUMENTS_SHOWN - 1] + "…"
+    if record.outcome == "ran":
+        size = record.output_bytes
+        printed = f", {size} byte{'' if size == 1 else 's'}" if size is not None else ""
+        ended = f"exit {record.exit}{printed}, {record.duration_ms} ms"
+    else:
+        ended = {
+            "denied": "denied, not run",
+            "error": "refused (unknown tool or invalid arguments), not run",
+            "replayed": "answered from the cassette, not run",
+        }.get(record.outcome, f"{record.outcome}, not run")
+    return f"tool {escaped(record.name)}({escaped(arguments)}) → {ended}"
+
+
+def call_printer(
+    app: App, shown: bool, mid_line: Callable[[], bool]
+) -> Callable[[CallRecord], None] | None:
+    """Shows each tool call of a turn on stderr as it is answered, on a line of its own
+    (`mid_line`: whether the cursor is not at the start of one); none with --json,
+    --jsonl or --quiet (the calls are in the JSON's steps)."""
+    if not shown or app.json or app.quiet:
+        return None
+
+    def show(record: CallRecord) -> None:
+        if mid_line():
+            echo(err=True)
+        echo(call_line(record), err=True)
+
+    return show
 
 
 @command.command("send")
@@ -180,7 +233,11 @@ def send(
     model answers. The whole loop is one turn: one commit, one checkpoint, undone whole.
     Each step's results are kept in the draft as they come, so --resume-draft goes on
     from where a failed turn stopped without running a tool twice. --record also records
-    the tools' results, and --cassette answers calls from them (no tool runs).
+    the tools' results, and --cassette answers calls from them (no tool runs). Each call
+    shows on stderr as it is answered, one line: the tool, its arguments (escaped, cut
+    short), then its exit, the bytes it printed and its time, or that it was denied,
+    refused (unknown tool, invalid arguments) or answered from the cassette; not with
+    --json, --jsonl or -q, whose JSON has the calls in its steps.
 
     \b
     Examples:
@@ -229,6 +286,7 @@ def send(
         tools=toolbox,
         hooks=hooks,
         if_unchanged=if_unchanged,
+        on_call=call_printer(app, not jsonl, lambda: printer.ends_line()),
         **loop,
     )
     if dry_run:
@@ -437,6 +495,7 @@ def replay(
             tools=toolbox,
             hooks=hooks,
             if_unchanged=if_unchanged,
+            on_call=call_printer(app, True, lambda: bar is not None),
             **loop,
         )
         provider = setup.provider(record=record)

@@ -105,7 +105,7 @@ def priced(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_offline_turns_are_free_in_every_command(run: Run, priced: None, store: Store) -> None:
     sent = json.loads(ok(run("--json", "turn", "send", "hi")).stdout)
     assert (sent["model"], sent["cost"], sent["free"]) == (PRICED, 0.0, True)
-    ok(run("turn", "send", "again", "--script", _script(store, "unused", "scripted")))
+    ok(run("turn", "send", "again", "--script", _script(store, "scripted")))
     shown = ok(run("session", "show")).stdout
     assert re.search(rf"cost of {PRICED} +free \(2 requests,", shown), shown
     assert re.search(r"^cost +free$", shown, re.M), shown
