@@ -96,7 +96,7 @@ class StreamPrinter:
         return mid_line and sys.stdout.isatty() and sys.stderr.isatty()
 
 
-# The most characters of a call's arguments its line shows.
+# The most characters of a call's tool name, and of its arguments, that its line shows.
 CALL_ARGUMENTS_SHOWN = 60
 
 
@@ -105,10 +105,13 @@ def call_line(record: CallRecord) -> str:
     escaped (the model chose them) and cut short."""
     from agctl.cli.output import escaped
 
-    arguments = record.arguments
-    if len(arguments) > CALL_ARGUMENTS_SHOWN:
-        arguments = arguments[: CALL_ARGUMENTS_SHOWN - 1] + "…"
-    if record.outcome == "ran":
+    name, arguments = (
+        text if len(text) <= CALL_ARGUMENTS_SHOWN else text[: CALL_ARGUMENTS_SHOWN - 1] + "…"
+        for text in (record.name, record.arguments)
+    )
+    if record.outcome == "error" and record.output_bytes is not None:
+        ended = "could not start (no such program, or not allowed to run), not run"
+    elif record.outcome == "ran":
         size = record.output_bytes
         printed = f", {size} byte{'' if size == 1 else 's'}" if size is not None else ""
         ended = f"exit {record.exit}{printed}, {record.duration_ms} ms"
@@ -118,7 +121,7 @@ def call_line(record: CallRecord) -> str:
             "error": "refused (unknown tool or invalid arguments), not run",
             "replayed": "answered from the cassette, not run",
         }.get(record.outcome, f"{record.outcome}, not run")
-    return f"tool {escaped(record.name)}({escaped(arguments)}) → {ended}"
+    return f"tool {escaped(name)}({escaped(arguments)}) → {ended}"
 
 
 def call_printer(

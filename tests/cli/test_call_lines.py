@@ -30,16 +30,20 @@ def ok(result: Result) -> Result:
 @pytest.fixture
 def tools(run: Run, tmp_path: Path) -> Path:
     """Session s; `cat` runs unasked, `never` is never run; a script whose one turn calls
-    cat twice (hostile and long arguments), a tool no one defined, and never (denied)."""
+    cat twice (hostile and long arguments), a tool no one defined, never (denied) and
+    ghost (whose program is not there)."""
     ok(run("session", "new", "s"))
     cat = ["--description", "Echo.", "--approve", "auto", "--", "cat"]
     ok(run("tool", "add", "cat", *cat))
     ok(run("tool", "add", "never", "--description", "No.", "--approve", "deny", "--", "true"))
+    ghost = ["--description", "Gone.", "--approve", "auto", "--", str(tmp_path / "no-such-program")]
+    ok(run("tool", "add", "ghost", *ghost))
     calls = [
         {"name": "cat", "arguments": {"text": HOSTILE}},
         {"name": "cat", "arguments": {"text": LONG}},
         {"name": "missing", "arguments": {}},
         {"name": "never", "arguments": {}},
+        {"name": "ghost", "arguments": {}},
     ]
     script = tmp_path / "script.json"
     script.write_text(json.dumps([[{"content": "Looking.", "tool_calls": calls}, "done"]]))
@@ -50,12 +54,15 @@ def test_each_call_is_one_line_on_stderr(run: Run, tools: Path) -> None:
     result = ok(run("turn", "send", "go", "--tools", "all", "--script", str(tools)))
     assert result.stdout == "done\n"
     lines = result.stderr.splitlines()
-    assert len(lines) == 4, result.stderr
+    assert len(lines) == 5, result.stderr
     assert lines[0].startswith('tool cat({"text":"a\\u202eb\\u001b[31mred')
     assert "\u202e" not in result.stderr and "\x1b" not in result.stderr
     assert lines[1].startswith('tool cat({"text":"' + "x" * 50 + "…) → exit 0, 111 bytes, ")
     assert lines[2] == "tool missing({}) → refused (unknown tool or invalid arguments), not run"
     assert lines[3] == "tool never({}) → denied, not run"
+    assert lines[4] == (
+        "tool ghost({}) → could not start (no such program, or not allowed to run), not run"
+    )
 
 
 @pytest.mark.parametrize("quiet", [("--json",), ("-q",), ("--jsonl",)])
@@ -65,7 +72,8 @@ def test_json_and_quiet_show_no_call_lines(run: Run, tools: Path, quiet: tuple[s
     assert "tool " not in result.stderr
     if quiet[0] == "--json":
         steps = json.loads(result.stdout)["steps"]
-        assert [c["outcome"] for c in steps[0]["tool_calls"]] == ["ran", "ran", "error", "denied"]
+        outcomes = [c["outcome"] for c in steps[0]["tool_calls"]]
+        assert outcomes == ["ran", "ran", "error", "denied", "error"]
         assert "output_bytes" not in steps[0]["tool_calls"][0]  # the JSON stays as it was
 
 
@@ -78,6 +86,7 @@ def test_a_replay_shows_its_calls_too(run: Run, tools: Path, tmp_path: Path) -> 
         "tool cat",
         "tool missing",
         "tool never",
+        "tool ghost",
     ]
 
 
@@ -102,3 +111,13 @@ def test_a_replayed_call_says_nothing_ran() -> None:
     assert call_line(record) == "tool f({}) → answered from the cassette, not run"
     ran = CallRecord("c2", "f", "{}", exit=3, duration_ms=5, output_bytes=1)
     assert call_line(ran) == "tool f({}) → exit 3, 1 byte, 5 ms"
+    unstarted = CallRecord("c5", "f", "{}", outcome="error", output_bytes=0)
+    assert (
+        call_line(unstarted)
+        == "tool f({}) → could not start (no such program, or not allowed to run), not run"
+    )
+    named = CallRecord("c3", "n" * 100 + "\u2067", "{}", outcome="error")
+    assert call_line(named).startswith("tool " + "n" * 59 + "…({}) → refused")
+    assert call_line(CallRecord("c4", "g\u2067", "{}", outcome="denied")).startswith(
+        "tool g\\u2067({})"
+    )
