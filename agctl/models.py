@@ -706,9 +706,16 @@ class Slot(Document):
         return dropped
 
 
+def _is_zero(value: int) -> bool:
+    return value == 0
+
+
 class ModelCost(Model):
     model_config = EAGER
     requests: int = 0
+    # Of those, the requests no one billed (answered offline or from a cassette): they
+    # cost 0, known, whatever the model's price; left out of documents while 0.
+    free_requests: int = Field(default=0, exclude_if=_is_zero)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     # None: unknown, because a request of this model had no price.

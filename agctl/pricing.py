@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+# Providers whose answers no one bills: the offline model, and a cassette's recordings
+# (replayed, not asked again). A turn they answer costs 0 whatever its model is called
+# (a cassette's replies carry the recorded model's name, as its requests must to match).
+FREE_PROVIDERS = frozenset({"offline", "replay"})
+
 # model name (or prefix) -> (prompt, completion) USD per 1M tokens
 DEFAULT_PRICES: dict[str, tuple[float, float]] = {
     "offline": (0.0, 0.0),
@@ -33,6 +38,11 @@ def price_for(
         return table[model]
     prefixes = [name for name in table if model.startswith(name)]
     return table[max(prefixes, key=len)] if prefixes else None
+
+
+def answers_free(provider_name: str) -> bool:
+    """Whether what this provider answers costs nothing (see FREE_PROVIDERS)."""
+    return provider_name in FREE_PROVIDERS
 
 
 def cost_of(

@@ -11,9 +11,11 @@ the ones every command reports.
 from __future__ import annotations
 
 import re
+import time
+import warnings
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agctl import schema
 from agctl.errors import UsageError
@@ -22,43 +24,86 @@ from agctl.store import Store
 from agctl.vocab import ROLES, ZONES
 from agctl.walk import ProblemHandler, walk
 
+if TYPE_CHECKING:
+    import regex
+
 # Characters of context shown on each side of a match, and the most of a match shown.
 SNIPPET_CONTEXT = 40
 SNIPPET_MATCH = 120
+
+# The most time a regular expression may spend matching over one whole search, in seconds.
+REGEX_TIMEOUT = 2.0
 
 # (role, text) of each message of a zone, in order.
 Entries = Sequence[tuple[str, str]]
 
 
+class RegexTimeout(UsageError):
+    """A regular expression used up its time: one that backtracks without end, such as
+    `(a|aa)+$` over a long run of a's, stops the search instead of hanging it."""
+
+
 class Matcher:
     """Case-insensitive substring matching by default (Unicode case folding: "STRASSE"
-    finds "Straße"); with `regex`, a Python regular expression matched as written
-    (case-sensitive unless it says `(?i)`)."""
+    finds "Straße"); with `regex`, a regular expression of the `regex` module matched as
+    written (case-sensitive unless it says `(?i)`), which may spend at most `timeout`
+    seconds matching over all the texts it is given."""
 
-    def __init__(self, pattern: str, *, regex: bool = False) -> None:
+    def __init__(
+        self, pattern: str, *, regex: bool = False, timeout: float = REGEX_TIMEOUT
+    ) -> None:
         if not pattern:
             raise UsageError("the text to search for is empty")
+        if not timeout > 0:
+            raise UsageError(f"the regular expression's time limit must be above 0, not {timeout}")
         self.pattern = pattern
         self.regex = regex
+        self.timeout = timeout
+        self._left = timeout
         self._folded = pattern.casefold()
-        try:
-            self._compiled = re.compile(
-                pattern if regex else re.escape(pattern), re.NOFLAG if regex else re.IGNORECASE
-            )
-        except re.error as exc:
-            raise UsageError(f"invalid regular expression {pattern!r}: {exc}") from None
+        self._compiled = re.compile(re.escape(pattern), re.IGNORECASE)
+        if regex:
+            self._pattern = _compiled_regex(pattern)
 
     def search(self, text: str) -> tuple[int, int] | None:
         """The span of the first match in `text`, or None."""
         if self.regex:
-            found = self._compiled.search(text)
-            return found.span() if found else None
+            return self._regex_span(text)
         # `in` on folded text is ten times faster than an IGNORECASE scan; the span of
         # the few texts that match is then found in the original.
         if self._folded not in text.casefold():
             return None
         found = self._compiled.search(text)
         return found.span() if found else _folded_span(text, self._folded)
+
+    def _regex_span(self, text: str) -> tuple[int, int] | None:
+        """The regular expression's first match, its time taken from what is left."""
+        started = time.perf_counter()
+        try:
+            found = self._pattern.search(text, timeout=self._left)
+        except TimeoutError:
+            raise RegexTimeout(
+                f"the regular expression {self.pattern!r} was stopped after matching for "
+                f"{self.timeout:g} s: it may backtrack without end (nested repeats such as "
+                "(a|aa)+ or (a+)+)",
+                hint="simplify it, or give it more time with --regex-timeout SECONDS",
+            ) from None
+        self._left = max(self._left - (time.perf_counter() - started), 1e-6)
+        return found.span() if found else None
+
+
+def _compiled_regex(pattern: str) -> regex.Pattern[str]:
+    """`pattern` compiled by the `regex` module (imported here: `--help` must not), which
+    can stop a match after a time, where `re` cannot; an invalid pattern is a UsageError."""
+    import regex
+
+    with warnings.catch_warnings():
+        # regex warns of what a future version may read as a nested set (`[[`, `--`).
+        warnings.simplefilter("ignore", FutureWarning)
+        try:
+            return regex.compile(pattern)
+        except regex.error as exc:
+            raise UsageError(f"invalid regular expression {pattern!r}: {exc}") from None
 
 
 def _folded_span(text: str, folded: str) -> tuple[int, int]:

@@ -32,6 +32,8 @@ class CallRecord(NamedTuple):
     output_sha256: str | None = None
     # The whole output when the model's text is cut (kept in the tool message, not shown).
     output: str | None = None
+    # How many bytes the tool printed on stdout (None: it did not run).
+    output_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {

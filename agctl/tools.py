@@ -863,6 +863,7 @@ class LiveTools:
             truncated=run.truncated,
             output_sha256=run.output_sha256,
             output=run.output,
+            output_bytes=run.output_bytes,
         )
         text = run.result_text
         if self.hooks and self.hooks.has("PostToolUse"):

@@ -40,7 +40,7 @@ from agctl.models import (
     messages_to_openai,
     utcnow,
 )
-from agctl.pricing import cost_of
+from agctl.pricing import answers_free, cost_of
 from agctl.providers.base import (
     ChatRequest,
     Event,
@@ -95,6 +95,9 @@ class TurnOptions:
     # kept in the draft) if the slot was written at all since the view was built, even
     # by another turn's append, which is allowed by default.
     if_unchanged: bool = False
+    # Told of each tool call as it is answered (ran, denied, refused, replayed): what
+    # the command shows of the loop while it runs.
+    on_call: Callable[[CallRecord], None] | None = None
 
     def __post_init__(self) -> None:
         """The library refuses what the CLI's option types refuse, for scripts too."""
@@ -162,6 +165,8 @@ class TurnResult:
     hooks: list[dict[str, Any]] = field(default_factory=list)
     # The slot's focused summary was rewritten after the turn (auto_summary_every).
     summarized: bool = False
+    # Answered where no one bills (offline, a cassette): the cost is 0, known.
+    free: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         data = self._fields()
@@ -190,6 +195,7 @@ class TurnResult:
                 "completion_tokens": self.usage.completion_tokens,
             },
             "cost": self.cost,
+            "free": self.free,
             "latency": round(self.latency, 4),
             "checkpoint": self.checkpoint,
         }
@@ -325,11 +331,12 @@ def _send(
     latency = time.perf_counter() - started
     usage = loop.usage
     model = prepared.request.model
-    cost = (
-        cost_of(model, usage.prompt_tokens, usage.completion_tokens, options.prices)
-        if usage
-        else None
-    )
+    free = answers_free(provider.name)
+    cost: float | None = None
+    if free:
+        cost = 0.0
+    elif usage:
+        cost = cost_of(model, usage.prompt_tokens, usage.completion_tokens, options.prices)
     writing = "interrupted before the reply was written"
     with _kept_on_failure(store, session_id, prepared, writing, loop=loop):
         checkpoint = _commit(
@@ -341,6 +348,7 @@ def _send(
             cost,
             options.checkpoint,
             if_unchanged=options.if_unchanged,
+            free=free,
         )
     log.info(
         "reply committed: slot=%s turn=%d requests=%d latency=%.3fs tokens=%s",
@@ -364,6 +372,7 @@ def _send(
         slot=prepared.slot,
         steps=loop.steps,
         tools_offered=options.tools is not None,
+        free=free,
     )
     _auto_summary(store, session_id, provider, options, result)
     return result
@@ -487,6 +496,9 @@ class _Loop:
             if on_event is not None:
                 on_event(event)
         reply = builder.message(request.model)
+        if reply.usage is not None and answers_free(provider.name):
+            # What `usage --since` reads: this reply cost nothing, whatever its model.
+            reply.usage["free"] = True
         self.requests += 1
         self.messages.append(reply)
         self.steps.append(Step(self.requests, reply, finish_reason=builder.finish_reason))
@@ -532,6 +544,8 @@ class _Loop:
             f", exit {record.exit}" if record.exit is not None else "",
             record.duration_ms,
         )
+        if self.options.on_call is not None:
+            self.options.on_call(record)
 
     def _check_calls(self, waiting: int) -> None:
         """Refuse (StepLimit) the last reply's calls, all of them, when there are more
@@ -715,10 +729,17 @@ def _keep_draft(
 
 
 def account(
-    session: Session, model: str, usage: Usage | None, cost: float | None, requests: int = 1
+    session: Session,
+    model: str,
+    usage: Usage | None,
+    cost: float | None,
+    requests: int = 1,
+    *,
+    free: bool = False,
 ) -> None:
     """Count a turn (of `requests` requests) and its cost into the session: unknown stays
-    unknown (a total that left out an unpriced request would be wrong)."""
+    unknown (a total that left out an unpriced request would be wrong), and a `free`
+    turn's requests are counted as such, so its 0 reads as known."""
     session.turn_count += 1
     if usage is None:
         return
@@ -726,6 +747,8 @@ def account(
     session.cost.completion_tokens += usage.completion_tokens
     per_model = session.cost.by_model.setdefault(model, ModelCost())
     per_model.requests += requests
+    if free:
+        per_model.free_requests += requests
     per_model.prompt_tokens += usage.prompt_tokens
     per_model.completion_tokens += usage.completion_tokens
     if cost is None or per_model.cost is None:
@@ -809,6 +832,7 @@ def _commit(
     checkpoint: bool,
     *,
     if_unchanged: bool = False,
+    free: bool = False,
 ) -> str | None:
     """The turn as one unit of work: its messages appended to the slot, the session's
     count and cost, the superseded draft dropped and the checkpoints, together or not
@@ -840,7 +864,7 @@ def _commit(
         base_rev = slot.rev
         store.append_messages(session_id, slot, new)
         session = tx.load_session(session_id)
-        account(session, prepared.request.model, usage, cost, len(loop.steps))
+        account(session, prepared.request.model, usage, cost, len(loop.steps), free=free)
         session.updated_at = utcnow()
         tx.put_session(session)
         prepared.slot = slot

@@ -25,20 +25,39 @@ if TYPE_CHECKING:
 Prices = Mapping[str, tuple[float, float]]
 
 
-def cost_text(cost: float | None) -> str:
-    """A cost for people: dollars, or 'unpriced' when it is not known."""
-    return "unpriced" if cost is None else f"${cost:.4f}"
+def cost_text(cost: float | None, *, free: bool = False) -> str:
+    """A cost for people, as every command prints one: 'unpriced' when it is not known,
+    'free' when no one billed it (offline, a cassette), else dollars (see money)."""
+    if cost is None:
+        return "unpriced"
+    return "free" if free and cost == 0 else money(cost)
+
+
+def money(dollars: float) -> str:
+    """Dollars with cents, and below a dollar with two significant digits, so that a
+    small real cost never reads as nothing: $7.97, $0.50, $0.012, $0.00012."""
+    import math
+
+    if dollars == 0 or not math.isfinite(dollars):
+        return f"${dollars:.2f}"
+    places = 2 if abs(dollars) >= 1 else max(2, 1 - math.floor(math.log10(abs(dollars))))
+    text = f"{dollars:.{places}f}"
+    if abs(float(text)) >= 10 ** (1 - places) * 10 and places > 2:
+        text = f"{dollars:.{places - 1}f}"  # rounded up a digit: 0.0999 -> 0.10, not 0.100
+    return f"${text}"
 
 
 def known_cost(model: str, entry: ModelCost, prices: Prices) -> float | None:
     """What `entry`'s requests of `model` cost, or None when that is not known.
 
     Sessions written before unknown costs were recorded as None hold 0 for an unpriced
-    model; a model that no price table knows and that cost nothing is read as unknown.
+    model; a model that no price table knows and that cost nothing is read as unknown,
+    unless no one billed any of its requests (answered offline or from a cassette).
     """
     if entry.cost is None:
         return None
-    if entry.cost == 0 and entry.requests and price_for(model, prices) is None:
+    billed = entry.requests - entry.free_requests
+    if entry.cost == 0 and billed > 0 and price_for(model, prices) is None:
         return None
     return entry.cost
 
@@ -62,17 +81,31 @@ class ModelUsage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float | None = 0.0
+    # Of the requests, those no one billed (offline, a cassette).
+    free_requests: int = 0
 
-    def add(self, requests: int, prompt: int, completion: int, cost: float | None) -> None:
+    def add(
+        self, requests: int, prompt: int, completion: int, cost: float | None, free: int = 0
+    ) -> None:
         self.requests += requests
         self.prompt_tokens += prompt
         self.completion_tokens += completion
         self.cost = add_costs([self.cost, cost])
+        self.free_requests += free
+
+    @property
+    def free(self) -> bool:
+        """Every request answered where no one bills: its 0 is 'free', not '$0.00'."""
+        return self.requests > 0 and self.free_requests == self.requests
+
+    def cost_text(self) -> str:
+        return cost_text(self.cost, free=self.free)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "requests": self.requests,
+            "free_requests": self.free_requests,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "cost": self.cost,
@@ -89,9 +122,17 @@ def session_usage(session: Session, prices: Prices) -> list[ModelUsage]:
             entry.prompt_tokens,
             entry.completion_tokens,
             known_cost(model, entry, prices),
+            entry.free_requests,
         )
         rows.append(row)
     return rows
+
+
+def all_free(session: Session) -> bool:
+    """Whether a session's every request was answered where no one bills (offline, a
+    cassette): its cost is then shown as 'free'."""
+    entries = session.cost.by_model.values()
+    return any(e.requests for e in entries) and all(e.free_requests == e.requests for e in entries)
 
 
 def session_cost(session: Session, prices: Prices) -> float | None:
@@ -142,7 +183,9 @@ class UsageReport:
     def total(self) -> ModelUsage:
         total = ModelUsage("total")
         for row in self.models.values():
-            total.add(row.requests, row.prompt_tokens, row.completion_tokens, row.cost)
+            total.add(
+                row.requests, row.prompt_tokens, row.completion_tokens, row.cost, row.free_requests
+            )
         return total
 
     def to_dict(self) -> dict[str, Any]:
@@ -182,7 +225,11 @@ def usage_report(
             report.sessions += 1
             for usage in session_usage(info.session, prices):
                 report.row(usage.model).add(
-                    usage.requests, usage.prompt_tokens, usage.completion_tokens, usage.cost
+                    usage.requests,
+                    usage.prompt_tokens,
+                    usage.completion_tokens,
+                    usage.cost,
+                    usage.free_requests,
                 )
         for problem in problems:
             report_problem(problem)
@@ -202,16 +249,16 @@ def usage_report(
                 continue
             seen.add(identity)
             counted.add(session_id)
-            model, prompt, completion = reply
-            cost = cost_of(model, prompt, completion, prices)
-            report.row(model).add(1, prompt, completion, cost)
+            model, prompt, completion, free = reply
+            cost = 0.0 if free else cost_of(model, prompt, completion, prices)
+            report.row(model).add(1, prompt, completion, cost, int(free))
     report.sessions = len(counted)
     return report
 
 
-def _accounted_reply(message: Message, since: datetime) -> tuple[str, int, int] | None:
-    """(model, prompt tokens, completion tokens) of a model's reply made at or after
-    `since`, as a turn accounts it; None for anything else."""
+def _accounted_reply(message: Message, since: datetime) -> tuple[str, int, int, bool] | None:
+    """(model, prompt tokens, completion tokens, whether no one billed it) of a model's
+    reply made at or after `since`, as a turn accounts it; None for anything else."""
     usage = message.usage or {}
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
     if (
@@ -227,4 +274,4 @@ def _accounted_reply(message: Message, since: datetime) -> tuple[str, int, int] 
         created = created.replace(tzinfo=UTC)
     if created < since:
         return None
-    return message.model, prompt, completion
+    return message.model, prompt, completion, usage.get("free") is True

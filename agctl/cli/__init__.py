@@ -70,8 +70,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 EXIT_CODES = """\b
 Exit codes:
     0  success
-    1  error (file system, unexpected failure)
-    2  usage error (bad option, bad id, ambiguous prefix, no session selected)
+    1  error (file system, unexpected failure); search: no hit (as grep)
+    2  usage error (bad option, bad id, ambiguous prefix, no session selected,
+       a regular expression invalid or out of time)
     3  not found (session, slot, message index, memory key, profile)
     4  conflict (already exists, readonly slot, protected slot, has children)
     5  corrupt or unsupported data (bad document, newer schema, invalid import)

@@ -159,7 +159,7 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
         app.emit(payload)
         return
     from agctl.cli.output import key_values, table
-    from agctl.usage import cost_text
+    from agctl.usage import all_free, cost_text
 
     head = {
         "checkpoint": checkpoint.id,
@@ -168,7 +168,7 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
         "created": payload["created_at"],
         "current slot": session.current_slot,
         "memory keys": ", ".join(sorted(session.memory)) or None,
-        "cost": cost_text(session.cost.cost),
+        "cost": cost_text(session.cost.cost, free=all_free(session)),
     }
     columns = [
         ("id", "SLOT"),

@@ -68,12 +68,9 @@ TOOL_PROGRAM = (
 )
 LETTER = "I ask you to return my full deposit of 1200 dollars within 14 days."
 ANSWER = "The draft has 14 words: short enough for a demand letter."
-# The offline model's replies, one entry a turn of the session: the tool turn is turn 4,
-# a list of its steps (first a call of the tool, then the answer to its result).
+# The offline model's replies, one entry a turn the command sends: the tool turn (the
+# session's fourth), a list of its steps (first a call of the tool, then the answer).
 SCRIPT: list[Any] = [
-    "(turn 1 is answered without --script)",
-    "(turn 2 is answered without --script)",
-    "(turn 3 is answered without --script)",
     [
         {"tool_calls": [{"id": "call_1", "name": TOOL, "arguments": {"text": LETTER}}]},
         ANSWER,

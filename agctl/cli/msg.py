@@ -16,7 +16,13 @@ from agctl.cli.app import (
     text_argument,
     write_output,
 )
-from agctl.cli.options import command_options, file_option, limit_option, slot_option
+from agctl.cli.options import (
+    command_options,
+    file_option,
+    limit_option,
+    regex_options,
+    slot_option,
+)
 from agctl.vocab import EXPORT_FORMATS, IMPORT_FORMATS, ROLES
 
 if TYPE_CHECKING:
@@ -144,15 +150,23 @@ def whole_message(index: int, message: Message) -> str:
 @command.command("find")
 @click.argument("roles", nargs=-1, type=click.Choice(ROLES))
 @click.option("--text", metavar="TEXT", help="Only messages whose text contains TEXT.")
-@click.option("--regex", is_flag=True, help="--text is a Python regular expression.")
+@regex_options
 @slot_option
 @command_options
 @pass_app
-def find(app: App, roles: tuple[str, ...], text: str | None, regex: bool, slot: str | None) -> None:
+def find(
+    app: App,
+    roles: tuple[str, ...],
+    text: str | None,
+    regex: bool,
+    regex_timeout: float,
+    slot: str | None,
+) -> None:
     """Print the indexes of the messages with one of ROLES and/or whose text matches.
 
     --text matches as 'agctl search' does: a case-insensitive substring, or with --regex
-    a Python regular expression (case-sensitive unless it starts with (?i)).
+    a regular expression (case-sensitive unless it starts with (?i)) that may spend at
+    most --regex-timeout seconds matching (exit 2 past it).
 
     \b
     Examples:
@@ -173,7 +187,8 @@ def find(app: App, roles: tuple[str, ...], text: str | None, regex: bool, slot: 
     else:
         from agctl.search import Matcher, find_messages
 
-        indices = find_messages(target.messages, Matcher(text, regex=regex), set(roles))
+        matcher = Matcher(text, regex=regex, timeout=regex_timeout)
+        indices = find_messages(target.messages, matcher, set(roles))
     app.emit(indices, text="\n".join(str(i) for i in indices))
 
 

@@ -346,6 +346,25 @@ def limit_option(fn: F) -> F:
     )(fn)
 
 
+def regex_options(fn: F) -> F:
+    """`--regex` and `--regex-timeout SECONDS`: TEXT as a regular expression, and the most
+    time it may spend matching over the whole search (agctl.search.Matcher)."""
+    fn = click.option(
+        "--regex-timeout",
+        type=click.FloatRange(min=0, min_open=True, max=3600),
+        default=2.0,
+        show_default=True,
+        metavar="SECONDS",
+        help="With --regex: stop (exit 2) once the pattern has spent this long matching.",
+    )(fn)
+    return click.option(
+        "--regex",
+        is_flag=True,
+        help="TEXT is a regular expression (Python's, of the regex module; see 'agctl search "
+        "--help').",
+    )(fn)
+
+
 def file_option(fn: F) -> F:
     """`-f/--file PATH` (repeatable): a file's text added to the message."""
     return click.option(
@@ -416,7 +435,8 @@ def source_options(fn: F) -> F:
     return click.option(
         "--script",
         type=PathType(dir_okay=False),
-        help="Offline provider answering from FILE's canned replies, one per turn.",
+        help="Offline provider answering from FILE's canned replies, one per turn this "
+        "command sends, from the first.",
     )(fn)
 
 

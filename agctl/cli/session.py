@@ -32,7 +32,7 @@ def parent_label(row: dict[str, Any]) -> str | None:
 
 def session_row(info: SessionInfo, current: str | None, prices: Prices) -> dict[str, Any]:
     from agctl.models import isoformat
-    from agctl.usage import with_known_costs
+    from agctl.usage import all_free, with_known_costs
 
     session = with_known_costs(info.session, prices)
     return {
@@ -47,6 +47,7 @@ def session_row(info: SessionInfo, current: str | None, prices: Prices) -> dict[
         "turn_count": session.turn_count,
         "current_slot": session.current_slot,
         "cost": session.cost.cost,
+        "free": all_free(session),
     }
 
 
@@ -193,7 +194,7 @@ def list_(app: App, limit: int | None) -> None:
             "mark": "*" if row["current"] else "",
             "created_at": row["created_at"][:16].replace("T", " "),
             "parent": parent_label(row),
-            "cost": cost_text(row["cost"]),
+            "cost": cost_text(row["cost"], free=row["free"]),
         }
         for row in rows
     ]
@@ -225,7 +226,7 @@ def show(app: App, session_id: str | None) -> None:
       agctl session show 1q2w --json
     """
     from agctl.cli.slot import slot_row
-    from agctl.usage import cost_text, with_known_costs
+    from agctl.usage import all_free, cost_text, with_known_costs
 
     sid = app.session_id(session_id)
     session = with_known_costs(app.store.load_session(sid), app.prices)
@@ -250,14 +251,16 @@ def show(app: App, session_id: str | None) -> None:
         "turns": session.turn_count,
         "tokens": f"{session.cost.prompt_tokens} prompt + "
         f"{session.cost.completion_tokens} completion",
-        "cost": cost_text(session.cost.cost),
+        "cost": cost_text(session.cost.cost, free=all_free(session)),
         "memory keys": len(session.memory),
         "slots": ", ".join(s["id"] for s in payload["slots"]),
     }
     for model, usage in sorted(session.cost.by_model.items()):
+        free = usage.free_requests
+        unbilled = f", {free} free: offline or from a cassette" if 0 < free < usage.requests else ""
         summary[f"cost of {model}"] = (
-            f"{cost_text(usage.cost)} ({usage.requests} request"
-            f"{'s' if usage.requests != 1 else ''}, {usage.prompt_tokens} "
+            f"{cost_text(usage.cost, free=free == usage.requests > 0)} ({usage.requests} "
+            f"request{'s' if usage.requests != 1 else ''}{unbilled}, {usage.prompt_tokens} "
             f"prompt + {usage.completion_tokens} completion tokens)"
         )
     app.emit(summary)

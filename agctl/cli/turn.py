@@ -22,12 +22,12 @@ from agctl.cli.output import echo, secho
 from agctl.vocab import CHECK_MODES, SYNC_MODES
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from agctl.hooks import Hooks
     from agctl.providers.base import Event
     from agctl.setup import ModelChoice, ModelSetup, ToolsChoice
-    from agctl.steps import ToolBox
+    from agctl.steps import CallRecord, ToolBox
     from agctl.tools import Answer
 
 
@@ -67,6 +67,8 @@ class StreamPrinter:
         self.show_text = show_text
         self.printed = False
         self.in_reasoning = False
+        # The streamed text stopped mid-line: a line on stderr starts on a new one.
+        self.mid_line = False
 
     def __call__(self, event: Event) -> None:
         if self.jsonl:
@@ -86,6 +88,58 @@ class StreamPrinter:
             echo(event.text, nl=False)
             sys.stdout.flush()
             self.printed = True
+            self.mid_line = not event.text.endswith("\n")
+
+    def ends_line(self) -> bool:
+        """Whether the text streamed so far stopped mid-line on the terminal stderr also
+        writes to (then it has ended now)."""
+        mid_line, self.mid_line = self.mid_line, False
+        return mid_line and sys.stdout.isatty() and sys.stderr.isatty()
+
+
+# The most characters of a call's tool name, and of its arguments, that its line shows.
+CALL_ARGUMENTS_SHOWN = 60
+
+
+def call_line(record: CallRecord) -> str:
+    """A tool call and how it ended, on one line for people: its name and arguments
+    escaped (the model chose them) and cut short."""
+    from agctl.cli.output import escaped
+
+    name, arguments = (
+        text if len(text) <= CALL_ARGUMENTS_SHOWN else text[: CALL_ARGUMENTS_SHOWN - 1] + "…"
+        for text in (record.name, record.arguments)
+    )
+    if record.outcome == "error" and record.output_bytes is not None:
+        ended = "could not start (no such program, or not allowed to run), not run"
+    elif record.outcome == "ran":
+        size = record.output_bytes
+        printed = f", {size} byte{'' if size == 1 else 's'}" if size is not None else ""
+        ended = f"exit {record.exit}{printed}, {record.duration_ms} ms"
+    else:
+        ended = {
+            "denied": "denied, not run",
+            "error": "refused (unknown tool or invalid arguments), not run",
+            "replayed": "answered from the cassette, not run",
+        }.get(record.outcome, f"{record.outcome}, not run")
+    return f"tool {escaped(name)}({escaped(arguments)}) → {ended}"
+
+
+def call_printer(
+    app: App, shown: bool, mid_line: Callable[[], bool]
+) -> Callable[[CallRecord], None] | None:
+    """Shows each tool call of a turn on stderr as it is answered, on a line of its own
+    (`mid_line`: whether the cursor is not at the start of one); none with --json,
+    --jsonl or --quiet (the calls are in the JSON's steps)."""
+    if not shown or app.json or app.quiet:
+        return None
+
+    def show(record: CallRecord) -> None:
+        if mid_line():
+            echo(err=True)
+        echo(call_line(record), err=True)
+
+    return show
 
 
 @command.command("send")
@@ -210,7 +264,11 @@ def send(
     9 once the other calls of the reply ran, and its draft keeps the calls waiting
     ('agctl draft show' lists them): decide later with --resume-draft and --approve-call
     or --deny-call, each a call's ID or all, repeatable, offering the same tools again.
-    --approve auto|never decides every call of the turn instead.
+    --approve auto|never decides every call of the turn instead. Each call shows on
+    stderr as it is answered, one line: the tool, its arguments (escaped, cut short),
+    then its exit, the bytes it printed and its time, or that it was denied, refused
+    (unknown tool, invalid arguments) or answered from the cassette; not with --json,
+    --jsonl or -q, whose JSON has the calls in its steps.
 
     \b
     Examples:
@@ -268,6 +326,7 @@ def send(
         tools=toolbox,
         hooks=hooks,
         if_unchanged=if_unchanged,
+        on_call=call_printer(app, not jsonl, lambda: printer.ends_line()),
         **loop,
     )
     if dry_run:
@@ -303,7 +362,7 @@ def send(
 
             usage = result.usage
             tokens = f"{usage.prompt_tokens}+{usage.completion_tokens} tokens" if usage else ""
-            cost = f" · {cost_text(result.cost)}" if usage else ""
+            cost = f" · {cost_text(result.cost, free=result.free)}" if usage else ""
             secho(
                 f"[turn {result.turn} · {result.slot_id} · {result.model} · {tokens}{cost}]",
                 dim=True,
@@ -484,6 +543,7 @@ def replay(
             tools=toolbox,
             hooks=hooks,
             if_unchanged=if_unchanged,
+            on_call=call_printer(app, True, lambda: bar is not None),
             **loop,
         )
         provider = setup.provider(record=record)

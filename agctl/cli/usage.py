@@ -24,7 +24,10 @@ def command(app: App, since: str | None) -> None:
     the slots made at or after DATE (each reply once, however many slots or forked
     sessions hold a copy), priced at today's prices; replies removed, compressed or
     rolled back since are not counted. A model with no price makes its cost, and the
-    total, "unpriced" (null in JSON).
+    total, "unpriced" (null in JSON). Requests answered by the offline provider or from
+    a cassette cost nothing, whatever their model's price: a row of only those reads
+    "free" (cost 0 in JSON), and free_requests counts them. Turns sent before agctl
+    told them apart were priced as their model.
 
     \b
     Examples:
@@ -33,7 +36,7 @@ def command(app: App, since: str | None) -> None:
       agctl usage --since 2026-01-31T09:00:00Z --json | jq '.total.cost'
     """
     from agctl.cli.output import table
-    from agctl.usage import cost_text, parse_since, usage_report
+    from agctl.usage import parse_since, usage_report
 
     start = parse_since(since) if since is not None else None
     report = usage_report(app.store, app.prices, start)
@@ -41,7 +44,7 @@ def command(app: App, since: str | None) -> None:
         app.emit(report.to_dict())
         return
     rows = [
-        {**row.to_dict(), "cost": cost_text(row.cost)}
+        {**row.to_dict(), "cost": row.cost_text()}
         for row in [*(report.models[name] for name in sorted(report.models)), report.total]
     ]
     columns = [

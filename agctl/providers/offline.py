@@ -18,6 +18,7 @@ from agctl.providers.base import (
     ReasoningDelta,
     TextDelta,
     ToolCallDelta,
+    TurnContext,
     Usage,
 )
 from agctl.tokens import MESSAGE_OVERHEAD, estimate_content, estimate_text
@@ -135,29 +136,48 @@ def offline_summary(transcript: str, limit: int = 12) -> str:
 
 
 class OfflineProvider:
-    """Replies that name the slot, the turn and the last user message; or a script's replies."""
+    """Replies that name the slot, the turn and the last user message; or a script's replies.
+
+    A script is read from its first entry by each provider made for it, so by each
+    command (`turn send --script`, `turn replay --script`): the first turn the command
+    sends gets entry 1, the next turn entry 2, whatever turns the session had before.
+    A turn's tool-loop steps take the steps of its entry, by their number in the turn."""
 
     name = "offline"
 
     def __init__(self, script: list[ScriptedTurn] | None = None) -> None:
         self.script = script
+        # The turns this provider has answered: (session, slot, turn) of the last one,
+        # and how many, so that a turn's later steps keep its entry.
+        self._last_turn: tuple[str, str, int] | None = None
+        self._turns = 0
+
+    def _scripted_turn(self, context: TurnContext) -> int:
+        """The number of the script entry for this request: the next one for a new turn."""
+        key = (context.session_id, context.slot_id, context.turn)
+        if key != self._last_turn:
+            self._last_turn = key
+            self._turns += 1
+        return self._turns
 
     def _reply(self, request: ChatRequest) -> ScriptedReply:
         context = request.context
         if context.purpose == "summary":
             return ScriptedReply(content=offline_summary(_last_user_text(request.messages)))
         if self.script is not None:
-            if context.turn > len(self.script):
+            number = self._scripted_turn(context)
+            if number > len(self.script):
                 raise ProviderError(
-                    f"the offline script has {len(self.script)} replies; "
-                    f"turn {context.turn} has none"
+                    f"the offline script has {len(self.script)} replies, one a turn this "
+                    f"command sends; its turn {number} (the session's turn {context.turn}) "
+                    "has none"
                 )
-            replies = self.script[context.turn - 1]
+            replies = self.script[number - 1]
             if isinstance(replies, ScriptedReply):
                 return replies
             if context.step > len(replies):
                 raise ProviderError(
-                    f"the offline script has {len(replies)} steps for turn {context.turn}; "
+                    f"the offline script has {len(replies)} steps for reply {number}; "
                     f"step {context.step} has none"
                 )
             return replies[context.step - 1]

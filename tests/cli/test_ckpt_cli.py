@@ -349,7 +349,12 @@ def test_a_failed_turn_leaves_the_checkpoints_alone(
     assert send(run, "one", "--script", str(script))["checkpoint"] is not None
     ids = as_json(run("ckpt", "list", "--json"))
     checkpoints = data_dir_files(isolated_env, SID)
-    fails(run("turn", "send", "two", "--script", str(script)), EXIT_PROVIDER, "turn 2 has none")
+    script.write_text("[]")
+    fails(
+        run("turn", "send", "two", "--script", str(script)),
+        EXIT_PROVIDER,
+        "turn 1 (the session's turn 2) has none",
+    )
     assert as_json(run("ckpt", "list", "--json")) == ids
     after = data_dir_files(isolated_env, SID)
     assert json.loads(after.pop(draft_file(SID)))["prompt"] == "two"

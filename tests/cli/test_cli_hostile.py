@@ -28,6 +28,8 @@ from test_json_everywhere import INVOCATIONS, leaf_commands
 from agctl.cli import cli
 
 DOCUMENTED_EXIT_CODES = {*range(11), 130}
+# Commands whose exit 1 is an answer, said by the status alone (grep's "no match").
+QUIET_EXIT_1 = {"search"}
 NOT_UTF8 = os.fsdecode(b"caf\xe9")  # what Python makes of the bytes on a command line
 HOSTILE = {
     "not-utf8": NOT_UTF8,
@@ -170,7 +172,7 @@ def cut(text: str, limit: int = 300) -> str:
     )
 
 
-def problem(result: Result) -> str | None:
+def problem(result: Result, args: Sequence[str] = ()) -> str | None:
     """What is wrong with how a command ended, if anything."""
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         assert result.exc_info is not None
@@ -180,7 +182,8 @@ def problem(result: Result) -> str | None:
         return "a traceback in the output:\n" + cut(result.output[-3000:])
     if result.exit_code not in DOCUMENTED_EXIT_CODES:
         return f"exit code {result.exit_code}, not a documented one: {cut(result.output)}"
-    if result.exit_code != 0 and not result.stderr.strip():
+    quiet = result.exit_code == 1 and bool(QUIET_EXIT_1.intersection(args))
+    if result.exit_code != 0 and not result.stderr.strip() and not quiet:
         return f"exit code {result.exit_code} with nothing on stderr"
     return None
 
@@ -195,7 +198,7 @@ def run_hostile(world: World, args: list[str], env: Mapping[str, str | None]) ->
         signal.setitimer(signal.ITIMER_REAL, 0)
     if isinstance(result.exception, Hang):
         return str(result.exception)
-    return problem(result)
+    return problem(result, args)
 
 
 def shown(args: list[str]) -> str:

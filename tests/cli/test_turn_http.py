@@ -670,8 +670,16 @@ def test_a_recorded_conversation_replays_offline_in_a_new_session(
 
     result = send(run, PROMPTS[2], "--cassette", str(cassette), "--json")
     assert json_out(result)["usage"] == {"prompt_tokens": 40, "completion_tokens": 3}
-    assert conversation(store, "rep") == recorded
-    assert store.load_session("rep").cost == store.load_session("rec").cost
+    replayed = conversation(store, "rep")
+    for message in replayed[1::2]:  # the same replies, each marked as costing nothing
+        assert message["usage"].pop("free") is True
+    assert replayed == recorded
+    billed, free = store.load_session("rec").cost, store.load_session("rep").cost
+    assert free.model_dump(exclude={"cost", "by_model"}) == billed.model_dump(
+        exclude={"cost", "by_model"}
+    )
+    assert (billed.cost, free.cost) == (None, 0.0)  # fake-model has no price; replays cost 0
+    assert free.by_model[MODEL].free_requests == free.by_model[MODEL].requests == 3
 
 
 def test_a_failed_turn_records_nothing(

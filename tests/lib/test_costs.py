@@ -1,5 +1,9 @@
 """Costs that tell the truth: an unpriced model's cost is unknown ("unpriced", null), never
-$0.0000; cost per model in session show; a COST column in session list; `agctl usage`."""
+$0.00; cost per model in session show; a COST column in session list; `agctl usage`.
+
+Turns here are answered by providers that bill (a server, or the offline model's replies
+under another name): the offline provider's own turns are free (tests/lib/test_free.py).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
+from fake_openai import FakeOpenAI
 from terminal import on_terminal
 
 from agctl.checkpoints import Checkpointer
@@ -36,15 +41,29 @@ UNPRICED = "mystery-1"  # no price table knows it
 PRICES = {"priced-1": (1_000_000.0, 2_000_000.0)}  # $1 a prompt token, $2 a completion token
 
 
+class Billed(OfflineProvider):
+    """The offline model's replies from a provider that bills them, as a server does."""
+
+    name = "billed"
+
+
+@pytest.fixture(autouse=True)
+def billed(server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's turns go to a real server on loopback, as the model "offline" (priced 0)
+    unless --model says otherwise."""
+    monkeypatch.setenv("AGCTL_PROVIDER", "openai")
+    monkeypatch.setenv("AGCTL_BASE_URL", server.base_url)
+    monkeypatch.setenv("AGCTL_API_KEY", "sk-test")
+    monkeypatch.setenv("AGCTL_MODEL", "offline")
+
+
 def ok(result: Result) -> Result:
     assert result.exit_code == 0, (result.stdout, result.stderr)
     return result
 
 
 def turn(store: Store, sid: str, model: str, prompt: str = "hi") -> float | None:
-    result = send_turn(
-        store, sid, prompt, OfflineProvider(), TurnOptions(model=model, prices=PRICES)
-    )
+    result = send_turn(store, sid, prompt, Billed(), TurnOptions(model=model, prices=PRICES))
     assert result.usage is not None
     return result.cost
 
@@ -80,7 +99,7 @@ def test_an_unknown_cost_stays_unknown_when_later_requests_are_priced(store: Sto
         store,
         "s",
         "again",
-        OfflineProvider(),
+        Billed(),
         TurnOptions(model=UNPRICED, prices={UNPRICED: (1, 1)}),
     )
     entry = store.load_session("s").cost.by_model[UNPRICED]
@@ -103,8 +122,8 @@ def test_add_costs_and_cost_text() -> None:
     assert add_costs([]) == 0.0
     assert (cost_text(None), cost_text(0.0), cost_text(0.12345)) == (
         "unpriced",
-        "$0.0000",
-        "$0.1235",
+        "$0.00",
+        "$0.12",
     )
 
 
@@ -214,6 +233,7 @@ def test_usage_since_counts_replies_at_or_after_the_date_once_each(store: Store)
         {
             "model": "priced-1",
             "requests": 1,
+            "free_requests": 0,
             "prompt_tokens": new_reply.usage["prompt_tokens"],
             "completion_tokens": new_reply.usage["completion_tokens"],
             "cost": new_reply.usage["prompt_tokens"] + 2.0 * new_reply.usage["completion_tokens"],
@@ -247,11 +267,11 @@ def test_turn_send_json_gives_null_for_an_unpriced_model(run: Run) -> None:
 
 def test_session_show_lists_cost_per_model_and_unpriced(run: Run, mixed: None) -> None:
     text = ok(run("session", "show")).stdout
-    assert "$0.0000 (1 request," in text
+    assert "$0.00 (1 request," in text
     lines = {line.split("  ")[0]: line for line in text.splitlines()}
     assert lines["cost"].split() == ["cost", "unpriced"]
     assert lines[f"cost of {UNPRICED}"].split()[3:6] == ["unpriced", "(2", "requests,"]
-    assert lines["cost of offline"].split()[3] == "$0.0000"
+    assert lines["cost of offline"].split()[3] == "$0.00"
     data = json.loads(ok(run("--json", "session", "show")).stdout)
     assert data["cost"]["cost"] is None
     assert data["cost"]["by_model"][UNPRICED]["cost"] is None
@@ -266,7 +286,7 @@ def test_session_list_has_a_cost_column(run: Run, mixed: None) -> None:
     assert header[:5] == ["ID", "CREATED", "TURNS", "COST", "SLOT"]
     rows = {line.split()[1] if line.startswith("*") else line.split()[0]: line for line in text}
     assert "unpriced" in rows["s"].split()
-    assert "$0.0000" in rows["free"].split()
+    assert "$0.00" in rows["free"].split()
     data = {row["id"]: row for row in json.loads(ok(run("--json", "session", "list")).stdout)}
     assert (data["s"]["cost"], data["free"]["cost"]) == (None, 0.0)
 
@@ -282,7 +302,7 @@ def test_usage_command_text_and_json(run: Run, mixed: None) -> None:
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line.strip()}
     assert rows["MODEL"] == ["MODEL", "REQUESTS", "PROMPT", "COMPLETION", "COST"]
     assert rows[UNPRICED][1] == "2" and rows[UNPRICED][-1] == "unpriced"
-    assert rows["offline"][1] == "1" and rows["offline"][-1] == "$0.0000"
+    assert rows["offline"][1] == "1" and rows["offline"][-1] == "$0.00"
     assert rows["total"][1] == "3" and rows["total"][-1] == "unpriced"
     assert "counted: the accounts of 1 session(s)" in text
     data = json.loads(ok(run("--json", "usage")).stdout)
@@ -314,7 +334,7 @@ def test_no_dollar_zero_for_an_unpriced_model_anywhere(run: Run, store: Store) -
         ("usage",),
         ("usage", "--since", "2000-01-01"),
     ):
-        assert "$0.0000" not in ok(run(*args)).stdout, args
+        assert "$0.00" not in ok(run(*args)).stdout, args
 
 
 def test_the_turn_status_line_on_a_terminal_says_unpriced(
@@ -349,4 +369,4 @@ def test_no_command_shows_an_old_zero_of_an_unpriced_model(run: Run, store: Stor
     assert held["by_model"][UNPRICED]["cost"] is None
     for args in (("session", "show"), ("session", "list"), ("ckpt", "show", checkpoint)):
         text = ok(run(*args)).stdout
-        assert "unpriced" in text and "$0.0000" not in text, args
+        assert "unpriced" in text and "$0.00" not in text, args

@@ -185,11 +185,11 @@ def test_a_turn_failing_after_it_wrote_in_a_group_is_undone_alone(
     real = agctl.turns.account
     counted: list[int] = []
 
-    def failing(session: Any, *args: Any) -> None:
+    def failing(session: Any, *args: Any, **kwargs: Any) -> None:
         counted.append(session.turn_count)
         if len(counted) == 30:
             raise StoreError("the disk went away")
-        real(session, *args)
+        real(session, *args, **kwargs)
 
     monkeypatch.setattr(agctl.turns, "account", failing)
     options = TurnOptions(model="offline", checkpoint=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from terminal import HOSTILE_TEXT, on_terminal, raw_controls
 
 from agctl.errors import NotFound, UsageError
 from agctl.models import Message
-from agctl.search import Matcher, find_messages, raw_text, search, snippet
+from agctl.search import Matcher, RegexTimeout, find_messages, raw_text, search, snippet
 from agctl.store import Store
 
 Run = Callable[..., Result]
@@ -203,10 +205,62 @@ def test_the_selected_session_does_not_narrow_the_search(
     assert run("search", "hello").stdout.count("\n") == 5
 
 
-def test_no_hit_prints_nothing_and_succeeds(run: Run, sessions: Store) -> None:
-    for args in (["search", "absent"], ["search", "absent", "--json"]):
+def test_no_hit_prints_nothing_and_exits_1_as_grep_does(run: Run, sessions: Store) -> None:
+    """JSON lines print no line for no hit (a `[]` would be a line jq reads as a hit)."""
+    for args in (["search", "absent"], ["search", "absent", "--json"], ["search", "x$", "--regex"]):
         result = run(*args)
-        assert (result.exit_code, result.stdout) == (0, "")
+        assert (result.exit_code, result.stdout, result.stderr) == (1, "", "")
+    assert run("search", "hello", "-n", "1").exit_code == 0
+
+
+def test_a_runaway_regex_stops_with_exit_2_saying_so(store: Store, isolated_env: Path) -> None:
+    """`(a+)+$` over 41 a's and a b backtracked for 20 s and more under re; the regex
+    module answers it at once, and one it cannot, `(a|aa)+$`, is stopped by the time
+    limit. A real process, bounded from outside, so that a regression fails, not hangs."""
+    store.create_session("s")
+    add_said(store, "s", "a" * 41 + "b")
+    env = {**os.environ, "AGCTL_DATA_DIR": str(isolated_env), "PYTHONIOENCODING": "utf-8"}
+
+    def search(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "agctl", "search", "--regex", *args]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+
+    answered = search("(a+)+$")
+    assert (answered.returncode, answered.stdout, answered.stderr) == (1, "", "")
+    stopped = search("(a|aa)+$", "--regex-timeout", "0.5")
+    assert stopped.returncode == 2, stopped.stderr
+    assert "'(a|aa)+$' was stopped after matching for 0.5 s" in stopped.stderr
+    assert "--regex-timeout" in stopped.stderr
+    assert stopped.stdout == "" and "Traceback" not in stopped.stderr
+    as_json = search("(a|aa)+$", "--json")
+    assert as_json.returncode == 2
+    assert json.loads(as_json.stderr)["error"]["type"] == "RegexTimeout"
+    invalid = search("nee(")
+    assert invalid.returncode == 2 and "invalid regular expression 'nee('" in invalid.stderr
+
+
+def test_the_time_limit_is_for_the_whole_search() -> None:
+    """Each text gets only what the texts before it left: many slow texts stop too."""
+    matcher = Matcher("(a|aa)+$", regex=True, timeout=0.2)
+    with pytest.raises(RegexTimeout):
+        for _ in range(100):
+            matcher.search("a" * 24 + "b")
+    assert Matcher("(a|aa)+$", regex=True).search("a" * 8 + "b") is None
+
+
+@pytest.mark.parametrize("timeout", [0.0, -1.0, float("nan")])
+def test_a_time_limit_must_be_above_0(timeout: float) -> None:
+    with pytest.raises(UsageError, match="above 0"):
+        Matcher("a", regex=True, timeout=timeout)
+
+
+def test_what_re_refuses_the_regex_module_reads(run: Run, store: Store) -> None:
+    """The syntax the help names: Unicode properties; a nested set warns nothing."""
+    store.create_session("s")
+    add_said(store, "s", "Größe 42")
+    assert Matcher(r"\p{Lu}\p{Ll}+", regex=True).search("Größe 42") == (0, 5)
+    result = run("search", "--regex", "[[a-z]+", "-s", "s")
+    assert (result.exit_code, result.stderr) == (0, "")
 
 
 @pytest.mark.parametrize(

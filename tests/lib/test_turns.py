@@ -106,7 +106,7 @@ def test_script_answers_by_turn_and_fails_past_the_end(
     call = second.reply.tool_calls[0]
     assert (call.function.name, call.function.arguments) == ("lookup", '{"q": 1}')
     before = data_dir_files(store.root)
-    with pytest.raises(ProviderError, match="2 replies; turn 3 has none"):
+    with pytest.raises(ProviderError, match=r"2 replies, .* its turn 3 \(the session's turn 3\)"):
         send_turn(store, sid, "three", provider, OPTIONS)
     after = data_dir_files(store.root)
     draft = after.pop(draft_file("s"))
@@ -237,7 +237,7 @@ def test_a_turn_whose_accounting_fails_writes_none_of_it(
     """One unit of work: messages, count and cost, and checkpoints commit together."""
     from agctl import turns
 
-    def unaccounted(*args: object) -> None:
+    def unaccounted(*args: object, **kwargs: object) -> None:
         raise StoreError("cannot count the turn")
 
     before = data_dir_files(store.root)

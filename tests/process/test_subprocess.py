@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-HEAVY = ("httpx", "pydantic", "pydantic_core", "orjson", "platformdirs")
+HEAVY = ("httpx", "pydantic", "pydantic_core", "orjson", "platformdirs", "regex")
 
 
 @pytest.fixture

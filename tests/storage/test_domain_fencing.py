@@ -193,7 +193,7 @@ class Echo:
 def test_a_fenced_tool_loop_is_not_tripped_by_its_own_step_log(session: Store) -> None:
     """Each step's results are kept in the draft as they come: the slot does not move."""
     call = {"id": "c1", "name": "echo", "arguments": "{}"}
-    script = [ScriptedReply(), [ScriptedReply(tool_calls=[call]), ScriptedReply("done")]]
+    script = [[ScriptedReply(tool_calls=[call]), ScriptedReply("done")]]
     options = TurnOptions(model="offline", tools=Echo(), if_unchanged=True)
 
     result = send_turn(session, SID, "use the tool", OfflineProvider(script), options)
