@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 from fake_openai import FakeOpenAI
-from helpers import as_json, fails, ok
+from helpers import as_json, fails, fails_with_message, ok
 
 from agctl.store import Store
 
@@ -84,5 +84,9 @@ def test_the_cap_per_turn_counts_every_reply_of_the_turn(
     """3 calls run; the next reply's 2 would make 5 of at most 4: none of them runs."""
     server.reply(tool_calls=calls(3, "a"))
     server.reply(tool_calls=calls(2, "b"))
-    fails(send(run, "go", "--max-calls-per-turn", "4"), 10, "5 tool calls in this turn", "(4)")
+    # The 3 calls that ran show their lines on stderr before the error.
+    result = fails_with_message(
+        send(run, "go", "--max-calls-per-turn", "4"), 10, "5 tool calls in this turn", "(4)"
+    )
+    assert result.stderr.count("\nagctl: error: ") == 1
     assert runs(home) == 3
