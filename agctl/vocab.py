@@ -108,6 +108,7 @@ CONFIG_KEYS: tuple[str, ...] = (
     "lock_timeout",
     "store.url",
     "store.schema",
+    "store.shared_schema_owner",
     "prices.MODEL",
     "profiles.NAME",
     "tools.NAME",

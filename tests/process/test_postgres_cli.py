@@ -162,3 +162,109 @@ def test_store_copy_file_to_postgres_to_file_keeps_the_history(
         assert export({**files, "AGCTL_STORE": str(back)}, sid) == export(on_source, sid)
     same = agctl(env, "store", "copy", shared, shared)
     assert same.returncode == 2 and "same store" in same.stderr
+
+
+# ---- a schema another role owns -------------------------------------------------------
+
+
+def as_role(url: str, role: str, **params: str) -> str:
+    """`url` (the test server's, as its superuser) connecting as `role` instead."""
+    from pgserver import ROLE
+
+    url = url.replace(f"postgresql://{ROLE}@", f"postgresql://{role}@", 1)
+    return url + "".join(f"&{key}={value}" for key, value in params.items())
+
+
+@pytest.fixture
+def squatted(
+    env: dict[str, str], pg_server: PgServer, pg_database: str, pg_store: PgStore
+) -> tuple[str, str]:
+    """An attacker role that made the store's schema first (with `agctl store migrate`,
+    as itself) and granted the victim role all it needs to use it, as a squatter would:
+    (attacker, victim). Neither is a superuser; both may create schemas."""
+    attacker, victim = f"mallory_{pg_store.schema}", f"victim_{pg_store.schema}"
+    pg_server.execute(
+        f"CREATE ROLE {attacker} LOGIN; CREATE ROLE {victim} LOGIN; "
+        f"GRANT CREATE ON DATABASE {pg_database} TO {attacker}, {victim}",
+        pg_database,
+    )
+    ok(agctl({**env, "AGCTL_STORE": as_role(pg_store.dsn, attacker)}, "store", "migrate"))
+    pg_server.execute(
+        f"SET ROLE {attacker}; "
+        f"GRANT USAGE ON SCHEMA {pg_store.schema} TO {victim}; "
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {pg_store.schema} "
+        f"TO {victim}; "
+        f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {pg_store.schema} TO {victim}; "
+        f"GRANT USAGE ON SCHEMA {pg_store.schema} TO PUBLIC",
+        pg_database,
+    )
+    return attacker, victim
+
+
+def test_a_schema_another_role_made_first_is_refused_naming_its_owner(
+    env: dict[str, str], squatted: tuple[str, str], pg_store: PgStore
+) -> None:
+    attacker, victim = squatted
+    mine = {**env, "AGCTL_STORE": as_role(pg_store.dsn, victim)}
+    for args in (["session", "new", SID], ["session", "list"], ["store", "migrate"]):
+        done = agctl(mine, *args)
+        assert done.returncode == 5, (args, done.stderr)
+        assert f"owned by role '{attacker}'" in done.stderr
+        assert "shared_schema_owner" in done.stderr
+
+
+def test_a_shared_schema_is_used_when_its_owner_is_named_in_the_url_or_the_config(
+    env: dict[str, str], squatted: tuple[str, str], pg_store: PgStore
+) -> None:
+    attacker, victim = squatted
+    named = {**env, "AGCTL_STORE": as_role(pg_store.dsn, victim, shared_schema_owner=attacker)}
+    ok(agctl(named, "session", "new", SID))
+    ok(agctl(named, "-s", SID, "turn", "send", "into the shared schema"))
+    configured = {**env, "AGCTL_STORE": as_role(pg_store.dsn, victim)}
+    ok(agctl(configured, "config", "set", "store.shared_schema_owner", attacker))
+    listed = json.loads(ok(agctl(configured, "-s", SID, "msg", "list", "--json")))
+    assert [m["content"] for m in listed if m["role"] == "user"] == ["into the shared schema"]
+    other = agctl({**named, "AGCTL_STORE": as_role(pg_store.dsn, victim, shared_schema_owner="x")},
+                  "session", "list")  # fmt: skip
+    assert other.returncode == 5 and f"owned by role '{attacker}'" in other.stderr
+
+
+def test_status_shows_the_owner_and_who_else_may_read(
+    env: dict[str, str], squatted: tuple[str, str], pg_store: PgStore
+) -> None:
+    attacker, victim = squatted
+    mine = {**env, "AGCTL_STORE": as_role(pg_store.dsn, victim)}
+    refused = agctl(mine, "store", "status")
+    assert refused.returncode == 5, refused.stderr
+    assert f"owner: {attacker} (not {victim} or a role of it: refused)" in refused.stdout
+    assert f"owned by role '{attacker}'" in refused.stderr
+    others = refused.stdout.split("others who may read: ", 1)[1]
+    assert "PUBLIC (USAGE on the schema)" in others
+    assert f"{victim} (USAGE on the schema, SELECT on 7 table(s))" in others
+    shared = {**mine, "AGCTL_STORE": as_role(pg_store.dsn, victim, shared_schema_owner=attacker)}
+    data = json.loads(ok(agctl(shared, "store", "status", "--json")))
+    access = data["access"]
+    assert (access["user"], access["owner"], access["access"]) == (victim, attacker, "shared")
+    readers = {r["role"]: r for r in access["readers"]}
+    assert set(readers) == {"PUBLIC", victim}
+    assert readers["PUBLIC"] == {"role": "PUBLIC", "schema_usage": True, "tables": []}
+    assert readers[victim]["schema_usage"] and "sessions" in readers[victim]["tables"]
+    assert data["sessions"] == 0
+
+
+def test_ones_own_schema_is_used_and_private(
+    env: dict[str, str], squatted: tuple[str, str], pg_store: PgStore
+) -> None:
+    _attacker, victim = squatted
+    mine = {**env, "AGCTL_STORE": as_role(pg_store.dsn, victim),
+            "AGCTL_STORE_SCHEMA": f"{pg_store.schema}_own"}  # fmt: skip
+    before = json.loads(ok(agctl(mine, "store", "status", "--json")))["access"]
+    assert (before["owner"], before["access"]) == (None, "none")
+    ok(agctl(mine, "session", "new", SID))
+    ok(agctl(mine, "-s", SID, "turn", "send", "mine"))
+    status = agctl(mine, "store", "status")
+    assert status.returncode == 0, status.stderr
+    assert f"owner: {victim} (you)" in status.stdout
+    assert "others who may read: none" in status.stdout
+    access = json.loads(ok(agctl(mine, "store", "status", "--json")))["access"]
+    assert (access["owner"], access["access"], access["readers"]) == (victim, "own", [])

@@ -906,8 +906,11 @@ class PostgresBackend(_Reading):
     sources: PGPASSFILE, PGSERVICE, the environment); `schema`: where the tables are;
     `local_dir`: this machine's data dir, which keeps the current-session pointer;
     `auto_migrate`: run the migrations the schema is behind on when first connecting
-    (and refuse one from a newer agctl), as every command but `store status` does;
-    `connect_patience`: seconds to wait out a server that cannot take connections yet."""
+    (and refuse one from a newer agctl, or one another role owns), as every command but
+    `store status` does; `connect_patience`: seconds to wait out a server that cannot
+    take connections yet; `shared_owner`: the role other than the connecting one (and
+    those it is a member of) whose schema and tables are accepted (see
+    agctl.storage.postgres.schema.check_owner)."""
 
     kind = "postgresql"
     latest_version = pg_schema.VERSION
@@ -920,8 +923,10 @@ class PostgresBackend(_Reading):
         local_dir: Path,
         auto_migrate: bool = True,
         connect_patience: float | None = None,
+        shared_owner: str | None = None,
     ) -> None:
         self.dsn = dsn
+        self.shared_owner = shared_owner
         # How long a connect waits out a server that is not there yet (None: the default,
         # CONNECT_PATIENCE; 0: one attempt, for a TAB that must not hang).
         self.connect_patience = connect_patience
@@ -974,15 +979,20 @@ class PostgresBackend(_Reading):
 
     def migrate(self, conn: Conn | None = None) -> list[int]:
         """Run the migrations the schema is behind on, each in its own transaction;
-        the versions reached. A schema from a newer agctl is refused (exit 5)."""
+        the versions reached. A schema another role owns, unless it is `shared_owner`,
+        and one from a newer agctl are refused (exit 5)."""
         if conn is None:
             with self._connection() as fresh:
                 return self.migrate(fresh)
-        found = pg_schema.stored_version(conn, self.schema)
+        state = pg_schema.schema_state(conn, self.schema)
+        pg_schema.check_owner(state, self.where, self.shared_owner)
+        found = state.version
         self.check_version(found)
         reached = []
         while found < pg_schema.VERSION:
-            step = pg_schema.migrate_step(conn, self.schema, pg_schema.VERSION)
+            step = pg_schema.migrate_step(
+                conn, self.schema, pg_schema.VERSION, self.where, self.shared_owner
+            )
             if step is None:
                 break
             reached.append(step)
@@ -999,6 +1009,37 @@ class PostgresBackend(_Reading):
     def version(self) -> int:
         with self._connection() as conn:
             return pg_schema.stored_version(conn, self.schema)
+
+    def access(self) -> dict[str, Any]:
+        """Whose the schema is and who else may read it (`store status`), and whether
+        this backend uses it ("own", "member", "shared": the accepted `shared_owner`'s,
+        "refused", or "none": no schema yet)."""
+        with self._connection() as conn:
+            state = pg_schema.schema_state(conn, self.schema)
+            found = pg_schema.readers(conn, self.schema) if state.owner is not None else None
+        try:
+            pg_schema.check_owner(state, self.where, self.shared_owner)
+            refusal = None
+        except DataError as exc:
+            refusal = str(exc)
+        if state.owner is None:
+            verdict = "none"
+        elif refusal is not None:
+            verdict = "refused"
+        elif state.owner == state.user:
+            verdict = "own"
+        else:
+            verdict = "member" if state.owner_is_ours else "shared"
+        members, grants = found if found is not None else ([], [])
+        return {
+            "user": state.user,
+            "owner": state.owner,
+            "access": verdict,
+            "refusal": refusal,
+            "owner_members": members,
+            "foreign_tables": [{"table": t, "owner": o} for t, o in state.foreign],
+            "readers": grants,
+        }
 
     def _take_idle(self) -> Conn | None:
         with self._pool_lock:
