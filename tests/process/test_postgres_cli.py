@@ -268,3 +268,44 @@ def test_ones_own_schema_is_used_and_private(
     assert "others who may read: none" in status.stdout
     access = json.loads(ok(agctl(mine, "store", "status", "--json")))["access"]
     assert (access["owner"], access["access"], access["readers"]) == (victim, "own", [])
+
+
+def test_the_readmes_team_layout_is_shared_by_the_members_of_the_team_role(
+    env: dict[str, str], pg_server: PgServer, pg_database: str, pg_store: PgStore
+) -> None:
+    """The README's SQL for a team: a NOLOGIN role owns the schema, its members connect
+    as that role (options=-c role=...), so every table is the team's and each member
+    sees the others' sessions; a non-member is refused."""
+    team, alice, bob, eve = (
+        f"{name}_{pg_store.schema}" for name in ("team", "alice", "bob", "eve")
+    )
+    pg_server.execute(
+        f"CREATE ROLE {team} NOLOGIN; CREATE ROLE {alice} LOGIN; CREATE ROLE {bob} LOGIN; "
+        f"CREATE ROLE {eve} LOGIN; GRANT {team} TO {alice}, {bob}; "
+        f"CREATE SCHEMA {pg_store.schema} AUTHORIZATION {team}",
+        pg_database,
+    )
+    as_team = f"-c%20role%3D{team}"
+    members = [{**env, "AGCTL_STORE": as_role(pg_store.dsn, who, options=as_team)}
+               for who in (alice, bob)]  # fmt: skip
+    ok(agctl(members[0], "session", "new", SID))
+    ok(agctl(members[0], "-s", SID, "turn", "send", "from alice"))
+    ok(agctl(members[1], "-s", SID, "turn", "send", "from bob"))
+    listed = json.loads(ok(agctl(members[1], "-s", SID, "msg", "list", "--json")))
+    assert [m["content"] for m in listed if m["role"] == "user"] == ["from alice", "from bob"]
+    access = json.loads(ok(agctl(members[0], "store", "status", "--json")))["access"]
+    assert (access["owner"], access["access"], access["foreign_tables"]) == (team, "own", [])
+    assert access["owner_members"] == sorted([alice, bob])
+    outsider = agctl({**env, "AGCTL_STORE": as_role(pg_store.dsn, eve)}, "session", "list")
+    assert outsider.returncode == 5 and f"owned by role '{team}'" in outsider.stderr
+
+
+def test_a_role_that_may_not_make_the_schema_is_told_so_without_a_traceback(
+    env: dict[str, str], pg_server: PgServer, pg_database: str, pg_store: PgStore
+) -> None:
+    newcomer = f"newcomer_{pg_store.schema}"
+    pg_server.execute(f"CREATE ROLE {newcomer} LOGIN", pg_database)
+    done = agctl({**env, "AGCTL_STORE": as_role(pg_store.dsn, newcomer)}, "session", "new", SID)
+    assert done.returncode == 1, done.stderr
+    assert "could not be brought up to date: permission denied for database" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -984,19 +984,24 @@ class PostgresBackend(_Reading):
         if conn is None:
             with self._connection() as fresh:
                 return self.migrate(fresh)
-        state = pg_schema.schema_state(conn, self.schema)
-        pg_schema.check_owner(state, self.where, self.shared_owner)
-        found = state.version
-        self.check_version(found)
-        reached = []
-        while found < pg_schema.VERSION:
-            step = pg_schema.migrate_step(
-                conn, self.schema, pg_schema.VERSION, self.where, self.shared_owner
-            )
-            if step is None:
-                break
-            reached.append(step)
-            found = step
+        try:
+            state = pg_schema.schema_state(conn, self.schema)
+            pg_schema.check_owner(state, self.where, self.shared_owner)
+            found = state.version
+            self.check_version(found)
+            reached = []
+            while found < pg_schema.VERSION:
+                step = pg_schema.migrate_step(
+                    conn, self.schema, pg_schema.VERSION, self.where, self.shared_owner
+                )
+                if step is None:
+                    break
+                reached.append(step)
+                found = step
+        except psycopg.Error as exc:  # no right to make the schema or its tables, say
+            raise StoreError(
+                f"the store {self.where} could not be brought up to date: {_first_line(exc)}"
+            ) from None
         return reached
 
     def check_version(self, found: int) -> None:

@@ -124,12 +124,15 @@ def statement(text: str, schema: str) -> Composed:
 
 
 # What a process asks first of its schema: whom it belongs to, whether the connecting
-# role is that role or a member of it, whether it has a meta table, and the relations in
+# role is that role or a member of it, whether it has a meta table it may read (one of a
+# schema closed to it is not read: its owner is what is refused), and the relations in
 # it (tables, sequences, views) that belong to a role the connecting one is not a member of.
 _STATE = """SELECT current_user, pg_catalog.pg_get_userbyid(n.nspowner),
        pg_catalog.pg_has_role(current_user, n.nspowner, 'MEMBER'),
        EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c WHERE c.relnamespace = n.oid
-               AND c.relname = 'meta' AND c.relkind IN ('r', 'p')),
+               AND c.relname = 'meta' AND c.relkind IN ('r', 'p')
+               AND pg_catalog.has_schema_privilege(n.oid, 'USAGE')
+               AND pg_catalog.has_table_privilege(c.oid, 'SELECT')),
        ARRAY(SELECT ARRAY[c.relname::text, pg_catalog.pg_get_userbyid(c.relowner)::text]
              FROM pg_catalog.pg_class AS c WHERE c.relnamespace = n.oid
              AND c.relkind IN ('r', 'p', 'S', 'v', 'm', 'f')
@@ -254,8 +257,10 @@ def migrate_step(
     it since it was found missing)."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"agctl schema {schema}"])
-        conn.execute(statement("CREATE SCHEMA IF NOT EXISTS {s}", schema))
         state = schema_state(conn, schema)
+        if state.owner is None:  # made here (a schema made for the role needs no CREATE)
+            conn.execute(statement("CREATE SCHEMA IF NOT EXISTS {s}", schema))
+            state = schema_state(conn, schema)
         check_owner(state, where, shared_owner)
         conn.execute(statement(META, schema))
         version = state.version
