@@ -127,6 +127,8 @@ class StoreSettings(Model):
     # "schema" is a BaseModel method's name: the field is db_schema, "schema" in the file.
     db_schema: str | None = Field(default=None, alias="schema")
     shared_schema_owner: str | None = None
+    # Seconds a command waits out a PostgreSQL server that does not answer (None: 5).
+    connect_patience: float | None = Field(default=None, ge=0, le=3600, allow_inf_nan=False)
 
     @field_validator("url")
     @classmethod
@@ -159,7 +161,10 @@ class StoreSettings(Model):
 
 def _store_unset(settings: StoreSettings) -> bool:
     return (
-        settings.url is None and settings.db_schema is None and settings.shared_schema_owner is None
+        settings.url is None
+        and settings.db_schema is None
+        and settings.shared_schema_owner is None
+        and settings.connect_patience is None
     )
 
 
@@ -333,7 +338,7 @@ def _check_key(key: str, parts: list[str]) -> None:
             known = ", ".join(model.model_fields) if model else "none"
             raise UsageError(f"unknown field {parts[2]!r} in {key!r} (fields: {known})")
     elif top == "store":
-        fields = ("url", "schema", "shared_schema_owner")
+        fields = ("url", "schema", "shared_schema_owner", "connect_patience")
         if len(parts) != 2 or parts[1] not in fields:
             known = ", ".join(f"store.{field}" for field in fields)
             raise UsageError(f"unknown config key {key!r}; the store's are {known}")

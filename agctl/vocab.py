@@ -109,6 +109,7 @@ CONFIG_KEYS: tuple[str, ...] = (
     "store.url",
     "store.schema",
     "store.shared_schema_owner",
+    "store.connect_patience",
     "prices.MODEL",
     "profiles.NAME",
     "tools.NAME",

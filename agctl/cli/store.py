@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 def _opened(app: App) -> Iterator[Backend]:
     """The chosen store's backend as it is: a PostgreSQL schema is not migrated by
     opening it (these commands look at it, or migrate it, themselves)."""
+    from agctl.cli.app import warnings_to_stderr
     from agctl.storage.factory import open_backend
 
+    warnings_to_stderr(json=app.json)  # a wait for a server that does not answer is said
     backend = open_backend(app.store_choice(), migrate=False)
     try:
         yield backend

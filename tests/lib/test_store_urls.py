@@ -229,7 +229,8 @@ def test_a_password_written_into_the_config_by_hand_is_refused_unread(config_pat
 
 
 def test_the_config_store_keys_are_checked(config_path: Path) -> None:
-    with pytest.raises(UsageError, match=r"store\.url, store\.schema, store\.shared_schema_owner"):
+    known = r"store\.url, store\.schema, store\.shared_schema_owner, store\.connect_patience"
+    with pytest.raises(UsageError, match=known):
         ConfigStore().set("store.host", "x")
     with pytest.raises(UsageError, match="not a store agctl knows"):
         ConfigStore().set("store.url", "mysql://db/x")

@@ -30,7 +30,10 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import io
+import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -61,8 +64,19 @@ from agctl.validation import validation_summary
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
-# How long a new connection may keep failing (a server restarting) before we give up.
-CONNECT_PATIENCE = 15.0
+log = logging.getLogger("agctl.store")
+
+# How long a new connection may keep failing (a server restarting) before we give up,
+# unless the config's store.connect_patience says: a few seconds, said on stderr, since a
+# turn waits on it with nothing else on screen; and only once a process (a store found
+# down is then tried once a connection), so a failed turn that still tries to keep its
+# draft does not wait again at every step.
+CONNECT_PATIENCE = 5.0
+# Seconds libpq waits for one connection attempt (a host that drops packets), unless the
+# URL or PGCONNECT_TIMEOUT says; and the TCP keepalives that find a server gone silent
+# under a transaction (libpq's default is the kernel's: two hours), unless the URL says.
+CONNECT_TIMEOUT = 5
+KEEPALIVES = {"keepalives_idle": 10, "keepalives_interval": 2, "keepalives_count": 3}
 # How long a commit whose connection was lost asks again while the server still has its
 # transaction "in progress": the server ends one whose client is gone as soon as it reads
 # the closed socket, unless a statement of it waits (on a lock), which may yet commit.
@@ -927,9 +941,13 @@ class PostgresBackend(_Reading):
     ) -> None:
         self.dsn = dsn
         self.shared_owner = shared_owner
-        # How long a connect waits out a server that is not there yet (None: the default,
-        # CONNECT_PATIENCE; 0: one attempt, for a TAB that must not hang).
+        # How long a connect waits out a server that is not there yet (None: the config's
+        # store.connect_patience, else CONNECT_PATIENCE; 0: one attempt, for a TAB that
+        # must not hang).
         self.connect_patience = connect_patience
+        # Whether a connect waited its patience out and failed: the next ones (a failed
+        # turn keeping its draft) try once, and say so, rather than wait again.
+        self._down = False
         self.schema = schema
         self.where = f"{redact(dsn)} (schema {schema})"
         self.local_dir = local_dir
@@ -948,25 +966,50 @@ class PostgresBackend(_Reading):
 
     # ---- connections ---------------------------------------------------------------
 
+    def _patience(self) -> float:
+        if self._down:
+            return 0.0
+        if self.connect_patience is not None:
+            return self.connect_patience
+        return connect_patience()
+
     def _connect(self) -> Conn:
         """A new connection, retried while the server cannot take one yet (restarting,
-        starting up): a connection is only ever opened where no transaction is at work."""
-        patience = CONNECT_PATIENCE if self.connect_patience is None else self.connect_patience
-        deadline = time.monotonic() + patience
-        delay = 0.05
+        starting up) for the connect patience, said on stderr: a connection is only
+        ever opened where no transaction is at work."""
+        patience: float | None = None
+        deadline, delay, attempts = 0.0, 0.05, 0
         while True:
+            attempts += 1
             try:
-                conn: Conn = psycopg.connect(self.dsn, autocommit=True)
+                conn: Conn = psycopg.connect(self.dsn, autocommit=True, **_bounds(self.dsn))
             except psycopg.OperationalError as exc:
+                if patience is None:
+                    patience = self._patience()
+                    deadline = time.monotonic() + patience
+                    if _unavailable(exc) and patience > 0:
+                        log.warning(
+                            "the store %s does not answer (%s): trying again for up to %gs "
+                            "(store.connect_patience)",
+                            self.where,
+                            _first_line(exc),
+                            patience,
+                        )
                 if not _unavailable(exc) or time.monotonic() + delay > deadline:
+                    self._down = _unavailable(exc)
+                    tried = f", {attempts} attempts in {patience:g}s" if attempts > 1 else ""
                     raise StoreError(
-                        f"cannot connect to the store {self.where}: {_first_line(exc)}"
+                        f"cannot connect to the store {self.where}{tried}: {_first_line(exc)}"
                     ) from None
+                log.info("store %s: attempt %d failed: %s", self.where, attempts, _first_line(exc))
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
                 continue
             except psycopg.ProgrammingError as exc:  # a malformed connection string
                 raise UsageError(f"bad store URL {redact(self.dsn)}: {_first_line(exc)}") from None
+            if self._down or attempts > 1:
+                log.info("store %s answers again (attempt %d)", self.where, attempts)
+            self._down = False
             if not self._migrated:
                 self._migrated = True
                 try:
@@ -1400,6 +1443,37 @@ class PostgresBackend(_Reading):
 # gives a refusal at connect as text only ("FATAL:  database ... does not exist").
 _NOT_YET = {"57P03"}
 _NOT_YET_TEXT = ("starting up", "shutting down", "in recovery", "not yet accepting")
+
+
+def connect_patience() -> float:
+    """How long a connect waits out a server that is down: the config's
+    store.connect_patience, else CONNECT_PATIENCE (read only when a connect fails)."""
+    from agctl.config import ConfigStore
+    from agctl.errors import AgctlError
+
+    try:
+        configured = ConfigStore().load().store.connect_patience
+    except AgctlError:
+        configured = None  # the config cannot be read: the default
+    return CONNECT_PATIENCE if configured is None else configured
+
+
+def _bounds(dsn: str) -> dict[str, Any]:
+    """The connection parameters that bound a wait (CONNECT_TIMEOUT, KEEPALIVES), for
+    those the URL (or PGCONNECT_TIMEOUT) leaves unset."""
+    given = _given_parameters(dsn)
+    bounds: dict[str, Any] = {k: v for k, v in KEEPALIVES.items() if k not in given}
+    if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
+        bounds["connect_timeout"] = CONNECT_TIMEOUT
+    return bounds
+
+
+@functools.lru_cache(maxsize=8)
+def _given_parameters(dsn: str) -> frozenset[str]:
+    try:
+        return frozenset(psycopg.conninfo.conninfo_to_dict(dsn))
+    except psycopg.ProgrammingError:
+        return frozenset()  # malformed: psycopg.connect says why
 
 
 def _unavailable(exc: psycopg.OperationalError) -> bool:
