@@ -5,10 +5,13 @@ their checkpoint history."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -309,3 +312,83 @@ def test_a_role_that_may_not_make_the_schema_is_told_so_without_a_traceback(
     assert done.returncode == 1, done.stderr
     assert "could not be brought up to date: permission denied for database" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+# ---- the server gone while a turn runs ------------------------------------------------
+
+# A tool that says it started, waits until the test has stopped the server, counts its
+# run and answers.
+GATED_TOOL = """
+import os, sys, time
+here = sys.argv[1]
+open(os.path.join(here, "started"), "w").close()
+while not os.path.exists(os.path.join(here, "go")):
+    time.sleep(0.02)
+with open(os.path.join(here, "runs"), "a") as runs:
+    runs.write("ran\\n")
+print("the tool's answer")
+"""
+
+
+def wait_for(path: Path, child: subprocess.Popen[str]) -> None:
+    """Until `path` exists (60 s at most), or the child ended first."""
+    for _ in range(3000):
+        if path.exists() or child.poll() is not None:
+            break
+        time.sleep(0.02)
+    assert path.exists(), child.communicate(timeout=60)
+
+
+def test_a_server_stopped_while_a_tool_runs_keeps_the_draft_here_and_resume_runs_no_tool_again(
+    env: dict[str, str], pg_server: PgServer, isolated_env: Path, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    program = tmp_path / "tool.py"
+    program.write_text(GATED_TOOL)
+    ok(agctl(env, "tool", "add", "gated", "--description", "Waits", "--approve", "auto",
+             "--", sys.executable, str(program), str(gate)))  # fmt: skip
+    ok(agctl(env, "config", "set", "store.connect_patience", "1"))
+    ok(agctl(env, "session", "new", SID))
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([[{"tool_calls": [{"id": "g1", "name": "gated"}]}, "Done."]]))
+    argv = [sys.executable, "-m", "agctl", "-s", SID, "turn", "send", "go", "-T", "gated",
+            "--script", str(script)]  # fmt: skip
+    turn = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        wait_for(gate / "started", turn)
+        pg_server.stop("immediate")
+        (gate / "go").touch()
+        _, stderr = turn.communicate(timeout=120)
+    finally:
+        if turn.poll() is None:
+            turn.kill()
+        with contextlib.suppress(Exception):
+            pg_server.start()
+    assert turn.returncode == 1, stderr
+    assert "does not answer" in stderr and "trying again for up to 1s" in stderr
+    kept = list((isolated_env / "stores").glob(f"*/drafts/{SID}/default.json"))
+    assert len(kept) == 1, stderr
+    draft = kept[0]
+    assert stat.S_IMODE(draft.stat().st_mode) == 0o600
+    for folder in (draft.parent, draft.parent.parent, draft.parent.parent.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    honest = (
+        "kept as a draft, with the 1 tool result(s) it got (not run again), on this "
+        f"machine ({draft}: the store could not take it)"
+    )
+    assert honest in " ".join(stderr.split()), stderr
+    assert "could not be kept" not in stderr
+    assert (gate / "runs").read_text() == "ran\n"
+
+    shown = json.loads(ok(agctl(env, "-s", SID, "draft", "show", "--json")))
+    assert (shown["prompt"], shown["stale"]) == ("go", None)
+    ok(agctl(env, "-s", SID, "turn", "send", "--resume-draft", "-T", "gated",
+             "--script", str(script)))  # fmt: skip
+    assert (gate / "runs").read_text() == "ran\n", "the finished tool was not run again"
+    assert not draft.exists()
+    listed = json.loads(ok(agctl(env, "-s", SID, "msg", "list", "--json")))
+    assert [m["role"] for m in listed] == ["user", "assistant", "tool", "assistant"]
+    assert listed[2]["content"].strip() == "the tool's answer"
+    assert agctl(env, "-s", SID, "draft", "show").returncode == 3

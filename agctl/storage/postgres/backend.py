@@ -22,7 +22,8 @@ The same contract as the file backend (agctl.storage.base), kept by the database
   a pooler recycling it); one lost inside a transaction fails it, and nothing of it is
   committed.
 
-Only the current-session pointer stays on this machine (`local_dir`), per store.
+Only the current-session pointer stays on this machine (`local_dir`), per store, and
+the drafts of turns that failed while the server could not take them (`local_drafts`).
 psycopg is imported here, and this module only where a postgresql URL is used.
 """
 
@@ -57,6 +58,8 @@ from agctl.fsio import read_pointer, write_pointer
 from agctl.ids import validate_id
 from agctl.models import Draft, Message, Session, Slot
 from agctl.storage.base import CACHES, Tx, append_problem, lock_timeout
+from agctl.storage.file import layout
+from agctl.storage.local_drafts import LocalDrafts
 from agctl.storage.postgres import listing
 from agctl.storage.postgres import schema as pg_schema
 from agctl.storage.urls import redact
@@ -951,6 +954,9 @@ class PostgresBackend(_Reading):
         self.schema = schema
         self.where = f"{redact(dsn)} (schema {schema})"
         self.local_dir = local_dir
+        # Where a draft goes when the server cannot take it (agctl.drafts), on this machine.
+        key = listing.store_key(dsn, schema)
+        self.local_drafts = LocalDrafts(lambda sid: layout.store_drafts(local_dir, key, sid))
         self._sql = _statements(schema)
         self._known: dict[tuple[str, str], _Known] = {}
         # Session id -> what the last transaction this backend committed on it knew.

@@ -29,12 +29,16 @@ STATEMENTS = {
 }
 
 
+def store_key(dsn: str, schema: str) -> str:
+    """The name of this store's folder in a data dir (its pointer, its local drafts)."""
+    return hashlib.sha256(f"{redact(dsn)}\0{schema}".encode()).hexdigest()[:16]
+
+
 def pointer_path(local_dir: Path, dsn: str, schema: str) -> Path:
     """Where this machine's data dir keeps this store's current-session pointer."""
     from agctl.storage.file import layout
 
-    key = hashlib.sha256(f"{redact(dsn)}\0{schema}".encode()).hexdigest()[:16]
-    return layout.store_pointer(local_dir, key)
+    return layout.store_pointer(local_dir, store_key(dsn, schema))
 
 
 class Listing:

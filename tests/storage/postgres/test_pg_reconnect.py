@@ -13,7 +13,7 @@ from pathlib import Path
 
 import child_backend
 import pytest
-from backend_docs import SID, seed, snapshot, user
+from backend_docs import SID, rich_draft, seed, snapshot, user
 from pg_children import read_line, start, tell
 from pgserver import PgServer, PgStore
 
@@ -351,3 +351,37 @@ def test_one_connection_attempt_to_a_silent_server_is_bounded(
         used.close()
     assert options["connect_timeout"] == str(pg_backend.CONNECT_TIMEOUT)
     assert options["keepalives_idle"] == str(pg_backend.KEEPALIVES["keepalives_idle"])
+
+
+def test_a_draft_the_store_cannot_take_is_kept_here_found_and_removed_with_the_stores(
+    running_server: PgServer, pg_store: PgStore, isolated_env: Path
+) -> None:
+    import stat
+
+    from agctl.drafts import remove_draft
+    from agctl.store import Store
+
+    backend = PostgresBackend(
+        pg_store.dsn, schema=pg_store.schema, local_dir=isolated_env, connect_patience=0.2
+    )
+    store = Store(backend=backend)
+    try:
+        seed(backend)
+        running_server.stop("fast")
+        kept = store.save_draft(SID, rich_draft())
+        assert kept is not None and kept.is_relative_to(isolated_env)
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+        assert stat.S_IMODE(kept.parent.stat().st_mode) == 0o700
+        running_server.start()
+        assert store.draft_slots(SID) == ["default"]
+        assert store.load_draft(SID, "default").prompt == "what next?"
+        newer = rich_draft()
+        newer.prompt = "asked later, into the store"
+        assert store.save_draft(SID, newer) is None  # the store takes it again
+        assert store.load_draft(SID, "default").prompt == newer.prompt  # the newer one
+        assert backend.draft_slots(SID) == ["default"] and kept.exists()
+        removed = remove_draft(store, SID)
+        assert not isinstance(removed, Exception) and removed.prompt == newer.prompt
+        assert store.draft_slots(SID) == [] and not kept.exists()
+    finally:
+        backend.close()
