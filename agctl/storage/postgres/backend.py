@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import functools
 import io
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -75,11 +73,6 @@ log = logging.getLogger("agctl.store")
 # down is then tried once a connection), so a failed turn that still tries to keep its
 # draft does not wait again at every step.
 CONNECT_PATIENCE = 5.0
-# Seconds libpq waits for one connection attempt (a host that drops packets), unless the
-# URL or PGCONNECT_TIMEOUT says; and the TCP keepalives that find a server gone silent
-# under a transaction (libpq's default is the kernel's: two hours), unless the URL says.
-CONNECT_TIMEOUT = 5
-KEEPALIVES = {"keepalives_idle": 10, "keepalives_interval": 2, "keepalives_count": 3}
 # How long a commit whose connection was lost asks again while the server still has its
 # transaction "in progress": the server ends one whose client is gone as soon as it reads
 # the closed socket, unless a statement of it waits (on a lock), which may yet commit.
@@ -988,7 +981,9 @@ class PostgresBackend(_Reading):
         while True:
             attempts += 1
             try:
-                conn: Conn = psycopg.connect(self.dsn, autocommit=True, **_bounds(self.dsn))
+                conn: Conn = psycopg.connect(
+                    self.dsn, autocommit=True, **listing.connect_bounds(self.dsn)
+                )
             except psycopg.OperationalError as exc:
                 if patience is None:
                     patience = self._patience()
@@ -1462,24 +1457,6 @@ def connect_patience() -> float:
     except AgctlError:
         configured = None  # the config cannot be read: the default
     return CONNECT_PATIENCE if configured is None else configured
-
-
-def _bounds(dsn: str) -> dict[str, Any]:
-    """The connection parameters that bound a wait (CONNECT_TIMEOUT, KEEPALIVES), for
-    those the URL (or PGCONNECT_TIMEOUT) leaves unset."""
-    given = _given_parameters(dsn)
-    bounds: dict[str, Any] = {k: v for k, v in KEEPALIVES.items() if k not in given}
-    if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
-        bounds["connect_timeout"] = CONNECT_TIMEOUT
-    return bounds
-
-
-@functools.lru_cache(maxsize=8)
-def _given_parameters(dsn: str) -> frozenset[str]:
-    try:
-        return frozenset(psycopg.conninfo.conninfo_to_dict(dsn))
-    except psycopg.ProgrammingError:
-        return frozenset()  # malformed: psycopg.connect says why
 
 
 def _unavailable(exc: psycopg.OperationalError) -> bool:

@@ -21,6 +21,7 @@ from agctl.errors import StoreError
 from agctl.models import Session, Slot
 from agctl.storage.base import Backend
 from agctl.storage.postgres import backend as pg_backend
+from agctl.storage.postgres import listing
 from agctl.storage.postgres.backend import PostgresBackend
 
 
@@ -349,8 +350,14 @@ def test_one_connection_attempt_to_a_silent_server_is_bounded(
         conn.close()
     finally:
         used.close()
-    assert options["connect_timeout"] == str(pg_backend.CONNECT_TIMEOUT)
-    assert options["keepalives_idle"] == str(pg_backend.KEEPALIVES["keepalives_idle"])
+    assert options["connect_timeout"] == str(listing.CONNECT_TIMEOUT)
+    assert options["keepalives_idle"] == str(listing.KEEPALIVES["keepalives_idle"])
+    tab = listing.Listing(pg_store.dsn, pg_store.schema, isolated_env)  # a TAB's too
+    try:
+        info = {o.keyword.decode(): (o.val or b"").decode() for o in tab._conn.pgconn.info}
+    finally:
+        tab.close()
+    assert info["connect_timeout"] == str(listing.CONNECT_TIMEOUT)
 
 
 def test_a_draft_the_store_cannot_take_is_kept_here_found_and_removed_with_the_stores(
