@@ -27,7 +27,14 @@ from agctl.models import EAGER, Deferred, Document, Model, Session, _empty_dict,
 from agctl.paths import default_config_path
 from agctl.providers.base import chat_completions_url
 from agctl.redact import mask_url
-from agctl.storage.urls import STORED_PASSWORD, check_schema, has_password, parse_store, redact
+from agctl.storage.urls import (
+    STORED_PASSWORD,
+    check_role,
+    check_schema,
+    has_password,
+    parse_store,
+    redact,
+)
 from agctl.validation import validation_summary
 from agctl.vocab import CONFIG_KEYS, PRESET_ALIASES, PRESETS, PROVIDERS, Preset, ProviderName
 
@@ -110,7 +117,8 @@ class Price(Model):
 
 class StoreSettings(Model):
     """The config's `store` table: the store's URL (never with a password: libpq reads one
-    from its own files and environment) and the schema of a PostgreSQL store."""
+    from its own files and environment), the schema of a PostgreSQL store, and the role
+    other than the user's whose schema is accepted as shared (agctl.storage.factory)."""
 
     model_config = ConfigDict(
         validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
@@ -118,6 +126,9 @@ class StoreSettings(Model):
     url: str | None = None
     # "schema" is a BaseModel method's name: the field is db_schema, "schema" in the file.
     db_schema: str | None = Field(default=None, alias="schema")
+    shared_schema_owner: str | None = None
+    # Seconds a command waits out a PostgreSQL server that does not answer (None: 5).
+    connect_patience: float | None = Field(default=None, ge=0, le=3600, allow_inf_nan=False)
 
     @field_validator("url")
     @classmethod
@@ -139,9 +150,22 @@ class StoreSettings(Model):
         except UsageError as exc:
             raise ValueError(str(exc)) from None
 
+    @field_validator("shared_schema_owner")
+    @classmethod
+    def _owner_is_a_role(cls, name: str | None) -> str | None:
+        try:
+            return None if name is None else check_role(name, "")
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+
 
 def _store_unset(settings: StoreSettings) -> bool:
-    return settings.url is None and settings.db_schema is None
+    return (
+        settings.url is None
+        and settings.db_schema is None
+        and settings.shared_schema_owner is None
+        and settings.connect_patience is None
+    )
 
 
 class Config(Document):
@@ -318,9 +342,10 @@ def _check_key(key: str, parts: list[str]) -> None:
             known = ", ".join(model.model_fields) if model else "none"
             raise UsageError(f"unknown field {parts[2]!r} in {key!r} (fields: {known})")
     elif top == "store":
-        fields = ("url", "schema")
+        fields = ("url", "schema", "shared_schema_owner", "connect_patience")
         if len(parts) != 2 or parts[1] not in fields:
-            raise UsageError(f"unknown config key {key!r}; the store's are store.url, store.schema")
+            known = ", ".join(f"store.{field}" for field in fields)
+            raise UsageError(f"unknown config key {key!r}; the store's are {known}")
     elif len(parts) > 1:
         raise UsageError(f"config key {top!r} has no sub-keys")
 

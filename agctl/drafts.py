@@ -7,6 +7,10 @@ unless forced: the prompt was written for a context that is no longer there.
 
 Which draft a command means when it names no slot: the current slot's, else the only one
 the session has; with drafts on several other slots, a usage error lists them.
+
+A shared store that cannot take a draft (its server down) has it kept on this machine
+instead (agctl.storage.local_drafts): found beside the store's drafts, the newer one of a
+slot used, and removed with the store's (by the turn that commits it, or `draft rm`).
 """
 
 from __future__ import annotations
@@ -16,14 +20,25 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from agctl.errors import AgctlError, CorruptDocument, NotFound, StaleDraft, UsageError
+from agctl.errors import (
+    AgctlError,
+    CommitPending,
+    CorruptDocument,
+    NotFound,
+    StaleDraft,
+    StoreError,
+    UsageError,
+)
 from agctl.hashing import content_hash
 from agctl.ids import validate_id
 from agctl.models import Draft, Message, Slot, isoformat
 from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from agctl.models import ToolCall
+    from agctl.storage.local_drafts import LocalDrafts
     from agctl.store import Store
 
 log = logging.getLogger("agctl.store")
@@ -49,20 +64,77 @@ def draft_slots(store: Store, session_id: str) -> list[str]:
     damage = adopt_legacy_draft(store, session_id)
     if damage is not None:
         raise damage
-    return store.reader(session_id).draft_slots(session_id)
+    slots = store.reader(session_id).draft_slots(session_id)
+    here = local_drafts(store)
+    return sorted({*slots, *here.slots(session_id)}) if here is not None else slots
 
 
-def save_draft(store: Store, session_id: str, draft: Draft) -> None:
-    """Keep a prompt whose turn failed, as its slot's draft, so it can be sent again."""
+def local_drafts(store: Store) -> LocalDrafts | None:
+    """Where this machine keeps the drafts a shared store could not take (None: the
+    store is local, and takes them itself)."""
+    here: LocalDrafts | None = getattr(store.backend, "local_drafts", None)
+    return here
+
+
+def save_draft(store: Store, session_id: str, draft: Draft) -> Path | None:
+    """Keep a prompt whose turn failed, as its slot's draft, so it can be sent again: in
+    the store, or on this machine when a shared store cannot take it (its server down):
+    then where it is."""
     adopt_legacy_draft(store, session_id)
-    with store.transaction(session_id) as tx:
-        tx.put_draft(draft)
+    try:
+        with store.transaction(session_id) as tx:
+            tx.put_draft(draft)
+    except CommitPending:
+        raise
+    except StoreError as exc:
+        here = local_drafts(store)
+        if here is None:
+            raise
+        path = here.put(session_id, draft)
+        log.info(
+            "the store could not take the draft of slot %s (%s): kept in %s", draft.slot, exc, path
+        )
+        return path
+    return None
 
 
 def load_draft(store: Store, session_id: str, slot_id: str) -> Draft:
-    """The slot's draft, as kept (NotFound when it has none)."""
+    """The slot's draft, as kept (NotFound when it has none): the newer of the store's
+    and the one kept on this machine."""
     adopt_legacy_draft(store, session_id)
-    return store.reader(session_id).load_draft(session_id, slot_id)
+    here = local_drafts(store)
+    kept_here = here.get(session_id, slot_id) if here is not None else None
+    try:
+        kept = store.reader(session_id).load_draft(session_id, slot_id)
+    except NotFound:
+        if kept_here is None:
+            raise
+        return kept_here
+    return kept_here if kept_here is not None and kept_here.created_at > kept.created_at else kept
+
+
+def drop_local_draft(
+    store: Store,
+    session_id: str,
+    slot_id: str,
+    *,
+    before: datetime | None = None,
+    own: datetime | None = None,
+) -> bool:
+    """Remove the slot's draft kept on this machine (as clear_draft does the store's: with
+    `before`, only one kept before then or at `own`, and a damaged one is left); whether
+    one was removed. A turn calls it once committed: a file is no part of a transaction."""
+    here = local_drafts(store)
+    if here is None:
+        return False
+    if before is not None:
+        try:
+            draft = here.get(session_id, slot_id)
+        except CorruptDocument:
+            return False
+        if draft is None or (draft.created_at >= before and draft.created_at != own):
+            return False
+    return here.drop(session_id, slot_id)
 
 
 def clear_draft(
@@ -76,7 +148,8 @@ def clear_draft(
     """Drop the slot's draft (a damaged one too); with `before`, only one kept before
     that moment (a turn on the slot that started then supersedes it, and a damaged
     draft is left for 'agctl draft show' to report), or the one kept at `own` (the
-    turn's own step log). Returns whether one was dropped.
+    turn's own step log). Returns whether one was dropped. Without `before`, the one
+    kept on this machine goes too (with it, the turn drops that once committed).
 
     Read, compared and removed in one transaction, so a draft another process keeps
     meanwhile is never removed unseen."""
@@ -93,8 +166,10 @@ def clear_draft(
             if draft.created_at >= before and not ours:
                 return False
         elif slot_id not in tx.draft_slots(session_id):
-            return False
+            return drop_local_draft(store, session_id, slot_id)
         tx.delete_draft(slot_id)
+    if before is None:
+        drop_local_draft(store, session_id, slot_id)
     if ours:
         log.debug("the step log of the turn on slot %s dropped: the turn is committed", slot_id)
     elif before is not None:

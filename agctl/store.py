@@ -565,9 +565,10 @@ class Store:
         CorruptDocument for a damaged legacy draft.json, whose slot cannot be known."""
         return drafts.draft_slots(self, session_id)
 
-    def save_draft(self, session_id: str, draft: Draft) -> None:
-        """Keep a prompt whose turn failed, as its slot's draft, so it can be sent again."""
-        drafts.save_draft(self, session_id, draft)
+    def save_draft(self, session_id: str, draft: Draft) -> Path | None:
+        """Keep a prompt whose turn failed, as its slot's draft, so it can be sent again;
+        where on this machine, when a shared store could not take it (None: in the store)."""
+        return drafts.save_draft(self, session_id, draft)
 
     def load_draft(self, session_id: str, slot_id: str) -> Draft:
         """The slot's draft, as kept (NotFound when it has none)."""

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from agctl.budget import Breakdown, breakdown
-from agctl.drafts import new_draft
+from agctl.drafts import drop_local_draft, new_draft
 from agctl.errors import (
     AgctlError,
     ApprovalNeeded,
@@ -350,6 +350,12 @@ def _send(
             if_unchanged=options.if_unchanged,
             free=free,
         )
+    try:  # a draft the store could not take, superseded now the turn is committed
+        drop_local_draft(
+            store, session_id, prepared.slot.id, before=prepared.started, own=loop.draft_at
+        )
+    except AgctlError as exc:
+        log.warning("turn committed, but the older draft kept on this machine stays: %s", exc)
     log.info(
         "reply committed: slot=%s turn=%d requests=%d latency=%.3fs tokens=%s",
         prepared.slot.id,
@@ -699,32 +705,42 @@ def _keep_draft(
         )
     else:
         outcome = "nothing was written"
-    if any(m.role == "tool" for m in steps):
-        outcome += (
-            f" (the {sum(m.role == 'tool' for m in steps)} tool results it got are kept "
-            "with it: they are not run again)"
-        )
+    tools = sum(m.role == "tool" for m in steps)
     try:
         draft = new_draft(store, session_id, prepared.slot, prompt, str(error), reply)
         draft.steps = list(steps)
         draft.awaiting_approval = list(awaiting)
-        store.save_draft(session_id, draft)
+        kept_at = store.save_draft(session_id, draft)
     except AgctlError as draft_error:
-        error.add_note(f"{outcome}, and the draft could not be kept ({draft_error})")
+        lost = (
+            f"; the {tools} tool result(s) it got are lost with it (sending the prompt "
+            "again runs the tools again)"
+            if tools
+            else ""
+        )
+        error.add_note(f"{outcome}, and the draft could not be kept ({draft_error}){lost}")
         error.add_note(f"your prompt was:\n{prompt}")
         return
     # Without --slot, --resume-draft takes the current slot's draft: name any other slot.
     elsewhere = "" if draft.slot == prepared.session.current_slot else f" --slot {draft.slot}"
+    results = f", with the {tools} tool result(s) it got (not run again)," if tools else ""
+    if kept_at is None:
+        where, when = "", ""
+    else:
+        where, when = (
+            f" on this machine ({kept_at}: the store could not take it)",
+            " once the store answers",
+        )
     if awaiting:
         error.add_note(
-            f"{outcome}; your prompt and the calls waiting were kept as a draft: go on "
-            f"with 'agctl turn send --resume-draft{elsewhere} --approve-call ID|all' (or "
-            "--deny-call ID|all)"
+            f"{outcome}; your prompt and the calls waiting were kept as a draft{where}: go "
+            f"on with 'agctl turn send --resume-draft{elsewhere} --approve-call ID|all' (or "
+            f"--deny-call ID|all){when}"
         )
         return
     error.add_note(
-        f"{outcome}; your prompt was kept as a draft: "
-        f"send it again with 'agctl turn send --resume-draft{elsewhere}'"
+        f"{outcome}; your prompt was kept as a draft{results}{where}: "
+        f"send it again with 'agctl turn send --resume-draft{elsewhere}'{when}"
     )
 
 

@@ -110,6 +110,8 @@ CONFIG_KEYS: tuple[str, ...] = (
     "max_calls_per_turn",
     "store.url",
     "store.schema",
+    "store.shared_schema_owner",
+    "store.connect_patience",
     "prices.MODEL",
     "profiles.NAME",
     "tools.NAME",

@@ -323,6 +323,7 @@ class FakePostgres:
         local_dir: Path,
         auto_migrate: bool = True,
         connect_patience: float | None = None,
+        shared_owner: str | None = None,
     ) -> MemoryBackend:
         self.opened.append({"dsn": dsn, "schema": schema, "local_dir": local_dir})
         if self.refuse is not None:

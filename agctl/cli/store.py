@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 def _opened(app: App) -> Iterator[Backend]:
     """The chosen store's backend as it is: a PostgreSQL schema is not migrated by
     opening it (these commands look at it, or migrate it, themselves)."""
+    from agctl.cli.app import warnings_to_stderr
     from agctl.storage.factory import open_backend
 
+    warnings_to_stderr(json=app.json)  # a wait for a server that does not answer is said
     backend = open_backend(app.store_choice(), migrate=False)
     try:
         yield backend
@@ -54,8 +56,11 @@ def status(app: App) -> None:
     """Show which store is used, its sessions and its schema version, changing nothing.
 
     A PostgreSQL store's schema is made and brought up to date by migrations, run by the
-    first command that uses it (or by 'agctl store migrate'); status shows it as it is.
-    Exits 5 when the store's schema is from a newer agctl.
+    first command that uses it (or by 'agctl store migrate'); status shows it as it is,
+    with its owner and the other roles that may read it (members of the owner, and
+    grants of USAGE on the schema or SELECT on its tables, PUBLIC meaning everyone).
+    Exits 5 when the store's schema is from a newer agctl, or owned by another role
+    than yours and not accepted (?shared_schema_owner=ROLE, store.shared_schema_owner).
 
     \b
     Examples:
@@ -78,12 +83,41 @@ def status(app: App) -> None:
             "newer": "from a newer agctl: upgrade agctl to use it",
         }
         lines.append(f"schema: version {found.version} of {found.latest} ({notes[found.state]})")
+    if found.access is not None:
+        lines += _access_lines(found.access)
     app.emit(payload, text="\n".join(lines))
+    if found.access is not None and found.access["refusal"]:
+        raise DataError(found.access["refusal"])
     if found.state == "newer":
         raise DataError(
             f"the store {found.where} has schema version {found.version}; this agctl knows "
             f"versions up to {found.latest}: upgrade agctl"
         )
+
+
+def _access_lines(access: dict[str, Any]) -> list[str]:
+    """`store status`'s lines on whose the schema is and who else may read it."""
+    if access["owner"] is None:
+        return [f"owner: none yet (the first command makes the schema, owned by {access['user']})"]
+    notes = {
+        "own": "you",
+        "member": f"a role {access['user']} is a member of",
+        "shared": "another role, accepted as the shared schema's owner",
+        "refused": f"not {access['user']} or a role of it: refused",
+    }
+    lines = [f"owner: {access['owner']} ({notes[access['access']]})"]
+    for table in access["foreign_tables"]:
+        lines.append(f"  table {table['table']} is owned by {table['owner']}")
+    if access["owner_members"]:
+        lines.append(f"members of {access['owner']}: {', '.join(access['owner_members'])}")
+    readers = []
+    for reader in access["readers"]:
+        can = ["USAGE on the schema"] if reader["schema_usage"] else []
+        if reader["tables"]:
+            can.append(f"SELECT on {len(reader['tables'])} table(s)")
+        readers.append(f"{reader['role']} ({', '.join(can)})")
+    lines.append(f"others who may read: {'; '.join(readers) or 'none'}")
+    return lines
 
 
 @command.command("migrate")

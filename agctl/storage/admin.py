@@ -26,6 +26,8 @@ class Migrating(Protocol):
 
     def migrate(self) -> list[int]: ...
 
+    def access(self) -> dict[str, Any]: ...
+
 
 @dataclass
 class StoreStatus:
@@ -34,6 +36,9 @@ class StoreStatus:
     sessions: int | None  # None when the schema is not made yet, or too new to read
     version: int | None  # the schema's migrations (None: a file store has none)
     latest: int | None  # the migrations this agctl knows
+    # Whose the schema is and who else may read it (None: a file store, whose files are
+    # the user's, 0600): see PostgresBackend.access.
+    access: dict[str, Any] | None = None
 
     @property
     def state(self) -> str:
@@ -54,8 +59,10 @@ def status(backend: Backend) -> StoreStatus:
         kind, where = ("file", str(root)) if root is not None else ("memory", "this process")
         return StoreStatus(kind, where, len(backend.session_ids()), None, None)
     version, latest = backend.version(), backend.latest_version
-    sessions = len(backend.session_ids()) if 0 < version <= latest else None
-    return StoreStatus(backend.kind, backend.where, sessions, version, latest)
+    access = backend.access()
+    usable = 0 < version <= latest and access["access"] != "refused"
+    sessions = len(backend.session_ids()) if usable else None
+    return StoreStatus(backend.kind, backend.where, sessions, version, latest, access)
 
 
 def migrate(backend: Backend) -> list[int]:

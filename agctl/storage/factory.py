@@ -5,7 +5,8 @@ else the file store in the data dir (--data-dir, AGCTL_DATA_DIR, the platform's)
 dir is the machine-local one whatever the store: a PostgreSQL store keeps the "current
 session" pointer there (the rest is shared in the database), and tools never run in it.
 The schema of a PostgreSQL store: AGCTL_STORE_SCHEMA, else the config's `store.schema`,
-else "agctl".
+else "agctl". A schema another role owns is refused unless that role is named by the
+URL's `shared_schema_owner` parameter, else the config's `store.shared_schema_owner`.
 
 Standard library only at import (TAB completion chooses the store too); the backends, and
 psycopg, are imported when one is opened.
@@ -23,6 +24,7 @@ from agctl.paths import default_config_path, default_data_dir
 from agctl.storage.urls import (
     DEFAULT_SCHEMA,
     StoreSpec,
+    check_role,
     check_schema,
     file_store,
     parse_store,
@@ -37,12 +39,14 @@ INSTALL_POSTGRES = "pip install 'agctl[postgres]'"
 
 class StoreChoice(NamedTuple):
     """The store to open: what it is, its schema (PostgreSQL), the machine-local data
-    dir, and where the choice came from (--store, AGCTL_STORE, config store.url, data dir)."""
+    dir, where the choice came from (--store, AGCTL_STORE, config store.url, data dir),
+    and the role other than the user's whose schema is accepted (PostgreSQL)."""
 
     spec: StoreSpec
     schema: str
     local_dir: Path
     origin: str
+    shared_owner: str | None = None
 
 
 def file_choice(root: Path) -> StoreChoice:
@@ -87,7 +91,12 @@ def choose_store(
         named, schema_origin = os.environ["AGCTL_STORE_SCHEMA"], "AGCTL_STORE_SCHEMA"
     else:
         named, schema_origin = configured()["schema"] or DEFAULT_SCHEMA, "config store.schema"
-    return StoreChoice(spec, check_schema(named, schema_origin), local, where)
+    owner = spec.shared_owner
+    if owner is None and configured()["shared_schema_owner"] is not None:
+        owner = check_role(
+            str(configured()["shared_schema_owner"]), "config store.shared_schema_owner"
+        )
+    return StoreChoice(spec, check_schema(named, schema_origin), local, where, owner)
 
 
 def read_config() -> Mapping[str, Any]:
@@ -111,12 +120,13 @@ def read_config() -> Mapping[str, Any]:
 
 
 def store_settings(config: Mapping[str, Any]) -> dict[str, str | None]:
-    """The config's `store` table: its url (never one with a password) and schema."""
+    """The config's `store` table: its url (never one with a password), schema and
+    shared schema's owner."""
     table = config.get("store") or {}
     if not isinstance(table, dict):
         raise UsageError('config store must be a table: {"url": ..., "schema": ...}')
     found: dict[str, str | None] = {}
-    for key in ("url", "schema"):
+    for key in ("url", "schema", "shared_schema_owner"):
         value = table.get(key)
         if value is not None and not isinstance(value, str):
             raise UsageError(f"config store.{key} must be text")
@@ -144,6 +154,7 @@ def open_backend(
         local_dir=choice.local_dir,
         migrate=migrate,
         patience=None if patient else 0.0,
+        shared_owner=choice.shared_owner,
     )
 
 
@@ -154,6 +165,7 @@ def _postgres(
     local_dir: Path,
     migrate: bool = True,
     patience: float | None = None,
+    shared_owner: str | None = None,
 ) -> Backend:
     """The PostgreSQL backend, imported now: psycopg is an extra (agctl[postgres])."""
     try:
@@ -174,5 +186,6 @@ def _postgres(
         local_dir=local_dir,
         auto_migrate=migrate,
         connect_patience=patience,
+        shared_owner=shared_owner,
     )
     return backend

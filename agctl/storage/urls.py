@@ -7,6 +7,10 @@ reads any: `postgresql://user@host:5432/agctl`, `postgresql:///agctl?service=tea
 accepted. A password may be in the URL (libpq takes it from there too), but it is never
 shown: every message, log line and JSON document that names a store uses `redact`.
 
+One query parameter is agctl's, not libpq's, and is taken out of the URL before libpq
+sees it: `shared_schema_owner=ROLE` accepts a schema (and tables) owned by ROLE, another
+role than the one connecting (see agctl.storage.postgres.schema.check_owner).
+
 Standard library only, and cheap at import (the CLI's selection of the store, TAB
 completion): urllib.parse and re are imported when a URL or a DSN is taken apart.
 """
@@ -26,8 +30,10 @@ DEFAULT_SCHEMA = "agctl"
 MARK = "***"
 # The connection parameters (URL query or keyword/value DSN) whose value is a secret.
 SECRET_PARAMETERS = ("password", "sslpassword")
-# PostgreSQL's limit on an identifier (NAMEDATALEN - 1).
+# PostgreSQL's limit on an identifier (NAMEDATALEN - 1), a schema's or a role's name.
 MAX_SCHEMA = 63
+# The URL's query parameter that names the role a shared schema may belong to.
+SHARED_OWNER = "shared_schema_owner"
 ACCEPTED = (
     "a directory or file:///PATH (a file store), or a postgresql:// URL "
     "(postgresql://HOST/DB, postgresql:///DB?service=NAME)"
@@ -41,11 +47,13 @@ StoreKind = Literal["file", "postgres"]
 
 class StoreSpec(NamedTuple):
     """A parsed store spec: a file store's directory, or a PostgreSQL DSN as given (with
-    its password, if any, for libpq; `shown` never has one)."""
+    its password, if any, for libpq; `shown` never has one) but for agctl's own parameter,
+    the role whose schema is accepted (`shared_owner`)."""
 
     kind: StoreKind
     path: Path | None
     dsn: str | None
+    shared_owner: str | None = None
 
     @property
     def shown(self) -> str:
@@ -68,7 +76,8 @@ def parse_store(text: str, *, origin: str = "--store") -> StoreSpec:
     if sep and _is_scheme(scheme):
         kind = scheme.lower()
         if kind in POSTGRES_SCHEMES:
-            return StoreSpec("postgres", None, text)
+            dsn, owner = _take_shared_owner(text, origin)
+            return StoreSpec("postgres", None, dsn, owner)
         if kind == FILE_SCHEME:
             return file_store(_file_url_path(text, origin))
         raise UsageError(
@@ -89,6 +98,32 @@ def parse_store(text: str, *, origin: str = "--store") -> StoreSpec:
 def _at(origin: str) -> str:
     """The start of a message about the store `origin` gave ("" when the caller names it)."""
     return f"{origin}: " if origin else ""
+
+
+def _take_shared_owner(url: str, origin: str) -> tuple[str, str | None]:
+    """`url` without its shared_schema_owner parameter (libpq refuses a parameter it does
+    not know), and that parameter's role."""
+    head, sep, query = url.partition("?")
+    if not sep:
+        return url, None
+    from urllib.parse import unquote
+
+    query, hash_, fragment = query.partition("#")
+    kept, owners = [], []
+    for pair in query.split("&"):
+        key, _eq, value = pair.partition("=")
+        if unquote(key).strip() == SHARED_OWNER:
+            owners.append(unquote(value))
+        else:
+            kept.append(pair)
+    if not owners:
+        return url, None
+    if len(owners) > 1:
+        raise UsageError(f"{_at(origin)}{SHARED_OWNER} is given {len(owners)} times")
+    rest = "&".join(kept)
+    return f"{head}{'?' if rest else ''}{rest}{hash_}{fragment}", check_role(
+        owners[0], f"{origin} {SHARED_OWNER}" if origin else SHARED_OWNER
+    )
 
 
 def _is_scheme(scheme: str) -> bool:
@@ -280,5 +315,15 @@ def check_schema(name: str, where: str = "store schema") -> str:
         raise UsageError(
             f"{_at(where)}{name!r} is not a schema name agctl uses: lower-case letters, digits "
             f"and _, not starting with a digit or pg_, at most {MAX_SCHEMA} characters"
+        )
+    return name
+
+
+def check_role(name: str, where: str = SHARED_OWNER) -> str:
+    """A PostgreSQL role's name as the server spells it (case and all): not empty, at most
+    63 bytes, no control character."""
+    if not name or len(name.encode()) > MAX_SCHEMA or not name.isprintable():
+        raise UsageError(
+            f"{_at(where)}{name!r} is not a role's name: 1 to {MAX_SCHEMA} bytes, printable"
         )
     return name

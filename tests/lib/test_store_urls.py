@@ -179,6 +179,35 @@ def test_the_schema_comes_from_the_environment_then_the_config(
         choose_store(url)
 
 
+@pytest.mark.parametrize(
+    ("url", "dsn"),
+    [
+        ("postgresql:///agctl?shared_schema_owner=team", "postgresql:///agctl"),
+        ("postgresql:///agctl?service=a&shared_schema_owner=team&sslmode=require",
+         "postgresql:///agctl?service=a&sslmode=require"),
+        ("postgresql:///agctl?shared_schema_owner=team#x", "postgresql:///agctl#x"),
+    ],
+)  # fmt: skip
+def test_the_shared_schema_owner_is_taken_out_of_the_url_libpq_sees(url: str, dsn: str) -> None:
+    spec = parse_store(url)
+    assert (spec.dsn, spec.shared_owner) == (dsn, "team")
+    assert parse_store("postgresql:///x?shared_schema_owner=Team%20A").shared_owner == "Team A"
+    with pytest.raises(UsageError, match="given 2 times"):
+        parse_store("postgresql:///x?shared_schema_owner=a&shared_schema_owner=b")
+    with pytest.raises(UsageError, match="not a role's name"):
+        parse_store("postgresql:///x?shared_schema_owner=")
+
+
+def test_the_shared_schema_owner_comes_from_the_url_then_the_config(config_path: Path) -> None:
+    url = "postgresql://db/agctl"
+    assert choose_store(url).shared_owner is None
+    ConfigStore().set("store.shared_schema_owner", "team_a")
+    assert choose_store(url).shared_owner == "team_a"
+    assert choose_store(f"{url}?shared_schema_owner=team_b").shared_owner == "team_b"
+    with pytest.raises(UsageError, match="not a role's name"):
+        ConfigStore().set("store.shared_schema_owner", "a\nb")
+
+
 def test_a_password_is_never_written_to_the_config(config_path: Path) -> None:
     for url in (f"postgresql://agent:{SECRET}@db/agctl", f"postgresql:///x?password={SECRET}"):
         with pytest.raises(UsageError, match="never keeps in its config") as caught:
@@ -200,7 +229,8 @@ def test_a_password_written_into_the_config_by_hand_is_refused_unread(config_pat
 
 
 def test_the_config_store_keys_are_checked(config_path: Path) -> None:
-    with pytest.raises(UsageError, match=r"store\.url, store\.schema"):
+    known = r"store\.url, store\.schema, store\.shared_schema_owner, store\.connect_patience"
+    with pytest.raises(UsageError, match=known):
         ConfigStore().set("store.host", "x")
     with pytest.raises(UsageError, match="not a store agctl knows"):
         ConfigStore().set("store.url", "mysql://db/x")

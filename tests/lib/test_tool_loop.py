@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from agctl.checkpoints import Checkpointer
-from agctl.errors import Blocked, ProviderError, StepLimit
+from agctl.errors import AgctlError, Blocked, ProviderError, StepLimit
 from agctl.models import ToolCall
 from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider, ScriptedReply
@@ -382,3 +382,24 @@ def test_a_call_that_stops_the_turn_keeps_the_results_of_the_calls_that_ran(
         "tool",
         "assistant",
     ]
+
+
+def test_a_draft_that_cannot_be_kept_is_said_lost_with_its_tool_results(
+    store: Store, sid: str, tmp_path: Path
+) -> None:
+    """The note claimed the tool results were "kept ... not run again" before it knew
+    whether the draft was: when it is not, it says they are lost and the tools run again."""
+    drafts = store.session_dir(sid) / "drafts"  # a file where the folder goes
+    drafts.mkdir(exist_ok=True)
+    drafts.rmdir()
+    drafts.write_text("not a folder")
+    tools = Adder(tmp_path)
+    with pytest.raises(AgctlError) as raised:
+        send_turn(store, sid, "add 1+1", Watching([[calls({"a": 1, "b": 1}), "Two."]]),
+                  options(tools))  # fmt: skip
+    notes = "\n".join(raised.value.__notes__)
+    assert len(tools.ran()) == 1
+    assert "the draft could not be kept" in notes
+    assert "the 1 tool result(s) it got are lost with it" in notes
+    assert "runs the tools again" in notes and "not run again" not in notes
+    assert "your prompt was:\nadd 1+1" in notes

@@ -5,10 +5,13 @@ their checkpoint history."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -213,3 +216,230 @@ def test_store_copy_of_a_damaged_session_copies_the_others_and_exits_5(
             original = ok(agctl(on_source, "-s", sid, "session", "export", "--checkpoints"))
             assert exported == original
             ok(agctl(where, "-s", sid, "ckpt", "verify"))
+
+
+# ---- a schema another role owns -------------------------------------------------------
+
+
+def as_role(url: str, role: str, **params: str) -> str:
+    """`url` (the test server's, as its superuser) connecting as `role` instead."""
+    from pgserver import ROLE
+
+    url = url.replace(f"postgresql://{ROLE}@", f"postgresql://{role}@", 1)
+    return url + "".join(f"&{key}={value}" for key, value in params.items())
+
+
+@pytest.fixture
+def squatted(
+    env: dict[str, str], pg_server: PgServer, pg_database: str, pg_store: PgStore
+) -> tuple[str, str]:
+    """An attacker role that made the store's schema first (with `agctl store migrate`,
+    as itself) and granted the victim role all it needs to use it, as a squatter would:
+    (attacker, victim). Neither is a superuser; both may create schemas."""
+    attacker, victim = f"mallory_{pg_store.schema}", f"victim_{pg_store.schema}"
+    pg_server.execute(
+        f"CREATE ROLE {attacker} LOGIN; CREATE ROLE {victim} LOGIN; "
+        f"GRANT CREATE ON DATABASE {pg_database} TO {attacker}, {victim}",
+        pg_database,
+    )
+    ok(agctl({**env, "AGCTL_STORE": as_role(pg_store.dsn, attacker)}, "store", "migrate"))
+    pg_server.execute(
+        f"SET ROLE {attacker}; "
+        f"GRANT USAGE ON SCHEMA {pg_store.schema} TO {victim}; "
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {pg_store.schema} "
+        f"TO {victim}; "
+        f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {pg_store.schema} TO {victim}; "
+        f"GRANT USAGE ON SCHEMA {pg_store.schema} TO PUBLIC",
+        pg_database,
+    )
+    return attacker, victim
+
+
+def test_a_schema_another_role_made_first_is_refused_naming_its_owner(
+    env: dict[str, str], squatted: tuple[str, str], pg_store: PgStore
+) -> None:
+    attacker, victim = squatted
+    mine = {**env, "AGCTL_STORE": as_role(pg_store.dsn, victim)}
+    for args in (["session", "new", SID], ["session", "list"], ["store", "migrate"]):
+        done = agctl(mine, *args)
+        assert done.returncode == 5, (args, done.stderr)
+        assert f"owned by role '{attacker}'" in done.stderr
+        assert "shared_schema_owner" in done.stderr
+
+
+def test_a_shared_schema_is_used_when_its_owner_is_named_in_the_url_or_the_config(
+    env: dict[str, str], squatted: tuple[str, str], pg_store: PgStore
+) -> None:
+    attacker, victim = squatted
+    named = {**env, "AGCTL_STORE": as_role(pg_store.dsn, victim, shared_schema_owner=attacker)}
+    ok(agctl(named, "session", "new", SID))
+    ok(agctl(named, "-s", SID, "turn", "send", "into the shared schema"))
+    configured = {**env, "AGCTL_STORE": as_role(pg_store.dsn, victim)}
+    ok(agctl(configured, "config", "set", "store.shared_schema_owner", attacker))
+    listed = json.loads(ok(agctl(configured, "-s", SID, "msg", "list", "--json")))
+    assert [m["content"] for m in listed if m["role"] == "user"] == ["into the shared schema"]
+    other = agctl({**named, "AGCTL_STORE": as_role(pg_store.dsn, victim, shared_schema_owner="x")},
+                  "session", "list")  # fmt: skip
+    assert other.returncode == 5 and f"owned by role '{attacker}'" in other.stderr
+
+
+def test_status_shows_the_owner_and_who_else_may_read(
+    env: dict[str, str], squatted: tuple[str, str], pg_store: PgStore
+) -> None:
+    attacker, victim = squatted
+    mine = {**env, "AGCTL_STORE": as_role(pg_store.dsn, victim)}
+    refused = agctl(mine, "store", "status")
+    assert refused.returncode == 5, refused.stderr
+    assert f"owner: {attacker} (not {victim} or a role of it: refused)" in refused.stdout
+    assert f"owned by role '{attacker}'" in refused.stderr
+    others = refused.stdout.split("others who may read: ", 1)[1]
+    assert "PUBLIC (USAGE on the schema)" in others
+    assert f"{victim} (USAGE on the schema, SELECT on 7 table(s))" in others
+    shared = {**mine, "AGCTL_STORE": as_role(pg_store.dsn, victim, shared_schema_owner=attacker)}
+    data = json.loads(ok(agctl(shared, "store", "status", "--json")))
+    access = data["access"]
+    assert (access["user"], access["owner"], access["access"]) == (victim, attacker, "shared")
+    readers = {r["role"]: r for r in access["readers"]}
+    assert set(readers) == {"PUBLIC", victim}
+    assert readers["PUBLIC"] == {"role": "PUBLIC", "schema_usage": True, "tables": []}
+    assert readers[victim]["schema_usage"] and "sessions" in readers[victim]["tables"]
+    assert data["sessions"] == 0
+
+
+def test_ones_own_schema_is_used_and_private(
+    env: dict[str, str], squatted: tuple[str, str], pg_store: PgStore
+) -> None:
+    _attacker, victim = squatted
+    mine = {**env, "AGCTL_STORE": as_role(pg_store.dsn, victim),
+            "AGCTL_STORE_SCHEMA": f"{pg_store.schema}_own"}  # fmt: skip
+    before = json.loads(ok(agctl(mine, "store", "status", "--json")))["access"]
+    assert (before["owner"], before["access"]) == (None, "none")
+    ok(agctl(mine, "session", "new", SID))
+    ok(agctl(mine, "-s", SID, "turn", "send", "mine"))
+    status = agctl(mine, "store", "status")
+    assert status.returncode == 0, status.stderr
+    assert f"owner: {victim} (you)" in status.stdout
+    assert "others who may read: none" in status.stdout
+    access = json.loads(ok(agctl(mine, "store", "status", "--json")))["access"]
+    assert (access["owner"], access["access"], access["readers"]) == (victim, "own", [])
+
+
+def test_the_readmes_team_layout_is_shared_by_the_members_of_the_team_role(
+    env: dict[str, str], pg_server: PgServer, pg_database: str, pg_store: PgStore
+) -> None:
+    """The README's SQL for a team: a NOLOGIN role owns the schema, its members connect
+    as that role (options=-c role=...), so every table is the team's and each member
+    sees the others' sessions; a non-member is refused."""
+    team, alice, bob, eve = (
+        f"{name}_{pg_store.schema}" for name in ("team", "alice", "bob", "eve")
+    )
+    pg_server.execute(
+        f"CREATE ROLE {team} NOLOGIN; CREATE ROLE {alice} LOGIN; CREATE ROLE {bob} LOGIN; "
+        f"CREATE ROLE {eve} LOGIN; GRANT {team} TO {alice}, {bob}; "
+        f"CREATE SCHEMA {pg_store.schema} AUTHORIZATION {team}",
+        pg_database,
+    )
+    as_team = f"-c%20role%3D{team}"
+    members = [{**env, "AGCTL_STORE": as_role(pg_store.dsn, who, options=as_team)}
+               for who in (alice, bob)]  # fmt: skip
+    ok(agctl(members[0], "session", "new", SID))
+    ok(agctl(members[0], "-s", SID, "turn", "send", "from alice"))
+    ok(agctl(members[1], "-s", SID, "turn", "send", "from bob"))
+    listed = json.loads(ok(agctl(members[1], "-s", SID, "msg", "list", "--json")))
+    assert [m["content"] for m in listed if m["role"] == "user"] == ["from alice", "from bob"]
+    access = json.loads(ok(agctl(members[0], "store", "status", "--json")))["access"]
+    assert (access["owner"], access["access"], access["foreign_tables"]) == (team, "own", [])
+    assert access["owner_members"] == sorted([alice, bob])
+    outsider = agctl({**env, "AGCTL_STORE": as_role(pg_store.dsn, eve)}, "session", "list")
+    assert outsider.returncode == 5 and f"owned by role '{team}'" in outsider.stderr
+
+
+def test_a_role_that_may_not_make_the_schema_is_told_so_without_a_traceback(
+    env: dict[str, str], pg_server: PgServer, pg_database: str, pg_store: PgStore
+) -> None:
+    newcomer = f"newcomer_{pg_store.schema}"
+    pg_server.execute(f"CREATE ROLE {newcomer} LOGIN", pg_database)
+    done = agctl({**env, "AGCTL_STORE": as_role(pg_store.dsn, newcomer)}, "session", "new", SID)
+    assert done.returncode == 1, done.stderr
+    assert "could not be brought up to date: permission denied for database" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# ---- the server gone while a turn runs ------------------------------------------------
+
+# A tool that says it started, waits until the test has stopped the server, counts its
+# run and answers.
+GATED_TOOL = """
+import os, sys, time
+here = sys.argv[1]
+open(os.path.join(here, "started"), "w").close()
+while not os.path.exists(os.path.join(here, "go")):
+    time.sleep(0.02)
+with open(os.path.join(here, "runs"), "a") as runs:
+    runs.write("ran\\n")
+print("the tool's answer")
+"""
+
+
+def wait_for(path: Path, child: subprocess.Popen[str]) -> None:
+    """Until `path` exists (60 s at most), or the child ended first."""
+    for _ in range(3000):
+        if path.exists() or child.poll() is not None:
+            break
+        time.sleep(0.02)
+    assert path.exists(), child.communicate(timeout=60)
+
+
+def test_a_server_stopped_while_a_tool_runs_keeps_the_draft_here_and_resume_runs_no_tool_again(
+    env: dict[str, str], pg_server: PgServer, isolated_env: Path, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    program = tmp_path / "tool.py"
+    program.write_text(GATED_TOOL)
+    ok(agctl(env, "tool", "add", "gated", "--description", "Waits", "--approve", "auto",
+             "--", sys.executable, str(program), str(gate)))  # fmt: skip
+    ok(agctl(env, "config", "set", "store.connect_patience", "1"))
+    ok(agctl(env, "session", "new", SID))
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([[{"tool_calls": [{"id": "g1", "name": "gated"}]}, "Done."]]))
+    argv = [sys.executable, "-m", "agctl", "-s", SID, "turn", "send", "go", "-T", "gated",
+            "--script", str(script)]  # fmt: skip
+    turn = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        wait_for(gate / "started", turn)
+        pg_server.stop("immediate")
+        (gate / "go").touch()
+        _, stderr = turn.communicate(timeout=120)
+    finally:
+        if turn.poll() is None:
+            turn.kill()
+        with contextlib.suppress(Exception):
+            pg_server.start()
+    assert turn.returncode == 1, stderr
+    assert "does not answer" in stderr and "trying again for up to 1s" in stderr
+    kept = list((isolated_env / "stores").glob(f"*/drafts/{SID}/default.json"))
+    assert len(kept) == 1, stderr
+    draft = kept[0]
+    assert stat.S_IMODE(draft.stat().st_mode) == 0o600
+    for folder in (draft.parent, draft.parent.parent, draft.parent.parent.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    honest = (
+        "kept as a draft, with the 1 tool result(s) it got (not run again), on this "
+        f"machine ({draft}: the store could not take it)"
+    )
+    assert honest in " ".join(stderr.split()), stderr
+    assert "could not be kept" not in stderr
+    assert (gate / "runs").read_text() == "ran\n"
+
+    shown = json.loads(ok(agctl(env, "-s", SID, "draft", "show", "--json")))
+    assert (shown["prompt"], shown["stale"]) == ("go", None)
+    ok(agctl(env, "-s", SID, "turn", "send", "--resume-draft", "-T", "gated",
+             "--script", str(script)))  # fmt: skip
+    assert (gate / "runs").read_text() == "ran\n", "the finished tool was not run again"
+    assert not draft.exists()
+    listed = json.loads(ok(agctl(env, "-s", SID, "msg", "list", "--json")))
+    assert [m["role"] for m in listed] == ["user", "assistant", "tool", "assistant"]
+    assert listed[2]["content"].strip() == "the tool's answer"
+    assert agctl(env, "-s", SID, "draft", "show").returncode == 3

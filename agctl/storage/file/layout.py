@@ -13,6 +13,8 @@
                                            restoring.json (a rollback's, of older agctl)
     <root>/sessions/.new-<id>-<hex>        a session being built (staging)
     <root>/sessions/.trash-<id>-<hex>      a session being destroyed
+    <root>/stores/<key>/current-session    a shared store's current-session pointer
+    <root>/stores/<key>/drafts/<id>/<slot>.json  a draft that store could not take
 
 The file store and TAB completion (which reads the layout directly, for speed) both use
 it, so it imports the standard library only. Ids are validated by the callers.
@@ -60,6 +62,17 @@ def store_pointer(root: Path, store_key: str) -> Path:
     """The current-session pointer of a shared store (one per store), kept on this
     machine in its data dir."""
     return root / STORES / store_key / CURRENT
+
+
+def store_drafts(root: Path, store_key: str, session_id: str) -> Path:
+    """Where this machine keeps the drafts of a shared store's session that the store
+    could not take (its server down): one `<slot>.json` each."""
+    return root / STORES / store_key / DRAFTS / session_id
+
+
+def store_draft(folder: Path, slot_id: str) -> Path:
+    """A slot's draft in a `store_drafts` folder."""
+    return folder / f"{slot_id}{DOCUMENT}"
 
 
 def session_dir(root: Path, session_id: str) -> Path:

@@ -22,7 +22,8 @@ The same contract as the file backend (agctl.storage.base), kept by the database
   a pooler recycling it); one lost inside a transaction fails it, and nothing of it is
   committed.
 
-Only the current-session pointer stays on this machine (`local_dir`), per store.
+Only the current-session pointer stays on this machine (`local_dir`), per store, and
+the drafts of turns that failed while the server could not take them (`local_drafts`).
 psycopg is imported here, and this module only where a postgresql URL is used.
 """
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import io
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -54,6 +56,8 @@ from agctl.fsio import read_pointer, write_pointer
 from agctl.ids import validate_id
 from agctl.models import Draft, Message, Session, Slot
 from agctl.storage.base import CACHES, Tx, append_problem, lock_timeout
+from agctl.storage.file import layout
+from agctl.storage.local_drafts import LocalDrafts
 from agctl.storage.postgres import listing
 from agctl.storage.postgres import schema as pg_schema
 from agctl.storage.urls import redact
@@ -61,8 +65,14 @@ from agctl.validation import validation_summary
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
-# How long a new connection may keep failing (a server restarting) before we give up.
-CONNECT_PATIENCE = 15.0
+log = logging.getLogger("agctl.store")
+
+# How long a new connection may keep failing (a server restarting) before we give up,
+# unless the config's store.connect_patience says: a few seconds, said on stderr, since a
+# turn waits on it with nothing else on screen; and only once a process (a store found
+# down is then tried once a connection), so a failed turn that still tries to keep its
+# draft does not wait again at every step.
+CONNECT_PATIENCE = 5.0
 # How long a commit whose connection was lost asks again while the server still has its
 # transaction "in progress": the server ends one whose client is gone as soon as it reads
 # the closed socket, unless a statement of it waits (on a lock), which may yet commit.
@@ -906,8 +916,11 @@ class PostgresBackend(_Reading):
     sources: PGPASSFILE, PGSERVICE, the environment); `schema`: where the tables are;
     `local_dir`: this machine's data dir, which keeps the current-session pointer;
     `auto_migrate`: run the migrations the schema is behind on when first connecting
-    (and refuse one from a newer agctl), as every command but `store status` does;
-    `connect_patience`: seconds to wait out a server that cannot take connections yet."""
+    (and refuse one from a newer agctl, or one another role owns), as every command but
+    `store status` does; `connect_patience`: seconds to wait out a server that cannot
+    take connections yet; `shared_owner`: the role other than the connecting one (and
+    those it is a member of) whose schema and tables are accepted (see
+    agctl.storage.postgres.schema.check_owner)."""
 
     kind = "postgresql"
     latest_version = pg_schema.VERSION
@@ -920,14 +933,23 @@ class PostgresBackend(_Reading):
         local_dir: Path,
         auto_migrate: bool = True,
         connect_patience: float | None = None,
+        shared_owner: str | None = None,
     ) -> None:
         self.dsn = dsn
-        # How long a connect waits out a server that is not there yet (None: the default,
-        # CONNECT_PATIENCE; 0: one attempt, for a TAB that must not hang).
+        self.shared_owner = shared_owner
+        # How long a connect waits out a server that is not there yet (None: the config's
+        # store.connect_patience, else CONNECT_PATIENCE; 0: one attempt, for a TAB that
+        # must not hang).
         self.connect_patience = connect_patience
+        # Whether a connect waited its patience out and failed: the next ones (a failed
+        # turn keeping its draft) try once, and say so, rather than wait again.
+        self._down = False
         self.schema = schema
         self.where = f"{redact(dsn)} (schema {schema})"
         self.local_dir = local_dir
+        # Where a draft goes when the server cannot take it (agctl.drafts), on this machine.
+        key = listing.store_key(dsn, schema)
+        self.local_drafts = LocalDrafts(lambda sid: layout.store_drafts(local_dir, key, sid))
         self._sql = _statements(schema)
         self._known: dict[tuple[str, str], _Known] = {}
         # Session id -> what the last transaction this backend committed on it knew.
@@ -943,25 +965,52 @@ class PostgresBackend(_Reading):
 
     # ---- connections ---------------------------------------------------------------
 
+    def _patience(self) -> float:
+        if self._down:
+            return 0.0
+        if self.connect_patience is not None:
+            return self.connect_patience
+        return connect_patience()
+
     def _connect(self) -> Conn:
         """A new connection, retried while the server cannot take one yet (restarting,
-        starting up): a connection is only ever opened where no transaction is at work."""
-        patience = CONNECT_PATIENCE if self.connect_patience is None else self.connect_patience
-        deadline = time.monotonic() + patience
-        delay = 0.05
+        starting up) for the connect patience, said on stderr: a connection is only
+        ever opened where no transaction is at work."""
+        patience: float | None = None
+        deadline, delay, attempts = 0.0, 0.05, 0
         while True:
+            attempts += 1
             try:
-                conn: Conn = psycopg.connect(self.dsn, autocommit=True)
+                conn: Conn = psycopg.connect(
+                    self.dsn, autocommit=True, **listing.connect_bounds(self.dsn)
+                )
             except psycopg.OperationalError as exc:
+                if patience is None:
+                    patience = self._patience()
+                    deadline = time.monotonic() + patience
+                    if _unavailable(exc) and patience > 0:
+                        log.warning(
+                            "the store %s does not answer (%s): trying again for up to %gs "
+                            "(store.connect_patience)",
+                            self.where,
+                            _first_line(exc),
+                            patience,
+                        )
                 if not _unavailable(exc) or time.monotonic() + delay > deadline:
+                    self._down = _unavailable(exc)
+                    tried = f", {attempts} attempts in {patience:g}s" if attempts > 1 else ""
                     raise StoreError(
-                        f"cannot connect to the store {self.where}: {_first_line(exc)}"
+                        f"cannot connect to the store {self.where}{tried}: {_first_line(exc)}"
                     ) from None
+                log.info("store %s: attempt %d failed: %s", self.where, attempts, _first_line(exc))
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
                 continue
             except psycopg.ProgrammingError as exc:  # a malformed connection string
                 raise UsageError(f"bad store URL {redact(self.dsn)}: {_first_line(exc)}") from None
+            if self._down or attempts > 1:
+                log.info("store %s answers again (attempt %d)", self.where, attempts)
+            self._down = False
             if not self._migrated:
                 self._migrated = True
                 try:
@@ -974,19 +1023,29 @@ class PostgresBackend(_Reading):
 
     def migrate(self, conn: Conn | None = None) -> list[int]:
         """Run the migrations the schema is behind on, each in its own transaction;
-        the versions reached. A schema from a newer agctl is refused (exit 5)."""
+        the versions reached. A schema another role owns, unless it is `shared_owner`,
+        and one from a newer agctl are refused (exit 5)."""
         if conn is None:
             with self._connection() as fresh:
                 return self.migrate(fresh)
-        found = pg_schema.stored_version(conn, self.schema)
-        self.check_version(found)
-        reached = []
-        while found < pg_schema.VERSION:
-            step = pg_schema.migrate_step(conn, self.schema, pg_schema.VERSION)
-            if step is None:
-                break
-            reached.append(step)
-            found = step
+        try:
+            state = pg_schema.schema_state(conn, self.schema)
+            pg_schema.check_owner(state, self.where, self.shared_owner)
+            found = state.version
+            self.check_version(found)
+            reached = []
+            while found < pg_schema.VERSION:
+                step = pg_schema.migrate_step(
+                    conn, self.schema, pg_schema.VERSION, self.where, self.shared_owner
+                )
+                if step is None:
+                    break
+                reached.append(step)
+                found = step
+        except psycopg.Error as exc:  # no right to make the schema or its tables, say
+            raise StoreError(
+                f"the store {self.where} could not be brought up to date: {_first_line(exc)}"
+            ) from None
         return reached
 
     def check_version(self, found: int) -> None:
@@ -999,6 +1058,37 @@ class PostgresBackend(_Reading):
     def version(self) -> int:
         with self._connection() as conn:
             return pg_schema.stored_version(conn, self.schema)
+
+    def access(self) -> dict[str, Any]:
+        """Whose the schema is and who else may read it (`store status`), and whether
+        this backend uses it ("own", "member", "shared": the accepted `shared_owner`'s,
+        "refused", or "none": no schema yet)."""
+        with self._connection() as conn:
+            state = pg_schema.schema_state(conn, self.schema)
+            found = pg_schema.readers(conn, self.schema) if state.owner is not None else None
+        try:
+            pg_schema.check_owner(state, self.where, self.shared_owner)
+            refusal = None
+        except DataError as exc:
+            refusal = str(exc)
+        if state.owner is None:
+            verdict = "none"
+        elif refusal is not None:
+            verdict = "refused"
+        elif state.owner == state.user:
+            verdict = "own"
+        else:
+            verdict = "member" if state.owner_is_ours else "shared"
+        members, grants = found if found is not None else ([], [])
+        return {
+            "user": state.user,
+            "owner": state.owner,
+            "access": verdict,
+            "refusal": refusal,
+            "owner_members": members,
+            "foreign_tables": [{"table": t, "owner": o} for t, o in state.foreign],
+            "readers": grants,
+        }
 
     def _take_idle(self) -> Conn | None:
         with self._pool_lock:
@@ -1354,6 +1444,19 @@ class PostgresBackend(_Reading):
 # gives a refusal at connect as text only ("FATAL:  database ... does not exist").
 _NOT_YET = {"57P03"}
 _NOT_YET_TEXT = ("starting up", "shutting down", "in recovery", "not yet accepting")
+
+
+def connect_patience() -> float:
+    """How long a connect waits out a server that is down: the config's
+    store.connect_patience, else CONNECT_PATIENCE (read only when a connect fails)."""
+    from agctl.config import ConfigStore
+    from agctl.errors import AgctlError
+
+    try:
+        configured = ConfigStore().load().store.connect_patience
+    except AgctlError:
+        configured = None  # the config cannot be read: the default
+    return CONNECT_PATIENCE if configured is None else configured
 
 
 def _unavailable(exc: psycopg.OperationalError) -> bool:

@@ -3,16 +3,18 @@
 Every TAB runs the CLI again; on a file store it reads directory listings, and here it
 reads the same few things straight from the tables: session ids (and each one's title or
 system prompt), a session's slots and the slots with a draft. No pydantic, no agctl.store,
-no migration (a TAB only reads), one connection attempt (a TAB must not wait for a
-server that is not there). The statements are the backend's own (`STATEMENTS`, which
+no migration (a TAB only reads), one connection attempt, bounded (a TAB must not wait
+for a server that is not there). The statements are the backend's own (`STATEMENTS`, which
 agctl.storage.postgres.backend uses too), and so is the current-session pointer
 (`pointer_path`), so a TAB offers what a command would find.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,13 @@ import psycopg
 
 from agctl.storage.postgres.schema import statement
 from agctl.storage.urls import redact
+
+# Seconds libpq waits for one connection attempt (a host that drops packets; psycopg's
+# default is 130), unless the URL or PGCONNECT_TIMEOUT says; and the TCP keepalives that
+# find a server gone silent under a transaction (else the kernel's: two hours), unless
+# the URL says. Every connection agctl opens has them: a command's, and a TAB's.
+CONNECT_TIMEOUT = 5
+KEEPALIVES = {"keepalives_idle": 10, "keepalives_interval": 2, "keepalives_count": 3}
 
 STATEMENTS = {
     "session_ids": 'SELECT id FROM {s}.sessions ORDER BY id COLLATE "C"',
@@ -29,12 +38,34 @@ STATEMENTS = {
 }
 
 
+def connect_bounds(dsn: str) -> dict[str, Any]:
+    """The connection parameters that bound a wait (CONNECT_TIMEOUT, KEEPALIVES), for
+    those the URL (or PGCONNECT_TIMEOUT) leaves unset."""
+    given = _given_parameters(dsn)
+    bounds: dict[str, Any] = {k: v for k, v in KEEPALIVES.items() if k not in given}
+    if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
+        bounds["connect_timeout"] = CONNECT_TIMEOUT
+    return bounds
+
+
+@functools.lru_cache(maxsize=8)
+def _given_parameters(dsn: str) -> frozenset[str]:
+    try:
+        return frozenset(psycopg.conninfo.conninfo_to_dict(dsn))
+    except psycopg.ProgrammingError:
+        return frozenset()  # malformed: psycopg.connect says why
+
+
+def store_key(dsn: str, schema: str) -> str:
+    """The name of this store's folder in a data dir (its pointer, its local drafts)."""
+    return hashlib.sha256(f"{redact(dsn)}\0{schema}".encode()).hexdigest()[:16]
+
+
 def pointer_path(local_dir: Path, dsn: str, schema: str) -> Path:
     """Where this machine's data dir keeps this store's current-session pointer."""
     from agctl.storage.file import layout
 
-    key = hashlib.sha256(f"{redact(dsn)}\0{schema}".encode()).hexdigest()[:16]
-    return layout.store_pointer(local_dir, key)
+    return layout.store_pointer(local_dir, store_key(dsn, schema))
 
 
 class Listing:
@@ -44,7 +75,9 @@ class Listing:
 
     def __init__(self, dsn: str, schema: str, local_dir: Path) -> None:
         self.dsn, self.schema, self.local_dir = dsn, schema, local_dir
-        self._conn: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(dsn, autocommit=True)
+        self._conn: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(
+            dsn, autocommit=True, **connect_bounds(dsn)
+        )
 
     def current_session_id(self) -> str | None:
         """The session `agctl session use` chose on this machine for this store."""

@@ -1,7 +1,13 @@
 """The PostgreSQL store's tables, and the ordered migrations that make them.
 
 Everything lives in one schema (the `schema` setting, "agctl" by default), so several
-teams can share a database. `meta.version` says how many migrations a database has had.
+teams can share a database. The schema and its tables must belong to the connecting role
+or a role it is a member of: a schema another role made first (any role with CREATE on
+the database can) would let that role read and change every session written into it, so
+it is refused (exit 5, naming its owner) unless the user names that owner as a shared
+schema's (`shared_schema_owner`). The check rides on the first statement a process runs
+anyway (which finds the schema's version), so it costs no round trip. `meta.version`
+says how many migrations a database has had.
 Each migration runs in its own transaction under a transaction-scoped advisory lock on
 the schema's name, so CI workers that start together against a new database neither race
 nor deadlock: the first one migrates, the others wait and find it done.
@@ -24,7 +30,10 @@ nor deadlock: the first one migrates, the others wait and find it done.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from agctl.errors import DataError
+from agctl.storage.urls import SHARED_OWNER
 
 if TYPE_CHECKING:
     from psycopg import Connection
@@ -114,28 +123,147 @@ def statement(text: str, schema: str) -> Composed:
     )
 
 
-def stored_version(conn: Connection[tuple[object, ...]], schema: str) -> int:
-    """The migrations the schema has had (0: none, or no schema at all)."""
-    row = conn.execute(
-        "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = %s AND tablename = 'meta'",
-        [schema],
-    ).fetchone()
+# What a process asks first of its schema: whom it belongs to, whether the connecting
+# role is that role or a member of it, whether it has a meta table it may read (one of a
+# schema closed to it is not read: its owner is what is refused), and the relations in
+# it (tables, sequences, views) that belong to a role the connecting one is not a member of.
+_STATE = """SELECT current_user, pg_catalog.pg_get_userbyid(n.nspowner),
+       pg_catalog.pg_has_role(current_user, n.nspowner, 'MEMBER'),
+       EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c WHERE c.relnamespace = n.oid
+               AND c.relname = 'meta' AND c.relkind IN ('r', 'p')
+               AND pg_catalog.has_schema_privilege(n.oid, 'USAGE')
+               AND pg_catalog.has_table_privilege(c.oid, 'SELECT')),
+       ARRAY(SELECT ARRAY[c.relname::text, pg_catalog.pg_get_userbyid(c.relowner)::text]
+             FROM pg_catalog.pg_class AS c WHERE c.relnamespace = n.oid
+             AND c.relkind IN ('r', 'p', 'S', 'v', 'm', 'f')
+             AND NOT pg_catalog.pg_has_role(current_user, c.relowner, 'MEMBER')
+             ORDER BY c.relname)
+FROM (SELECT 1) AS one LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname = %s"""
+
+
+class SchemaState(NamedTuple):
+    """The schema as the connecting role finds it: its migrations (0: none, or no schema),
+    its owner (None: no schema), whether that is the role or one it is a member of, the
+    relations of other roles in it ((name, owner), sorted) and the connecting role."""
+
+    version: int
+    owner: str | None
+    owner_is_ours: bool
+    foreign: tuple[tuple[str, str], ...]
+    user: str
+
+
+def schema_state(conn: Connection[tuple[Any, ...]], schema: str) -> SchemaState:
+    """What `schema` is and whose (one statement, and one more for its version)."""
+    row = conn.execute(_STATE, [schema]).fetchone()
+    assert row is not None  # one row, with NULLs when there is no such schema
+    user, owner, ours, has_meta, foreign = row
+    if owner is None:
+        return SchemaState(0, None, True, (), str(user))
+    pairs = tuple((str(name), str(role)) for name, role in foreign or ())
+    version = 0
+    if has_meta:
+        found = conn.execute(statement("SELECT value FROM {s}.meta WHERE key = 'version'", schema))
+        value = found.fetchone()
+        version = int(str(value[0])) if value is not None else 0
+    return SchemaState(version, str(owner), bool(ours), pairs, str(user))
+
+
+# Who else may read the schema: the members of its owner (who act as it), and the roles
+# (PUBLIC for everyone) granted USAGE on it or SELECT on a table of it, from the ACLs
+# (a NULL ACL is the default: the owner's alone).
+_READERS = """SELECT
+    ARRAY(SELECT pg_catalog.pg_get_userbyid(m.member)::text FROM pg_catalog.pg_auth_members AS m
+          WHERE m.roleid = n.nspowner ORDER BY 1),
+    ARRAY(SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                      ELSE pg_catalog.pg_get_userbyid(a.grantee)::text END
+          FROM pg_catalog.aclexplode(coalesce(n.nspacl, pg_catalog.acldefault('n', n.nspowner)))
+               AS a
+          WHERE a.privilege_type = 'USAGE' AND a.grantee <> n.nspowner ORDER BY 1),
+    ARRAY(SELECT ARRAY[g.role, c.relname::text]
+          FROM pg_catalog.pg_class AS c,
+               pg_catalog.aclexplode(coalesce(c.relacl, pg_catalog.acldefault('r', c.relowner)))
+               AS a,
+               LATERAL (SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                    ELSE pg_catalog.pg_get_userbyid(a.grantee)::text END
+                        AS role) AS g
+          WHERE c.relnamespace = n.oid AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+          AND a.privilege_type = 'SELECT' AND a.grantee <> c.relowner
+          ORDER BY g.role, c.relname)
+FROM pg_catalog.pg_namespace AS n WHERE n.nspname = %s"""
+
+
+def readers(
+    conn: Connection[tuple[Any, ...]], schema: str
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """The members of the schema's owner, and each other role that may read in it: USAGE
+    on the schema, and the tables it may SELECT from (`store status`)."""
+    row = conn.execute(_READERS, [schema]).fetchone()
     if row is None:
-        return 0
-    found = conn.execute(statement("SELECT value FROM {s}.meta WHERE key = 'version'", schema))
-    value = found.fetchone()
-    return int(str(value[0])) if value is not None else 0
+        return [], []
+    members, usage, selects = row
+    found: dict[str, dict[str, Any]] = {}
+
+    def entry(role: object) -> dict[str, Any]:
+        return found.setdefault(str(role), {"role": str(role), "schema_usage": False, "tables": []})
+
+    for role in usage:
+        entry(role)["schema_usage"] = True
+    for role, table in selects:
+        entry(role)["tables"].append(str(table))
+    return [str(m) for m in members], [found[role] for role in sorted(found)]
 
 
-def migrate_step(conn: Connection[tuple[object, ...]], schema: str, target: int) -> int | None:
+def stored_version(conn: Connection[tuple[Any, ...]], schema: str) -> int:
+    """The migrations the schema has had (0: none, or no schema at all)."""
+    return schema_state(conn, schema).version
+
+
+def check_owner(state: SchemaState, where: str, shared_owner: str | None) -> None:
+    """Refuse (DataError, exit 5) a schema, or a relation in it, that belongs to a role
+    other than the connecting one and those it is a member of, unless that role is
+    `shared_owner`: its owner reads and changes everything written there."""
+    opt_in = (
+        f"if the schema is meant to be shared with that role, say so: ?{SHARED_OWNER}=ROLE "
+        f"in the store URL, or 'agctl config set store.{SHARED_OWNER} ROLE'"
+    )
+    if state.owner is not None and not state.owner_is_ours and state.owner != shared_owner:
+        raise DataError(
+            f"the schema of the store {where} is owned by role {state.owner!r}, not by "
+            f"{state.user!r} or a role it is a member of: that role could read and change "
+            f"every session written there, so it is not used ({opt_in})"
+        )
+    strangers = [(name, owner) for name, owner in state.foreign if owner != shared_owner]
+    if strangers:
+        listed = ", ".join(f"{name} (owned by {owner!r})" for name, owner in strangers[:5])
+        more = f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""
+        raise DataError(
+            f"the store {where} has tables of another role than {state.user!r}: "
+            f"{listed}{more}; that role could read and change the sessions in them, so "
+            f"they are not used ({opt_in})"
+        )
+
+
+def migrate_step(
+    conn: Connection[tuple[Any, ...]],
+    schema: str,
+    target: int,
+    where: str,
+    shared_owner: str | None = None,
+) -> int | None:
     """Run the next migration if the schema is behind `target`, in one transaction under
     the schema's advisory lock; the version it is at afterwards, None if it was at or
-    past `target` already."""
+    past `target` already. Its owner is checked again inside (another role may have made
+    it since it was found missing)."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"agctl schema {schema}"])
-        conn.execute(statement("CREATE SCHEMA IF NOT EXISTS {s}", schema))
+        state = schema_state(conn, schema)
+        if state.owner is None:  # made here (a schema made for the role needs no CREATE)
+            conn.execute(statement("CREATE SCHEMA IF NOT EXISTS {s}", schema))
+            state = schema_state(conn, schema)
+        check_owner(state, where, shared_owner)
         conn.execute(statement(META, schema))
-        version = stored_version(conn, schema)
+        version = state.version
         if version >= target:
             return None
         for text in MIGRATIONS[version][1]:

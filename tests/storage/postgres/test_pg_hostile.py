@@ -296,6 +296,16 @@ def unsafe_statements(source: str) -> list[str]:
     """The places in `source` where a statement could carry a value in its text."""
     tree = ast.parse(source)
     params = _function_params(tree)
+    # Statements written out whole at module level (NAME = "SELECT ..."), never formatted.
+    constants = {
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
     problems = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -317,6 +327,7 @@ def unsafe_statements(source: str) -> list[str]:
                     and not _formatting(query.args[0])
                 )
                 or (isinstance(query, ast.Name) and query.id in params.get(node, set()))
+                or (isinstance(query, ast.Name) and query.id in constants)
             )
             if not ok:
                 problems.append(f"line {node.lineno}: {ast.unparse(query)}")

@@ -103,7 +103,7 @@ def test_a_first_schema_with_a_checkpoint_log_is_migrated_and_its_log_reads_whol
     checkpoints = Checkpointer(written).ids(SID)
     old = f"{pg_store.schema}_v1"
     with connect(pg_store) as conn:
-        assert pg_schema.migrate_step(conn, old, 1) == 1
+        assert pg_schema.migrate_step(conn, old, 1, old) == 1
         assert pg_schema.stored_version(conn, old) == 1
         copy_rows(pg_store.schema, old, conn)
         log_rows = conn.execute(

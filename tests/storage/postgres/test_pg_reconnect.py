@@ -13,7 +13,7 @@ from pathlib import Path
 
 import child_backend
 import pytest
-from backend_docs import SID, seed, snapshot, user
+from backend_docs import SID, rich_draft, seed, snapshot, user
 from pg_children import read_line, start, tell
 from pgserver import PgServer, PgStore
 
@@ -21,6 +21,7 @@ from agctl.errors import StoreError
 from agctl.models import Session, Slot
 from agctl.storage.base import Backend
 from agctl.storage.postgres import backend as pg_backend
+from agctl.storage.postgres import listing
 from agctl.storage.postgres.backend import PostgresBackend
 
 
@@ -259,3 +260,135 @@ def test_a_database_that_does_not_exist_is_reported_at_once(
         assert len(attempts) > 1
     finally:
         pg_server.start()
+
+
+def test_a_store_found_down_is_waited_for_once_a_process_and_the_wait_is_said(
+    running_server: PgServer,
+    pg_store: PgStore,
+    isolated_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A failed turn still tries to keep its draft, step after step: each try waited the
+    whole patience again (four of 15 s: a minute with nothing on screen). The first wait
+    is said (a warning: stderr) and bounded; the next connects of the process try once,
+    until one gets through."""
+    attempts = []
+    connect = pg_backend.psycopg.connect
+
+    def counted(*args: object, **kwargs: object) -> object:
+        attempts.append(args)
+        return connect(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pg_backend.psycopg, "connect", counted)
+    backend = PostgresBackend(
+        pg_store.dsn, schema=pg_store.schema, local_dir=isolated_env, connect_patience=1.0
+    )
+    try:
+        seed(backend)
+        for _round in range(2):
+            running_server.stop("fast")
+            attempts.clear()
+            caplog.clear()
+            with caplog.at_level("INFO", logger="agctl.store"), pytest.raises(StoreError):
+                backend.load_session(SID)
+            assert len(attempts) > 1  # waited out, attempt after attempt
+            said = [r for r in caplog.records if r.levelname == "WARNING"]
+            assert len(said) == 1 and "does not answer" in said[0].getMessage()
+            assert "trying again for up to 1s (store.connect_patience)" in said[0].getMessage()
+            assert any("attempt 2 failed" in r.getMessage() for r in caplog.records)  # -v
+            attempts.clear()
+            caplog.clear()
+            for operation in (lambda: append(backend, "lost"), lambda: backend.session_ids()):
+                with pytest.raises(StoreError):
+                    operation()
+            assert len(attempts) == 2, "one attempt each: the store was found down"
+            assert not [r for r in caplog.records if r.levelname == "WARNING"]
+            running_server.start()
+            assert backend.load_session(SID).title == "rich"  # back: the next outage waited
+    finally:
+        backend.close()
+
+
+def test_one_connection_attempt_to_a_silent_server_is_bounded(
+    tmp_path: Path, pg_store: PgStore, isolated_env: Path
+) -> None:
+    """A host that takes the connection and never answers (or drops packets) held one
+    attempt for psycopg's default, 130 s; CONNECT_TIMEOUT bounds it, and the TCP
+    keepalives find a server gone silent under a transaction."""
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # never accepted: the kernel completes the handshake, nobody answers
+    port = silent.getsockname()[1]
+    backend = PostgresBackend(
+        f"postgresql://agctl@127.0.0.1:{port}/x", schema="s", local_dir=tmp_path,
+        connect_patience=0,
+    )  # fmt: skip
+    failed: list[BaseException] = []
+
+    def connect() -> None:
+        try:
+            backend.session_ids()
+        except BaseException as exc:
+            failed.append(exc)
+
+    worker = threading.Thread(target=connect, daemon=True)
+    try:
+        worker.start()
+        worker.join(timeout=60)  # 12x CONNECT_TIMEOUT; 130 s without it
+        assert not worker.is_alive(), "the connection attempt was not bounded"
+    finally:
+        silent.close()
+    assert len(failed) == 1 and isinstance(failed[0], StoreError)
+    assert "timeout" in str(failed[0])
+    used = PostgresBackend(pg_store.dsn, schema=pg_store.schema, local_dir=isolated_env)
+    try:
+        conn = used._connect()
+        options = {o.keyword.decode(): (o.val or b"").decode() for o in conn.pgconn.info}
+        conn.close()
+    finally:
+        used.close()
+    assert options["connect_timeout"] == str(listing.CONNECT_TIMEOUT)
+    assert options["keepalives_idle"] == str(listing.KEEPALIVES["keepalives_idle"])
+    tab = listing.Listing(pg_store.dsn, pg_store.schema, isolated_env)  # a TAB's too
+    try:
+        info = {o.keyword.decode(): (o.val or b"").decode() for o in tab._conn.pgconn.info}
+    finally:
+        tab.close()
+    assert info["connect_timeout"] == str(listing.CONNECT_TIMEOUT)
+
+
+def test_a_draft_the_store_cannot_take_is_kept_here_found_and_removed_with_the_stores(
+    running_server: PgServer, pg_store: PgStore, isolated_env: Path
+) -> None:
+    import stat
+
+    from agctl.drafts import remove_draft
+    from agctl.store import Store
+
+    backend = PostgresBackend(
+        pg_store.dsn, schema=pg_store.schema, local_dir=isolated_env, connect_patience=0.2
+    )
+    store = Store(backend=backend)
+    try:
+        seed(backend)
+        running_server.stop("fast")
+        kept = store.save_draft(SID, rich_draft())
+        assert kept is not None and kept.is_relative_to(isolated_env)
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+        assert stat.S_IMODE(kept.parent.stat().st_mode) == 0o700
+        running_server.start()
+        assert store.draft_slots(SID) == ["default"]
+        assert store.load_draft(SID, "default").prompt == "what next?"
+        newer = rich_draft()
+        newer.prompt = "asked later, into the store"
+        assert store.save_draft(SID, newer) is None  # the store takes it again
+        assert store.load_draft(SID, "default").prompt == newer.prompt  # the newer one
+        assert backend.draft_slots(SID) == ["default"] and kept.exists()
+        removed = remove_draft(store, SID)
+        assert not isinstance(removed, Exception) and removed.prompt == newer.prompt
+        assert store.draft_slots(SID) == [] and not kept.exists()
+    finally:
+        backend.close()
