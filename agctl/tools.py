@@ -15,7 +15,6 @@ import hashlib
 import os
 import re
 import selectors
-import shlex
 import shutil
 import signal
 import subprocess
@@ -736,19 +735,17 @@ def approval(
     return "run" if answer in ("yes", "always") else "deny"
 
 
-def approval_prompt(
-    spec: ToolSpec,
-    arguments: Mapping[str, Any],
-    argv: list[str],
-    escape: Callable[[str], str] = lambda text: text,
-) -> str:
+def approval_prompt(spec: ToolSpec, arguments: Mapping[str, Any], argv: list[str]) -> str:
     """The question put to the user for one call: the tool, its arguments and its argv,
-    each through `escape` (the terminal's: what the model wrote cannot act on it)."""
+    escaped (what the model wrote cannot act on the terminal), the argv as a shell reads
+    it back."""
+    from agctl.quoting import escaped, shell_words
+
     return (
-        f"The model asks to run tool {escape(spec.name)}:\n"
-        f"  arguments: {escape(arguments_json(arguments))}\n"
-        f"  command:   {escape(shlex.join(argv))}\n"
-        f"Run it? (always: run it, and {escape(spec.name)} for the rest of this turn "
+        f"The model asks to run tool {escaped(spec.name)}:\n"
+        f"  arguments: {escaped(arguments_json(arguments))}\n"
+        f"  command:   {shell_words(argv)}\n"
+        f"Run it? (always: run it, and {escaped(spec.name)} for the rest of this turn "
         "without asking)"
     )
 

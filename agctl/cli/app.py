@@ -476,11 +476,10 @@ def terminal_ask() -> AskFn | None:
         ctx.find_root().call_on_close(lambda: os.close(fd))
 
     def ask(spec: ToolSpec, arguments: dict[str, Any], argv: list[str]) -> Answer:
-        from agctl.cli.output import escaped
         from agctl.errors import ApprovalNeeded
         from agctl.tools import approval_prompt
 
-        question = approval_prompt(spec, arguments, argv, escape=escaped)
+        question = approval_prompt(spec, arguments, argv)
         _tell(fd, f"\n{question} [y/n/always] ")
         deadline = time.monotonic() + ASK_TIMEOUT_S
         for _ in range(_ASK_TRIES):

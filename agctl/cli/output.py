@@ -69,21 +69,6 @@ def neutralise(text: str) -> str:
     return _CONTROLS.sub(_shown, text)
 
 
-# What `escaped` shows as escapes: every C0 and C1 control, DEL, the bidirectional
-# controls (U+061C, U+200E-F, U+202A-E, U+2066-9), the line and paragraph separators,
-# and a lone surrogate (a byte that was not UTF-8).
-_ESCAPED = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]"
-)
-
-
-def escaped(text: str) -> str:
-    """`text` on one line for a person to judge (a tool call they approve or deny): every
-    character that could act on the terminal, break the line or reorder what is shown
-    (the "Trojan Source" bidi controls) as its JSON escape, SGR colours included."""
-    return _ESCAPED.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
-
-
 def _isatty(stream: Any) -> bool:
     try:
         return bool(stream.isatty())

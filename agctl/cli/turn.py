@@ -104,7 +104,7 @@ CALL_ARGUMENTS_SHOWN = 60
 def call_line(record: CallRecord) -> str:
     """A tool call and how it ended, on one line for people: its name and arguments
     escaped (the model chose them) and cut short."""
-    from agctl.cli.output import escaped
+    from agctl.quoting import escaped
 
     name, arguments = (
         text if len(text) <= CALL_ARGUMENTS_SHOWN else text[: CALL_ARGUMENTS_SHOWN - 1] + "…"
