@@ -97,7 +97,8 @@ class RootGroup(click.Group):
         **extra: Any,
     ) -> Any:
         """Refuse arguments that cannot be text before anything runs, and report a standard
-        output that cannot be written (a full disk, a closed pipe) once, without a traceback.
+        output that could not be written (a full disk, a closed pipe) once, at the end, when
+        the command's work is done, without a traceback.
         """
         argv = sys.argv[1:] if args is None else list(args)
         completing = bool(os.environ.get(complete_var or "_AGCTL_COMPLETE"))
@@ -111,9 +112,6 @@ class RootGroup(click.Group):
                     self.report(UsageError(problem))
                     sys.exit(EXIT_USAGE)
                 return super().main(args, prog_name, complete_var, standalone_mode, **extra)
-            except OSError as exc:
-                if exc is not stdout.failure or not standalone_mode:
-                    raise
             finally:
                 status = output.settle(stdout) if standalone_mode else None
                 if status is not None:
