@@ -26,7 +26,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agctl.config import PROJECT_HOOKS_FILE
-from agctl.errors import AgctlError, AlreadyExists, Blocked, InvalidInput, NotFound, UsageError
+from agctl.errors import (
+    AgctlError,
+    AlreadyExists,
+    Blocked,
+    Interrupted,
+    InvalidInput,
+    NotFound,
+    UsageError,
+)
+from agctl.procs import WATCH_S, interrupt_count, interrupted_since
 from agctl.specs import HookSpec
 from agctl.validation import validation_summary
 from agctl.vocab import (
@@ -675,6 +684,7 @@ def _run_process(
     """Run `hook` in `cwd`, in its own process group, with `stdin`, within its time limit."""
     import subprocess
 
+    interrupts = interrupt_count()
     try:
         process = subprocess.Popen(
             hook.command,
@@ -689,15 +699,19 @@ def _run_process(
     except OSError as exc:
         return _Finished(None, failure=f"cannot run {hook.command[0]!r}: {exc.strerror}")
     try:
-        return _exchange(process, stdin, hook.timeout_s)
-    except BaseException:  # Ctrl-C: the hook dies with the command that started it
+        return _exchange(process, stdin, hook.timeout_s, interrupts)
+    except BaseException:  # an interrupt: the hook dies with the command that started it
         _signal_group(process.pid, signal.SIGKILL)
         process.wait()
         raise
 
 
-def _exchange(process: subprocess.Popen[bytes], stdin: bytes, timeout_s: float) -> _Finished:
-    """Write stdin, read stdout and stderr (capped) until the process ends or time is up."""
+def _exchange(
+    process: subprocess.Popen[bytes], stdin: bytes, timeout_s: float, interrupts: int
+) -> _Finished:
+    """Write stdin, read stdout and stderr (capped) until the process ends or time is up;
+    an interrupt of agctl since the count was `interrupts` is raised here too (a hook of
+    a call that runs in a worker thread)."""
     import selectors
     import subprocess
 
@@ -717,11 +731,14 @@ def _exchange(process: subprocess.Popen[bytes], stdin: bytes, timeout_s: float) 
         process.stdin.close()
     try:
         while selector.get_map() and failure is None:
+            signum = interrupted_since(interrupts)
+            if signum is not None:
+                raise Interrupted(signum)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 failure = f"timed out after {timeout_s:g}s"
                 break
-            for key, _ in selector.select(remaining):
+            for key, _ in selector.select(min(remaining, WATCH_S)):
                 stream = key.fileobj
                 if stream is process.stdin:
                     try:

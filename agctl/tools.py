@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
-from agctl.errors import Blocked, InvalidInput, NotFound, UsageError
+from agctl.errors import Blocked, Interrupted, InvalidInput, NotFound, UsageError
 from agctl.models import ToolCall
+from agctl.procs import WATCH_S, interrupt_count, interrupted_since
 from agctl.specs import (  # re-exported: the tool API in one place
     KEPT_OUTPUT as KEPT_OUTPUT,
 )
@@ -531,10 +532,13 @@ def _supervise(
     stdout: _Stream,
     stderr: _Stream,
     timeout_s: float,
+    interrupts: int,
 ) -> bool:
     """Feed stdin and read stdout and stderr together until the tool has exited and its
     pipes closed; on timeout SIGTERM the group, SIGKILL it 2 s later. When the tool exits,
-    what it left running in its group gets the same. Returns whether it timed out."""
+    what it left running in its group gets the same. An interrupt of agctl since the count
+    was `interrupts` (raised in the main thread, seen here from a worker's) raises it here
+    too. Returns whether it timed out."""
     assert process.stdout is not None and process.stderr is not None
     pgid = process.pid  # start_new_session: the tool leads its own group
     selector = selectors.DefaultSelector()
@@ -556,6 +560,9 @@ def _supervise(
     kill_at: float | None = None  # when it got SIGKILL
     try:
         while True:
+            signum = interrupted_since(interrupts)
+            if signum is not None:
+                raise Interrupted(signum)
             now = time.monotonic()
             if not exited and term_at is None and now >= deadline:
                 timed_out = True
@@ -573,7 +580,7 @@ def _supervise(
             waits = [deadline if term_at is None else term_at + KILL_GRACE_S]
             if kill_at is not None:
                 waits = [kill_at + PIPE_GRACE_S]
-            wait = max(min(waits) - now, 0.0)
+            wait = min(max(min(waits) - now, 0.0), WATCH_S)
             if watch is None and not exited:
                 wait = min(wait, _EXIT_POLL_S)
             for key, _events in selector.select(wait):
@@ -621,7 +628,8 @@ def run_tool(
     """Run one call of `spec` with checked `arguments` and report its outcome; a program
     that cannot be started is an error result, not an exception. `cwd` is where agctl was
     started (default: the current directory); `data_dir` the data dir the tool must not
-    run in (None: a store with no directory). Ctrl-C kills the tool's group and re-raises.
+    run in (None: a store with no directory). An interrupt (Ctrl-C, SIGTERM, SIGHUP) kills
+    the tool's group and re-raises.
     """
     workdir = tool_cwd(spec, started_in=cwd, data_dir=data_dir)
     env = tool_env(spec, arguments, os.environ if environ is None else environ)
@@ -634,6 +642,7 @@ def run_tool(
             argv,
         )
     stdin_data = arguments_json(arguments).encode() if spec.args == "stdin" else None
+    interrupts = interrupt_count()
     started = time.monotonic()
     try:
         process = subprocess.Popen(
@@ -651,7 +660,7 @@ def run_tool(
     stdout = _Stream(KEPT_OUTPUT, spec.max_output)
     stderr = _Stream(0, STDERR_TAIL)
     try:
-        timed_out = _supervise(process, stdin_data, stdout, stderr, spec.timeout_s)
+        timed_out = _supervise(process, stdin_data, stdout, stderr, spec.timeout_s, interrupts)
     except BaseException:
         _signal_group(process.pid, signal.SIGKILL)
         process.wait()

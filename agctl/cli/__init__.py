@@ -21,7 +21,14 @@ from agctl.cli import output
 from agctl.cli.app import App, shown
 from agctl.cli.options import add_global_options, json_requested, root_options
 from agctl.cli.output import echo
-from agctl.errors import EXIT_INTERRUPTED, EXIT_USAGE, AgctlError, UsageError
+from agctl.errors import (
+    EXIT_USAGE,
+    SIGINT,
+    AgctlError,
+    UsageError,
+    interrupt_signal,
+    signal_name,
+)
 
 # Each command group lives in its own module, imported only when it runs, so that
 # `agctl --help` and shell completion load click and nothing else. The one-line help
@@ -80,7 +87,9 @@ Exit codes:
     8  replay check failed (a reply differs from the expected one)
     9  blocked (a tool call needing approval with no terminal, or a hook blocked it)
    10  step limit (the model still asked for tools after --max-steps requests)
-  130  interrupted (Ctrl-C); nothing was written
+  130  interrupted (Ctrl-C); nothing was written (a turn keeps its draft)
+  143  terminated (SIGTERM: timeout, docker stop, a CI cancel), as Ctrl-C
+  129  hung up (SIGHUP: the terminal closed), as Ctrl-C
   141  standard output was closed early (agctl ... | head -1); nothing is printed
 """
 
@@ -190,10 +199,12 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
     """An error as scripts read it: its type, exit code, message and hint (and the notes
     a library error carries: the draft kept, the prompt)."""
     if isinstance(exc, (KeyboardInterrupt, click.Abort)):  # Ctrl-C, or Ctrl-D at a prompt
+        signum = interrupt_signal(exc)
+        by = "" if signum == SIGINT else f" by {signal_name(signum)}"
         return {
             "type": "Interrupted",
-            "exit": EXIT_INTERRUPTED,
-            "message": "interrupted; nothing was written",
+            "exit": 128 + signum,
+            "message": f"interrupted{by}; nothing was written",
             "hint": None,
         }
     if isinstance(exc, click.ClickException):
@@ -363,5 +374,14 @@ def main(*args: Any, **kwargs: Any) -> Any:
     # allocations) scans that growing heap hundreds of times for garbage it does not hold:
     # 11M instructions of a turn's start (callgrind). Collections still run, less often.
     gc.set_threshold(STARTUP_GC_THRESHOLD, *gc.get_threshold()[1:])
+    # SIGTERM and SIGHUP stop a command as Ctrl-C does (its tools killed, a turn's draft
+    # kept), where by default they would kill agctl on the spot; only the command line
+    # process does this, never the library on import.
+    from agctl.procs import interrupt_on_signals
+
+    interrupt_on_signals()
     kwargs.setdefault("prog_name", "agctl")
-    return cli.main(*args, **kwargs)
+    try:
+        return cli.main(*args, **kwargs)
+    except KeyboardInterrupt as exc:  # one that came as the command started or ended
+        sys.exit(128 + interrupt_signal(exc))

@@ -1,0 +1,55 @@
+"""Processes and signals: what stops agctl, and the processes a tool or hook call starts.
+
+Interrupts. Ctrl-C (SIGINT), SIGTERM (`timeout`, `docker stop`, a CI cancel) and SIGHUP (a
+closed terminal) stop agctl alike: the command line calls `interrupt_on_signals`, which
+makes each raise agctl.errors.Interrupted (a KeyboardInterrupt carrying the signal) in the
+main thread, so every place that handles Ctrl-C — a tool's processes killed, a turn's
+draft kept, a commit finished first (agctl.fsio.deferred_interrupts) — handles them too,
+and the command exits 128 + the signal. Calls running in other threads (`turn send -j`)
+see `interrupted_since` and stop as well. The library installs no handler of its own.
+
+Standard library only: the command line imports this on its start-up path.
+"""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+from agctl.errors import Interrupted
+
+# What stops agctl: Ctrl-C, SIGTERM (`timeout`, `docker stop`, a CI cancel) and SIGHUP (the
+# terminal closed).
+INTERRUPTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# How often a running call looks at what it started, and whether agctl was interrupted.
+WATCH_S = 0.05
+
+# How many interrupts the handlers have raised, and the last one's signal.
+_interrupts = 0
+_last_signal: int | None = None
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    global _interrupts, _last_signal
+    _interrupts += 1
+    _last_signal = signum
+    raise Interrupted(signum)
+
+
+def interrupt_on_signals() -> None:
+    """Make SIGINT, SIGTERM and SIGHUP raise Interrupted in the main thread; a signal the
+    process was started ignoring stays ignored (`nohup agctl ...` keeps its hang-ups away)."""
+    for signum in INTERRUPTING:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _interrupt)
+
+
+def interrupt_count() -> int:
+    """How many interrupts were raised so far: a call notes it when it starts."""
+    return _interrupts
+
+
+def interrupted_since(count: int) -> int | None:
+    """The signal of an interrupt raised since `interrupt_count()` was `count`, else None:
+    a call running in a worker thread stops when the main thread was interrupted."""
+    return _last_signal if _interrupts != count else None
