@@ -375,11 +375,13 @@ def main(*args: Any, **kwargs: Any) -> Any:
     # 11M instructions of a turn's start (callgrind). Collections still run, less often.
     gc.set_threshold(STARTUP_GC_THRESHOLD, *gc.get_threshold()[1:])
     # SIGTERM and SIGHUP stop a command as Ctrl-C does (its tools killed, a turn's draft
-    # kept), where by default they would kill agctl on the spot; only the command line
-    # process does this, never the library on import.
-    from agctl.procs import interrupt_on_signals
+    # kept), where by default they would kill agctl on the spot; and what a tool or hook
+    # starts that escapes its group comes back to agctl to be ended with its call. Only
+    # the command line process does this, never the library on import.
+    from agctl.procs import adopt_orphans, interrupt_on_signals
 
     interrupt_on_signals()
+    adopt_orphans()
     kwargs.setdefault("prog_name", "agctl")
     try:
         return cli.main(*args, **kwargs)
