@@ -690,20 +690,21 @@ def _run_process(
     interrupts = interrupt_count()
     processes = CallProcesses()
     try:
-        process = subprocess.Popen(
-            hook.command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=hook_environment(environ),
-            cwd=cwd,
-            start_new_session=True,
-            close_fds=True,
+        process = processes.start(
+            lambda: subprocess.Popen(
+                hook.command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=hook_environment(environ),
+                cwd=cwd,
+                start_new_session=True,
+                close_fds=True,
+            )
         )
     except OSError as exc:
         processes.release()
         return _Finished(None, failure=f"cannot run {hook.command[0]!r}: {exc.strerror}")
-    processes.follow(process.pid)
     try:
         try:
             finished = _exchange(process, stdin, hook.timeout_s, interrupts, processes)

@@ -18,8 +18,9 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, TypeVar
 
 from agctl.errors import Interrupted
 
@@ -69,6 +70,14 @@ class Process(NamedTuple):
 
     pid: int
     start: int
+
+
+class _Spawned(Protocol):
+    @property
+    def pid(self) -> int: ...
+
+
+Leader = TypeVar("Leader", bound=_Spawned)
 
 
 class _Stat(NamedTuple):
@@ -145,6 +154,12 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _present(process: Process) -> bool:
+    """Whether `process` is there, running or a zombie (its pid not reused)."""
+    stat = _stat(process.pid)
+    return stat is not None and stat.start == process.start
+
+
 def _running(process: Process) -> _Stat | None:
     """`process`'s stat while it runs (not a zombie, its pid not reused), else None."""
     stat = _stat(process.pid)
@@ -186,7 +201,7 @@ class CallProcesses:
     (it left its session and its parent died before any look) is the call's when only
     this call runs, and otherwise belongs to every call running when it came, so it is
     ended with the last of them: never while a call that may need it runs, never after
-    the step. `stop` ends what is left; `release` forgets the call."""
+    the step. `start` starts it, `stop` ends what is left, `release` forgets the call."""
 
     def __init__(self) -> None:
         """Made before the leader starts: the orphans already there are not its own."""
@@ -202,20 +217,27 @@ class CallProcesses:
             if _reaper:
                 self.baseline = set(_orphans())
 
-    def follow(self, leader: int) -> None:
-        """Follow the call led by `leader`, just started."""
-        self.leader = leader
-        stat = _stat(leader)  # a child of agctl's, not reaped yet: its pid is its own
-        self.head = Process(leader, stat.start) if stat is not None else None
-        self.sessions.add(leader)
+    def start(self, spawn: Callable[[], Leader]) -> Leader:
+        """Start the call's leader (a child in a session of its own) with `spawn`, and
+        follow it; other calls look for orphans only before or after, never taking a
+        leader being started for one."""
         with _lock:
+            leader = spawn()
+            self.leader = leader.pid
+            stat = _stat(leader.pid)  # a child of agctl's, not reaped yet: its pid is its own
+            self.head = Process(leader.pid, stat.start) if stat is not None else None
+            self.sessions.add(leader.pid)
             _calls.add(self)
+        return leader
 
     def watch(self) -> None:
         """Take note of what the call runs now."""
         if not self.leader:
             return
         with _lock:
+            # The gone are forgotten (a zombie is kept until reaped): a call that runs
+            # many short commands is not looked at ever more slowly.
+            self.seen = {p for p in self.seen if _present(p)}
             roots = [self.leader, *(p.pid for p in self.seen | self.claimed if _running(p))]
             visited: set[int] = set()
             while roots:

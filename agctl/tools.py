@@ -645,20 +645,21 @@ def run_tool(
     processes = CallProcesses()
     started = time.monotonic()
     try:
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=workdir,
-            env=env,
-            start_new_session=True,
+        process = processes.start(
+            lambda: subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=workdir,
+                env=env,
+                start_new_session=True,
+            )
         )
     except OSError as exc:
         processes.release()
         reason = exc.strerror or str(exc)
         return ToolRun.not_run(spec.name, arguments, f"error: cannot run {argv[0]}: {reason}", argv)
-    processes.follow(process.pid)
     stdout = _Stream(KEPT_OUTPUT, spec.max_output)
     stderr = _Stream(0, STDERR_TAIL)
     try:

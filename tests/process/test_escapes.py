@@ -147,3 +147,36 @@ def test_a_hook_leaves_nothing_either(
     assert sent.returncode == 0, sent.stderr
     assert sent.stdout == "echo: hello\n"
     assert gone(sleeper(home, "hook"))
+
+
+# A process that adopts orphans as the command line does, holding a daemon of its own (as a
+# test's PostgreSQL server, started by pg_ctl, is held) when it runs a tool that leaves one.
+HOLDER = """
+import subprocess, sys
+from agctl import procs
+from agctl.tools import ToolSpec, run_tool
+
+procs.adopt_orphans()
+spec = ToolSpec.model_validate({"name": "t", "command": ["sh", "-c", sys.argv[2]], "args": "env"})
+run_tool(spec, {"name": "warm-up"}, data_dir=None)  # the process is a subreaper from here on
+daemon = sys.argv[1]
+subprocess.run(["sh", "-c", daemon], env={"F": sys.argv[3], "PATH": "/usr/bin:/bin"},
+               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+run_tool(spec, {"name": "call"}, data_dir=None)
+print("ran")
+"""
+
+
+def test_a_daemon_of_the_process_s_own_is_not_taken_for_a_call_s(home: Path) -> None:
+    """Only orphans that came while a call ran are a call's: the daemon the process
+    started before it (re-parented to it, in a session of its own) lives on."""
+    daemon = home / "pid.daemon"
+    while_waiting = 'while [ ! -e "$F" ]; do sleep 0.01; done'
+    held = subprocess.run(
+        [sys.executable, "-c", HOLDER, f"{DOUBLE_FORK}\n{while_waiting}", leaving(DOUBLE_FORK),
+         str(daemon)],
+        capture_output=True, text=True, timeout=WAIT_S, check=False,
+    )  # fmt: skip
+    assert (held.returncode, held.stdout) == (0, "ran\n"), held.stderr
+    assert gone(sleeper(home, "warm-up")) and gone(sleeper(home, "call"))
+    assert not process_dead(int(daemon.read_text()))
