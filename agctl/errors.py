@@ -233,7 +233,7 @@ def signal_name(signum: int) -> str:
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C, SIGTERM or SIGHUP, raised in the main thread by the command line's handlers
-    (agctl.procs.interrupt_on_signals): a KeyboardInterrupt, so every place that handles
+    (agctl.interrupts.interrupt_on_signals): a KeyboardInterrupt, so every place that handles
     Ctrl-C handles the others alike; the command exits 128 + the signal."""
 
     def __init__(self, signum: int) -> None:

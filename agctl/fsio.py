@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from agctl.errors import Conflict, CorruptDocument, NotFound, StoreError
-from agctl.procs import INTERRUPTING
+from agctl.interrupts import INTERRUPTING
 
 log = logging.getLogger("agctl.store")
 

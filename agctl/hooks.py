@@ -35,13 +35,8 @@ from agctl.errors import (
     NotFound,
     UsageError,
 )
-from agctl.procs import (
-    WATCH_S,
-    CallProcesses,
-    call_exited,
-    interrupt_count,
-    interrupted_since,
-)
+from agctl.interrupts import interrupt_count, interrupted_since
+from agctl.procs import WATCH_S, CallProcesses, call_exited
 from agctl.specs import HookSpec
 from agctl.validation import validation_summary
 from agctl.vocab import (

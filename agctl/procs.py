@@ -1,14 +1,10 @@
-"""Processes and signals: what stops agctl, and the processes a tool or hook call starts.
+"""The processes a tool or hook call starts, and ending every one of them with the call.
 
-Interrupts. Ctrl-C (SIGINT), SIGTERM (`timeout`, `docker stop`, a CI cancel) and SIGHUP (a
-closed terminal) stop agctl alike: the command line calls `interrupt_on_signals`, which
-makes each raise agctl.errors.Interrupted (a KeyboardInterrupt carrying the signal) in the
-main thread, so every place that handles Ctrl-C — a tool's processes killed, a turn's
-draft kept, a commit finished first (agctl.fsio.deferred_interrupts) — handles them too,
-and the command exits 128 + the signal. Calls running in other threads (`turn send -j`)
-see `interrupted_since` and stop as well. The library installs no handler of its own.
-
-Standard library only: the command line imports this on its start-up path.
+A call runs in a process group and session of its own, but a child may leave them (setsid,
+a daemon's double fork) and outlive the call and agctl. `CallProcesses` follows a call's
+descendants through /proc on Linux, adopts its orphans when the command line asked
+(agctl.interrupts.adopt_orphans), and ends what is left when the call ends; elsewhere only
+the process group is signalled.
 """
 
 from __future__ import annotations
@@ -19,46 +15,12 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType
 from typing import NamedTuple, Protocol, TypeVar
 
-from agctl.errors import Interrupted
+from agctl.interrupts import adopting
 
-# What stops agctl: Ctrl-C, SIGTERM (`timeout`, `docker stop`, a CI cancel) and SIGHUP (the
-# terminal closed).
-INTERRUPTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # How often a running call looks at what it started, and whether agctl was interrupted.
 WATCH_S = 0.05
-
-# How many interrupts the handlers have raised, and the last one's signal.
-_interrupts = 0
-_last_signal: int | None = None
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    global _interrupts, _last_signal
-    _interrupts += 1
-    _last_signal = signum
-    raise Interrupted(signum)
-
-
-def interrupt_on_signals() -> None:
-    """Make SIGINT, SIGTERM and SIGHUP raise Interrupted in the main thread; a signal the
-    process was started ignoring stays ignored (`nohup agctl ...` keeps its hang-ups away)."""
-    for signum in INTERRUPTING:
-        if signal.getsignal(signum) is not signal.SIG_IGN:
-            signal.signal(signum, _interrupt)
-
-
-def interrupt_count() -> int:
-    """How many interrupts were raised so far: a call notes it when it starts."""
-    return _interrupts
-
-
-def interrupted_since(count: int) -> int | None:
-    """The signal of an interrupt raised since `interrupt_count()` was `count`, else None:
-    a call running in a worker thread stops when the main thread was interrupted."""
-    return _last_signal if _interrupts != count else None
 
 
 # ---- the processes of a call ---------------------------------------------------------------
@@ -89,9 +51,7 @@ class _Stat(NamedTuple):
 
 
 _PROC = "/proc"
-# Whether this process may adopt the orphans of its calls (the command line's choice), and
-# whether it has become their reaper.
-_adopting = False
+# Whether this process became the reaper of its calls' orphans (see _become_reaper).
 _reaper = False
 _lock = threading.RLock()
 _calls: set[CallProcesses] = set()
@@ -99,19 +59,9 @@ _calls: set[CallProcesses] = set()
 _owners: dict[Process, set[CallProcesses]] = {}
 
 
-def adopt_orphans() -> None:
-    """Let the calls of this process adopt the orphans of what they started: the first
-    call makes it a child subreaper (Linux), so that a tool's child that leaves its group
-    and loses its parent (setsid, a daemon's double fork) comes back to agctl, not to
-    init, and ends with its call. Only the command line asks this: a process that starts
-    daemons of its own (a test's database) must never take them for a call's."""
-    global _adopting
-    _adopting = True
-
-
 def _become_reaper() -> None:
     global _reaper
-    if _reaper or not _adopting:
+    if _reaper or not adopting():
         return
     import ctypes
 
@@ -196,12 +146,12 @@ class CallProcesses:
     While the call runs, `watch` follows the leader's descendants through /proc (each
     known by pid and start time, so a reused pid is never taken for one), the subtrees of
     those that lost their parent included. In a process that adopts orphans
-    (`adopt_orphans`), an orphan re-parented to agctl is the call's when it was seen in
-    the call's tree or is in one of the call's sessions; one that cannot be told apart
-    (it left its session and its parent died before any look) is the call's when only
-    this call runs, and otherwise belongs to every call running when it came, so it is
-    ended with the last of them: never while a call that may need it runs, never after
-    the step. `start` starts it, `stop` ends what is left, `release` forgets the call."""
+    (agctl.interrupts.adopt_orphans), an orphan re-parented to agctl is the call's when it
+    was seen in the call's tree or is in one of the call's sessions; one that cannot be
+    told apart (it left its session and its parent died before any look) is the call's
+    when only this call runs, and otherwise belongs to every call running when it came,
+    so it is ended with the last of them: never while a call that may need it runs, never
+    after the step. `start` starts it, `stop` ends what is left, `release` forgets it."""
 
     def __init__(self) -> None:
         """Made before the leader starts: the orphans already there are not its own."""

@@ -27,14 +27,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import ValidationError
 
 from agctl.errors import Blocked, Interrupted, InvalidInput, NotFound, UsageError
+from agctl.interrupts import interrupt_count, interrupted_since
 from agctl.models import ToolCall
-from agctl.procs import (
-    WATCH_S,
-    CallProcesses,
-    call_exited,
-    interrupt_count,
-    interrupted_since,
-)
+from agctl.procs import WATCH_S, CallProcesses, call_exited
 from agctl.specs import (  # re-exported: the tool API in one place
     KEPT_OUTPUT as KEPT_OUTPUT,
 )

@@ -377,11 +377,13 @@ def main(*args: Any, **kwargs: Any) -> Any:
     # SIGTERM and SIGHUP stop a command as Ctrl-C does (its tools killed, a turn's draft
     # kept), where by default they would kill agctl on the spot; and what a tool or hook
     # starts that escapes its group comes back to agctl to be ended with its call. Only
-    # the command line process does this, never the library on import.
-    from agctl.procs import adopt_orphans, interrupt_on_signals
+    # the command line process does this, never the library on import; a TAB's completion
+    # runs nothing of the kind and is spared the signal module (0.5 ms).
+    if not os.environ.get("_AGCTL_COMPLETE"):
+        from agctl.interrupts import adopt_orphans, interrupt_on_signals
 
-    interrupt_on_signals()
-    adopt_orphans()
+        interrupt_on_signals()
+        adopt_orphans()
     kwargs.setdefault("prog_name", "agctl")
     try:
         return cli.main(*args, **kwargs)

@@ -153,10 +153,10 @@ def test_a_hook_leaves_nothing_either(
 # test's PostgreSQL server, started by pg_ctl, is held) when it runs a tool that leaves one.
 HOLDER = """
 import subprocess, sys
-from agctl import procs
+from agctl import interrupts
 from agctl.tools import ToolSpec, run_tool
 
-procs.adopt_orphans()
+interrupts.adopt_orphans()
 spec = ToolSpec.model_validate({"name": "t", "command": ["sh", "-c", sys.argv[2]], "args": "env"})
 run_tool(spec, {"name": "warm-up"}, data_dir=None)  # the process is a subreaper from here on
 daemon = sys.argv[1]

@@ -108,7 +108,7 @@ def test_sigterm_and_sighup_wait_for_the_block_as_ctrl_c_does(signum: signal.Sig
     for it, then stops agctl as the Interrupted carrying that signal."""
     from agctl.errors import Interrupted
     from agctl.fsio import deferred_interrupts
-    from agctl.procs import INTERRUPTING, interrupt_on_signals
+    from agctl.interrupts import INTERRUPTING, interrupt_on_signals
 
     saved = {number: signal.getsignal(number) for number in INTERRUPTING}
     interrupt_on_signals()
