@@ -77,3 +77,30 @@ def test_a_reader_gone_mid_stream_loses_no_turn(
     messages = [(m["role"], m["content"]) for m in json.loads(listed.stdout)]
     assert messages == [("user", "hi"), ("assistant", REPLY)]
     assert agctl(env, "draft", "show").returncode == 3, "no draft: the turn is committed"
+
+
+def test_every_writer_goes_on_after_standard_output_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared mechanism every command prints through: once standard output cannot be
+    written, click.echo, print, sys.stdout and its buffer drop what they are given instead
+    of raising into the command's work, and the command line ends 141."""
+    import click
+
+    from agctl.cli import output
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    broken = os.fdopen(write_end, "w", encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", broken)
+    done = []
+    with output.guarded() as stdout:
+        click.echo("one")
+        print("two", flush=True)
+        sys.stdout.write("three")
+        sys.stdout.buffer.write(b"four")
+        sys.stdout.flush()
+        done.append(True)
+        status = output.settle(stdout)
+    assert done == [True]
+    assert isinstance(stdout.failure, BrokenPipeError)
+    assert status == output.EXIT_BROKEN_PIPE
+    broken.close()
