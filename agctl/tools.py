@@ -525,9 +525,9 @@ def _supervise(
     """Feed stdin and read stdout and stderr together until the tool has exited and its
     pipes closed, keeping watch on the `processes` it starts; on timeout SIGTERM them (its
     group, and those that left it), SIGKILL them 2 s later. When the tool exits, what it
-    left running gets the same. An interrupt of agctl since the count
-    was `interrupts` (raised in the main thread, seen here from a worker's) raises it here
-    too. Returns whether it timed out."""
+    left running gets the same. An interrupt of agctl since the count was `interrupts`
+    (raised in the main thread, seen here from a worker's) is raised here too. Returns
+    whether it timed out."""
     assert process.stdout is not None and process.stderr is not None
     selector = selectors.DefaultSelector()
     streams = {process.stdout.fileno(): stdout, process.stderr.fileno(): stderr}
