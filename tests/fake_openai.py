@@ -132,6 +132,7 @@ class FakeOpenAI:
         self._replies: deque[Reply] = deque()
         self._faults: deque[Fault] = deque()
         self._hooks: deque[Callable[[], object]] = deque()
+        self._pauses: deque[tuple[int, threading.Event]] = deque()
         self._connections: set[socket.socket] = set()
         self._completions = 0
         self._call_numbers = itertools.count(1)
@@ -297,6 +298,14 @@ class FakeOpenAI:
         with self._lock:
             self._hooks.append(hook)
 
+    def pause_stream(self, after: int) -> threading.Event:
+        """Hold the next streamed reply after its first `after` chunks until the returned
+        event is set (at most 30 s): a client's reader can act mid-stream at a known moment."""
+        gate = threading.Event()
+        with self._lock:
+            self._pauses.append((after, gate))
+        return gate
+
     @property
     def requests(self) -> list[RecordedRequest]:
         """A snapshot of every request received so far, oldest first."""
@@ -327,6 +336,10 @@ class FakeOpenAI:
             hook()
         except Exception as exc:  # the test sees it in `errors`
             self.errors.append(exc)
+
+    def _next_pause(self) -> tuple[int, threading.Event] | None:
+        with self._lock:
+            return self._pauses.popleft() if self._pauses else None
 
     def _next_reply(self, *, scripted: bool) -> tuple[int, Reply | None]:
         """A completion number, and the next scripted reply when `scripted` and one is queued."""
@@ -478,7 +491,11 @@ class _Handler(BaseHTTPRequestHandler):
         if stream:
             if fault is None or fault.kind != "keepalive":
                 self._start_stream()
-            for chunk in completion.chunks():
+            pause = self.fake._next_pause()
+            for number, chunk in enumerate(completion.chunks()):
+                if pause is not None and number == pause[0]:
+                    self.wfile.flush()
+                    pause[1].wait(30)
                 self._send_event(chunk)
             self._send_sse_line(b"data: [DONE]")
             self._end_stream()
