@@ -84,6 +84,7 @@ class Hit:
     prompt_tokens: int
     matched: int  # tokens of the longest reusable prefix
     cached: int  # of those, what the rule counts as served from cache
+    completion: int = 0  # tokens of the reply, once served
 
 
 @dataclass
@@ -106,19 +107,22 @@ class PrefixCache:
         self.tokens = tokens or Tokens()
         self._partitions: dict[tuple[str, str | None], _Partition] = {}
         self._lock = threading.Lock()
+        self.served: list[Hit] = []  # every request served, in order, with its reply's size
 
     def serve(
         self, body: Mapping[str, Any], reply: Mapping[str, Any], reasoning: str | None = None
     ) -> dict[str, Any]:
         """The usage a provider of this rule sends for `body` answered by `reply` (the
         assistant message) after `reasoning`; the cache then holds what this request left."""
-        with self._lock:
-            hit = self._look_up(body)
-            self._remember(body, reply, hit)
         thought = len(self.tokens(reasoning)) if reasoning else 0
         completion = len(self.tokens(str(reply.get("content") or ""))) + thought
         if reply.get("tool_calls"):
             completion += len(self.tokens(_compact(reply["tool_calls"])))
+        with self._lock:
+            hit = self._look_up(body)
+            self._remember(body, reply, hit)
+            hit.completion = completion
+            self.served.append(hit)
         return self.usage(hit, completion, thought)
 
     def look_up(self, body: Mapping[str, Any]) -> Hit:
