@@ -181,21 +181,26 @@ def full_and_fork(rule: Rule, turns: int) -> list[Scenario]:
         agctl("ckpt", "fork", point, "--id", "fork")
         before = len(cache.served)
         rng = random.Random(2)
-        talk(agctl, rng, 1)
-        # The parent's prefix: the fork's first request without its new user message.
-        first = cache.served[before]
-        prefix = first.prompt_tokens - len(cache.tokens(segments(server.requests[-1].body)[-1]))
+        fork_first = first_request(agctl, server, cache, rng, f"fork at turn {middle}")
         talk(agctl, rng, turns - middle - 1)
-        fork_first = Scenario(
-            f"fork at turn {middle}: its first request",
-            [first],
-            0.95,
-            note=f"{first.cached:,} cached of the parent's {prefix:,}-token prefix",
-            of=prefix,
-        )
         forked = cache.served[before:]
         fork = Scenario(f"fork at turn {middle}, {len(forked)} turns on", forked, None)
-    return [full, fork_first, fork]
+        agctl("session", "use", "full")
+        agctl("slot", "derive", "side", "--from", "work", "--use")
+        derived = first_request(agctl, server, cache, rng, f"derived slot at turn {turns}")
+    return [full, fork_first, fork, derived]
+
+
+def first_request(
+    agctl: Agctl, server: FakeOpenAI, cache: PrefixCache, rng: random.Random, name: str
+) -> Scenario:
+    """One turn on a new branch, as a share of the prefix it shares with its parent: its
+    request without the new user message."""
+    talk(agctl, rng, 1)
+    first = cache.served[-1]
+    prefix = first.prompt_tokens - len(cache.tokens(segments(server.requests[-1].body)[-1]))
+    note = f"{first.cached:,} cached of the parent's {prefix:,}-token prefix"
+    return Scenario(f"{name}: its first request", [first], 0.95, note=note, of=prefix)
 
 
 def focused(rule: Rule, turns: int, stride: int | None, supported: bool) -> Scenario:
@@ -222,7 +227,7 @@ def compressed(rule: Rule, turns: int) -> Scenario:
             agctl("ctx", "compress")
 
         talk(agctl, rng, turns, EVERY, compress)
-        summaries = (turns - 1) // EVERY
+        summaries = len(cache.served) - turns
         return Scenario(
             f"full, ctx compress every {EVERY} turns",
             list(cache.served),
