@@ -6,13 +6,16 @@ A realistic conversation (a ~1,000-token system prompt and a ~1,000-token immuta
 then ~300-token user messages each answered by a ~300-token reply) is replayed through
 agctl's own command line, in process, against the fake OpenAI server on 127.0.0.1 in its
 prefix-cache mode (tests/cachesim.py: OpenAI's or DeepSeek's documented rule, o200k
-tokens), one fresh cache per scenario: full mode; focused (--recent 20, for each --stride
-when `slot mode` has one); a fork (ckpt fork) at the middle turn, continued as long; full
-mode with `ctx compress` every 50 turns (its summary requests counted too); full mode with
-memory in context and a `memory set` every 50 turns (shown, no target).
+tokens), one fresh cache per scenario: full mode; a fork (ckpt fork) at the middle turn,
+continued as long, and a slot derived at the last turn; focused (--recent 20; once per
+--strides value when `slot mode` takes --stride, else as it slides today); full mode with
+`ctx compress` every 50 turns (its summary requests counted too); full mode with memory in
+context and a `memory set` every 50 turns (shown, no target).
 Each scenario's share of input tokens served from cache and its cache-aware cost (cached
-input at 0.1x the input price) are printed beside the same run with caching ignored, and
-next to the issue's targets. Deterministic: the same tree gives the same table.
+input at 0.1x the input price; assumed prices, $ per million tokens: input 2.00, output
+8.00) are printed beside the same run with caching ignored, and next to the issue's
+targets. A branch's first request is measured against its parent's prefix: that request
+without its new user message. Deterministic: the same tree gives the same table.
 Never part of the test suite's pass/fail.
 """
 
@@ -24,7 +27,7 @@ import json
 import random
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,7 +165,14 @@ def start(agctl: Agctl, session: str, seed: int) -> random.Random:
     return rng
 
 
-def talk(agctl: Agctl, rng: random.Random, turns: int, every: int = 0, between: Any = None) -> None:
+def talk(
+    agctl: Agctl,
+    rng: random.Random,
+    turns: int,
+    every: int = 0,
+    between: Callable[[int], object] | None = None,
+) -> None:
+    """`turns` turns of fresh text; `between(turn)` after every `every`-th but the last."""
     for turn in range(1, turns + 1):
         agctl("turn", "send", text(rng), "--no-stream")
         if every and between is not None and turn % every == 0 and turn < turns:
@@ -241,8 +251,11 @@ def memory(rule: Rule, turns: int) -> Scenario:
         rng = start(agctl, "memory", 1)
         agctl("session", "set", "memory_in_context", "true")
         agctl("memory", "set", "owner", "the platform team")
-        changed = lambda turn: agctl("memory", "set", f"fact-{turn}", f"decided at turn {turn}")  # noqa: E731
-        talk(agctl, rng, turns, EVERY, changed)
+
+        def remember(turn: int) -> None:
+            agctl("memory", "set", f"fact-{turn}", f"decided at turn {turn}")
+
+        talk(agctl, rng, turns, EVERY, remember)
         return Scenario(f"full, memory set every {EVERY} turns", list(cache.served), None)
 
 
