@@ -53,6 +53,17 @@ def interrupted_since(count: int) -> int | None:
     return _last_signal if _interrupts != count else None
 
 
+def raise_if_interrupted() -> None:
+    """In a worker thread, raise Interrupted once the main thread was interrupted, so a
+    call that had not started (or a question still waiting for its answer) starts nothing
+    after the signal; in the main thread nothing: the handler raised there itself."""
+    import threading
+
+    worker = threading.current_thread() is not threading.main_thread()
+    if worker and _interrupts and _last_signal is not None:
+        raise Interrupted(_last_signal)
+
+
 def adopt_orphans() -> None:
     """Let the calls of this process adopt the orphans of what they started: the first
     call makes it a child subreaper (Linux), so that a tool's child that leaves its group

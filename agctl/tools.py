@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import ValidationError
 
 from agctl.errors import ApprovalNeeded, Interrupted, InvalidInput, NotFound, UsageError
-from agctl.interrupts import interrupt_count, interrupted_since
+from agctl.interrupts import interrupt_count, interrupted_since, raise_if_interrupted
 from agctl.models import ToolCall
 from agctl.procs import WATCH_S, CallProcesses, call_exited
 from agctl.specs import (  # re-exported: the tool API in one place
@@ -635,6 +635,7 @@ def run_tool(
             argv,
         )
     stdin_data = arguments_json(arguments).encode() if spec.args == "stdin" else None
+    raise_if_interrupted()  # a call a worker thread starts after the signal: none
     interrupts = interrupt_count()
     processes = CallProcesses()
     started = time.monotonic()
@@ -823,6 +824,7 @@ class LiveTools:
         return self._definitions
 
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:
+        raise_if_interrupted()  # a call a worker thread takes up after the signal
         name, arguments = call.function.name, call.function.arguments
         spec = self.specs.get(name)
         checked = check_call(spec, name, arguments)
@@ -857,6 +859,7 @@ class LiveTools:
         if given_answer is not None:
             ask = _given(given_answer)
         with self._asking:
+            raise_if_interrupted()  # a worker that waited for another call's question
             if mode is None and given != "ask" and spec.name in self._always:
                 mode = "auto"  # answered "always" (a hook's own "ask" is still asked)
             decision = approval(spec, mode, ask, checked)

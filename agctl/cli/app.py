@@ -440,6 +440,8 @@ TERMINAL = "/dev/tty"
 _NO_TERMINAL = (errno.ENXIO, errno.ENOENT, errno.ENODEV)
 # How long a question waits for its answer: then the call is left pending in the draft.
 ASK_TIMEOUT_S = 600
+# How often a question asked from a worker thread looks whether agctl was interrupted.
+_INTERRUPT_POLL_S = 0.1
 # Answers not understood are asked about again this many times, then mean "no".
 _ASK_TRIES = 3
 _ANSWERS: dict[str, Answer] = {
@@ -510,15 +512,19 @@ def _tell(fd: int, text: str) -> None:
 
 def _answer_line(fd: int, deadline: float) -> str | None:
     """One line typed on the terminal `fd` (canonical mode hands over whole lines); None
-    when the terminal closed first, TimeoutError when `deadline` passed first."""
+    when the terminal closed first, TimeoutError when `deadline` passed first. A question
+    asked from a worker thread (--tool-jobs) stops when the main thread is interrupted."""
     import select
+
+    from agctl.interrupts import raise_if_interrupted
 
     data = b""
     while not data.endswith(b"\n") and len(data) < 4096:
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError
-        ready, _, _ = select.select([fd], [], [], left)
+        raise_if_interrupted()
+        ready, _, _ = select.select([fd], [], [], min(left, _INTERRUPT_POLL_S))
         if not ready:
             continue
         try:
