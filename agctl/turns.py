@@ -529,6 +529,9 @@ class _Loop:
         def waiting(call: ToolCall, why: ApprovalNeeded) -> None:
             pending.append((call, why))
             self.awaiting.append(call.id)
+            if self.options.on_call is not None:
+                name, arguments = call.function.name, call.function.arguments
+                self.options.on_call(CallRecord(call.id, name, arguments, outcome="waiting"))
 
         run_calls(self.toolbox, calls, self.options.tool_jobs, self._answered, waiting)
         if pending:

@@ -121,6 +121,7 @@ def call_line(record: CallRecord) -> str:
             "denied": "denied, not run",
             "error": "refused (unknown tool or invalid arguments), not run",
             "replayed": "answered from the cassette, not run",
+            "waiting": "waits for approval in the draft, not run",
         }.get(record.outcome, f"{record.outcome}, not run")
     return f"tool {escaped(name)}({escaped(arguments)}) → {ended}"
 
