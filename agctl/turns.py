@@ -476,8 +476,8 @@ class _Loop:
                 raise StepLimit(
                     f"the model still asks for tools after {self.requests} requests "
                     f"(--max-steps {self.options.max_steps})",
-                    hint="raise --max-steps, or resume the draft with 'agctl turn send "
-                    "--resume-draft --max-steps N'",
+                    hint="raise --max-steps, or resume the draft, offering the same tools, "
+                    "with 'agctl turn send --resume-draft --max-steps N -T ...'",
                 )
             self._answer(store, session_id, calls)
 
@@ -579,7 +579,8 @@ class _Loop:
         raise StepLimit(
             f"{over}; none of its {waiting} calls was run",
             hint=f"to let them run, raise the limit ('agctl config set {setting} N') and "
-            f"resume the draft ('agctl turn send --resume-draft {flag} N')",
+            f"resume the draft, offering the same tools ('agctl turn send --resume-draft "
+            f"{flag} N -T ...')",
         )
 
     def _keep(self, store: Store, session_id: str) -> None:
