@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, Count, pass_app, terminal_ask, text_argument
+from agctl.cli.app import App, Count, pass_app, text_argument
 from agctl.cli.options import (
     command_options,
     file_option,
@@ -381,7 +381,12 @@ def _toolbox(
 ) -> ToolBox | None:
     """What answers a turn's tool calls, asking on the terminal when a tool says ask
     (`answers`: by call id, given in advance with --approve-call and --deny-call)."""
-    ask = terminal_ask() if tools.chosen else None
+    if tools.chosen:
+        from agctl.cli.ask import terminal_ask
+
+        ask = terminal_ask()
+    else:
+        ask = None
     return setup.toolbox(
         tools, record=record, data_dir=app.store.local_dir, ask=ask, hooks=hooks, answers=answers
     )
