@@ -82,16 +82,20 @@ Exit codes:
        a regular expression invalid or out of time)
     3  not found (session, slot, message index, memory key, profile)
     4  conflict (already exists, readonly slot, protected slot, has children)
-    5  corrupt or unsupported data (bad document, newer schema, invalid import)
+    5  corrupt or unsupported data (bad document, newer schema, invalid import, a
+       store schema another role owns, a store copy that left damaged sessions out)
     6  provider error (HTTP error, timeout, malformed reply, replay miss)
     7  context full (the request does not fit the model's window)
     8  replay check failed (a reply differs from the expected one)
-    9  blocked (a tool call needing approval with no terminal, or a hook blocked it)
-   10  step limit (the model still asked for tools after --max-steps requests)
+    9  blocked (tool calls wait for approval with no terminal: decide them with
+       --resume-draft --approve-call/--deny-call; or a hook blocked it)
+   10  step limit (tools still asked for after --max-steps requests, or more calls
+       than --max-calls-per-reply or --max-calls-per-turn allow)
   130  interrupted (Ctrl-C); nothing was written (a turn keeps its draft)
   143  terminated (SIGTERM: timeout, docker stop, a CI cancel), as Ctrl-C
   129  hung up (SIGHUP: the terminal closed), as Ctrl-C
-  141  standard output was closed early (agctl ... | head -1); nothing is printed
+  141  standard output was closed early (agctl ... | head -1); the command's work is
+       done all the same (a streamed turn is committed)
 """
 
 
