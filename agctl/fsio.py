@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from agctl.errors import Conflict, CorruptDocument, NotFound, StoreError
-from agctl.interrupts import INTERRUPTING
+from agctl.interrupts import INTERRUPTING, hold
 
 log = logging.getLogger("agctl.store")
 
@@ -465,7 +465,8 @@ def deferred_interrupts(*, reraise: bool = True) -> Iterator[None]:
     """Hold Ctrl-C, SIGTERM and SIGHUP (those not ignored) until a multi-file commit is
     done, then deliver the first that came to the handler it would have met (the command
     line's raises agctl.errors.Interrupted; Python's own raises KeyboardInterrupt), or, with
-    `reraise=False`, drop it: the work it would have stopped is complete."""
+    `reraise=False`, hold it (agctl.interrupts.hold): the work it would have stopped is
+    complete, and a loop of such works (a replay) stops before its next one."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -482,3 +483,5 @@ def deferred_interrupts(*, reraise: bool = True) -> Iterator[None]:
             signal.signal(signum, handler)
     if received and reraise:
         signal.raise_signal(received[0])
+    elif received:
+        hold(received[0])

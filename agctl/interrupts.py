@@ -25,6 +25,8 @@ INTERRUPTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _interrupts = 0
 _last_signal: int | None = None
 _adopting = False
+# An interrupt that came while a unit of work finished, for its loop to stop at (`hold`).
+_held: int | None = None
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -62,6 +64,20 @@ def raise_if_interrupted() -> None:
     worker = threading.current_thread() is not threading.main_thread()
     if worker and _interrupts and _last_signal is not None:
         raise Interrupted(_last_signal)
+
+
+def hold(signum: int) -> None:
+    """Remember an interrupt that came while a unit of work finished (a commit), for the
+    loop around it to stop at its next step (`take_held`)."""
+    global _held
+    _held = signum if _held is None else _held
+
+
+def take_held() -> int | None:
+    """The interrupt held since the last call, if any (then forgotten)."""
+    global _held
+    signum, _held = _held, None
+    return signum
 
 
 def adopt_orphans() -> None:

@@ -17,7 +17,8 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agctl.errors import AgctlError, InvalidInput, ReplayMiss, UsageError
+from agctl.errors import AgctlError, InvalidInput, ReplayMiss, TurnInterrupted, UsageError
+from agctl.interrupts import take_held
 from agctl.providers.base import Provider
 from agctl.store import Store
 from agctl.turns import TurnOptions, TurnResult, send_turn
@@ -422,10 +423,14 @@ def _replay(
     summary = ReplaySummary(turns=len(turns))
     started = time.perf_counter()
     last: dict[str | None, Any] = {}  # slot last committed, per slot option
+    take_held()  # an interrupt held before this replay is not this replay's
     try:
         for number, turn, outcome in _each(turns):
             options = _options(base, turn)
             try:
+                held = take_held()  # it came while the turn before was committed: stop here
+                if held is not None:
+                    raise TurnInterrupted("interrupted", signum=held)
                 with groups.turn():
                     outcome.result = send_turn(
                         store,

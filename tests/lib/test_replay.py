@@ -15,7 +15,7 @@ import pytest
 from click.testing import Result
 
 from agctl.checkpoints import Checkpointer
-from agctl.errors import InvalidInput, ProviderError
+from agctl.errors import InvalidInput, ProviderError, TurnInterrupted
 from agctl.interchange import export_messages
 from agctl.models import Message, utcnow
 from agctl.providers.base import ChatRequest, Event, TextDelta
@@ -287,6 +287,38 @@ def test_a_failed_turn_is_reported_then_stops_the_replay(store: Store) -> None:
         'the replay stopped at turn 2 of 3 in the transcript ("two"): turn 1 was '
         "committed, nothing of this turn was written"
     ]
+
+
+@pytest.mark.parametrize("sync", ["per-turn", "end"])
+def test_an_interrupt_during_a_commit_stops_the_replay_after_that_turn(
+    store: Store, monkeypatch: pytest.MonkeyPatch, sync: str
+) -> None:
+    """Ctrl-C (or SIGTERM, SIGHUP) that comes while a turn is committed waits for the
+    commit and is then held: the replay stops before its next turn, where it used to drop
+    the interrupt and replay on to the end."""
+    import signal
+
+    import agctl.turns
+
+    store.create_session("s")
+    counted = agctl.turns.account
+
+    def interrupted_while_committing(*args: Any, **kwargs: Any) -> None:
+        counted(*args, **kwargs)
+        if args[0].turn_count == 1:
+            signal.raise_signal(signal.SIGINT)  # inside the commit's deferred interrupts
+
+    monkeypatch.setattr(agctl.turns, "account", interrupted_while_committing)
+    turns = [TranscriptTurn(input=text) for text in ("one", "two", "three")]
+    with pytest.raises(TurnInterrupted) as raised:
+        replay(store, "s", turns, OfflineProvider(), OPTIONS, sync=sync)
+    assert raised.value.exit_code == 130
+    assert raised.value.__notes__ == [
+        'the replay stopped at turn 2 of 3 in the transcript ("two"): turn 1 was '
+        "committed, nothing of this turn was written"
+    ]
+    assert store.load_session("s").turn_count == 1
+    assert [m.text() for m in store.load_slot("s").messages if m.role == "user"] == ["one"]
 
 
 # ---- the command -----------------------------------------------------------------------
