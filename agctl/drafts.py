@@ -132,9 +132,15 @@ def drop_local_draft(
             draft = here.get(session_id, slot_id)
         except CorruptDocument:
             return False
-        if draft is None or (draft.created_at >= before and draft.created_at != own):
+        if draft is None or not superseded(draft, before, own):
             return False
     return here.drop(session_id, slot_id)
+
+
+def superseded(draft: Draft, before: datetime, own: datetime | None) -> bool:
+    """Whether a turn that started at `before` (and kept its own step log at `own`)
+    supersedes `draft` once committed: a draft kept before it, or its own step log."""
+    return draft.created_at < before or draft.created_at == own
 
 
 def clear_draft(
@@ -163,7 +169,7 @@ def clear_draft(
             except (NotFound, CorruptDocument):
                 return False  # none, or damaged: left for 'agctl draft show' to report
             ours = draft.created_at == own
-            if draft.created_at >= before and not ours:
+            if not superseded(draft, before, own):
                 return False
         elif slot_id not in tx.draft_slots(session_id):
             return drop_local_draft(store, session_id, slot_id)

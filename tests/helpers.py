@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -226,6 +227,21 @@ def forest_shape(nodes: list[SessionNode]) -> ForestShape:
 # ---- turns, drafts and checkpoints of session "s" ---------------------------------------
 
 SID = "s"
+
+
+def agctl_in(
+    env: dict[str, str], *args: str, session: str = SID, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """A real `python -m agctl -s SESSION ARGS...` with `env`, stdin empty, output kept."""
+    return subprocess.run(
+        [sys.executable, "-m", "agctl", "-s", session, *args],
+        input="",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
 
 
 class BrokenProvider:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 from fake_openai import FakeOpenAI
-from helpers import ok, process_dead
+from helpers import agctl_in, ok, process_dead
 
 SID = "s"
 WAIT_S = 60
@@ -79,15 +79,7 @@ def add_tool(run: Callable[..., Result], name: str, escape: str) -> None:
 
 
 def agctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agctl", "-s", SID, *args],
-        input="",
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=WAIT_S,
-        check=False,
-    )
+    return agctl_in(env, *args, session=SID)
 
 
 def call(tool: str, name: str) -> dict[str, str]:

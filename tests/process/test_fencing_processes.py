@@ -7,25 +7,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from fake_openai import FakeOpenAI
+from helpers import agctl_in
 
 SID = "s"
 
 
 def agctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agctl", "-s", SID, *args],
-        input="",
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    return agctl_in(env, *args, session=SID)
 
 
 @pytest.fixture

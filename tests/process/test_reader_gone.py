@@ -12,21 +12,14 @@ from pathlib import Path
 
 import pytest
 from fake_openai import FakeOpenAI
+from helpers import agctl_in
 
 SID = "s"
 REPLY = "".join(f"word{n:03d} " for n in range(60))
 
 
 def agctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agctl", "-s", SID, *args],
-        input="",
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    return agctl_in(env, *args, session=SID)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 from fake_openai import FakeOpenAI
-from helpers import ok, process_dead
+from helpers import agctl_in, ok, process_dead
 
 from agctl.store import Store
 
@@ -85,15 +85,7 @@ def started() -> Iterator[list[subprocess.Popen[str]]]:
 
 
 def agctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agctl", "-s", SID, *args],
-        input="",
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=WAIT_S,
-        check=False,
-    )
+    return agctl_in(env, *args, session=SID)
 
 
 def start(
