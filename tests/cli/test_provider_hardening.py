@@ -334,13 +334,25 @@ def test_well_formed_replies_with_every_optional_field_still_pass(
         {"choices": [{"delta": {"tool_calls": [head]}}]},
         {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}}]},
         {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]},
-        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": None}},
+        {"choices": [], "usage": {
+            "prompt_tokens": 3,
+            "completion_tokens": None,
+            "prompt_tokens_details": None,
+            "completion_tokens_details": {"reasoning_tokens": None},
+            "prompt_cache_hit_tokens": None,
+        }},
     ]  # fmt: skip
     wired.fail("sse", events=chunks)
     result = run("--json", "turn", "send", "hello", "--stream")
     assert result.exit_code == 0, result.output
     reply = json.loads(result.stdout)
-    assert reply["usage"] == {"prompt_tokens": 3, "completion_tokens": 0}
+    assert reply["usage"] == {
+        "prompt_tokens": 3,
+        "completion_tokens": 0,
+        "cached_tokens": None,
+        "cache_write_tokens": None,
+        "reasoning_tokens": None,
+    }
 
 
 # ---- base URLs and sampling options ------------------------------------------------------
