@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -272,3 +273,38 @@ def test_a_cassette_records_and_replays_the_cached_counts(
         data = as_json(run("turn", "send", "hi", "--cassette", str(cassette), "--json"))
         expected = usage.get("cached_tokens")
         assert (data["usage"]["prompt_tokens"], data["usage"]["cached_tokens"]) == (2000, expected)
+
+
+@pytest.mark.parametrize("second_reports", [True, False], ids=["both", "first-only"])
+def test_a_tool_loops_requests_are_counted_and_priced_each(
+    run: Run, store: Store, wired: FakeOpenAI, second_reports: bool
+) -> None:
+    tool = [sys.executable, "-c", "import sys; sys.stdin.read(); print('4')"]
+    ok(run("tool", "add", "count", "--description", "Count", "--approve", "auto", "--", *tool))
+    first = openai_usage(2000, 10, cached=1024)
+    second = (
+        openai_usage(2100, 5, cached=2048)
+        if second_reports
+        else {"prompt_tokens": 2100, "completion_tokens": 5}
+    )
+    wired.reply(tool_calls=[{"id": "c1", "name": "count", "arguments": {}}], usage=first)
+    wired.reply("Four.", usage=second)
+    data = as_json(run("turn", "send", "count", "-T", "count", "--json"))
+    assert (data["reply"], len(data["steps"])) == ("Four.", 2)
+    price = price_for("gpt-4o", {})
+    assert price is not None and price.cache_read is not None
+    usage = data["usage"]
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (4100, 15)
+    if second_reports:
+        assert usage["cached_tokens"] == 3072
+        cost = cache_aware(price, 2000, 10, 1024) + cache_aware(price, 2100, 5, 2048)
+        assert data["cache_saved"] == pytest.approx(3072 * (price.prompt - price.cache_read) / 1e6)
+    else:
+        # One request said nothing of its cache: the turn's cached count is not known,
+        # but the request that said keeps its discount in the cost.
+        assert (usage["cached_tokens"], data["cache_saved"]) == (None, None)
+        cost = cache_aware(price, 2000, 10, 1024) + cache_aware(price, 2100, 5, 0)
+    assert data["cost"] == pytest.approx(cost)
+    account = as_json(run("--json", "session", "show"))["cost"]["by_model"]["gpt-4o"]
+    assert account["requests"] == 2
+    assert account.get("cached_tokens") == usage["cached_tokens"]
