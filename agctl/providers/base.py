@@ -73,8 +73,9 @@ class Usage(NamedTuple):
         """The counts reported, by name (what a stored reply keeps)."""
         return {name: value for name, value in self.counts().items() if value is not None}
 
-    def text(self) -> str:
-        """For people: '1200+35', then the parts reported ('(1024 cached, 20 reasoning)')."""
+    def text(self, unit: str = "") -> str:
+        """For people: '1200+35' (and `unit`), then the parts reported: '1200+35 tokens
+        (1024 cached, 20 reasoning)'."""
         parts = [
             f"{value} {word}"
             for value, word in (
@@ -85,7 +86,7 @@ class Usage(NamedTuple):
             if value is not None
         ]
         details = f" ({', '.join(parts)})" if parts else ""
-        return f"{self.prompt_tokens}+{self.completion_tokens}{details}"
+        return f"{self.prompt_tokens}+{self.completion_tokens}{unit}{details}"
 
     @classmethod
     def from_counts(cls, data: Mapping[str, Any]) -> "Usage | None":

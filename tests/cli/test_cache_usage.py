@@ -12,6 +12,7 @@ a cassette and replayed from it. A count the provider did not report is "not rep
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 from fake_openai import FakeOpenAI, deepseek_usage, openai_usage
+from terminal import on_terminal
 
 from agctl.checkpoints import Checkpointer
 from agctl.pricing import Price, price_for
@@ -223,10 +225,33 @@ def test_cache_writes_are_priced_at_the_write_price(run: Run, wired: FakeOpenAI)
 
 def test_verbose_log_and_status_give_the_cached_counts(run: Run, wired: FakeOpenAI) -> None:
     wired.reply("cached", usage=CACHED_REPLY)
+    lines = [
+        json.loads(line) for line in ok(run("turn", "send", "hi", "--jsonl")).stdout.splitlines()
+    ]
+    assert [line for line in lines if line["type"] == "usage"] == [
+        {"type": "usage", "prompt_tokens": 2000, "completion_tokens": 100,
+         "cached_tokens": 1536, "reasoning_tokens": 40}
+    ]  # fmt: skip
+    assert lines[-1]["type"] == "result" and lines[-1]["usage"]["cached_tokens"] == 1536
+    wired.reply("cached", usage=CACHED_REPLY)
     result = ok(run("-v", "turn", "send", "hi"))
     assert re.search(
         r"reply committed: .* tokens=2000\+100 \(1536 cached, 40 reasoning\)", result.stderr
     ), result.stderr
+
+
+def test_the_status_line_on_a_terminal_gives_the_cached_counts(
+    wired: FakeOpenAI, isolated_env: Path
+) -> None:
+    wired.reply("cached", usage=CACHED_REPLY)
+    env = {**os.environ, "AGCTL_DATA_DIR": str(isolated_env), "PYTHONIOENCODING": "utf-8"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    status, received = on_terminal(env, "turn", "send", "hi")
+    assert status == 0, received
+    line = received.decode().strip().splitlines()[-1]
+    assert line.startswith(
+        "[turn 1 · default · gpt-4o · 2000+100 tokens (1536 cached, 40 reasoning) · $"
+    )
 
 
 def test_a_count_larger_than_its_whole_is_not_counted(run: Run, wired: FakeOpenAI) -> None:
