@@ -771,19 +771,19 @@ class ModelCost(Model):
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.cost = None if self.cost is None or other.cost is None else self.cost + other.cost
-        if other.cache_prompt_tokens is not None:
-            if self.cache_prompt_tokens is None:
-                self.cache_saved = other.cache_saved
-            elif self.cache_saved is not None and other.cache_saved is not None:
-                self.cache_saved += other.cache_saved
-            else:
-                self.cache_saved = None
         for name in ("cached_tokens", "cache_write_tokens", "reasoning_tokens"):
             mine, theirs = getattr(self, name), getattr(other, name)
             if theirs is not None:
                 setattr(self, name, (mine or 0) + theirs)
-        if other.cache_prompt_tokens is not None:
-            self.cache_prompt_tokens = (self.cache_prompt_tokens or 0) + other.cache_prompt_tokens
+        if other.cache_prompt_tokens is None:
+            return  # nothing said of the cache: the saving stands as it was
+        if self.cache_prompt_tokens is None:
+            self.cache_saved = other.cache_saved
+        elif self.cache_saved is not None and other.cache_saved is not None:
+            self.cache_saved += other.cache_saved
+        else:
+            self.cache_saved = None  # a request that said had no price: unknown from now on
+        self.cache_prompt_tokens = (self.cache_prompt_tokens or 0) + other.cache_prompt_tokens
 
 
 class Cost(Model):

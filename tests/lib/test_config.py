@@ -56,6 +56,11 @@ def test_set_dotted_keys_with_validation(config_store: ConfigStore) -> None:
     config = config_store.load()
     assert config.max_retries == 5
     assert config.price_overrides() == {"my-model": Price(2.0, 3.0)}
+    # Cache prices go beside them, and a config without them reads as before.
+    config_store.set("prices.my-model.cache_read", "0.2")
+    assert config_store.load().price_overrides() == {"my-model": Price(2.0, 3.0, 0.2)}
+    with pytest.raises(UsageError, match="cache_write"):
+        config_store.set("prices.my-model.cache_write", "-1")
     with pytest.raises(UsageError, match="max_retries"):
         config_store.set("max_retries", "many")
     with pytest.raises(UsageError):
