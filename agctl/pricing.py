@@ -62,13 +62,18 @@ def _lookup(model: str, table: Mapping[str, Any]) -> Any:
 
 
 def _known_model(model: str) -> Any:
-    """genai-prices' entry for `model` (its provider and model), or None."""
+    """genai-prices' entry for `model` (its provider and model), or None; one that has no
+    price per input and output token (an image model's) is not a chat model's price."""
     from genai_prices import data_snapshot
 
     try:
-        return data_snapshot.get_snapshot().find_provider_model(model, None, None, None)
+        found = data_snapshot.get_snapshot().find_provider_model(model, None, None, None)
     except LookupError:
         return None
+    prices = found[1].get_prices(_now())
+    if getattr(prices, "input_mtok", None) is None or getattr(prices, "output_mtok", None) is None:
+        return None
+    return found
 
 
 def price_for(model: str, overrides: Prices) -> Price | None:
@@ -78,22 +83,22 @@ def price_for(model: str, overrides: Prices) -> Price | None:
     if override is not None:
         return Price(*override)
     found = _known_model(model)
-    if found is not None:
-        prices = found[1].get_prices(_now())
+    if found is None:
+        local: Price | None = _lookup(model, LOCAL_PRICES)
+        return local
+    prices = found[1].get_prices(_now())
 
-        def per_million(key: str) -> float | None:
-            value = getattr(prices, key, None)
-            value = getattr(value, "base", value)  # tiered: the price below the first tier
-            return None if value is None else float(value)
+    def per_million(key: str) -> float | None:
+        value = getattr(prices, key, None)
+        value = getattr(value, "base", value)  # tiered: the price below the first tier
+        return None if value is None else float(value)
 
-        return Price(
-            per_million("input_mtok") or 0.0,
-            per_million("output_mtok") or 0.0,
-            per_million("cache_read_mtok"),
-            per_million("cache_write_mtok"),
-        )
-    local: Price | None = _lookup(model, LOCAL_PRICES)
-    return local
+    return Price(
+        per_million("input_mtok") or 0.0,
+        per_million("output_mtok") or 0.0,
+        per_million("cache_read_mtok"),
+        per_million("cache_write_mtok"),
+    )
 
 
 def _now() -> Any:

@@ -94,6 +94,30 @@ def test_genai_prices_gives_a_known_model_its_cache_price() -> None:
     assert price_for("no-such-model-anywhere", {}) is None
 
 
+def test_a_model_the_database_prices_by_no_token_is_unpriced_not_free() -> None:
+    from datetime import UTC, datetime
+
+    from genai_prices import data_snapshot
+
+    now, snapshot = datetime.now(UTC), data_snapshot.get_snapshot()
+
+    def found_by_name(model: Any) -> bool:
+        try:
+            return snapshot.find_provider_model(model.id, None, None, None)[1] is model
+        except LookupError:
+            return False
+
+    untokened = [
+        model.id
+        for provider in snapshot.providers
+        for model in provider.models
+        if getattr(model.get_prices(now), "input_mtok", None) is None and found_by_name(model)
+    ]
+    assert untokened, "the database lists models priced by other units (images, audio)"
+    for model in untokened[:5]:
+        assert price_for(model, {}) is None, model
+
+
 @pytest.mark.parametrize("stream", ["--stream", "--no-stream"])
 def test_openai_cache_and_reasoning_counts_are_committed_shown_and_priced(
     run: Run, store: Store, wired: FakeOpenAI, stream: str
