@@ -3,8 +3,9 @@
 A price comes from the config's overrides first, then from genai-prices (a maintained
 database of list prices, with cache prices for most providers, imported only when a
 cost is computed: 50-65 ms of a billed turn, measured), then from the few models it does
-not know below; the model's name decides, as a hosted model's (a local model named like
-one is priced as it, unless the config prices it). A model no one knows costs None and
+not know below; the model's name decides, as a hosted model's ("provider/model", a
+router's name, as that provider's), so a local model named like one is priced as it
+unless the config prices it. A model no one knows costs None and
 is reported as unpriced. The cost of a request is cache-aware: its cached input at the
 cache-read price, its cache writes at the write price, the rest of its input at the
 input price; what the cache saved is the cost with every input token at the input
@@ -66,10 +67,18 @@ def _known_model(model: str) -> Any:
     price per input and output token (an image model's) is not a chat model's price."""
     from genai_prices import data_snapshot
 
+    snapshot = data_snapshot.get_snapshot()
     try:
-        found = data_snapshot.get_snapshot().find_provider_model(model, None, None, None)
+        found = snapshot.find_provider_model(model, None, None, None)
     except LookupError:
-        return None
+        # A router's name, "provider/model" (OpenRouter's, LiteLLM's): the provider's model.
+        provider, _, name = model.partition("/")
+        if not name:
+            return None
+        try:
+            found = snapshot.find_provider_model(name, None, provider, None)
+        except LookupError:
+            return None
     prices = found[1].get_prices(_now())
     if getattr(prices, "input_mtok", None) is None or getattr(prices, "output_mtok", None) is None:
         return None

@@ -92,6 +92,9 @@ def test_genai_prices_gives_a_known_model_its_cache_price() -> None:
     assert deepseek is not None and deepseek.cache_read is not None
     assert deepseek.cache_read < deepseek.prompt
     assert price_for("no-such-model-anywhere", {}) is None
+    # A router's "provider/model" name (the openrouter preset's default) is the provider's.
+    assert price_for("openai/gpt-4o-mini", {}) == price_for("gpt-4o-mini", {}) is not None
+    assert price_for("openai/no-such-model", {}) is None
 
 
 def test_a_model_the_database_prices_by_no_token_is_unpriced_not_free() -> None:
