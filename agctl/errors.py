@@ -217,10 +217,45 @@ class ReplayMiss(ProviderError):
     """A cassette holds no response for this request."""
 
 
+# The signal of Ctrl-C, without importing the signal module on the start-up path.
+SIGINT = 2
+
+
+def signal_name(signum: int) -> str:
+    """SIGTERM for 15: the name people know a signal by."""
+    import signal
+
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, SIGTERM or SIGHUP, raised in the main thread by the command line's handlers
+    (agctl.interrupts.interrupt_on_signals): a KeyboardInterrupt, so every place that handles
+    Ctrl-C handles the others alike; the command exits 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal_name(signum))
+        self.signum = signum
+
+
+def interrupt_signal(interrupt: BaseException) -> int:
+    """The signal that raised `interrupt` (a KeyboardInterrupt): Ctrl-C's unless it says."""
+    return getattr(interrupt, "signum", SIGINT)
+
+
 class TurnInterrupted(AgctlError):
-    """The user interrupted a turn (Ctrl-C); nothing was written."""
+    """The user interrupted a turn (Ctrl-C), or it was told to stop (SIGTERM, SIGHUP);
+    nothing was written. Exit 128 + the signal: 130, 143, 129."""
 
     exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str, *, signum: int = SIGINT) -> None:
+        super().__init__(message if signum == SIGINT else f"{message} ({signal_name(signum)})")
+        self.signum = signum
+        self.exit_code = 128 + signum
 
 
 class ContextFull(AgctlError):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from agctl.errors import Conflict, CorruptDocument, NotFound, StoreError
+from agctl.interrupts import INTERRUPTING
 
 log = logging.getLogger("agctl.store")
 
@@ -461,16 +462,23 @@ def exclusive_lock(
 
 @contextlib.contextmanager
 def deferred_interrupts(*, reraise: bool = True) -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) until a multi-file commit is done, then raise it (or, with
-    `reraise=False`, drop it: the work it would have stopped is complete)."""
+    """Hold Ctrl-C, SIGTERM and SIGHUP (those not ignored) until a multi-file commit is
+    done, then deliver the first that came to the handler it would have met (the command
+    line's raises agctl.errors.Interrupted; Python's own raises KeyboardInterrupt), or, with
+    `reraise=False`, drop it: the work it would have stopped is complete."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    previous = {}
+    for signum in INTERRUPTING:
+        handler = signal.getsignal(signum)
+        if handler is not None and handler is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, lambda number, frame: received.append(number))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     if received and reraise:
-        raise KeyboardInterrupt
+        signal.raise_signal(received[0])

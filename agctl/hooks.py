@@ -31,7 +31,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agctl.config import PROJECT_HOOKS_FILE
-from agctl.errors import AgctlError, AlreadyExists, Blocked, InvalidInput, NotFound, UsageError
+from agctl.errors import (
+    AgctlError,
+    AlreadyExists,
+    Blocked,
+    Interrupted,
+    InvalidInput,
+    NotFound,
+    UsageError,
+)
+from agctl.interrupts import interrupt_count, interrupted_since
+from agctl.procs import WATCH_S, CallProcesses, call_exited
 from agctl.quoting import shell_word
 from agctl.specs import HookSpec
 from agctl.validation import validation_summary
@@ -53,11 +63,8 @@ log = logging.getLogger(__name__)
 
 # The version of the payload a hook reads on stdin.
 PAYLOAD_SCHEMA_VERSION = "1.0"
-# After SIGTERM, how long a timed-out hook's process group has before SIGKILL.
+# After SIGTERM, how long a timed-out hook's processes have before SIGKILL.
 KILL_GRACE_S = 2.0
-# After SIGKILL, how long to wait for the group to be gone (a zombie its new parent has not
-# reaped yet keeps it, so not long).
-KILLED_WAIT_S = 0.5
 # A hook prints at most a small JSON object; more than this is a failure.
 MAX_STDOUT_BYTES = 1024 * 1024
 # What is kept of a hook's stderr (its end): the reason of a block, or of a failure.
@@ -771,29 +778,48 @@ def _run_process(
     """Run `hook` in `cwd`, in its own process group, with `stdin`, within its time limit."""
     import subprocess
 
+    interrupts = interrupt_count()
+    processes = CallProcesses()
     try:
-        process = subprocess.Popen(
-            hook.command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=hook_environment(environ),
-            cwd=cwd,
-            start_new_session=True,
-            close_fds=True,
+        process = processes.start(
+            lambda: subprocess.Popen(
+                hook.command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=hook_environment(environ),
+                cwd=cwd,
+                start_new_session=True,
+                close_fds=True,
+            )
         )
     except OSError as exc:
+        processes.release()
         return _Finished(None, failure=f"cannot run {hook.command[0]!r}: {exc.strerror}")
     try:
-        return _exchange(process, stdin, hook.timeout_s)
-    except BaseException:  # Ctrl-C: the hook dies with the command that started it
-        _signal_group(process.pid, signal.SIGKILL)
+        try:
+            finished = _exchange(process, stdin, hook.timeout_s, interrupts, processes)
+            processes.stop(KILL_GRACE_S)  # what it left running ends with it
+        except BaseException:  # an interrupt: the hook dies with the command that started it
+            processes.stop(0)
+            process.wait()
+            raise
         process.wait()
-        raise
+        return finished
+    finally:
+        processes.release()
 
 
-def _exchange(process: subprocess.Popen[bytes], stdin: bytes, timeout_s: float) -> _Finished:
-    """Write stdin, read stdout and stderr (capped) until the process ends or time is up."""
+def _exchange(
+    process: subprocess.Popen[bytes],
+    stdin: bytes,
+    timeout_s: float,
+    interrupts: int,
+    processes: CallProcesses,
+) -> _Finished:
+    """Write stdin, read stdout and stderr (capped) until the process ends or time is up,
+    keeping watch on the `processes` it starts; an interrupt of agctl since the count was
+    `interrupts` is raised here too (a hook of a call that runs in a worker thread)."""
     import selectors
     import subprocess
 
@@ -811,13 +837,29 @@ def _exchange(process: subprocess.Popen[bytes], stdin: bytes, timeout_s: float) 
     if not stdin:
         selector.unregister(process.stdin)
         process.stdin.close()
+    watched_at = exited_at = killed_at = None
     try:
         while selector.get_map() and failure is None:
-            remaining = deadline - time.monotonic()
+            signum = interrupted_since(interrupts)
+            if signum is not None:
+                raise Interrupted(signum)
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 failure = f"timed out after {timeout_s:g}s"
                 break
-            for key, _ in selector.select(remaining):
+            if watched_at is None or now >= watched_at + WATCH_S:
+                processes.watch()
+                watched_at = now
+            # What the hook left holding its pipes gets SIGTERM, then SIGKILL.
+            if exited_at is None and call_exited(process.pid):
+                processes.watch()
+                processes.signal(signal.SIGTERM)
+                exited_at = now
+            elif exited_at is not None and killed_at is None and now >= exited_at + KILL_GRACE_S:
+                processes.signal(signal.SIGKILL)
+                killed_at = now
+            for key, _ in selector.select(min(remaining, WATCH_S)):
                 stream = key.fileobj
                 if stream is process.stdin:
                     try:
@@ -852,36 +894,6 @@ def _exchange(process: subprocess.Popen[bytes], stdin: bytes, timeout_s: float) 
             if not stream.closed:
                 stream.close()
     if failure is not None:
-        _stop_group(process)
+        processes.stop(KILL_GRACE_S)
         return _Finished(None, bytes(out), bytes(err), failure)
     return _Finished(process.returncode, bytes(out), bytes(err))
-
-
-def _signal_group(pgid: int, signum: int) -> bool:
-    """Send `signum` to the process group; False when no process of it is left."""
-    try:
-        os.killpg(pgid, signum)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # a member that changed its user: nothing more to do
-        return False
-    return True
-
-
-def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the hook's process group, then SIGKILL what is left of it after the grace,
-    and wait (a little) until the kill has taken."""
-    if _signal_group(process.pid, signal.SIGTERM):
-        _wait_for_group(process, time.monotonic() + KILL_GRACE_S)
-    if _signal_group(process.pid, signal.SIGKILL):
-        _wait_for_group(process, time.monotonic() + KILLED_WAIT_S)
-    process.wait()
-
-
-def _wait_for_group(process: subprocess.Popen[bytes], deadline: float) -> None:
-    """Until no process of the group is left (a zombie left unreaped counts) or `deadline`."""
-    while time.monotonic() < deadline:
-        process.poll()
-        if not _signal_group(process.pid, 0):
-            return
-        time.sleep(0.02)

@@ -10,6 +10,7 @@ Standard library only: the library's messages and the CLI's output both use it.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable
 
@@ -41,3 +42,18 @@ def shell_word(word: str) -> str:
 def shell_words(argv: Iterable[str]) -> str:
     """An argv as a command line a shell reads back as that argv (see `shell_word`)."""
     return " ".join(shell_word(word) for word in argv)
+
+
+# What `escaped` shows as escapes: every C0 and C1 control, DEL, the bidirectional
+# controls (U+061C, U+200E-F, U+202A-E, U+2066-9), the line and paragraph separators,
+# and a lone surrogate (a byte that was not UTF-8).
+_ESCAPED = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def escaped(text: str) -> str:
+    """`text` on one line for a person to judge (a tool call they approve or deny): every
+    character that could act on the terminal, break the line or reorder what is shown
+    (the "Trojan Source" bidi controls) as its JSON escape, SGR colours included."""
+    return _ESCAPED.sub(lambda found: f"\\u{ord(found.group()):04x}", text)

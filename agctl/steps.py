@@ -24,7 +24,8 @@ class CallRecord(NamedTuple):
     arguments: str
     # "ran" (it ran; see exit), "error" (refused before running: unknown tool, bad
     # arguments), "denied" (by the approval policy or a hook), "replayed" (answered from
-    # a cassette; nothing ran).
+    # a cassette; nothing ran); "waiting" is only reported as it happens (TurnOptions.on_call):
+    # a call left for a person's approval, kept in the draft, not in a step.
     outcome: str = "ran"
     exit: int | None = None
     duration_ms: int = 0

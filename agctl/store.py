@@ -566,12 +566,14 @@ class Store:
         return drafts.draft_slots(self, session_id)
 
     def save_draft(self, session_id: str, draft: Draft) -> Path | None:
-        """Keep a prompt whose turn failed, as its slot's draft, so it can be sent again;
-        where on this machine, when a shared store could not take it (None: in the store)."""
+        """Keep a prompt whose turn failed, as its slot's draft, so it can be sent again: in
+        the store, or on this machine when a shared store cannot take it (its server down):
+        then where it is."""
         return drafts.save_draft(self, session_id, draft)
 
     def load_draft(self, session_id: str, slot_id: str) -> Draft:
-        """The slot's draft, as kept (NotFound when it has none)."""
+        """The slot's draft, as kept (NotFound when it has none): the newer of the store's
+        and the one kept on this machine."""
         return drafts.load_draft(self, session_id, slot_id)
 
     def clear_draft(
@@ -585,7 +587,8 @@ class Store:
         """Drop the slot's draft (a damaged one too); with `before`, only one kept before
         that moment (a turn on the slot that started then supersedes it, and a damaged
         draft is left for 'agctl draft show' to report), or the one kept at `own` (the
-        turn's own step log). Returns whether one was dropped."""
+        turn's own step log). Returns whether one was dropped. Without `before`, the one
+        kept on this machine goes too (with it, the turn drops that once committed)."""
         return drafts.clear_draft(self, session_id, slot_id, before=before, own=own)
 
     def clear_legacy_draft(self, session_id: str) -> None:

@@ -9,13 +9,11 @@ a tool is defined, offered or called, never by a command that only loads the con
 from __future__ import annotations
 
 import codecs
-import contextlib
 import fnmatch
 import hashlib
 import os
 import re
 import selectors
-import shlex
 import shutil
 import signal
 import subprocess
@@ -27,8 +25,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
-from agctl.errors import ApprovalNeeded, InvalidInput, NotFound, UsageError
+from agctl.errors import ApprovalNeeded, Interrupted, InvalidInput, NotFound, UsageError
+from agctl.interrupts import interrupt_count, interrupted_since, raise_if_interrupted
 from agctl.models import ToolCall
+from agctl.procs import WATCH_S, CallProcesses, call_exited
 from agctl.specs import (  # re-exported: the tool API in one place
     KEPT_OUTPUT as KEPT_OUTPUT,
 )
@@ -504,11 +504,6 @@ def _cut_text(text: str, limit: int) -> tuple[str, bool]:
     return _cut(data, data, len(data), limit)
 
 
-def _signal_group(pgid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
 def _exit_watch(pid: int) -> int | None:
     """A descriptor that becomes readable when process `pid` exits (Linux), else None."""
     try:
@@ -517,26 +512,22 @@ def _exit_watch(pid: int) -> int | None:
         return None
 
 
-def _exited(pid: int) -> bool:
-    """Whether `pid` exited, leaving it unreaped: its id, the group's, cannot be reused."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
 def _supervise(
     process: subprocess.Popen[bytes],
     stdin_data: bytes | None,
     stdout: _Stream,
     stderr: _Stream,
     timeout_s: float,
+    interrupts: int,
+    processes: CallProcesses,
 ) -> bool:
     """Feed stdin and read stdout and stderr together until the tool has exited and its
-    pipes closed; on timeout SIGTERM the group, SIGKILL it 2 s later. When the tool exits,
-    what it left running in its group gets the same. Returns whether it timed out."""
+    pipes closed, keeping watch on the `processes` it starts; on timeout SIGTERM them (its
+    group, and those that left it), SIGKILL them 2 s later. When the tool exits, what it
+    left running gets the same. An interrupt of agctl since the count was `interrupts`
+    (raised in the main thread, seen here from a worker's) is raised here too. Returns
+    whether it timed out."""
     assert process.stdout is not None and process.stderr is not None
-    pgid = process.pid  # start_new_session: the tool leads its own group
     selector = selectors.DefaultSelector()
     streams = {process.stdout.fileno(): stdout, process.stderr.fileno(): stderr}
     for fd in streams:
@@ -554,16 +545,24 @@ def _supervise(
     timed_out = exited = False
     term_at: float | None = None  # when the group got SIGTERM
     kill_at: float | None = None  # when it got SIGKILL
+    watched_at = time.monotonic()
     try:
         while True:
+            signum = interrupted_since(interrupts)
+            if signum is not None:
+                raise Interrupted(signum)
             now = time.monotonic()
+            if now >= watched_at + WATCH_S:
+                processes.watch()
+                watched_at = now
             if not exited and term_at is None and now >= deadline:
                 timed_out = True
             if (timed_out or exited) and term_at is None:
-                _signal_group(pgid, signal.SIGTERM)
+                processes.watch()  # what the tool left, before the group's leader is reaped
+                processes.signal(signal.SIGTERM)
                 term_at = now
             if term_at is not None and kill_at is None and now >= term_at + KILL_GRACE_S:
-                _signal_group(pgid, signal.SIGKILL)
+                processes.signal(signal.SIGKILL)
                 kill_at = now
             open_pipes = [fd for fd in streams if fd in selector.get_map()]
             if exited and not open_pipes:
@@ -573,7 +572,7 @@ def _supervise(
             waits = [deadline if term_at is None else term_at + KILL_GRACE_S]
             if kill_at is not None:
                 waits = [kill_at + PIPE_GRACE_S]
-            wait = max(min(waits) - now, 0.0)
+            wait = min(max(min(waits) - now, 0.0), WATCH_S)
             if watch is None and not exited:
                 wait = min(wait, _EXIT_POLL_S)
             for key, _events in selector.select(wait):
@@ -602,7 +601,7 @@ def _supervise(
                     else:
                         selector.unregister(fd)
             if watch is None and not exited:
-                exited = _exited(process.pid)
+                exited = call_exited(process.pid)
     finally:
         selector.close()
         if watch is not None:
@@ -619,9 +618,11 @@ def run_tool(
     environ: Mapping[str, str] | None = None,
 ) -> ToolRun:
     """Run one call of `spec` with checked `arguments` and report its outcome; a program
-    that cannot be started is an error result, not an exception. `cwd` is where agctl was
-    started (default: the current directory); `data_dir` the data dir the tool must not
-    run in (None: a store with no directory). Ctrl-C kills the tool's group and re-raises.
+    that cannot be started is an error result, not an exception. Every process the call
+    starts ends with it, those that left its process group too (agctl.procs). `cwd` is
+    where agctl was started (default: the current directory); `data_dir` the data dir the
+    tool must not run in (None: a store with no directory). An interrupt (Ctrl-C, SIGTERM,
+    SIGHUP) kills the tool's processes and re-raises.
     """
     workdir = tool_cwd(spec, started_in=cwd, data_dir=data_dir)
     env = tool_env(spec, arguments, os.environ if environ is None else environ)
@@ -634,33 +635,45 @@ def run_tool(
             argv,
         )
     stdin_data = arguments_json(arguments).encode() if spec.args == "stdin" else None
+    raise_if_interrupted()  # a call a worker thread starts after the signal: none
+    interrupts = interrupt_count()
+    processes = CallProcesses()
     started = time.monotonic()
     try:
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=workdir,
-            env=env,
-            start_new_session=True,
+        process = processes.start(
+            lambda: subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=workdir,
+                env=env,
+                start_new_session=True,
+            )
         )
     except OSError as exc:
+        processes.release()
         reason = exc.strerror or str(exc)
         return ToolRun.not_run(spec.name, arguments, f"error: cannot run {argv[0]}: {reason}", argv)
     stdout = _Stream(KEPT_OUTPUT, spec.max_output)
     stderr = _Stream(0, STDERR_TAIL)
     try:
-        timed_out = _supervise(process, stdin_data, stdout, stderr, spec.timeout_s)
-    except BaseException:
-        _signal_group(process.pid, signal.SIGKILL)
-        process.wait()
-        raise
+        try:
+            timed_out = _supervise(
+                process, stdin_data, stdout, stderr, spec.timeout_s, interrupts, processes
+            )
+            processes.stop(KILL_GRACE_S)  # what is left of the call ends with it
+        except BaseException:
+            processes.stop(0)
+            process.wait()
+            raise
+        finally:
+            for pipe in (process.stdin, process.stdout, process.stderr):
+                if pipe is not None:
+                    pipe.close()
+        status = process.wait()
     finally:
-        for pipe in (process.stdin, process.stdout, process.stderr):
-            if pipe is not None:
-                pipe.close()
-    status = process.wait()
+        processes.release()
     duration_ms = int((time.monotonic() - started) * 1000)
     exit_code = None if timed_out else status
     kept_stderr = bytes(stderr.tail)
@@ -736,19 +749,17 @@ def approval(
     return "run" if answer in ("yes", "always") else "deny"
 
 
-def approval_prompt(
-    spec: ToolSpec,
-    arguments: Mapping[str, Any],
-    argv: list[str],
-    escape: Callable[[str], str] = lambda text: text,
-) -> str:
+def approval_prompt(spec: ToolSpec, arguments: Mapping[str, Any], argv: list[str]) -> str:
     """The question put to the user for one call: the tool, its arguments and its argv,
-    each through `escape` (the terminal's: what the model wrote cannot act on it)."""
+    escaped (what the model wrote cannot act on the terminal), the argv as a shell reads
+    it back."""
+    from agctl.quoting import escaped, shell_words
+
     return (
-        f"The model asks to run tool {escape(spec.name)}:\n"
-        f"  arguments: {escape(arguments_json(arguments))}\n"
-        f"  command:   {escape(shlex.join(argv))}\n"
-        f"Run it? (always: run it, and {escape(spec.name)} for the rest of this turn "
+        f"The model asks to run tool {escaped(spec.name)}:\n"
+        f"  arguments: {escaped(arguments_json(arguments))}\n"
+        f"  command:   {shell_words(argv)}\n"
+        f"Run it? (always: run it, and {escaped(spec.name)} for the rest of this turn "
         "without asking)"
     )
 
@@ -813,6 +824,7 @@ class LiveTools:
         return self._definitions
 
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:
+        raise_if_interrupted()  # a call a worker thread takes up after the signal
         name, arguments = call.function.name, call.function.arguments
         spec = self.specs.get(name)
         checked = check_call(spec, name, arguments)
@@ -847,6 +859,7 @@ class LiveTools:
         if given_answer is not None:
             ask = _given(given_answer)
         with self._asking:
+            raise_if_interrupted()  # a worker that waited for another call's question
             if mode is None and given != "ask" and spec.name in self._always:
                 mode = "auto"  # answered "always" (a hook's own "ask" is still asked)
             decision = approval(spec, mode, ask, checked)

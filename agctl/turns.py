@@ -28,6 +28,7 @@ from agctl.errors import (
     StepLimit,
     TurnInterrupted,
     UsageError,
+    interrupt_signal,
 )
 from agctl.fsio import deferred_interrupts
 from agctl.hashing import message_hashes
@@ -474,8 +475,8 @@ class _Loop:
                 raise StepLimit(
                     f"the model still asks for tools after {self.requests} requests "
                     f"(--max-steps {self.options.max_steps})",
-                    hint="raise --max-steps, or resume the draft with 'agctl turn send "
-                    "--resume-draft --max-steps N'",
+                    hint="raise --max-steps, or resume the draft, offering the same tools, "
+                    "with 'agctl turn send --resume-draft --max-steps N -T ...'",
                 )
             self._answer(store, session_id, calls)
 
@@ -543,6 +544,9 @@ class _Loop:
         def waiting(call: ToolCall, why: ApprovalNeeded) -> None:
             pending.append((call, why))
             self.awaiting.append(call.id)
+            if self.options.on_call is not None:
+                name, arguments = call.function.name, call.function.arguments
+                self.options.on_call(CallRecord(call.id, name, arguments, outcome="waiting"))
 
         run_calls(self.toolbox, calls, self.options.tool_jobs, self._answered, waiting)
         if pending:
@@ -590,7 +594,8 @@ class _Loop:
         raise StepLimit(
             f"{over}; none of its {waiting} calls was run",
             hint=f"to let them run, raise the limit ('agctl config set {setting} N') and "
-            f"resume the draft ('agctl turn send --resume-draft {flag} N')",
+            f"resume the draft, offering the same tools ('agctl turn send --resume-draft "
+            f"{flag} N -T ...')",
         )
 
     def _keep(self, store: Store, session_id: str) -> None:
@@ -794,23 +799,28 @@ def _kept_on_failure(
     interrupted: str = "interrupted",
     loop: _Loop | None = None,
 ) -> Iterator[None]:
-    """A step of a turn that, if it fails, keeps the prompt as a draft and re-raises (Ctrl-C
-    as TurnInterrupted(`interrupted`)); with the messages the `loop` got (its steps, and
-    the reply that came), keeps and shows them too, so nothing is lost. A CommitPending
-    passes untouched: the turn is committed."""
+    """A step of a turn that, if it fails, keeps the prompt as a draft and re-raises (Ctrl-C,
+    SIGTERM or SIGHUP as TurnInterrupted(`interrupted`)); with the messages the `loop` got
+    (its steps, and the reply that came), keeps and shows them too, so nothing is lost. A
+    CommitPending passes untouched: the turn is committed."""
     try:
         yield
     except CommitPending:
         raise
     except (KeyboardInterrupt, AgctlError) as caught:
-        error = caught if isinstance(caught, AgctlError) else TurnInterrupted(interrupted)
+        if isinstance(caught, AgctlError):
+            error: AgctlError = caught
+        else:
+            error = TurnInterrupted(interrupted, signum=interrupt_signal(caught))
         messages = loop.messages if loop is not None else []
         last = messages[-1] if messages else None
         reply = (
             last if last is not None and last.role == "assistant" and not last.tool_calls else None
         )
         awaiting = loop.awaiting if loop is not None else []
-        _keep_draft(store, session_id, prepared, error, reply, messages, awaiting)
+        # A second interrupt (Ctrl-C twice, SIGTERM after a SIGHUP) waits for the draft.
+        with deferred_interrupts(reraise=False):
+            _keep_draft(store, session_id, prepared, error, reply, messages, awaiting)
         if reply is not None:
             error.add_note(f"the model's reply, which was not written:\n{reply.text()}")
         if error is caught:

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# What a build of the project reads: the metadata, the readme it names, the package.
-BUILD_INPUTS = ("pyproject.toml", "README.md", "agctl")
+# What a build of the project reads: the metadata, the readme it names, the package and
+# the man pages (installed into share/man/man1 from man/man1).
+BUILD_INPUTS = ("pyproject.toml", "README.md", "agctl", "man")
 TIMEOUT = 300
 
 

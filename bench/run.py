@@ -28,6 +28,8 @@ from timing import interleaved_medians, row
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from cache import measure as measure_cache
+from cache import rows as cache_rows
 from checkpoints import measure as measure_checkpoints
 from fake_openai import FakeOpenAI
 from graph import measure as measure_graph
@@ -420,6 +422,7 @@ def main() -> None:
         *(graph(runs, 200, 200) if args.quick else graph(runs, 200, 2000)),
         *(graph_html(50, 300, runs) if args.quick else graph_html(200, 2000, 3)),
         *tokens(),
+        *cache_rows(measure_cache("openai", 100 if args.quick else 200)),
     ]
     if args.json:
         print(json.dumps({"runs": runs, "form": agctl.form, "rows": rows}, indent=2))

@@ -31,7 +31,7 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.delenv(name, raising=False)
     # A command run in-process never asks its tool questions on the terminal the tests
     # may run on: it has none (tests/process/test_approval.py asks on a real one).
-    monkeypatch.setattr("agctl.cli.app.TERMINAL", str(tmp_path / "no-terminal"))
+    monkeypatch.setattr("agctl.cli.ask.TERMINAL", str(tmp_path / "no-terminal"))
     return data_dir
 
 

@@ -11,6 +11,9 @@ Unscripted requests get `"echo: <last user message>"`. Faults are consumed first
 request to a known endpoint; scripted replies are consumed by chat completions only.
 Responses use HTTP/1.1: JSON with a Content-Length, streams with chunked transfer encoding.
 
+`FakeOpenAI(cache="openai")` (or "deepseek") answers unscripted usage as that provider's
+prefix cache would (tests/cachesim.py): the cached-token fields a real reply carries.
+
 Run `python tests/fake_openai.py --port 8080` to serve in the foreground.
 """
 
@@ -30,7 +33,10 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Literal, Self, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, Self, cast, get_args
+
+if TYPE_CHECKING:
+    from cachesim import PrefixCache, Rule
 
 FaultKind = Literal[
     "status",
@@ -120,10 +126,16 @@ class FakeOpenAI:
     """An OpenAI-compatible chat-completions server in a daemon thread, for one test."""
 
     def __init__(
-        self, *, port: int = 0, model: str = "fake-model", api_key: str | None = None
+        self,
+        *,
+        port: int = 0,
+        model: str = "fake-model",
+        api_key: str | None = None,
+        cache: str | None = None,
     ) -> None:
         self.model = model
         self.api_key = api_key
+        self.cache = _prefix_cache(cache)
         self.errors: list[BaseException] = []
         self._port = port
         self._lock = threading.Lock()
@@ -132,6 +144,7 @@ class FakeOpenAI:
         self._replies: deque[Reply] = deque()
         self._faults: deque[Fault] = deque()
         self._hooks: deque[Callable[[], object]] = deque()
+        self._pauses: deque[tuple[int, threading.Event]] = deque()
         self._connections: set[socket.socket] = set()
         self._completions = 0
         self._call_numbers = itertools.count(1)
@@ -297,6 +310,14 @@ class FakeOpenAI:
         with self._lock:
             self._hooks.append(hook)
 
+    def pause_stream(self, after: int) -> threading.Event:
+        """Hold the next streamed reply after its first `after` chunks until the returned
+        event is set (at most 30 s): a client's reader can act mid-stream at a known moment."""
+        gate = threading.Event()
+        with self._lock:
+            self._pauses.append((after, gate))
+        return gate
+
     @property
     def requests(self) -> list[RecordedRequest]:
         """A snapshot of every request received so far, oldest first."""
@@ -327,6 +348,10 @@ class FakeOpenAI:
             hook()
         except Exception as exc:  # the test sees it in `errors`
             self.errors.append(exc)
+
+    def _next_pause(self) -> tuple[int, threading.Event] | None:
+        with self._lock:
+            return self._pauses.popleft() if self._pauses else None
 
     def _next_reply(self, *, scripted: bool) -> tuple[int, Reply | None]:
         """A completion number, and the next scripted reply when `scripted` and one is queued."""
@@ -465,7 +490,7 @@ class _Handler(BaseHTTPRequestHandler):
             created=int(time.time()),
             model=body["model"],
             reply=reply,
-            usage=_estimate_usage(messages, reply) if reply.usage is None else reply.usage,
+            usage=_usage(self.fake, body, reply),
             include_usage=_include_usage(body),
         )
         stream = body.get("stream") is True
@@ -478,7 +503,11 @@ class _Handler(BaseHTTPRequestHandler):
         if stream:
             if fault is None or fault.kind != "keepalive":
                 self._start_stream()
-            for chunk in completion.chunks():
+            pause = self.fake._next_pause()
+            for number, chunk in enumerate(completion.chunks()):
+                if pause is not None and number == pause[0]:
+                    self.wfile.flush()
+                    pause[1].wait(30)
                 self._send_event(chunk)
             self._send_sse_line(b"data: [DONE]")
             self._end_stream()
@@ -876,13 +905,46 @@ def _number_text(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
+# The prefix-cache mode (FakeOpenAI(cache=...)): the usage a caching provider would send.
+
+
+def _prefix_cache(rule: str | None) -> PrefixCache | None:
+    """The simulated cache of `rule`; imported only when asked (it needs bpe-openai)."""
+    if rule is None:
+        return None
+    from cachesim import PrefixCache
+
+    return PrefixCache(cast("Rule", rule))
+
+
+def _usage(fake: FakeOpenAI, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+    """The reply's usage: as scripted, else as the simulated cache counts it, else estimated."""
+    if reply.usage is not None:
+        return reply.usage
+    if fake.cache is None:
+        return _estimate_usage(body["messages"], reply)
+    from cachesim import reply_message
+
+    calls = [
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }
+        for call in reply.tool_calls
+    ]
+    return fake.cache.serve(body, reply_message(reply.text, calls), reply.reasoning)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Serve a fake OpenAI API on 127.0.0.1.")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--model", default="fake-model")
     parser.add_argument("--api-key", default=None, help="require this bearer token")
+    parser.add_argument("--cache", choices=["openai", "deepseek"], help="simulate a prefix cache")
     args = parser.parse_args()
-    with FakeOpenAI(port=args.port, model=args.model, api_key=args.api_key) as server:
+    fake = FakeOpenAI(port=args.port, model=args.model, api_key=args.api_key, cache=args.cache)
+    with fake as server:
         print(server.base_url, flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()

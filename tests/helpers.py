@@ -108,12 +108,16 @@ def exited_zero(result: Result) -> Result:
 
 
 def fails(result: Result, code: int, *needles: str) -> Result:
-    """A clean failure: the exit code, agctl's message on stderr, nothing on stdout."""
+    """A clean failure: the exit code, agctl's message on stderr (after the lines of the
+    tool calls the turn answered, if any), nothing on stdout."""
     assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
     assert result.stdout == ""
     assert result.stderr.strip() and "Traceback" not in result.stderr
     if code != EXIT_USAGE:  # usage errors may come from Click itself
-        assert result.stderr.startswith("agctl: error: ")
+        lines = result.stderr.splitlines(keepends=True)
+        while lines and lines[0].startswith("tool ") and " → " in lines[0]:
+            lines.pop(0)
+        assert "".join(lines).startswith("agctl: error: "), result.stderr
     for needle in needles:
         assert needle in result.stderr, result.stderr
     return result

@@ -21,7 +21,14 @@ from agctl.cli import output
 from agctl.cli.app import App, shown
 from agctl.cli.options import add_global_options, json_requested, root_options
 from agctl.cli.output import echo
-from agctl.errors import EXIT_INTERRUPTED, EXIT_USAGE, AgctlError, UsageError
+from agctl.errors import (
+    EXIT_USAGE,
+    SIGINT,
+    AgctlError,
+    UsageError,
+    interrupt_signal,
+    signal_name,
+)
 
 # Each command group lives in its own module, imported only when it runs, so that
 # `agctl --help` and shell completion load click and nothing else. The one-line help
@@ -84,7 +91,9 @@ Exit codes:
     8  replay check failed (a reply differs from the expected one)
     9  blocked (a tool call needing approval with no terminal, or a hook blocked it)
    10  step limit (the model still asked for tools after --max-steps requests)
-  130  interrupted (Ctrl-C); nothing was written
+  130  interrupted (Ctrl-C); nothing was written (a turn keeps its draft)
+  143  terminated (SIGTERM: timeout, docker stop, a CI cancel), as Ctrl-C
+  129  hung up (SIGHUP: the terminal closed), as Ctrl-C
   141  standard output was closed early (agctl ... | head -1); nothing is printed
 """
 
@@ -101,7 +110,8 @@ class RootGroup(click.Group):
         **extra: Any,
     ) -> Any:
         """Refuse arguments that cannot be text before anything runs, and report a standard
-        output that cannot be written (a full disk, a closed pipe) once, without a traceback.
+        output that could not be written (a full disk, a closed pipe) once, at the end, when
+        the command's work is done, without a traceback.
         """
         argv = sys.argv[1:] if args is None else list(args)
         completing = bool(os.environ.get(complete_var or "_AGCTL_COMPLETE"))
@@ -115,9 +125,6 @@ class RootGroup(click.Group):
                     self.report(UsageError(problem))
                     sys.exit(EXIT_USAGE)
                 return super().main(args, prog_name, complete_var, standalone_mode, **extra)
-            except OSError as exc:
-                if exc is not stdout.failure or not standalone_mode:
-                    raise
             finally:
                 status = output.settle(stdout) if standalone_mode else None
                 if status is not None:
@@ -196,10 +203,12 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
     """An error as scripts read it: its type, exit code, message and hint (and the notes
     a library error carries: the draft kept, the prompt)."""
     if isinstance(exc, (KeyboardInterrupt, click.Abort)):  # Ctrl-C, or Ctrl-D at a prompt
+        signum = interrupt_signal(exc)
+        by = "" if signum == SIGINT else f" by {signal_name(signum)}"
         return {
             "type": "Interrupted",
-            "exit": EXIT_INTERRUPTED,
-            "message": "interrupted; nothing was written",
+            "exit": 128 + signum,
+            "message": f"interrupted{by}; nothing was written",
             "hint": None,
         }
     if isinstance(exc, click.ClickException):
@@ -369,5 +378,18 @@ def main(*args: Any, **kwargs: Any) -> Any:
     # allocations) scans that growing heap hundreds of times for garbage it does not hold:
     # 11M instructions of a turn's start (callgrind). Collections still run, less often.
     gc.set_threshold(STARTUP_GC_THRESHOLD, *gc.get_threshold()[1:])
+    # SIGTERM and SIGHUP stop a command as Ctrl-C does (its tools killed, a turn's draft
+    # kept), where by default they would kill agctl on the spot; and what a tool or hook
+    # starts that escapes its group comes back to agctl to be ended with its call. Only
+    # the command line process does this, never the library on import; a TAB's completion
+    # runs nothing of the kind and is spared the signal module (0.5 ms).
+    if not os.environ.get("_AGCTL_COMPLETE"):
+        from agctl.interrupts import adopt_orphans, interrupt_on_signals
+
+        interrupt_on_signals()
+        adopt_orphans()
     kwargs.setdefault("prog_name", "agctl")
-    return cli.main(*args, **kwargs)
+    try:
+        return cli.main(*args, **kwargs)
+    except KeyboardInterrupt as exc:  # one that came as the command started or ended
+        sys.exit(128 + interrupt_signal(exc))

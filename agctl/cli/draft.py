@@ -10,7 +10,8 @@ import click
 from agctl.cli.app import App, pass_app
 from agctl.cli.complete import complete_draft_slots
 from agctl.cli.options import command_options
-from agctl.cli.output import echo, escaped
+from agctl.cli.output import echo
+from agctl.quoting import escaped
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -10,8 +10,10 @@ sys.stdout, the logging handler, click's own error messages, streaming turn outp
   sequences (SGR, ``ESC [ … m``) are dropped. agctl's own colours pass through `secho`,
   click's progress bar draws as it does. Redirected output is written as it is (and
   `agctl.cli.app.echo` keeps click from stripping sequences from it).
-- A failure to write standard output (a full disk, a closed pipe) is recorded, so that the
-  command line reports it once instead of a traceback (see `Output.failure`).
+- A failure to write standard output (a full disk, a closed pipe) is recorded and what
+  follows is dropped, never raised: the command finishes its work (a streamed turn whose
+  reader went away is still committed), and the command line then reports the failure
+  once, with no traceback (see `Output.failure` and `settle`).
 
 It also renders what commands print (`table`, `key_values`, `json_text`, `plain`), so
 that no command formats output of its own, and keeps it in English (see `_english`).
@@ -69,21 +71,6 @@ def neutralise(text: str) -> str:
     return _CONTROLS.sub(_shown, text)
 
 
-# What `escaped` shows as escapes: every C0 and C1 control, DEL, the bidirectional
-# controls (U+061C, U+200E-F, U+202A-E, U+2066-9), the line and paragraph separators,
-# and a lone surrogate (a byte that was not UTF-8).
-_ESCAPED = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]"
-)
-
-
-def escaped(text: str) -> str:
-    """`text` on one line for a person to judge (a tool call they approve or deny): every
-    character that could act on the terminal, break the line or reorder what is shown
-    (the "Trojan Source" bidi controls) as its JSON escape, SGR colours included."""
-    return _ESCAPED.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
-
-
 def _isatty(stream: Any) -> bool:
     try:
         return bool(stream.isatty())
@@ -108,10 +95,9 @@ class Output:
     """A text stream in front of sys.stdout or sys.stderr (or of nothing, when the process
     was started with that descriptor closed)."""
 
-    def __init__(self, stream: TextIO | None, *, report_failures: bool) -> None:
+    def __init__(self, stream: TextIO | None) -> None:
         self.stream = stream
         self.neutralising = _isatty(stream)
-        self.report_failures = report_failures
         self.failure: OSError | None = None
         self._buffer: _BinaryOutput | None = None
 
@@ -173,17 +159,17 @@ class Output:
             self._do(lambda stream: stream.flush())
 
     def _do(self, action: Callable[[TextIO], object]) -> None:
-        """Run `action` on the stream; a failure is kept, and raised unless this is the
-        stream of diagnostics (which has nowhere else to report it)."""
+        """Run `action` on the stream, unless it failed already; a failure is kept, not
+        raised: output that cannot be written must not stop the work it reports (a turn
+        streamed into `head` is committed all the same), and `settle` reports it."""
+        if self.failure is not None:
+            return
         try:
             if self.stream is None:
                 raise OSError(errno.EBADF, "it is closed")
             action(self.stream)
         except OSError as exc:
-            if self.failure is None:
-                self.failure = exc
-            if self.report_failures:
-                raise
+            self.failure = exc
 
 
 class _BinaryOutput:
@@ -248,10 +234,10 @@ def guarded() -> Iterator[Output]:
         yield sys.stdout
         return
     saved = sys.stdout, sys.stderr
-    stdout = Output(sys.stdout, report_failures=True)
+    stdout = Output(sys.stdout)
     sys.stdout = cast(TextIO, stdout)
     if not isinstance(sys.stderr, Output):
-        sys.stderr = cast(TextIO, Output(sys.stderr, report_failures=False))
+        sys.stderr = cast(TextIO, Output(sys.stderr))
     try:
         yield stdout
     finally:

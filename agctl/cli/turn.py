@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, Count, pass_app, terminal_ask, text_argument
+from agctl.cli.app import App, Count, pass_app, text_argument
 from agctl.cli.options import (
     command_options,
     file_option,
@@ -104,7 +104,7 @@ CALL_ARGUMENTS_SHOWN = 60
 def call_line(record: CallRecord) -> str:
     """A tool call and how it ended, on one line for people: its name and arguments
     escaped (the model chose them) and cut short."""
-    from agctl.cli.output import escaped
+    from agctl.quoting import escaped
 
     name, arguments = (
         text if len(text) <= CALL_ARGUMENTS_SHOWN else text[: CALL_ARGUMENTS_SHOWN - 1] + "…"
@@ -121,6 +121,7 @@ def call_line(record: CallRecord) -> str:
             "denied": "denied, not run",
             "error": "refused (unknown tool or invalid arguments), not run",
             "replayed": "answered from the cassette, not run",
+            "waiting": "waits for approval in the draft, not run",
         }.get(record.outcome, f"{record.outcome}, not run")
     return f"tool {escaped(name)}({escaped(arguments)}) → {ended}"
 
@@ -380,7 +381,12 @@ def _toolbox(
 ) -> ToolBox | None:
     """What answers a turn's tool calls, asking on the terminal when a tool says ask
     (`answers`: by call id, given in advance with --approve-call and --deny-call)."""
-    ask = terminal_ask() if tools.chosen else None
+    if tools.chosen:
+        from agctl.cli.ask import terminal_ask
+
+        ask = terminal_ask()
+    else:
+        ask = None
     return setup.toolbox(
         tools, record=record, data_dir=app.store.local_dir, ask=ask, hooks=hooks, answers=answers
     )

@@ -30,6 +30,11 @@ class LocalDrafts:
     def __init__(self, folder: Callable[[str], Path]) -> None:
         self._folder = folder
 
+    @classmethod
+    def in_data_dir(cls, data_dir: Path, store_key: str) -> LocalDrafts:
+        """The drafts of the store named `store_key` (see listing.store_key) in `data_dir`."""
+        return cls(lambda session_id: layout.store_drafts(data_dir, store_key, session_id))
+
     def path(self, session_id: str, slot_id: str) -> Path:
         folder = self._folder(validate_id(session_id, "session"))
         return layout.store_draft(folder, validate_id(slot_id, "slot"))

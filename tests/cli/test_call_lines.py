@@ -121,3 +121,20 @@ def test_a_replayed_call_says_nothing_ran() -> None:
     assert call_line(CallRecord("c4", "g\u2067", "{}", outcome="denied")).startswith(
         "tool g\\u2067({})"
     )
+
+
+def test_a_call_left_waiting_for_approval_has_its_line_too(run: Run, tmp_path: Path) -> None:
+    """With no terminal to ask on, a call of a tool set to ask waits in the draft (exit 9):
+    its line says so, beside the line of the call of the same reply that ran."""
+    ok(run("session", "new", "s"))
+    ok(run("tool", "add", "asked", "--description", "Asks.", "--", "true"))
+    ok(run("tool", "add", "cat", "--description", "Echo.", "--approve", "auto", "--", "cat"))
+    calls = [{"name": "asked", "arguments": {}}, {"name": "cat", "arguments": {"x": 1}}]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([[{"content": "", "tool_calls": calls}, "done"]]))
+    result = run("turn", "send", "go", "--tools", "all", "--script", str(script))
+    assert result.exit_code == 9, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == "tool asked({}) → waits for approval in the draft, not run"
+    assert lines[1].startswith('tool cat({"x":1}) → exit 0, 7 bytes, ')
+    assert lines[2].startswith("agctl: error: ")

@@ -115,7 +115,7 @@ def test_a_terminal_that_cannot_be_opened_is_said_not_taken_for_none(
 ) -> None:
     """Only "no terminal" (ENXIO, ENOENT, ENODEV) means there is none; another failure to
     open it (here EISDIR) is named where the call is left waiting."""
-    monkeypatch.setattr("agctl.cli.app.TERMINAL", str(tmp_path))
+    monkeypatch.setattr("agctl.cli.ask.TERMINAL", str(tmp_path))
     server.reply(tool_calls=calls(1, "a", tool="ask"))
     failed = fails(send(run, "go"), 9, "needs approval", "cannot be opened to ask on (")
     assert "no terminal" not in failed.stderr.splitlines()[0]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
-from helpers import as_json, fails, ok
+from helpers import as_json, fails, fails_with_message, ok
 
 from agctl.store import Store
 
@@ -83,7 +83,10 @@ def test_a_tool_that_asks_with_no_terminal_stops_the_turn_at_exit_9(
     run: Run, tool: Path, tmp_path: Path
 ) -> None:
     steps = script(tmp_path, [MUL, "It is 42."])
-    fails(run("turn", "send", "6*7?", "-T", "mul", "--script", steps), 9, "needs approval")
+    waiting = fails_with_message(
+        run("turn", "send", "6*7?", "-T", "mul", "--script", steps), 9, "needs approval"
+    )
+    assert waiting.stderr.startswith("tool mul(")  # the call's line, then the error
     assert runs(tool) == [] and as_json(ok(run("--json", "msg", "list"))) == []
     denied = as_json(ok(run("--json", "turn", "send", "6*7?", "-T", "mul", "--approve", "never",
                             "--script", steps)))  # fmt: skip

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from agctl.checkpoints import Checkpointer
-from agctl.errors import AgctlError, Blocked, ProviderError, StepLimit
+from agctl.errors import AgctlError, Blocked, ProviderError, StepLimit, StoreError
 from agctl.models import ToolCall
 from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider, ScriptedReply
@@ -385,14 +385,17 @@ def test_a_call_that_stops_the_turn_keeps_the_results_of_the_calls_that_ran(
 
 
 def test_a_draft_that_cannot_be_kept_is_said_lost_with_its_tool_results(
-    store: Store, sid: str, tmp_path: Path
+    store: Store, sid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The note claimed the tool results were "kept ... not run again" before it knew
-    whether the draft was: when it is not, it says they are lost and the tools run again."""
-    drafts = store.session_dir(sid) / "drafts"  # a file where the folder goes
-    drafts.mkdir(exist_ok=True)
-    drafts.rmdir()
-    drafts.write_text("not a folder")
+    whether the draft was: when it is not, it says they are lost and the tools run again.
+    (A real store that cannot take it, a PostgreSQL server stopped mid-turn, is in
+    tests/process/test_postgres_cli.py.)"""
+
+    def refused(session_id: str, draft: object) -> None:
+        raise StoreError("the store cannot take the draft")
+
+    monkeypatch.setattr(store, "save_draft", refused)
     tools = Adder(tmp_path)
     with pytest.raises(AgctlError) as raised:
         send_turn(store, sid, "add 1+1", Watching([[calls({"a": 1, "b": 1}), "Two."]]),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -156,6 +157,28 @@ def test_a_terminal_that_closes_before_an_answer_leaves_the_call_waiting(
     assert "the terminal closed before an answer came" in err
     assert runs(home) == []
     assert Store(isolated_env).load_draft("s", "default").awaiting_approval == ["c1"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_a_worker_thread_asks_stops_the_question_and_runs_nothing(
+    home: Path, fake: FakeOpenAI, isolated_env: Path, signum: int
+) -> None:
+    """With --tool-jobs 2 the questions are asked from worker threads: a signal stops the
+    one on the terminal and the one waiting its turn, and neither call runs (before, agctl
+    waited on for an answer, and a "y" typed later still ran the tool)."""
+    fake.reply(tool_calls=[call("c1", "mark", "first"), call("c2", "mark", "second")])
+    terminal = ControllingTerminal(
+        environment(fake), "-s", "s", "turn", "send", "go", "-T", "mark", "--no-stream",
+        "--tool-jobs", "2",
+    )  # fmt: skip
+    terminal.wait_for(QUESTION)
+    terminal.process.send_signal(signum)
+    status, _, err = terminal.finish()
+    assert status == 128 + signum, err
+    assert runs(home) == []
+    assert terminal.received.count(QUESTION) == 1, terminal.received
+    draft = Store(isolated_env).load_draft("s", "default")
+    assert [m.role for m in draft.steps] == ["assistant"]
 
 
 # ---- no terminal: decided later ------------------------------------------------------------

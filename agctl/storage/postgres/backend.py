@@ -56,7 +56,6 @@ from agctl.fsio import read_pointer, write_pointer
 from agctl.ids import validate_id
 from agctl.models import Draft, Message, Session, Slot
 from agctl.storage.base import CACHES, Tx, append_problem, lock_timeout
-from agctl.storage.file import layout
 from agctl.storage.local_drafts import LocalDrafts
 from agctl.storage.postgres import listing
 from agctl.storage.postgres import schema as pg_schema
@@ -949,7 +948,7 @@ class PostgresBackend(_Reading):
         self.local_dir = local_dir
         # Where a draft goes when the server cannot take it (agctl.drafts), on this machine.
         key = listing.store_key(dsn, schema)
-        self.local_drafts = LocalDrafts(lambda sid: layout.store_drafts(local_dir, key, sid))
+        self.local_drafts = LocalDrafts.in_data_dir(local_dir, key)
         self._sql = _statements(schema)
         self._known: dict[tuple[str, str], _Known] = {}
         # Session id -> what the last transaction this backend committed on it knew.

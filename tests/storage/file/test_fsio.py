@@ -100,3 +100,28 @@ def test_interrupts_are_deferred_until_the_block_ends() -> None:
         finished.append(True)
     assert finished == [True]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_wait_for_the_block_as_ctrl_c_does(signum: signal.Signals) -> None:
+    """With the command line's handlers, a termination signal sent during a commit waits
+    for it, then stops agctl as the Interrupted carrying that signal."""
+    from agctl.errors import Interrupted
+    from agctl.fsio import deferred_interrupts
+    from agctl.interrupts import INTERRUPTING, interrupt_on_signals
+
+    saved = {number: signal.getsignal(number) for number in INTERRUPTING}
+    interrupt_on_signals()
+    finished = []
+    try:
+        with pytest.raises(Interrupted) as caught, deferred_interrupts():
+            os.kill(os.getpid(), signum)
+            time.sleep(0.05)
+            finished.append(True)
+        handlers = {number: signal.getsignal(number) for number in INTERRUPTING}
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
+    assert finished == [True]
+    assert caught.value.signum == signum
+    assert all(handler is not saved[number] for number, handler in handlers.items())

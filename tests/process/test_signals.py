@@ -1,0 +1,251 @@
+"""SIGTERM and SIGHUP stop a real `agctl turn send` as Ctrl-C does: while a tool runs, its
+process group is killed (not left to run past its timeout), the draft keeps the steps
+finished so far, and agctl exits 143 or 129; `--resume-draft` then runs no finished tool
+again. While the model's reply is awaited, the prompt is kept the same way."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+from fake_openai import FakeOpenAI
+from helpers import ok, process_dead
+
+from agctl.store import Store
+
+SID = "s"
+# A tool (args in the environment) that logs each run NAME to $HOME/runs.log; while the
+# file $HOME/hang.NAME exists, it starts a child in its group, writes "PGID CHILD" to
+# $HOME/running.NAME (renamed into place: read whole or not at all) and waits.
+TOOL = (
+    'echo "$TOOL_ARG_NAME" >> "$HOME/runs.log"; '
+    'if [ -e "$HOME/hang.$TOOL_ARG_NAME" ]; then sleep 600 & '
+    'echo "$$ $!" > "$HOME/running.tmp.$TOOL_ARG_NAME"; '
+    'mv "$HOME/running.tmp.$TOOL_ARG_NAME" "$HOME/running.$TOOL_ARG_NAME"; wait; fi; '
+    'echo "done $TOOL_ARG_NAME"'
+)
+PARAMETERS = json.dumps({"type": "object", "properties": {"name": {"type": "string"}}})
+WAIT_S = 60
+
+
+def call(name: str) -> dict[str, str]:
+    return {"id": f"call_{name}", "name": "t", "arguments": json.dumps({"name": name})}
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def home(run: Callable[..., Result], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The HOME the tool `t` sees (timeout 600 s: only agctl's stop can end it early)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    ok(run("tool", "add", "t", "--description", "Wait", "--parameters", PARAMETERS,
+           "--args", "env", "--timeout", "600", "--approve", "auto",
+           "--", "sh", "-c", TOOL))  # fmt: skip
+    ok(run("session", "new", SID))
+    return home
+
+
+@pytest.fixture
+def env(home: Path, server: FakeOpenAI) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    environ.update(
+        AGCTL_PROVIDER="openai",
+        AGCTL_BASE_URL=server.base_url,
+        AGCTL_MODEL="fake-model",
+        PYTHONIOENCODING="utf-8",
+    )
+    return environ
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[str]]]:
+    """The agctl processes a test starts: none outlives it, even when it fails."""
+    processes: list[subprocess.Popen[str]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def agctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agctl", "-s", SID, *args],
+        input="",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=WAIT_S,
+        check=False,
+    )
+
+
+def start(
+    env: dict[str, str], started: list[subprocess.Popen[str]], *args: str
+) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "agctl", "-s", SID, "turn", "send", *args, "--no-stream"]
+    process = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env,
+    )  # fmt: skip
+    started.append(process)
+    return process
+
+
+def running(home: Path, name: str) -> tuple[int, int]:
+    """The process group of the tool's run NAME and the child it started, once it runs."""
+    path = home / f"running.{name}"
+    wait_for(path.exists, f"the tool's run {name}")
+    group, child = path.read_text().split()
+    return int(group), int(child)
+
+
+def group_gone(group: int) -> bool:
+    """Whether no process of the group runs (a zombie runs nothing: a container's PID 1
+    may never reap it)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[2]) == group and fields[0] not in ("Z", "X"):
+            return False
+    return True
+
+
+def runs(home: Path) -> list[str]:
+    return (home / "runs.log").read_text().split()
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_signal_while_a_tool_runs_kills_it_keeps_the_draft_and_resumes(
+    env: dict[str, str],
+    home: Path,
+    server: FakeOpenAI,
+    started: list[subprocess.Popen[str]],
+    signum: signal.Signals,
+    status: int,
+    isolated_env: Path,
+) -> None:
+    (home / "hang.second").touch()
+    server.reply(tool_calls=[call("first")])
+    server.reply(tool_calls=[call("second")])
+    turn = start(env, started, "go", "-T", "t", "--approve", "auto")
+    group, child = running(home, "second")
+
+    turn.send_signal(signum)
+    _, stderr = turn.communicate(timeout=WAIT_S)
+
+    assert turn.returncode == status, stderr
+    assert f"({signum.name})" in stderr and "--resume-draft" in stderr, stderr
+    assert group_gone(group) and process_dead(child)
+    shown = agctl(env, "--json", "draft", "show")
+    assert shown.returncode == 0, shown.stderr
+    draft = json.loads(shown.stdout)
+    assert draft["prompt"] == "go"
+    steps = Store(isolated_env).load_draft(SID, "default").steps
+    kept = [(m.role, m.tool_call_id) for m in steps]
+    assert kept == [("assistant", None), ("tool", "call_first"), ("assistant", None)]
+    assert runs(home) == ["first", "second"]
+
+    (home / "hang.second").unlink()
+    server.reply("All done.")
+    resumed = agctl(env, "turn", "send", "--resume-draft", "-T", "t", "--approve", "auto",
+                    "--no-stream")  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout == "All done.\n"
+    assert runs(home) == ["first", "second", "second"], "the finished call did not run again"
+
+
+def test_a_signal_stops_calls_running_at_once_in_other_threads(
+    env: dict[str, str],
+    home: Path,
+    server: FakeOpenAI,
+    started: list[subprocess.Popen[str]],
+    isolated_env: Path,
+) -> None:
+    """With --tool-jobs 2 the tools run in worker threads: the main thread's interrupt
+    stops them too, or agctl would wait for them (600 s) before it could exit."""
+    (home / "hang.left").touch()
+    (home / "hang.right").touch()
+    server.reply(tool_calls=[call("left"), call("right")])
+    turn = start(env, started, "go", "-T", "t", "--approve", "auto", "--tool-jobs", "2")
+    groups = [running(home, "left"), running(home, "right")]
+
+    turn.send_signal(signal.SIGTERM)
+    _, stderr = turn.communicate(timeout=WAIT_S)
+
+    assert turn.returncode == 143, stderr
+    for group, child in groups:
+        assert group_gone(group) and process_dead(child)
+    steps = Store(isolated_env).load_draft(SID, "default").steps
+    assert [m.role for m in steps] == ["assistant"]
+
+
+def test_a_signal_while_the_model_is_awaited_keeps_the_prompt(
+    env: dict[str, str], server: FakeOpenAI, started: list[subprocess.Popen[str]]
+) -> None:
+    arrived, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        arrived.set()
+        release.wait(WAIT_S)
+
+    server.before_reply(hold)
+    turn = start(env, started, "--json", "a question")
+    try:
+        assert arrived.wait(WAIT_S), "the request never came"
+        turn.send_signal(signal.SIGTERM)
+        _, stderr = turn.communicate(timeout=WAIT_S)
+    finally:
+        release.set()
+
+    assert turn.returncode == 143, stderr
+    error = json.loads(stderr)["error"]
+    assert (error["type"], error["exit"]) == ("TurnInterrupted", 143)
+    draft = json.loads(agctl(env, "--json", "draft", "show").stdout)
+    assert draft["prompt"] == "a question"
+    listed = agctl(env, "--json", "msg", "list")
+    assert json.loads(listed.stdout) == [], "nothing was written"
+
+
+def test_a_signal_ignored_at_start_stays_ignored(
+    env: dict[str, str], server: FakeOpenAI, started: list[subprocess.Popen[str]]
+) -> None:
+    """As under `nohup`: a hang-up the process was started ignoring does not stop it."""
+    arrived, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        arrived.set()
+        release.wait(WAIT_S)
+
+    server.before_reply(hold)
+    argv = [sys.executable, "-m", "agctl", "-s", SID, "turn", "send", "hello", "--no-stream"]
+    turn = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )  # fmt: skip
+    started.append(turn)
+    try:
+        assert arrived.wait(WAIT_S), "the request never came"
+        turn.send_signal(signal.SIGHUP)
+    finally:
+        release.set()
+    stdout, stderr = turn.communicate(timeout=WAIT_S)
+    assert (turn.returncode, stdout) == (0, "echo: hello\n"), stderr
