@@ -1,21 +1,24 @@
 """Prices per model, in US dollars per million tokens, cache reads and writes included.
 
 A price comes from the config's overrides first, then from genai-prices (a maintained
-database of list prices, with cache prices for most providers, imported only when a
-cost is computed: 50-65 ms of a billed turn, measured), then from the few models it does
-not know below; the model's name decides, as a hosted model's ("provider/model", a
-router's name, as that provider's), so a local model named like one is priced as it
-unless the config prices it. A model no one knows costs None and
-is reported as unpriced. The cost of a request is cache-aware: its cached input at the
-cache-read price, its cache writes at the write price, the rest of its input at the
-input price; what the cache saved is the cost with every input token at the input
-price, less that.
+database of list prices, with cache prices for most providers: imported only to make a
+model's price sheet, which the data dir then keeps, as importing it took 50-65 ms of a
+billed turn; see agctl.price_sheets), then from the few models it does not know below;
+the model's name decides, as a hosted model's ("provider/model", a router's name, as
+that provider's), so a local model named like one is priced as it unless the config
+prices it. A model no one knows costs None and is reported as unpriced. The cost of a
+request is cache-aware: its cached input at the cache-read price, its cache writes at
+the write price, the rest of its input at the input price; what the cache saved is the
+cost with every input token at the input price, less that.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from agctl.price_sheets import PriceSheets, Tiered, find_model
 
 if TYPE_CHECKING:
     from agctl.providers.base import Usage
@@ -62,44 +65,23 @@ def _lookup(model: str, table: Mapping[str, Any]) -> Any:
     return table[max(prefixes, key=len)] if prefixes else None
 
 
-def _known_model(model: str) -> Any:
-    """genai-prices' entry for `model` (its provider and model), or None; one that has no
-    price per input and output token (an image model's) is not a chat model's price."""
-    from genai_prices import data_snapshot
-
-    snapshot = data_snapshot.get_snapshot()
-    try:
-        found = snapshot.find_provider_model(model, None, None, None)
-    except LookupError:
-        # A router's name, "provider/model" (OpenRouter's, LiteLLM's): the provider's model.
-        provider, _, name = model.partition("/")
-        if not name:
-            return None
-        try:
-            found = snapshot.find_provider_model(name, None, provider, None)
-        except LookupError:
-            return None
-    prices = found[1].get_prices(_now())
-    if getattr(prices, "input_mtok", None) is None or getattr(prices, "output_mtok", None) is None:
-        return None
-    return found
-
-
-def price_for(model: str, overrides: Prices) -> Price | None:
+def price_for(model: str, overrides: Prices, sheets: PriceSheets | None = None) -> Price | None:
     """The price of `model`: the config's override, else genai-prices' (its base price
-    where it has tiers), else the local table's; None when no one knows it."""
+    where it has tiers; its sheet from `sheets`, else looked up now), else the local
+    table's; None when no one knows it."""
     override = _lookup(model, overrides)
     if override is not None:
         return Price(*override)
-    found = _known_model(model)
-    if found is None:
+    sheet = (sheets or PriceSheets()).sheet(model)
+    rates = None if sheet is None else sheet.rates_at(_now())
+    if rates is None:
         local: Price | None = _lookup(model, LOCAL_PRICES)
         return local
-    prices = found[1].get_prices(_now())
 
     def per_million(key: str) -> float | None:
-        value = getattr(prices, key, None)
-        value = getattr(value, "base", value)  # tiered: the price below the first tier
+        value = rates.get(key)
+        if isinstance(value, Tiered):
+            return float(value.base)  # the price below the first tier
         return None if value is None else float(value)
 
     return Price(
@@ -110,9 +92,7 @@ def price_for(model: str, overrides: Prices) -> Price | None:
     )
 
 
-def _now() -> Any:
-    from datetime import UTC, datetime
-
+def _now() -> datetime:
     return datetime.now(UTC)
 
 
@@ -139,16 +119,28 @@ def cost_of(
     *,
     cached_tokens: int | None = None,
     cache_write_tokens: int | None = None,
+    sheets: PriceSheets | None = None,
 ) -> float | None:
     """Dollars for one request, cache-aware (see the module), or None when the model has
     no known price. A count not reported (None) is priced as none: all input at the
-    input price."""
+    input price. genai-prices' price comes from the model's sheet in `sheets` (else one
+    made now)."""
     cached, written = cached_tokens or 0, cache_write_tokens or 0
     override = _lookup(model, overrides or {})
     if override is None:
-        found = _known_model(model)
-        if found is not None:
-            return _database_cost(found, prompt_tokens, completion_tokens, cached, written)
+        sheet = (sheets or PriceSheets()).sheet(model)
+        if sheet is not None:
+            # What a request can hold: no more cached than its prompt, no more written
+            # than the rest of it.
+            read = min(cached, prompt_tokens)
+            write = min(written, prompt_tokens - read)
+            if sheet.exact:
+                exact = sheet.cost(prompt_tokens, completion_tokens, read, write, _now())
+                cost = None if exact is None else float(exact)
+            else:
+                cost = _database_cost(model, prompt_tokens, completion_tokens, read, write)
+            if cost is not None:
+                return cost
     price = Price(*override) if override is not None else _lookup(model, LOCAL_PRICES)
     if price is None:
         return None
@@ -164,23 +156,34 @@ def cost_of(
     return dollars / 1_000_000
 
 
-def _database_cost(found: Any, prompt: int, completion: int, cached: int, written: int) -> float:
-    """genai-prices' cost of the request (its tiers applied: a long prompt may cost more
-    per token), cache reads and writes at their prices."""
+def _database_cost(model: str, prompt: int, completion: int, read: int, write: int) -> float | None:
+    """genai-prices' own cost of the request, for a model whose sheet does not give it
+    (priced by rules the sheet does not follow); None when it prices no input or output
+    token now."""
     from genai_prices import Usage as Counts
 
-    provider, model = found
+    found = find_model(model)
+    if found is None:
+        return None
+    provider, info = found
+    prices = info.get_prices(_now())
+    if getattr(prices, "input_mtok", None) is None or getattr(prices, "output_mtok", None) is None:
+        return None
     counts = Counts(input_tokens=prompt, output_tokens=completion)
-    if cached:
-        counts.cache_read_tokens = min(cached, prompt)
-    if written:
-        counts.cache_write_tokens = min(written, max(prompt - cached, 0))
-    return float(model.calc_price(counts, provider).total_price)
+    if read:
+        counts.cache_read_tokens = read
+    if write:
+        counts.cache_write_tokens = write
+    return float(info.calc_price(counts, provider).total_price)
 
 
-def charge(model: str, usage: Usage, overrides: Prices | None = None) -> Charge:
+def charge(
+    model: str, usage: Usage, overrides: Prices | None = None, sheets: PriceSheets | None = None
+) -> Charge:
     """What a request of `usage` cost, and what its cache saved (None when the provider
-    said nothing of the cache, or the model has no price)."""
+    said nothing of the cache, or the model has no price); genai-prices' prices from
+    `sheets` (see cost_of)."""
+    sheets = sheets or PriceSheets()
     cost = cost_of(
         model,
         usage.prompt_tokens,
@@ -188,8 +191,11 @@ def charge(model: str, usage: Usage, overrides: Prices | None = None) -> Charge:
         overrides,
         cached_tokens=usage.cached_tokens,
         cache_write_tokens=usage.cache_write_tokens,
+        sheets=sheets,
     )
     if cost is None or (usage.cached_tokens is None and usage.cache_write_tokens is None):
         return Charge(cost, None)
-    uncached = cost_of(model, usage.prompt_tokens, usage.completion_tokens, overrides)
+    uncached = cost_of(
+        model, usage.prompt_tokens, usage.completion_tokens, overrides, sheets=sheets
+    )
     return Charge(cost, None if uncached is None else uncached - cost)

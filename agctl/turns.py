@@ -42,6 +42,7 @@ from agctl.models import (
     messages_to_openai,
     utcnow,
 )
+from agctl.price_sheets import PriceSheets
 from agctl.pricing import Charge, Prices, add_costs, answers_free, charge
 from agctl.providers.base import (
     ChatRequest,
@@ -335,7 +336,8 @@ def _send(
     usage = loop.usage
     model = prepared.request.model
     free = answers_free(provider.name)
-    priced = loop.charge(model, options.prices, free=free)
+    sheets = PriceSheets.in_data_dir(store.local_dir)
+    priced = loop.charge(model, options.prices, sheets, free=free)
     writing = "interrupted before the reply was written"
     with _kept_on_failure(store, session_id, prepared, writing, loop=loop):
         checkpoint = _commit(
@@ -520,15 +522,17 @@ class _Loop:
             return None
         return functools.reduce(add_usage, cast("list[Usage]", self.usages))
 
-    def charge(self, model: str, prices: Prices, *, free: bool) -> Charge:
+    def charge(self, model: str, prices: Prices, sheets: PriceSheets, *, free: bool) -> Charge:
         """The turn's cost and cache saving, each request priced on its own (a request that
-        reported its cache reads keeps its discount beside one that did not)."""
+        reported its cache reads keeps its discount beside one that did not); genai-prices'
+        prices from the data dir's `sheets`."""
         if free:
             reported = self.usage is not None and self.usage.cached_tokens is not None
             return Charge(0.0, 0.0 if reported else None)
         if self.usage is None:
             return Charge(None, None)
-        charges = [charge(model, usage, prices) for usage in cast("list[Usage]", self.usages)]
+        usages = cast("list[Usage]", self.usages)
+        charges = [charge(model, usage, prices, sheets) for usage in usages]
         saved = (
             add_costs(c.saved for c in charges) if self.usage.cached_tokens is not None else None
         )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agctl.errors import AgctlError, UsageError
 from agctl.hashing import message_hash
 from agctl.models import Message, ModelCost, Session
+from agctl.price_sheets import PriceSheets
 from agctl.pricing import Charge, Prices, add_costs, charge, price_for
 from agctl.providers.base import Usage
 from agctl.walk import ProblemHandler, skip_with_warning, slot_messages, walk
@@ -258,6 +259,7 @@ def usage_report(
     from agctl.store import Store
 
     report = UsageReport(counted="replies", since=since)
+    sheets = PriceSheets.in_data_dir(store.local_dir)
     seen: set[str] = set()
     counted: set[str] = set()
     for session_id, _, slot in walk(store, Store.load_slot, on_problem=report_problem):
@@ -271,7 +273,7 @@ def usage_report(
             seen.add(identity)
             counted.add(session_id)
             model, usage, free = reply
-            priced = Charge(0.0, 0.0) if free else charge(model, usage, prices)
+            priced = Charge(0.0, 0.0) if free else charge(model, usage, prices, sheets)
             report.row(model).add(ModelCost.of(usage, priced.cost, priced.saved, free=free))
     report.sessions = len(counted)
     return report
