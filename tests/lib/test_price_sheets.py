@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from agctl import paths, price_sheets
 from agctl.price_sheets import PriceSheets, Sheet, installed_key, resolve, sheet_of
-from agctl.pricing import cost_of
+from agctl.pricing import Price, cost_of
 
 
 def _priced_by_text(prices: Any) -> bool:
@@ -243,3 +243,12 @@ def test_a_cache_that_cannot_be_read_or_written_fails_nothing(tmp_path: Path) ->
     sheets = PriceSheets(paths.price_sheets(other))
     assert cost_of("gpt-4o", 2000, 100, cached_tokens=1536, sheets=sheets) == expected
     assert paths.price_sheets(other).is_dir()
+
+
+def test_the_configs_price_needs_no_sheet(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model the config prices is priced by it: no sheet is made, none is kept."""
+    monkeypatch.setattr(price_sheets, "resolve", _never)
+    overrides = {"gpt-4o": Price(1.0, 2.0, cache_read=0.5)}
+    cost = cost_of("gpt-4o", 2000, 100, overrides, cached_tokens=1000, sheets=PriceSheets(path))
+    assert cost == pytest.approx((1000 * 1.0 + 1000 * 0.5 + 100 * 2.0) / 1e6)
+    assert not path.exists()
