@@ -23,8 +23,18 @@ from agctl import schema
 from agctl.errors import CorruptDocument, NotFound, UsageError
 from agctl.fsio import DEFAULT_LOCK_TIMEOUT, make_dirs, read_bytes, write_atomic
 from agctl.ids import validate_id
-from agctl.models import EAGER, Deferred, Document, Model, Session, _empty_dict, _empty_list
+from agctl.models import (
+    EAGER,
+    Deferred,
+    Document,
+    Model,
+    Session,
+    _empty_dict,
+    _empty_list,
+    _optional,
+)
 from agctl.paths import default_config_path
+from agctl.pricing import Price as PriceRow
 from agctl.providers.base import chat_completions_url
 from agctl.redact import mask_url
 from agctl.storage.urls import (
@@ -111,8 +121,14 @@ def profile_from(fields: Mapping[str, Any]) -> Profile:
 
 
 class Price(Model):
+    """A model's price in US dollars per million tokens; it wins over every price table."""
+
     prompt: float = Field(ge=0)
     completion: float = Field(ge=0)
+    # Input read from, and written to, the provider's cache; unset: the prompt price (an
+    # override names the whole price, so no table's cache price is mixed into it).
+    cache_read: float | None = _optional(ge=0)
+    cache_write: float | None = _optional(ge=0)
 
 
 class StoreSettings(Model):
@@ -201,8 +217,11 @@ class Config(Document):
     # Where the sessions are when neither --store nor AGCTL_STORE says (agctl.storage.factory).
     store: StoreSettings = Field(default_factory=StoreSettings, exclude_if=_store_unset)
 
-    def price_overrides(self) -> dict[str, tuple[float, float]]:
-        return {name: (p.prompt, p.completion) for name, p in self.prices.items()}
+    def price_overrides(self) -> dict[str, PriceRow]:
+        return {
+            name: PriceRow(p.prompt, p.completion, p.cache_read, p.cache_write)
+            for name, p in self.prices.items()
+        }
 
 
 def mask(secret: str | None) -> str | None:

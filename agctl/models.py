@@ -7,7 +7,7 @@ minor version of agctl survives a rewrite by this one.
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, Literal, Self, get_args
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, get_args
 
 import orjson
 from pydantic import (
@@ -34,6 +34,9 @@ from agctl.vocab import (
     SlotMode,
     Zone,
 )
+
+if TYPE_CHECKING:
+    from agctl.providers.base import Usage
 
 
 def utcnow() -> datetime:
@@ -720,6 +723,67 @@ class ModelCost(Model):
     completion_tokens: int = 0
     # None: unknown, because a request of this model had no price.
     cost: float | None = 0.0
+    # What the providers said of their cache and of the model's reasoning (see
+    # agctl.providers.base.Usage), each summed over the requests that said it, and left
+    # out (None: not reported) while none did: of prompt_tokens, read from the cache and
+    # written to it; of completion_tokens, reasoning.
+    cached_tokens: int | None = _optional()
+    cache_write_tokens: int | None = _optional()
+    reasoning_tokens: int | None = _optional()
+    # The prompt tokens of the requests that reported their cache reads: what
+    # cached_tokens is a share of (older turns, and some providers, said nothing).
+    cache_prompt_tokens: int | None = _optional()
+    # Over those requests, the cost with every input token at the input price less the
+    # cost: dollars the cache saved (negative when writes cost more than reads saved).
+    # None while no request reported its cache reads, or when one had no price.
+    cache_saved: float | None = _optional()
+
+    @classmethod
+    def of(
+        cls,
+        usage: "Usage",
+        cost: float | None,
+        cache_saved: float | None = None,
+        requests: int = 1,
+        *,
+        free: bool = False,
+    ) -> "ModelCost":
+        """The counts of `requests` requests (a turn's) that used `usage` in all."""
+        reported = usage.cached_tokens is not None
+        return cls(
+            requests=requests,
+            free_requests=requests if free else 0,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cost=cost,
+            cached_tokens=usage.cached_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
+            cache_prompt_tokens=usage.prompt_tokens if reported else None,
+            cache_saved=cache_saved if reported else None,
+        )
+
+    def merge(self, other: "ModelCost") -> None:
+        """Count `other`'s requests into these: a cost unknown in either is unknown, a count
+        reported by neither stays not reported."""
+        self.requests += other.requests
+        self.free_requests += other.free_requests
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.cost = None if self.cost is None or other.cost is None else self.cost + other.cost
+        for name in ("cached_tokens", "cache_write_tokens", "reasoning_tokens"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if theirs is not None:
+                setattr(self, name, (mine or 0) + theirs)
+        if other.cache_prompt_tokens is None:
+            return  # nothing said of the cache: the saving stands as it was
+        if self.cache_prompt_tokens is None:
+            self.cache_saved = other.cache_saved
+        elif self.cache_saved is not None and other.cache_saved is not None:
+            self.cache_saved += other.cache_saved
+        else:
+            self.cache_saved = None  # a request that said had no price: unknown from now on
+        self.cache_prompt_tokens = (self.cache_prompt_tokens or 0) + other.cache_prompt_tokens
 
 
 class Cost(Model):

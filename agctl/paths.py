@@ -1,4 +1,4 @@
-"""Where agctl's own places are on this machine: the data dir and the config file.
+"""Where agctl's own places are on this machine: the data dir, the config file, the caches.
 
 Standard library only (platformdirs is imported when a default is needed): the store's
 factory and TAB completion find them without loading the core.
@@ -28,3 +28,9 @@ def default_config_path() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_config_dir("agctl")) / "config.json"
+
+
+def price_sheets(data_dir: Path) -> Path:
+    """The cache of genai-prices' prices of the models priced on this machine
+    (agctl.price_sheets), in the data dir whatever store holds the sessions."""
+    return data_dir / "cache" / "prices.json"

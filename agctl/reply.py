@@ -87,12 +87,8 @@ class ReplyBuilder:
                     f"call{'s' if len(self.nameless) != 1 else ''} with no name"
                 )
             raise ProviderError("the model returned an empty reply (no text, no tool calls)")
-        usage = None
-        if self.usage is not None:
-            usage = {
-                "prompt_tokens": self.usage.prompt_tokens,
-                "completion_tokens": self.usage.completion_tokens,
-            }
+        # Only the counts the provider reported: one it did not stays out, not 0.
+        usage = self.usage.reported() if self.usage is not None else None
         return Message(
             role="assistant",
             content=text or None,

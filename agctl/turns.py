@@ -6,13 +6,14 @@ atomic commit are done here, once, for every provider.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agctl.budget import Breakdown, breakdown
 from agctl.drafts import drop_local_draft, new_draft
@@ -41,13 +42,15 @@ from agctl.models import (
     messages_to_openai,
     utcnow,
 )
-from agctl.pricing import answers_free, cost_of
+from agctl.price_sheets import PriceSheets
+from agctl.pricing import Charge, Prices, add_costs, answers_free, charge
 from agctl.providers.base import (
     ChatRequest,
     Event,
     Provider,
     TurnContext,
     Usage,
+    add_usage,
 )
 from agctl.reply import ReplyBuilder
 from agctl.steps import CallRecord, Step, ToolBox, run_calls, unanswered
@@ -69,7 +72,7 @@ class TurnOptions:
     system: str | None = None
     scratch: Sequence[str] = ()
     stream: bool = False
-    prices: dict[str, tuple[float, float]] = field(default_factory=dict)
+    prices: Prices = field(default_factory=dict)
     checkpoint: bool = True
     # The model's context window; None sends without checking the budget.
     window: int | None = None
@@ -157,6 +160,9 @@ class TurnResult:
     cost: float | None
     latency: float
     checkpoint: str | None = None
+    # What the provider's cache saved of the cost (agctl.pricing.Charge); None when it
+    # said nothing of its cache, or the model has no price.
+    cache_saved: float | None = None
     # The slot as committed (for the next turn's `reuse`); not part of the output.
     slot: Slot | None = field(default=None, repr=False, compare=False)
     # The turn's requests, with the tool calls run between them (when tools were offered).
@@ -189,13 +195,10 @@ class TurnResult:
             "reasoning": self.reply.reasoning,
             "tool_calls": [c.model_dump(mode="json") for c in self.reply.tool_calls or ()],
             "finish_reason": self.finish_reason,
-            "usage": None
-            if self.usage is None
-            else {
-                "prompt_tokens": self.usage.prompt_tokens,
-                "completion_tokens": self.usage.completion_tokens,
-            },
+            # Every count, null where the provider did not report it.
+            "usage": None if self.usage is None else self.usage.counts(),
             "cost": self.cost,
+            "cache_saved": self.cache_saved,
             "free": self.free,
             "latency": round(self.latency, 4),
             "checkpoint": self.checkpoint,
@@ -333,11 +336,8 @@ def _send(
     usage = loop.usage
     model = prepared.request.model
     free = answers_free(provider.name)
-    cost: float | None = None
-    if free:
-        cost = 0.0
-    elif usage:
-        cost = cost_of(model, usage.prompt_tokens, usage.completion_tokens, options.prices)
+    sheets = PriceSheets.in_data_dir(store.local_dir)
+    priced = loop.charge(model, options.prices, sheets, free=free)
     writing = "interrupted before the reply was written"
     with _kept_on_failure(store, session_id, prepared, writing, loop=loop):
         checkpoint = _commit(
@@ -346,7 +346,7 @@ def _send(
             prepared,
             loop,
             usage,
-            cost,
+            priced,
             options.checkpoint,
             if_unchanged=options.if_unchanged,
             free=free,
@@ -363,7 +363,7 @@ def _send(
         prepared.request.context.turn,
         len(loop.steps),
         latency,
-        f"{usage.prompt_tokens}+{usage.completion_tokens}" if usage else "unknown",
+        usage.text() if usage else "unknown",
     )
     result = TurnResult(
         session_id=session_id,
@@ -373,7 +373,8 @@ def _send(
         reply=loop.messages[-1],
         finish_reason=loop.finish_reason,
         usage=usage,
-        cost=cost,
+        cost=priced.cost,
+        cache_saved=priced.saved,
         latency=latency,
         checkpoint=checkpoint,
         slot=prepared.slot,
@@ -434,7 +435,7 @@ class _Loop:
             messages.pop()  # an answer that was not written: asked for again
         self.messages: list[Message] = messages  # written after the prompt
         self.steps: list[Step] = []  # this attempt's requests
-        self.usage: Usage | None = Usage(0, 0)
+        self.usages: list[Usage | None] = []  # each request's, None where it gave none
         self.finish_reason: str | None = None
         # The turn's requests so far, a resumed attempt's earlier ones included.
         self.requests = sum(m.role == "assistant" for m in messages)
@@ -510,14 +511,32 @@ class _Loop:
         self.messages.append(reply)
         self.steps.append(Step(self.requests, reply, finish_reason=builder.finish_reason))
         self.finish_reason = builder.finish_reason
-        if builder.usage is None or self.usage is None:
-            self.usage = None  # one request of unknown cost: the turn's is unknown
-        else:
-            self.usage = Usage(
-                self.usage.prompt_tokens + builder.usage.prompt_tokens,
-                self.usage.completion_tokens + builder.usage.completion_tokens,
-            )
+        self.usages.append(builder.usage)
         return reply
+
+    @property
+    def usage(self) -> Usage | None:
+        """The turn's usage: None when a request gave none (its cost is unknown, and so
+        the turn's), a count not reported when a request did not report it."""
+        if not self.usages or any(usage is None for usage in self.usages):
+            return None
+        return functools.reduce(add_usage, cast("list[Usage]", self.usages))
+
+    def charge(self, model: str, prices: Prices, sheets: PriceSheets, *, free: bool) -> Charge:
+        """The turn's cost and cache saving, each request priced on its own (a request that
+        reported its cache reads keeps its discount beside one that did not); genai-prices'
+        prices from the data dir's `sheets`."""
+        if free:
+            reported = self.usage is not None and self.usage.cached_tokens is not None
+            return Charge(0.0, 0.0 if reported else None)
+        if self.usage is None:
+            return Charge(None, None)
+        usages = cast("list[Usage]", self.usages)
+        charges = [charge(model, usage, prices, sheets) for usage in usages]
+        saved = (
+            add_costs(c.saved for c in charges) if self.usage.cached_tokens is not None else None
+        )
+        return Charge(add_costs(c.cost for c in charges), saved)
 
     def _answer(self, store: Store, session_id: str, calls: Sequence[ToolCall]) -> None:
         """Run the calls (those a resumed turn has no result for), keep their results."""
@@ -757,25 +776,19 @@ def account(
     requests: int = 1,
     *,
     free: bool = False,
+    cache_saved: float | None = None,
 ) -> None:
     """Count a turn (of `requests` requests) and its cost into the session: unknown stays
-    unknown (a total that left out an unpriced request would be wrong), and a `free`
-    turn's requests are counted as such, so its 0 reads as known."""
+    unknown (a total that left out an unpriced request would be wrong), a count the
+    provider did not report stays not reported, and a `free` turn's requests are counted
+    as such, so its 0 reads as known."""
     session.turn_count += 1
     if usage is None:
         return
     session.cost.prompt_tokens += usage.prompt_tokens
     session.cost.completion_tokens += usage.completion_tokens
-    per_model = session.cost.by_model.setdefault(model, ModelCost())
-    per_model.requests += requests
-    if free:
-        per_model.free_requests += requests
-    per_model.prompt_tokens += usage.prompt_tokens
-    per_model.completion_tokens += usage.completion_tokens
-    if cost is None or per_model.cost is None:
-        per_model.cost = None
-    else:
-        per_model.cost += cost
+    turn = ModelCost.of(usage, cost, cache_saved, requests, free=free)
+    session.cost.by_model.setdefault(model, ModelCost()).merge(turn)
     if cost is None or session.cost.cost is None:
         session.cost.cost = None
     else:
@@ -854,7 +867,7 @@ def _commit(
     prepared: PreparedTurn,
     loop: _Loop,
     usage: Usage | None,
-    cost: float | None,
+    priced: Charge,
     checkpoint: bool,
     *,
     if_unchanged: bool = False,
@@ -890,7 +903,15 @@ def _commit(
         base_rev = slot.rev
         store.append_messages(session_id, slot, new)
         session = tx.load_session(session_id)
-        account(session, prepared.request.model, usage, cost, len(loop.steps), free=free)
+        account(
+            session,
+            prepared.request.model,
+            usage,
+            priced.cost,
+            len(loop.steps),
+            free=free,
+            cache_saved=priced.saved,
+        )
         session.updated_at = utcnow()
         tx.put_session(session)
         prepared.slot = slot

@@ -8,7 +8,6 @@ date is counted from the replies still held in the slots.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -16,13 +15,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from agctl.errors import AgctlError, UsageError
 from agctl.hashing import message_hash
 from agctl.models import Message, ModelCost, Session
-from agctl.pricing import cost_of, price_for
+from agctl.price_sheets import PriceSheets
+from agctl.pricing import Charge, Prices, add_costs, charge, price_for
+from agctl.providers.base import Usage
 from agctl.walk import ProblemHandler, skip_with_warning, slot_messages, walk
 
 if TYPE_CHECKING:
     from agctl.store import Store
-
-Prices = Mapping[str, tuple[float, float]]
 
 
 def cost_text(cost: float | None, *, free: bool = False) -> str:
@@ -62,54 +61,91 @@ def known_cost(model: str, entry: ModelCost, prices: Prices) -> float | None:
     return entry.cost
 
 
-def add_costs(costs: Iterable[float | None]) -> float | None:
-    """The sum, or None when any part is unknown."""
-    total = 0.0
-    for cost in costs:
-        if cost is None:
-            return None
-        total += cost
-    return total
-
-
 @dataclass
 class ModelUsage:
-    """Requests, tokens and cost of one model."""
+    """Requests, tokens, cost and cache use of one model (its counts: see ModelCost)."""
 
     model: str
-    requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float | None = 0.0
-    # Of the requests, those no one billed (offline, a cassette).
-    free_requests: int = 0
+    counts: ModelCost = field(default_factory=ModelCost)
 
-    def add(
-        self, requests: int, prompt: int, completion: int, cost: float | None, free: int = 0
-    ) -> None:
-        self.requests += requests
-        self.prompt_tokens += prompt
-        self.completion_tokens += completion
-        self.cost = add_costs([self.cost, cost])
-        self.free_requests += free
+    def add(self, counts: ModelCost) -> None:
+        self.counts.merge(counts)
+
+    @property
+    def requests(self) -> int:
+        return self.counts.requests
+
+    @property
+    def free_requests(self) -> int:
+        return self.counts.free_requests
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.counts.prompt_tokens
+
+    @property
+    def completion_tokens(self) -> int:
+        return self.counts.completion_tokens
+
+    @property
+    def cost(self) -> float | None:
+        return self.counts.cost
 
     @property
     def free(self) -> bool:
         """Every request answered where no one bills: its 0 is 'free', not '$0.00'."""
-        return self.requests > 0 and self.free_requests == self.requests
+        return self.requests > 0 and self.counts.free_requests == self.requests
+
+    @property
+    def cache_share(self) -> float | None:
+        """The share of the input served from cache, of the requests that reported it;
+        None when none did."""
+        reported = self.counts.cache_prompt_tokens
+        if reported is None or self.counts.cached_tokens is None:
+            return None
+        return self.counts.cached_tokens / reported if reported else 0.0
 
     def cost_text(self) -> str:
         return cost_text(self.cost, free=self.free)
 
+    def cache_text(self) -> str:
+        """The share from cache for people: '85%', '85% of 12000' when only some of the
+        input was reported on, 'not reported' when none was."""
+        share = self.cache_share
+        if share is None:
+            return NOT_REPORTED
+        reported = self.counts.cache_prompt_tokens
+        whole = f"{share:.0%}"
+        return whole if reported == self.counts.prompt_tokens else f"{whole} of {reported}"
+
+    def saved_text(self) -> str:
+        """What the cache saved for people: 'not reported' when no request said how much
+        came from cache, 'unpriced' when a request that did has no price."""
+        if self.counts.cache_prompt_tokens is None:
+            return NOT_REPORTED
+        return cost_text(self.counts.cache_saved, free=self.free)
+
     def to_dict(self) -> dict[str, Any]:
+        counts = self.counts
         return {
             "model": self.model,
-            "requests": self.requests,
-            "free_requests": self.free_requests,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "cost": self.cost,
+            "requests": counts.requests,
+            "free_requests": counts.free_requests,
+            "prompt_tokens": counts.prompt_tokens,
+            "completion_tokens": counts.completion_tokens,
+            "cost": counts.cost,
+            # null: not reported by any request.
+            "cached_tokens": counts.cached_tokens,
+            "cache_write_tokens": counts.cache_write_tokens,
+            "reasoning_tokens": counts.reasoning_tokens,
+            "cache_prompt_tokens": counts.cache_prompt_tokens,
+            "cache_share": self.cache_share,
+            "cache_saved": counts.cache_saved,
         }
+
+
+# How a count no provider reported reads: never 0, which would claim a cache missed.
+NOT_REPORTED = "not reported"
 
 
 def session_usage(session: Session, prices: Prices) -> list[ModelUsage]:
@@ -117,13 +153,7 @@ def session_usage(session: Session, prices: Prices) -> list[ModelUsage]:
     rows = []
     for model, entry in sorted(session.cost.by_model.items()):
         row = ModelUsage(model)
-        row.add(
-            entry.requests,
-            entry.prompt_tokens,
-            entry.completion_tokens,
-            known_cost(model, entry, prices),
-            entry.free_requests,
-        )
+        row.add(entry.model_copy(update={"cost": known_cost(model, entry, prices)}))
         rows.append(row)
     return rows
 
@@ -183,9 +213,7 @@ class UsageReport:
     def total(self) -> ModelUsage:
         total = ModelUsage("total")
         for row in self.models.values():
-            total.add(
-                row.requests, row.prompt_tokens, row.completion_tokens, row.cost, row.free_requests
-            )
+            total.add(row.counts)
         return total
 
     def to_dict(self) -> dict[str, Any]:
@@ -223,20 +251,15 @@ def usage_report(
         problems: list[AgctlError] = []
         for info in store.list_sessions(problems=problems):
             report.sessions += 1
-            for usage in session_usage(info.session, prices):
-                report.row(usage.model).add(
-                    usage.requests,
-                    usage.prompt_tokens,
-                    usage.completion_tokens,
-                    usage.cost,
-                    usage.free_requests,
-                )
+            for row in session_usage(info.session, prices):
+                report.row(row.model).add(row.counts)
         for problem in problems:
             report_problem(problem)
         return report
     from agctl.store import Store
 
     report = UsageReport(counted="replies", since=since)
+    sheets = PriceSheets.in_data_dir(store.local_dir)
     seen: set[str] = set()
     counted: set[str] = set()
     for session_id, _, slot in walk(store, Store.load_slot, on_problem=report_problem):
@@ -249,24 +272,22 @@ def usage_report(
                 continue
             seen.add(identity)
             counted.add(session_id)
-            model, prompt, completion, free = reply
-            cost = 0.0 if free else cost_of(model, prompt, completion, prices)
-            report.row(model).add(1, prompt, completion, cost, int(free))
+            model, usage, free = reply
+            priced = Charge(0.0, 0.0) if free else charge(model, usage, prices, sheets)
+            report.row(model).add(ModelCost.of(usage, priced.cost, priced.saved, free=free))
     report.sessions = len(counted)
     return report
 
 
-def _accounted_reply(message: Message, since: datetime) -> tuple[str, int, int, bool] | None:
-    """(model, prompt tokens, completion tokens, whether no one billed it) of a model's
-    reply made at or after `since`, as a turn accounts it; None for anything else."""
-    usage = message.usage or {}
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+def _accounted_reply(message: Message, since: datetime) -> tuple[str, Usage, bool] | None:
+    """(model, usage, whether no one billed it) of a model's reply made at or after
+    `since`, as a turn accounts it; None for anything else."""
+    usage = Usage.from_counts(message.usage or {})
     if (
         message.role != "assistant"
         or message.model is None
         or message.created_at is None
-        or not isinstance(prompt, int)
-        or not isinstance(completion, int)
+        or usage is None
     ):
         return None
     created = message.created_at
@@ -274,4 +295,4 @@ def _accounted_reply(message: Message, since: datetime) -> tuple[str, int, int, 
         created = created.replace(tzinfo=UTC)
     if created < since:
         return None
-    return message.model, prompt, completion, usage.get("free") is True
+    return message.model, usage, (message.usage or {}).get("free") is True

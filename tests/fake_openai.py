@@ -845,6 +845,46 @@ def _estimate_usage(messages: list[Any], reply: Reply) -> dict[str, Any]:
     return usage
 
 
+def openai_usage(
+    prompt: int,
+    completion: int,
+    *,
+    cached: int = 0,
+    reasoning: int = 0,
+    cache_write: int | None = None,
+) -> dict[str, Any]:
+    """A `usage` as OpenAI sends it, for `reply(usage=...)`: the cache reads (and
+    OpenRouter's cache writes) in prompt_tokens_details, reasoning in
+    completion_tokens_details, each a part of the count it details."""
+    details: dict[str, Any] = {"cached_tokens": cached, "audio_tokens": 0}
+    if cache_write is not None:
+        details["cache_write_tokens"] = cache_write
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": details,
+        "completion_tokens_details": {
+            "reasoning_tokens": reasoning,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    }
+
+
+def deepseek_usage(prompt: int, completion: int, *, hit: int) -> dict[str, Any]:
+    """A `usage` as DeepSeek sends it, for `reply(usage=...)`: its cache hits and misses
+    beside prompt_tokens (their sum), and no prompt_tokens_details."""
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_cache_hit_tokens": hit,
+        "prompt_cache_miss_tokens": prompt - hit,
+    }
+
+
 def _include_usage(body: dict[str, Any]) -> bool:
     options = body.get("stream_options")
     return isinstance(options, dict) and options.get("include_usage") is True

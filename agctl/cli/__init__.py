@@ -66,7 +66,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "schema": ("agctl.cli.schema", "Print the JSON Schema of a stored document or input format."),
     "demo": ("agctl.cli.demo", "Run a scripted tour of sessions, slots and messages."),
-    "usage": ("agctl.cli.usage", "Total tokens and cost across all sessions, by model."),
+    "usage": (
+        "agctl.cli.usage",
+        "Total tokens, cost and cache use across all sessions, by model.",
+    ),
     "man": ("agctl.cli.man", "Show the man page of agctl or of one of its commands."),
     "doctor": (
         "agctl.cli.doctor",

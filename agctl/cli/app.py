@@ -20,9 +20,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from agctl.hooks import Hooks
+    from agctl.pricing import Prices
     from agctl.storage.factory import StoreChoice
     from agctl.store import Store
-    from agctl.usage import Prices
     from agctl.vocab import HookEvent
 
 T = TypeVar("T")

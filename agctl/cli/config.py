@@ -92,7 +92,8 @@ def set_(app: App, key: str, value: str) -> None:
           max_retries, connect_timeout, read_timeout, request_timeout,
           max_reply_bytes, max_retry_wait, lock_timeout, max_calls_per_reply,
           max_calls_per_turn, context_windows.MODEL,
-          prices.MODEL.prompt / .completion (USD per million tokens),
+          prices.MODEL.prompt / .completion / .cache_read / .cache_write
+          (USD per million tokens; a cache price unset is the prompt price),
           profiles.NAME.FIELD (see 'agctl profile add --help').
 
     \b
@@ -100,6 +101,7 @@ def set_(app: App, key: str, value: str) -> None:
       agctl config set default_profile work
       agctl config set read_timeout 300
       agctl config set prices.gpt-4o.prompt 2.5
+      agctl config set prices.gpt-4o.cache_read 1.25
     """
     from agctl.config import ConfigStore, masked_value
 

@@ -19,8 +19,9 @@ from agctl.vocab import GRAPH_FORMATS, SESSION_EXPORT_FORMATS, SESSION_SETTINGS
 
 if TYPE_CHECKING:
     from agctl.models import Session
+    from agctl.pricing import Prices
     from agctl.store import SessionInfo
-    from agctl.usage import Prices
+    from agctl.usage import ModelUsage
 
 
 def parent_label(row: dict[str, Any]) -> str | None:
@@ -226,7 +227,7 @@ def show(app: App, session_id: str | None) -> None:
       agctl session show 1q2w --json
     """
     from agctl.cli.slot import slot_row
-    from agctl.usage import all_free, cost_text, with_known_costs
+    from agctl.usage import all_free, cost_text, session_usage, with_known_costs
 
     sid = app.session_id(session_id)
     session = with_known_costs(app.store.load_session(sid), app.prices)
@@ -255,15 +256,30 @@ def show(app: App, session_id: str | None) -> None:
         "memory keys": len(session.memory),
         "slots": ", ".join(s["id"] for s in payload["slots"]),
     }
-    for model, usage in sorted(session.cost.by_model.items()):
+    for row in session_usage(session, app.prices):
+        usage = row.counts
         free = usage.free_requests
         unbilled = f", {free} free: offline or from a cassette" if 0 < free < usage.requests else ""
-        summary[f"cost of {model}"] = (
-            f"{cost_text(usage.cost, free=free == usage.requests > 0)} ({usage.requests} "
+        summary[f"cost of {row.model}"] = (
+            f"{row.cost_text()} ({usage.requests} "
             f"request{'s' if usage.requests != 1 else ''}{unbilled}, {usage.prompt_tokens} "
             f"prompt + {usage.completion_tokens} completion tokens)"
         )
+        summary[f"cache of {row.model}"] = _cache_line(row)
+        if usage.reasoning_tokens is not None:
+            summary[f"reasoning of {row.model}"] = f"{usage.reasoning_tokens} tokens"
     app.emit(summary)
+
+
+def _cache_line(row: ModelUsage) -> str:
+    """What a model's provider said of its cache, for people: 'not reported' when it
+    said nothing (never 0), else the share of the input read from it and the saving."""
+    if row.cache_share is None:
+        return row.cache_text()
+    line = f"{row.counts.cached_tokens} tokens read ({row.cache_text()} of the input)"
+    if row.counts.cache_write_tokens is not None:
+        line += f", {row.counts.cache_write_tokens} written"
+    return f"{line}, saved {row.saved_text()}"
 
 
 @command.command("use")

@@ -362,7 +362,7 @@ def send(
             from agctl.usage import cost_text
 
             usage = result.usage
-            tokens = f"{usage.prompt_tokens}+{usage.completion_tokens} tokens" if usage else ""
+            tokens = usage.text(" tokens") if usage else ""
             cost = f" · {cost_text(result.cost, free=result.free)}" if usage else ""
             secho(
                 f"[turn {result.turn} · {result.slot_id} · {result.model} · {tokens}{cost}]",

@@ -1,4 +1,4 @@
-"""`agctl usage`: tokens and cost across sessions, by model."""
+"""`agctl usage`: tokens, cost and cache use across sessions, by model."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from agctl.cli.options import json_option
 @json_option
 @pass_app
 def command(app: App, since: str | None) -> None:
-    """Total tokens and cost across all sessions, by model.
+    """Total tokens, cost and cache use across all sessions, by model.
 
     Without --since, the sessions' own accounts are summed (the numbers 'agctl session
     show' prints). Sessions keep no time per turn, so --since counts the replies still in
@@ -28,6 +28,12 @@ def command(app: App, since: str | None) -> None:
     a cassette cost nothing, whatever their model's price: a row of only those reads
     "free" (cost 0 in JSON), and free_requests counts them. Turns sent before agctl
     told them apart were priced as their model.
+
+    CACHED is the share of the input the provider served from its cache, and SAVED
+    what that saved (the cost with all the input at the input price, less the
+    cost): both "not reported" where no provider said (null in JSON), never 0; "85% of
+    12000" when only that much of the input was reported on. A cost counts cached input
+    at the model's cache-read price and cache writes at its write price.
 
     \b
     Examples:
@@ -44,15 +50,22 @@ def command(app: App, since: str | None) -> None:
         app.emit(report.to_dict())
         return
     rows = [
-        {**row.to_dict(), "cost": row.cost_text()}
+        {
+            **row.to_dict(),
+            "cost": row.cost_text(),
+            "cache_share": row.cache_text(),
+            "cache_saved": row.saved_text(),
+        }
         for row in [*(report.models[name] for name in sorted(report.models)), report.total]
     ]
     columns = [
         ("model", "MODEL"),
         ("requests", "REQUESTS"),
-        ("prompt_tokens", "PROMPT"),
-        ("completion_tokens", "COMPLETION"),
+        ("prompt_tokens", "INPUT"),
+        ("cache_share", "CACHED"),
+        ("completion_tokens", "OUTPUT"),
         ("cost", "COST"),
+        ("cache_saved", "SAVED"),
     ]
     counted = (
         f"replies made since {since}, in {report.sessions} session(s)"

@@ -4,7 +4,7 @@ Everything else — assembling the reply, usage, cost, recording, committing —
 once, around `Provider.stream`, for every provider (see agctl.turns).
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from agctl.errors import AgctlError
@@ -43,9 +43,88 @@ class ToolCallDelta(NamedTuple):
 
 
 class Usage(NamedTuple):
+    """A request's tokens as its provider counted them. A count None was not reported (never
+    read as 0). Every wire is brought to one meaning: `prompt_tokens` is all the input,
+    cache reads and writes included (OpenAI's and DeepSeek's prompt_tokens, Gemini's
+    promptTokenCount; Anthropic's input_tokens + cache_read_input_tokens +
+    cache_creation_input_tokens); `completion_tokens` all the output, reasoning included
+    (Gemini: candidatesTokenCount + thoughtsTokenCount)."""
+
     prompt_tokens: int
     completion_tokens: int
+    # Of prompt_tokens, read from the provider's cache: OpenAI's
+    # prompt_tokens_details.cached_tokens, DeepSeek's prompt_cache_hit_tokens, Anthropic's
+    # cache_read_input_tokens, Gemini's cachedContentTokenCount.
+    cached_tokens: int | None = None
+    # Of prompt_tokens, written to the cache (billed above the input price by some):
+    # Anthropic's cache_creation_input_tokens, OpenRouter's
+    # prompt_tokens_details.cache_write_tokens.
+    cache_write_tokens: int | None = None
+    # Of completion_tokens, the model's reasoning: OpenAI's
+    # completion_tokens_details.reasoning_tokens, Gemini's thoughtsTokenCount.
+    reasoning_tokens: int | None = None
     type: Literal["usage"] = "usage"
+
+    def counts(self) -> dict[str, int | None]:
+        """Every count by name, None where not reported (what JSON output shows)."""
+        return {name: getattr(self, name) for name in USAGE_COUNTS}
+
+    def reported(self) -> dict[str, int]:
+        """The counts reported, by name (what a stored reply keeps)."""
+        return {name: value for name, value in self.counts().items() if value is not None}
+
+    def text(self, unit: str = "") -> str:
+        """For people: '1200+35' (and `unit`), then the parts reported: '1200+35 tokens
+        (1024 cached, 20 reasoning)'."""
+        parts = [
+            f"{value} {word}"
+            for value, word in (
+                (self.cached_tokens, "cached"),
+                (self.cache_write_tokens, "written to cache"),
+                (self.reasoning_tokens, "reasoning"),
+            )
+            if value is not None
+        ]
+        details = f" ({', '.join(parts)})" if parts else ""
+        return f"{self.prompt_tokens}+{self.completion_tokens}{unit}{details}"
+
+    @classmethod
+    def from_counts(cls, data: Mapping[str, Any]) -> "Usage | None":
+        """The usage a stored reply holds (see `reported`), or None when it holds none;
+        a count that is not a whole number is read as not reported."""
+
+        def count(name: str) -> int | None:
+            value = data.get(name)
+            return value if type(value) is int and value >= 0 else None
+
+        prompt, completion = count("prompt_tokens"), count("completion_tokens")
+        if prompt is None or completion is None:
+            return None
+        return cls(
+            prompt,
+            completion,
+            cached_tokens=count("cached_tokens"),
+            cache_write_tokens=count("cache_write_tokens"),
+            reasoning_tokens=count("reasoning_tokens"),
+        )
+
+
+USAGE_COUNTS = ("prompt_tokens", "completion_tokens", *Usage._fields[2:-1])
+
+
+def add_usage(first: Usage, second: Usage) -> Usage:
+    """Two requests' usage together: a count either did not report is not reported."""
+
+    def both(a: int | None, b: int | None) -> int | None:
+        return None if a is None or b is None else a + b
+
+    return Usage(
+        first.prompt_tokens + second.prompt_tokens,
+        first.completion_tokens + second.completion_tokens,
+        cached_tokens=both(first.cached_tokens, second.cached_tokens),
+        cache_write_tokens=both(first.cache_write_tokens, second.cache_write_tokens),
+        reasoning_tokens=both(first.reasoning_tokens, second.reasoning_tokens),
+    )
 
 
 class Finish(NamedTuple):
@@ -69,8 +148,9 @@ def event_to_dict(event: Event) -> dict[str, Any]:
 
 
 def event_from_dict(data: dict[str, Any]) -> Event:
+    """The event a dict of event_to_dict holds; fields a newer agctl added are left out."""
     kind = EVENT_TYPES[data["type"]]
-    return kind(**{k: v for k, v in data.items() if k != "type"})
+    return kind(**{k: v for k, v in data.items() if k != "type" and k in kind._fields})
 
 
 class TurnContext(NamedTuple):

@@ -5,7 +5,10 @@ hash and every event of the reply. Replay matches by hash and never touches the 
 A tool loop's cassette also holds a line for each tool call (`"kind": "tool"`): its name,
 arguments and the result the model got, so a replay answers the calls from it and never
 runs a tool. Those lines, and requests that offer tools, are version 2.0 (an older agctl
-refuses them by their version); a cassette of 1.0 lines still loads.
+refuses them by their version); a cassette of 1.0 lines still loads. A usage event keeps
+the counts the provider reported (cached, cache-write and reasoning tokens among them) and
+replays them as they were; a field of an event this agctl does not know is left out when
+read, so a newer agctl's cassette still replays here.
 """
 
 from __future__ import annotations

@@ -268,16 +268,63 @@ class ReplyParser:
 
     @staticmethod
     def _usage(container: dict[str, Any]) -> list[Event]:
+        """The usage event of a reply that reports one: OpenAI's counts and details, and
+        DeepSeek's cache hits and misses (see Usage for what each count means)."""
         usage = _object(container.get("usage"), "usage", optional=True)
         if not usage:
             return []
-        counts = [
-            _whole_number(usage[key], f"usage.{key}", MAX_TOKEN_COUNT)
-            if usage.get(key) is not None
-            else 0
-            for key in ("prompt_tokens", "completion_tokens")
+
+        def count(obj: dict[str, Any], key: str, where: str = "usage") -> int | None:
+            value = obj.get(key)
+            return (
+                None if value is None else _whole_number(value, f"{where}.{key}", MAX_TOKEN_COUNT)
+            )
+
+        prompt_details = _object(
+            usage.get("prompt_tokens_details"), "usage.prompt_tokens_details", optional=True
+        )
+        completion_details = _object(
+            usage.get("completion_tokens_details"),
+            "usage.completion_tokens_details",
+            optional=True,
+        )
+        in_details = "usage.prompt_tokens_details"
+        hits, misses = (
+            count(usage, "prompt_cache_hit_tokens"),
+            count(usage, "prompt_cache_miss_tokens"),
+        )
+        prompt = count(usage, "prompt_tokens")
+        if prompt is None and hits is not None and misses is not None:
+            prompt = hits + misses
+        prompt = prompt or 0
+        completion = count(usage, "completion_tokens") or 0
+        cached = count(prompt_details, "cached_tokens", in_details)
+        parts = {
+            "cached_tokens": hits if cached is None else cached,
+            "cache_write_tokens": count(prompt_details, "cache_write_tokens", in_details),
+            "reasoning_tokens": count(
+                completion_details, "reasoning_tokens", "usage.completion_tokens_details"
+            ),
+        }
+        for name, value in parts.items():
+            whole = completion if name == "reasoning_tokens" else prompt
+            if value is not None and value > whole:
+                log.warning(
+                    "the server reported %d %s, more than the %d they are part of: not counted",
+                    value,
+                    name.replace("_", " "),
+                    whole,
+                )
+                parts[name] = None
+        return [
+            Usage(
+                prompt,
+                completion,
+                cached_tokens=parts["cached_tokens"],
+                cache_write_tokens=parts["cache_write_tokens"],
+                reasoning_tokens=parts["reasoning_tokens"],
+            )
         ]
-        return [Usage(prompt_tokens=counts[0], completion_tokens=counts[1])]
 
 
 # ---- the provider ------------------------------------------------------------------------

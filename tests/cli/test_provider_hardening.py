@@ -230,6 +230,26 @@ MALFORMED: dict[str, tuple[Any, list[Any], str]] = {
         [chunk(usage={"completion_tokens": 2.5})],
         "usage.completion_tokens",
     ),
+    "usage details a list": (
+        whole(usage={"prompt_tokens": 5, "prompt_tokens_details": [1]}),
+        [chunk(usage={"prompt_tokens": 5, "prompt_tokens_details": [1]})],
+        "usage.prompt_tokens_details",
+    ),
+    "cached tokens a string": (
+        whole(usage={"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": "4"}}),
+        [chunk(usage={"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": "4"}})],
+        "usage.prompt_tokens_details.cached_tokens",
+    ),
+    "reasoning tokens negative": (
+        whole(usage={"completion_tokens_details": {"reasoning_tokens": -1}}),
+        [chunk(usage={"completion_tokens_details": {"reasoning_tokens": -1}})],
+        "usage.completion_tokens_details.reasoning_tokens",
+    ),
+    "cache hits a float": (
+        whole(usage={"prompt_tokens": 5, "prompt_cache_hit_tokens": 2.5}),
+        [chunk(usage={"prompt_tokens": 5, "prompt_cache_hit_tokens": 2.5})],
+        "usage.prompt_cache_hit_tokens",
+    ),
     "message a string": (whole("hello"), [chunk("hello")], "choices[0]."),
     "message null / delta a list": (whole(None), [chunk([1])], "choices[0]"),
     "choices an object": (
@@ -334,13 +354,25 @@ def test_well_formed_replies_with_every_optional_field_still_pass(
         {"choices": [{"delta": {"tool_calls": [head]}}]},
         {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}}]},
         {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]},
-        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": None}},
+        {"choices": [], "usage": {
+            "prompt_tokens": 3,
+            "completion_tokens": None,
+            "prompt_tokens_details": None,
+            "completion_tokens_details": {"reasoning_tokens": None},
+            "prompt_cache_hit_tokens": None,
+        }},
     ]  # fmt: skip
     wired.fail("sse", events=chunks)
     result = run("--json", "turn", "send", "hello", "--stream")
     assert result.exit_code == 0, result.output
     reply = json.loads(result.stdout)
-    assert reply["usage"] == {"prompt_tokens": 3, "completion_tokens": 0}
+    assert reply["usage"] == {
+        "prompt_tokens": 3,
+        "completion_tokens": 0,
+        "cached_tokens": None,
+        "cache_write_tokens": None,
+        "reasoning_tokens": None,
+    }
 
 
 # ---- base URLs and sampling options ------------------------------------------------------

@@ -37,6 +37,8 @@ Run = Callable[..., Result]
 KEY = "sk-agctl-test-Zq7Xw3Kp9Lm2Vb8N"
 SYSTEM = "You are terse."
 MODEL = "fake-model"
+# The counts `turn send --json` shows as null when the server gave no details of them.
+UNREPORTED = {"cached_tokens": None, "cache_write_tokens": None, "reasoning_tokens": None}
 CHAT_PATH = "/v1/chat/completions"
 
 
@@ -276,7 +278,7 @@ def test_reply_is_committed_the_same_streamed_or_not(
     assert data["reasoning"] == REASONING
     assert data["tool_calls"] == STORED_CALLS
     assert data["finish_reason"] == "tool_calls"
-    assert data["usage"] == {"prompt_tokens": 11, "completion_tokens": 7}
+    assert data["usage"] == {"prompt_tokens": 11, "completion_tokens": 7, **UNREPORTED}
     assert (data["session"], data["slot"], data["turn"], data["model"]) == (
         sid,
         "default",
@@ -669,7 +671,7 @@ def test_a_recorded_conversation_replays_offline_in_a_new_session(
     assert cassette.read_bytes() == raw
 
     result = send(run, PROMPTS[2], "--cassette", str(cassette), "--json")
-    assert json_out(result)["usage"] == {"prompt_tokens": 40, "completion_tokens": 3}
+    assert json_out(result)["usage"] == {"prompt_tokens": 40, "completion_tokens": 3, **UNREPORTED}
     replayed = conversation(store, "rep")
     for message in replayed[1::2]:  # the same replies, each marked as costing nothing
         assert message["usage"].pop("free") is True
@@ -825,7 +827,11 @@ def test_cost_and_usage_add_up_over_turns_and_models(
         )
         data = json_out(send(run, f"turn {number}", "--model", model, stream, "--json"))
         assert data["turn"] == number
-        assert data["usage"] == {"prompt_tokens": prompt, "completion_tokens": completion}
+        assert data["usage"] == {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            **UNREPORTED,
+        }
         assert data["cost"] == (None if cost is None else pytest.approx(cost))
     wired.fail("status", status=500, message="not counted")
     assert send(run, "failed turn", "--model", "gpt-4o").exit_code == 6

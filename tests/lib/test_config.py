@@ -11,6 +11,7 @@ import pytest
 from agctl.config import Config, ConfigStore, Profile, Resolved, mask, resolve
 from agctl.errors import AlreadyExists, CorruptDocument, NotFound, UsageError
 from agctl.models import Session
+from agctl.pricing import Price
 
 
 @pytest.fixture
@@ -54,7 +55,12 @@ def test_set_dotted_keys_with_validation(config_store: ConfigStore) -> None:
     config_store.set("prices.my-model.prompt", "2")
     config = config_store.load()
     assert config.max_retries == 5
-    assert config.price_overrides() == {"my-model": (2.0, 3.0)}
+    assert config.price_overrides() == {"my-model": Price(2.0, 3.0)}
+    # Cache prices go beside them, and a config without them reads as before.
+    config_store.set("prices.my-model.cache_read", "0.2")
+    assert config_store.load().price_overrides() == {"my-model": Price(2.0, 3.0, 0.2)}
+    with pytest.raises(UsageError, match="cache_write"):
+        config_store.set("prices.my-model.cache_write", "-1")
     with pytest.raises(UsageError, match="max_retries"):
         config_store.set("max_retries", "many")
     with pytest.raises(UsageError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -237,6 +238,13 @@ def test_usage_since_counts_replies_at_or_after_the_date_once_each(store: Store)
             "prompt_tokens": new_reply.usage["prompt_tokens"],
             "completion_tokens": new_reply.usage["completion_tokens"],
             "cost": new_reply.usage["prompt_tokens"] + 2.0 * new_reply.usage["completion_tokens"],
+            # The provider said nothing of a cache or reasoning: not reported, not 0.
+            "cached_tokens": None,
+            "cache_write_tokens": None,
+            "reasoning_tokens": None,
+            "cache_prompt_tokens": None,
+            "cache_share": None,
+            "cache_saved": None,
         }
     ]
     everything = usage_report(store, PRICES, since=datetime(2019, 1, 1, tzinfo=UTC)).to_dict()
@@ -299,11 +307,16 @@ def test_ckpt_show_says_unpriced(run: Run, mixed: None, store: Store) -> None:
 
 def test_usage_command_text_and_json(run: Run, mixed: None) -> None:
     text = ok(run("usage")).stdout
-    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.strip()}
-    assert rows["MODEL"] == ["MODEL", "REQUESTS", "PROMPT", "COMPLETION", "COST"]
-    assert rows[UNPRICED][1] == "2" and rows[UNPRICED][-1] == "unpriced"
-    assert rows["offline"][1] == "1" and rows["offline"][-1] == "$0.00"
-    assert rows["total"][1] == "3" and rows["total"][-1] == "unpriced"
+    cells = [re.split(r" {2,}", line) for line in text.splitlines() if line.strip()]
+    rows = {line[0]: line for line in cells}
+    header = ["MODEL", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "COST", "SAVED"]
+    assert rows["MODEL"] == header
+    cost = header.index("COST")
+    assert rows[UNPRICED][1] == "2" and rows[UNPRICED][cost] == "unpriced"
+    assert rows["offline"][1] == "1" and rows["offline"][cost] == "$0.00"
+    assert rows["total"][1] == "3" and rows["total"][cost] == "unpriced"
+    # No provider here reports its cache: said so, never as 0.
+    assert {line[3] for line in cells[1:4]} == {"not reported"}
     assert "counted: the accounts of 1 session(s)" in text
     data = json.loads(ok(run("--json", "usage")).stdout)
     assert data["total"]["requests"] == 3

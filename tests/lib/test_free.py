@@ -102,6 +102,9 @@ def priced(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
     ok(run("session", "new", "s"))
 
 
+COST = 5  # the column of `agctl usage`: MODEL REQUESTS INPUT CACHED OUTPUT COST SAVED
+
+
 def test_offline_turns_are_free_in_every_command(run: Run, priced: None, store: Store) -> None:
     sent = json.loads(ok(run("--json", "turn", "send", "hi")).stdout)
     assert (sent["model"], sent["cost"], sent["free"]) == (PRICED, 0.0, True)
@@ -114,8 +117,9 @@ def test_offline_turns_are_free_in_every_command(run: Run, priced: None, store: 
     checkpoint = Checkpointer(store).ids("s")[0]
     assert re.search(r"^cost +free$", ok(run("ckpt", "show", checkpoint)).stdout, re.M)
     for args in (("usage",), ("usage", "--since", "2000-01-01")):
-        rows = {line.split()[0]: line.split() for line in ok(run(*args)).stdout.splitlines()[1:3]}
-        assert rows[PRICED][1] == "2" and rows[PRICED][-1] == "free", args
+        lines = ok(run(*args)).stdout.splitlines()[1:3]
+        rows = {cells[0]: cells for cells in (re.split(r" {2,}", line) for line in lines)}
+        assert rows[PRICED][1] == "2" and rows[PRICED][COST] == "free", args
         data = json.loads(ok(run("--json", *args)).stdout)
         assert data["total"]["cost"] == 0.0 and data["total"]["free_requests"] == 2, args
 

@@ -15,6 +15,7 @@
     <root>/sessions/.trash-<id>-<hex>      a session being destroyed
     <root>/stores/<key>/current-session    a shared store's current-session pointer
     <root>/stores/<key>/drafts/<id>/<slot>.json  a draft that store could not take
+    <root>/cache/                          this machine's caches, of no store (agctl.paths)
 
 The file store and TAB completion (which reads the layout directly, for speed) both use
 it, so it imports the standard library only. Ids are validated by the callers.

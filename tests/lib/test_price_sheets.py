@@ -1,0 +1,254 @@
+"""Price sheets: genai-prices' prices of a model, kept in the data dir so that a billed turn
+need not import the database (agctl.price_sheets).
+
+A sheet must cost exactly what genai-prices computes, for every model it prices by text
+tokens, any counts (cache reads and writes, prompts past a tier's start) and any time
+(prices from a date on, at hours of the day); the cache file must remember unknown
+models too, belong to the installed genai-prices, and never fail a turn.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from genai_prices import Usage as Counts
+from genai_prices import data_snapshot
+from genai_prices.types import ModelPrice, TieredPrices
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agctl import paths, price_sheets
+from agctl.price_sheets import PriceSheets, Sheet, installed_key, resolve, sheet_of
+from agctl.pricing import Price, cost_of
+
+
+def _priced_by_text(prices: Any) -> bool:
+    return getattr(prices, "input_mtok", None) is not None and (
+        getattr(prices, "output_mtok", None) is not None
+    )
+
+
+def _conditions(model: Any) -> list[Any]:
+    if isinstance(model.prices, ModelPrice):
+        return [model.prices]
+    return [condition.prices for condition in model.prices]
+
+
+def _tier_starts(model: Any) -> list[int]:
+    return sorted(
+        {
+            tier.start
+            for prices in _conditions(model)
+            for value in prices.__dict__.values()
+            if isinstance(value, TieredPrices)
+            for tier in value.tiers
+        }
+    )
+
+
+# Every model of the database priced by text tokens at some time, with its provider.
+TEXT_MODELS = [
+    (provider, model)
+    for provider in data_snapshot.get_snapshot().providers
+    for model in provider.models
+    if any(_priced_by_text(prices) for prices in _conditions(model))
+]
+TIERED = [(p, m) for p, m in TEXT_MODELS if _tier_starts(m)]
+CONDITIONAL = [(p, m) for p, m in TEXT_MODELS if not isinstance(m.prices, ModelPrice)]
+TIMED = [
+    (p, m)
+    for p, m in CONDITIONAL
+    if any(getattr(c.constraint, "start_time", None) is not None for c in m.prices)
+]
+
+
+def test_the_database_has_what_the_sheets_must_follow() -> None:
+    """The pools below are not empty: tiers, prices from a date, prices by hour."""
+    assert len(TEXT_MODELS) > 1000
+    assert TIERED and CONDITIONAL and TIMED
+
+
+def test_every_text_model_gets_an_exact_sheet() -> None:
+    """No model of the database needs genai-prices at each turn: each sheet's costs
+    matched genai-prices' own on the probes (both sides of each tier) when it was made."""
+    inexact = [f"{p.id}/{m.id}" for p, m in TEXT_MODELS if not sheet_of(p, m).exact]
+    assert inexact == []
+
+
+@st.composite
+def requests(
+    draw: st.DrawFn, pool: list[tuple[Any, Any]]
+) -> tuple[Any, Any, int, int, int, int, datetime]:
+    """A model of `pool`, a request's counts (its prompt often at or past a tier's start),
+    and a time between 2023 and 2028 (any hour)."""
+    provider, model = draw(st.sampled_from(pool))
+    starts = _tier_starts(model)
+    near_tier = (
+        st.sampled_from(starts).flatmap(lambda s: st.integers(max(s - 2, 0), s + 2))
+        if starts
+        else st.nothing()
+    )
+    prompt = draw(st.integers(0, 3_000_000) | near_tier | st.integers(0, 2_000))
+    read = draw(st.integers(0, prompt) | st.just(0))
+    write = draw(st.integers(0, prompt - read) | st.just(0))
+    completion = draw(st.integers(0, 200_000))
+    start = datetime(2023, 1, 1, tzinfo=UTC)
+    when = start + draw(st.timedeltas(timedelta(0), timedelta(days=5 * 365)))
+    return provider, model, prompt, completion, read, write, when
+
+
+def _check(request: tuple[Any, Any, int, int, int, int, datetime]) -> None:
+    provider, model, prompt, completion, read, write, when = request
+    sheet = sheet_of(provider, model)
+    assert sheet.exact
+    # Through the cache file's form too: what a later turn reads back.
+    kept = price_sheets.from_json(json.loads(json.dumps(price_sheets.to_json(sheet))))
+    assert kept == sheet
+    if not _priced_by_text(model.get_prices(when)):
+        assert kept.cost(prompt, completion, read, write, when) is None
+        return
+    counts = Counts(input_tokens=prompt, output_tokens=completion)
+    if read:
+        counts.cache_read_tokens = read
+    if write:
+        counts.cache_write_tokens = write
+    expected = model.calc_price(counts, provider, genai_request_timestamp=when).total_price
+    got = kept.cost(prompt, completion, read, write, when)
+    assert got == expected, (provider.id, model.id, model.get_prices(when))
+    assert isinstance(got, Decimal)
+
+
+@settings(max_examples=400, deadline=None)
+@given(requests(TEXT_MODELS))
+def test_a_sheet_costs_what_genai_prices_computes(
+    request: tuple[Any, Any, int, int, int, int, datetime],
+) -> None:
+    _check(request)
+
+
+@settings(max_examples=300, deadline=None)
+@given(requests(TIERED))
+def test_a_tiered_sheet_costs_what_genai_prices_computes(
+    request: tuple[Any, Any, int, int, int, int, datetime],
+) -> None:
+    _check(request)
+
+
+@settings(max_examples=300, deadline=None)
+@given(requests(CONDITIONAL))
+def test_a_sheet_whose_prices_change_costs_what_genai_prices_computes(
+    request: tuple[Any, Any, int, int, int, int, datetime],
+) -> None:
+    _check(request)
+
+
+def test_a_tier_applies_above_its_start_to_every_token() -> None:
+    """The figures themselves, for one tiered model: at its start the base price, one
+    token past it the tier's price for the whole prompt."""
+    provider, model = TIERED[0]
+    sheet = sheet_of(provider, model)
+    now = datetime.now(UTC)
+    rates = sheet.rates_at(now)
+    assert rates is not None
+    tiered = next(r for r in rates.values() if isinstance(r, price_sheets.Tiered))
+    start, price = tiered.tiers[0]
+    assert (tiered.at(start), tiered.at(start + 1)) == (tiered.base, price) != (price, price)
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return paths.price_sheets(tmp_path)
+
+
+def _never(name: str) -> Sheet | None:
+    raise AssertionError(f"{name} was looked up in genai-prices, not read from the cache")
+
+
+def test_a_model_is_priced_from_its_sheet_by_a_later_process(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = cost_of("gpt-4o", 2000, 100, cached_tokens=1536, sheets=PriceSheets(path))
+    assert first is not None and first > 0
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    monkeypatch.setattr(price_sheets, "resolve", _never)
+    again = cost_of("gpt-4o", 2000, 100, cached_tokens=1536, sheets=PriceSheets(path))
+    assert again == first
+
+
+def test_an_unknown_model_is_remembered_as_unknown(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert PriceSheets(path).sheet("fake-model") is None
+    assert json.loads(path.read_text())["models"] == {"fake-model": "unknown"}
+    monkeypatch.setattr(price_sheets, "resolve", _never)
+    assert PriceSheets(path).sheet("fake-model") is None
+    assert cost_of("fake-model", 10, 10, sheets=PriceSheets(path)) is None
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        b"",
+        b"\xff\xfe",
+        b"[]",
+        b'{"format": 1, "models": {}}',
+        "KEYED",  # this genai-prices' file, its entry for gpt-4o broken
+    ],
+)
+def test_a_corrupt_cache_file_is_ignored_and_rewritten(path: Path, content: bytes | str) -> None:
+    path.parent.mkdir(mode=0o700)
+    if content == "KEYED":
+        broken = {"periods": [{"rates": {"input_mtok": "x"}}], "provider": "openai"}
+        document = {"format": 1, "genai_prices": installed_key(), "models": {"gpt-4o": broken}}
+        content = json.dumps(document).encode()
+    assert isinstance(content, bytes)
+    path.write_bytes(content)
+    assert PriceSheets(path).sheet("gpt-4o") == resolve("gpt-4o") is not None
+    rewritten = json.loads(path.read_text())
+    assert rewritten["genai_prices"] == installed_key()
+    assert price_sheets.from_json(rewritten["models"]["gpt-4o"]) == resolve("gpt-4o")
+
+
+def test_another_genai_prices_sheets_are_dropped(path: Path) -> None:
+    """A sheet of another version (here: gpt-4o at $999) is not used, and is replaced."""
+    sheet = resolve("gpt-4o")
+    assert sheet is not None
+    stale = price_sheets.to_json(sheet)
+    stale["periods"] = [{"rates": {"input_mtok": "999", "output_mtok": "999"}}]
+    document = {"format": 1, "genai_prices": "/elsewhere/data.py:1:2", "models": {"gpt-4o": stale}}
+    path.parent.mkdir(mode=0o700)
+    path.write_text(json.dumps(document))
+    cost = cost_of("gpt-4o", 1_000_000, 0, sheets=PriceSheets(path))
+    assert cost is not None and cost < 100
+    assert json.loads(path.read_text())["genai_prices"] == installed_key()
+
+
+def test_a_cache_that_cannot_be_read_or_written_fails_nothing(tmp_path: Path) -> None:
+    """The cache's dir is a file (it cannot be made), or its file a dir: priced all the same."""
+    expected = cost_of("gpt-4o", 2000, 100, cached_tokens=1536)
+    assert expected is not None
+    paths.price_sheets(tmp_path).parent.write_text("not a dir")
+    sheets = PriceSheets(paths.price_sheets(tmp_path))
+    assert cost_of("gpt-4o", 2000, 100, cached_tokens=1536, sheets=sheets) == expected
+    other = tmp_path / "other"
+    paths.price_sheets(other).mkdir(parents=True)
+    sheets = PriceSheets(paths.price_sheets(other))
+    assert cost_of("gpt-4o", 2000, 100, cached_tokens=1536, sheets=sheets) == expected
+    assert paths.price_sheets(other).is_dir()
+
+
+def test_the_configs_price_needs_no_sheet(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model the config prices is priced by it: no sheet is made, none is kept."""
+    monkeypatch.setattr(price_sheets, "resolve", _never)
+    overrides = {"gpt-4o": Price(1.0, 2.0, cache_read=0.5)}
+    cost = cost_of("gpt-4o", 2000, 100, overrides, cached_tokens=1000, sheets=PriceSheets(path))
+    assert cost == pytest.approx((1000 * 1.0 + 1000 * 0.5 + 100 * 2.0) / 1e6)
+    assert not path.exists()
