@@ -28,9 +28,3 @@ def default_config_path() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_config_dir("agctl")) / "config.json"
-
-
-def price_sheets(data_dir: Path) -> Path:
-    """The cache of genai-prices' prices of the models priced on this machine
-    (agctl.price_sheets), in the data dir whatever store holds the sessions."""
-    return data_dir / "cache" / "prices.json"

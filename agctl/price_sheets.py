@@ -268,9 +268,9 @@ class PriceSheets:
         """The sheets cached in the data dir `root` (None: an in-memory store's, none)."""
         if root is None:
             return cls()
-        from agctl.paths import price_sheets
+        from agctl.storage.file import layout
 
-        return cls(price_sheets(root))
+        return cls(layout.price_sheets(root))
 
     def sheet(self, name: str) -> Sheet | None:
         """The sheet of the model `name`, None when genai-prices knows no such model."""

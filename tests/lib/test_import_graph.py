@@ -12,11 +12,12 @@ PACKAGE = Path(__file__).resolve().parents[2] / "agctl"
 # fast) and the PostgreSQL backend, which keeps its current-session pointer in this
 # machine's data dir (the layout's store_pointer).
 # TAB completion and a shared store's listing read the data dir's layout directly; the
-# drafts a shared store could not take are kept in the local data dir.
+# drafts a shared store could not take, and the price sheets, are kept in the local data dir.
 LAYOUT_USERS = {
     "agctl.cli.complete",
     "agctl.storage.postgres.listing",
     "agctl.storage.local_drafts",
+    "agctl.price_sheets",
 }
 FILE_BACKEND_USERS = {"agctl.store", "agctl.storage.factory", "agctl.doctor", *LAYOUT_USERS}
 

@@ -23,9 +23,10 @@ from genai_prices.types import ModelPrice, TieredPrices
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agctl import paths, price_sheets
+from agctl import price_sheets
 from agctl.price_sheets import PriceSheets, Sheet, installed_key, resolve, sheet_of
 from agctl.pricing import Price, cost_of
+from agctl.storage.file import layout
 
 
 def _priced_by_text(prices: Any) -> bool:
@@ -163,7 +164,7 @@ def test_a_tier_applies_above_its_start_to_every_token() -> None:
 
 @pytest.fixture
 def path(tmp_path: Path) -> Path:
-    return paths.price_sheets(tmp_path)
+    return layout.price_sheets(tmp_path)
 
 
 def _never(name: str) -> Sheet | None:
@@ -235,14 +236,14 @@ def test_a_cache_that_cannot_be_read_or_written_fails_nothing(tmp_path: Path) ->
     """The cache's dir is a file (it cannot be made), or its file a dir: priced all the same."""
     expected = cost_of("gpt-4o", 2000, 100, cached_tokens=1536)
     assert expected is not None
-    paths.price_sheets(tmp_path).parent.write_text("not a dir")
-    sheets = PriceSheets(paths.price_sheets(tmp_path))
+    layout.price_sheets(tmp_path).parent.write_text("not a dir")
+    sheets = PriceSheets(layout.price_sheets(tmp_path))
     assert cost_of("gpt-4o", 2000, 100, cached_tokens=1536, sheets=sheets) == expected
     other = tmp_path / "other"
-    paths.price_sheets(other).mkdir(parents=True)
-    sheets = PriceSheets(paths.price_sheets(other))
+    layout.price_sheets(other).mkdir(parents=True)
+    sheets = PriceSheets(layout.price_sheets(other))
     assert cost_of("gpt-4o", 2000, 100, cached_tokens=1536, sheets=sheets) == expected
-    assert paths.price_sheets(other).is_dir()
+    assert layout.price_sheets(other).is_dir()
 
 
 def test_the_configs_price_needs_no_sheet(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fake_openai import FakeOpenAI, openai_usage
 
-from agctl import paths
+from agctl.storage.file import layout
 
 # Runs agctl's main as `python -m agctl` would, then writes every module loaded into the
 # file AGCTL_TEST_MODULES names (at exit: main ends with sys.exit).
@@ -85,7 +85,7 @@ def test_a_later_turn_is_priced_without_importing_genai_prices(
     assert "agctl.price_sheets" in modules
     assert second["cost"] == first["cost"]
     assert second["cache_saved"] == first["cache_saved"]
-    sheets = json.loads(paths.price_sheets(Path(env["AGCTL_DATA_DIR"])).read_text())
+    sheets = json.loads(layout.price_sheets(Path(env["AGCTL_DATA_DIR"])).read_text())
     if model == "fake-model":  # unknown: remembered as such, and unpriced each time
         assert sheets["models"] == {"fake-model": "unknown"}
         assert second["cost"] is None

@@ -27,6 +27,9 @@ from pathlib import Path
 
 SESSIONS = "sessions"
 STORES = "stores"
+# Caches of this machine, whatever store holds the sessions: prices (agctl.price_sheets).
+CACHE = "cache"
+PRICE_SHEETS = "prices.json"
 CURRENT = "current-session"
 SESSION = "session.json"
 LOCK = ".lock"
@@ -69,6 +72,12 @@ def store_drafts(root: Path, store_key: str, session_id: str) -> Path:
     """Where this machine keeps the drafts of a shared store's session that the store
     could not take (its server down): one `<slot>.json` each."""
     return root / STORES / store_key / DRAFTS / session_id
+
+
+def price_sheets(root: Path) -> Path:
+    """The cache of genai-prices' prices of the models priced on this machine
+    (agctl.price_sheets), in the data dir whatever store holds the sessions."""
+    return root / CACHE / PRICE_SHEETS
 
 
 def store_draft(folder: Path, slot_id: str) -> Path:
