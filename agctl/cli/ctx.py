@@ -69,10 +69,12 @@ def show(
 ) -> None:
     """Every zone of the next request with its tokens, against the budget and the window.
 
-    Zones: system prompt, memory (when in context), immutable, compressed, the messages
-    view, tool results, scratch, PROMPT (when given) and the definitions of the tools
-    offered (-T NAME, --tools all; MSGS counts the definitions). The limit is the
-    model's window minus the reserve kept for the reply.
+    Zones, in the order a request holds them: system prompt, immutable, compressed, the
+    messages view, tool results, memory (when in context), scratch, PROMPT (when given),
+    then the definitions of the tools offered (-T NAME, --tools all; MSGS counts the
+    definitions). What changes least comes first, so a provider's prefix cache keeps it:
+    a memory change re-sends only the memory and what follows. The limit is the model's
+    window minus the reserve kept for the reply.
 
     \b
     Examples:

@@ -65,6 +65,11 @@ class HttpSettings(NamedTuple):
     backoff_max: float = 20.0
 
 
+def request_body(request: ChatRequest) -> bytes:
+    """The JSON body a request is sent as: the bytes a provider's prefix cache compares."""
+    return orjson.dumps(request.payload())
+
+
 class _Retry(Exception):
     """A failure before any event was yielded, which a new attempt may fix."""
 
@@ -491,7 +496,7 @@ class OpenAIProvider:
         headers = JSON_HEADERS
         if request.stream:
             headers = {**JSON_HEADERS, "Accept": "text/event-stream"}
-        content = orjson.dumps(request.payload())
+        content = request_body(request)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "POST %s: model=%s stream=%s, %d bytes, headers: %s",

@@ -489,7 +489,7 @@ def test_slot_summarize_stores_the_summary_override(run: Run, store: Store, sid:
     shown = as_json(run("--json", "slot", "show"))
     assert shown["config"]["focused"]["summary_override"] == expected
     assert len(shown["messages"]) == 2
-    ok(run("slot", "mode", "focused", "--recent", "1"))
+    ok(run("slot", "mode", "focused", "--recent", "1", "--stride", "1"))
     view = as_json(run("--json", "slot", "show", "--view"))
     assert [m["content"] for m in view["messages"]] == [SYSTEM, expected, "A monoid, roughly."]
 
@@ -499,7 +499,7 @@ def test_slot_summarize_stores_the_summary_override(run: Run, store: Store, sid:
 MEMORY_TEXT = "Known facts (session memory):\n- project: agctl\n- user: Ada"
 
 
-def test_memory_in_context_is_one_system_message_after_the_system_prompt(
+def test_memory_in_context_is_one_system_message_after_the_history(
     run: Run, store: Store, sid: str
 ) -> None:
     add(store, None, msg("user", "Hello."))
@@ -512,15 +512,22 @@ def test_memory_in_context_is_one_system_message_after_the_system_prompt(
     view = as_json(run("--json", "slot", "show", "--view"))
     assert view["messages"] == [
         {"role": "system", "content": SYSTEM},
-        {"role": "system", "content": MEMORY_TEXT},
         {"role": "user", "content": "Hello."},
+        {"role": "system", "content": MEMORY_TEXT},
     ]
     assert view["tokens"] == cost(SYSTEM) + cost(MEMORY_TEXT) + cost("Hello.")
     human = ok(run("slot", "show", "--view")).stdout
-    assert f"[1] system  ~{cost(MEMORY_TEXT)} tokens\n{MEMORY_TEXT}\n" in human
+    assert f"[2] system  ~{cost(MEMORY_TEXT)} tokens\n{MEMORY_TEXT}\n" in human
     shown = as_json(run("--json", "ctx", "show"))
     assert zones(shown)["memory"] == (1, cost(MEMORY_TEXT))
-    assert [z["zone"] for z in shown["zones"]][:2] == ["system prompt", "memory"]
+    assert [z["zone"] for z in shown["zones"]][:6] == [
+        "system prompt",
+        "immutable",
+        "compressed",
+        "messages",
+        "tool results",
+        "memory",
+    ]
     assert shown["budget"]["system"]["used"] == cost(SYSTEM) + cost(MEMORY_TEXT)
     rows = zone_rows(ok(run("ctx", "show")).stdout)
     assert rows["memory"][:2] == ["1", str(cost(MEMORY_TEXT))]

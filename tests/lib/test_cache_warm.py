@@ -1,0 +1,203 @@
+"""The request view keeps a provider's prefix cache warm by construction.
+
+Providers cache the longest unchanged prefix of a request's bytes. These properties run
+random sequences of commands through the library (real store, offline provider) and
+compare the bodies agctl's OpenAI wire would send (agctl.providers.openai.request_body):
+appends keep the prefix, focused mode moves in strides, a memory change keeps the
+history, forks and derived slots start with their parent's bytes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agctl.models import Message, ToolCall, ToolCallFunction
+from agctl.providers.base import ChatRequest, Event
+from agctl.providers.offline import OfflineProvider
+from agctl.providers.openai import request_body
+from agctl.sessions import memory_set, update_session
+from agctl.store import Store
+from agctl.turns import TurnOptions, send_turn
+
+WARM_SETTINGS = settings(
+    max_examples=25,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+SYSTEM = "You are terse. Today's rules: answer in one line."
+OPTIONS = TurnOptions(model="offline", checkpoint=False)
+
+
+class Wire:
+    """The offline provider, keeping the body the OpenAI wire would send for each request."""
+
+    name = "offline"
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self.provider = OfflineProvider()
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        self.bodies.append(request_body(request))
+        return self.provider.stream(request)
+
+
+def messages_bytes(body: bytes, count: int | None = None) -> bytes:
+    """The body from its start through its first `count` messages (all when None): what
+    a provider's prefix cache compares, checked to be the body's own bytes."""
+    payload = orjson.loads(body)
+    start = b'{"model":' + orjson.dumps(payload["model"]) + b',"messages":['
+    assert body.startswith(start)
+    items = [orjson.dumps(m) for m in payload["messages"]]
+    listed = b",".join(items)
+    assert body[len(start) : len(start) + len(listed) + 1] == listed + b"]"
+    kept = items if count is None else items[:count]
+    return start + b",".join(kept)
+
+
+@contextmanager
+def fresh_store() -> Iterator[Store]:
+    root = tempfile.mkdtemp(prefix="agctl-warm-")
+    try:
+        yield Store(Path(root) / "data")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def tool_round(number: int) -> list[Message]:
+    """An assistant message calling a tool and the tool's result."""
+    call = ToolCall(
+        id=f"call_{number}", function=ToolCallFunction(name="ls", arguments='{"path": "."}')
+    )
+    return [
+        Message(role="assistant", content=None, tool_calls=[call]),
+        Message(role="tool", tool_call_id=f"call_{number}", content=f"a.py b{number}.py"),
+    ]
+
+
+texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=40)
+# A command between turns: a turn, a tool round appended, a memory change.
+commands = st.lists(
+    st.one_of(
+        st.tuples(st.just("turn"), texts),
+        st.tuples(st.just("tools"), st.integers(0, 99)),
+        st.tuples(st.just("memory"), texts),
+    ),
+    min_size=2,
+    max_size=12,
+)
+
+
+def run_commands(store: Store, wire: Wire, steps: list[tuple[str, Any]]) -> list[int]:
+    """Run `steps` on session "s"; the index in wire.bodies of each turn's request."""
+    sent = []
+    for kind, value in steps:
+        if kind == "turn":
+            send_turn(store, "s", value, wire, OPTIONS)
+            sent.append(len(wire.bodies) - 1)
+        elif kind == "tools":
+            store.update_slot("s", None, lambda s, v=value: s.messages.extend(tool_round(v)))
+        else:
+            memory_set(store, "s", "note", value)
+    return sent
+
+
+@WARM_SETTINGS
+@given(steps=commands, memory_in_context=st.booleans(), immutable=st.booleans())
+def test_full_mode_requests_only_grow_at_their_end(
+    steps: list[tuple[str, Any]], memory_in_context: bool, immutable: bool
+) -> None:
+    """Each turn's request, up to where memory enters it, is a byte prefix of the next
+    turn's: whatever happened between them (appended tool rounds, memory changes); with
+    no memory in context the whole request, its new input included, is."""
+    with fresh_store() as store:
+        store.create_session("s", system_prompt=SYSTEM)
+        memory_set(store, "s", "user", "Ada")
+        update_session(store, "s", lambda s: setattr(s, "memory_in_context", memory_in_context))
+        if immutable:
+            store.update_slot(
+                "s", None, lambda s: s.immutable.append(Message(role="system", content="Rules."))
+            )
+        wire = Wire()
+        sent = run_commands(store, wire, [("turn", "first"), *steps, ("turn", "last")])
+        for before, after in itertools.pairwise(sent):
+            count = len(orjson.loads(wire.bodies[before])["messages"])
+            kept = count - 2 if memory_in_context else count  # memory and the new input
+            assert messages_bytes(wire.bodies[after]).startswith(
+                messages_bytes(wire.bodies[before], kept)
+            )
+
+
+def test_a_memory_change_keeps_the_history_bytes() -> None:
+    """`memory set` between turns: the next request begins with every byte of the last
+    one's history (system prompt, immutable zone, messages); only memory and the new
+    input follow them."""
+    with fresh_store() as store:
+        store.create_session("s", system_prompt=SYSTEM)
+        update_session(store, "s", lambda s: setattr(s, "memory_in_context", True))
+        memory_set(store, "s", "user", "Ada")
+        wire = Wire()
+        run_commands(store, wire, [("turn", "one"), ("turn", "two")])
+        memory_set(store, "s", "user", "Grace")
+        run_commands(store, wire, [("turn", "three")])
+        before, after = (orjson.loads(body)["messages"] for body in wire.bodies[1:])
+        history = len(before) - 2
+        assert after[:history] == before[:history]
+        assert messages_bytes(wire.bodies[2]).startswith(messages_bytes(wire.bodies[1], history))
+        assert "Ada" in before[-2]["content"] and before[-1]["content"] == "two"
+        assert "Grace" in after[-2]["content"] and after[-1]["content"] == "three"
+        assert [m["role"] for m in after[history:-2]] == ["user", "assistant"]
+
+
+@WARM_SETTINGS
+@given(
+    recent=st.integers(1, 12),
+    stride=st.integers(1, 16),
+    keep_system=st.booleans(),
+    summary=st.one_of(st.none(), texts),
+    rounds=st.lists(st.booleans(), min_size=4, max_size=30),
+)
+def test_focused_mode_moves_in_strides(
+    recent: int, stride: int, keep_system: bool, summary: str | None, rounds: list[bool]
+) -> None:
+    """The focused window keeps at least `recent` messages and at most `stride` - 1 more
+    (one more to keep a tool call with its result); it drops old messages `stride` at a
+    time, so a request's bytes stay a prefix of the next one's except when it moves, at
+    most once per `stride` messages added; the system prompt, the kept system message
+    and the summary lead every request."""
+    with fresh_store() as store:
+        store.create_session("s", system_prompt=SYSTEM)
+        rules = Message(role="system", content="Kept rules.")
+        store.update_slot("s", None, lambda s: s.messages.append(rules))
+        focus = {"recent_messages": recent, "stride": stride, "keep_system": keep_system}
+        store.set_mode("s", None, "focused", focus={**focus, "summary_override": summary})
+        head = 1 + keep_system + (summary is not None)
+        wire = Wire()
+        added = 0
+        for number, with_tools in enumerate(rounds):
+            if with_tools:
+                store.update_slot("s", None, lambda s, n=number: s.messages.extend(tool_round(n)))
+                added += 2
+            droppable = len(store.load_slot("s").messages) - keep_system
+            send_turn(store, "s", f"question {number}", wire, OPTIONS)
+            added += 2
+            shown = len(orjson.loads(wire.bodies[-1])["messages"]) - head - 1
+            assert min(recent, droppable) <= shown <= recent + stride
+            assert messages_bytes(wire.bodies[-1]).startswith(messages_bytes(wire.bodies[0], head))
+        moves = sum(
+            not messages_bytes(after).startswith(messages_bytes(before))
+            for before, after in itertools.pairwise(wire.bodies)
+        )
+        assert moves <= added // stride + 1
