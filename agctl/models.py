@@ -419,6 +419,8 @@ class SlotSource(Model):
     kind: Literal["new", "derived", "static"] = "new"
     parent_id: str | None = None
     strategy: DeriveStrategy | None = None
+    # The slot its line of derives began with (agctl.cache.cache_key routes them together).
+    root_id: str | None = _optional()
 
 
 BUDGET_RATIOS = {

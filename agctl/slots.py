@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
+from agctl.cache import slot_root
 from agctl.errors import AlreadyExists, Conflict, NotFound, ProtectedSlot, UsageError
 from agctl.hashing import message_hashes
 from agctl.ids import validate_id
@@ -142,7 +143,12 @@ def derive_slot(
             update={
                 "mode": mode,
                 "focused": focused,
-                "source": SlotSource(kind="derived", parent_id=parent.id, strategy=strategy),
+                "source": SlotSource(
+                    kind="derived",
+                    parent_id=parent.id,
+                    strategy=strategy,
+                    root_id=slot_root(parent),
+                ),
             }
         )
         slot = new_slot(slot_id, config, parent.immutable, parent_id=parent.id)

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from agctl.budget import Breakdown, breakdown
+from agctl.cache import cache_key
 from agctl.drafts import drop_local_draft, new_draft
 from agctl.errors import (
     AgctlError,
@@ -245,6 +246,7 @@ def prepare_turn(
         context=context,
         tools=tools,
         tool_choice=_tool_choice(options.tool_choice) if tools is not None else None,
+        cache_key=cache_key(session, slot),
     )
     return PreparedTurn(
         session,

@@ -102,6 +102,9 @@ class ChatRequest(NamedTuple):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    # Routes the request to the cache holding its prefix (agctl.cache.cache_key): sent as
+    # `prompt_cache_key` where the profile allows; delivery, not model input.
+    cache_key: str | None = None
 
     def params(self) -> dict[str, Any]:
         """The request's parameters, each only when set (so a request without tools has

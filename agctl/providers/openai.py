@@ -63,11 +63,17 @@ class HttpSettings(NamedTuple):
     max_retry_wait: float = 60.0
     backoff_base: float = 0.5
     backoff_max: float = 20.0
+    # Send a request's prompt_cache_key (a server that refuses unknown fields: False).
+    prompt_cache_key: bool = False
 
 
-def request_body(request: ChatRequest) -> bytes:
-    """The JSON body a request is sent as: the bytes a provider's prefix cache compares."""
-    return orjson.dumps(request.payload())
+def request_body(request: ChatRequest, *, cache_key: bool = False) -> bytes:
+    """The JSON body a request is sent as: the bytes a provider's prefix cache compares,
+    with the request's `prompt_cache_key` last when `cache_key` (the profile allows it)."""
+    payload = request.payload()
+    if cache_key and request.cache_key:
+        payload["prompt_cache_key"] = request.cache_key
+    return orjson.dumps(payload)
 
 
 class _Retry(Exception):
@@ -496,7 +502,7 @@ class OpenAIProvider:
         headers = JSON_HEADERS
         if request.stream:
             headers = {**JSON_HEADERS, "Accept": "text/event-stream"}
-        content = request_body(request)
+        content = request_body(request, cache_key=settings.prompt_cache_key)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "POST %s: model=%s stream=%s, %d bytes, headers: %s",

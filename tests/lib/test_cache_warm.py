@@ -21,6 +21,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agctl.checkpoints import Checkpointer
 from agctl.models import Message, ToolCall, ToolCallFunction
 from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider
@@ -50,7 +51,7 @@ class Wire:
         self.provider = OfflineProvider()
 
     def stream(self, request: ChatRequest) -> Iterator[Event]:
-        self.bodies.append(request_body(request))
+        self.bodies.append(request_body(request, cache_key=True))
         return self.provider.stream(request)
 
 
@@ -201,3 +202,67 @@ def test_focused_mode_moves_in_strides(
             for before, after in itertools.pairwise(wire.bodies)
         )
         assert moves <= added // stride + 1
+
+
+def cache_key_of(body: bytes) -> str:
+    key = orjson.loads(body)["prompt_cache_key"]
+    assert isinstance(key, str) and key.startswith("agctl-")
+    return key
+
+
+@WARM_SETTINGS
+@given(prompts=st.lists(texts, min_size=2, max_size=6), data=st.data())
+def test_a_fork_starts_with_its_parents_bytes_and_key(prompts: list[str], data: Any) -> None:
+    """`ckpt fork` at turn j: the fork's first request begins with every byte of the
+    parent's request at turn j (and equals, up to the new input, the request the parent
+    sent after it), under the parent's prompt_cache_key; so does a fork of the fork."""
+    with fresh_store() as store:
+        store.create_session("s", system_prompt=SYSTEM)
+        store.update_slot(
+            "s", None, lambda s: s.immutable.append(Message(role="system", content="Rules."))
+        )
+        wire = Wire()
+        options = TurnOptions(model="offline")  # checkpointed after each turn
+        for prompt in prompts:
+            send_turn(store, "s", prompt, wire, options)
+        keys = {cache_key_of(body) for body in wire.bodies}
+        assert len(keys) == 1
+        turn = data.draw(st.integers(1, len(prompts) - 1), label="fork at turn")
+        checkpointer = Checkpointer(store)
+        fork = checkpointer.fork("s", checkpointer.checkpoint_at_turn("s", turn).id, "f")
+        send_turn(store, fork.id, prompts[turn], wire, options)
+        first = wire.bodies[-1]
+        assert messages_bytes(first).startswith(messages_bytes(wire.bodies[turn - 1]))
+        assert messages_bytes(first) == messages_bytes(wire.bodies[turn])
+        assert cache_key_of(first) in keys
+        again = checkpointer.fork(fork.id, checkpointer.checkpoint_at_turn(fork.id, turn).id)
+        send_turn(store, again.id, "and again", wire, options)
+        assert messages_bytes(wire.bodies[-1]).startswith(messages_bytes(wire.bodies[turn - 1]))
+        assert cache_key_of(wire.bodies[-1]) in keys
+
+
+@WARM_SETTINGS
+@given(prompts=st.lists(texts, min_size=1, max_size=5), tools=st.booleans())
+def test_a_full_derived_slot_starts_with_its_parents_bytes_and_key(
+    prompts: list[str], tools: bool
+) -> None:
+    """`slot derive` (full): the new slot's first request begins with every byte of the
+    parent's last request, under the parent's prompt_cache_key; a slot derived from it
+    too. Another slot, not derived, has a key of its own."""
+    with fresh_store() as store:
+        store.create_session("s", system_prompt=SYSTEM)
+        wire = Wire()
+        for number, prompt in enumerate(prompts):
+            if tools:
+                store.update_slot("s", None, lambda s, n=number: s.messages.extend(tool_round(n)))
+            send_turn(store, "s", prompt, wire, OPTIONS)
+        parent = wire.bodies[-1]
+        store.derive_slot("s", "b")
+        store.derive_slot("s", "c", source="b")
+        for slot in ("b", "c"):
+            send_turn(store, "s", "on the branch", wire, TurnOptions(model="offline", slot=slot))
+            assert messages_bytes(wire.bodies[-1]).startswith(messages_bytes(parent))
+            assert cache_key_of(wire.bodies[-1]) == cache_key_of(parent)
+        store.create_slot("s", "other")
+        send_turn(store, "s", "elsewhere", wire, TurnOptions(model="offline", slot="other"))
+        assert cache_key_of(wire.bodies[-1]) != cache_key_of(parent)
