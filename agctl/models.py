@@ -544,6 +544,9 @@ class SlotMeta(Model):
     total_tokens: int = 0
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+    # The last request a turn sent on the slot, as agctl.cache.sent_marks keeps it: what
+    # `ctx show --cache` compares the next request with (a plain dict, read rarely).
+    sent: dict[str, Any] | None = _optional()
 
 
 class Document(Model):

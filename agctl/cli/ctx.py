@@ -14,6 +14,7 @@ from agctl.vocab import COMPRESS_STRATEGIES, TOOLS_COUNTED
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from agctl.cache import CacheOutlook
     from agctl.setup import ModelChoice
 
 
@@ -54,6 +55,12 @@ def command() -> None:
     type=PathType(dir_okay=False),
     help="Also count-able: the tools defined in FILE (a JSON array of tool objects).",
 )
+@click.option(
+    "--cache",
+    is_flag=True,
+    help="Also the part of the next request expected from the provider's cache (the "
+    "prefix it shares with the last request sent on the slot) and its input's cost.",
+)
 @command_options
 @pass_app
 def show(
@@ -66,6 +73,7 @@ def show(
     tool_names: tuple[str, ...],
     every_tool: str | None,
     tools_file: Path | None,
+    cache: bool,
 ) -> None:
     """Every zone of the next request with its tokens, against the budget and the window.
 
@@ -76,9 +84,14 @@ def show(
     a memory change re-sends only the memory and what follows. The limit is the model's
     window minus the reserve kept for the reply.
 
+    With --cache: how much of the request is expected from the provider's cache, by the
+    prefix it shares with the last request a turn sent on the slot, and the expected
+    cost of its input (cache reads at a tenth of the input price). See docs/cache.md.
+
     \b
     Examples:
       agctl ctx show
+      agctl ctx show "next question" --cache
       agctl ctx show "next question" --model gpt-4o --json
       agctl ctx show "How many words in notes.txt?" -T wc
     """
@@ -109,6 +122,22 @@ def show(
         "provider": setup.settings.provider,
         **result.to_dict(),
     }
+    outlook = None
+    if cache:
+        from agctl.cache import cache_outlook
+
+        outlook = cache_outlook(
+            session,
+            target,
+            model=setup.settings.model,
+            scratch=scratch_messages(scratch),
+            user_input=prompt_message(prompt),
+            system_prompt=system,
+            tools=tools,
+            tool_tokens=sum(z.tokens for z in result.zones if z.name == "tool definitions"),
+            prices=setup.config.price_overrides(),
+        )
+        payload["cache"] = outlook.to_dict()
     if app.json:
         app.emit(payload)
         return
@@ -142,8 +171,27 @@ def show(
     part_columns = [("part", "BUDGET"), ("used", "USED"), ("budget", "OF"), ("over", "")]
     state = "over by" if result.room < 0 else "room left"
     total = f"total {result.total} of {result.limit}: {state} {abs(result.room)}"
-    text = "\n".join([heading, table(rows, columns), "", table(parts, part_columns), "", total])
-    app.emit(payload, text=text)
+    lines = [heading, table(rows, columns), "", table(parts, part_columns), "", total]
+    if outlook is not None:
+        lines.append(cache_line(outlook))
+    app.emit(payload, text="\n".join(lines))
+
+
+def cache_line(outlook: CacheOutlook) -> str:
+    """What `ctx show --cache` says of the cache, in one line."""
+    if outlook.last_sent is None:
+        said = "no turn sent on this slot yet: nothing expected from the cache"
+    else:
+        said = (
+            f"cache: ~{outlook.cached_tokens} of {outlook.input_tokens} input tokens "
+            f"({outlook.share:.0%}) expected from the cache, the first "
+            f"{outlook.cached_messages} messages of the last request ({outlook.last_sent})"
+        )
+    if outlook.cost is None or outlook.cost_uncached is None:
+        return said + "; input unpriced"
+    from agctl.usage import money
+
+    return f"{said}; input ~{money(outlook.cost)} ({money(outlook.cost_uncached)} uncached)"
 
 
 @command.command("compress")

@@ -621,3 +621,46 @@ def test_merge_without_a_parent_or_into_is_a_usage_error(run: Run, branch: list[
     assert "slot 'default' was not derived from another\nagctl: hint: give --into SLOT" in (
         result.stderr
     )
+
+
+# ---- ctx show --cache ----------------------------------------------------------------
+
+
+def test_ctx_show_cache_expects_the_prefix_of_the_last_request_sent(
+    run: Run, store: Store, sid: str, wired: FakeOpenAI
+) -> None:
+    """Against the last request a turn sent over HTTP: all of it after an append, all of
+    it still after a memory change (memory goes after the history), only the system
+    prompt after an edit of the first message; the input's cost with cache reads at a
+    tenth of the price."""
+    ok(run("config", "set", f"prices.{MODEL}", '{"prompt": 2.5, "completion": 10}'))
+    empty = as_json(run("--json", "ctx", "show", "--cache"))["cache"]
+    assert (empty["last_sent_messages"], empty["cached_tokens"]) == (None, 0)
+    ok(run("turn", "send", "one"))
+    ok(run("turn", "send", "two"))
+    sent = chats(wired)[-1]["messages"]
+    assert len(sent) == 4
+
+    def outlook() -> dict[str, Any]:
+        shown = as_json(run("--json", "ctx", "show", "three", "--cache"))
+        return {**shown["cache"], "total": shown["total"]}
+
+    slot = store.load_slot(sid)
+    cached = cost(SYSTEM) + sum(m.token_count() for m in slot.messages[:3])
+    first = outlook()
+    assert first["last_sent_messages"] == 4 and first["cached_messages"] == 4
+    assert first["cached_tokens"] == cached and first["input_tokens"] == first["total"]
+    expected = ((first["total"] - cached) + cached * 0.1) * 2.5 / 1_000_000
+    assert first["expected_input_cost"] == pytest.approx(expected)
+    assert first["input_cost_uncached"] == pytest.approx(first["total"] * 2.5 / 1_000_000)
+
+    ok(run("memory", "set", "user", "Ada"))
+    ok(run("session", "set", "memory_in_context", "true"))
+    assert outlook()["cached_messages"] == 4
+
+    ok(run("msg", "edit", "0", "one, edited"))
+    edited = outlook()
+    assert (edited["cached_messages"], edited["cached_tokens"]) == (1, cost(SYSTEM))
+    line = ok(run("ctx", "show", "three", "--cache")).stdout.splitlines()[-1]
+    assert line.startswith(f"cache: ~{cost(SYSTEM)} of {edited['total']} input tokens (")
+    assert "the first 1 messages of the last request (4); input ~$" in line

@@ -499,6 +499,7 @@ class TestSlotDerive:
             "kind": "derived",
             "parent_id": "default",
             "strategy": "full",
+            "root_id": "default",  # its line's first slot: their requests' prompt_cache_key
         }
 
     def test_focused_strategy_copies_the_recent_messages(self, run: Run, chat: str) -> None:

@@ -266,3 +266,73 @@ def test_a_full_derived_slot_starts_with_its_parents_bytes_and_key(
         store.create_slot("s", "other")
         send_turn(store, "s", "elsewhere", wire, TurnOptions(model="offline", slot="other"))
         assert cache_key_of(wire.bodies[-1]) != cache_key_of(parent)
+
+
+def common_messages(before: bytes, after: bytes) -> int:
+    """How many leading messages two bodies share, byte for byte (model and tools equal)."""
+    old, new = orjson.loads(before), orjson.loads(after)
+    if (old["model"], old.get("tools")) != (new["model"], new.get("tools")):
+        return 0
+    shared = 0
+    for a, b in zip(old["messages"], new["messages"], strict=False):
+        if orjson.dumps(a) != orjson.dumps(b):
+            break
+        shared += 1
+    return shared
+
+
+edits = st.lists(
+    st.one_of(
+        st.tuples(st.just("turn"), texts),
+        st.tuples(st.just("tools"), st.integers(0, 99)),
+        st.tuples(st.just("memory"), texts),
+        st.tuples(st.just("edit"), st.integers(0, 40)),
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+@WARM_SETTINGS
+@given(steps=edits, memory_in_context=st.booleans())
+def test_the_cache_outlook_finds_the_prefix_the_last_request_shares(
+    steps: list[tuple[str, Any]], memory_in_context: bool
+) -> None:
+    """What `ctx show --cache` expects from the cache is never more than the next
+    request's bytes share with the last one sent on the slot, more than half of it, and
+    all of it when the next request only appends (a slot keeps a few marks of the last
+    request, not a hash per message)."""
+    from agctl.cache import cache_outlook
+    from agctl.turns import prepare_turn
+
+    with fresh_store() as store:
+        store.create_session("s", system_prompt=SYSTEM)
+        update_session(store, "s", lambda s: setattr(s, "memory_in_context", memory_in_context))
+        memory_set(store, "s", "user", "Ada")
+        wire = Wire()
+        run_commands(store, wire, [("turn", f"turn {n}") for n in range(6)])
+        for kind, value in steps:
+            if kind == "edit":
+                slot = store.load_slot("s")
+                index = value % len(slot.messages)
+                if slot.messages[index].content is not None:
+                    store.update_slot("s", None, lambda s, i=index: s.edit(i, "edited"))
+            else:
+                run_commands(store, wire, [(kind, value)])
+        next_body = request_body(prepare_turn(store, "s", "next", OPTIONS).request)
+        shared = common_messages(wire.bodies[-1], next_body)
+        outlook = cache_outlook(
+            store.load_session("s"),
+            store.load_slot("s"),
+            model="offline",
+            user_input=Message(role="user", content="next"),
+        )
+        sent = len(orjson.loads(wire.bodies[-1])["messages"])
+        assert outlook.last_sent == sent
+        assert outlook.cached_messages <= shared
+        if shared:
+            assert outlook.cached_messages > shared // 2
+        if shared == sent:
+            assert outlook.cached_messages == sent
+        if outlook.cached_messages == 0:
+            assert outlook.cached_tokens == 0
