@@ -186,6 +186,11 @@ class Config(Document):
     auto_checkpoint: bool = True
     auto_compress: bool = True
     compress_keep_recent: int = Field(default=6, ge=0)
+    # `ctx compress` folds at least this many tokens or none: a compression re-sends
+    # uncached what follows the immutable zone (its summary and the kept messages, ~2,000
+    # tokens at the defaults), and each later turn saves the folded tokens, cached at a
+    # tenth: 2,048 folded pay for that in about nine turns; 200 would take ninety.
+    compress_min_tokens: int = Field(default=2048, ge=0)
     context_windows: dict[str, PositiveInt] = Field(default_factory=_empty_dict)
     max_retries: int = Field(default=3, ge=0, le=20)
     connect_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)

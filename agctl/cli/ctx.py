@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from agctl.cache import CacheOutlook
+    from agctl.compress import CompressionPreview
     from agctl.setup import ModelChoice
 
 
@@ -204,6 +205,19 @@ def cache_line(outlook: CacheOutlook) -> str:
     help="summarize: the provider folds older messages into a summary; truncate: drop them.",
 )
 @click.option("--keep-recent", type=Count(), metavar="K", help="Messages kept.")
+@click.option(
+    "--min-tokens",
+    type=Count(),
+    metavar="N",
+    help="Fold at least N tokens or none: a compression invalidates the provider's cache "
+    "of what follows the immutable zone (default: compress_min_tokens, 2048; 0: always).",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Say what would be folded and what cached tokens it would invalidate; change "
+    "nothing, call no model.",
+)
 @click.option("--instructions", metavar="TEXT", help="How to summarise (replaces the default).")
 @provider_options
 @click.option(
@@ -219,16 +233,22 @@ def compress(
     slot: str | None,
     strategy: str,
     keep_recent: int | None,
+    min_tokens: int | None,
+    dry_run: bool,
     instructions: str | None,
     choice: ModelChoice,
 ) -> None:
     """Fold older messages of a slot into its compressed zone, keeping the recent ones.
 
     The session is checkpointed before and after, so the originals can be recovered with
-    'agctl ckpt rollback'.
+    'agctl ckpt rollback'. A compression changes the request from the compressed zone on
+    (a truncation: from the first folded message), so the provider's cache of it is lost
+    once; fewer than --min-tokens to fold is not worth that, and nothing is done.
+    --dry-run says what would be folded and invalidated.
 
     \b
     Examples:
+      agctl ctx compress --dry-run
       agctl ctx compress
       agctl ctx compress --strategy truncate --keep-recent 10
       agctl ctx compress --instructions "Keep every date and amount."
@@ -238,16 +258,32 @@ def compress(
 
     sid = app.session_id()
     setup = ModelSetup.chosen(app.store, sid, choice)
+    kept = setup.config.compress_keep_recent if keep_recent is None else keep_recent
+    least = setup.config.compress_min_tokens if min_tokens is None else min_tokens
+    if dry_run:
+        from agctl.compress import preview_compression
+
+        preview = preview_compression(
+            app.store,
+            sid,
+            slot,
+            strategy=strategy,  # type: ignore[arg-type]
+            keep_recent=kept,
+            min_tokens=least,
+        )
+        app.emit(preview.to_dict(), text=preview_text(preview))
+        return
     result = run_compress(
         app.store,
         sid,
         slot,
         strategy=strategy,  # type: ignore[arg-type]
-        keep_recent=setup.config.compress_keep_recent if keep_recent is None else keep_recent,
+        keep_recent=kept,
         provider=setup.provider() if strategy == "summarize" else None,
         model=setup.settings.model,
         instructions=instructions,
         hooks=setup.hooks(no_hooks=app.no_hooks),
+        min_tokens=least,
     )
     payload = {
         "slot": result.slot,
@@ -261,6 +297,13 @@ def compress(
     if result.cancelled:
         payload["cancelled"] = True
         text = f"a PreCompress hook cancelled the compression of slot {result.slot}"
+    elif result.too_little is not None:
+        payload["too_little"] = result.too_little
+        text = (
+            f"nothing compressed in slot {result.slot}: only ~{result.too_little} tokens to "
+            f"fold, under --min-tokens {least} (the provider's cache it would invalidate "
+            "costs more); --min-tokens 0 compresses anyway"
+        )
     elif result.folded == 0:
         text = f"nothing to compress in slot {result.slot} ({result.kept} messages kept)"
     else:
@@ -269,3 +312,21 @@ def compress(
             f"{result.kept} kept; the originals are in checkpoint {result.before}"
         )
     app.done(payload, text=text)
+
+
+def preview_text(preview: CompressionPreview) -> str:
+    """What `ctx compress --dry-run` says, for people."""
+    if not preview.folded:
+        return f"nothing to compress in slot {preview.slot} ({preview.kept} messages kept)"
+    lines = [
+        f"would fold {preview.folded} messages (~{preview.folded_tokens} tokens) of slot "
+        f"{preview.slot} ({preview.strategy}), keeping {preview.kept}",
+        f"invalidates ~{preview.invalidated} cached tokens (sent anew once); "
+        f"~{preview.cached_kept} stay cached",
+    ]
+    if not preview.enough:
+        lines.append(
+            f"under --min-tokens {preview.min_tokens}: nothing would be compressed "
+            "(--min-tokens 0 compresses anyway)"
+        )
+    return "\n".join(lines)

@@ -70,10 +70,7 @@ class HttpSettings(NamedTuple):
 def request_body(request: ChatRequest, *, cache_key: bool = False) -> bytes:
     """The JSON body a request is sent as: the bytes a provider's prefix cache compares,
     with the request's `prompt_cache_key` last when `cache_key` (the profile allows it)."""
-    payload = request.payload()
-    if cache_key and request.cache_key:
-        payload["prompt_cache_key"] = request.cache_key
-    return orjson.dumps(payload)
+    return orjson.dumps(request.payload(cache_key=cache_key))
 
 
 class _Retry(Exception):

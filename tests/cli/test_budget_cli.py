@@ -419,7 +419,8 @@ def test_ctx_compress_truncate_calls_no_model(
     original = history()
     add(store, None, *original)
 
-    result = ok(run("ctx", "compress", "--strategy", "truncate", "--keep-recent", "3"))
+    truncate = ("ctx", "compress", "--strategy", "truncate", "--keep-recent", "3")
+    result = ok(run(*truncate, "--min-tokens", "0"))
 
     match = re.fullmatch(
         r"compressed slot default: 5 messages folded \(truncate\), 4 kept; "
@@ -445,7 +446,17 @@ def test_ctx_compress_summarize_sends_one_summary_request(
     wired.reply(text="A short summary.")
 
     payload = as_json(
-        run("--json", "ctx", "compress", "--keep-recent", "2", "--instructions", "Keep dates.")
+        run(
+            "--json",
+            "ctx",
+            "compress",
+            "--keep-recent",
+            "2",
+            "--min-tokens",
+            "0",
+            "--instructions",
+            "Keep dates.",
+        )
     )
 
     assert {k: payload[k] for k in ("slot", "strategy", "folded", "kept", "summary")} == {
@@ -664,3 +675,67 @@ def test_ctx_show_cache_expects_the_prefix_of_the_last_request_sent(
     line = ok(run("ctx", "show", "three", "--cache")).stdout.splitlines()[-1]
     assert line.startswith(f"cache: ~{cost(SYSTEM)} of {edited['total']} input tokens (")
     assert "the first 1 messages of the last request (4); input ~$" in line
+
+
+# ---- ctx compress --dry-run and --min-tokens ------------------------------------------
+
+
+def test_ctx_compress_dry_run_says_what_it_would_fold_and_invalidate(
+    run: Run, isolated_env: Path, store: Store, sid: str, wired: FakeOpenAI
+) -> None:
+    """Nothing written, no model called: the folded messages and tokens, the tokens that
+    stay cached (system prompt; a truncation keeps the leading system message too) and
+    those invalidated (the rest of the history), and whether --min-tokens allows it."""
+    original = history()
+    add(store, None, *original)
+    before = data_dir_files(isolated_env)
+    tokens = [m.token_count() for m in original]
+    shown = as_json(run("--json", "ctx", "compress", "--dry-run", "--keep-recent", "3"))
+    assert shown == {
+        "slot": "default",
+        "strategy": "summarize",
+        "folded": 5,
+        "folded_tokens": sum(tokens[1:6]),
+        "kept": 4,
+        "cached_kept_tokens": cost(SYSTEM),
+        "invalidated_tokens": sum(tokens),
+        "min_tokens": 2048,
+        "would_compress": False,
+    }
+    truncate = ("ctx", "compress", "--dry-run", "--strategy", "truncate", "--keep-recent", "3")
+    shown = as_json(run("--json", *truncate, "--min-tokens", "10"))
+    assert (shown["cached_kept_tokens"], shown["invalidated_tokens"]) == (
+        cost(SYSTEM) + tokens[0],
+        sum(tokens[1:]),
+    )
+    assert shown["would_compress"] is True
+    text = ok(run(*truncate)).stdout
+    assert text == (
+        f"would fold 5 messages (~{sum(tokens[1:6])} tokens) of slot default (truncate), "
+        "keeping 4\n"
+        f"invalidates ~{sum(tokens[1:])} cached tokens (sent anew once); "
+        f"~{cost(SYSTEM) + tokens[0]} stay cached\n"
+        "under --min-tokens 2048: nothing would be compressed (--min-tokens 0 compresses "
+        "anyway)\n"
+    )
+    assert wired.requests == []
+    assert data_dir_files(isolated_env) == before
+
+
+def test_ctx_compress_under_the_minimum_changes_nothing(
+    run: Run, isolated_env: Path, store: Store, sid: str, wired: FakeOpenAI
+) -> None:
+    add(store, None, *history())
+    before = data_dir_files(isolated_env)
+    folded = sum(m.token_count() for m in history()[1:6])
+    result = as_json(run("--json", "ctx", "compress", "--keep-recent", "3"))
+    assert (result["folded"], result["too_little"]) == (0, folded)
+    ok(run("config", "set", "compress_min_tokens", str(folded + 1)))
+    text = ok(run("ctx", "compress", "--keep-recent", "3")).stdout
+    assert text.startswith(f"nothing compressed in slot default: only ~{folded} tokens to fold")
+    assert f"under --min-tokens {folded + 1}" in text
+    assert wired.requests == []
+    assert data_dir_files(isolated_env) == before
+    assert [m.text() for m in store.load_slot(sid).messages] == [m.text() for m in history()]
+    ok(run("config", "set", "compress_min_tokens", str(folded)))
+    assert as_json(run("--json", "ctx", "compress", "--keep-recent", "3"))["folded"] == 5

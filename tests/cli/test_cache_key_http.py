@@ -62,7 +62,9 @@ def test_a_conversation_its_forks_and_derived_slots_share_one_key(
     ok(run("turn", "send", "four", "--slot", "branch"))
     ok(run("slot", "new", "fresh"))
     ok(run("turn", "send", "five", "--slot", "fresh"))
+    dry = json.loads(ok(run("turn", "send", "six", "--dry-run", "--slot", "branch")).stdout)
     sent = keys(server)
+    assert dry["request"]["prompt_cache_key"] == sent[0]
     assert len(sent) == 5 and all(isinstance(key, str) for key in sent)
     assert sent[0] == sent[1] == sent[2] == sent[3] != sent[4]
     # The fork's first request repeats the parent's first request's messages.

@@ -336,3 +336,63 @@ def test_the_cache_outlook_finds_the_prefix_the_last_request_shares(
             assert outlook.cached_messages == sent
         if outlook.cached_messages == 0:
             assert outlook.cached_tokens == 0
+
+
+@WARM_SETTINGS
+@given(
+    turns=st.integers(1, 10),
+    keep_recent=st.integers(0, 8),
+    strategy=st.sampled_from(["summarize", "truncate"]),
+    leading_system=st.booleans(),
+    immutable=st.booleans(),
+)
+def test_a_compression_changes_the_request_only_from_the_compressed_zone_on(
+    turns: int, keep_recent: int, strategy: str, leading_system: bool, immutable: bool
+) -> None:
+    """A compression keeps the bytes of the request before the compressed zone (a
+    truncation: before its first folded message), and its preview says exactly how many
+    tokens stay cached and how many it invalidates."""
+    from agctl.compress import compress, preview_compression
+    from agctl.turns import prepare_turn
+
+    with fresh_store() as store:
+        store.create_session("s", system_prompt=SYSTEM)
+        if immutable:
+            store.update_slot(
+                "s", None, lambda s: s.immutable.append(Message(role="system", content="Rules."))
+            )
+        if leading_system:
+            first = Message(role="system", content="Kept rules.")
+            store.update_slot("s", None, lambda s: s.messages.append(first))
+        wire = Wire()
+        run_commands(store, wire, [("turn", f"question {n}") for n in range(turns)])
+
+        def next_request() -> tuple[bytes, list[Message]]:
+            prepared = prepare_turn(store, "s", "next", OPTIONS)
+            return request_body(prepared.request), prepared.view
+
+        before, messages = next_request()
+        preview = preview_compression(
+            store,
+            "s",
+            None,
+            strategy=strategy,
+            keep_recent=keep_recent,  # type: ignore[arg-type]
+        )
+        done = compress(
+            store,
+            "s",
+            None,
+            strategy=strategy,  # type: ignore[arg-type]
+            keep_recent=keep_recent,
+            provider=wire,
+            checkpoint=False,
+        )
+        assert done.folded == preview.folded
+        after, _ = next_request()
+        shared = min(common_messages(before, after), len(messages) - 1)  # the input aside
+        history = sum(m.token_count() for m in messages[:-1])
+        assert preview.cached_kept == sum(m.token_count() for m in messages[:shared])
+        assert preview.cached_kept + preview.invalidated == history
+        if done.folded:
+            assert shared < len(messages) - 1
