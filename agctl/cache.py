@@ -12,7 +12,7 @@ the machine in it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -58,15 +58,18 @@ MARK_DIGITS = 16
 CACHE_READ_SHARE = 0.1
 
 
-def prefix_hashes(request: ChatRequest) -> list[str]:
-    """The hash of each prefix of the request's serialised form: [0] covers the model and
-    the tools (what precedes the messages in a prompt), [i] those and the first i messages,
-    each as the body's own bytes (orjson, as agctl.providers.openai.request_body)."""
+def prefix_hashes(request: ChatRequest, positions: Iterable[int]) -> dict[int, str]:
+    """The hash of the request's serialised form up to each of `positions`: 0 covers the
+    model and the tools (what precedes the messages in a prompt), i those and the first i
+    messages, each as the body's own bytes (orjson, as agctl.providers.openai.request_body)."""
+    wanted = {at for at in positions if 0 <= at <= len(request.messages)}
     digest = hashlib.sha256(orjson.dumps({"model": request.model, "tools": request.tools}))
-    hashes = [digest.hexdigest()[:MARK_DIGITS]]
-    for message in request.messages:
+    hashes = {0: digest.hexdigest()[:MARK_DIGITS]} if 0 in wanted else {}
+    last = max(wanted, default=0)
+    for at, message in enumerate(request.messages[:last], start=1):
         digest.update(orjson.dumps(message))
-        hashes.append(digest.copy().hexdigest()[:MARK_DIGITS])
+        if at in wanted:
+            hashes[at] = digest.hexdigest()[:MARK_DIGITS]
     return hashes
 
 
@@ -85,9 +88,9 @@ def mark_positions(count: int) -> list[int]:
 def sent_marks(request: ChatRequest) -> dict[str, Any]:
     """What a slot keeps of the last request sent on it (SlotMeta.sent): its message count
     and the hashes of some of its prefixes, compact whatever the slot's length."""
-    hashes = prefix_hashes(request)
     count = len(request.messages)
-    return {"messages": count, "marks": [[at, hashes[at]] for at in mark_positions(count)]}
+    hashes = prefix_hashes(request, mark_positions(count))
+    return {"messages": count, "marks": [[at, hashes[at]] for at in sorted(hashes)]}
 
 
 def cached_prefix(sent: dict[str, Any] | None, request: ChatRequest) -> int | None:
@@ -96,12 +99,10 @@ def cached_prefix(sent: dict[str, Any] | None, request: ChatRequest) -> int | No
     differ (nothing cached), else the longest remembered prefix that matches."""
     if not sent:
         return None
-    hashes = prefix_hashes(request)
-    best: int | None = None
-    for at, mark in sent.get("marks", ()):
-        if at < len(hashes) and hashes[at] == mark:
-            best = at if best is None else max(best, at)
-    return best
+    marks = {at: mark for at, mark in sent.get("marks", ())}
+    hashes = prefix_hashes(request, marks)
+    matching = [at for at, mark in marks.items() if hashes.get(at) == mark]
+    return max(matching, default=None)
 
 
 @dataclass
