@@ -155,6 +155,8 @@ def derive_slot(
         slot.compressed = list(parent.compressed)
         slot.messages = messages
         slot.meta.branch = message_hashes(messages)
+        if strategy == "full":  # its first request goes where the parent's last one is cached
+            slot.meta.sent = parent.meta.sent
         slot.refresh_meta()
         _insert_slot(store, session_id, slot, make_current)
     log.info("slot derived: %s/%s from %s (%s)", session_id, slot_id, parent.id, strategy)

@@ -21,6 +21,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agctl.cache import cache_outlook
 from agctl.checkpoints import Checkpointer
 from agctl.models import Message, ToolCall, ToolCallFunction
 from agctl.providers.base import ChatRequest, Event
@@ -259,6 +260,8 @@ def test_a_full_derived_slot_starts_with_its_parents_bytes_and_key(
         parent = wire.bodies[-1]
         store.derive_slot("s", "b")
         store.derive_slot("s", "c", source="b")
+        outlook = cache_outlook(store.load_session("s"), store.load_slot("s", "b"), model="offline")
+        assert outlook.cached_messages == outlook.last_sent == len(orjson.loads(parent)["messages"])
         for slot in ("b", "c"):
             send_turn(store, "s", "on the branch", wire, TurnOptions(model="offline", slot=slot))
             assert messages_bytes(wire.bodies[-1]).startswith(messages_bytes(parent))
@@ -302,7 +305,6 @@ def test_the_cache_outlook_finds_the_prefix_the_last_request_shares(
     request's bytes share with the last one sent on the slot, more than half of it, and
     all of it when the next request only appends (a slot keeps a few marks of the last
     request, not a hash per message)."""
-    from agctl.cache import cache_outlook
     from agctl.turns import prepare_turn
 
     with fresh_store() as store:
