@@ -398,3 +398,65 @@ def test_a_compression_changes_the_request_only_from_the_compressed_zone_on(
         assert preview.cached_kept + preview.invalidated == history
         if done.folded:
             assert shared < len(messages) - 1
+
+
+class Echo:
+    """A ToolBox with one tool, answered in process: the result names the arguments."""
+
+    def definitions(self) -> list[dict[str, Any]]:
+        schema = {"type": "object", "properties": {"x": {"type": "number"}}}
+        return [{"type": "function", "function": {"name": "echo", "parameters": schema}}]
+
+    def begin_turn(self) -> None:
+        pass
+
+    def run(self, call: ToolCall) -> tuple[str, Any]:
+        from agctl.steps import CallRecord
+
+        record = CallRecord(call.id, call.function.name, call.function.arguments)
+        return f"echo {call.function.arguments}", record
+
+
+replies = st.lists(
+    st.tuples(
+        st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=2),
+        st.one_of(st.none(), texts),  # reasoning
+        st.one_of(st.none(), texts),  # text beside the calls
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+@WARM_SETTINGS
+@given(turns=st.lists(replies, min_size=2, max_size=4))
+def test_tool_loops_only_grow_the_request_at_its_end(turns: list[list[Any]]) -> None:
+    """Every request a tool loop sends, and the next turn's first, begins with every byte
+    of the request before it: a reply and its tool results read back from the store
+    serialise as they were sent (reasoning left out, numbers and key order kept)."""
+    from agctl.providers.offline import ScriptedReply
+
+    script: list[Any] = []
+    for number, steps in enumerate(turns):
+        turn = []
+        for step, (numbers, reasoning, text) in enumerate(steps):
+            tool_calls = [
+                {
+                    "id": f"c{number}-{step}-{n}",
+                    "name": "echo",
+                    "arguments": orjson.dumps({"x": x}).decode(),
+                }
+                for n, x in enumerate(numbers)
+            ]
+            turn.append(ScriptedReply(content=text, reasoning=reasoning, tool_calls=tool_calls))
+        turn.append(ScriptedReply(content=f"answer {number}", reasoning="thought"))
+        script.append(turn)
+    with fresh_store() as store:
+        store.create_session("s", system_prompt=SYSTEM)
+        wire = Wire()
+        wire.provider = OfflineProvider(script)
+        options = TurnOptions(model="offline", checkpoint=False, tools=Echo())
+        for number in range(len(turns)):
+            send_turn(store, "s", f"question {number}", wire, options)
+        for before, after in itertools.pairwise(wire.bodies):
+            assert messages_bytes(after).startswith(messages_bytes(before))
