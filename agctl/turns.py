@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from agctl.budget import Breakdown, breakdown
+from agctl.cache import cache_key, sent_marks
 from agctl.drafts import drop_local_draft, new_draft
 from agctl.errors import (
     AgctlError,
@@ -246,6 +247,7 @@ def prepare_turn(
         context=context,
         tools=tools,
         tool_choice=_tool_choice(options.tool_choice) if tools is not None else None,
+        cache_key=cache_key(session, slot),
     )
     return PreparedTurn(
         session,
@@ -441,6 +443,7 @@ class _Loop:
         self.draft_at: datetime | None = None  # when this turn's step log was last kept
         # The calls of the last reply waiting for a person's approval (their ids).
         self.awaiting: list[str] = []
+        self.last_request: ChatRequest | None = None  # what the provider has cached
 
     def _request(self, final: bool) -> ChatRequest:
         """The next request: the prepared one, then with the messages so far after it
@@ -498,6 +501,7 @@ class _Loop:
                 self.prepared.tokens + sum(m.token_count() for m in self.messages),
             )
         builder = ReplyBuilder()
+        self.last_request = request
         for event in provider.stream(request):
             builder.feed(event)
             if on_event is not None:
@@ -888,6 +892,8 @@ def _commit(
         if slot is not prepared.slot:
             check_only_appended(prepared.slot, slot)
         base_rev = slot.rev
+        if loop.last_request is not None:
+            slot.meta.sent = sent_marks(loop.last_request)
         store.append_messages(session_id, slot, new)
         session = tx.load_session(session_id)
         account(session, prepared.request.model, usage, cost, len(loop.steps), free=free)

@@ -63,6 +63,14 @@ class HttpSettings(NamedTuple):
     max_retry_wait: float = 60.0
     backoff_base: float = 0.5
     backoff_max: float = 20.0
+    # Send a request's prompt_cache_key (a server that refuses unknown fields: False).
+    prompt_cache_key: bool = False
+
+
+def request_body(request: ChatRequest, *, cache_key: bool = False) -> bytes:
+    """The JSON body a request is sent as: the bytes a provider's prefix cache compares,
+    with the request's `prompt_cache_key` last when `cache_key` (the profile allows it)."""
+    return orjson.dumps(request.payload(cache_key=cache_key))
 
 
 class _Retry(Exception):
@@ -491,7 +499,7 @@ class OpenAIProvider:
         headers = JSON_HEADERS
         if request.stream:
             headers = {**JSON_HEADERS, "Accept": "text/event-stream"}
-        content = orjson.dumps(request.payload())
+        content = request_body(request, cache_key=settings.prompt_cache_key)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "POST %s: model=%s stream=%s, %d bytes, headers: %s",
