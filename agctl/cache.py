@@ -12,6 +12,7 @@ the machine in it.
 from __future__ import annotations
 
 import hashlib
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -51,25 +52,34 @@ def cache_key(session: Session, slot: Slot) -> str:
 
 # ---- what the last request sent left in the cache ------------------------------------
 
-# Hex digits kept of each mark: 64 bits, so two different prefixes never pass for one.
-MARK_DIGITS = 16
 # What a cache read costs, as a share of the input price: OpenAI's newer models, DeepSeek
 # and Anthropic bill a tenth (a price that knows its model's cache price replaces it).
 CACHE_READ_SHARE = 0.1
 
 
 def prefix_hashes(request: ChatRequest, positions: Iterable[int]) -> dict[int, str]:
-    """The hash of the request's serialised form up to each of `positions`: 0 covers the
-    model and the tools (what precedes the messages in a prompt), i those and the first i
-    messages, each as the body's own bytes (orjson, as agctl.providers.openai.request_body)."""
-    wanted = {at for at in positions if 0 <= at <= len(request.messages)}
-    digest = hashlib.sha256(orjson.dumps({"model": request.model, "tools": request.tools}))
-    hashes = {0: digest.hexdigest()[:MARK_DIGITS]} if 0 in wanted else {}
-    last = max(wanted, default=0)
-    for at, message in enumerate(request.messages[:last], start=1):
-        digest.update(orjson.dumps(message))
-        if at in wanted:
-            hashes[at] = digest.hexdigest()[:MARK_DIGITS]
+    """The checksum of the request up to each of `positions`: 0 covers the model and the
+    tools (what precedes the messages in a prompt), i those and the body's bytes through
+    its i-th message. One pass over the bytes the wire sends (agctl.providers.openai.encode:
+    the body a turn just sent is not serialised again). A CRC-32, resumed from one mark to
+    the next: a turn's request is read once at a few instructions a byte, and a changed
+    prefix passes for the one sent once in 2^32 (a wrong estimate, nothing worse)."""
+    wanted = sorted({at for at in positions if 0 <= at <= len(request.messages)})
+    value = zlib.crc32(orjson.dumps({"model": request.model, "tools": request.tools}))
+    if not wanted or wanted[-1] == 0:
+        return {0: f"{value:08x}"} if wanted else {}
+    from agctl.providers.openai import encoded
+
+    body = encoded(request, wanted)
+    data = memoryview(body.data)
+    hashes = {}
+    done = body.offsets[0]
+    for at in wanted:
+        if at:
+            end = body.offsets[at]
+            value = zlib.crc32(data[done:end], value)
+            done = end
+        hashes[at] = f"{value:08x}"
     return hashes
 
 
