@@ -14,8 +14,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
@@ -115,8 +114,7 @@ def cached_prefix(sent: dict[str, Any] | None, request: ChatRequest) -> int | No
     return max(matching, default=None)
 
 
-@dataclass
-class CacheOutlook:
+class CacheOutlook(NamedTuple):
     """The next request against the last one sent on its slot: what a provider's prefix
     cache is expected to serve, and the input's expected cost."""
 
