@@ -95,13 +95,14 @@ def encode(
 
         cuts = mark_positions(count)
     wanted = sorted({cut for cut in cuts if 0 < cut <= count} | {count})
+    last = _last  # read once: another thread may build a body meanwhile
     if (
-        _last is not None
-        and _last[0] is request
-        and _last[1] == cache_key
-        and all(cut in _last[2].offsets for cut in wanted)
+        last is not None
+        and last[0] is request
+        and last[1] == cache_key
+        and all(cut in last[2].offsets for cut in wanted)
     ):
-        return _last[2]
+        return last[2]
     payload = request.payload(cache_key=cache_key)
     messages = payload.pop("messages")
     head = b'{"model":' + orjson.dumps(payload.pop("model")) + b',"messages":['
