@@ -226,11 +226,11 @@ def breakdown(
         Zone.of(
             "system prompt", [Message(role="system", content=prompt)] if prompt else [], "system"
         ),
-        Zone.of("memory", [memory] if memory else [], "system"),
         Zone("immutable", len(immutable.seen), immutable.tokens, "system"),
         Zone("compressed", len(compressed.seen), compressed.tokens, "history"),
         said,
         results,
+        Zone.of("memory", [memory] if memory else [], "system"),
         Zone.of("scratch", list(scratch), "system"),
         Zone.of("input", [user_input] if user_input else [], "history"),
         Zone.of_tools(tools or ()),

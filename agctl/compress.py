@@ -2,6 +2,12 @@
 
 The originals are not lost: the session is checkpointed before and after, so the
 compression is itself a change that can be diffed and rolled back.
+
+A compression rewrites the request from the compressed zone on (a truncation: from the
+first folded message), so a provider's cache of everything after the immutable zone is
+lost once; the system prompt and the immutable zone stay cached. `min_tokens` makes a
+compression fold enough to pay for that, and `preview_compression` says what it would
+invalidate (see docs/cache.md).
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agctl.errors import Conflict
 from agctl.hashing import message_hashes
@@ -108,6 +114,86 @@ class Compression:
     summary: str | None = None
     # A PreCompress hook said not to.
     cancelled: bool = False
+    # What there was to fold, in tokens, when it was under `min_tokens` (nothing folded).
+    too_little: int | None = None
+
+
+@dataclass
+class CompressionPreview:
+    """What a compression would do to the next request, and to a provider's cache of it."""
+
+    slot: str
+    strategy: CompressStrategy
+    folded: int  # messages
+    folded_tokens: int
+    kept: int  # messages left in the messages zone
+    # Tokens of the request before the first byte the compression changes: still cached.
+    cached_kept: int
+    # Tokens from that byte on (up to the memory, scratch and input): cacheable now,
+    # sent anew once after the compression.
+    invalidated: int
+    min_tokens: int
+
+    @property
+    def enough(self) -> bool:
+        return self.folded > 0 and self.folded_tokens >= self.min_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "slot": self.slot,
+            "strategy": self.strategy,
+            "folded": self.folded,
+            "folded_tokens": self.folded_tokens,
+            "kept": self.kept,
+            "cached_kept_tokens": self.cached_kept,
+            "invalidated_tokens": self.invalidated,
+            "min_tokens": self.min_tokens,
+            "would_compress": self.enough,
+        }
+
+
+def preview_compression(
+    store: Store,
+    session_id: str,
+    slot_id: str | None,
+    *,
+    strategy: CompressStrategy = "summarize",
+    keep_recent: int = 6,
+    min_tokens: int = 0,
+) -> CompressionPreview:
+    """What `compress` would fold, and what of the next request it would stop a provider's
+    cache from serving (nothing is called, nothing written)."""
+    from agctl.view import mode_messages
+
+    session = store.load_session(session_id)
+    slot = store.load_slot(session_id, slot_id)
+    plan = plan_compression(slot, keep_recent)
+    head = plan.head if plan is not None else 0
+    start = plan.start if plan is not None else head
+    folded_tokens = sum(m.token_count() for m in slot.messages[head:start])
+    view = mode_messages(slot)
+    prompt = session.system_prompt
+    cached = (Message(role="system", content=prompt).token_count() if prompt else 0) + sum(
+        m.token_count() for m in slot.immutable
+    )
+    changed = sum(m.token_count() for m in view)
+    if strategy == "truncate":  # the compressed zone, and a leading system message, stay
+        cached += sum(m.token_count() for m in slot.compressed)
+        if head and view and view[0] is slot.messages[0]:
+            cached += view[0].token_count()
+            changed -= view[0].token_count()
+    else:
+        changed += sum(m.token_count() for m in slot.compressed)
+    return CompressionPreview(
+        slot=slot.id,
+        strategy=strategy,
+        folded=start - head,
+        folded_tokens=folded_tokens,
+        kept=len(slot.messages) - (start - head),
+        cached_kept=cached if plan is not None else cached + changed,
+        invalidated=changed if plan is not None else 0,
+        min_tokens=min_tokens,
+    )
 
 
 def compress(
@@ -122,8 +208,10 @@ def compress(
     instructions: str | None = None,
     checkpoint: bool = True,
     hooks: Hooks | None = None,
+    min_tokens: int = 0,
 ) -> Compression:
-    """Compress a slot's older messages; checkpointed before and after.
+    """Compress a slot's older messages; checkpointed before and after. Fewer than
+    `min_tokens` to fold is not worth the cache it invalidates: nothing is done then.
 
     With `hooks`: PreCompress hooks may cancel it or give the summary (no provider call);
     PostCompress hooks may rewrite the summary or keep fewer messages, before anything is
@@ -135,6 +223,16 @@ def compress(
     plan = plan_compression(slot, keep_recent)
     if plan is None:
         return Compression(slot=slot.id, strategy=strategy, folded=0, kept=len(slot.messages))
+    folding = sum(m.token_count() for m in slot.messages[plan.head : plan.start])
+    if folding < min_tokens:
+        log.info("not compressing %s/%s: %d tokens to fold", session_id, slot.id, folding)
+        return Compression(
+            slot=slot.id,
+            strategy=strategy,
+            folded=0,
+            kept=len(slot.messages),
+            too_little=folding,
+        )
     given: str | None = None
     if hooks:
         hooks.context.update(session=session_id, slot=slot.id)

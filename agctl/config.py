@@ -31,6 +31,7 @@ from agctl.models import (
     Session,
     _empty_dict,
     _empty_list,
+    _is_none,
     _optional,
 )
 from agctl.paths import default_config_path
@@ -98,6 +99,9 @@ class Profile(Model):
     headers: dict[str, str] = Field(default_factory=_empty_dict)
     cassette: str | None = None
     context_window: int | None = Field(default=None, gt=0)
+    # Send prompt_cache_key (OpenAI's cache routing); None: only to OpenAI itself, since
+    # another server may refuse a field it does not know.
+    prompt_cache_key: bool | None = Field(default=None, exclude_if=_is_none)
     # Tools by name, overriding the config's of the same name for turns of this profile.
     tools: LazyToolTable = Field(default_factory=_empty_dict, exclude_if=_is_empty)
     # Run after the config's own hooks of the same event, when this profile is in use.
@@ -190,6 +194,11 @@ class Config(Document):
     auto_checkpoint: bool = True
     auto_compress: bool = True
     compress_keep_recent: int = Field(default=6, ge=0)
+    # `ctx compress` folds at least this many tokens or none: a compression re-sends
+    # uncached what follows the immutable zone (its summary and the kept messages, ~2,000
+    # tokens at the defaults), and each later turn saves the folded tokens, cached at a
+    # tenth: 2,048 folded pay for that in about nine turns; 200 would take ninety.
+    compress_min_tokens: int = Field(default=2048, ge=0)
     context_windows: dict[str, PositiveInt] = Field(default_factory=_empty_dict)
     max_retries: int = Field(default=3, ge=0, le=20)
     connect_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)
@@ -459,6 +468,7 @@ class Resolved:
     request_timeout: float = 600.0
     max_reply_bytes: int = 16 * 1024 * 1024
     max_retry_wait: float = 60.0
+    prompt_cache_key: bool = False
     sources: dict[str, str] = field(default_factory=dict)
 
     def public(self) -> dict[str, Any]:
@@ -581,6 +591,9 @@ def resolve(
     key_env = chosen.api_key_env or (preset.key_env if preset is not None else None)
     if key_env is None and base_source == "preset openai":
         key_env = "OPENAI_API_KEY"
+    cache_key = chosen.prompt_cache_key
+    if cache_key is None:  # OpenAI itself: its preset's URL, or no URL named anywhere
+        cache_key = base_url == PRESETS["openai"].base_url
     return Resolved(
         provider=provider,
         model=str(chosen_model),
@@ -597,6 +610,7 @@ def resolve(
         request_timeout=config.request_timeout,
         max_reply_bytes=config.max_reply_bytes,
         max_retry_wait=config.max_retry_wait,
+        prompt_cache_key=cache_key,
         sources={
             "profile": name_source,
             "provider": provider_source,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
+from agctl.cache import slot_root
 from agctl.errors import AlreadyExists, Conflict, NotFound, ProtectedSlot, UsageError
 from agctl.hashing import message_hashes
 from agctl.ids import validate_id
@@ -142,13 +143,20 @@ def derive_slot(
             update={
                 "mode": mode,
                 "focused": focused,
-                "source": SlotSource(kind="derived", parent_id=parent.id, strategy=strategy),
+                "source": SlotSource(
+                    kind="derived",
+                    parent_id=parent.id,
+                    strategy=strategy,
+                    root_id=slot_root(parent),
+                ),
             }
         )
         slot = new_slot(slot_id, config, parent.immutable, parent_id=parent.id)
         slot.compressed = list(parent.compressed)
         slot.messages = messages
         slot.meta.branch = message_hashes(messages)
+        if strategy == "full":  # its first request goes where the parent's last one is cached
+            slot.meta.sent = parent.meta.sent
         slot.refresh_meta()
         _insert_slot(store, session_id, slot, make_current)
     log.info("slot derived: %s/%s from %s (%s)", session_id, slot_id, parent.id, strategy)

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from agctl.budget import Breakdown, breakdown
+from agctl.cache import cache_key, sent_marks
 from agctl.drafts import drop_local_draft, new_draft
 from agctl.errors import (
     AgctlError,
@@ -249,6 +250,7 @@ def prepare_turn(
         context=context,
         tools=tools,
         tool_choice=_tool_choice(options.tool_choice) if tools is not None else None,
+        cache_key=cache_key(session, slot),
     )
     return PreparedTurn(
         session,
@@ -442,6 +444,7 @@ class _Loop:
         self.draft_at: datetime | None = None  # when this turn's step log was last kept
         # The calls of the last reply waiting for a person's approval (their ids).
         self.awaiting: list[str] = []
+        self.last_request: ChatRequest | None = None  # what the provider has cached
 
     def _request(self, final: bool) -> ChatRequest:
         """The next request: the prepared one, then with the messages so far after it
@@ -499,6 +502,7 @@ class _Loop:
                 self.prepared.tokens + sum(m.token_count() for m in self.messages),
             )
         builder = ReplyBuilder()
+        self.last_request = request
         for event in provider.stream(request):
             builder.feed(event)
             if on_event is not None:
@@ -901,6 +905,8 @@ def _commit(
         if slot is not prepared.slot:
             check_only_appended(prepared.slot, slot)
         base_rev = slot.rev
+        if loop.last_request is not None:
+            slot.meta.sent = sent_marks(loop.last_request)
         store.append_messages(session_id, slot, new)
         session = tx.load_session(session_id)
         account(

@@ -22,8 +22,13 @@ def focused_messages(
     """The focused view of the incremental zone.
 
     Order: the first system message (when `keep_system`), the summary override as a system
-    message, then the last `recent_messages` messages. The summary stands before the recent
-    messages because it summarises what came before them.
+    message, then the recent messages. The summary stands before the recent messages
+    because it summarises what came before them.
+
+    The recent messages are at least the last `recent_messages`: old ones are dropped
+    `stride` at a time (counted from the first droppable message), so the window's start
+    stays put while the slot grows by up to `stride` messages, and a provider's prefix
+    cache keeps serving the request until it moves.
     """
     head: list[Message] = []
     rest_from = 0
@@ -34,8 +39,9 @@ def focused_messages(
         head.append(Message(role="system", content=focus.summary_override))
     if focus.recent_messages == 0:
         return head
-    start = max(rest_from, len(messages) - focus.recent_messages)
-    start = max(rest_from, tool_safe_cut(messages, start))
+    dropped = max(0, len(messages) - rest_from - focus.recent_messages)
+    dropped -= dropped % focus.stride
+    start = max(rest_from, tool_safe_cut(messages, rest_from + dropped))
     return head + list(messages[start:])
 
 
@@ -69,8 +75,10 @@ def request_view(
 ) -> list[Message]:
     """The exact list of messages a model would receive for the next turn on `slot`.
 
-    Order: system prompt, session memory (when in context), immutable, compressed, the
-    mode's view of messages, scratch, the new input.
+    Order: system prompt, immutable, compressed, the mode's view of messages, session
+    memory (when in context), scratch, the new input. What changes least comes first, so
+    a provider's prefix cache keeps it: a `memory set` re-sends the memory and what
+    follows it, never the conversation before it.
     """
     head, tail = _around(session, scratch, user_input, system_prompt)
     return [*head, *slot_view(slot), *tail]
@@ -82,14 +90,14 @@ def _around(
     user_input: Message | None,
     system_prompt: str | None,
 ) -> tuple[list[Message], list[Message]]:
-    """What a request holds before the slot's messages (system prompt, memory) and after
-    them (scratch, the new input)."""
+    """What a request holds before the slot's messages (the system prompt) and after them
+    (memory, scratch, the new input)."""
     prompt = system_prompt if system_prompt is not None else session.system_prompt
     head: list[Message] = [Message(role="system", content=prompt)] if prompt else []
     memory = memory_message(session)
-    if memory is not None:
-        head.append(memory)
-    tail = [*scratch, *([user_input] if user_input is not None else [])]
+    tail = [*([memory] if memory is not None else []), *scratch]
+    if user_input is not None:
+        tail.append(user_input)
     return head, tail
 
 

@@ -98,6 +98,7 @@ CONFIG_KEYS: tuple[str, ...] = (
     "auto_checkpoint",
     "auto_compress",
     "compress_keep_recent",
+    "compress_min_tokens",
     "context_windows.MODEL",
     "max_retries",
     "connect_timeout",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from agctl.cache import session_root
 from agctl.checkpoints.files import head, log, open_log, read_checkpoint, removed_ids
 from agctl.checkpoints.planner import create, save_heads
 from agctl.checkpoints.reader import load, state
@@ -81,6 +82,9 @@ def fork(store: Store, session_id: str, identifier: str, new_id: str | None = No
             # Where it came from, for `session graph`: the turn and time find the
             # checkpoint again after `store gc` gave it a new id.
             "forked_from": {
+                # The session the line of forks began with: their requests share a
+                # prompt_cache_key (agctl.cache).
+                "root": session_root(rebuilt.session),
                 "checkpoint": target.id,
                 "turn": target.turn_index,
                 "created_at": isoformat(target.created_at),

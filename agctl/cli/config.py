@@ -89,7 +89,7 @@ def set_(app: App, key: str, value: str) -> None:
 
     \b
     Keys: default_profile, auto_checkpoint, auto_compress, compress_keep_recent,
-          max_retries, connect_timeout, read_timeout, request_timeout,
+          compress_min_tokens, max_retries, connect_timeout, read_timeout, request_timeout,
           max_reply_bytes, max_retry_wait, lock_timeout, max_calls_per_reply,
           max_calls_per_turn, context_windows.MODEL,
           prices.MODEL.prompt / .completion / .cache_read / .cache_write

@@ -14,6 +14,8 @@ from agctl.vocab import COMPRESS_STRATEGIES, TOOLS_COUNTED
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from agctl.cache import CacheOutlook
+    from agctl.compress import CompressionPreview
     from agctl.setup import ModelChoice
 
 
@@ -54,6 +56,12 @@ def command() -> None:
     type=PathType(dir_okay=False),
     help="Also count-able: the tools defined in FILE (a JSON array of tool objects).",
 )
+@click.option(
+    "--cache",
+    is_flag=True,
+    help="Also the part of the next request expected from the provider's cache (the "
+    "prefix it shares with the last request sent on the slot) and its input's cost.",
+)
 @command_options
 @pass_app
 def show(
@@ -66,17 +74,25 @@ def show(
     tool_names: tuple[str, ...],
     every_tool: str | None,
     tools_file: Path | None,
+    cache: bool,
 ) -> None:
     """Every zone of the next request with its tokens, against the budget and the window.
 
-    Zones: system prompt, memory (when in context), immutable, compressed, the messages
-    view, tool results, scratch, PROMPT (when given) and the definitions of the tools
-    offered (-T NAME, --tools all; MSGS counts the definitions). The limit is the
-    model's window minus the reserve kept for the reply.
+    Zones, in the order a request holds them: system prompt, immutable, compressed, the
+    messages view, tool results, memory (when in context), scratch, PROMPT (when given),
+    then the definitions of the tools offered (-T NAME, --tools all; MSGS counts the
+    definitions). What changes least comes first, so a provider's prefix cache keeps it:
+    a memory change re-sends only the memory and what follows. The limit is the model's
+    window minus the reserve kept for the reply.
+
+    With --cache: how much of the request is expected from the provider's cache, by the
+    prefix it shares with the last request a turn sent on the slot, and the expected
+    cost of its input (cache reads at a tenth of the input price). See docs/cache.md.
 
     \b
     Examples:
       agctl ctx show
+      agctl ctx show "next question" --cache
       agctl ctx show "next question" --model gpt-4o --json
       agctl ctx show "How many words in notes.txt?" -T wc
     """
@@ -107,6 +123,22 @@ def show(
         "provider": setup.settings.provider,
         **result.to_dict(),
     }
+    outlook = None
+    if cache:
+        from agctl.cache import cache_outlook
+
+        outlook = cache_outlook(
+            session,
+            target,
+            model=setup.settings.model,
+            scratch=scratch_messages(scratch),
+            user_input=prompt_message(prompt),
+            system_prompt=system,
+            tools=tools,
+            tool_tokens=sum(z.tokens for z in result.zones if z.name == "tool definitions"),
+            prices=setup.config.price_overrides(),
+        )
+        payload["cache"] = outlook.to_dict()
     if app.json:
         app.emit(payload)
         return
@@ -140,8 +172,27 @@ def show(
     part_columns = [("part", "BUDGET"), ("used", "USED"), ("budget", "OF"), ("over", "")]
     state = "over by" if result.room < 0 else "room left"
     total = f"total {result.total} of {result.limit}: {state} {abs(result.room)}"
-    text = "\n".join([heading, table(rows, columns), "", table(parts, part_columns), "", total])
-    app.emit(payload, text=text)
+    lines = [heading, table(rows, columns), "", table(parts, part_columns), "", total]
+    if outlook is not None:
+        lines.append(cache_line(outlook))
+    app.emit(payload, text="\n".join(lines))
+
+
+def cache_line(outlook: CacheOutlook) -> str:
+    """What `ctx show --cache` says of the cache, in one line."""
+    if outlook.last_sent is None:
+        said = "no turn sent on this slot yet: nothing expected from the cache"
+    else:
+        said = (
+            f"cache: ~{outlook.cached_tokens} of {outlook.input_tokens} input tokens "
+            f"({outlook.share:.0%}) expected from the cache, the first "
+            f"{outlook.cached_messages} messages of the last request ({outlook.last_sent})"
+        )
+    if outlook.cost is None or outlook.cost_uncached is None:
+        return said + "; input unpriced"
+    from agctl.usage import money
+
+    return f"{said}; input ~{money(outlook.cost)} ({money(outlook.cost_uncached)} uncached)"
 
 
 @command.command("compress")
@@ -154,6 +205,19 @@ def show(
     help="summarize: the provider folds older messages into a summary; truncate: drop them.",
 )
 @click.option("--keep-recent", type=Count(), metavar="K", help="Messages kept.")
+@click.option(
+    "--min-tokens",
+    type=Count(),
+    metavar="N",
+    help="Fold at least N tokens or none: a compression invalidates the provider's cache "
+    "of what follows the immutable zone (default: compress_min_tokens, 2048; 0: always).",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Say what would be folded and what cached tokens it would invalidate; change "
+    "nothing, call no model.",
+)
 @click.option("--instructions", metavar="TEXT", help="How to summarise (replaces the default).")
 @provider_options
 @click.option(
@@ -169,16 +233,22 @@ def compress(
     slot: str | None,
     strategy: str,
     keep_recent: int | None,
+    min_tokens: int | None,
+    dry_run: bool,
     instructions: str | None,
     choice: ModelChoice,
 ) -> None:
     """Fold older messages of a slot into its compressed zone, keeping the recent ones.
 
     The session is checkpointed before and after, so the originals can be recovered with
-    'agctl ckpt rollback'.
+    'agctl ckpt rollback'. A compression changes the request from the compressed zone on
+    (a truncation: from the first folded message), so the provider's cache of it is lost
+    once; fewer than --min-tokens to fold is not worth that, and nothing is done.
+    --dry-run says what would be folded and invalidated.
 
     \b
     Examples:
+      agctl ctx compress --dry-run
       agctl ctx compress
       agctl ctx compress --strategy truncate --keep-recent 10
       agctl ctx compress --instructions "Keep every date and amount."
@@ -188,16 +258,32 @@ def compress(
 
     sid = app.session_id()
     setup = ModelSetup.chosen(app.store, sid, choice)
+    kept = setup.config.compress_keep_recent if keep_recent is None else keep_recent
+    least = setup.config.compress_min_tokens if min_tokens is None else min_tokens
+    if dry_run:
+        from agctl.compress import preview_compression
+
+        preview = preview_compression(
+            app.store,
+            sid,
+            slot,
+            strategy=strategy,  # type: ignore[arg-type]
+            keep_recent=kept,
+            min_tokens=least,
+        )
+        app.emit(preview.to_dict(), text=preview_text(preview))
+        return
     result = run_compress(
         app.store,
         sid,
         slot,
         strategy=strategy,  # type: ignore[arg-type]
-        keep_recent=setup.config.compress_keep_recent if keep_recent is None else keep_recent,
+        keep_recent=kept,
         provider=setup.provider() if strategy == "summarize" else None,
         model=setup.settings.model,
         instructions=instructions,
         hooks=setup.hooks(no_hooks=app.no_hooks),
+        min_tokens=least,
     )
     payload = {
         "slot": result.slot,
@@ -211,6 +297,13 @@ def compress(
     if result.cancelled:
         payload["cancelled"] = True
         text = f"a PreCompress hook cancelled the compression of slot {result.slot}"
+    elif result.too_little is not None:
+        payload["too_little"] = result.too_little
+        text = (
+            f"nothing compressed in slot {result.slot}: only ~{result.too_little} tokens to "
+            f"fold, under --min-tokens {least} (the provider's cache it would invalidate "
+            "costs more); --min-tokens 0 compresses anyway"
+        )
     elif result.folded == 0:
         text = f"nothing to compress in slot {result.slot} ({result.kept} messages kept)"
     else:
@@ -219,3 +312,21 @@ def compress(
             f"{result.kept} kept; the originals are in checkpoint {result.before}"
         )
     app.done(payload, text=text)
+
+
+def preview_text(preview: CompressionPreview) -> str:
+    """What `ctx compress --dry-run` says, for people."""
+    if not preview.folded:
+        return f"nothing to compress in slot {preview.slot} ({preview.kept} messages kept)"
+    lines = [
+        f"would fold {preview.folded} messages (~{preview.folded_tokens} tokens) of slot "
+        f"{preview.slot} ({preview.strategy}), keeping {preview.kept}",
+        f"invalidates ~{preview.invalidated} cached tokens (sent anew once); "
+        f"~{preview.cached_kept} stay cached",
+    ]
+    if not preview.enough:
+        lines.append(
+            f"under --min-tokens {preview.min_tokens}: nothing would be compressed "
+            "(--min-tokens 0 compresses anyway)"
+        )
+    return "\n".join(lines)

@@ -40,6 +40,12 @@ def command() -> None:
 )
 @click.option("--header", "headers", metavar="NAME:VALUE", multiple=True, help="Extra header.")
 @click.option("--cassette", metavar="FILE", help="For --provider replay: the cassette.")
+@click.option(
+    "--prompt-cache-key/--no-prompt-cache-key",
+    default=None,
+    help="Send prompt_cache_key, which routes a conversation's requests to the cache of "
+    "its prefix (default: only to OpenAI itself).",
+)
 @click.option("--default", "make_default", is_flag=True, help="Make it the default profile.")
 @click.option("--replace", is_flag=True, help="Replace an existing profile of that name.")
 @json_option
@@ -55,6 +61,7 @@ def add(
     api_key: str | None,
     headers: tuple[str, ...],
     cassette: str | None,
+    prompt_cache_key: bool | None,
     make_default: bool,
     replace: bool,
 ) -> None:
@@ -87,6 +94,7 @@ def add(
             "api_key_env": api_key_env,
             "headers": parsed,
             "cassette": cassette,
+            "prompt_cache_key": prompt_cache_key,
         }
     )
     config_store = ConfigStore()

@@ -49,10 +49,18 @@ def focus_options(fn: F) -> F:
         help="Summary shown in place of older messages ('' clears it).",
     )(fn)
     fn = click.option(
+        "--stride",
+        type=Count(min=1),
+        metavar="K",
+        help="Focused: drop old messages K at a time, so the start of the view (and the "
+        "provider's cache of it) stays put while K messages come (default 16; 1 slides "
+        "every turn).",
+    )(fn)
+    fn = click.option(
         "--recent",
         type=Count(),
         metavar="N",
-        help="Focused: keep the last N messages.",
+        help="Focused: keep at least the last N messages.",
     )(fn)
     return click.option(
         "--keep-system/--no-keep-system",
@@ -66,10 +74,12 @@ def focus_changes(
     recent: int | None,
     summary: str | None,
     auto_summary_every: int | None = None,
+    stride: int | None = None,
 ) -> dict[str, Any]:
     return {
         "keep_system": keep_system,
         "recent_messages": recent,
+        "stride": stride,
         "summary_override": summary,
         "auto_summary_every": auto_summary_every,
     }
@@ -124,6 +134,7 @@ def new(
     mode: str,
     keep_system: bool | None,
     recent: int | None,
+    stride: int | None,
     summary: str | None,
     auto_summary_every: int | None,
     static_file: str | None,
@@ -147,7 +158,7 @@ def new(
         app.session_id(),
         slot_id,
         mode=mode,
-        focus=focus_changes(keep_system, recent, summary, auto_summary_every),
+        focus=focus_changes(keep_system, recent, summary, auto_summary_every, stride),
         immutable=immutable,
         make_current=make_current,
     )
@@ -181,6 +192,7 @@ def derive(
     strategy: str,
     keep_system: bool | None,
     recent: int | None,
+    stride: int | None,
     summary: str | None,
     auto_summary_every: int | None,
     make_current: bool,
@@ -197,7 +209,7 @@ def derive(
         slot_id,
         source=source,
         strategy=strategy,  # type: ignore[arg-type]
-        focus=focus_changes(keep_system, recent, summary, auto_summary_every),
+        focus=focus_changes(keep_system, recent, summary, auto_summary_every, stride),
         make_current=make_current,
     )
     text = f"derived slot {slot.id} from {slot.meta.parent_id} ({strategy})"
@@ -303,6 +315,7 @@ def show(app: App, slot_id: str | None, view: bool) -> None:
         focus = config.focused
         summary["focused"] = (
             f"keep_system={focus.keep_system} recent_messages={focus.recent_messages}"
+            f" stride={focus.stride}"
             f" summary={'set' if focus.summary_override else 'none'}"
         )
     if config.auto_compress is not None:
@@ -340,6 +353,7 @@ def mode(
     slot_id: str | None,
     keep_system: bool | None,
     recent: int | None,
+    stride: int | None,
     summary: str | None,
     auto_summary_every: int | None,
 ) -> None:
@@ -348,12 +362,16 @@ def mode(
     \b
     Examples:
       agctl slot mode focused --recent 6 --summary "We agreed on plan B."
+      agctl slot mode focused --recent 20 --stride 4
       agctl slot mode readonly reference
       agctl slot mode full
     """
     sid = app.session_id()
     slot = app.store.set_mode(
-        sid, slot_id, mode, focus=focus_changes(keep_system, recent, summary, auto_summary_every)
+        sid,
+        slot_id,
+        mode,
+        focus=focus_changes(keep_system, recent, summary, auto_summary_every, stride),
     )
     current = app.store.load_session(sid).current_slot
     app.done(slot_row(slot, current), text=f"slot {slot.id} is now {slot.config.mode}")

@@ -338,7 +338,9 @@ def send(
             "slot": prepared.slot.id,
             "turn": prepared.request.context.turn,
             "tokens": prepared.tokens,
-            "request": prepared.request.payload(),
+            "request": prepared.request.payload(
+                cache_key=settings.provider == "openai" and settings.prompt_cache_key
+            ),
         }
         app.emit_json(payload)
         return

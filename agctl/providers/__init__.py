@@ -103,6 +103,7 @@ def build_provider(
                 max_reply_bytes=settings.max_reply_bytes,
                 max_retries=settings.max_retries,
                 max_retry_wait=settings.max_retry_wait,
+                prompt_cache_key=settings.prompt_cache_key,
             )
         )
         redacts_itself = True

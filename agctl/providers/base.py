@@ -182,6 +182,9 @@ class ChatRequest(NamedTuple):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    # Routes the request to the cache holding its prefix (agctl.cache.cache_key): sent as
+    # `prompt_cache_key` where the profile allows; delivery, not model input.
+    cache_key: str | None = None
 
     def params(self) -> dict[str, Any]:
         """The request's parameters, each only when set (so a request without tools has
@@ -207,12 +210,15 @@ class ChatRequest(NamedTuple):
         """A stable hash of the model input, for cassettes."""
         return request_fingerprint(self.model_input())
 
-    def payload(self) -> dict[str, Any]:
-        """The chat-completions JSON body."""
+    def payload(self, *, cache_key: bool = False) -> dict[str, Any]:
+        """The chat-completions JSON body; with `cache_key` (the profile allows it), the
+        request's prompt_cache_key last."""
         body: dict[str, Any] = {"model": self.model, "messages": self.messages, **self.params()}
         if self.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
+        if cache_key and self.cache_key:
+            body["prompt_cache_key"] = self.cache_key
         return body
 
 
@@ -289,3 +295,16 @@ def redacted_events(events: Iterator[Event], redactor: "Redactor") -> Iterator[E
             exc.__notes__ = [redactor.text(note) for note in exc.__notes__]
         raise
     yield from flush()
+
+
+def mark_positions(count: int) -> list[int]:
+    """Where a sent request is remembered (agctl.cache), and so where the wire's encoder
+    notes how far its bytes go: its start and end, then powers of two from
+    either end (about 2 log2 n marks, exact for a request that was only appended to,
+    within a factor of two of its length elsewhere)."""
+    positions = {0, count}
+    step = 1
+    while step < count:
+        positions.update((step, count - step))
+        step *= 2
+    return sorted(positions)

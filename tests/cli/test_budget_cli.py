@@ -419,7 +419,8 @@ def test_ctx_compress_truncate_calls_no_model(
     original = history()
     add(store, None, *original)
 
-    result = ok(run("ctx", "compress", "--strategy", "truncate", "--keep-recent", "3"))
+    truncate = ("ctx", "compress", "--strategy", "truncate", "--keep-recent", "3")
+    result = ok(run(*truncate, "--min-tokens", "0"))
 
     match = re.fullmatch(
         r"compressed slot default: 5 messages folded \(truncate\), 4 kept; "
@@ -445,7 +446,17 @@ def test_ctx_compress_summarize_sends_one_summary_request(
     wired.reply(text="A short summary.")
 
     payload = as_json(
-        run("--json", "ctx", "compress", "--keep-recent", "2", "--instructions", "Keep dates.")
+        run(
+            "--json",
+            "ctx",
+            "compress",
+            "--keep-recent",
+            "2",
+            "--min-tokens",
+            "0",
+            "--instructions",
+            "Keep dates.",
+        )
     )
 
     assert {k: payload[k] for k in ("slot", "strategy", "folded", "kept", "summary")} == {
@@ -489,7 +500,7 @@ def test_slot_summarize_stores_the_summary_override(run: Run, store: Store, sid:
     shown = as_json(run("--json", "slot", "show"))
     assert shown["config"]["focused"]["summary_override"] == expected
     assert len(shown["messages"]) == 2
-    ok(run("slot", "mode", "focused", "--recent", "1"))
+    ok(run("slot", "mode", "focused", "--recent", "1", "--stride", "1"))
     view = as_json(run("--json", "slot", "show", "--view"))
     assert [m["content"] for m in view["messages"]] == [SYSTEM, expected, "A monoid, roughly."]
 
@@ -499,7 +510,7 @@ def test_slot_summarize_stores_the_summary_override(run: Run, store: Store, sid:
 MEMORY_TEXT = "Known facts (session memory):\n- project: agctl\n- user: Ada"
 
 
-def test_memory_in_context_is_one_system_message_after_the_system_prompt(
+def test_memory_in_context_is_one_system_message_after_the_history(
     run: Run, store: Store, sid: str
 ) -> None:
     add(store, None, msg("user", "Hello."))
@@ -512,15 +523,22 @@ def test_memory_in_context_is_one_system_message_after_the_system_prompt(
     view = as_json(run("--json", "slot", "show", "--view"))
     assert view["messages"] == [
         {"role": "system", "content": SYSTEM},
-        {"role": "system", "content": MEMORY_TEXT},
         {"role": "user", "content": "Hello."},
+        {"role": "system", "content": MEMORY_TEXT},
     ]
     assert view["tokens"] == cost(SYSTEM) + cost(MEMORY_TEXT) + cost("Hello.")
     human = ok(run("slot", "show", "--view")).stdout
-    assert f"[1] system  ~{cost(MEMORY_TEXT)} tokens\n{MEMORY_TEXT}\n" in human
+    assert f"[2] system  ~{cost(MEMORY_TEXT)} tokens\n{MEMORY_TEXT}\n" in human
     shown = as_json(run("--json", "ctx", "show"))
     assert zones(shown)["memory"] == (1, cost(MEMORY_TEXT))
-    assert [z["zone"] for z in shown["zones"]][:2] == ["system prompt", "memory"]
+    assert [z["zone"] for z in shown["zones"]][:6] == [
+        "system prompt",
+        "immutable",
+        "compressed",
+        "messages",
+        "tool results",
+        "memory",
+    ]
     assert shown["budget"]["system"]["used"] == cost(SYSTEM) + cost(MEMORY_TEXT)
     rows = zone_rows(ok(run("ctx", "show")).stdout)
     assert rows["memory"][:2] == ["1", str(cost(MEMORY_TEXT))]
@@ -614,3 +632,111 @@ def test_merge_without_a_parent_or_into_is_a_usage_error(run: Run, branch: list[
     assert "slot 'default' was not derived from another\nagctl: hint: give --into SLOT" in (
         result.stderr
     )
+
+
+# ---- ctx show --cache ----------------------------------------------------------------
+
+
+def test_ctx_show_cache_expects_the_prefix_of_the_last_request_sent(
+    run: Run, store: Store, sid: str, wired: FakeOpenAI
+) -> None:
+    """Against the last request a turn sent over HTTP: all of it after an append, all of
+    it still after a memory change (memory goes after the history), only the system
+    prompt after an edit of the first message; the input's cost with cache reads at a
+    tenth of the price."""
+    ok(run("config", "set", f"prices.{MODEL}",
+           '{"prompt": 2.5, "completion": 10, "cache_read": 0.25}'))  # fmt: skip
+    empty = as_json(run("--json", "ctx", "show", "--cache"))["cache"]
+    assert (empty["last_sent_messages"], empty["cached_tokens"]) == (None, 0)
+    ok(run("turn", "send", "one"))
+    ok(run("turn", "send", "two"))
+    sent = chats(wired)[-1]["messages"]
+    assert len(sent) == 4
+
+    def outlook() -> dict[str, Any]:
+        shown = as_json(run("--json", "ctx", "show", "three", "--cache"))
+        return {**shown["cache"], "total": shown["total"]}
+
+    slot = store.load_slot(sid)
+    cached = cost(SYSTEM) + sum(m.token_count() for m in slot.messages[:3])
+    first = outlook()
+    assert first["last_sent_messages"] == 4 and first["cached_messages"] == 4
+    assert first["cached_tokens"] == cached and first["input_tokens"] == first["total"]
+    expected = ((first["total"] - cached) + cached * 0.1) * 2.5 / 1_000_000
+    assert first["expected_input_cost"] == pytest.approx(expected)
+    assert first["input_cost_uncached"] == pytest.approx(first["total"] * 2.5 / 1_000_000)
+
+    ok(run("memory", "set", "user", "Ada"))
+    ok(run("session", "set", "memory_in_context", "true"))
+    assert outlook()["cached_messages"] == 4
+
+    ok(run("msg", "edit", "0", "one, edited"))
+    edited = outlook()
+    assert (edited["cached_messages"], edited["cached_tokens"]) == (1, cost(SYSTEM))
+    line = ok(run("ctx", "show", "three", "--cache")).stdout.splitlines()[-1]
+    assert line.startswith(f"cache: ~{cost(SYSTEM)} of {edited['total']} input tokens (")
+    assert "the first 1 messages of the last request (4); input ~$" in line
+
+
+# ---- ctx compress --dry-run and --min-tokens ------------------------------------------
+
+
+def test_ctx_compress_dry_run_says_what_it_would_fold_and_invalidate(
+    run: Run, isolated_env: Path, store: Store, sid: str, wired: FakeOpenAI
+) -> None:
+    """Nothing written, no model called: the folded messages and tokens, the tokens that
+    stay cached (system prompt; a truncation keeps the leading system message too) and
+    those invalidated (the rest of the history), and whether --min-tokens allows it."""
+    original = history()
+    add(store, None, *original)
+    before = data_dir_files(isolated_env)
+    tokens = [m.token_count() for m in original]
+    shown = as_json(run("--json", "ctx", "compress", "--dry-run", "--keep-recent", "3"))
+    assert shown == {
+        "slot": "default",
+        "strategy": "summarize",
+        "folded": 5,
+        "folded_tokens": sum(tokens[1:6]),
+        "kept": 4,
+        "cached_kept_tokens": cost(SYSTEM),
+        "invalidated_tokens": sum(tokens),
+        "min_tokens": 2048,
+        "would_compress": False,
+    }
+    truncate = ("ctx", "compress", "--dry-run", "--strategy", "truncate", "--keep-recent", "3")
+    shown = as_json(run("--json", *truncate, "--min-tokens", "10"))
+    assert (shown["cached_kept_tokens"], shown["invalidated_tokens"]) == (
+        cost(SYSTEM) + tokens[0],
+        sum(tokens[1:]),
+    )
+    assert shown["would_compress"] is True
+    text = ok(run(*truncate)).stdout
+    assert text == (
+        f"would fold 5 messages (~{sum(tokens[1:6])} tokens) of slot default (truncate), "
+        "keeping 4\n"
+        f"invalidates ~{sum(tokens[1:])} cached tokens (sent anew once); "
+        f"~{cost(SYSTEM) + tokens[0]} stay cached\n"
+        "under --min-tokens 2048: nothing would be compressed (--min-tokens 0 compresses "
+        "anyway)\n"
+    )
+    assert wired.requests == []
+    assert data_dir_files(isolated_env) == before
+
+
+def test_ctx_compress_under_the_minimum_changes_nothing(
+    run: Run, isolated_env: Path, store: Store, sid: str, wired: FakeOpenAI
+) -> None:
+    add(store, None, *history())
+    before = data_dir_files(isolated_env)
+    folded = sum(m.token_count() for m in history()[1:6])
+    result = as_json(run("--json", "ctx", "compress", "--keep-recent", "3"))
+    assert (result["folded"], result["too_little"]) == (0, folded)
+    ok(run("config", "set", "compress_min_tokens", str(folded + 1)))
+    text = ok(run("ctx", "compress", "--keep-recent", "3")).stdout
+    assert text.startswith(f"nothing compressed in slot default: only ~{folded} tokens to fold")
+    assert f"under --min-tokens {folded + 1}" in text
+    assert wired.requests == []
+    assert data_dir_files(isolated_env) == before
+    assert [m.text() for m in store.load_slot(sid).messages] == [m.text() for m in history()]
+    ok(run("config", "set", "compress_min_tokens", str(folded)))
+    assert as_json(run("--json", "ctx", "compress", "--keep-recent", "3"))["folded"] == 5

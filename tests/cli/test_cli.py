@@ -423,7 +423,20 @@ class TestSlotNew:
         assert contents(run, "--slot", "default") == []
 
     def test_focused_mode_with_recent(self, run: Run, session: str) -> None:
-        row = as_json(run("slot", "new", "recent", "--mode", "focused", "--recent", "3", "--json"))
+        row = as_json(
+            run(
+                "slot",
+                "new",
+                "recent",
+                "--mode",
+                "focused",
+                "--recent",
+                "3",
+                "--stride",
+                "1",
+                "--json",
+            )
+        )
         assert row["mode"] == "focused"
         focused = as_json(run("slot", "show", "recent", "--json"))["config"]["focused"]
         assert focused["recent_messages"] == 3
@@ -486,11 +499,23 @@ class TestSlotDerive:
             "kind": "derived",
             "parent_id": "default",
             "strategy": "full",
+            "root_id": "default",  # its line's first slot: their requests' prompt_cache_key
         }
 
     def test_focused_strategy_copies_the_recent_messages(self, run: Run, chat: str) -> None:
         row = as_json(
-            run("slot", "derive", "short", "--strategy", "focused", "--recent", "2", "--json")
+            run(
+                "slot",
+                "derive",
+                "short",
+                "--strategy",
+                "focused",
+                "--recent",
+                "2",
+                "--stride",
+                "1",
+                "--json",
+            )
         )
         assert row["mode"] == "focused"
         assert row["parent_id"] == "default"
@@ -590,7 +615,19 @@ class TestSlotView:
         assert view["tokens"] > 0
 
     def test_focused_view_has_the_summary_and_recent_messages(self, run: Run, chat: str) -> None:
-        ok(run("slot", "mode", "focused", "--recent", "1", "--summary", "Earlier: greetings."))
+        ok(
+            run(
+                "slot",
+                "mode",
+                "focused",
+                "--recent",
+                "1",
+                "--stride",
+                "1",
+                "--summary",
+                "Earlier: greetings.",
+            )
+        )
         view = as_json(run("slot", "show", "--view", "--json"))
         assert view["mode"] == "focused"
         assert view["messages"] == [
@@ -600,7 +637,19 @@ class TestSlotView:
         ]
 
     def test_human_transcript(self, run: Run, chat: str) -> None:
-        ok(run("slot", "mode", "focused", "--recent", "1", "--summary", "Earlier: greetings."))
+        ok(
+            run(
+                "slot",
+                "mode",
+                "focused",
+                "--recent",
+                "1",
+                "--stride",
+                "1",
+                "--summary",
+                "Earlier: greetings.",
+            )
+        )
         out = ok(run("slot", "show", "--view")).stdout
         blocks = out.strip().split("\n\n")
         assert len(blocks) == 3
@@ -620,13 +669,30 @@ class TestSlotView:
 
 class TestSlotMode:
     def test_focused_then_full_keeps_every_message(self, run: Run, chat: str) -> None:
-        text = ok(run("slot", "mode", "focused", "--recent", "2")).stdout
+        text = ok(run("slot", "mode", "focused", "--recent", "2", "--stride", "1")).stdout
         assert text == "slot default is now focused\n"
         assert len(as_json(run("slot", "show", "--view", "--json"))["messages"]) == 3
         row = as_json(run("slot", "mode", "full", "--json"))
         assert row["mode"] == "full"
         assert row["message_count"] == 4
         assert contents(run) == ["u0", "a1", "u2", "a3"]
+
+    def test_stride_drops_old_messages_k_at_a_time(self, run: Run, chat: str) -> None:
+        """--recent 1 --stride 2 on 4 messages: 3 are droppable, 2 dropped (a stride)."""
+
+        def view() -> list[str]:
+            return [
+                m["content"] for m in as_json(run("slot", "show", "--view", "--json"))["messages"]
+            ]
+
+        ok(run("slot", "mode", "focused", "--recent", "1", "--stride", "2"))
+        assert view()[-2:] == ["u2", "a3"] and "u0" not in view() and "a1" not in view()
+        assert as_json(run("slot", "show", "--json"))["config"]["focused"]["stride"] == 2
+        ok(run("slot", "mode", "focused", "--stride", "4"))
+        assert view()[-4:] == ["u0", "a1", "u2", "a3"]
+        ok(run("slot", "mode", "focused", "--stride", "1"))
+        assert view()[-1:] == ["a3"] and "u2" not in view()
+        assert run("slot", "mode", "focused", "--stride", "0").exit_code == EXIT_USAGE
 
     def test_other_slot_by_name(self, run: Run, chat: str) -> None:
         ok(run("slot", "new", "b"))
@@ -635,9 +701,9 @@ class TestSlotMode:
         assert modes == {"b": "readonly", "default": "full"}
 
     def test_summary_is_shown_in_slot_show(self, run: Run, chat: str) -> None:
-        ok(run("slot", "mode", "focused", "--recent", "3", "--summary", "S"))
+        ok(run("slot", "mode", "focused", "--recent", "3", "--stride", "1", "--summary", "S"))
         out = ok(run("slot", "show")).stdout
-        assert "keep_system=True recent_messages=3 summary=set" in out
+        assert "keep_system=True recent_messages=3 stride=1 summary=set" in out
         focused = as_json(run("slot", "show", "--json"))["config"]["focused"]
         assert focused["summary_override"] == "S"
         ok(run("slot", "mode", "focused", "--summary", ""))
@@ -918,7 +984,7 @@ class TestMsgExport:
         assert all("created_at" in r for r in records)
 
     def test_view(self, run: Run, chat: str) -> None:
-        ok(run("slot", "mode", "focused", "--recent", "1"))
+        ok(run("slot", "mode", "focused", "--recent", "1", "--stride", "1"))
         exported = json.loads(ok(run("msg", "export", "--view")).stdout)
         assert exported == [
             {"role": "system", "content": "Be terse."},

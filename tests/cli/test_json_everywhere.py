@@ -96,7 +96,7 @@ INVOCATIONS: dict[str, list[str]] = {
     "completion": ["completion", "bash"],
     "config set": ["config", "set", "max_retries", "4"],
     "config show": ["config", "show"],
-    "ctx compress": ["ctx", "compress", "--keep-recent", "2"],
+    "ctx compress": ["ctx", "compress", "--keep-recent", "2", "--min-tokens", "0"],
     "ctx show": ["ctx", "show", "next"],
     "demo": ["demo"],
     "draft rm": ["draft", "rm"],

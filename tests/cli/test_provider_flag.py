@@ -42,7 +42,7 @@ COMMANDS = {
     "turn send": ["turn", "send", "hi"],
     "turn replay": ["turn", "replay", "{transcript}"],
     "ctx show": ["ctx", "show"],
-    "ctx compress": ["ctx", "compress", "--keep-recent", "2"],
+    "ctx compress": ["ctx", "compress", "--keep-recent", "2", "--min-tokens", "0"],
     "slot summarize": ["slot", "summarize"],
     "slot merge": ["slot", "merge", "b", "--strategy", "summary"],
 }

@@ -143,7 +143,9 @@ def test_focused_slot_sends_its_focused_view_and_stores_everything(
 ) -> None:
     old = [msg("user", "u1"), msg("assistant", "a1"), msg("user", "u2"), msg("assistant", "a2")]
     add(store, sid, *old)
-    store.set_mode(sid, None, "focused", focus={"recent_messages": 2, "summary_override": "S"})
+    store.set_mode(
+        sid, None, "focused", focus={"recent_messages": 2, "stride": 1, "summary_override": "S"}
+    )
 
     assert send(run, "u3").exit_code == 0
 

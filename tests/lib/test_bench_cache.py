@@ -27,7 +27,7 @@ def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 
 def test_short_replay_through_agctl(bench: ModuleType) -> None:
-    result = bench.measure("openai", 8)
+    result = bench.measure("openai", 8, strides=[2])
     scenarios = {scenario.name: scenario for scenario in result["scenarios"]}
     full = scenarios["full mode, 8 turns"]
     assert len(full.hits) == 8
@@ -46,7 +46,8 @@ def test_short_replay_through_agctl(bench: ModuleType) -> None:
     # there are only the 6 messages a compression keeps).
     assert len(compress.hits) == 8 + 1
     assert compress.note == "summary requests counted: 1"
-    focused = next(s for s in result["scenarios"] if s.name.startswith("focused (N=4"))
+    # 8 turns never reach the default stride (16): a stride of 2 drops messages within them.
+    focused = next(s for s in result["scenarios"] if "stride 2" in s.name)
     assert len(focused.hits) == 8 and focused.prompt < full.prompt
     rows = bench.rows(result)
     assert [row["met"] is None for row in rows] == [s.target is None for s in scenarios.values()]

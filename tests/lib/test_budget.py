@@ -239,7 +239,7 @@ def crafted() -> tuple[Session, Slot]:
         # to the assistant message that made the calls.
         config=SlotConfig(
             mode="focused",
-            focused=FocusedConfig(recent_messages=4, summary_override=SUMMARY_OVERRIDE),
+            focused=FocusedConfig(stride=1, recent_messages=4, summary_override=SUMMARY_OVERRIDE),
         ),
         immutable=[msg("system", IMMUTABLE)],
         compressed=[msg("system", COMPRESSED)],
@@ -282,7 +282,7 @@ def test_breakdown_zone_by_zone() -> None:
     }
     assert {z.name: (z.messages, z.tokens) for z in result.zones} == expected
     # The same numbers written out, so a change to the estimator is noticed here too.
-    assert [z.tokens for z in result.zones] == [8, 19, 17, 23, 61, 24, 14, 10, 0]
+    assert [z.tokens for z in result.zones] == [8, 17, 23, 61, 24, 19, 14, 10, 0]
     assert result.total == 176
 
 
@@ -386,7 +386,8 @@ def test_breakdown_counts_exactly_the_request_view() -> None:
     scratch, user_input = [msg("system", SCRATCH)], msg("user", INPUT)
     view = request_view(session, slot, scratch=scratch, user_input=user_input)
     assert sum(m.token_count() for m in view) == crafted_breakdown().total
-    assert [m.text() for m in view][:4] == [SYSTEM, MEMORY_TEXT, IMMUTABLE, COMPRESSED]
+    assert [m.text() for m in view][:3] == [SYSTEM, IMMUTABLE, COMPRESSED]
+    assert [m.text() for m in view][-3:] == [MEMORY_TEXT, SCRATCH, INPUT]
 
 
 def test_breakdown_with_the_slots_own_budget_and_a_reserve_larger_than_the_window() -> None:
@@ -412,13 +413,21 @@ def test_breakdown_system_flag_replaces_the_prompt_and_memory_off_drops_the_zone
 # ---- memory in context ---------------------------------------------------------------
 
 
-def test_memory_message_is_one_sorted_system_message_after_the_system_prompt() -> None:
+def test_memory_message_is_one_sorted_system_message_after_the_history() -> None:
+    """Memory follows the slot's messages (a memory change keeps the history's cache) and
+    stands before the scratch and the new input."""
     session, slot = crafted()
     memory = memory_message(session)
     assert memory is not None
     assert (memory.role, memory.text()) == ("system", MEMORY_TEXT)
-    view = request_view(session, slot)
-    assert [(m.role, m.text()) for m in view[:2]] == [("system", SYSTEM), ("system", MEMORY_TEXT)]
+    scratch, user_input = msg("system", SCRATCH), msg("user", INPUT)
+    view = request_view(session, slot, scratch=[scratch], user_input=user_input)
+    assert [(m.role, m.text()) for m in view[-3:]] == [
+        ("system", MEMORY_TEXT),
+        ("system", SCRATCH),
+        ("user", INPUT),
+    ]
+    assert view[-4].text() == "Thanks."
     assert sum(m.role == "system" and "session memory" in m.text() for m in view) == 1
 
 
@@ -489,7 +498,7 @@ def test_compress_keeps_the_whole_group(store: Store) -> None:
 @pytest.mark.parametrize("recent", [3, 4])
 def test_focused_view_never_splits_a_tool_call_from_its_results(recent: int) -> None:
     messages = tool_conversation()
-    view = focused_messages(messages, FocusedConfig(recent_messages=recent))
+    view = focused_messages(messages, FocusedConfig(stride=1, recent_messages=recent))
     assert dumps(view) == dumps([messages[0], *messages[4:]])
 
 
@@ -880,7 +889,9 @@ def test_merge_from_a_focused_derive(store: Store) -> None:
     store.create_session("s")
     parent = [msg("system", "Rules.")] + [msg("user", f"m{i}") for i in range(8)]
     add(store, "s", None, *parent)
-    derived = store.derive_slot("s", "f", strategy="focused", focus={"recent_messages": 3})
+    derived = store.derive_slot(
+        "s", "f", strategy="focused", focus={"recent_messages": 3, "stride": 1}
+    )
     assert [m.text() for m in derived.messages] == ["Rules.", "m5", "m6", "m7"]
     add(store, "s", "f", msg("user", "x1"), msg("assistant", "x2"))
     assert [

@@ -331,6 +331,7 @@ def test_fork_starts_a_child_from_the_checkpoint(store: Store) -> None:
     }
     assert state["session"]["x_session"] == {"a": [1, None]}
     assert state["session"]["forked_from"] == {
+        "root": SID,  # the line's first session: its requests' prompt_cache_key
         "checkpoint": checkpoint.id,
         "turn": checkpoint.turn_index,
         "created_at": isoformat(checkpoint.created_at),

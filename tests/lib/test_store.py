@@ -231,7 +231,7 @@ def test_derive_focused_copies_the_focused_view(store: Store) -> None:
         sid,
         "short",
         strategy="focused",
-        focus={"recent_messages": 2, "summary_override": "earlier: u1, u2"},
+        focus={"recent_messages": 2, "stride": 1, "summary_override": "earlier: u1, u2"},
     )
     assert child.config.mode == "focused"
     assert child.config.focused.summary_override == "earlier: u1, u2"

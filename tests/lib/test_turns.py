@@ -281,7 +281,9 @@ def test_readonly_slot_refuses_before_the_provider_is_called(store: Store, sid: 
 
 def test_request_holds_the_view_scratch_and_turn_options(store: Store, sid: str) -> None:
     store.update_slot(sid, None, lambda s: s.append(Message(role="assistant", content="a1")))
-    store.set_mode(sid, None, "focused", focus={"recent_messages": 1, "summary_override": "S"})
+    store.set_mode(
+        sid, None, "focused", focus={"recent_messages": 1, "stride": 1, "summary_override": "S"}
+    )
     provider = ListProvider([TextDelta("ok"), Finish("stop")])
     options = TurnOptions(
         model="m", temperature=0.2, max_tokens=50, scratch=["cwd=/tmp"], system="Just now."

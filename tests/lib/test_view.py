@@ -34,35 +34,39 @@ CONVERSATION = [SYSTEM, user("u1"), assistant("a1"), user("u2"), assistant("a2")
 
 
 def test_recent_keeps_last_n_and_the_first_system_message() -> None:
-    view = focused_messages(CONVERSATION, FocusedConfig(recent_messages=2))
+    view = focused_messages(CONVERSATION, FocusedConfig(stride=1, recent_messages=2))
     assert texts(view) == ["rules", "u2", "a2"]
 
 
 def test_keep_system_off_drops_the_system_message() -> None:
-    view = focused_messages(CONVERSATION, FocusedConfig(recent_messages=2, keep_system=False))
+    view = focused_messages(
+        CONVERSATION, FocusedConfig(stride=1, recent_messages=2, keep_system=False)
+    )
     assert texts(view) == ["u2", "a2"]
 
 
 def test_system_message_not_repeated_when_inside_the_window() -> None:
-    view = focused_messages(CONVERSATION, FocusedConfig(recent_messages=50))
+    view = focused_messages(CONVERSATION, FocusedConfig(stride=1, recent_messages=50))
     assert texts(view) == texts(CONVERSATION)
 
 
 def test_keep_system_only_applies_to_a_leading_system_message() -> None:
     messages = [user("u1"), SYSTEM, user("u2")]
-    view = focused_messages(messages, FocusedConfig(recent_messages=1))
+    view = focused_messages(messages, FocusedConfig(stride=1, recent_messages=1))
     assert texts(view) == ["u2"]
 
 
 def test_recent_zero_keeps_only_system_and_summary() -> None:
-    focus = FocusedConfig(recent_messages=0, summary_override="so far: nothing")
+    focus = FocusedConfig(stride=1, recent_messages=0, summary_override="so far: nothing")
     assert texts(focused_messages(CONVERSATION, focus)) == ["rules", "so far: nothing"]
-    focus = FocusedConfig(recent_messages=0, keep_system=False)
+    focus = FocusedConfig(stride=1, recent_messages=0, keep_system=False)
     assert focused_messages(CONVERSATION, focus) == []
 
 
 def test_summary_is_a_system_message_before_the_recent_ones() -> None:
-    view = focused_messages(CONVERSATION, FocusedConfig(recent_messages=1, summary_override="S"))
+    view = focused_messages(
+        CONVERSATION, FocusedConfig(stride=1, recent_messages=1, summary_override="S")
+    )
     assert [(m.role, m.text()) for m in view] == [
         ("system", "rules"),
         ("system", "S"),
@@ -72,30 +76,30 @@ def test_summary_is_a_system_message_before_the_recent_ones() -> None:
 
 def test_cut_never_separates_tool_results_from_their_call() -> None:
     messages = [user("u1"), call("c1"), result("c1"), assistant("a1")]
-    view = focused_messages(messages, FocusedConfig(recent_messages=2))
+    view = focused_messages(messages, FocusedConfig(stride=1, recent_messages=2))
     assert texts(view) == ["<assistant>", "ok", "a1"]
 
 
 def test_cut_moves_back_over_several_tool_results() -> None:
     messages = [user("u1"), call("c1"), result("c1"), result("c1"), result("c1")]
-    view = focused_messages(messages, FocusedConfig(recent_messages=1, keep_system=False))
+    view = focused_messages(messages, FocusedConfig(stride=1, recent_messages=1, keep_system=False))
     assert [m.role for m in view] == ["assistant", "tool", "tool", "tool"]
 
 
 def test_cut_after_the_tool_group_is_left_alone() -> None:
     messages = [call("c1"), result("c1"), user("u1"), assistant("a1")]
-    view = focused_messages(messages, FocusedConfig(recent_messages=2))
+    view = focused_messages(messages, FocusedConfig(stride=1, recent_messages=2))
     assert texts(view) == ["u1", "a1"]
 
 
 def test_empty_messages() -> None:
-    assert focused_messages([], FocusedConfig(recent_messages=3)) == []
+    assert focused_messages([], FocusedConfig(stride=1, recent_messages=3)) == []
 
 
 def test_slot_view_orders_zones_and_filters_only_messages() -> None:
     slot = Slot(
         id="s",
-        config=SlotConfig(mode="focused", focused=FocusedConfig(recent_messages=1)),
+        config=SlotConfig(mode="focused", focused=FocusedConfig(stride=1, recent_messages=1)),
         immutable=[Message(role="system", content="preset")],
         compressed=[Message(role="system", content="summary of old")],
         messages=[user("u1"), assistant("a1")],

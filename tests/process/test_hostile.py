@@ -597,7 +597,7 @@ THROUGH_THE_LINK = [
     ("slot", "set", "auto_compress", "false"),
     ("slot", "derive", "branch"),
     ("slot", "merge", "default", "--into", "default"),
-    ("ctx", "compress", "--strategy", "truncate", "--keep-recent", "0"),
+    ("ctx", "compress", "--strategy", "truncate", "--keep-recent", "0", "--min-tokens", "0"),
     ("turn", "send", "hi"),
     ("turn", "replay", "-"),
     ("ckpt", "create"),

@@ -993,7 +993,7 @@ def test_read_only_data_dir_reads_work_and_writes_fail_cleanly(
         ["-s", chatty, "slot", "derive", "branch"],
         ["-s", chatty, "ckpt", "create"],
         ["-s", chatty, "ckpt", "rollback", oldest],
-        ["-s", chatty, "ctx", "compress", "--keep-recent", "1"],
+        ["-s", chatty, "ctx", "compress", "--keep-recent", "1", "--min-tokens", "0"],
     ]
     reads = [["-s", chatty, "--json", "msg", "list"], ["-s", chatty, "--json", "ckpt", "list"]]
     before = documents(isolated_env)

@@ -32,8 +32,10 @@ from agctl.storage.file import layout
 from agctl.storage.file.journal import Op, pack_data
 from agctl.validation import validation_summary
 
-# What of a slot's meta an append changes (anything else changed means a whole write).
-APPENDED_META = ("message_count", "total_tokens", "updated_at")
+# What of a slot's meta an append changes (anything else changed means a whole write): the
+# counters, and the fingerprint of the request a turn sent (agctl.cache.sent_marks), which
+# every turn renews, so a turn stays one line however long its slot.
+APPENDED_META = ("message_count", "total_tokens", "updated_at", "sent")
 
 
 def log_path(document: Path) -> Path:
