@@ -57,7 +57,7 @@ def cache_key(session: Session, slot: Slot) -> str:
 def prefix_hashes(request: ChatRequest, positions: Iterable[int]) -> dict[int, str]:
     """The checksum of the request up to each of `positions`: 0 covers the model and the
     tools (what precedes the messages in a prompt), i those and the body's bytes through
-    its i-th message. One pass over the bytes the wire sends (agctl.providers.openai.encode:
+    its i-th message. One pass over the bytes the wire sends (agctl.providers.body.encode:
     the body a turn just sent is not serialised again). A CRC-32, resumed from one mark to
     the next: a turn's request is read once at a few instructions a byte, and a changed
     prefix passes for the one sent once in 2^32 (a wrong estimate, nothing worse)."""
@@ -65,7 +65,7 @@ def prefix_hashes(request: ChatRequest, positions: Iterable[int]) -> dict[int, s
     value = zlib.crc32(orjson.dumps({"model": request.model, "tools": request.tools}))
     if not wanted or wanted[-1] == 0:
         return {0: f"{value:08x}"} if wanted else {}
-    from agctl.providers.openai import encoded
+    from agctl.providers.body import encoded
 
     body = encoded(request, wanted)
     data = memoryview(body.data)

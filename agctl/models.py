@@ -396,12 +396,18 @@ class ZoneMemo:
 DEFAULT_STRIDE = 16
 
 
+def _is_default_stride(value: object) -> bool:
+    """Left out of a slot's document at the default, so a slot written before strides
+    reads, hashes and dumps as it did (its draft's slot state included)."""
+    return value == DEFAULT_STRIDE
+
+
 class FocusedConfig(Model):
     keep_system: bool = True
     recent_messages: int = Field(default=10, ge=0)
     # The window drops old messages `stride` at a time, so its start (and the cached
     # prefix of the request) stays put for about stride/2 turns; 1 slides every turn.
-    stride: int = Field(default=DEFAULT_STRIDE, ge=1)
+    stride: int = Field(default=DEFAULT_STRIDE, ge=1, exclude_if=_is_default_stride)
     summary_override: str | None = None
     # Regenerate summary_override with the model after every N turns (None: never).
     auto_summary_every: int | None = _optional(ge=1)

@@ -462,34 +462,6 @@ def test_tool_loops_only_grow_the_request_at_its_end(turns: list[list[Any]]) -> 
             assert messages_bytes(after).startswith(messages_bytes(before))
 
 
-def test_a_turn_keeps_its_fingerprint_by_appending_not_by_rewriting_the_slot() -> None:
-    """The fingerprint a turn renews (meta.sent) travels in the line the turn appends to
-    the slot's log, so the slot's document is not written again, however long the slot
-    (a turn's work is what it adds), and a later process reads the last turn's marks."""
-    from agctl.cache import sent_marks
-    from agctl.storage.file import layout
-
-    with fresh_store() as store:
-        store.create_session("s", system_prompt=SYSTEM)
-        wire = Wire()
-        run_commands(store, wire, [("turn", "first")])
-        document = layout.slot_document(store.session_dir("s"), "default")
-        before = document.read_bytes()
-        requests: list[ChatRequest] = []
-
-        class Keeping(Wire):
-            def stream(self, request: ChatRequest) -> Iterator[Event]:
-                requests.append(request)
-                return super().stream(request)
-
-        run_commands(store, Keeping(), [("turn", "second"), ("turn", "third")])
-        assert document.read_bytes() == before
-        assert len(layout.slot_log(document).read_bytes().splitlines()) == 3  # one a turn
-        sent = Store(store.root).load_slot("s").meta.sent
-        assert sent == sent_marks(requests[-1])
-        assert sent["messages"] == 6  # the system prompt, three inputs, two replies
-
-
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | texts,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
@@ -515,7 +487,7 @@ def test_the_wire_body_is_serialised_once_with_its_messages_ends(
     """The body the OpenAI wire sends is orjson's bytes for the request's payload, built a
     run of messages at a time; where it says its first k messages end is where they do,
     so the fingerprint of a sent request reads the wire's bytes, never serialising again."""
-    from agctl.providers.openai import encode, encoded
+    from agctl.providers.body import encode, encoded
 
     request = ChatRequest(
         model="m", messages=messages, tools=tools, stream=stream, cache_key="agctl-k"
