@@ -229,6 +229,21 @@ def forest_shape(nodes: list[SessionNode]) -> ForestShape:
 SID = "s"
 
 
+def served_env(base_url: str) -> dict[str, str]:
+    """This process's environment for a real agctl that talks to the fake server at
+    `base_url` (no OpenAI key or setting of the user's leaks in)."""
+    import os
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    environ.update(
+        AGCTL_PROVIDER="openai",
+        AGCTL_BASE_URL=base_url,
+        AGCTL_MODEL="fake-model",
+        PYTHONIOENCODING="utf-8",
+    )
+    return environ
+
+
 def agctl_in(
     env: dict[str, str], *args: str, session: str = SID, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:

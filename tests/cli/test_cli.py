@@ -599,6 +599,12 @@ class TestSlotShow:
         fails_with_message(run("slot", "show", "nope"), EXIT_NOT_FOUND, "nope")
 
 
+def focus_on_the_last(run: Run) -> None:
+    """The current slot focused on its last message, under a summary, sliding (stride 1)."""
+    ok(run("slot", "mode", "focused", "--recent", "1", "--stride", "1",
+           "--summary", "Earlier: greetings."))  # fmt: skip
+
+
 class TestSlotView:
     def test_full_view_starts_with_the_system_prompt(self, run: Run, chat: str) -> None:
         view = as_json(run("slot", "show", "--view", "--json"))
@@ -615,19 +621,7 @@ class TestSlotView:
         assert view["tokens"] > 0
 
     def test_focused_view_has_the_summary_and_recent_messages(self, run: Run, chat: str) -> None:
-        ok(
-            run(
-                "slot",
-                "mode",
-                "focused",
-                "--recent",
-                "1",
-                "--stride",
-                "1",
-                "--summary",
-                "Earlier: greetings.",
-            )
-        )
+        focus_on_the_last(run)
         view = as_json(run("slot", "show", "--view", "--json"))
         assert view["mode"] == "focused"
         assert view["messages"] == [
@@ -637,19 +631,7 @@ class TestSlotView:
         ]
 
     def test_human_transcript(self, run: Run, chat: str) -> None:
-        ok(
-            run(
-                "slot",
-                "mode",
-                "focused",
-                "--recent",
-                "1",
-                "--stride",
-                "1",
-                "--summary",
-                "Earlier: greetings.",
-            )
-        )
+        focus_on_the_last(run)
         out = ok(run("slot", "show", "--view")).stdout
         blocks = out.strip().split("\n\n")
         assert len(blocks) == 3

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 from fake_openai import FakeOpenAI
-from helpers import agctl_in, ok, process_dead
+from helpers import agctl_in, ok, process_dead, served_env
 
 SID = "s"
 WAIT_S = 60
@@ -63,14 +63,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 @pytest.fixture
 def env(home: Path, server: FakeOpenAI, run: Callable[..., Result]) -> dict[str, str]:
     ok(run("session", "new", SID))
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-    environ.update(
-        AGCTL_PROVIDER="openai",
-        AGCTL_BASE_URL=server.base_url,
-        AGCTL_MODEL="fake-model",
-        PYTHONIOENCODING="utf-8",
-    )
-    return environ
+    return served_env(server.base_url)
 
 
 def add_tool(run: Callable[..., Result], name: str, escape: str) -> None:

@@ -6,7 +6,6 @@ again. While the model's reply is awaited, the prompt is kept the same way."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 from fake_openai import FakeOpenAI
-from helpers import agctl_in, ok, process_dead
+from helpers import agctl_in, ok, process_dead, served_env
 
 from agctl.store import Store
 
@@ -63,14 +62,7 @@ def home(run: Callable[..., Result], tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 @pytest.fixture
 def env(home: Path, server: FakeOpenAI) -> dict[str, str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-    environ.update(
-        AGCTL_PROVIDER="openai",
-        AGCTL_BASE_URL=server.base_url,
-        AGCTL_MODEL="fake-model",
-        PYTHONIOENCODING="utf-8",
-    )
-    return environ
+    return served_env(server.base_url)
 
 
 @pytest.fixture
