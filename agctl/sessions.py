@@ -10,7 +10,7 @@ methods of the same names delegate here), so it sits above the storage seam, nev
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from agctl.errors import (
     AgctlError,
+    AlreadyExists,
     DataError,
     HasChildren,
     InvalidInput,
@@ -26,7 +27,7 @@ from agctl.errors import (
     UsageError,
 )
 from agctl.ids import new_session_id, validate_id
-from agctl.models import Session, utcnow
+from agctl.models import Session, Slot, utcnow
 from agctl.settings import session_setting_from_text
 from agctl.slots import DEFAULT_SLOT, new_slot
 from agctl.validation import validation_summary
@@ -35,7 +36,9 @@ from agctl.vocab import SESSION_SETTINGS
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from agctl.storage.base import Backend
     from agctl.store import Store
+    from agctl.work import Work
 
 log = logging.getLogger("agctl.store")
 
@@ -90,6 +93,48 @@ class Destroyed:
 
     destroyed: list[str]
     orphaned: list[str]
+
+
+# How many ids a new session may draw: 3 random characters a second, so two sessions made
+# in the same second (parallel CI jobs) share one once in 32,768 pairs.
+ID_DRAWS = 8
+
+
+def materialize(
+    backend: Backend,
+    session: Session,
+    slots: Sequence[Slot],
+    *,
+    checkpoint_log: bytes = b"",
+    removed: Sequence[str] = (),
+    drawn_id: bool = False,
+) -> Session:
+    """Write a new session with these slots (and checkpoint history), all or nothing;
+    the session written. `drawn_id`: its id was drawn (new_session_id), not given, so
+    one that another process drew in the same second is drawn again, not refused."""
+    draws = ID_DRAWS if drawn_id else 1
+    while True:
+        try:
+            backend.create_session(session, slots, checkpoint_log=checkpoint_log, removed=removed)
+            return session
+        except AlreadyExists:
+            draws -= 1
+            if not draws:
+                raise
+            session = session.model_copy(update={"id": new_session_id()})
+
+
+def replace_state(work: Work, session: Session, slots: Sequence[Slot]) -> None:
+    """Make the session exactly `session` with exactly `slots`, in the work's transaction.
+    Documents are written as given — no timestamps are touched."""
+    keep = {slot.id for slot in slots}
+    tx = work.changing()
+    for slot in slots:
+        tx.put_slot(slot)
+    for slot_id in tx.slot_ids(session.id):
+        if slot_id not in keep:
+            tx.delete_slot(slot_id)
+    tx.put_session(session)
 
 
 def list_sessions(store: Store, problems: list[AgctlError] | None = None) -> list[SessionInfo]:

@@ -20,14 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agctl import drafts, slots
-from agctl.errors import AgctlError, AlreadyExists, DataError, NotFound, StoreError
+from agctl.errors import AgctlError, DataError, NotFound, StoreError
 from agctl.fsio import read_bytes, write_atomic
-from agctl.ids import new_session_id, resolve_prefix, validate_id
+from agctl.ids import resolve_prefix, validate_id
 from agctl.paths import default_data_dir
 from agctl.slots import DEFAULT_SLOT
 from agctl.storage.base import lock_timeout
 from agctl.storage.factory import StoreChoice, choose_store, file_choice, open_backend
 from agctl.storage.file.backend import FileBackend
+from agctl.work import Work, work_on
 
 if TYPE_CHECKING:
     from agctl.models import Draft, Message, Session, Slot
@@ -59,9 +60,6 @@ def __getattr__(name: str) -> Any:
 
 log = logging.getLogger("agctl.store")
 
-# How many ids a new session may draw: 3 random characters a second, so two sessions made
-# in the same second (parallel CI jobs) share one once in 32,768 pairs.
-ID_DRAWS = 8
 # Data dirs already warned about in this process; the note that says so across processes.
 WARNED_NOTE = ".loose-modes-warned"
 _warned_loose: set[str] = set()
@@ -178,6 +176,21 @@ class Store:
             yield tx
 
     lock = transaction
+
+    @contextlib.contextmanager
+    def work(self, session_id: str) -> Iterator[Work]:
+        """A unit of work on the session (agctl.work), to hand down to the rules: its
+        transaction, and before its first change the undo checkpoint of the command
+        `undoable` names, if one is pending."""
+        with work_on(self.backend, session_id, self._undo_checkpoint) as work:
+            yield work
+
+    def _undo_checkpoint(self, work: Work) -> None:
+        command = self._pending_edits.pop(work.session_id, None)
+        if command is not None:
+            from agctl.checkpoints.planner import create
+
+            create(work, label=f"before {command}", auto=True, edit=command)
 
     def reader(self, session_id: str) -> Reader:
         """The open transaction on the session (its own writes seen), else the backend,
@@ -323,31 +336,24 @@ class Store:
         """Write a new session with these slots (and checkpoint history), all or nothing;
         the session written. `drawn_id`: its id was drawn (new_session_id), not given, so
         one that another process drew in the same second is drawn again, not refused."""
-        draws = ID_DRAWS if drawn_id else 1
-        while True:
-            try:
-                self.backend.create_session(
-                    session, slots, checkpoint_log=checkpoint_log, removed=removed
-                )
-                return session
-            except AlreadyExists:
-                draws -= 1
-                if not draws:
-                    raise
-                session = session.model_copy(update={"id": new_session_id()})
+        from agctl import sessions
+
+        return sessions.materialize(
+            self.backend,
+            session,
+            slots,
+            checkpoint_log=checkpoint_log,
+            removed=removed,
+            drawn_id=drawn_id,
+        )
 
     def replace_state(self, session: Session, slots: Sequence[Slot]) -> None:
         """Make the session exactly `session` with exactly `slots`, in one transaction.
         Documents are written as given — no timestamps are touched."""
-        with self.transaction(session.id) as tx:
-            keep = {slot.id for slot in slots}
-            self.before_change(session.id)
-            for slot in slots:
-                tx.put_slot(slot)
-            for slot_id in tx.slot_ids(session.id):
-                if slot_id not in keep:
-                    tx.delete_slot(slot_id)
-            tx.put_session(session)
+        from agctl import sessions
+
+        with self.work(session.id) as work:
+            sessions.replace_state(work, session, slots)
 
     # ---- sessions (agctl.sessions) ----------------------------------------------------
 

@@ -36,7 +36,6 @@ def test_a_drawn_id_another_session_has_is_drawn_again(
     """Two sessions made in the same second may draw one id (3 random characters): the
     second draws again, for a new session and a fork; a given id is refused as taken."""
     from agctl import sessions
-    from agctl import store as store_module
     from agctl.checkpoints import Checkpointer
 
     store.create_session("taken")
@@ -49,7 +48,6 @@ def test_a_drawn_id_another_session_has_is_drawn_again(
         return drawn[-1]
 
     monkeypatch.setattr(sessions, "new_session_id", draw)
-    monkeypatch.setattr(store_module, "new_session_id", draw)
     assert store.create_session().id == "fresh"
     assert drawn == ["taken", "also-taken", "fresh"]
 
@@ -60,7 +58,7 @@ def test_a_drawn_id_another_session_has_is_drawn_again(
     assert store.session_ids() == ["also-taken", "forked", "fresh", "taken"]
     assert store.load_session("forked").parent_id == "fresh"
 
-    monkeypatch.setattr(store_module, "ID_DRAWS", 2)
+    monkeypatch.setattr(sessions, "ID_DRAWS", 2)
     draws = iter(["taken", "taken"])
     with pytest.raises(AlreadyExists):  # every draw taken: said, not looped on
         store.create_session()
