@@ -16,7 +16,7 @@ slot used, and removed with the store's (by the turn that commits it, or `draft 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,13 +33,14 @@ from agctl.hashing import content_hash
 from agctl.ids import validate_id
 from agctl.models import Draft, Message, Slot, isoformat
 from agctl.vocab import ZONES
+from agctl.work import reader, work_on
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from agctl.models import ToolCall
+    from agctl.storage.base import Backend
     from agctl.storage.local_drafts import LocalDrafts
-    from agctl.store import Store
 
 log = logging.getLogger("agctl.store")
 
@@ -51,43 +52,43 @@ GONE = "is gone"
 # ---- keeping drafts: one per slot, so a failed turn on one slot never replaces another's
 
 
-def adopt_legacy_draft(store: Store, session_id: str) -> CorruptDocument | None:
+def adopt_legacy_draft(backend: Backend, session_id: str) -> CorruptDocument | None:
     """The file backend's draft.json of older agctl, adopted (see FileBackend)."""
-    if store.files is None:
-        return None
-    return store.files.adopt_legacy_draft(session_id)
+    adopt: Callable[[str], CorruptDocument | None] | None
+    adopt = getattr(backend, "adopt_legacy_draft", None)
+    return adopt(session_id) if adopt is not None else None
 
 
-def draft_slots(store: Store, session_id: str) -> list[str]:
+def draft_slots(backend: Backend, session_id: str) -> list[str]:
     """The slots that have a draft (a slot removed since included), sorted. Raises
     CorruptDocument for a damaged legacy draft.json, whose slot cannot be known."""
-    damage = adopt_legacy_draft(store, session_id)
+    damage = adopt_legacy_draft(backend, session_id)
     if damage is not None:
         raise damage
-    slots = store.reader(session_id).draft_slots(session_id)
-    here = local_drafts(store)
+    slots = reader(backend, session_id).draft_slots(session_id)
+    here = local_drafts(backend)
     return sorted({*slots, *here.slots(session_id)}) if here is not None else slots
 
 
-def local_drafts(store: Store) -> LocalDrafts | None:
+def local_drafts(backend: Backend) -> LocalDrafts | None:
     """Where this machine keeps the drafts a shared store could not take (None: the
     store is local, and takes them itself)."""
-    here: LocalDrafts | None = getattr(store.backend, "local_drafts", None)
+    here: LocalDrafts | None = getattr(backend, "local_drafts", None)
     return here
 
 
-def save_draft(store: Store, session_id: str, draft: Draft) -> Path | None:
+def save_draft(backend: Backend, session_id: str, draft: Draft) -> Path | None:
     """Keep a prompt whose turn failed, as its slot's draft, so it can be sent again: in
     the store, or on this machine when a shared store cannot take it (its server down):
     then where it is."""
-    adopt_legacy_draft(store, session_id)
+    adopt_legacy_draft(backend, session_id)
     try:
-        with store.transaction(session_id) as tx:
-            tx.put_draft(draft)
+        with work_on(backend, session_id) as work:
+            work.tx.put_draft(draft)
     except CommitPending:
         raise
     except StoreError as exc:
-        here = local_drafts(store)
+        here = local_drafts(backend)
         if here is None:
             raise
         path = here.put(session_id, draft)
@@ -98,14 +99,14 @@ def save_draft(store: Store, session_id: str, draft: Draft) -> Path | None:
     return None
 
 
-def load_draft(store: Store, session_id: str, slot_id: str) -> Draft:
+def load_draft(backend: Backend, session_id: str, slot_id: str) -> Draft:
     """The slot's draft, as kept (NotFound when it has none): the newer of the store's
     and the one kept on this machine."""
-    adopt_legacy_draft(store, session_id)
-    here = local_drafts(store)
+    adopt_legacy_draft(backend, session_id)
+    here = local_drafts(backend)
     kept_here = here.get(session_id, slot_id) if here is not None else None
     try:
-        kept = store.reader(session_id).load_draft(session_id, slot_id)
+        kept = reader(backend, session_id).load_draft(session_id, slot_id)
     except NotFound:
         if kept_here is None:
             raise
@@ -114,7 +115,7 @@ def load_draft(store: Store, session_id: str, slot_id: str) -> Draft:
 
 
 def drop_local_draft(
-    store: Store,
+    backend: Backend,
     session_id: str,
     slot_id: str,
     *,
@@ -124,7 +125,7 @@ def drop_local_draft(
     """Remove the slot's draft kept on this machine (as clear_draft does the store's: with
     `before`, only one kept before then or at `own`, and a damaged one is left); whether
     one was removed. A turn calls it once committed: a file is no part of a transaction."""
-    here = local_drafts(store)
+    here = local_drafts(backend)
     if here is None:
         return False
     if before is not None:
@@ -144,7 +145,7 @@ def superseded(draft: Draft, before: datetime, own: datetime | None) -> bool:
 
 
 def clear_draft(
-    store: Store,
+    backend: Backend,
     session_id: str,
     slot_id: str,
     *,
@@ -159,9 +160,10 @@ def clear_draft(
 
     Read, compared and removed in one transaction, so a draft another process keeps
     meanwhile is never removed unseen."""
-    adopt_legacy_draft(store, session_id)
+    adopt_legacy_draft(backend, session_id)
     ours = False
-    with store.transaction(session_id) as tx:
+    with work_on(backend, session_id) as work:
+        tx = work.tx
         validate_id(slot_id, "slot")
         if before is not None:
             try:
@@ -172,10 +174,10 @@ def clear_draft(
             if not superseded(draft, before, own):
                 return False
         elif slot_id not in tx.draft_slots(session_id):
-            return drop_local_draft(store, session_id, slot_id)
+            return drop_local_draft(backend, session_id, slot_id)
         tx.delete_draft(slot_id)
     if before is None:
-        drop_local_draft(store, session_id, slot_id)
+        drop_local_draft(backend, session_id, slot_id)
     if ours:
         log.debug("the step log of the turn on slot %s dropped: the turn is committed", slot_id)
     elif before is not None:
@@ -183,10 +185,11 @@ def clear_draft(
     return True
 
 
-def clear_legacy_draft(store: Store, session_id: str) -> None:
+def clear_legacy_draft(backend: Backend, session_id: str) -> None:
     """Remove a damaged legacy draft.json (a readable one is adopted, never removed)."""
-    if store.files is not None:
-        store.files.remove_legacy_draft(session_id)
+    remove: Callable[[str], None] | None = getattr(backend, "remove_legacy_draft", None)
+    if remove is not None:
+        remove(session_id)
 
 
 # ---- which draft, and whether it may still be sent
@@ -199,7 +202,7 @@ def slot_state(slot: Slot) -> str:
 
 
 def new_draft(
-    store: Store,
+    backend: Backend,
     session_id: str,
     seen: Slot,
     prompt: str,
@@ -212,7 +215,7 @@ def new_draft(
     Read afresh, never reusing `seen`: a commit that failed may have appended the turn to
     it in memory, and the draft would then describe a slot that never was."""
     try:
-        slot = store.load_slot(session_id, seen.id)
+        slot = reader(backend, session_id).load_slot(session_id, seen.id)
     except AgctlError:
         slot = seen
     return Draft(
@@ -225,10 +228,10 @@ def new_draft(
     )
 
 
-def draft_slot(store: Store, session_id: str, slot_id: str | None = None) -> str:
+def draft_slot(backend: Backend, session_id: str, slot_id: str | None = None) -> str:
     """The slot whose draft is meant: `slot_id` if given (it may have been removed since),
     else the current slot if it has one, else the only slot with a draft."""
-    slots = draft_slots(store, session_id)
+    slots = draft_slots(backend, session_id)
     if slot_id is not None:
         if slot_id not in slots:
             others = f" (drafts are kept for: {', '.join(slots)})" if slots else ""
@@ -236,7 +239,7 @@ def draft_slot(store: Store, session_id: str, slot_id: str | None = None) -> str
         return slot_id
     if not slots:
         raise NotFound(f"session {session_id!r} has no draft")
-    current = store.load_session(session_id).current_slot
+    current = reader(backend, session_id).load_session(session_id).current_slot
     if current in slots:
         return current
     if len(slots) == 1:
@@ -247,18 +250,18 @@ def draft_slot(store: Store, session_id: str, slot_id: str | None = None) -> str
     )
 
 
-def find_draft(store: Store, session_id: str, slot_id: str | None = None) -> Draft:
+def find_draft(backend: Backend, session_id: str, slot_id: str | None = None) -> Draft:
     """The draft meant by `slot_id` (see draft_slot)."""
-    return load_draft(store, session_id, draft_slot(store, session_id, slot_id))
+    return load_draft(backend, session_id, draft_slot(backend, session_id, slot_id))
 
 
-def all_drafts(store: Store, session_id: str) -> list[Draft | CorruptDocument]:
+def all_drafts(backend: Backend, session_id: str) -> list[Draft | CorruptDocument]:
     """Every draft of the session by slot; a damaged one as its error, so one bad file
     does not hide the others."""
     found: list[Draft | CorruptDocument] = []
-    for slot in draft_slots(store, session_id):
+    for slot in draft_slots(backend, session_id):
         try:
-            found.append(load_draft(store, session_id, slot))
+            found.append(load_draft(backend, session_id, slot))
         except CorruptDocument as exc:
             found.append(exc)
         except NotFound:
@@ -267,30 +270,30 @@ def all_drafts(store: Store, session_id: str) -> list[Draft | CorruptDocument]:
 
 
 def remove_draft(
-    store: Store, session_id: str, slot_id: str | None = None
+    backend: Backend, session_id: str, slot_id: str | None = None
 ) -> Draft | CorruptDocument:
     """Drop the draft meant by `slot_id` and return it (or, if it was damaged, why), read
     and removed under the session lock so that a draft a concurrent turn keeps meanwhile
     is never dropped unseen."""
-    with store.lock(session_id):
+    with work_on(backend, session_id):
         try:
-            slot = draft_slot(store, session_id, slot_id)
+            slot = draft_slot(backend, session_id, slot_id)
         except CorruptDocument as damage:  # a damaged legacy draft.json, of no known slot
             if slot_id is not None:
                 raise
-            clear_legacy_draft(store, session_id)
+            clear_legacy_draft(backend, session_id)
             return damage
         try:
-            draft: Draft | CorruptDocument = load_draft(store, session_id, slot)
+            draft: Draft | CorruptDocument = load_draft(backend, session_id, slot)
         except CorruptDocument as damage:
             draft = damage
-        clear_draft(store, session_id, slot)
+        clear_draft(backend, session_id, slot)
         return draft
 
 
-def staleness(store: Store, session_id: str, draft: Draft) -> str | None:
+def staleness(backend: Backend, session_id: str, draft: Draft) -> str | None:
     """Why the draft is older than its slot's last change, or None if it is not."""
-    slot = store.load_slot(session_id, draft.slot)
+    slot = reader(backend, session_id).load_slot(session_id, draft.slot)
     kept = isoformat(draft.created_at)
     if draft.slot_state is None:
         # Kept by an agctl that did not record the slot: only its time to go by.
@@ -306,22 +309,22 @@ def staleness(store: Store, session_id: str, draft: Draft) -> str | None:
     return f"changed since the draft was kept at {kept}: {what}"
 
 
-def check_resumable(store: Store, session_id: str, draft: Draft) -> None:
+def check_resumable(backend: Backend, session_id: str, draft: Draft) -> None:
     """Refuse (StaleDraft, exit 4) a draft older than its slot's last change."""
-    reason = staleness(store, session_id, draft)
+    reason = staleness(backend, session_id, draft)
     if reason is not None:
         raise StaleDraft(draft.slot, reason)
 
 
 def resumable_draft(
-    store: Store, session_id: str, slot_id: str | None = None, *, force: bool = False
+    backend: Backend, session_id: str, slot_id: str | None = None, *, force: bool = False
 ) -> Draft:
     """The draft `turn send --resume-draft` sends again (the one meant by `slot_id`, see
     draft_slot), refused (StaleDraft) when its slot changed since it was kept, unless
     `force`: its prompt was written for a context no longer there."""
-    draft = find_draft(store, session_id, slot_id)
+    draft = find_draft(backend, session_id, slot_id)
     if not force:
-        check_resumable(store, session_id, draft)
+        check_resumable(backend, session_id, draft)
     return draft
 
 
@@ -374,12 +377,12 @@ def given_answers(draft: Draft, approve: Sequence[str], deny: Sequence[str]) -> 
     return {call_id: named.get(call_id, every) for call_id in waiting}
 
 
-def draft_document(store: Store, session_id: str, draft: Draft) -> dict[str, Any]:
+def draft_document(backend: Backend, session_id: str, draft: Draft) -> dict[str, Any]:
     """A draft as `draft show` and `draft rm` report it: "stale" says why --resume-draft
     would refuse it (its slot changed since, or is gone), or is None; "waiting_calls"
     are the tool calls a resumed turn answers first (see waiting_calls)."""
     try:
-        stale = staleness(store, session_id, draft)
+        stale = staleness(backend, session_id, draft)
     except NotFound as exc:  # its slot was deleted since
         stale = f"{GONE} ({exc})"
     return {

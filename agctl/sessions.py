@@ -1,18 +1,19 @@
 """The session rules: creating, replacing and destroying sessions (parents, children,
 orphans and loops of parent links), the session document, its memory and settings; and
 work on many sessions at once (the forest, removing several). The current-session pointer
-is the backend's, read and set through the Store.
+is the backend's.
 
-Each rule takes the Store and works through its transactions and reads (the Store's
-methods of the same names delegate here), so it sits above the storage seam, never below.
+A rule that changes one session takes the unit of work the Store opened (agctl.work); a
+rule over the whole store (listing, creating, replacing, destroying) takes the storage
+backend. None reaches back up to the Store: its methods of the same names call down here.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from pydantic import ValidationError
 
@@ -26,18 +27,18 @@ from agctl.errors import (
     StoreError,
     UsageError,
 )
-from agctl.ids import new_session_id, validate_id
-from agctl.models import Session, Slot, utcnow
+from agctl.ids import new_session_id, resolve_prefix, validate_id
+from agctl.models import Session, Slot
 from agctl.settings import session_setting_from_text
-from agctl.slots import DEFAULT_SLOT, new_slot
+from agctl.slots import DEFAULT_SLOT, new_slot, update_session
 from agctl.validation import validation_summary
 from agctl.vocab import SESSION_SETTINGS
+from agctl.work import reader, work_on
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from agctl.storage.base import Backend
-    from agctl.store import Store
+    from agctl.storage.base import Backend, Reader
     from agctl.work import Work
 
 log = logging.getLogger("agctl.store")
@@ -63,6 +64,16 @@ def _in_cycles(parents: Mapping[str, str | None]) -> set[str]:
             node = parents[node]
         done.update(path)
     return looped
+
+
+class NewSession(TypedDict, total=False):
+    """The settings a new session may be given (create_session, replace_session)."""
+
+    system_prompt: str | None
+    parent_id: str | None
+    title: str | None
+    profile: str | None
+    model: str | None
 
 
 @dataclass
@@ -137,16 +148,24 @@ def replace_state(work: Work, session: Session, slots: Sequence[Slot]) -> None:
     tx.put_session(session)
 
 
-def list_sessions(store: Store, problems: list[AgctlError] | None = None) -> list[SessionInfo]:
+def resolve_session(backend: Backend, prefix: str) -> str:
+    """A session id, or the session a unique prefix names. A whole id is looked up on its
+    own, never by listing every session (a shared store may hold thousands)."""
+    if backend.has_session(validate_id(prefix, "session")):
+        return prefix
+    return resolve_prefix("session", prefix, backend.session_ids())
+
+
+def list_sessions(backend: Backend, problems: list[AgctlError] | None = None) -> list[SessionInfo]:
     """Every session, oldest first, with its children and whether its parent is gone.
 
     A session that cannot be read raises, unless `problems` is given: then its error is
     appended there and the listing goes on without it.
     """
     infos: list[SessionInfo] = []
-    for sid in store.session_ids():
+    for sid in backend.session_ids():
         try:
-            infos.append(SessionInfo(store.load_session(sid)))
+            infos.append(SessionInfo(reader(backend, sid).load_session(sid)))
         except (DataError, StoreError) as exc:
             if problems is None:
                 raise
@@ -167,17 +186,17 @@ def list_sessions(store: Store, problems: list[AgctlError] | None = None) -> lis
     return infos
 
 
-def children(store: Store, session_id: str) -> list[str]:
+def children(backend: Backend, session_id: str) -> list[str]:
     """Ids of the sessions whose parent is `session_id` (unreadable sessions skipped)."""
     return sorted(
         info.session.id
-        for info in list_sessions(store, problems=[])
+        for info in list_sessions(backend, problems=[])
         if info.session.parent_id == session_id
     )
 
 
 def create_session(
-    store: Store,
+    backend: Backend,
     session_id: str | None = None,
     *,
     system_prompt: str | None = None,
@@ -187,16 +206,14 @@ def create_session(
     model: str | None = None,
 ) -> Session:
     """Create a session with its `default` slot, all or nothing."""
-    session = _new_session(store, session_id, system_prompt, parent_id, title, profile, model)
-    session = store.materialize_session(
-        session, [new_slot(DEFAULT_SLOT)], drawn_id=session_id is None
-    )
+    session = _new_session(backend, session_id, system_prompt, parent_id, title, profile, model)
+    session = materialize(backend, session, [new_slot(DEFAULT_SLOT)], drawn_id=session_id is None)
     log.info("session created: %s (parent %s)", session.id, session.parent_id or "-")
     return session
 
 
 def _new_session(
-    store: Store,
+    backend: Backend,
     session_id: str | None,
     system_prompt: str | None,
     parent_id: str | None,
@@ -206,7 +223,7 @@ def _new_session(
 ) -> Session:
     sid = new_session_id() if session_id is None else validate_id(session_id, "session")
     if parent_id is not None:
-        parent_id = store.resolve_session(parent_id)
+        parent_id = resolve_session(backend, parent_id)
     return Session(
         id=sid,
         parent_id=parent_id,
@@ -218,7 +235,7 @@ def _new_session(
 
 
 def replace_session(
-    store: Store,
+    backend: Backend,
     session_id: str,
     *,
     recursive: bool = False,
@@ -236,40 +253,30 @@ def replace_session(
     refused unless `recursive` (its descendants are destroyed) or `orphan` (its
     children are kept, detached: their parent would be a different session now).
     """
-    session = _new_session(store, session_id, system_prompt, parent_id, title, profile, model)
+    session = _new_session(backend, session_id, system_prompt, parent_id, title, profile, model)
     sid = session.id
-    if sid not in store.session_ids():
-        store.materialize_session(session, [new_slot(DEFAULT_SLOT)])
+    if sid not in backend.session_ids():
+        materialize(backend, session, [new_slot(DEFAULT_SLOT)])
         log.info("session created: %s (parent %s)", sid, session.parent_id or "-")
         return Replaced(session, replaced=False)
-    kids = children(store, sid)
+    kids = children(backend, sid)
     if kids and not (recursive or orphan):
         raise HasChildren(sid, kids)
-    check_parent(store, sid, session.parent_id)
-    store.backend.replace_session(session, [new_slot(DEFAULT_SLOT)])
+    check_parent(backend, sid, session.parent_id)
+    backend.replace_session(session, [new_slot(DEFAULT_SLOT)])
     log.info("session replaced: %s (parent %s)", sid, session.parent_id or "-")
     result = Replaced(session, replaced=True)
     for child in kids:
         if recursive:
-            result.destroyed += destroy_session(store, child, recursive=True).destroyed
+            result.destroyed += destroy_session(backend, child, recursive=True).destroyed
         else:
-            update_session(store, child, lambda s: setattr(s, "parent_id", None))
+            with work_on(backend, child) as work:
+                update_session(work, lambda s: setattr(s, "parent_id", None))
             result.detached.append(child)
     return result
 
 
-def update_session(store: Store, session_id: str, change: Callable[[Session], T]) -> T:
-    """Apply `change` to the session document in a transaction and write it back."""
-    with store.transaction(session_id) as tx:
-        session = tx.load_session(session_id)
-        result = change(session)
-        session.updated_at = utcnow()
-        store.before_change(session_id)
-        tx.put_session(session)
-        return result
-
-
-def check_parent(store: Store, session_id: str, parent_id: str | None) -> None:
+def check_parent(reader: Reader, session_id: str, parent_id: str | None) -> None:
     """Refuse a parent link that would make a loop: `parent_id` or one of its
     ancestors is `session_id` itself (exit 5)."""
     seen = {session_id}
@@ -282,31 +289,31 @@ def check_parent(store: Store, session_id: str, parent_id: str | None) -> None:
             )
         seen.add(node)
         try:
-            node = store.load_session(node).parent_id
+            node = reader.load_session(node).parent_id
         except (NotFound, DataError):  # an ancestor gone or unreadable ends the chain
             return
 
 
-def parent(store: Store, session_id: str) -> str | None:
+def parent(reader: Reader, session_id: str) -> str | None:
     """The parent's id, or None when there is none or it was destroyed (an orphan)."""
-    parent_id = store.load_session(session_id).parent_id
-    if parent_id is None or parent_id not in store.session_ids():
+    parent_id = reader.load_session(session_id).parent_id
+    if parent_id is None or parent_id not in reader.session_ids():
         return None
     return parent_id
 
 
 def destroy_session(
-    store: Store, session_id: str, *, recursive: bool = False, orphan: bool = False
+    backend: Backend, session_id: str, *, recursive: bool = False, orphan: bool = False
 ) -> Destroyed:
     """Remove a session, and with `recursive` its descendants.
 
     A session with children is refused unless `recursive` (remove them too) or `orphan`
     (leave them, their parent gone).
     """
-    if session_id not in store.session_ids():
+    if session_id not in backend.session_ids():
         raise NotFound(f"session {session_id!r} not found")
     kids: dict[str, list[str]] = {}
-    for info in list_sessions(store, problems=[]):
+    for info in list_sessions(backend, problems=[]):
         parent = info.session.parent_id
         if parent is not None and not info.looped:  # a parent that may be unreadable
             kids.setdefault(parent, []).append(info.session.id)
@@ -323,44 +330,44 @@ def destroy_session(
         if recursive:
             queue.extend(kids.get(sid, []))
     for sid in reversed(doomed):
-        store.backend.destroy_session(sid)
+        backend.destroy_session(sid)
         log.info("session destroyed: %s", sid)
-    if store.current_session_id() in doomed:
-        store.set_current_session(None)
+    if backend.current_session_id() in doomed:
+        backend.set_current_session(None)
     return Destroyed(destroyed=doomed, orphaned=[] if recursive else direct)
 
 
 # ---- memory ---------------------------------------------------------------------------
 
 
-def memory_set(store: Store, session_id: str, key: str, value: str) -> None:
+def memory_set(work: Work, key: str, value: str) -> None:
     """Set a memory key of the session."""
-    update_session(store, session_id, lambda s: s.memory.__setitem__(key, value))
+    update_session(work, lambda s: s.memory.__setitem__(key, value))
 
 
-def memory_get(store: Store, session_id: str, key: str) -> str:
+def memory_get(reader: Reader, session_id: str, key: str) -> str:
     """A memory key's value (NotFound when it is not set)."""
-    memory = store.load_session(session_id).memory
+    memory = reader.load_session(session_id).memory
     if key not in memory:
         raise NotFound(f"memory key {key!r} not set in session {session_id!r}")
     return memory[key]
 
 
-def memory_remove(store: Store, session_id: str, key: str) -> str:
+def memory_remove(work: Work, key: str) -> str:
     """Remove a memory key and return its value (NotFound when it is not set)."""
 
     def remove(session: Session) -> str:
         if key not in session.memory:
-            raise NotFound(f"memory key {key!r} not set in session {session_id!r}")
+            raise NotFound(f"memory key {key!r} not set in session {session.id!r}")
         return session.memory.pop(key)
 
-    return update_session(store, session_id, remove)
+    return update_session(work, remove)
 
 
 # ---- settings -------------------------------------------------------------------------
 
 
-def configure_session(store: Store, session_id: str, changes: Mapping[str, Any]) -> Session:
+def configure_session(work: Work, changes: Mapping[str, Any]) -> Session:
     """Change session settings (validated): title, system_prompt, profile, model,
     memory_in_context, auto_compress."""
     unknown = set(changes).difference(SESSION_SETTINGS)
@@ -381,13 +388,13 @@ def configure_session(store: Store, session_id: str, changes: Mapping[str, Any])
             setattr(session, key, getattr(updated, key))
         return session
 
-    return update_session(store, session_id, apply)
+    return update_session(work, apply)
 
 
-def set_session_setting(store: Store, session_id: str, key: str, text: str) -> Session:
+def set_session_setting(work: Work, key: str, text: str) -> Session:
     """Change one session setting from its text on a command line (see
     agctl.settings.session_setting_from_text)."""
-    return configure_session(store, session_id, {key: session_setting_from_text(key, text)})
+    return configure_session(work, {key: session_setting_from_text(key, text)})
 
 
 # ---- many sessions at once ------------------------------------------------------------
@@ -422,7 +429,7 @@ def is_root(info: SessionInfo) -> bool:
 
 
 def session_forest(
-    store: Store, root: str | None = None, problems: list[AgctlError] | None = None
+    backend: Backend, root: str | None = None, problems: list[AgctlError] | None = None
 ) -> list[SessionNode]:
     """Every tree of sessions, oldest root first (or the one under `root`, an id or a
     prefix), so that a listing shows who forked whom.
@@ -432,13 +439,13 @@ def session_forest(
     """
     infos = {
         info.session.id: info
-        for info in list_sessions(store, problems=[] if problems is None else problems)
+        for info in list_sessions(backend, problems=[] if problems is None else problems)
     }
-    current = store.current_session_id()
+    current = backend.current_session_id()
     if root is not None:
-        root_id = store.resolve_session(root)
+        root_id = resolve_session(backend, root)
         if root_id not in infos:
-            store.load_session(root_id)  # raises why it cannot be read
+            backend.load_session(root_id)  # raises why it cannot be read
         roots = [root_id]
     else:
         roots = [sid for sid, info in infos.items() if is_root(info)]
@@ -470,7 +477,7 @@ class Removal:
 
 
 def remove_sessions(
-    store: Store, prefixes: Iterable[str], *, recursive: bool = False, orphan: bool = False
+    backend: Backend, prefixes: Iterable[str], *, recursive: bool = False, orphan: bool = False
 ) -> Removal:
     """Destroy the sessions named by `prefixes` (ids or unique prefixes), in order.
 
@@ -479,12 +486,12 @@ def remove_sessions(
     not destroyed again. A session with children is refused unless `recursive` or
     `orphan` (see destroy_session); what was destroyed before the refusal stays so.
     """
-    targets = dict.fromkeys(store.resolve_session(prefix) for prefix in prefixes)
+    targets = dict.fromkeys(resolve_session(backend, prefix) for prefix in prefixes)
     removal = Removal()
     for sid in targets:
         if sid in removal.destroyed:
             continue
-        result = destroy_session(store, sid, recursive=recursive, orphan=orphan)
+        result = destroy_session(backend, sid, recursive=recursive, orphan=orphan)
         removal.destroyed += result.destroyed
         removal.orphaned = [
             o for o in removal.orphaned + result.orphaned if o not in removal.destroyed

@@ -1,15 +1,16 @@
 """The slot rules: ids and modes, the protected `default` slot, readonly slots, deriving a
 slot from another, and slot settings.
 
-Each rule takes the Store and works through its transactions and reads (the Store's
-methods of the same names delegate here), so it sits above the storage seam, never below.
+A rule that changes a session takes the unit of work the Store opened (agctl.work) and
+changes it through that; a rule that only reads takes a storage Reader. Neither reaches
+back up to the Store: the Store's methods of the same names call down to them.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from pydantic import ValidationError
 
@@ -17,18 +18,46 @@ from agctl.cache import slot_root
 from agctl.errors import AlreadyExists, Conflict, NotFound, ProtectedSlot, UsageError
 from agctl.hashing import message_hashes
 from agctl.ids import validate_id
-from agctl.models import FocusedConfig, Message, Session, Slot, SlotConfig, SlotMeta, SlotSource
+from agctl.models import (
+    FocusedConfig,
+    Message,
+    Session,
+    Slot,
+    SlotConfig,
+    SlotMeta,
+    SlotSource,
+    utcnow,
+)
 from agctl.validation import validation_summary
 from agctl.view import focused_messages
 from agctl.vocab import DERIVE_STRATEGIES, SLOT_MODES, SLOT_SETTINGS, DeriveStrategy
 
 if TYPE_CHECKING:
-    from agctl.store import Store
+    from agctl.storage.base import Reader
+    from agctl.work import Work
 
 log = logging.getLogger("agctl.store")
 
 DEFAULT_SLOT = "default"
 T = TypeVar("T")
+
+
+class NewSlot(TypedDict, total=False):
+    """What a new slot may be given (create_slot)."""
+
+    mode: str
+    focus: Mapping[str, Any] | None
+    immutable: Sequence[Message]
+    make_current: bool
+
+
+class DerivedSlot(TypedDict, total=False):
+    """What a slot derived from another may be given (derive_slot)."""
+
+    source: str | None
+    strategy: DeriveStrategy
+    focus: Mapping[str, Any] | None
+    make_current: bool
 
 
 def _check_mode(mode: str) -> None:
@@ -60,32 +89,29 @@ def new_slot(
     return slot
 
 
-def resolve_slot(store: Store, session_id: str, slot_id: str | None) -> str:
-    """The given slot id, or the session's current slot when None."""
+def resolve_slot(reader: Reader, session_id: str, slot_id: str | None) -> str:
+    """The slot id given, checked, or the session's current slot when None."""
     if slot_id is None:
-        return store.load_session(session_id).current_slot
+        return reader.load_session(session_id).current_slot
     return validate_id(slot_id, "slot")
 
 
-def list_slots(store: Store, session_id: str) -> list[Slot]:
-    """Every slot of the session, parsed, in id order."""
-    return [store.load_slot(session_id, s) for s in store.slot_ids(session_id)]
+def list_slots(reader: Reader, session_id: str) -> list[Slot]:
+    """The session's slots, each parsed, in id order."""
+    return [reader.load_slot(session_id, s) for s in reader.slot_ids(session_id)]
 
 
-def _insert_slot(store: Store, session_id: str, slot: Slot, make_current: bool) -> Slot:
-    tx = store.current_tx(session_id)
-    if slot.id in tx.slot_ids(session_id):
-        raise AlreadyExists(f"slot {slot.id!r} already exists in session {session_id!r}")
-    store.before_change(session_id)
-    tx.put_slot(slot)
+def _insert_slot(work: Work, slot: Slot, make_current: bool) -> Slot:
+    if slot.id in work.slot_ids():
+        raise AlreadyExists(f"slot {slot.id!r} already exists in session {work.session_id!r}")
+    work.changing().put_slot(slot)
     if make_current:
-        use_slot(store, session_id, slot.id)
+        use_slot(work, slot.id)
     return slot
 
 
 def create_slot(
-    store: Store,
-    session_id: str,
+    work: Work,
     slot_id: str,
     *,
     mode: str = "full",
@@ -107,14 +133,11 @@ def create_slot(
             "source": SlotSource(kind="static" if immutable else "new"),
         }
     )
-    with store.transaction(session_id):
-        slot = new_slot(slot_id, config, immutable)
-        return _insert_slot(store, session_id, slot, make_current)
+    return _insert_slot(work, new_slot(slot_id, config, immutable), make_current)
 
 
 def derive_slot(
-    store: Store,
-    session_id: str,
+    work: Work,
     slot_id: str,
     *,
     source: str | None = None,
@@ -130,54 +153,57 @@ def derive_slot(
     if strategy not in DERIVE_STRATEGIES:
         choices = ", ".join(DERIVE_STRATEGIES)
         raise UsageError(f"unknown derive strategy {strategy!r}; choose from {choices}")
-    with store.transaction(session_id):
-        parent = store.load_slot(session_id, source)
-        focused = _focus(parent.config.focused, focus)
-        if strategy == "full":
-            messages = list(parent.messages)
-            mode = "focused" if parent.config.mode == "focused" else "full"
-        else:
-            messages = focused_messages(parent.messages, focused, with_summary=False)
-            mode = "focused"
-        config = parent.config.model_copy(
-            update={
-                "mode": mode,
-                "focused": focused,
-                "source": SlotSource(
-                    kind="derived",
-                    parent_id=parent.id,
-                    strategy=strategy,
-                    root_id=slot_root(parent),
-                ),
-            }
-        )
-        slot = new_slot(slot_id, config, parent.immutable, parent_id=parent.id)
-        slot.compressed = list(parent.compressed)
-        slot.messages = messages
-        slot.meta.branch = message_hashes(messages)
-        if strategy == "full":  # its first request goes where the parent's last one is cached
-            slot.meta.sent = parent.meta.sent
-        slot.refresh_meta()
-        _insert_slot(store, session_id, slot, make_current)
-    log.info("slot derived: %s/%s from %s (%s)", session_id, slot_id, parent.id, strategy)
+    parent = work.load_slot(source)
+    focused = _focus(parent.config.focused, focus)
+    if strategy == "full":
+        messages = list(parent.messages)
+        mode = "focused" if parent.config.mode == "focused" else "full"
+    else:
+        messages = focused_messages(parent.messages, focused, with_summary=False)
+        mode = "focused"
+    config = parent.config.model_copy(
+        update={
+            "mode": mode,
+            "focused": focused,
+            "source": SlotSource(
+                kind="derived", parent_id=parent.id, strategy=strategy, root_id=slot_root(parent)
+            ),
+        }
+    )
+    slot = new_slot(slot_id, config, parent.immutable, parent_id=parent.id)
+    slot.compressed = list(parent.compressed)
+    slot.messages = messages
+    slot.meta.branch = message_hashes(messages)
+    if strategy == "full":  # its first request goes where the parent's last one is cached
+        slot.meta.sent = parent.meta.sent
+    slot.refresh_meta()
+    _insert_slot(work, slot, make_current)
+    log.info("slot derived: %s/%s from %s (%s)", work.session_id, slot_id, parent.id, strategy)
     return slot
 
 
-def use_slot(store: Store, session_id: str, slot_id: str) -> Session:
+def use_slot(work: Work, slot_id: str) -> Session:
     """Make `slot_id` the session's current slot."""
-    with store.transaction(session_id):
-        store.load_slot(session_id, slot_id)
+    work.load_slot(slot_id)
 
-        def switch(session: Session) -> Session:
-            session.current_slot = slot_id
-            return session
+    def switch(session: Session) -> Session:
+        session.current_slot = slot_id
+        return session
 
-        return store.update_session(session_id, switch)
+    return update_session(work, switch)
+
+
+def update_session(work: Work, change: Callable[[Session], T]) -> T:
+    """Apply `change` to the session document and write it back."""
+    session = work.load_session()
+    result = change(session)
+    session.updated_at = utcnow()
+    work.changing().put_session(session)
+    return result
 
 
 def update_slot(
-    store: Store,
-    session_id: str,
+    work: Work,
     slot_id: str | None,
     change: Callable[[Slot], T],
     *,
@@ -189,30 +215,24 @@ def update_slot(
     unmodified copy of the slot read earlier: when the stored slot is still at its
     revision, it is used instead of reading and parsing it again.
     """
-    with store.transaction(session_id) as tx:
-        slot_id = slot_id or (base.id if base else None)
-        slot = store.load_slot(session_id, slot_id, reuse=base)
-        result = change(slot)
-        slot.refresh_meta()
-        store.before_change(session_id)
-        tx.put_slot(slot)
-        return result
+    slot = work.load_slot(slot_id or (base.id if base else None), reuse=base)
+    result = change(slot)
+    slot.refresh_meta()
+    work.changing().put_slot(slot)
+    return result
 
 
-def append_messages(store: Store, session_id: str, slot: Slot, messages: Sequence[Message]) -> None:
-    """Append `messages` to `slot` (as loaded in the caller's transaction) without
-    writing its earlier messages again."""
-    tx = store.current_tx(session_id)
+def append_messages(work: Work, slot: Slot, messages: Sequence[Message]) -> None:
+    """Append `messages` to `slot` (as loaded in this work) without writing its earlier
+    messages again."""
     slot.check_writable("append")
     slot.messages.extend(messages)
     slot.refresh_meta()
-    store.before_change(session_id)
-    tx.append_messages(slot, len(messages))
+    work.changing().append_messages(slot, len(messages))
 
 
 def set_mode(
-    store: Store,
-    session_id: str,
+    work: Work,
     slot_id: str | None,
     mode: str,
     *,
@@ -226,40 +246,38 @@ def set_mode(
         slot.config.mode = mode  # type: ignore[assignment]
         return slot
 
-    return update_slot(store, session_id, slot_id, change)
+    return update_slot(work, slot_id, change)
 
 
-def delete_slot(store: Store, session_id: str, slot_id: str) -> Session:
+def delete_slot(work: Work, slot_id: str) -> Session:
     """Delete a slot (never `default`, never the last); a deleted current slot falls back."""
     validate_id(slot_id, "slot")
     if slot_id == DEFAULT_SLOT:
         raise ProtectedSlot(f"slot {DEFAULT_SLOT!r} cannot be deleted")
-    with store.transaction(session_id) as tx:
-        slots = tx.slot_ids(session_id)
-        if slot_id not in slots:
-            raise NotFound(f"slot {slot_id!r} not found in session {session_id!r}")
-        if len(slots) == 1:
-            raise ProtectedSlot(f"slot {slot_id!r} is the last slot of {session_id!r}")
-        session = tx.load_session(session_id)
-        falls_back = session.current_slot == slot_id
-        if falls_back and DEFAULT_SLOT not in slots:
-            raise Conflict(f"slot {slot_id!r} is current and there is no default slot")
-        store.before_change(session_id)
-        if falls_back:
+    session_id = work.session_id
+    slots = work.slot_ids()
+    if slot_id not in slots:
+        raise NotFound(f"slot {slot_id!r} not found in session {session_id!r}")
+    if len(slots) == 1:
+        raise ProtectedSlot(f"slot {slot_id!r} is the last slot of {session_id!r}")
+    session = work.load_session()
+    falls_back = session.current_slot == slot_id
+    if falls_back and DEFAULT_SLOT not in slots:
+        raise Conflict(f"slot {slot_id!r} is current and there is no default slot")
+    tx = work.changing()
+    if falls_back:
 
-            def fall_back(s: Session) -> Session:
-                s.current_slot = DEFAULT_SLOT
-                return s
+        def fall_back(s: Session) -> Session:
+            s.current_slot = DEFAULT_SLOT
+            return s
 
-            session = store.update_session(session_id, fall_back)
-        tx.delete_slot(slot_id)
+        session = update_session(work, fall_back)
+    tx.delete_slot(slot_id)
     log.info("slot deleted: %s/%s", session_id, slot_id)
     return session
 
 
-def configure_slot(
-    store: Store, session_id: str, slot_id: str | None, changes: Mapping[str, Any]
-) -> Slot:
+def configure_slot(work: Work, slot_id: str | None, changes: Mapping[str, Any]) -> Slot:
     """Change slot settings (validated): auto_compress, budget (None: auto)."""
     unknown = set(changes).difference(SLOT_SETTINGS)
     if unknown:
@@ -277,4 +295,4 @@ def configure_slot(
             raise UsageError(f"invalid slot setting: {validation_summary(exc)}") from None
         return slot
 
-    return update_slot(store, session_id, slot_id, apply)
+    return update_slot(work, slot_id, apply)

@@ -20,21 +20,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agctl import drafts, slots
-from agctl.errors import AgctlError, DataError, NotFound, StoreError
+from agctl.errors import AgctlError, StoreError
 from agctl.fsio import read_bytes, write_atomic
-from agctl.ids import resolve_prefix, validate_id
 from agctl.paths import default_data_dir
 from agctl.slots import DEFAULT_SLOT
 from agctl.storage.base import lock_timeout
 from agctl.storage.factory import StoreChoice, choose_store, file_choice, open_backend
 from agctl.storage.file.backend import FileBackend
-from agctl.work import Work, work_on
+from agctl.work import Work, reader, settle, work_on
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from agctl.models import Draft, Message, Session, Slot
-    from agctl.sessions import Destroyed, Replaced, SessionInfo
+    from agctl.sessions import Destroyed, NewSession, Replaced, SessionInfo
+    from agctl.slots import DerivedSlot, NewSlot
     from agctl.storage.base import Backend, Reader, Tx
-    from agctl.vocab import DeriveStrategy
 
 __all__ = [
     "DEFAULT_SLOT",
@@ -188,24 +189,20 @@ class Store:
     def _undo_checkpoint(self, work: Work) -> None:
         command = self._pending_edits.pop(work.session_id, None)
         if command is not None:
-            from agctl.checkpoints.planner import create
+            from agctl.checkpoints import Checkpointer  # TEMPORARY until checkpoints take work
 
-            create(work, label=f"before {command}", auto=True, edit=command)
+            label = f"before {command}"
+            Checkpointer(self).create(work.session_id, label=label, auto=True, edit=command)
+
+    def current_tx(self, session_id: str) -> Tx:  # TEMPORARY until checkpoints take work
+        tx = self.backend.in_transaction(session_id)
+        assert tx is not None
+        return tx
 
     def reader(self, session_id: str) -> Reader:
         """The open transaction on the session (its own writes seen), else the backend,
         once any commit a killed writer left half applied is finished: no read sees one."""
-        tx = self.backend.in_transaction(session_id)
-        if tx is not None:
-            return tx
-        self.settle(session_id)
-        return self.backend
-
-    def current_tx(self, session_id: str) -> Tx:
-        tx = self.backend.in_transaction(session_id)
-        if tx is None:  # pragma: no cover - every writer opens one first
-            raise StoreError(f"no transaction open on session {session_id!r}")
-        return tx
+        return reader(self.backend, session_id)
 
     def close(self) -> None:
         """Release what the backend holds open (a PostgreSQL store's connections); the
@@ -251,34 +248,12 @@ class Store:
         finally:
             self._pending_edits.pop(session_id, None)
 
-    def before_change(self, session_id: str) -> None:
-        """Called, in the transaction, by every rule that changes a session's documents."""
-        command = self._pending_edits.pop(session_id, None)
-        if command is not None:
-            from agctl.checkpoints import Checkpointer
-
-            label = f"before {command}"
-            Checkpointer(self).create(session_id, label=label, auto=True, edit=command)
-
     def pending_recovery(self, session_id: str) -> bool:
         return self.backend.pending(session_id)
 
     def settle(self, session_id: str) -> None:
-        """Finish an interrupted commit before reading, so nothing is read from a half
-        applied one (takes the lock only when one is pending; a session that does not
-        exist has none)."""
-        if not self.backend.pending(session_id):
-            return
-        try:
-            with contextlib.suppress(NotFound), self.transaction(session_id):
-                pass
-        except (StoreError, DataError) as exc:  # a full disk, a planted journal: read on
-            log.warning(
-                "an interrupted commit of %s could not be finished (%s): what is read now "
-                "may hold only part of it; the next command that can write finishes it",
-                session_id,
-                exc,
-            )
+        """Finish an interrupted commit before reading (agctl.work.settle)."""
+        settle(self.backend, session_id)
 
     # ---- reads and whole-session writes ---------------------------------------------
 
@@ -296,9 +271,9 @@ class Store:
     def resolve_session(self, prefix: str) -> str:
         """Resolve a session id or a unique prefix of one. A whole id is looked up on its
         own, never by listing every session (a shared store may hold thousands)."""
-        if self.backend.has_session(validate_id(prefix, "session")):
-            return prefix
-        return resolve_prefix("session", prefix, self.session_ids())
+        from agctl import sessions
+
+        return sessions.resolve_session(self.backend, prefix)
 
     def load_session(self, session_id: str) -> Session:
         # No settle first: a backend reads the session as one commit left it (Reader).
@@ -361,36 +336,22 @@ class Store:
         """Every session, oldest first, with its children and whether its parent is gone."""
         from agctl import sessions
 
-        return sessions.list_sessions(self, problems)
+        return sessions.list_sessions(self.backend, problems)
 
     def children(self, session_id: str) -> list[str]:
         """Ids of the sessions whose parent is `session_id` (unreadable sessions skipped)."""
         from agctl import sessions
 
-        return sessions.children(self, session_id)
+        return sessions.children(self.backend, session_id)
 
     def create_session(
-        self,
-        session_id: str | None = None,
-        *,
-        system_prompt: str | None = None,
-        parent_id: str | None = None,
-        title: str | None = None,
-        profile: str | None = None,
-        model: str | None = None,
+        self, session_id: str | None = None, **settings: Unpack[NewSession]
     ) -> Session:
-        """Create a session with its `default` slot, all or nothing."""
+        """Create a session with its `default` slot, all or nothing (the settings:
+        system_prompt, parent_id, title, profile, model)."""
         from agctl import sessions
 
-        return sessions.create_session(
-            self,
-            session_id,
-            system_prompt=system_prompt,
-            parent_id=parent_id,
-            title=title,
-            profile=profile,
-            model=model,
-        )
+        return sessions.create_session(self.backend, session_id, **settings)
 
     def replace_session(
         self,
@@ -398,45 +359,32 @@ class Store:
         *,
         recursive: bool = False,
         orphan: bool = False,
-        system_prompt: str | None = None,
-        parent_id: str | None = None,
-        title: str | None = None,
-        profile: str | None = None,
-        model: str | None = None,
+        **settings: Unpack[NewSession],
     ) -> Replaced:
         """A new session `session_id`, in place of the one of that id if there is one."""
         from agctl import sessions
 
         return sessions.replace_session(
-            self,
-            session_id,
-            recursive=recursive,
-            orphan=orphan,
-            system_prompt=system_prompt,
-            parent_id=parent_id,
-            title=title,
-            profile=profile,
-            model=model,
+            self.backend, session_id, recursive=recursive, orphan=orphan, **settings
         )
 
     def update_session(self, session_id: str, change: Callable[[Session], T]) -> T:
         """Apply `change` to the session document in a transaction and write it back."""
-        from agctl import sessions
-
-        return sessions.update_session(self, session_id, change)
+        with self.work(session_id) as work:
+            return slots.update_session(work, change)
 
     def check_parent(self, session_id: str, parent_id: str | None) -> None:
         """Refuse a parent link that would make a loop: `parent_id` or one of its
         ancestors is `session_id` itself (exit 5)."""
         from agctl import sessions
 
-        sessions.check_parent(self, session_id, parent_id)
+        sessions.check_parent(self.backend, session_id, parent_id)
 
     def parent(self, session_id: str) -> str | None:
         """The parent's id, or None when there is none or it was destroyed (an orphan)."""
         from agctl import sessions
 
-        return sessions.parent(self, session_id)
+        return sessions.parent(self.reader(session_id), session_id)
 
     def destroy_session(
         self, session_id: str, *, recursive: bool = False, orphan: bool = False
@@ -444,88 +392,72 @@ class Store:
         """Remove a session, and with `recursive` its descendants."""
         from agctl import sessions
 
-        return sessions.destroy_session(self, session_id, recursive=recursive, orphan=orphan)
+        return sessions.destroy_session(
+            self.backend, session_id, recursive=recursive, orphan=orphan
+        )
 
     def memory_set(self, session_id: str, key: str, value: str) -> None:
         """Set a memory key of the session."""
         from agctl import sessions
 
-        sessions.memory_set(self, session_id, key, value)
+        with self.work(session_id) as work:
+            sessions.memory_set(work, key, value)
 
     def memory_get(self, session_id: str, key: str) -> str:
         """A memory key's value (NotFound when it is not set)."""
         from agctl import sessions
 
-        return sessions.memory_get(self, session_id, key)
+        return sessions.memory_get(self.reader(session_id), session_id, key)
 
     def memory_remove(self, session_id: str, key: str) -> str:
         """Remove a memory key and return its value (NotFound when it is not set)."""
         from agctl import sessions
 
-        return sessions.memory_remove(self, session_id, key)
+        with self.work(session_id) as work:
+            return sessions.memory_remove(work, key)
 
     def configure_session(self, session_id: str, changes: Mapping[str, Any]) -> Session:
         """Change session settings (validated): title, system_prompt, profile, model,
         memory_in_context, auto_compress."""
         from agctl import sessions
 
-        return sessions.configure_session(self, session_id, changes)
+        with self.work(session_id) as work:
+            return sessions.configure_session(work, changes)
+
+    def set_session_setting(self, session_id: str, key: str, text: str) -> Session:
+        """Change one session setting from its text on a command line (see
+        agctl.settings.session_setting_from_text)."""
+        from agctl import sessions
+
+        with self.work(session_id) as work:
+            return sessions.set_session_setting(work, key, text)
 
     # ---- slots (agctl.slots) ----------------------------------------------------------
 
     def resolve_slot(self, session_id: str, slot_id: str | None) -> str:
         """The given slot id, or the session's current slot when None."""
-        return slots.resolve_slot(self, session_id, slot_id)
+        return slots.resolve_slot(self.reader(session_id), session_id, slot_id)
 
     def list_slots(self, session_id: str) -> list[Slot]:
         """Every slot of the session, parsed, in id order."""
-        return slots.list_slots(self, session_id)
+        return slots.list_slots(self.reader(session_id), session_id)
 
-    def create_slot(
-        self,
-        session_id: str,
-        slot_id: str,
-        *,
-        mode: str = "full",
-        focus: Mapping[str, Any] | None = None,
-        immutable: Sequence[Message] = (),
-        make_current: bool = False,
-    ) -> Slot:
-        """Create a slot; with `immutable` messages it is a static slot."""
-        return slots.create_slot(
-            self,
-            session_id,
-            slot_id,
-            mode=mode,
-            focus=focus,
-            immutable=immutable,
-            make_current=make_current,
-        )
+    def create_slot(self, session_id: str, slot_id: str, **settings: Unpack[NewSlot]) -> Slot:
+        """Create a slot; with `immutable` messages it is a static slot (the settings:
+        mode, focus, immutable, make_current)."""
+        with self.work(session_id) as work:
+            return slots.create_slot(work, slot_id, **settings)
 
-    def derive_slot(
-        self,
-        session_id: str,
-        slot_id: str,
-        *,
-        source: str | None = None,
-        strategy: DeriveStrategy = "full",
-        focus: Mapping[str, Any] | None = None,
-        make_current: bool = False,
-    ) -> Slot:
-        """A new slot from `source` (default: current): a full copy, or its focused view."""
-        return slots.derive_slot(
-            self,
-            session_id,
-            slot_id,
-            source=source,
-            strategy=strategy,
-            focus=focus,
-            make_current=make_current,
-        )
+    def derive_slot(self, session_id: str, slot_id: str, **settings: Unpack[DerivedSlot]) -> Slot:
+        """A new slot from `source` (default: current): a full copy, or its focused view
+        (the settings: source, strategy, focus, make_current)."""
+        with self.work(session_id) as work:
+            return slots.derive_slot(work, slot_id, **settings)
 
     def use_slot(self, session_id: str, slot_id: str) -> Session:
         """Make `slot_id` the session's current slot."""
-        return slots.use_slot(self, session_id, slot_id)
+        with self.work(session_id) as work:
+            return slots.use_slot(work, slot_id)
 
     def update_slot(
         self,
@@ -536,12 +468,14 @@ class Store:
         base: Slot | None = None,
     ) -> T:
         """Apply `change` to a slot in a transaction and write it back whole."""
-        return slots.update_slot(self, session_id, slot_id, change, base=base)
+        with self.work(session_id) as work:
+            return slots.update_slot(work, slot_id, change, base=base)
 
     def append_messages(self, session_id: str, slot: Slot, messages: Sequence[Message]) -> None:
         """Append `messages` to `slot` (as loaded in the caller's transaction) without
         writing its earlier messages again."""
-        slots.append_messages(self, session_id, slot, messages)
+        with self.work(session_id) as work:
+            slots.append_messages(work, slot, messages)
 
     def set_mode(
         self,
@@ -552,35 +486,38 @@ class Store:
         focus: Mapping[str, Any] | None = None,
     ) -> Slot:
         """Change a slot's mode (and focused settings); messages are never touched."""
-        return slots.set_mode(self, session_id, slot_id, mode, focus=focus)
+        with self.work(session_id) as work:
+            return slots.set_mode(work, slot_id, mode, focus=focus)
 
     def delete_slot(self, session_id: str, slot_id: str) -> Session:
         """Delete a slot (never `default`, never the last); a deleted current slot falls back."""
-        return slots.delete_slot(self, session_id, slot_id)
+        with self.work(session_id) as work:
+            return slots.delete_slot(work, slot_id)
 
     def configure_slot(
         self, session_id: str, slot_id: str | None, changes: Mapping[str, Any]
     ) -> Slot:
         """Change slot settings (validated): auto_compress, budget (None: auto)."""
-        return slots.configure_slot(self, session_id, slot_id, changes)
+        with self.work(session_id) as work:
+            return slots.configure_slot(work, slot_id, changes)
 
     # ---- drafts (agctl.drafts) --------------------------------------------------------
 
     def draft_slots(self, session_id: str) -> list[str]:
         """The slots that have a draft (a slot removed since included), sorted. Raises
         CorruptDocument for a damaged legacy draft.json, whose slot cannot be known."""
-        return drafts.draft_slots(self, session_id)
+        return drafts.draft_slots(self.backend, session_id)
 
     def save_draft(self, session_id: str, draft: Draft) -> Path | None:
         """Keep a prompt whose turn failed, as its slot's draft, so it can be sent again: in
         the store, or on this machine when a shared store cannot take it (its server down):
         then where it is."""
-        return drafts.save_draft(self, session_id, draft)
+        return drafts.save_draft(self.backend, session_id, draft)
 
     def load_draft(self, session_id: str, slot_id: str) -> Draft:
         """The slot's draft, as kept (NotFound when it has none): the newer of the store's
         and the one kept on this machine."""
-        return drafts.load_draft(self, session_id, slot_id)
+        return drafts.load_draft(self.backend, session_id, slot_id)
 
     def clear_draft(
         self,
@@ -595,8 +532,8 @@ class Store:
         draft is left for 'agctl draft show' to report), or the one kept at `own` (the
         turn's own step log). Returns whether one was dropped. Without `before`, the one
         kept on this machine goes too (with it, the turn drops that once committed)."""
-        return drafts.clear_draft(self, session_id, slot_id, before=before, own=own)
+        return drafts.clear_draft(self.backend, session_id, slot_id, before=before, own=own)
 
     def clear_legacy_draft(self, session_id: str) -> None:
         """Remove a damaged legacy draft.json (a readable one is adopted, never removed)."""
-        drafts.clear_legacy_draft(self, session_id)
+        drafts.clear_legacy_draft(self.backend, session_id)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from agctl.budget import Breakdown, breakdown
 from agctl.cache import cache_key, sent_marks
-from agctl.drafts import drop_local_draft, new_draft
+from agctl.drafts import clear_draft, drop_local_draft, new_draft
 from agctl.errors import (
     AgctlError,
     ApprovalNeeded,
@@ -54,12 +54,14 @@ from agctl.providers.base import (
     add_usage,
 )
 from agctl.reply import ReplyBuilder
+from agctl.slots import append_messages
 from agctl.steps import CallRecord, Step, ToolBox, run_calls, unanswered
 from agctl.store import Store
 from agctl.view import request_messages
 
 if TYPE_CHECKING:
     from agctl.hooks import Hooks
+    from agctl.work import Work
 
 log = logging.getLogger("agctl.turn")
 
@@ -355,7 +357,7 @@ def _send(
         )
     try:  # a draft the store could not take, superseded now the turn is committed
         drop_local_draft(
-            store, session_id, prepared.slot.id, before=prepared.started, own=loop.draft_at
+            store.backend, session_id, prepared.slot.id, before=prepared.started, own=loop.draft_at
         )
     except AgctlError as exc:
         log.warning("turn committed, but the older draft kept on this machine stays: %s", exc)
@@ -613,7 +615,8 @@ class _Loop:
             return
         step = self.requests
         error = f"the turn stopped after step {step}; its tool results are kept"
-        draft = new_draft(store, session_id, self.prepared.slot, self.prepared.prompt, error)
+        prepared = self.prepared
+        draft = new_draft(store.backend, session_id, prepared.slot, prepared.prompt, error)
         draft.steps = list(self.messages)
         store.save_draft(session_id, draft)
         self.draft_at = draft.created_at
@@ -735,7 +738,7 @@ def _keep_draft(
         outcome = "nothing was written"
     tools = sum(m.role == "tool" for m in steps)
     try:
-        draft = new_draft(store, session_id, prepared.slot, prompt, str(error), reply)
+        draft = new_draft(store.backend, session_id, prepared.slot, prompt, str(error), reply)
         draft.steps = list(steps)
         draft.awaiting_approval = list(awaiting)
         kept_at = store.save_draft(session_id, draft)
@@ -851,14 +854,14 @@ def check_only_appended(seen: Slot, now: Slot) -> None:
         raise SlotChanged(now.id, "messages were edited or replaced")
 
 
-def check_unchanged(store: Store, session_id: str, seen: Slot) -> None:
+def check_unchanged(work: Work, seen: Slot) -> None:
     """Refuse to commit onto a slot written at all since `seen` was read: its revision
     moved (through the storage interface only, so every backend fences alike). Raises
     SlotMoved for a change allowed by default (appends), SlotChanged for one refused
     anyway, NotFound when the slot is gone."""
-    if store.reader(session_id).slot_rev(session_id, seen.id) == seen.rev:
+    if work.tx.slot_rev(work.session_id, seen.id) == seen.rev:
         return
-    now = store.load_slot(session_id, seen.id)
+    now = work.load_slot(seen.id)
     check_only_appended(seen, now)
     appended = len(now.messages) - len(seen.messages)
     what = f"{appended} messages were appended" if appended else "it was written again"
@@ -893,22 +896,22 @@ def _commit(
     new = [*prepared.new_messages, *loop.messages]
     # The lock is taken first, so Ctrl-C while waiting for it stops the turn cleanly; once
     # it is held, an interrupt waits for the commit to finish and is then dropped.
-    with store.transaction(session_id) as tx, deferred_interrupts(reraise=False):
+    with store.work(session_id) as work, deferred_interrupts(reraise=False):
         if if_unchanged:
-            check_unchanged(store, session_id, prepared.slot)
+            check_unchanged(work, prepared.slot)
         if checkpoint and checkpointer.needs_baseline(session_id):
             turn = prepared.request.context.turn
             read = TurnHint(slot=prepared.slot, base_rev=None, appended=0)  # not read again
             checkpointer.create(session_id, label=f"before turn {turn}", auto=True, hint=read)
-        slot = store.load_slot(session_id, prepared.slot.id, reuse=prepared.slot)
+        slot = work.load_slot(prepared.slot.id, reuse=prepared.slot)
         slot.check_writable("send a turn")
         if slot is not prepared.slot:
             check_only_appended(prepared.slot, slot)
         base_rev = slot.rev
         if loop.last_request is not None:
             slot.meta.sent = sent_marks(loop.last_request)
-        store.append_messages(session_id, slot, new)
-        session = tx.load_session(session_id)
+        append_messages(work, slot, new)
+        session = work.load_session()
         account(
             session,
             prepared.request.model,
@@ -919,10 +922,12 @@ def _commit(
             cache_saved=priced.saved,
         )
         session.updated_at = utcnow()
-        tx.put_session(session)
+        work.tx.put_session(session)
         prepared.slot = slot
         try:
-            store.clear_draft(session_id, slot.id, before=prepared.started, own=loop.draft_at)
+            clear_draft(
+                work.backend, session_id, slot.id, before=prepared.started, own=loop.draft_at
+            )
         except AgctlError as exc:  # the turn is written: a draft left behind is only stale
             log.warning("turn committed, but the older draft of its slot stays: %s", exc)
         if not checkpoint:

@@ -11,14 +11,18 @@ one way.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from agctl.errors import DataError, NotFound, StoreError
 from agctl.ids import validate_id
 
 if TYPE_CHECKING:
     from agctl.models import Session, Slot
     from agctl.storage.base import Backend, Reader, Tx
+
+log = logging.getLogger("agctl.store")
 
 # What runs before a work's first change, given the work (it may write through it).
 BeforeChange = Callable[["Work"], object]
@@ -75,6 +79,28 @@ def work_on(
 
 def reader(backend: Backend, session_id: str) -> Reader:
     """What reads the session: the open unit of work's transaction (its own writes seen),
-    else the backend, as the last commit left it."""
+    else the backend, once any commit a killed writer left half applied is finished (no
+    read sees one)."""
     tx = backend.in_transaction(session_id)
-    return backend if tx is None else tx
+    if tx is not None:
+        return tx
+    settle(backend, session_id)
+    return backend
+
+
+def settle(backend: Backend, session_id: str) -> None:
+    """Finish an interrupted commit before reading, so nothing is read from a half
+    applied one (takes the lock only when one is pending; a session that does not
+    exist has none)."""
+    if not backend.pending(session_id):
+        return
+    try:
+        with contextlib.suppress(NotFound), backend.transaction(session_id):
+            pass
+    except (StoreError, DataError) as exc:  # a full disk, a planted journal: read on
+        log.warning(
+            "an interrupted commit of %s could not be finished (%s): what is read now "
+            "may hold only part of it; the next command that can write finishes it",
+            session_id,
+            exc,
+        )

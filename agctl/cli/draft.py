@@ -80,8 +80,8 @@ def show(app: App, slot: str | None, every: bool) -> None:
         rows = [
             damaged_document(sid, d)
             if isinstance(d, CorruptDocument)
-            else draft_document(app.store, sid, d)
-            for d in all_drafts(app.store, sid)
+            else draft_document(app.store.backend, sid, d)
+            for d in all_drafts(app.store.backend, sid)
         ]
         display = [
             {
@@ -102,7 +102,7 @@ def show(app: App, slot: str | None, every: bool) -> None:
         return
     from agctl.drafts import find_draft
 
-    row = draft_document(app.store, sid, find_draft(app.store, sid, slot))
+    row = draft_document(app.store.backend, sid, find_draft(app.store.backend, sid, slot))
     if app.json:
         app.emit(row)
         return
@@ -154,10 +154,11 @@ def rm(app: App, slot: str | None) -> None:
     from agctl.errors import CorruptDocument
 
     sid = app.session_id()
-    removed = remove_draft(app.store, sid, slot)
+    removed = remove_draft(app.store.backend, sid, slot)
     if isinstance(removed, CorruptDocument):
         app.done(damaged_document(sid, removed), text=f"removed a damaged draft: {removed}")
         return
     app.done(
-        draft_document(app.store, sid, removed), text=f"removed the draft for slot {removed.slot}"
+        draft_document(app.store.backend, sid, removed),
+        text=f"removed the draft for slot {removed.slot}",
     )

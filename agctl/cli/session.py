@@ -317,7 +317,7 @@ def rm(app: App, session_ids: tuple[str, ...], recursive: bool, orphan: bool) ->
     """
     from agctl.sessions import remove_sessions
 
-    removal = remove_sessions(app.store, session_ids, recursive=recursive, orphan=orphan)
+    removal = remove_sessions(app.store.backend, session_ids, recursive=recursive, orphan=orphan)
     lines = [f"destroyed {s}" for s in removal.destroyed]
     lines += [f"orphaned {s}" for s in removal.orphaned]
     app.done(removal.to_dict(), text="\n".join(lines))
@@ -370,7 +370,7 @@ def tree(app: App, session_id: str | None) -> None:
     from agctl.sessions import session_forest
 
     problems: list[AgctlError] = []
-    nodes = session_forest(app.store, session_id, problems=problems)
+    nodes = session_forest(app.store.backend, session_id, problems=problems)
     for problem in problems:
         app.warn(f"skipped {problem}")
     forest = [node.to_dict() for node in nodes]
@@ -417,9 +417,7 @@ def set_(app: App, key: str, value: str) -> None:
       agctl session set auto_compress false
       agctl session set system_prompt "You are terse."
     """
-    from agctl.sessions import set_session_setting
-
-    session = set_session_setting(app.store, app.session_id(), key, value)
+    session = app.store.set_session_setting(app.session_id(), key, value)
     shown = getattr(session, key)
     text = f"{key} = {plain(shown)}" if shown is not None else f"{key} unset (the default)"
     app.done({"session": session.id, key: shown}, text=text)

@@ -299,7 +299,7 @@ def send(
             raise click.UsageError("give either PROMPT (or --file) or --resume-draft, not both")
         from agctl.drafts import given_answers, resumable_draft
 
-        draft = resumable_draft(store, sid, slot, force=force)
+        draft = resumable_draft(store.backend, sid, slot, force=force)
         prompt, slot, resume = draft.prompt, draft.slot, draft.steps
         answers = given_answers(draft, approve_calls, deny_calls)
     else:

@@ -107,7 +107,7 @@ def build_graph(
     """
     from agctl.sessions import is_root, list_sessions
 
-    infos = {info.session.id: info for info in list_sessions(store, problems=[])}
+    infos = {info.session.id: info for info in list_sessions(store.backend, problems=[])}
     current = store.current_session_id()
     if all_sessions:
         chosen = []

@@ -27,7 +27,6 @@ from agctl.models import Message, ToolCall, ToolCallFunction
 from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider
 from agctl.providers.openai import request_body
-from agctl.sessions import memory_set, update_session
 from agctl.store import Store
 from agctl.turns import TurnOptions, send_turn
 
@@ -112,7 +111,7 @@ def run_commands(store: Store, wire: Wire, steps: list[tuple[str, Any]]) -> list
         elif kind == "tools":
             store.update_slot("s", None, lambda s, v=value: s.messages.extend(tool_round(v)))
         else:
-            memory_set(store, "s", "note", value)
+            store.memory_set("s", "note", value)
     return sent
 
 
@@ -126,8 +125,8 @@ def test_full_mode_requests_only_grow_at_their_end(
     no memory in context the whole request, its new input included, is."""
     with fresh_store() as store:
         store.create_session("s", system_prompt=SYSTEM)
-        memory_set(store, "s", "user", "Ada")
-        update_session(store, "s", lambda s: setattr(s, "memory_in_context", memory_in_context))
+        store.memory_set("s", "user", "Ada")
+        store.update_session("s", lambda s: setattr(s, "memory_in_context", memory_in_context))
         if immutable:
             store.update_slot(
                 "s", None, lambda s: s.immutable.append(Message(role="system", content="Rules."))
@@ -148,11 +147,11 @@ def test_a_memory_change_keeps_the_history_bytes() -> None:
     input follow them."""
     with fresh_store() as store:
         store.create_session("s", system_prompt=SYSTEM)
-        update_session(store, "s", lambda s: setattr(s, "memory_in_context", True))
-        memory_set(store, "s", "user", "Ada")
+        store.update_session("s", lambda s: setattr(s, "memory_in_context", True))
+        store.memory_set("s", "user", "Ada")
         wire = Wire()
         run_commands(store, wire, [("turn", "one"), ("turn", "two")])
-        memory_set(store, "s", "user", "Grace")
+        store.memory_set("s", "user", "Grace")
         run_commands(store, wire, [("turn", "three")])
         before, after = (orjson.loads(body)["messages"] for body in wire.bodies[1:])
         history = len(before) - 2
@@ -309,8 +308,8 @@ def test_the_cache_outlook_finds_the_prefix_the_last_request_shares(
 
     with fresh_store() as store:
         store.create_session("s", system_prompt=SYSTEM)
-        update_session(store, "s", lambda s: setattr(s, "memory_in_context", memory_in_context))
-        memory_set(store, "s", "user", "Ada")
+        store.update_session("s", lambda s: setattr(s, "memory_in_context", memory_in_context))
+        store.memory_set("s", "user", "Ada")
         wire = Wire()
         run_commands(store, wire, [("turn", f"turn {n}") for n in range(6)])
         for kind, value in steps:

@@ -75,25 +75,25 @@ def test_without_a_slot_the_current_slots_draft_else_the_only_one(session: Store
     for name in ("b", "c"):
         session.create_slot(SID, name)
     with pytest.raises(NotFound, match="session 's' has no draft"):
-        draft_slot(session, SID)
+        draft_slot(session.backend, SID)
     fail_turn(session, "for b", slot="b")
-    assert draft_slot(session, SID) == "b"  # the only one, though not current
+    assert draft_slot(session.backend, SID) == "b"  # the only one, though not current
     fail_turn(session, "for c", slot="c")
     with pytest.raises(UsageError, match="drafts for slots b, c, none for the current slot") as e:
-        draft_slot(session, SID)
+        draft_slot(session.backend, SID)
     assert e.value.exit_code == 2 and "--slot" in str(e.value)
     fail_turn(session, "for default")
-    assert find_draft(session, SID).prompt == "for default"  # the current slot's wins
+    assert find_draft(session.backend, SID).prompt == "for default"  # the current slot's wins
     session.use_slot(SID, "c")
-    assert find_draft(session, SID).prompt == "for c"
-    assert find_draft(session, SID, "b").prompt == "for b"
+    assert find_draft(session.backend, SID).prompt == "for c"
+    assert find_draft(session.backend, SID, "b").prompt == "for b"
 
 
 def test_remove_draft_drops_only_the_draft_it_read(session: Store) -> None:
     session.create_slot(SID, "other")
     fail_turn(session, "mine")
     fail_turn(session, "theirs", slot="other")
-    removed = remove_draft(session, SID)
+    removed = remove_draft(session.backend, SID)
     assert isinstance(removed, Draft) and removed.prompt == "mine"
     assert session.draft_slots(SID) == ["other"]
     assert not session.clear_draft(SID, "default")
@@ -105,21 +105,21 @@ def test_remove_draft_drops_only_the_draft_it_read(session: Store) -> None:
 def test_a_draft_records_its_slot_and_is_fresh_until_the_slot_changes(session: Store) -> None:
     draft = fail_turn(session, "question")
     assert draft.slot_messages == 2 and draft.slot_state is not None
-    assert staleness(session, SID, draft) is None
-    check_resumable(session, SID, draft)
+    assert staleness(session.backend, SID, draft) is None
+    check_resumable(session.backend, SID, draft)
 
     append(session, "meanwhile")
-    reason = staleness(session, SID, draft)
+    reason = staleness(session.backend, SID, draft)
     assert reason is not None and "2 messages then, 3 now" in reason
     with pytest.raises(StaleDraft, match="older than the last change of slot 'default'") as e:
-        check_resumable(session, SID, draft)
+        check_resumable(session.backend, SID, draft)
     assert e.value.exit_code == 4 and "--force" in str(e.value.hint)
 
 
 def test_an_edit_that_keeps_the_count_makes_the_draft_stale(session: Store) -> None:
     draft = fail_turn(session, "question")
     session.update_slot(SID, None, lambda s: s.edit(0, "rewritten"))
-    assert "messages or settings were changed" in str(staleness(session, SID, draft))
+    assert "messages or settings were changed" in str(staleness(session.backend, SID, draft))
 
 
 def test_a_rollback_to_an_older_state_makes_the_draft_stale(session: Store) -> None:
@@ -131,7 +131,7 @@ def test_a_rollback_to_an_older_state_makes_the_draft_stale(session: Store) -> N
     draft = fail_turn(session, "question")
     keeper.rollback(SID, start)
     assert session.load_slot(SID).meta.updated_at < draft.created_at
-    assert staleness(session, SID, draft) is not None
+    assert staleness(session.backend, SID, draft) is not None
 
 
 def test_a_draft_kept_after_the_slot_changed_under_the_turn_is_fresh(session: Store) -> None:
@@ -146,22 +146,22 @@ def test_a_draft_kept_after_the_slot_changed_under_the_turn_is_fresh(session: St
         send_turn(session, SID, "question", EditedMeanwhile(), OPTIONS)
     draft = session.load_draft(SID, "default")
     assert draft.reply is not None
-    assert staleness(session, SID, draft) is None
+    assert staleness(session.backend, SID, draft) is None
 
 
 def test_a_draft_without_a_recorded_slot_goes_by_time(session: Store) -> None:
     old = Draft(prompt="old", slot="default", created_at=utcnow() - timedelta(hours=1))
-    assert "changed at" in str(staleness(session, SID, old))
+    assert "changed at" in str(staleness(session.backend, SID, old))
     new = Draft(prompt="new", slot="default", created_at=utcnow() + timedelta(hours=1))
-    assert staleness(session, SID, new) is None
+    assert staleness(session.backend, SID, new) is None
 
 
 def test_find_draft_by_slot(session: Store) -> None:
-    session.save_draft(SID, new_draft(session, SID, session.load_slot(SID), "p", "boom"))
-    assert find_draft(session, SID, "default").prompt == "p"
+    session.save_draft(SID, new_draft(session.backend, SID, session.load_slot(SID), "p", "boom"))
+    assert find_draft(session.backend, SID, "default").prompt == "p"
     kept_for = r"'other' of session 's' has no draft \(drafts are kept for: default\)"
     with pytest.raises(NotFound, match=kept_for):
-        find_draft(session, SID, "other")
+        find_draft(session.backend, SID, "other")
 
 
 # ---- the CLI ---------------------------------------------------------------------------

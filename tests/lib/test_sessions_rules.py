@@ -1,6 +1,7 @@
 """The Store delegates, the rules decide (ARCHITECTURE.md): each session, slot and draft
-rule is a function of the store in agctl.sessions, agctl.slots or agctl.drafts, and the
-Store's method of the same name forwards every argument to it and returns its answer."""
+rule is a function in agctl.sessions, agctl.slots or agctl.drafts of what it works on (a
+unit of work the Store opened, or the backend), and the Store's method of the same name
+is one call down to it, with every other argument as given."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from agctl import drafts, sessions, slots
 from agctl.errors import NotFound
 from agctl.storage.memory import MemoryBackend
 from agctl.store import Store
+from agctl.work import Work, work_on
 
 RULES: dict[ModuleType, tuple[str, ...]] = {
     sessions: (
@@ -22,7 +24,6 @@ RULES: dict[ModuleType, tuple[str, ...]] = {
         "children",
         "create_session",
         "replace_session",
-        "update_session",
         "check_parent",
         "parent",
         "destroy_session",
@@ -37,6 +38,7 @@ RULES: dict[ModuleType, tuple[str, ...]] = {
         "create_slot",
         "derive_slot",
         "use_slot",
+        "update_session",
         "update_slot",
         "append_messages",
         "set_mode",
@@ -48,27 +50,29 @@ RULES: dict[ModuleType, tuple[str, ...]] = {
 DELEGATES = [(module, name) for module, names in RULES.items() for name in names]
 
 
-def summary(thing: Any) -> str:
-    """A docstring's first paragraph."""
-    return (inspect.getdoc(thing) or "").split("\n\n")[0]
+# What a Store method may take beyond its rule's parameters: settings passed on whole.
+SETTINGS = {
+    "create_session": sessions.NewSession,
+    "replace_session": sessions.NewSession,
+    "create_slot": slots.NewSlot,
+    "derive_slot": slots.DerivedSlot,
+}
+# How a rule is handed what it works on: a unit of work (a change of one session), the
+# backend (the whole store, or what is kept beside a session's transaction), a reader.
+BELOW = ("work", "backend", "reader")
 
 
 @pytest.mark.parametrize(
     ("module", "name"), DELEGATES, ids=[f"{m.__name__}.{n}" for m, n in DELEGATES]
 )
-def test_the_store_method_forwards_every_argument_to_its_rule(
+def test_the_store_method_is_one_call_down_to_its_rule(
     module: ModuleType, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rule = getattr(module, name)
-    method = getattr(Store, name)
-    rule_signature = inspect.signature(rule)
-    rule_params = list(rule_signature.parameters.values())
-    assert rule_params[0].name == "store"
-    method_signature = inspect.signature(method)
-    assert list(method_signature.parameters.values())[1:] == rule_params[1:]
-    assert method_signature.return_annotation == rule_signature.return_annotation
-    assert summary(method) == summary(rule)
-
+    """Every argument reaches the rule as given, the session as a unit of work, the
+    backend or a reader of it; the rule's answer comes back; nothing else is called."""
+    rule_signature = inspect.signature(getattr(module, name))
+    below, *rest = rule_signature.parameters
+    assert below in BELOW
     received: dict[str, Any] = {}
     answer = object()
 
@@ -78,9 +82,23 @@ def test_the_store_method_forwards_every_argument_to_its_rule(
 
     monkeypatch.setattr(module, name, recorded)
     store = Store(backend=MemoryBackend())
-    given = {param.name: object() for param in rule_params[1:]}
+    store.create_session("s")
+    method = getattr(Store, name)
+    given: dict[str, Any] = {}
+    for param in list(inspect.signature(method).parameters.values())[1:]:
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            given.update({key: object() for key in SETTINGS[name].__optional_keys__})
+        else:
+            given[param.name] = "s" if param.name == "session_id" else object()
     returned = method(store, **given)
-    assert received == {"store": store, **given}
+    handed = received.pop(below)
+    if below == "work":
+        assert isinstance(handed, Work) and handed.session_id == "s"
+    else:
+        assert handed is store.backend
+    if "session_id" not in rest:
+        given.pop("session_id", None)
+    assert received == given
     assert returned is (None if rule_signature.return_annotation == "None" else answer)
 
 
@@ -91,18 +109,18 @@ def test_the_moved_names_are_still_importable_from_the_store() -> None:
     assert agctl.store.DEFAULT_SLOT == slots.DEFAULT_SLOT == "default"
 
 
-def test_the_session_rules_work_on_a_store_without_files() -> None:
-    store = Store(backend=MemoryBackend())
-    assert store.files is None
-    sessions.create_session(store, "root")
-    sessions.create_session(store, "kid", parent_id="ro")
-    store.set_current_session("kid")
-    assert sessions.children(store, "root") == ["kid"]
-    assert sessions.parent(store, "kid") == "root"
-    sessions.memory_set(store, "kid", "k", "v")
-    assert sessions.memory_get(store, "kid", "k") == "v"
-    gone = sessions.destroy_session(store, "root", recursive=True)
+def test_the_session_rules_work_on_a_backend_without_files() -> None:
+    backend = MemoryBackend()
+    sessions.create_session(backend, "root")
+    sessions.create_session(backend, "kid", parent_id="ro")
+    backend.set_current_session("kid")
+    assert sessions.children(backend, "root") == ["kid"]
+    assert sessions.parent(backend, "kid") == "root"
+    with work_on(backend, "kid") as work:
+        sessions.memory_set(work, "k", "v")
+    assert sessions.memory_get(backend, "kid", "k") == "v"
+    gone = sessions.destroy_session(backend, "root", recursive=True)
     assert gone.destroyed == ["root", "kid"]
-    assert store.current_session_id() is None
+    assert backend.current_session_id() is None
     with pytest.raises(NotFound, match="session 'kid' not found"):
-        sessions.destroy_session(store, "kid")
+        sessions.destroy_session(backend, "kid")

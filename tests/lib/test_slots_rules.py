@@ -31,29 +31,27 @@ def test_a_new_slot_counts_what_it_holds() -> None:
 def test_the_slot_rules_work_on_a_store_without_files(memory_store: Store) -> None:
     store = memory_store
     assert store.files is None
-    slots.create_slot(store, SID, "a", make_current=True)
-    assert slots.resolve_slot(store, SID, None) == "a"
-    with store.transaction(SID):
-        slots.append_messages(
-            store, SID, store.load_slot(SID, "a"), [Message(role="user", content="hi")]
-        )
-    derived = slots.derive_slot(store, SID, "b", source="a", strategy="focused")
+    with store.work(SID) as work:
+        slots.create_slot(work, "a", make_current=True)
+        assert slots.resolve_slot(work.tx, SID, None) == "a"
+        slots.append_messages(work, work.load_slot("a"), [Message(role="user", content="hi")])
+        derived = slots.derive_slot(work, "b", source="a", strategy="focused")
     assert (derived.config.mode, derived.meta.parent_id) == ("focused", "a")
     assert [m.content for m in derived.messages] == ["hi"]
-    assert [slot.id for slot in slots.list_slots(store, SID)] == ["a", "b", "default"]
+    assert [slot.id for slot in slots.list_slots(store.backend, SID)] == ["a", "b", "default"]
     with pytest.raises(AlreadyExists, match="slot 'b' already exists in session 's'"):
-        slots.create_slot(store, SID, "b")
+        store.create_slot(SID, "b")
     with pytest.raises(ProtectedSlot, match="slot 'default' cannot be deleted"):
-        slots.delete_slot(store, SID, slots.DEFAULT_SLOT)
-    assert slots.delete_slot(store, SID, "a").current_slot == slots.DEFAULT_SLOT
+        store.delete_slot(SID, slots.DEFAULT_SLOT)
+    assert store.delete_slot(SID, "a").current_slot == slots.DEFAULT_SLOT
 
 
-def test_a_rule_called_directly_is_checkpointed_first_under_undoable(store: Store) -> None:
+def test_a_rule_given_the_work_is_checkpointed_first_under_undoable(store: Store) -> None:
     store.create_session(SID)
-    slots.create_slot(store, SID, "a")
+    store.create_slot(SID, "a")
     keeper = Checkpointer(store)
-    with store.undoable(SID, "slot rm"):
-        slots.delete_slot(store, SID, "a")
+    with store.undoable(SID, "slot rm"), store.work(SID) as work:
+        slots.delete_slot(work, "a")
     assert store.slot_ids(SID) == ["default"]
     newest = keeper.load(SID, keeper.ids(SID)[0])
     assert (newest.label, newest.edit) == ("before slot rm", "slot rm")

@@ -168,7 +168,7 @@ def test_the_refused_turn_is_sent_again_from_its_draft_on_the_new_context(
 ) -> None:
     with pytest.raises(SlotMoved):
         send_turn(session, SID, "question", AnswersAfterAnotherWriter(session, other_turn), FENCED)
-    draft = resumable_draft(session, SID)  # not stale: it records the slot as it is now
+    draft = resumable_draft(session.backend, SID)  # not stale: it records the slot as it is now
 
     result = send_turn(session, SID, draft.prompt, OfflineProvider(), FENCED)
 

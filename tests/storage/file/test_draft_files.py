@@ -60,7 +60,7 @@ def test_a_legacy_draft_json_is_adopted_as_the_draft_of_its_slot(session: Store)
     assert not legacy.exists()
     adopted = session.session_dir(SID) / "drafts" / "other.json"
     assert stat.S_IMODE(adopted.stat().st_mode) == 0o600
-    assert find_draft(session, SID).prompt == "from before"
+    assert find_draft(session.backend, SID).prompt == "from before"
 
     # A legacy draft older than the slot's own draft loses; a newer one wins.
     legacy.write_text(old.model_copy(update={"prompt": "older"}).model_dump_json())

@@ -20,10 +20,10 @@ def test_unreadable_sessions_are_reported_and_left_out(family: Store) -> None:
     path = family.session_dir("b") / "session.json"
     path.write_text("{not json")
     problems: list[AgctlError] = []
-    assert forest_shape(session_forest(family, problems=problems)) == [
+    assert forest_shape(session_forest(family.backend, problems=problems)) == [
         ("root", [("a", [("c", [])])]),
         ("lone", []),
     ]
     assert len(problems) == 1 and "b" in str(problems[0])
     with pytest.raises(AgctlError):
-        session_forest(family, "b")
+        session_forest(family.backend, "b")

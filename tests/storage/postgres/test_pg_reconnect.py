@@ -387,7 +387,7 @@ def test_a_draft_the_store_cannot_take_is_kept_here_found_and_removed_with_the_s
         assert store.save_draft(SID, newer) is None  # the store takes it again
         assert store.load_draft(SID, "default").prompt == newer.prompt  # the newer one
         assert backend.draft_slots(SID) == ["default"] and kept.exists()
-        removed = remove_draft(store, SID)
+        removed = remove_draft(store.backend, SID)
         assert not isinstance(removed, Exception) and removed.prompt == newer.prompt
         assert store.draft_slots(SID) == [] and not kept.exists()
     finally:
