@@ -19,7 +19,7 @@ from agctl.tokens import estimate_text
 from agctl.validation import validation_summary
 
 if TYPE_CHECKING:
-    from agctl.store import Store
+    from agctl.work import Work
 from agctl.view import memory_message, mode_messages
 
 # Context windows in tokens, by model name or prefix; the config and profiles override.
@@ -88,8 +88,7 @@ def check_limit(budget: ContextBudget, window: int, model: str) -> TokenBudget:
 
 
 def set_budget(
-    store: Store,
-    session_id: str,
+    work: Work,
     slot_id: str | None,
     changes: Mapping[str, Any] | None,
     *,
@@ -104,7 +103,9 @@ def set_budget(
         slot.config.budget = budget
         return slot
 
-    return store.update_slot(session_id, slot_id, apply)
+    from agctl.slots import update_slot
+
+    return update_slot(work, slot_id, apply)
 
 
 class Zone(NamedTuple):

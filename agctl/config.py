@@ -287,7 +287,10 @@ class ConfigStore:
         self.save(updated)
         return updated
 
-    def add_profile(self, name: str, profile: Profile, *, replace: bool = False) -> Config:
+    def add_profile(
+        self, name: str, profile: Profile, *, replace: bool = False, make_default: bool = False
+    ) -> Config:
+        """Keep `profile` as `name` (and make it the default) in one write of the config."""
         validate_id(name, "profile")
         config = self.load()
         if name in config.profiles and not replace:
@@ -303,6 +306,8 @@ class ConfigStore:
             # Its hooks are managed with `agctl hook add --profile`: a new endpoint keeps them.
             profile = profile.model_copy(update={"hooks": replaced.hooks})
         config.profiles[name] = profile
+        if make_default:
+            config.default_profile = name
         self.save(config)
         return config
 

@@ -7,14 +7,7 @@ import logging
 
 from agctl.errors import ProviderError
 from agctl.models import Message, utcnow
-from agctl.providers.base import (
-    Event,
-    Finish,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallDelta,
-    Usage,
-)
+from agctl.providers import base
 
 log = logging.getLogger("agctl.turn")
 
@@ -32,15 +25,15 @@ class ReplyBuilder:
         self.calls: list[tuple[int, dict[str, str]]] = []  # (index, call), as begun
         self._open: dict[int, dict[str, str]] = {}  # the call each index is building
         self.nameless: list[dict[str, str]] = []  # calls without a name: not sent back
-        self.usage: Usage | None = None
+        self.usage: base.Usage | None = None
         self.finish_reason: str | None = None
 
-    def feed(self, event: Event) -> None:
-        if isinstance(event, TextDelta):
+    def feed(self, event: base.Event) -> None:
+        if isinstance(event, base.TextDelta):
             self.text.append(event.text)
-        elif isinstance(event, ReasoningDelta):
+        elif isinstance(event, base.ReasoningDelta):
             self.reasoning.append(event.text)
-        elif isinstance(event, ToolCallDelta):
+        elif isinstance(event, base.ToolCallDelta):
             call = self._open.get(event.index)
             if call is None or (event.id and call["id"] and event.id != call["id"]):
                 call = self._open[event.index] = {"id": "", "name": "", "arguments": ""}
@@ -48,9 +41,9 @@ class ReplyBuilder:
             call["id"] = event.id or call["id"]
             call["name"] = event.name or call["name"]
             call["arguments"] += event.arguments
-        elif isinstance(event, Usage):
+        elif isinstance(event, base.Usage):
             self.usage = event
-        elif isinstance(event, Finish):
+        elif isinstance(event, base.Finish):
             self.finish_reason = event.reason
 
     def tool_calls(self) -> list[dict[str, object]]:

@@ -501,6 +501,22 @@ class Store:
         with self.work(session_id) as work:
             return slots.configure_slot(work, slot_id, changes)
 
+    def set_budget(
+        self,
+        session_id: str,
+        slot_id: str | None,
+        changes: Mapping[str, Any] | None,
+        *,
+        window: int,
+        model: str,
+    ) -> Slot:
+        """Change some parts of a slot's budget (None: back to auto), checked against the
+        model's `window`."""
+        from agctl.budget import set_budget
+
+        with self.work(session_id) as work:
+            return set_budget(work, slot_id, changes, window=window, model=model)
+
     # ---- drafts (agctl.drafts) --------------------------------------------------------
 
     def draft_slots(self, session_id: str) -> list[str]:

@@ -118,6 +118,15 @@ def spec_from(fields: Mapping[str, Any]) -> ToolSpec:
         raise UsageError(f"invalid tool: {exc}") from None
 
 
+def new_tool(fields: Mapping[str, Any], *, data_dir: Path | None) -> ToolSpec:
+    """A tool defined on the command line, as `spec_from` checks it, refused (UsageError)
+    when its cwd would put its runs inside the data dir."""
+    spec = spec_from(fields)
+    if spec.cwd is not None:
+        tool_cwd(spec, started_in=None, data_dir=data_dir)
+    return spec
+
+
 def load_tools_file(path: Path | str) -> dict[str, ToolSpec]:
     """The tools of a `--tools-file` (a JSON array of tool objects), each checked whole;
     exit 5 (InvalidInput) naming the item (1 is the first) and the field, for a bad one."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Literal
 from agctl.errors import AgctlError, Conflict, DataError, InvalidInput, NotFound
 
 if TYPE_CHECKING:
+    from agctl.storage.factory import StoreChoice
     from agctl.store import Store
 
 Outcome = Literal["copied", "skipped", "failed"]
@@ -139,3 +140,50 @@ def copy_sessions(
                 exc.add_note(f"not copied: session {failed.session_id!r}: {failed.error}")
             raise
     return done
+
+
+@dataclass
+class Transfer:
+    """What a copy between two stores did: the stores as messages name them, and what
+    became of each session."""
+
+    source: str
+    target: str
+    sessions: list[Copied]
+
+    def failure(self) -> DataError | None:
+        """The error the copy ends with (exit 5) when damaged sessions were not copied,
+        naming each and why; None when every session arrived or was held already."""
+        failed = [c for c in self.sessions if c.error is not None]
+        if not failed:
+            return None
+        error = DataError(
+            f"{len(failed)} of {len(self.sessions)} session(s) not copied, damaged "
+            f"({', '.join(c.session_id for c in failed)}); the others were",
+            hint="repair or remove them in SRC ('agctl --store SRC -s ID ckpt verify' checks "
+            "a log), then copy again: what DST holds already is skipped",
+        )
+        for c in failed:
+            error.add_note(f"session {c.session_id!r}: {c.error}")
+        return error
+
+
+def copy_between(
+    source: StoreChoice, target: StoreChoice, session_ids: Sequence[str] | None = None
+) -> Transfer:
+    """Open the two stores chosen (never the same one twice), copy `session_ids` (default:
+    every session) from one to the other as `copy_sessions` does, and close both."""
+    from agctl.errors import UsageError
+    from agctl.store import Store
+
+    if source.spec == target.spec and source.schema == target.schema:
+        raise UsageError(f"SRC and DST are the same store ({source.spec.shown})")
+    stores: list[Store] = []
+    try:
+        for choice in (source, target):
+            stores.append(Store(choice=choice))
+        src, dst = stores
+        return Transfer(src.shown, dst.shown, copy_sessions(src, dst, session_ids))
+    finally:
+        for store in stores:
+            store.close()

@@ -14,6 +14,7 @@ from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
     from agctl.checkpoints import Checkpoint, Checkpointer, CheckpointSummary
+    from agctl.models import Session, Slot
 
 
 def checkpointer(app: App) -> Checkpointer:
@@ -137,27 +138,35 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
     checkpoint = _resolve(app, sid, checkpoint_id)
     state = checkpointer(app).state(sid, checkpoint)
     session = with_known_costs(state.session, app.prices)
-    slots = []
-    for slot in state.slots.values():
-        row: dict[str, Any] = {
-            "id": slot.id,
-            "mode": slot.config.mode,
-            "immutable": len(slot.immutable),
-            "compressed": len(slot.compressed),
-            "messages": len(slot.messages),
-            "tokens": slot.meta.total_tokens,
-        }
-        if messages:
-            row["document"] = slot.model_dump(mode="json")
-        slots.append(row)
     payload = {
         **summary_row(checkpoint.summary()),
         "session": session.model_dump(mode="json"),
-        "slot_states": slots,
+        "slot_states": [_slot_state(slot, messages) for slot in state.slots.values()],
     }
     if app.json:
         app.emit(payload)
         return
+    app.emit(payload, text=_show_text(checkpoint, session, payload))
+
+
+def _slot_state(slot: Slot, document: bool) -> dict[str, Any]:
+    """A slot as a checkpoint holds it: its mode and the size of each zone, and with
+    --messages its whole document."""
+    row: dict[str, Any] = {
+        "id": slot.id,
+        "mode": slot.config.mode,
+        "immutable": len(slot.immutable),
+        "compressed": len(slot.compressed),
+        "messages": len(slot.messages),
+        "tokens": slot.meta.total_tokens,
+    }
+    if document:
+        row["document"] = slot.model_dump(mode="json")
+    return row
+
+
+def _show_text(checkpoint: Checkpoint, session: Session, payload: dict[str, Any]) -> str:
+    """`ckpt show` for people: the checkpoint and its session, then a row a slot."""
     from agctl.cli.output import key_values, table
     from agctl.usage import all_free, cost_text
 
@@ -178,7 +187,7 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
         ("messages", "MESSAGES"),
         ("tokens", "TOKENS"),
     ]
-    app.emit(payload, text=f"{key_values(head)}\n\n{table(slots, columns)}")
+    return f"{key_values(head)}\n\n{table(payload['slot_states'], columns)}"
 
 
 def _diff_text(diff: dict[str, Any]) -> str:

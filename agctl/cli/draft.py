@@ -68,56 +68,68 @@ def show(app: App, slot: str | None, every: bool) -> None:
       agctl draft show --json | jq -r '.waiting_calls[].id'
       agctl draft show | agctl turn send - --slot other
     """
-    from agctl.drafts import GONE, damaged_document, draft_document
-    from agctl.errors import CorruptDocument
+    from agctl.drafts import draft_document, find_draft
 
     sid = app.session_id()
     if every:
         if slot is not None:
             raise click.UsageError("give either --slot or --all, not both")
-        from agctl.drafts import all_drafts
-
-        rows = [
-            damaged_document(sid, d)
-            if isinstance(d, CorruptDocument)
-            else draft_document(app.store.backend, sid, d)
-            for d in all_drafts(app.store.backend, sid)
-        ]
-        display = [
-            {
-                "slot": r["slot"],
-                "created_at": r.get("created_at", ""),
-                "state": "damaged" if "damaged" in r else ("stale" if r["stale"] else "fresh"),
-                "prompt": (r.get("prompt") or r.get("damaged", "")).split("\n", 1)[0][:60],
-            }
-            for r in rows
-        ]
-        columns = [
-            ("slot", "SLOT"),
-            ("created_at", "KEPT"),
-            ("state", "STATE"),
-            ("prompt", "PROMPT"),
-        ]
-        app.emit_rows(rows, columns, empty=f"session {sid} has no draft", display=display)
+        _show_all(app, sid)
         return
-    from agctl.drafts import find_draft
-
     row = draft_document(app.store.backend, sid, find_draft(app.store.backend, sid, slot))
     if app.json:
         app.emit(row)
         return
+    echo(_about_text(row), err=True)
+    echo(row["prompt"])
+
+
+def _show_all(app: App, sid: str) -> None:
+    """`draft show --all`: a row a draft, a damaged one said as such."""
+    from agctl.drafts import all_drafts, damaged_document, draft_document
+    from agctl.errors import CorruptDocument
+
+    rows = [
+        damaged_document(sid, d)
+        if isinstance(d, CorruptDocument)
+        else draft_document(app.store.backend, sid, d)
+        for d in all_drafts(app.store.backend, sid)
+    ]
+    display = [
+        {
+            "slot": r["slot"],
+            "created_at": r.get("created_at", ""),
+            "state": "damaged" if "damaged" in r else ("stale" if r["stale"] else "fresh"),
+            "prompt": (r.get("prompt") or r.get("damaged", "")).split("\n", 1)[0][:60],
+        }
+        for r in rows
+    ]
+    columns = [
+        ("slot", "SLOT"),
+        ("created_at", "KEPT"),
+        ("state", "STATE"),
+        ("prompt", "PROMPT"),
+    ]
+    app.emit_rows(rows, columns, empty=f"session {sid} has no draft", display=display)
+
+
+def _about_text(row: dict[str, Any]) -> str:
+    """What a draft is about, for stderr: its slot and when it was kept, after what, why it
+    is stale, the reply that was not written and the tool calls waiting."""
+    from agctl.drafts import GONE
+
     about = f"draft for slot {row['slot']}, kept {row['created_at']}"
-    echo(about + (f" after: {row['error']}" if row["error"] else ""), err=True)
+    lines = [about + (f" after: {row['error']}" if row["error"] else "")]
     if row["stale"] and row["stale"].startswith(GONE):
         again = f"agctl draft show --slot {row['slot']} | agctl turn send - --slot NAME"
-        echo(f"its slot {row['stale']}: to send it elsewhere, {again}", err=True)
+        lines.append(f"its slot {row['stale']}: to send it elsewhere, {again}")
     elif row["stale"]:
-        echo(f"stale: its slot {row['stale']} (--resume-draft needs --force)", err=True)
+        lines.append(f"stale: its slot {row['stale']} (--resume-draft needs --force)")
     if row["reply"] is not None:
-        echo(f"the model's reply, which was not written:\n{row['reply']}", err=True)
+        lines.append(f"the model's reply, which was not written:\n{row['reply']}")
     if row["waiting_calls"]:
-        echo(waiting_text(row["waiting_calls"]), err=True)
-    echo(row["prompt"])
+        lines.append(waiting_text(row["waiting_calls"]))
+    return "\n".join(lines)
 
 
 def waiting_text(calls: list[dict[str, Any]]) -> str:

@@ -75,13 +75,7 @@ def add(
     """
     from agctl.config import ConfigStore, profile_from
 
-    parsed: dict[str, str] = {}
-    for header in headers:
-        key, sep, value = header.partition(":")
-        if not sep or not key.strip():
-            # Not echoed: a malformed header is often a secret typed without its ':'.
-            raise click.BadParameter("a header must be NAME:VALUE", param_hint="--header")
-        parsed[key.strip()] = value.strip()
+    parsed = _headers(headers)
     if api_key == "-":
         api_key = text_argument("-", "the API key").strip()
     profile = profile_from(
@@ -97,15 +91,24 @@ def add(
             "prompt_cache_key": prompt_cache_key,
         }
     )
-    config_store = ConfigStore()
-    config = config_store.add_profile(name, profile, replace=replace)
-    if make_default and config.default_profile != name:
-        config = config_store.set("default_profile", name)
+    config = ConfigStore().add_profile(name, profile, replace=replace, make_default=make_default)
     default = config.default_profile == name
     app.done(
         {"profile": name, "default": default},
         text=f"added profile {name}" + (" (default)" if default else ""),
     )
+
+
+def _headers(given: tuple[str, ...]) -> dict[str, str]:
+    """The --header NAME:VALUE pairs, each stripped."""
+    parsed: dict[str, str] = {}
+    for header in given:
+        key, sep, value = header.partition(":")
+        if not sep or not key.strip():
+            # Not echoed: a malformed header is often a secret typed without its ':'.
+            raise click.BadParameter("a header must be NAME:VALUE", param_hint="--header")
+        parsed[key.strip()] = value.strip()
+    return parsed
 
 
 @command.command("list")

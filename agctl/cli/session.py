@@ -18,9 +18,10 @@ from agctl.cli.output import echo, plain
 from agctl.vocab import GRAPH_FORMATS, SESSION_EXPORT_FORMATS, SESSION_SETTINGS
 
 if TYPE_CHECKING:
+    from agctl.graph.render import Drawing
     from agctl.models import Session
     from agctl.pricing import Prices
-    from agctl.store import SessionInfo
+    from agctl.store import Replaced, SessionInfo
     from agctl.usage import ModelUsage
 
 
@@ -134,35 +135,36 @@ def new(
         raise click.UsageError("--replace needs the ID of the session to replace")
     if system_prompt == "-":
         system_prompt = text_argument("-", "the system prompt")
-    settings: dict[str, Any] = {
-        "system_prompt": system_prompt,
-        "parent_id": parent_id,
-        "title": title,
-        "profile": profile,
-        "model": model,
-    }
-    payload: dict[str, Any]
-    if replace:
-        assert session_id is not None
+    settings = dict(
+        system_prompt=system_prompt, parent_id=parent_id, title=title, profile=profile, model=model
+    )
+    if replace and session_id is not None:
         outcome = app.store.replace_session(
             session_id, recursive=recursive, orphan=orphan, **settings
         )
-        session = outcome.session
-        payload = session_document(session)
-        payload["replaced"] = outcome.replaced
-        payload["destroyed"] = outcome.destroyed
-        payload["detached"] = outcome.detached
-        if not app.json:  # with --json, said in the payload only
-            for sid in outcome.destroyed:
-                echo(f"agctl: destroyed {sid}", err=True)
-            for sid in outcome.detached:
-                echo(f"agctl: detached {sid} (its parent was the replaced session)", err=True)
+        session, payload = outcome.session, _replaced_document(app, outcome)
     else:
         session = app.store.create_session(session_id, **settings)
         payload = session_document(session)
     if make_current:
         app.store.set_current_session(session.id)
     app.emit(payload, text=session.id)
+
+
+def _replaced_document(app: App, outcome: Replaced) -> dict[str, Any]:
+    """`session new --replace`'s document; for people, each session it destroyed or
+    detached is said on stderr (with --json, in the document only)."""
+    if not app.json:
+        for sid in outcome.destroyed:
+            echo(f"agctl: destroyed {sid}", err=True)
+        for sid in outcome.detached:
+            echo(f"agctl: detached {sid} (its parent was the replaced session)", err=True)
+    return {
+        **session_document(outcome.session),
+        "replaced": outcome.replaced,
+        "destroyed": outcome.destroyed,
+        "detached": outcome.detached,
+    }
 
 
 @command.command("list")
@@ -257,18 +259,24 @@ def show(app: App, session_id: str | None) -> None:
         "slots": ", ".join(s["id"] for s in payload["slots"]),
     }
     for row in session_usage(session, app.prices):
-        usage = row.counts
-        free = usage.free_requests
-        unbilled = f", {free} free: offline or from a cassette" if 0 < free < usage.requests else ""
-        summary[f"cost of {row.model}"] = (
-            f"{row.cost_text()} ({usage.requests} "
-            f"request{'s' if usage.requests != 1 else ''}{unbilled}, {usage.prompt_tokens} "
-            f"prompt + {usage.completion_tokens} completion tokens)"
-        )
-        summary[f"cache of {row.model}"] = _cache_line(row)
-        if usage.reasoning_tokens is not None:
-            summary[f"reasoning of {row.model}"] = f"{usage.reasoning_tokens} tokens"
+        summary.update(_model_lines(row))
     app.emit(summary)
+
+
+def _model_lines(row: ModelUsage) -> dict[str, str]:
+    """`session show`'s lines on one model: its cost and requests, its cache, its reasoning."""
+    usage = row.counts
+    free = usage.free_requests
+    unbilled = f", {free} free: offline or from a cassette" if 0 < free < usage.requests else ""
+    lines = {
+        f"cost of {row.model}": f"{row.cost_text()} ({usage.requests} "
+        f"request{'s' if usage.requests != 1 else ''}{unbilled}, {usage.prompt_tokens} "
+        f"prompt + {usage.completion_tokens} completion tokens)",
+        f"cache of {row.model}": _cache_line(row),
+    }
+    if usage.reasoning_tokens is not None:
+        lines[f"reasoning of {row.model}"] = f"{usage.reasoning_tokens} tokens"
+    return lines
 
 
 def _cache_line(row: ModelUsage) -> str:
@@ -593,8 +601,7 @@ def graph(
         from agctl.errors import UsageError
 
         raise UsageError("give SESSION or --all, not both")
-    if app.json and output == "-":
-        fmt = "json"
+    fmt = "json" if app.json and output == "-" else fmt
     drawing = draw(
         app.store,
         None if all_sessions else app.session_id(session_id),
@@ -605,10 +612,15 @@ def graph(
         unicode=not ascii_only and _locale_is_utf8(),
         redact=redact,
     )
-    if drawing.too_big is not None:
-        app.warn(f"the Mermaid graph has {drawing.too_big}: try --format html")
+    _write_drawing(app, drawing, output, fmt)
+
+
+def _write_drawing(app: App, drawing: Drawing, output: str, fmt: str) -> None:
+    """Write the drawing to stdout or FILE; a file written is reported, with its counts."""
     from agctl.cli.app import write_output
 
+    if drawing.too_big is not None:
+        app.warn(f"the Mermaid graph has {drawing.too_big}: try --format html")
     write_output(output, drawing.text.encode())
     if output == "-":
         return

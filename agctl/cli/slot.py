@@ -546,7 +546,6 @@ def set_(app: App, key: str, value: str, slot: str | None) -> None:
 def set_budget_setting(app: App, slot: str | None, setting: Any) -> None:
     """`slot set budget`: merge the parts given into the slot's budget, then show it in
     tokens for the window of the session's model."""
-    from agctl.budget import set_budget
     from agctl.errors import UsageError
     from agctl.models import ContextBudget
     from agctl.setup import ModelSetup
@@ -556,7 +555,7 @@ def set_budget_setting(app: App, slot: str | None, setting: Any) -> None:
     sid = app.session_id()
     setup = ModelSetup.resolve(app.store, sid)
     window, model = setup.window, setup.settings.model
-    changed = set_budget(app.store, sid, slot, setting, window=window, model=model)
+    changed = app.store.set_budget(sid, slot, setting, window=window, model=model)
     budget = changed.config.budget
     tokens = (budget or ContextBudget()).resolve(window)
     payload = {

@@ -14,6 +14,7 @@ from agctl.cli.options import json_option, sessions_option
 
 if TYPE_CHECKING:
     from agctl.storage.base import Backend
+    from agctl.transfer import Transfer
 
 
 @contextlib.contextmanager
@@ -186,34 +187,30 @@ def copy(
       agctl store copy ./a ./b --json | jq '.sessions[] | {id, outcome}'
     """
     from agctl.storage.factory import choose_store
-    from agctl.store import Store
-    from agctl.transfer import copy_sessions
+    from agctl.transfer import copy_between
 
-    chosen = [
+    source_store, target_store = (
         choose_store(given, origin=origin, data_dir=app.data_dir, schema=schema)
         for given, origin, schema in (
             (source, "SRC", source_schema),
             (target, "DST", target_schema),
         )
-    ]
-    if chosen[0].spec == chosen[1].spec and chosen[0].schema == chosen[1].schema:
-        from agctl.errors import UsageError
+    )
+    transfer = copy_between(source_store, target_store, list(session_ids) or None)
+    app.done(_copy_document(transfer), _copy_text(transfer))
+    failure = transfer.failure()
+    if failure is not None:
+        raise failure
 
-        raise UsageError(f"SRC and DST are the same store ({chosen[0].spec.shown})")
-    stores: list[Store] = []
-    try:
-        for choice in chosen:
-            stores.append(Store(choice=choice))
-        src, dst = stores
-        copied = copy_sessions(src, dst, list(session_ids) or None)
-    finally:
-        for store in stores:
-            store.close()
+
+def _copy_document(transfer: Transfer) -> dict[str, Any]:
+    """`store copy --json`: the stores, and each session's outcome, checkpoint map and
+    error (as the CLI describes errors)."""
     from agctl.cli import describe_error
 
-    payload = {
-        "source": src.shown,
-        "target": dst.shown,
+    return {
+        "source": transfer.source,
+        "target": transfer.target,
         "sessions": [
             {
                 "id": c.session_id,
@@ -221,30 +218,21 @@ def copy(
                 "checkpoints": c.checkpoints,
                 "error": None if c.error is None else describe_error(c.error),
             }
-            for c in copied
+            for c in transfer.sessions
         ],
     }
+
+
+def _copy_text(transfer: Transfer) -> str:
+    """`store copy` for people: a line a session, its outcome and how many checkpoints."""
     lines = [
         f"{c.outcome:7}  {c.session_id}  "
         + ("(not copied)" if c.error else f"({len(c.checkpoints)} checkpoint(s))")
-        for c in copied
+        for c in transfer.sessions
     ]
-    if not copied:
-        lines.append(f"{src.shown} holds no session")
-    app.done(payload, "\n".join(lines))
-    failed = [c for c in copied if c.error is not None]
-    if failed:
-        from agctl.errors import DataError
-
-        error = DataError(
-            f"{len(failed)} of {len(copied)} session(s) not copied, damaged "
-            f"({', '.join(c.session_id for c in failed)}); the others were",
-            hint="repair or remove them in SRC ('agctl --store SRC -s ID ckpt verify' checks "
-            "a log), then copy again: what DST holds already is skipped",
-        )
-        for c in failed:
-            error.add_note(f"session {c.session_id!r}: {c.error}")
-        raise error
+    if not transfer.sessions:
+        lines.append(f"{transfer.source} holds no session")
+    return "\n".join(lines)
 
 
 @command.command("gc")

@@ -167,39 +167,40 @@ def add(
       agctl tool add deploy --description "Deploy" --profile work --env-allow 'DEPLOY_*' \\
         -- make deploy
     """
-    import orjson
-
     from agctl.config import ConfigStore
-    from agctl.tools import spec_from, tool_cwd
+    from agctl.tools import new_tool
 
-    schema: Any = None
-    if parameters is not None:
-        try:
-            schema = orjson.loads(parameters)
-        except orjson.JSONDecodeError as exc:
-            raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--parameters") from None
-    spec = spec_from(
-        {
-            "name": name,
-            "description": description,
-            "parameters": schema,
-            "command": list(argv),
-            "args": args_mode,
-            "timeout_s": timeout_s,
-            "max_output": max_output,
-            "cwd": cwd,
-            "approve": approve,
-            "env_allow": list(env_allow),
-        }
-    )
-    if spec.cwd is not None:
-        tool_cwd(spec, started_in=None, data_dir=app.local_dir)
+    fields = {
+        "name": name,
+        "description": description,
+        "parameters": _json_schema(parameters),
+        "command": list(argv),
+        "args": args_mode,
+        "timeout_s": timeout_s,
+        "max_output": max_output,
+        "cwd": cwd,
+        "approve": approve,
+        "env_allow": list(env_allow),
+    }
+    spec = new_tool(fields, data_dir=app.local_dir)
     replaced = ConfigStore().add_tool(spec, profile=profile, replace=force)
     where = f" to profile {profile}" if profile else ""
     app.done(
         {"tool": name, "profile": profile, "replaced": replaced},
         text=f"{'replaced' if replaced else 'added'} tool {name}{where}",
     )
+
+
+def _json_schema(text: str | None) -> Any:
+    """--parameters read as JSON (None when not given)."""
+    import orjson
+
+    if text is None:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--parameters") from None
 
 
 @command.command("list")

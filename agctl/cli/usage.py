@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from agctl.cli.app import App, pass_app
 from agctl.cli.options import json_option
+
+if TYPE_CHECKING:
+    from agctl.usage import UsageReport
 
 
 @click.command("usage")
@@ -41,7 +46,6 @@ def command(app: App, since: str | None) -> None:
       agctl usage --since 2026-01-01
       agctl usage --since 2026-01-31T09:00:00Z --json | jq '.total.cost'
     """
-    from agctl.cli.output import table
     from agctl.usage import parse_since, usage_report
 
     start = parse_since(since) if since is not None else None
@@ -49,6 +53,18 @@ def command(app: App, since: str | None) -> None:
     if app.json:
         app.emit(report.to_dict())
         return
+    counted = (
+        f"replies made since {since}, in {report.sessions} session(s)"
+        if start is not None
+        else f"the accounts of {report.sessions} session(s)"
+    )
+    app.emit(None, text=f"{_usage_table(report)}\n\ncounted: {counted}")
+
+
+def _usage_table(report: UsageReport) -> str:
+    """A row a model, by name, then the total; costs and cache use as people read them."""
+    from agctl.cli.output import table
+
     rows = [
         {
             **row.to_dict(),
@@ -67,9 +83,4 @@ def command(app: App, since: str | None) -> None:
         ("cost", "COST"),
         ("cache_saved", "SAVED"),
     ]
-    counted = (
-        f"replies made since {since}, in {report.sessions} session(s)"
-        if start is not None
-        else f"the accounts of {report.sessions} session(s)"
-    )
-    app.emit(None, text=f"{table(rows, columns)}\n\ncounted: {counted}")
+    return table(rows, columns)

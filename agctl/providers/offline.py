@@ -11,16 +11,7 @@ from typing import Any
 import orjson
 
 from agctl.errors import InvalidInput, ProviderError
-from agctl.providers.base import (
-    ChatRequest,
-    Event,
-    Finish,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallDelta,
-    TurnContext,
-    Usage,
-)
+from agctl.providers import base
 from agctl.tokens import MESSAGE_OVERHEAD, estimate_content, estimate_text
 
 
@@ -152,7 +143,7 @@ class OfflineProvider:
         self._last_turn: tuple[str, str, int] | None = None
         self._turns = 0
 
-    def _scripted_turn(self, context: TurnContext) -> int:
+    def _scripted_turn(self, context: base.TurnContext) -> int:
         """The number of the script entry for this request: the next one for a new turn."""
         key = (context.session_id, context.slot_id, context.turn)
         if key != self._last_turn:
@@ -160,7 +151,7 @@ class OfflineProvider:
             self._turns += 1
         return self._turns
 
-    def _reply(self, request: ChatRequest) -> ScriptedReply:
+    def _reply(self, request: base.ChatRequest) -> ScriptedReply:
         context = request.context
         if context.purpose == "summary":
             return ScriptedReply(content=offline_summary(_last_user_text(request.messages)))
@@ -188,15 +179,15 @@ class OfflineProvider:
         )
         return ScriptedReply(content=text)
 
-    def stream(self, request: ChatRequest) -> Iterator[Event]:
+    def stream(self, request: base.ChatRequest) -> Iterator[base.Event]:
         reply = self._reply(request)
         if reply.reasoning:
-            yield ReasoningDelta(reply.reasoning)
+            yield base.ReasoningDelta(reply.reasoning)
         for piece in _words(reply.content or ""):
-            yield TextDelta(piece)
+            yield base.TextDelta(piece)
         for index, call in enumerate(reply.tool_calls):
-            yield ToolCallDelta(index, id=call["id"], name=call["name"])
-            yield ToolCallDelta(index, arguments=call["arguments"])
+            yield base.ToolCallDelta(index, id=call["id"], name=call["name"])
+            yield base.ToolCallDelta(index, arguments=call["arguments"])
         prompt = request.context.prompt_estimate
         if prompt is None:
             prompt = sum(
@@ -205,5 +196,5 @@ class OfflineProvider:
         completion = estimate_text(reply.content or "") + sum(
             estimate_text(c["arguments"]) for c in reply.tool_calls
         )
-        yield Usage(prompt_tokens=prompt, completion_tokens=completion)
-        yield Finish("tool_calls" if reply.tool_calls else "stop")
+        yield base.Usage(prompt_tokens=prompt, completion_tokens=completion)
+        yield base.Finish("tool_calls" if reply.tool_calls else "stop")

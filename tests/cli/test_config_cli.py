@@ -108,6 +108,17 @@ def test_corrupt_config_is_exit_5_naming_the_file(run: Run, config_file: Path) -
     assert result.exit_code == 5 and str(config_file) in result.stderr
 
 
+@pytest.mark.parametrize("name", ["123", "true", "null"])
+def test_a_profile_whose_name_reads_as_json_becomes_the_default(
+    run: Run, config_file: Path, name: str
+) -> None:
+    """The default is set with the profile, as a name: not parsed as a config value."""
+    added = run("profile", "add", name, "--preset", "openai", "--default")
+    assert added.exit_code == 0, added.stderr
+    assert added.stdout == f"added profile {name} (default)\n"
+    assert json.loads(config_file.read_text())["default_profile"] == name
+
+
 def test_show_explains_settings_that_cannot_resolve(run: Run) -> None:
     assert run("profile", "add", "bare", "--base-url", "http://x/v1", "--default").exit_code == 0
     shown = run("config", "show")

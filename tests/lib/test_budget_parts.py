@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from agctl.budget import breakdown, check_limit, effective_budget, set_budget, updated_budget
+from agctl.budget import breakdown, check_limit, effective_budget, updated_budget
 from agctl.errors import EXIT_USAGE, UsageError
 from agctl.models import ContextBudget, Message, Slot, SlotConfig
 from agctl.providers.offline import OfflineProvider
@@ -114,14 +114,14 @@ def test_set_budget_merges_into_the_stored_budget_and_a_refusal_writes_nothing(
     store: Store,
 ) -> None:
     store.create_session("s")
-    set_budget(store, "s", None, {"reserve": 0.1}, window=WINDOW, model="offline")
-    set_budget(store, "s", None, {"system": 300}, window=WINDOW, model="offline")
+    store.set_budget("s", None, {"reserve": 0.1}, window=WINDOW, model="offline")
+    store.set_budget("s", None, {"system": 300}, window=WINDOW, model="offline")
     expected = {"system": 300, "history": None, "tools": None, "tool_results": None}
     assert stored_budget(store) == {**expected, "reserve": 0.1}
     with pytest.raises(UsageError, match="limit -808"):
-        set_budget(store, "s", None, {"reserve": 9_000}, window=WINDOW, model="offline")
+        store.set_budget("s", None, {"reserve": 9_000}, window=WINDOW, model="offline")
     assert stored_budget(store) == {**expected, "reserve": 0.1}
-    set_budget(store, "s", None, None, window=WINDOW, model="offline")
+    store.set_budget("s", None, None, window=WINDOW, model="offline")
     assert stored_budget(store) is None
 
 

@@ -49,6 +49,16 @@ def test_adding_a_profile_changes_no_default_and_duplicates_are_refused(
         config_store.remove_profile("a")
 
 
+def test_a_profile_added_as_the_default_is_saved_with_it(config_store: ConfigStore) -> None:
+    config = config_store.add_profile("123", Profile(preset="openai"), make_default=True)
+    assert config.default_profile == "123" == config_store.load().default_profile
+    config_store.add_profile("b", Profile(preset="ollama"))
+    assert config_store.load().default_profile == "123", "only --default changes it"
+    with pytest.raises(AlreadyExists):
+        config_store.add_profile("b", Profile(), make_default=True)
+    assert config_store.load().default_profile == "123", "a refused profile changes nothing"
+
+
 def test_set_dotted_keys_with_validation(config_store: ConfigStore) -> None:
     config_store.set("max_retries", "5")
     config_store.set("prices.my-model", '{"prompt": 1.5, "completion": 3}')

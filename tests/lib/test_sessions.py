@@ -24,7 +24,8 @@ def test_the_forest_nests_children_under_their_roots(family: Store) -> None:
 
 
 def test_the_forest_under_a_prefix(family: Store) -> None:
-    assert forest_shape(session_forest(family.backend, "ro")) == [("root", [("a", [("c", [])]), ("b", [])])]
+    shape = [("root", [("a", [("c", [])]), ("b", [])])]
+    assert forest_shape(session_forest(family.backend, "ro")) == shape
     assert forest_shape(session_forest(family.backend, "c")) == [("c", [])]
     with pytest.raises(NotFound):
         session_forest(family.backend, "nosuch")

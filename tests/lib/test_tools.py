@@ -26,6 +26,7 @@ from agctl.tools import (
     check_call,
     definitions,
     load_tools_file,
+    new_tool,
     scrubbed_env,
     spec_from,
     tool_argv,
@@ -101,6 +102,22 @@ def test_spec_from_refuses_an_unknown_field() -> None:
     """A typo must not silently mean the default (`aprove: deny` would be `ask`)."""
     with pytest.raises(UsageError, match="unknown field 'aprove'"):
         spec_from({"name": "t", "command": ["true"], "aprove": "deny"})
+
+
+def test_a_new_tool_is_checked_and_never_set_to_run_in_the_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    monkeypatch.chdir(tmp_path)
+    fields = {"name": "t", "command": ["true"], "timeout_s": None, "cwd": "work"}
+    made = new_tool(fields, data_dir=data_dir)
+    assert (made.name, made.command, made.cwd) == ("t", ["true"], "work")
+    assert new_tool({**fields, "cwd": None}, data_dir=data_dir).cwd is None
+    with pytest.raises(UsageError, match="inside agctl's data dir"):
+        new_tool({**fields, "cwd": "data"}, data_dir=data_dir)
+    with pytest.raises(UsageError, match="unknown field 'aprove'"):
+        new_tool({**fields, "aprove": "deny"}, data_dir=data_dir)
 
 
 def test_definitions_are_openai_function_tools_in_order() -> None:

@@ -12,12 +12,13 @@ from pgserver import PgServer, PgStore
 from test_domain import SID, at, checkpointed_turns, turn
 
 from agctl.checkpoints import Checkpointer, CheckpointSummary
-from agctl.errors import Conflict, DataError, NotFound
+from agctl.errors import Conflict, DataError, NotFound, UsageError
 from agctl.interchange import export_session
+from agctl.storage.factory import file_choice
 from agctl.storage.memory import MemoryBackend
 from agctl.storage.postgres.backend import PostgresBackend
 from agctl.store import Store
-from agctl.transfer import copy_sessions
+from agctl.transfer import copy_between, copy_sessions
 
 
 def exported(store: Store, sid: str = SID) -> bytes:
@@ -156,6 +157,38 @@ def test_a_damaged_session_fails_alone_and_the_others_arrive_whole(
         assert Checkpointer(target).verify(sid).ok
     again = copy_sessions(source, target)
     assert [r.outcome for r in again if r.session_id in healthy] == ["skipped", "skipped"]
+
+
+def test_a_copy_between_two_chosen_stores_names_them_and_ends_with_the_damaged(
+    tmp_path: Path,
+) -> None:
+    source = Store(tmp_path / "files")
+    for sid in ("broken-slot", "healthy"):
+        source.create_session(sid)
+        turn(source, "first", sid)
+    _truncated_slot(tmp_path / "files" / "sessions" / "broken-slot")
+    source.close()
+    transfer = copy_between(file_choice(tmp_path / "files"), file_choice(tmp_path / "back"))
+    assert (transfer.source, transfer.target) == (str(tmp_path / "files"), str(tmp_path / "back"))
+    assert [(c.session_id, c.outcome) for c in transfer.sessions] == [
+        ("broken-slot", "failed"),
+        ("healthy", "copied"),
+    ]
+    failure = transfer.failure()
+    assert isinstance(failure, DataError)
+    assert str(failure) == "1 of 2 session(s) not copied, damaged (broken-slot); the others were"
+    assert failure.__notes__ == [f"session 'broken-slot': {transfer.sessions[0].error}"]
+    assert Store(tmp_path / "back").session_ids() == ["healthy"]
+    again = copy_between(
+        file_choice(tmp_path / "files"), file_choice(tmp_path / "back"), ["healthy"]
+    )
+    assert [c.outcome for c in again.sessions] == ["skipped"] and again.failure() is None
+
+
+def test_a_copy_from_a_store_to_itself_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="SRC and DST are the same store"):
+        copy_between(file_choice(tmp_path / "files"), file_choice(tmp_path / "files"))
+    assert not (tmp_path / "files").exists()
 
 
 def test_a_damaged_target_copy_fails_alone_and_a_conflict_names_the_failed(
