@@ -255,7 +255,7 @@ class Store:
         """Called, in the transaction, by every rule that changes a session's documents."""
         command = self._pending_edits.pop(session_id, None)
         if command is not None:
-            from agctl.checkpoints import Checkpointer
+            from agctl.checkpointer import Checkpointer
 
             label = f"before {command}"
             Checkpointer(self).create(session_id, label=label, auto=True, edit=command)

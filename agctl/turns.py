@@ -402,7 +402,7 @@ def _auto_summary(
     try:
         result.slot = summarize_slot(store, session_id, slot.id, provider, model=options.model)
         if options.checkpoint:
-            from agctl.checkpoints import Checkpointer
+            from agctl.checkpointer import Checkpointer
 
             label = f"summary after turn {result.turn}"
             Checkpointer(store).create(session_id, label=label, auto=True)
@@ -887,7 +887,8 @@ def _commit(
     checkpoint written after the turn. With `if_unchanged`, a slot written since the
     view was built is refused (see check_unchanged) before anything is written.
     """
-    from agctl.checkpoints import Checkpointer, TurnHint
+    from agctl.checkpointer import Checkpointer
+    from agctl.checkpoints import TurnHint
 
     checkpointer = Checkpointer(store)
     new = [*prepared.new_messages, *loop.messages]
