@@ -216,7 +216,7 @@ def compress(
     With `hooks`: PreCompress hooks may cancel it or give the summary (no provider call);
     PostCompress hooks may rewrite the summary or keep fewer messages, before anything is
     written. A hook that blocks raises HookBlocked (exit 9)."""
-    from agctl.checkpoints import Checkpointer
+    from agctl.checkpointer import Checkpointer
 
     slot = store.load_slot(session_id, slot_id)
     slot.check_writable("compress")

@@ -13,7 +13,7 @@ __all__ = ["Finding", "diagnose"]
 def diagnose(store: Store, *, fix: bool = False) -> list[Finding]:
     """Every finding in the store's data dir (repaired where safe, with `fix`); for a
     store kept elsewhere (PostgreSQL), in this machine's data dir, which it uses too."""
-    from agctl.checkpoints import Checkpointer
+    from agctl.checkpointer import Checkpointer
     from agctl.storage.file import doctor
 
     if store.files is None:

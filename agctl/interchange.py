@@ -157,7 +157,7 @@ def export_session(store: Store, session_id: str, *, checkpoints: bool = False) 
     """The session, every slot, its checkpoints' metadata, and with `checkpoints` their
     whole history (verified first)."""
     from agctl import __version__
-    from agctl.checkpoints import Checkpointer
+    from agctl.checkpointer import Checkpointer
 
     checkpointer = Checkpointer(store)
     history = checkpointer.export_history(session_id) if checkpoints else None
@@ -213,7 +213,7 @@ def import_session(
     log_bytes = b""
     removed: list[str] = []
     if document.checkpoint_log is not None:
-        from agctl.checkpoints import Checkpointer
+        from agctl.checkpointer import Checkpointer
 
         history = document.checkpoint_log
         try:

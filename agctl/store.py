@@ -189,15 +189,9 @@ class Store:
     def _undo_checkpoint(self, work: Work) -> None:
         command = self._pending_edits.pop(work.session_id, None)
         if command is not None:
-            from agctl.checkpoints import Checkpointer  # TEMPORARY until checkpoints take work
+            from agctl.checkpoints.planner import create
 
-            label = f"before {command}"
-            Checkpointer(self).create(work.session_id, label=label, auto=True, edit=command)
-
-    def current_tx(self, session_id: str) -> Tx:  # TEMPORARY until checkpoints take work
-        tx = self.backend.in_transaction(session_id)
-        assert tx is not None
-        return tx
+            create(work, label=f"before {command}", auto=True, edit=command)
 
     def reader(self, session_id: str) -> Reader:
         """The open transaction on the session (its own writes seen), else the backend,

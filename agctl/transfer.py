@@ -69,7 +69,7 @@ def _parents_first(parents: dict[str, str | None]) -> list[str]:
 
 
 def _checkpoint_map(source: Store, target: Store, session_id: str) -> dict[str, str]:
-    from agctl.checkpoints import Checkpointer
+    from agctl.checkpointer import Checkpointer
 
     before = [s.id for s in Checkpointer(source).summaries(session_id)]
     after = [s.id for s in Checkpointer(target).summaries(session_id)]

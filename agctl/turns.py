@@ -404,7 +404,7 @@ def _auto_summary(
     try:
         result.slot = summarize_slot(store, session_id, slot.id, provider, model=options.model)
         if options.checkpoint:
-            from agctl.checkpoints import Checkpointer
+            from agctl.checkpointer import Checkpointer
 
             label = f"summary after turn {result.turn}"
             Checkpointer(store).create(session_id, label=label, auto=True)
@@ -890,19 +890,19 @@ def _commit(
     checkpoint written after the turn. With `if_unchanged`, a slot written since the
     view was built is refused (see check_unchanged) before anything is written.
     """
-    from agctl.checkpoints import Checkpointer, TurnHint
+    from agctl.checkpoints.planner import TurnHint, create
+    from agctl.checkpoints.restore import needs_baseline
 
-    checkpointer = Checkpointer(store)
     new = [*prepared.new_messages, *loop.messages]
     # The lock is taken first, so Ctrl-C while waiting for it stops the turn cleanly; once
     # it is held, an interrupt waits for the commit to finish and is then dropped.
     with store.work(session_id) as work, deferred_interrupts(reraise=False):
         if if_unchanged:
             check_unchanged(work, prepared.slot)
-        if checkpoint and checkpointer.needs_baseline(session_id):
+        if checkpoint and needs_baseline(work.backend, session_id):
             turn = prepared.request.context.turn
             read = TurnHint(slot=prepared.slot, base_rev=None, appended=0)  # not read again
-            checkpointer.create(session_id, label=f"before turn {turn}", auto=True, hint=read)
+            create(work, label=f"before turn {turn}", auto=True, hint=read)
         slot = work.load_slot(prepared.slot.id, reuse=prepared.slot)
         slot.check_writable("send a turn")
         if slot is not prepared.slot:
@@ -935,7 +935,7 @@ def _commit(
         try:
             hint = TurnHint(slot=slot, base_rev=base_rev, appended=len(new))
             label = f"after turn {session.turn_count}"
-            return checkpointer.create(session_id, label=label, auto=True, hint=hint).id
+            return create(work, label=label, auto=True, hint=hint).id
         except AgctlError as exc:
             log.warning(
                 "turn %d was committed, but its checkpoint was not: %s", session.turn_count, exc

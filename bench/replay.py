@@ -97,7 +97,7 @@ def flat(count: int, prefill: int, rounds: int = 3) -> tuple[float, float, float
     `prefill` messages whose session is checkpointed (as one that grew by turns is), and
     onto such a slot never checkpointed (its first turn checkpoints the `prefill`
     messages first, once); medians of `rounds` interleaved rounds."""
-    from agctl.checkpoints import Checkpointer
+    from agctl.checkpointer import Checkpointer
 
     rates: dict[str, list[float]] = {"empty": [], "full": [], "fresh": []}
     with tempfile.TemporaryDirectory() as tmp:

@@ -4,7 +4,7 @@ renderer (tests/golden/graph/) and the HTML page's browser test draw it."""
 
 from __future__ import annotations
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.merge import merge_slots
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store

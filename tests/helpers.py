@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from agctl.checkpoints import Checkpointer, SessionState
+from agctl.checkpointer import Checkpointer
+from agctl.checkpoints import SessionState
 from agctl.errors import AgctlError, ProviderError
 from agctl.models import Draft, Message
 from agctl.providers.base import ChatRequest, Event, TextDelta

@@ -19,9 +19,10 @@ chains, whatever the number of checkpoints.
 The package is a stack, each module importing only those below it: records (the stored
 shapes and ids) · files (the log, index and removed set) · planner (what a new checkpoint
 must store; the heads cache) · reader · restore (rollback, fork, undo) · verify · prune ·
-diff · gc (reclaiming what only removed checkpoints reached) · checkpointer (the
-Checkpointer, one object over them). This module only re-exports, each name when first
-used.
+diff · gc (reclaiming what only removed checkpoints reached). A change takes the session's
+unit of work (agctl.work.Work) and writes through it; a read takes the backend and the
+session id. The Checkpointer, one object over them all, sits above them in
+agctl.checkpointer. This module only re-exports, each name when first used.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 # only the modules it needs: a turn's checkpoint never loads diff (difflib), prune or
 # verify (nor builds their reports).
 _LAZY = {
-    "Checkpointer": "agctl.checkpoints.checkpointer",
     "diff_states": "agctl.checkpoints.diff",
     "Batch": "agctl.checkpoints.planner",
     "Pending": "agctl.checkpoints.planner",
@@ -52,7 +52,6 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from agctl.checkpoints.checkpointer import Checkpointer
     from agctl.checkpoints.diff import diff_states
     from agctl.checkpoints.gc import GcReport
     from agctl.checkpoints.planner import Batch, Pending, TurnHint
@@ -87,7 +86,6 @@ __all__ = [
     "Checkpoint",
     "CheckpointHistory",
     "CheckpointSummary",
-    "Checkpointer",
     "GcReport",
     "LogReport",
     "Pending",

@@ -14,16 +14,16 @@ from agctl.models import Slot
 from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
-    from agctl.store import Store
+    from agctl.storage.base import Backend
 
 
-def diff(store: Store, session_id: str, a: str, b: str | None = None) -> dict[str, Any]:
+def diff(backend: Backend, session_id: str, a: str, b: str | None = None) -> dict[str, Any]:
     """What changed from checkpoint `a` to checkpoint `b` (default: the live state)."""
-    old = state(store, session_id, load(store, session_id, a))
+    old = state(backend, session_id, load(backend, session_id, a))
     new = (
-        state(store, session_id, load(store, session_id, b))
+        state(backend, session_id, load(backend, session_id, b))
         if b is not None
-        else live_state(store, session_id)
+        else live_state(backend, session_id)
     )
     return diff_states(old, new, a, b or "live")
 

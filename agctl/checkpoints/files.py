@@ -14,9 +14,10 @@ from agctl.checkpoints.records import Checkpoint, CheckpointSummary, checkpoint_
 from agctl.errors import CorruptDocument, NotFound, StoreError
 from agctl.pack import Log, checked_value, encode_record
 from agctl.validation import validation_summary
+from agctl.work import reader
 
 if TYPE_CHECKING:
-    from agctl.store import Store
+    from agctl.storage.base import Backend
 
 log = logging.getLogger("agctl.checkpoint")
 
@@ -26,12 +27,13 @@ log = logging.getLogger("agctl.checkpoint")
 _LOGS: weakref.WeakKeyDictionary[Any, Log] = weakref.WeakKeyDictionary()
 
 
-def open_log(store: Store, session_id: str) -> Log:
+def open_log(backend: Backend, session_id: str) -> Log:
     """The session's log: as the open transaction sees it (its appends held until it
     commits), else as stored."""
-    storage = store.reader(session_id).checkpoint_log(session_id)
-    if store.backend.in_transaction(session_id) is None:
-        return Log(storage)
+    tx = backend.in_transaction(session_id)
+    if tx is None:
+        return Log(backend.checkpoint_log(session_id))
+    storage = tx.checkpoint_log(session_id)
     try:
         known = _LOGS.get(storage)
     except TypeError:  # storage that cannot be weakly referenced: no sharing
@@ -41,8 +43,8 @@ def open_log(store: Store, session_id: str) -> Log:
     return known
 
 
-def removed_ids(store: Store, session_id: str) -> set[str]:
-    return store.reader(session_id).removed_checkpoints(session_id)
+def removed_ids(backend: Backend, session_id: str) -> set[str]:
+    return reader(backend, session_id).removed_checkpoints(session_id)
 
 
 def read_checkpoint(history: Log, offset: int) -> Checkpoint:
@@ -72,34 +74,34 @@ def head(history: Log) -> int | None:
     return offset if "c" in record else None
 
 
-def append_index(store: Store, session_id: str, summary: CheckpointSummary) -> None:
+def append_index(backend: Backend, session_id: str, summary: CheckpointSummary) -> None:
     """Best effort: the index is rebuilt from the log when it is behind."""
     line = encode_record(summary.index_line())
-    tx = store.backend.in_transaction(session_id)
+    tx = backend.in_transaction(session_id)
     try:
         if tx is not None:
             tx.append_cache("index", line)
         else:
-            store.backend.repair_cache(session_id, "index", line)
+            backend.repair_cache(session_id, "index", line)
     except StoreError as exc:
         log.warning("checkpoint index not updated: %s", exc)
 
 
-def drop_index(store: Store, session_id: str) -> None:
+def drop_index(backend: Backend, session_id: str) -> None:
     """Remove an index that disagrees with the log; the listing rebuilds it."""
-    tx = store.backend.in_transaction(session_id)
+    tx = backend.in_transaction(session_id)
     try:
         if tx is not None:
             tx.put_cache("index", None)
         else:
-            store.backend.repair_cache(session_id, "index", None)
+            backend.repair_cache(session_id, "index", None)
     except StoreError as exc:
         log.warning("checkpoint index not rebuilt: %s", exc)
 
 
-def indexed_ids(store: Store, session_id: str) -> set[str]:
+def indexed_ids(backend: Backend, session_id: str) -> set[str]:
     ids: set[str] = set()
-    for line in (store.reader(session_id).cache(session_id, "index") or b"").splitlines():
+    for line in (reader(backend, session_id).cache(session_id, "index") or b"").splitlines():
         with contextlib.suppress(TypeError, KeyError):
             ids.add(str(checked_value(line)["id"]))
     return ids

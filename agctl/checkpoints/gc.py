@@ -20,7 +20,7 @@ from agctl.hashing import content_hash
 from agctl.pack import HEADER, NO_PARENT, BytesLog, Log, encode_record
 
 if TYPE_CHECKING:
-    from agctl.store import Store
+    from agctl.work import Work
 
 # The label `ckpt rollback` gives the checkpoint of the state it replaces.
 _ROLLBACK_LABEL = re.compile(r"before rollback to ([0-9a-z]+)")
@@ -72,50 +72,50 @@ class GcReport:
         }
 
 
-def gc(store: Store, session_id: str, *, dry_run: bool = False) -> GcReport:
-    """Write the session's log again with only what its live checkpoints reach, in one
-    transaction; a log with nothing to reclaim is left as it is, byte for byte."""
+def gc(work: Work, *, dry_run: bool = False) -> GcReport:
+    """Write the session's log again with only what its live checkpoints reach, in the
+    work's transaction; a log with nothing to reclaim is left as it is, byte for byte."""
     from agctl.checkpoints.verify import verified_log, verify, verify_log
 
-    with store.transaction(session_id) as tx:
-        history, data, _ = verified_log(store, session_id, "; nothing was reclaimed")
-        plan = _Plan(history, data, removed_ids(store, session_id))
-        new = plan.build()
-        result = plan.report(session_id, new)
-        result.dry_run = dry_run
-        if new == data or not plan.dropped():
-            return GcReport(
-                session_id,
-                dry_run=dry_run,
-                bytes_before=len(data),
-                bytes_after=len(data),
-                records_before=len(plan.records),
-                records_after=len(plan.records),
-                ids={i: i for i in result.ids},
-            )
-        rebuilt = Log(BytesLog(new, f"{history.path} (rewritten)"))
-        check = verify_log(session_id, rebuilt)
-        if not check.ok or check.torn:
-            reasons = check.problems + [b["reason"] for b in check.bad_checkpoints]
-            raise CorruptDocument(history.path, f"the rewritten log does not verify: {reasons}")
-        plan.same_states(rebuilt)
-        if dry_run:
-            return result
-        heads = plan.moved_heads(load_heads(store, session_id, len(data)), len(new))
-        history.replace(new)
-        tx.set_removed_checkpoints(())
-        tx.put_cache("index", None)
-        if heads is None:
-            tx.put_cache("heads", None)
-        else:
-            last = history.last()
-            save_heads(store, session_id, heads, history, last[0] if last else 0)
-        result.drafts_updated = _remap_drafts(store, session_id, plan.old_ids, result.ids)
-        summaries(store, session_id)  # the index, rebuilt in this transaction
-        after = verify(store, session_id)
-        if not after.ok:  # pragma: no cover - the same bytes verified above
-            raise CorruptDocument(history.path, "the rewritten log does not verify")
-        result.rewritten = True
+    backend, session_id, tx = work.backend, work.session_id, work.tx
+    history, data, _ = verified_log(backend, session_id, "; nothing was reclaimed")
+    plan = _Plan(history, data, removed_ids(backend, session_id))
+    new = plan.build()
+    result = plan.report(session_id, new)
+    result.dry_run = dry_run
+    if new == data or not plan.dropped():
+        return GcReport(
+            session_id,
+            dry_run=dry_run,
+            bytes_before=len(data),
+            bytes_after=len(data),
+            records_before=len(plan.records),
+            records_after=len(plan.records),
+            ids={i: i for i in result.ids},
+        )
+    rebuilt = Log(BytesLog(new, f"{history.path} (rewritten)"))
+    check = verify_log(session_id, rebuilt)
+    if not check.ok or check.torn:
+        reasons = check.problems + [b["reason"] for b in check.bad_checkpoints]
+        raise CorruptDocument(history.path, f"the rewritten log does not verify: {reasons}")
+    plan.same_states(rebuilt)
+    if dry_run:
+        return result
+    heads = plan.moved_heads(load_heads(backend, session_id, len(data)), len(new))
+    history.replace(new)
+    tx.set_removed_checkpoints(())
+    tx.put_cache("index", None)
+    if heads is None:
+        tx.put_cache("heads", None)
+    else:
+        last = history.last()
+        save_heads(work, heads, history, last[0] if last else 0)
+    result.drafts_updated = _remap_drafts(work, plan.old_ids, result.ids)
+    summaries(backend, session_id)  # the index, rebuilt in this transaction
+    after = verify(backend, session_id)
+    if not after.ok:  # pragma: no cover - the same bytes verified above
+        raise CorruptDocument(history.path, "the rewritten log does not verify")
+    result.rewritten = True
     log.info(
         "gc: %s %d -> %d bytes, %d checkpoint(s) dropped",
         session_id,
@@ -337,14 +337,14 @@ def _content(history: Log, checkpoint: Any) -> Any:
     return fields, content_hash(history.blob(checkpoint.session_static)), slots
 
 
-def _remap_drafts(store: Store, session_id: str, old: set[str], ids: dict[str, str]) -> int:
+def _remap_drafts(work: Work, old: set[str], ids: dict[str, str]) -> int:
     """Rewrite the checkpoint ids (`old`, the live ones moved to `ids`) a draft's error
     names (a compression's originals)."""
-    tx = store.current_tx(session_id)
+    tx = work.tx
     updated = 0
-    for slot_id in tx.draft_slots(session_id):
+    for slot_id in tx.draft_slots(work.session_id):
         try:
-            draft = tx.load_draft(session_id, slot_id)
+            draft = tx.load_draft(work.session_id, slot_id)
         except (NotFound, CorruptDocument):
             continue
         if not draft.error:

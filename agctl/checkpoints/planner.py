@@ -30,9 +30,11 @@ from agctl.hashing import content_hash
 from agctl.models import Message, Slot, utcnow
 from agctl.pack import NO_PARENT, Log, checked_value, common_prefix, encode_record
 from agctl.vocab import ZONES
+from agctl.work import reader
 
 if TYPE_CHECKING:
-    from agctl.store import Store
+    from agctl.storage.base import Backend
+    from agctl.work import Work
 
 
 class Pending:
@@ -77,37 +79,35 @@ class TurnHint(NamedTuple):
 # ---- the heads cache -------------------------------------------------------------------
 
 
-def load_heads(store: Store, session_id: str, log_size: int) -> dict[str, Any]:
+def load_heads(backend: Backend, session_id: str, log_size: int) -> dict[str, Any]:
     """The heads cache, or an empty one when it is missing, damaged or not of this log."""
-    raw = store.reader(session_id).cache(session_id, "heads")
+    raw = reader(backend, session_id).cache(session_id, "heads")
     if raw is None:
         return {"slots": {}}
     where = f"the heads cache of {session_id!r}"
     heads = checked_value(raw)
     if heads is None:
         log.warning("ignoring %s: damaged (its checksum fails)", where)
-    elif _valid_heads(heads, log_size) and _describes(store, session_id, heads):
+    elif _valid_heads(heads, log_size) and _describes(backend, session_id, heads):
         return heads  # type: ignore[no-any-return]
     else:
         log.warning("ignoring %s: it does not describe this log", where)
     return {"slots": {}}
 
 
-def _describes(store: Store, session_id: str, heads: dict[str, Any]) -> bool:
+def _describes(backend: Backend, session_id: str, heads: dict[str, Any]) -> bool:
     """Whether the log still holds, where the cache says, the record it was made after."""
     tail = heads.get("tail")
     if not (isinstance(tail, list) and len(tail) == 2 and isinstance(tail[0], int)):
         return False
-    return bool(open_log(store, session_id).line_digest(tail[0]) == tail[1])
+    return bool(open_log(backend, session_id).line_digest(tail[0]) == tail[1])
 
 
-def save_heads(
-    store: Store, session_id: str, heads: dict[str, Any], history: Log, last: int
-) -> None:
+def save_heads(work: Work, heads: dict[str, Any], history: Log, last: int) -> None:
     """Written in the transaction of the checkpoint it describes. `last` is the offset of
     the log's last record, whose fingerprint ties the cache to this log."""
     heads["tail"] = [last, history.line_digest(last)]
-    tx = store.current_tx(session_id)
+    tx = work.tx
     try:
         tx.put_cache("heads", encode_record(heads))
     except StoreError as exc:
@@ -142,8 +142,7 @@ def _valid_heads(heads: Any, log_size: int) -> bool:
 
 
 def create(
-    store: Store,
-    session_id: str,
+    work: Work,
     *,
     label: str | None = None,
     auto: bool = False,
@@ -153,86 +152,86 @@ def create(
     """Snapshot the session as it is now; only what is not stored yet is written.
 
     `hint` tells which messages a turn just appended, so that they alone are hashed;
-    `edit` names the command about to change the session (see Store.undoable).
+    `edit` names the command about to change the session (an undoable edit). Written
+    through the work's transaction but not as a change of the session (work.changing):
+    a checkpoint is what precedes the change an undo returns from, never one itself.
     """
-    with store.transaction(session_id):
-        history = open_log(store, session_id)
-        size = history.size()
-        heads = load_heads(store, session_id, size)
-        parent = head(history)
-        last = history.last()
-        # The heads cache describes `parent` when it was written after the log's last
-        # record: the new record's zones are then kept in the index as a delta from it.
-        heads_zones = (
-            {
-                slot_id: [(tip, count) for tip, count in entry["zones"]]
-                for slot_id, entry in heads["slots"].items()
-            }
-            if parent is not None and last is not None and heads.get("tail", [None])[0] == last[0]
-            else None
-        )
-        session = store.load_session(session_id)
-        batch = Batch()
-        static = static_session(session)
-        volatile = {
-            k: v for k, v in session.model_dump(mode="json").items() if k in VOLATILE_SESSION
+    backend, session_id = work.backend, work.session_id
+    history = open_log(backend, session_id)
+    size = history.size()
+    heads = load_heads(backend, session_id, size)
+    parent = head(history)
+    last = history.last()
+    # The heads cache describes `parent` when it was written after the log's last
+    # record: the new record's zones are then kept in the index as a delta from it.
+    heads_zones = (
+        {
+            slot_id: [(tip, count) for tip, count in entry["zones"]]
+            for slot_id, entry in heads["slots"].items()
         }
-        static_ref = _blob(batch, heads.get("session"), static)
-        planned: dict[str, dict[str, Any]] = {}
-        for slot_id in store.slot_ids(session_id):
-            planned[slot_id] = _plan_slot(store, session_id, history, heads, batch, slot_id, hint)
+        if parent is not None and last is not None and heads.get("tail", [None])[0] == last[0]
+        else None
+    )
+    session = work.load_session()
+    batch = Batch()
+    static = static_session(session)
+    volatile = {k: v for k, v in session.model_dump(mode="json").items() if k in VOLATILE_SESSION}
+    static_ref = _blob(batch, heads.get("session"), static)
+    planned: dict[str, dict[str, Any]] = {}
+    for slot_id in work.slot_ids():
+        planned[slot_id] = _plan_slot(work, history, heads, batch, slot_id, hint)
 
-        made: list[dict[str, Any]] = []
+    made: list[dict[str, Any]] = []
 
-        def record(offsets: list[int]) -> dict[str, Any]:
-            made.append(checkpoint_record(offsets))
-            return {"c": made[-1]}
+    def record(offsets: list[int]) -> dict[str, Any]:
+        made.append(checkpoint_record(offsets))
+        return {"c": made[-1]}
 
-        def checkpoint_record(offsets: list[int]) -> dict[str, Any]:
-            return {
-                "schema_version": schema.format_version(schema.CURRENT["checkpoint"]),
-                "turn_index": session.turn_count,
-                "created_at": utcnow().isoformat().replace("+00:00", "Z"),
-                "label": label,
-                "auto": auto,
-                "parent": parent,
-                **({"edit": edit} if edit is not None else {}),
-                "session_static": _place(static_ref, offsets),
-                "session_volatile": volatile,
-                "slots": {
-                    slot_id: {
-                        "doc": _place(plan["doc"], offsets),
-                        "meta": plan["meta"],
-                        "zones": [[_place(tip, offsets), count] for tip, count in plan["zones"]],
-                    }
-                    for slot_id, plan in planned.items()
-                },
-            }
-
-        batch.add(record)
-        offsets = history.append(batch.records)
-        end = history.size()
-        # The record as written (its bytes are this transaction's own: not read back).
-        checkpoint = Checkpoint.model_validate(made[-1])
-        checkpoint.id = checkpoint_id(offsets[-1])
-        summary = checkpoint.summary(end)
-        summary.digest = history.line_digest(offsets[-1])
-        summary.checksum = history.line_checksums([(offsets[-1], end)]).get(offsets[-1])
-        summary.zones = zone_delta(parent, heads_zones, checkpoint.zones())
-        append_index(store, session_id, summary)
-        heads = {
-            "end": end,
-            "session": {"hash": content_hash(static), "ref": checkpoint.session_static},
+    def checkpoint_record(offsets: list[int]) -> dict[str, Any]:
+        return {
+            "schema_version": schema.format_version(schema.CURRENT["checkpoint"]),
+            "turn_index": session.turn_count,
+            "created_at": utcnow().isoformat().replace("+00:00", "Z"),
+            "label": label,
+            "auto": auto,
+            "parent": parent,
+            **({"edit": edit} if edit is not None else {}),
+            "session_static": _place(static_ref, offsets),
+            "session_volatile": volatile,
             "slots": {
                 slot_id: {
-                    "version": plan["version"],
-                    "doc_hash": plan["doc_hash"],
-                    **checkpoint.slots[slot_id].model_dump(mode="json"),
+                    "doc": _place(plan["doc"], offsets),
+                    "meta": plan["meta"],
+                    "zones": [[_place(tip, offsets), count] for tip, count in plan["zones"]],
                 }
                 for slot_id, plan in planned.items()
             },
         }
-        save_heads(store, session_id, heads, history, offsets[-1])
+
+    batch.add(record)
+    offsets = history.append(batch.records)
+    end = history.size()
+    # The record as written (its bytes are this transaction's own: not read back).
+    checkpoint = Checkpoint.model_validate(made[-1])
+    checkpoint.id = checkpoint_id(offsets[-1])
+    summary = checkpoint.summary(end)
+    summary.digest = history.line_digest(offsets[-1])
+    summary.checksum = history.line_checksums([(offsets[-1], end)]).get(offsets[-1])
+    summary.zones = zone_delta(parent, heads_zones, checkpoint.zones())
+    append_index(backend, session_id, summary)
+    heads = {
+        "end": end,
+        "session": {"hash": content_hash(static), "ref": checkpoint.session_static},
+        "slots": {
+            slot_id: {
+                "version": plan["version"],
+                "doc_hash": plan["doc_hash"],
+                **checkpoint.slots[slot_id].model_dump(mode="json"),
+            }
+            for slot_id, plan in planned.items()
+        },
+    }
+    save_heads(work, heads, history, offsets[-1])
     log.info(
         "checkpoint written: %s/%s turn %d, %d bytes",
         session_id,
@@ -251,8 +250,7 @@ def _blob(batch: Batch, known: dict[str, Any] | None, data: dict[str, Any]) -> R
 
 
 def _plan_slot(
-    store: Store,
-    session_id: str,
+    work: Work,
     history: Log,
     heads: dict[str, Any],
     batch: Batch,
@@ -261,7 +259,7 @@ def _plan_slot(
 ) -> dict[str, Any]:
     """What one slot's entry will hold, adding to `batch` only what is new."""
     known = heads["slots"].get(slot_id)
-    version = store.reader(session_id).slot_rev(session_id, slot_id)
+    version = work.tx.slot_rev(work.session_id, slot_id)
     if known and version is not None and version == known.get("version"):
         return {
             "version": known["version"],
@@ -274,7 +272,7 @@ def _plan_slot(
     if hint is not None and hint.slot.id == slot_id and hint.slot.rev == version:
         slot = hint.slot
     if slot is None:
-        slot = store.load_slot(session_id, slot_id)
+        slot = work.tx.load_slot(work.session_id, slot_id)
     document = without_zones(slot)
     meta = slot.meta.model_dump(mode="json")
     doc_ref = _blob(

@@ -12,7 +12,7 @@ from agctl.checkpoints.restore import undo_targets
 from agctl.errors import NotFound
 
 if TYPE_CHECKING:
-    from agctl.store import Store
+    from agctl.work import Work
 
 
 @dataclass
@@ -27,30 +27,30 @@ class Pruned:
         return {"removed": self.removed, "kept": self.kept, "kept_for_undo": self.kept_for_undo}
 
 
-def remove(store: Store, session_id: str, identifiers: Sequence[str]) -> list[str]:
+def remove(work: Work, identifiers: Sequence[str]) -> list[str]:
     """Remove checkpoints; the history they share with others stays."""
-    with store.transaction(session_id) as tx:
-        live = set(ids(store, session_id))
-        for identifier in identifiers:
-            if identifier not in live:
-                raise NotFound(f"checkpoint {identifier!r} not found")
-        tx.set_removed_checkpoints(removed_ids(store, session_id) | set(identifiers))
+    backend, session_id = work.backend, work.session_id
+    live = set(ids(backend, session_id))
+    for identifier in identifiers:
+        if identifier not in live:
+            raise NotFound(f"checkpoint {identifier!r} not found")
+    work.tx.set_removed_checkpoints(removed_ids(backend, session_id) | set(identifiers))
     return list(identifiers)
 
 
-def prune(store: Store, session_id: str, keep: int, *, everything: bool = False) -> Pruned:
+def prune(work: Work, keep: int, *, everything: bool = False) -> Pruned:
     """Keep the newest `keep` checkpoints and, unless `everything`, the ones `undo`
     needs for the last `keep` turns; remove the rest."""
-    with store.transaction(session_id):
-        found = summaries(store, session_id)
-        newest = [s.id for s in found[:keep]]
-        protected = (
-            set()
-            if everything or not keep
-            else {c.id for c in undo_targets(store, session_id, keep).values()}
-        )
-        for_undo = [s.id for s in found[keep:] if s.id in protected]
-        doomed = [s.id for s in found[keep:] if s.id not in protected]
-        if doomed:
-            remove(store, session_id, doomed)
-        return Pruned(removed=doomed, kept=newest, kept_for_undo=for_undo)
+    backend, session_id = work.backend, work.session_id
+    found = summaries(backend, session_id)
+    newest = [s.id for s in found[:keep]]
+    protected = (
+        set()
+        if everything or not keep
+        else {c.id for c in undo_targets(backend, session_id, keep).values()}
+    )
+    for_undo = [s.id for s in found[keep:] if s.id in protected]
+    doomed = [s.id for s in found[keep:] if s.id not in protected]
+    if doomed:
+        remove(work, doomed)
+    return Pruned(removed=doomed, kept=newest, kept_for_undo=for_undo)

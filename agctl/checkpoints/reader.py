@@ -38,28 +38,30 @@ from agctl.models import Document, Session, Slot
 from agctl.pack import Log, NoRecord, checked_value
 from agctl.validation import validation_summary
 from agctl.vocab import ZONES
+from agctl.work import reader
 
 if TYPE_CHECKING:
-    from agctl.store import Store
+    from agctl.storage.base import Backend, Reader
 
 
-def summaries(store: Store, session_id: str) -> list[CheckpointSummary]:
+def summaries(backend: Backend, session_id: str) -> list[CheckpointSummary]:
     """Every checkpoint, newest first (from the index, completed from the log)."""
-    removed = removed_ids(store, session_id)
+    removed = removed_ids(backend, session_id)
     return sorted(
-        (s for s in _indexed(store, session_id).values() if s.id not in removed),
+        (s for s in _indexed(backend, session_id).values() if s.id not in removed),
         key=lambda s: s.offset,
         reverse=True,
     )
 
 
-def _indexed(store: Store, session_id: str) -> dict[int, CheckpointSummary]:
+def _indexed(backend: Backend, session_id: str) -> dict[int, CheckpointSummary]:
     """The summary of every checkpoint record of the log, removed or not, by offset: the
     index's lines that still name their records, completed (or rebuilt) from the log."""
-    store.load_session(session_id)
-    history = open_log(store, session_id)
+    read = reader(backend, session_id)
+    read.load_session(session_id)
+    history = open_log(backend, session_id)
     found: dict[int, CheckpointSummary] = {}
-    lines = (store.reader(session_id).cache(session_id, "index") or b"").splitlines()
+    lines = (read.cache(session_id, "index") or b"").splitlines()
     size = history.size()
     damaged = False
     indexed: list[CheckpointSummary] = []
@@ -90,7 +92,7 @@ def _indexed(store: Store, session_id: str) -> dict[int, CheckpointSummary]:
     indexed_end = 0 if damaged else max((s.end for s in found.values()), default=0)
     if damaged:
         found = {}
-        drop_index(store, session_id)
+        drop_index(backend, session_id)
     if indexed_end < size:
         problems: list[CorruptDocument] = []
         previous: tuple[int, dict[str, list[tuple[int, int]]]] | None = None
@@ -109,20 +111,20 @@ def _indexed(store: Store, session_id: str) -> dict[int, CheckpointSummary]:
                 summary.zones = zone_delta(checkpoint.parent, before, zones)
                 previous = offset, zones
                 found[offset] = summary
-                append_index(store, session_id, summary)
+                append_index(backend, session_id, summary)
         for problem in problems:
             log.warning("skipping %s ('agctl ckpt verify' checks the whole log)", problem)
     return found
 
 
 def zones_at(
-    store: Store, session_id: str, offsets: Sequence[int]
+    backend: Backend, session_id: str, offsets: Sequence[int]
 ) -> dict[int, dict[str, list[tuple[int, int]]]]:
     """Each slot's zones (tip, count) at each checkpoint of `offsets`, from the index's
     zone deltas: a checkpoint whose line has none (an index of before them) is read from
     the log, raw (validating thousands of records as models costs seconds)."""
-    indexed = _indexed(store, session_id)
-    history = open_log(store, session_id)
+    indexed = _indexed(backend, session_id)
+    history = open_log(backend, session_id)
     known: dict[int, dict[str, list[tuple[int, int]]]] = {}
     wanted = set(offsets)
     # Oldest first: a delta's base is an earlier record, its zones known by then.
@@ -186,29 +188,29 @@ def record_zones(history: Log, offset: int) -> dict[str, list[tuple[int, int]]]:
     return found
 
 
-def ids(store: Store, session_id: str) -> list[str]:
-    return [s.id for s in summaries(store, session_id)]
+def ids(backend: Backend, session_id: str) -> list[str]:
+    return [s.id for s in summaries(backend, session_id)]
 
 
-def resolve(store: Store, session_id: str, prefix: str) -> str:
+def resolve(backend: Backend, session_id: str, prefix: str) -> str:
     validate_id(prefix, "checkpoint")
-    if len(prefix) >= 4 and prefix not in removed_ids(store, session_id):
+    if len(prefix) >= 4 and prefix not in removed_ids(backend, session_id):
         try:
-            load(store, session_id, prefix)
+            load(backend, session_id, prefix)
             return prefix
         except NotFound:
             pass
-    return resolve_prefix("checkpoint", prefix, ids(store, session_id))
+    return resolve_prefix("checkpoint", prefix, ids(backend, session_id))
 
 
-def load(store: Store, session_id: str, identifier: str) -> Checkpoint:
+def load(backend: Backend, session_id: str, identifier: str) -> Checkpoint:
     """The checkpoint with this exact id, read straight from its offset."""
-    history = open_log(store, session_id)
+    history = open_log(backend, session_id)
     offset = checkpoint_offset(identifier)
     if (
         checkpoint_id(offset) != identifier
         or offset >= history.size()
-        or identifier in removed_ids(store, session_id)
+        or identifier in removed_ids(backend, session_id)
     ):
         raise NotFound(f"checkpoint {identifier!r} not found in session {session_id!r}")
     try:
@@ -219,18 +221,18 @@ def load(store: Store, session_id: str, identifier: str) -> Checkpoint:
         # A record starts there but fails its checksum (it cannot be told from a
         # checkpoint), or the index knew a checkpoint there: damaged, not absent.
         damaged = isinstance(exc, CorruptDocument) and history.checked()
-        if damaged or identifier in indexed_ids(store, session_id):
+        if damaged or identifier in indexed_ids(backend, session_id):
             raise CorruptDocument(
                 history.path, f"checkpoint {identifier} (byte {offset}) is damaged"
             ) from None
         raise NotFound(f"checkpoint {identifier!r} not found") from None
 
 
-def state(store: Store, session_id: str, checkpoint: Checkpoint) -> SessionState:
+def state(backend: Backend, session_id: str, checkpoint: Checkpoint) -> SessionState:
     """Rebuild the whole session as it was at `checkpoint`; any record it needs that
     fails its checksum or hash is an error naming the checkpoint, never a different
     state."""
-    history = open_log(store, session_id)
+    history = open_log(backend, session_id)
     slots: dict[str, Slot] = {}
     try:
         for slot_id, entry in checkpoint.slots.items():
@@ -261,14 +263,15 @@ def _validate(model: type[Document], data: dict[str, Any], where: str, identifie
         raise CorruptDocument(where, reason) from None
 
 
-def live_state(store: Store, session_id: str) -> SessionState:
-    session = store.load_session(session_id)
-    slots = {slot.id: slot for slot in store.list_slots(session_id)}
+def live_state(backend: Backend, session_id: str) -> SessionState:
+    read = reader(backend, session_id)
+    session = read.load_session(session_id)
+    slots = {slot_id: read.load_slot(session_id, slot_id) for slot_id in read.slot_ids(session_id)}
     return SessionState(session=session, slots=slots)
 
 
 def matching_live(
-    store: Store, session_id: str, summaries: Sequence[CheckpointSummary]
+    backend: Backend, session_id: str, summaries: Sequence[CheckpointSummary]
 ) -> set[str]:
     """The ids among `summaries` of the checkpoints that hold the live state (a
     rollback to one would change nothing but timestamps).
@@ -279,8 +282,9 @@ def matching_live(
     slots are read and hashed. No checkpoint is rebuilt, and a damaged one matches
     nothing.
     """
-    session = store.load_session(session_id)
-    slot_ids = store.slot_ids(session_id)
+    read = reader(backend, session_id)
+    session = read.load_session(session_id)
+    slot_ids = read.slot_ids(session_id)
     candidates = [
         s
         for s in summaries
@@ -289,14 +293,13 @@ def matching_live(
     ]
     if not candidates:
         return set()
-    history = open_log(store, session_id)
-    reader = store.reader(session_id)
+    history = open_log(backend, session_id)
     unchanged = {
         slot_id: {k: known[k] for k in ("doc", "meta", "zones")}
-        for slot_id, known in load_heads(store, session_id, history.size())["slots"].items()
-        if slot_id in slot_ids and reader.slot_rev(session_id, slot_id) == known.get("version")
+        for slot_id, known in load_heads(backend, session_id, history.size())["slots"].items()
+        if slot_id in slot_ids and read.slot_rev(session_id, slot_id) == known.get("version")
     }
-    live = _LiveHashes(store, session, slot_ids, unchanged)
+    live = _LiveHashes(read, session, slot_ids, unchanged)
     # A match holds as many messages as the live slots do (the summaries count them all).
     total = live.message_count()
     matched: set[str] = set()
@@ -315,12 +318,12 @@ class _LiveHashes:
 
     def __init__(
         self,
-        store: Store,
+        read: Reader,
         session: Session,
         slot_ids: Sequence[str],
         unchanged: dict[str, dict[str, Any]],
     ) -> None:
-        self.store = store
+        self.read = read
         self.session = session
         self.slot_ids = set(slot_ids)
         self.unchanged = unchanged
@@ -331,7 +334,7 @@ class _LiveHashes:
 
     def _slot(self, slot_id: str) -> tuple[Slot, list[list[str]]]:
         if slot_id not in self._slots:
-            slot = self.store.load_slot(self.session.id, slot_id)
+            slot = self.read.load_slot(self.session.id, slot_id)
             zones = [
                 [content_hash(m) for m in messages_to_json(getattr(slot, zone))] for zone in ZONES
             ]

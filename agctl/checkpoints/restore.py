@@ -21,28 +21,32 @@ from agctl.errors import AlreadyExists, NotFound, UsageError
 from agctl.hashing import content_hash
 from agctl.ids import validate_id
 from agctl.models import Session, isoformat, utcnow
+from agctl.work import reader
 
 if TYPE_CHECKING:
-    from agctl.store import Store
+    from agctl.storage.base import Backend
+    from agctl.work import Work
 
 
-def rollback(store: Store, session_id: str, identifier: str) -> tuple[Checkpoint, Checkpoint]:
+def rollback(work: Work, identifier: str) -> tuple[Checkpoint, Checkpoint]:
     """Make the session exactly what it was; the replaced state is checkpointed first.
 
     Returns (the checkpoint restored, the checkpoint of the state replaced).
     """
-    with store.transaction(session_id):
-        target = load(store, session_id, identifier)
-        rebuilt = state(store, session_id, target)
-        saved = create(store, session_id, label=f"before rollback to {target.id}", auto=True)
-        _restore(store, session_id, target, rebuilt)
+    session_id = work.session_id
+    target = load(work.backend, session_id, identifier)
+    rebuilt = state(work.backend, session_id, target)
+    saved = create(work, label=f"before rollback to {target.id}", auto=True)
+    _restore(work, target, rebuilt)
     log.info("rollback: %s to %s (turn %d)", session_id, target.id, target.turn_index)
     return target, saved
 
 
-def _restore(store: Store, session_id: str, target: Checkpoint, rebuilt: SessionState) -> None:
-    store.replace_state(rebuilt.session, list(rebuilt.slots.values()))
-    history = open_log(store, session_id)
+def _restore(work: Work, target: Checkpoint, rebuilt: SessionState) -> None:
+    from agctl.sessions import replace_state  # not loaded by a turn, which only checkpoints
+
+    replace_state(work, rebuilt.session, list(rebuilt.slots.values()))
+    history = open_log(work.backend, work.session_id)
     (last,) = history.append([{"r": checkpoint_offset(target.id)}])
     heads = {
         "end": history.size(),
@@ -59,19 +63,20 @@ def _restore(store: Store, session_id: str, target: Checkpoint, rebuilt: Session
             for slot_id, entry in target.slots.items()
         },
     }
-    save_heads(store, session_id, heads, history, last)
+    save_heads(work, heads, history, last)
 
 
-def fork(store: Store, session_id: str, identifier: str, new_id: str | None = None) -> Session:
+def fork(backend: Backend, session_id: str, identifier: str, new_id: str | None = None) -> Session:
     """A new child session starting from the checkpoint; the original is untouched."""
     from agctl.ids import new_session_id
+    from agctl.sessions import materialize
 
     if new_id is not None:
         validate_id(new_id, "session")
-        if new_id in store.session_ids():
+        if new_id in backend.session_ids():
             raise AlreadyExists(f"session {new_id!r} already exists")
-    target = load(store, session_id, identifier)
-    rebuilt = state(store, session_id, target)
+    target = load(backend, session_id, identifier)
+    rebuilt = state(backend, session_id, target)
     now = utcnow()
     session = rebuilt.session.model_copy(
         update={
@@ -91,17 +96,15 @@ def fork(store: Store, session_id: str, identifier: str, new_id: str | None = No
             },
         }
     )
-    session = store.materialize_session(
-        session, list(rebuilt.slots.values()), drawn_id=new_id is None
-    )
+    session = materialize(backend, session, list(rebuilt.slots.values()), drawn_id=new_id is None)
     log.info("fork: %s from %s/%s", session.id, session_id, target.id)
     return session
 
 
-def _lineage(store: Store, session_id: str) -> Iterator[Checkpoint]:
+def _lineage(backend: Backend, session_id: str) -> Iterator[Checkpoint]:
     """The checkpoints the live session descends from, newest first (removed ones too:
     their links still lead on)."""
-    history = open_log(store, session_id)
+    history = open_log(backend, session_id)
     offset = head(history)
     while offset is not None:
         checkpoint = read_checkpoint(history, offset)
@@ -109,17 +112,17 @@ def _lineage(store: Store, session_id: str) -> Iterator[Checkpoint]:
         offset = checkpoint.parent
 
 
-def undo_targets(store: Store, session_id: str, turns: int) -> dict[int, Checkpoint]:
+def undo_targets(backend: Backend, session_id: str, turns: int) -> dict[int, Checkpoint]:
     """What `undo` would restore for each of the last `turns` turns, by the turn it
     returns to: in the session's own history, the newest checkpoint at that turn that
     is not removed and was not written before an edit."""
-    current = store.load_session(session_id).turn_count
+    current = reader(backend, session_id).load_session(session_id).turn_count
     wanted = set(range(max(current - turns, 0), current))
     if not wanted:
         return {}
-    removed = removed_ids(store, session_id)
+    removed = removed_ids(backend, session_id)
     found: dict[int, Checkpoint] = {}
-    for checkpoint in _lineage(store, session_id):
+    for checkpoint in _lineage(backend, session_id):
         if checkpoint.turn_index < min(wanted):
             break
         turn = checkpoint.turn_index
@@ -131,11 +134,11 @@ def undo_targets(store: Store, session_id: str, turns: int) -> dict[int, Checkpo
     return found
 
 
-def checkpoint_at_turn(store: Store, session_id: str, turn: int) -> Checkpoint:
+def checkpoint_at_turn(backend: Backend, session_id: str, turn: int) -> Checkpoint:
     """The checkpoint at `turn` in the current session's own history (its lineage);
     a checkpoint written before an edit is not one: it holds what the edit replaced."""
-    removed = removed_ids(store, session_id)
-    for checkpoint in _lineage(store, session_id):
+    removed = removed_ids(backend, session_id)
+    for checkpoint in _lineage(backend, session_id):
         usable = checkpoint.edit is None and checkpoint.id not in removed
         if checkpoint.turn_index == turn and usable:
             return checkpoint
@@ -147,11 +150,11 @@ def checkpoint_at_turn(store: Store, session_id: str, turn: int) -> Checkpoint:
     )
 
 
-def needs_baseline(store: Store, session_id: str) -> bool:
+def needs_baseline(backend: Backend, session_id: str) -> bool:
     """Whether a turn must checkpoint the state it starts from to be undoable: the
     session has no checkpoint yet, or it was edited since its latest one (which then
     holds the state before the edit, not the state the turn starts from)."""
-    history = open_log(store, session_id)
+    history = open_log(backend, session_id)
     latest = head(history) if history.size() else None
     if latest is None:
         return True
@@ -161,13 +164,12 @@ def needs_baseline(store: Store, session_id: str) -> bool:
     return not isinstance(record, dict) or record.get("edit") is not None
 
 
-def undo(store: Store, session_id: str, turns: int = 1) -> tuple[Checkpoint, Checkpoint]:
+def undo(work: Work, turns: int = 1) -> tuple[Checkpoint, Checkpoint]:
     """Roll back the last `turns` turns of the session's own history."""
     if turns < 1:
         raise UsageError("the number of turns to undo must be at least 1")
-    with store.transaction(session_id):
-        current = store.load_session(session_id).turn_count
-        if turns > current:
-            raise NotFound(f"session {session_id!r} has only {current} turns to undo")
-        target = checkpoint_at_turn(store, session_id, current - turns)
-        return rollback(store, session_id, target.id)
+    current = work.load_session().turn_count
+    if turns > current:
+        raise NotFound(f"session {work.session_id!r} has only {current} turns to undo")
+    target = checkpoint_at_turn(work.backend, work.session_id, current - turns)
+    return rollback(work, target.id)

@@ -14,9 +14,10 @@ from agctl.hashing import content_hash, data_hash, line_sum
 from agctl.models import Model, _empty_list
 from agctl.pack import NO_PARENT, BytesLog, Log
 from agctl.vocab import ZONES
+from agctl.work import reader
 
 if TYPE_CHECKING:
-    from agctl.store import Store
+    from agctl.storage.base import Backend
 
 
 @dataclass
@@ -74,11 +75,11 @@ class CheckpointHistory(Model):
         return data
 
 
-def verify(store: Store, session_id: str) -> LogReport:
+def verify(backend: Backend, session_id: str) -> LogReport:
     """Check every record of the session's log (checksum, hash, references) and that
     every checkpoint can be rebuilt from it, in one pass over the log."""
-    store.load_session(session_id)
-    return verify_log(session_id, open_log(store, session_id))
+    reader(backend, session_id).load_session(session_id)
+    return verify_log(session_id, open_log(backend, session_id))
 
 
 def verify_log(session_id: str, history: Log) -> LogReport:
@@ -151,12 +152,12 @@ def _broken_reference(checkpoint: Checkpoint, depth: dict[int, int], blobs: set[
     return ""
 
 
-def verified_log(store: Store, session_id: str, refused: str) -> tuple[Log, bytes, LogReport]:
+def verified_log(backend: Backend, session_id: str, refused: str) -> tuple[Log, bytes, LogReport]:
     """The session's checkpoint log, its bytes and its report, once verified: a damaged
     log is refused (exit 5), its message ending with `refused` (what is not done).
     Called in a transaction on the session."""
-    history = open_log(store, session_id)
-    report = verify(store, session_id)
+    history = open_log(backend, session_id)
+    report = verify(backend, session_id)
     if not report.ok:
         reasons = report.problems + [b["reason"] for b in report.bad_checkpoints]
         raise CorruptDocument(
@@ -171,14 +172,14 @@ def verified_log(store: Store, session_id: str, refused: str) -> tuple[Log, byte
     return history, data, report
 
 
-def export_history(store: Store, session_id: str) -> CheckpointHistory:
-    """The session's checkpoint log as it is, verified (a damaged one is refused)."""
-    with store.transaction(session_id):
-        history, data, report = verified_log(
-            store, session_id, ", and an export without --checkpoints leaves it behind"
-        )
-        data = data[: len(data) - report.torn]
-        removed = sorted(removed_ids(store, session_id))
+def export_history(backend: Backend, session_id: str) -> CheckpointHistory:
+    """The session's checkpoint log as it is, verified (a damaged one is refused). Called
+    in a transaction on the session, so the log and its removed ids are of one commit."""
+    history, data, report = verified_log(
+        backend, session_id, ", and an export without --checkpoints leaves it behind"
+    )
+    data = data[: len(data) - report.torn]
+    removed = sorted(removed_ids(backend, session_id))
     try:
         records = data.decode("utf-8").split("\n")[:-1]
     except UnicodeDecodeError:

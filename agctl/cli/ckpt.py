@@ -13,12 +13,13 @@ from agctl.cli.output import plain
 from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
-    from agctl.checkpoints import Checkpoint, Checkpointer, CheckpointSummary
+    from agctl.checkpointer import Checkpointer
+    from agctl.checkpoints import Checkpoint, CheckpointSummary
     from agctl.models import Session, Slot
 
 
 def checkpointer(app: App) -> Checkpointer:
-    from agctl.checkpoints import Checkpointer
+    from agctl.checkpointer import Checkpointer
 
     return Checkpointer(app.store)
 

@@ -312,7 +312,7 @@ def complete_checkpoints(
 
 def _checkpoints(store: Store, session_id: str) -> list[tuple[str, str]]:
     """A session's checkpoints and their descriptions, through its store's backend."""
-    from agctl.checkpoints import Checkpointer
+    from agctl.checkpointer import Checkpointer
 
     return [
         (c.id, f"turn {c.turn_index} {c.label or ''}".strip())

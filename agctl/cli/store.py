@@ -255,7 +255,7 @@ def gc(app: App, session_ids: list[str], dry_run: bool) -> None:
       agctl store gc --session review-42 --dry-run
       agctl store gc --json | jq '.sessions[] | {session, bytes_before, bytes_after}'
     """
-    from agctl.checkpoints import Checkpointer
+    from agctl.checkpointer import Checkpointer
 
     store = app.store
     keeper = Checkpointer(store)

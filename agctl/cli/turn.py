@@ -408,7 +408,7 @@ def undo(app: App, turns: int) -> None:
       agctl turn undo
       agctl turn undo 3
     """
-    from agctl.checkpoints import Checkpointer
+    from agctl.checkpointer import Checkpointer
 
     sid = app.session_id()
     restored, saved = Checkpointer(app.store).undo(sid, turns)

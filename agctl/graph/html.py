@@ -298,10 +298,12 @@ def _checkpoint_chains(
     from agctl.checkpoints.reader import zones_at
     from agctl.checkpoints.records import checkpoint_offset
 
-    history = open_log(store, session_id)
+    store.settle(session_id)
+    history = open_log(store.backend, session_id)
     ordered = sorted(drawn, key=lambda n: checkpoint_offset(n["checkpoint"]))
     # Each drawn checkpoint's zones, from the index's deltas (no record is read).
-    states = zones_at(store, session_id, [checkpoint_offset(n["checkpoint"]) for n in ordered])
+    wanted = [checkpoint_offset(n["checkpoint"]) for n in ordered]
+    states = zones_at(store.backend, session_id, wanted)
     found: dict[str, Any] = {}
     previous: dict[str, list[tuple[int, int]]] = {}
     for node in ordered:

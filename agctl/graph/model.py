@@ -242,14 +242,15 @@ class _SessionGraph:
         from agctl.checkpoints.files import open_log
         from agctl.checkpoints.reader import summaries
 
-        self.summaries = summaries(self.store, self.session.id)[::-1]
+        self.store.settle(self.session.id)
+        self.summaries = summaries(self.store.backend, self.session.id)[::-1]
         known = {s.id for s in self.summaries}
         history = None
         for summary in self.summaries:
             if not (summary.auto and summary.label and _BEFORE_ROLLBACK.fullmatch(summary.label)):
                 continue
             if history is None:
-                history = open_log(self.store, self.session.id)
+                history = open_log(self.store.backend, self.session.id)
             target = _rollback_target(history, summary.end)
             if target in known:
                 self.rollbacks.append((summary.id, target))

@@ -24,7 +24,7 @@ from click.testing import Result
 from fake_openai import FakeOpenAI, deepseek_usage, openai_usage
 from terminal import on_terminal
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.pricing import Price, price_for
 from agctl.store import Store
 from agctl.usage import money

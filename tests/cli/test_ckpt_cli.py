@@ -25,7 +25,7 @@ from helpers import (
     turns_with_checkpoints,
 )
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.store import Store
 
 Run = Callable[..., Result]

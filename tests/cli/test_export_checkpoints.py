@@ -12,7 +12,7 @@ import pytest
 from click.testing import Result
 from helpers import data_dir_files, exited_zero, session_with_history
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.errors import InvalidInput, SchemaTooNew
 from agctl.interchange import export_session, import_session, parse_messages
 from agctl.store import Store

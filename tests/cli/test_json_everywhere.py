@@ -11,7 +11,7 @@ import click
 import pytest
 from click.testing import Result
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.cli import cli
 from agctl.models import Draft
 from agctl.store import Store

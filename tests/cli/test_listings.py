@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from click.testing import Result
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.cli.app import most_recent
 from agctl.models import Message
 from agctl.store import Store

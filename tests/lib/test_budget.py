@@ -21,7 +21,7 @@ from agctl.budget import (
     context_window,
     effective_budget,
 )
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.compress import (
     SUMMARY_INSTRUCTIONS,
     compress,

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agctl.cache import cache_outlook
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.models import Message, ToolCall, ToolCallFunction
 from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider

@@ -15,8 +15,8 @@ from helpers import (
     turn,
 )
 
+from agctl.checkpointer import Checkpointer
 from agctl.checkpoints import (
-    Checkpointer,
     checkpoint_id,
     checkpoint_offset,
 )

@@ -20,7 +20,7 @@ from click.testing import Result
 from fake_openai import FakeOpenAI
 from terminal import on_terminal
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.errors import EXIT_USAGE, UsageError
 from agctl.models import ModelCost, Session, Slot
 from agctl.providers.offline import OfflineProvider

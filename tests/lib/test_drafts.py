@@ -124,7 +124,7 @@ def test_an_edit_that_keeps_the_count_makes_the_draft_stale(session: Store) -> N
 
 def test_a_rollback_to_an_older_state_makes_the_draft_stale(session: Store) -> None:
     """Times cannot tell this: the restored slot carries its old updated_at."""
-    from agctl.checkpoints import Checkpointer
+    from agctl.checkpointer import Checkpointer
 
     keeper = Checkpointer(session)
     start = keeper.ids(SID)[-1]  # before turn 1

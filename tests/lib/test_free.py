@@ -21,7 +21,7 @@ from fake_openai import FakeOpenAI
 from terminal import on_terminal
 
 import agctl.cli
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
 from agctl.turns import TurnOptions, send_turn

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.errors import NotFound, UsageError
 from agctl.graph.model import build_graph
 from agctl.merge import merge_slots

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.graph import dot, mermaid, text
 from agctl.graph.document import GraphDocument
 from agctl.graph.model import build_graph

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.errors import InvalidInput, ProviderError, TurnInterrupted
 from agctl.interchange import export_messages
 from agctl.models import Message, utcnow

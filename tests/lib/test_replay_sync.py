@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.errors import AgctlError, ProviderError, StoreError, UsageError
 from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agctl import slots
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.errors import AlreadyExists, ProtectedSlot
 from agctl.models import Message
 from agctl.storage.memory import MemoryBackend

@@ -36,7 +36,7 @@ def test_a_drawn_id_another_session_has_is_drawn_again(
     """Two sessions made in the same second may draw one id (3 random characters): the
     second draws again, for a new session and a fork; a given id is refused as taken."""
     from agctl import sessions
-    from agctl.checkpoints import Checkpointer
+    from agctl.checkpointer import Checkpointer
 
     store.create_session("taken")
     store.create_session("also-taken")

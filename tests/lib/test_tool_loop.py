@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.errors import AgctlError, Blocked, ProviderError, StepLimit, StoreError
 from agctl.models import ToolCall
 from agctl.providers.base import ChatRequest, Event

@@ -578,7 +578,7 @@ def test_a_tool_call_with_no_name_is_reported_and_not_sent_back(
 
 
 def test_a_focused_slot_has_its_summary_rewritten_every_n_turns(store: Store, sid: str) -> None:
-    from agctl.checkpoints import Checkpointer
+    from agctl.checkpointer import Checkpointer
 
     store.set_mode(sid, None, "focused", focus={"recent_messages": 2, "auto_summary_every": 2})
     summaries = []

@@ -11,7 +11,7 @@ import pytest
 from click.testing import Result
 from test_checkpoints import documents
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.errors import NotFound, ReadonlySlot
 from agctl.models import Message
 from agctl.providers.offline import OfflineProvider

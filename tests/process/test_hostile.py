@@ -95,7 +95,7 @@ def session(run: Run) -> str:
 
 @pytest.fixture
 def checkpoint(store: Store, session: str) -> str:
-    from agctl.checkpoints import Checkpointer
+    from agctl.checkpointer import Checkpointer
 
     return Checkpointer(store).ids(session)[0]
 

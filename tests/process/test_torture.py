@@ -31,7 +31,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from agctl.checkpoints import Checkpointer, checkpoint_offset
+from agctl.checkpointer import Checkpointer
+from agctl.checkpoints import checkpoint_offset
 from agctl.cli import cli
 from agctl.models import Message, Session, Slot
 from agctl.store import Store
@@ -186,7 +187,7 @@ from pathlib import Path
 
 import orjson
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.compress import compress
 from agctl.models import Message
 from agctl.providers.offline import OfflineProvider
@@ -595,7 +596,7 @@ RACER = r"""
 import contextlib, io, json, random, sys, time, traceback
 from pathlib import Path
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.cli import main
 from agctl.store import Store
 

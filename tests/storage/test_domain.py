@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from agctl.checkpoints import Checkpointer, SessionState
+from agctl.checkpointer import Checkpointer
+from agctl.checkpoints import SessionState
 from agctl.errors import NotFound
 from agctl.interchange import export_session, import_session
 from agctl.providers.offline import OfflineProvider

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.drafts import resumable_draft
 from agctl.errors import SlotChanged, SlotMoved
 from agctl.models import ToolCall

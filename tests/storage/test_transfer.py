@@ -11,7 +11,8 @@ import pytest
 from pgserver import PgServer, PgStore
 from test_domain import SID, at, checkpointed_turns, turn
 
-from agctl.checkpoints import Checkpointer, CheckpointSummary
+from agctl.checkpointer import Checkpointer
+from agctl.checkpoints import CheckpointSummary
 from agctl.errors import Conflict, DataError, NotFound, UsageError
 from agctl.interchange import export_session
 from agctl.storage.factory import file_choice

@@ -19,9 +19,9 @@ from helpers import (
     turn,
 )
 
+from agctl.checkpointer import Checkpointer
 from agctl.checkpoints import (
     Checkpoint,
-    Checkpointer,
     checkpoint_offset,
 )
 from agctl.errors import (

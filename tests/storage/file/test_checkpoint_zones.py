@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.checkpoints.files import open_log
 from agctl.checkpoints.reader import record_zones, summaries, zones_at
 from agctl.graph.model import _headers
@@ -41,32 +41,32 @@ def _history(store: Store) -> tuple[str, Checkpointer]:
 def test_the_zones_from_the_index_deltas_are_those_of_the_records(tmp_path: Path) -> None:
     store = Store(tmp_path)
     sid, _ = _history(store)
-    found = summaries(store, sid)
+    found = summaries(store.backend, sid)
     assert all(s.zones is not None and s.checksum is not None for s in found)
     assert any(s.zones is not None and s.zones["base"] is not None for s in found)
-    history = open_log(store, sid)
+    history = open_log(store.backend, sid)
     offsets = [s.offset for s in found]
-    assert zones_at(store, sid, offsets) == {o: record_zones(history, o) for o in offsets}
+    assert zones_at(store.backend, sid, offsets) == {o: record_zones(history, o) for o in offsets}
 
 
 def test_an_index_rebuilt_from_the_log_gives_the_same_zones(tmp_path: Path) -> None:
     store = Store(tmp_path)
     sid, _ = _history(store)
-    offsets = [s.offset for s in summaries(store, sid)]
-    before = zones_at(store, sid, offsets)
+    offsets = [s.offset for s in summaries(store.backend, sid)]
+    before = zones_at(store.backend, sid, offsets)
     index = next(tmp_path.rglob("index.jsonl"))
     index.unlink()
-    assert zones_at(store, sid, offsets) == before
+    assert zones_at(store.backend, sid, offsets) == before
     assert index.exists()  # rebuilt, its lines with deltas again
-    assert all(s.zones is not None for s in summaries(store, sid))
+    assert all(s.zones is not None for s in summaries(store.backend, sid))
 
 
 def test_a_delta_of_another_shape_is_read_from_the_record(tmp_path: Path) -> None:
     """The index is a cache: a zones field it should never hold means the record is read."""
     store = Store(tmp_path)
     sid, _ = _history(store)
-    history = open_log(store, sid)
-    offsets = [s.offset for s in summaries(store, sid)]
+    history = open_log(store.backend, sid)
+    offsets = [s.offset for s in summaries(store.backend, sid)]
     index = next(tmp_path.rglob("index.jsonl"))
     lines = index.read_bytes().splitlines(keepends=True)
     odd = [
@@ -84,22 +84,22 @@ def test_a_delta_of_another_shape_is_read_from_the_record(tmp_path: Path) -> Non
             value["zones"] = next(shapes)
         rewritten.append(encode_record(value))
     index.write_bytes(b"".join(rewritten))
-    assert [s.zones for s in summaries(store, sid)][-4:] == odd[::-1]  # the lines were kept
-    assert zones_at(store, sid, offsets) == {o: record_zones(history, o) for o in offsets}
+    assert [s.zones for s in summaries(store.backend, sid)][-4:] == odd[::-1]  # the lines were kept
+    assert zones_at(store.backend, sid, offsets) == {o: record_zones(history, o) for o in offsets}
 
 
 def test_an_index_line_whose_record_changed_is_dropped(tmp_path: Path) -> None:
     store = Store(tmp_path)
     sid, keeper = _history(store)
-    newest = summaries(store, sid)[0]
+    newest = summaries(store.backend, sid)[0]
     log = next(tmp_path.rglob("checkpoints/log"))
     data = bytearray(log.read_bytes())
     # Another record of the same length where the newest was: a different checksum.
     tail = data[newest.end - 10 : newest.end]
     data[newest.end - 9 : newest.end - 1] = b"0" * 8 if tail[1:9] != b"0" * 8 else b"1" * 8
     log.write_bytes(bytes(data))
-    assert newest.id not in {s.id for s in summaries(store, sid)}
-    assert len(summaries(store, sid)) == len(keeper.summaries(sid))
+    assert newest.id not in {s.id for s in summaries(store.backend, sid)}
+    assert len(summaries(store.backend, sid)) == len(keeper.summaries(sid))
 
 
 def test_slot_headers_are_the_slots_without_their_messages(tmp_path: Path) -> None:

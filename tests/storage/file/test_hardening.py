@@ -22,7 +22,8 @@ from click.testing import Result
 from helpers import checkpoints_dir, dying_after_one_change
 
 import agctl
-from agctl.checkpoints import Checkpointer, checkpoint_offset
+from agctl.checkpointer import Checkpointer
+from agctl.checkpoints import checkpoint_offset
 from agctl.doctor import diagnose
 from agctl.errors import CorruptDocument, DataError, InvalidInput, SlotChanged
 from agctl.interchange import export_session, import_session

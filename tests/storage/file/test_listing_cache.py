@@ -9,7 +9,7 @@ import pytest
 from click.testing import Result
 from helpers import checkpoints_dir
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.store import Store
 
 Run = Callable[..., Result]

@@ -17,7 +17,7 @@ from backend_docs import snapshot, user
 from pgserver import PgStore
 
 import agctl.storage.postgres
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.errors import InvalidId
 from agctl.models import Draft, Message, Session, Slot
 from agctl.providers.offline import OfflineProvider

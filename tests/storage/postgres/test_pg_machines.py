@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.providers.offline import OfflineProvider
 from agctl.storage.postgres.backend import PostgresBackend
 from agctl.store import Store

@@ -14,7 +14,7 @@ from pg_children import read_line, start, tell
 from pgserver import PgStore
 from psycopg import sql
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.errors import DataError
 from agctl.providers.offline import OfflineProvider
 from agctl.storage.postgres import schema as pg_schema

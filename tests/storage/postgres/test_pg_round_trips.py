@@ -18,7 +18,7 @@ import psycopg
 import psycopg.sql
 import pytest
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.errors import StoreError
 from agctl.models import Draft, Message, utcnow
 from agctl.providers.offline import OfflineProvider

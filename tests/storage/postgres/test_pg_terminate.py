@@ -14,7 +14,7 @@ from fake_openai import FakeOpenAI
 from pgserver import PgStore
 from psycopg import sql
 
-from agctl.checkpoints import Checkpointer
+from agctl.checkpointer import Checkpointer
 from agctl.errors import StoreError
 from agctl.providers.offline import OfflineProvider
 from agctl.providers.openai import HttpSettings, OpenAIProvider
