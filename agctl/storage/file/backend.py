@@ -177,7 +177,8 @@ class FileBackend:
     def _session_path(self, session_id: str) -> Path:
         return layout.session_document(self.session_dir(session_id))
 
-    def _slot_path(self, session_id: str, slot_id: str) -> Path:
+    def slot_path(self, session_id: str, slot_id: str) -> Path:
+        """The slot's document (its log beside it), a link in place of `slots/` refused."""
         known = self._slot_paths.get((session_id, slot_id))
         if known is not None:
             return known
@@ -194,11 +195,14 @@ class FileBackend:
             log_file = self._slot_logs[document] = slotlog.log_path(document)
         return _stat_key(document), _stat_key(log_file)
 
-    def _draft_path(self, session_id: str, slot_id: str) -> Path:
+    def draft_path(self, session_id: str, slot_id: str) -> Path:
+        """The slot's draft, a link in place of `drafts/` refused."""
         self._subdir(session_id, layout.DRAFTS)
         return layout.draft_document(self.session_dir(session_id), validate_id(slot_id, "slot"))
 
-    def _checkpoint_path(self, session_id: str, where: Callable[[Path], Path]) -> Path:
+    def checkpoint_path(self, session_id: str, where: Callable[[Path], Path]) -> Path:
+        """A file of the session's checkpoints (`where`: a layout function of the session
+        dir), a link in place of `checkpoints/` refused."""
         known = self._checkpoint_paths.get((session_id, where))
         if known is not None:
             return known
@@ -289,7 +293,7 @@ class FileBackend:
         return NotFound(f"slot {slot_id!r} not found in session {session_id!r}")
 
     def slot_rev(self, session_id: str, slot_id: str) -> int | None:
-        path = self._slot_path(session_id, slot_id)
+        path = self.slot_path(session_id, slot_id)
         keys = self._slot_keys(path)
         if keys[0] is None:
             return None
@@ -299,7 +303,7 @@ class FileBackend:
         return self.load_slot(session_id, slot_id).rev
 
     def load_slot(self, session_id: str, slot_id: str, *, reuse: Slot | None = None) -> Slot:
-        path = self._slot_path(session_id, slot_id)
+        path = self.slot_path(session_id, slot_id)
         if reuse is not None and reuse.id == slot_id:
             known = self._revs.get(path)
             keys = self._slot_keys(path)
@@ -320,7 +324,7 @@ class FileBackend:
     def stored(self, session_id: str, slot_id: str, rev: int) -> slotlog.StoredSlot:
         """The slot as stored at revision `rev` (read again if this backend has not seen
         it lately); Conflict when it is at another revision now."""
-        path = self._slot_path(session_id, slot_id)
+        path = self.slot_path(session_id, slot_id)
         known = self._revs.get(path)
         keys = self._slot_keys(path)
         if known is None or known.keys != keys:
@@ -332,7 +336,7 @@ class FileBackend:
 
     def slot_base(self, session_id: str, slot_id: str) -> str:
         """The digest of a slot document's bytes: what a line appended to its log names."""
-        path = self._slot_path(session_id, slot_id)
+        path = self.slot_path(session_id, slot_id)
         known = self._revs.get(path)
         if known is not None and known.keys[0] == _stat_key(path):
             return known.base
@@ -341,7 +345,7 @@ class FileBackend:
     def slot_document(self, session_id: str, slot_id: str) -> dict[str, Any] | None:
         """A slot as stored, parsed but not validated (see slotlog.raw_document): for
         readers that scan many slots (search)."""
-        path = self._slot_path(session_id, slot_id)
+        path = self.slot_path(session_id, slot_id)
         try:
             document = read_bytes(path, f"slot {slot_id!r}")
         except NotFound:
@@ -354,7 +358,7 @@ class FileBackend:
 
     def remember(self, session_id: str, slot: Slot, base: str) -> None:
         """Note the stored state of a slot just written, for a cheap `reuse` later."""
-        path = self._slot_path(session_id, slot.id)
+        path = self.slot_path(session_id, slot.id)
         keys = self._slot_keys(path)
         self._revs[path] = slotlog.StoredSlot.of(slot, base, keys)
 
@@ -368,7 +372,7 @@ class FileBackend:
         return layout.document_ids(names)
 
     def load_draft(self, session_id: str, slot_id: str) -> Draft:
-        path = self._draft_path(session_id, slot_id)
+        path = self.draft_path(session_id, slot_id)
         try:
             return Draft.model_validate_json(read_bytes(path, "draft"))
         except NotFound:
@@ -379,10 +383,10 @@ class FileBackend:
             raise DamagedDraft(exc.path, exc.reason, slot_id) from None
 
     def checkpoint_log(self, session_id: str) -> FileLog:
-        return FileLog(self._checkpoint_path(session_id, layout.checkpoint_log))
+        return FileLog(self.checkpoint_path(session_id, layout.checkpoint_log))
 
     def removed_checkpoints(self, session_id: str) -> set[str]:
-        where = self._checkpoint_path(session_id, layout.removed_checkpoints)
+        where = self.checkpoint_path(session_id, layout.removed_checkpoints)
         try:
             return set(orjson.loads(read_bytes(where)))
         except NotFound:
@@ -391,7 +395,7 @@ class FileBackend:
             raise CorruptDocument(where, str(exc)) from None
 
     def cache_path(self, session_id: str, name: str) -> Path:
-        return self._checkpoint_path(session_id, _CACHE_PATHS[name])
+        return self.checkpoint_path(session_id, _CACHE_PATHS[name])
 
     def cache(self, session_id: str, name: str) -> bytes | None:
         where = self.cache_path(session_id, name)
