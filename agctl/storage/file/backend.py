@@ -15,9 +15,9 @@ import logging
 import os
 import secrets
 import shutil
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,7 +50,7 @@ from agctl.fsio import (
 )
 from agctl.ids import validate_id
 from agctl.models import Draft, Session, Slot
-from agctl.storage.base import lock_timeout, next_rev
+from agctl.storage.base import Backend, NewSession, OpenTxs, lock_timeout, next_rev
 from agctl.storage.file import layout, slotlog
 from agctl.storage.file.documents import (
     dump_document,
@@ -108,8 +108,6 @@ def _stat_key(path: Path) -> tuple[int, int, int] | None:
     return (info.st_ino, info.st_mtime_ns, info.st_size)
 
 
-_tx_local = threading.local()
-
 # Where each cache file (documents.CACHE_FILES) is, from the session dir.
 _CACHE_PATHS: dict[str, Callable[[Path], Path]] = {
     "heads": layout.checkpoint_heads,
@@ -118,7 +116,7 @@ _CACHE_PATHS: dict[str, Callable[[Path], Path]] = {
 T = TypeVar("T")
 
 
-class FileBackend:
+class FileBackend(Backend):
     """Sessions under `root` as plain files (see the module docstring and layout.py).
 
     `sync="end"` commits without fsyncing each transaction; `flush()` makes everything
@@ -138,6 +136,7 @@ class FileBackend:
         self._checkpoint_paths: dict[tuple[str, Callable[[Path], Path]], Path] = {}
         self._swept: set[str] = set()
         self._swept_leftovers = False
+        self._txs: OpenTxs[FileTx] = OpenTxs()
         self._touched: set[str] = set()
         # A slot's rev, what its log's lines extend and what an append must extend,
         # without reading it again (while its files are as this backend left them).
@@ -426,24 +425,18 @@ class FileBackend:
     # ---- transactions --------------------------------------------------------------
 
     def in_transaction(self, session_id: str) -> FileTx | None:
-        open_txs: dict[tuple[int, str], FileTx] = _tx_local.__dict__.setdefault("open", {})
-        return open_txs.get((id(self), validate_id(session_id, "session")))
+        return self._txs.get(session_id)
 
-    def _not_in_transaction(self, session_id: str, action: str) -> None:
-        """A Tx open on the session would write its documents back over it."""
-        if self.in_transaction(session_id) is not None:
-            raise Conflict(f"cannot {action} session {session_id!r} inside a transaction on it")
+    def transaction(self, session_id: str) -> AbstractContextManager[FileTx]:
+        return self._txs.nested(session_id, lambda: self._begin(session_id))
 
     @contextlib.contextmanager
-    def transaction(self, session_id: str) -> Iterator[FileTx]:
-        outer = self.in_transaction(session_id)
-        if outer is not None:
-            yield outer
-            return
+    def _begin(self, session_id: str) -> Iterator[FileTx]:
+        """A Tx under the session's lock, after recovering what a crash left; its writes
+        committed as one record of the session's journal."""
         path = self._session_path(session_id)
         if not os.path.lexists(path):
             raise NotFound(f"session {session_id!r} not found")
-        open_txs: dict[tuple[int, str], FileTx] = _tx_local.__dict__.setdefault("open", {})
         with exclusive_lock(layout.lock_file(path.parent), lock_timeout):
             if not os.path.lexists(path):
                 raise NotFound(f"session {session_id!r} was destroyed")
@@ -452,14 +445,11 @@ class FileBackend:
             self._drop_legacy_journals(session_id)
             self._sweep_temp_files(session_id)
             tx = FileTx(self, session_id)
-            open_txs[(id(self), session_id)] = tx
             try:
                 yield tx
             except BaseException:
                 tx.aborted()
                 raise
-            finally:
-                del open_txs[(id(self), session_id)]
             ops = tx.ops()
             if ops:
                 journal.commit(ops, durable=self.durable)
@@ -540,19 +530,13 @@ class FileBackend:
 
     # ---- whole sessions ------------------------------------------------------------
 
-    def create_session(
-        self,
-        session: Session,
-        slots: Sequence[Slot],
-        *,
-        checkpoint_log: bytes = b"",
-        removed: Iterable[str] = (),
-    ) -> None:
+    def create(self, new: NewSession) -> None:
         """Write a new session: built aside, then renamed into place whole."""
+        session = new.session
         target = self.session_dir(session.id)
         if target.exists():
             raise AlreadyExists(f"session {session.id!r} already exists")
-        staging = self._stage(session, slots, checkpoint_log, sorted(removed))
+        staging = self._stage(session, new.slots, new.checkpoint_log, sorted(new.removed))
         try:
             os.rename(staging, target)
         except OSError as exc:
@@ -611,7 +595,7 @@ class FileBackend:
         the old one's lock), so a failure leaves the old as it was and a crash one or the
         other."""
         sid = session.id
-        self._not_in_transaction(sid, "replace")
+        self._txs.refuse(sid, "replace")
         target = self.session_dir(sid)
         staging = self._stage(session, slots)
         swapped_out: Path | None = None  # where the old session is once the new one is in
@@ -635,7 +619,7 @@ class FileBackend:
             shutil.rmtree(staging if swapped_out is None else swapped_out, ignore_errors=True)
 
     def destroy_session(self, session_id: str) -> None:
-        self._not_in_transaction(session_id, "destroy")
+        self._txs.refuse(session_id, "destroy")
         with self._locked(session_id):
             trash = layout.trash_dir(self.root, session_id, secrets.token_hex(4))
             try:

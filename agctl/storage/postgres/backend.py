@@ -35,18 +35,18 @@ opened, committed and nested, and whole sessions created, replaced and destroyed
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import psycopg
 
-from agctl.errors import AlreadyExists, Conflict, NotFound, StoreError
+from agctl.errors import AlreadyExists, NotFound, StoreError
 from agctl.fsio import read_pointer, write_pointer
 from agctl.ids import validate_id
 from agctl.models import Session, Slot
-from agctl.storage.base import Tx, lock_timeout
+from agctl.storage.base import Backend, NewSession, OpenTxs, Tx, lock_timeout
 from agctl.storage.local_drafts import LocalDrafts
 from agctl.storage.postgres import listing
 from agctl.storage.postgres.connection import Conn, first_line, queue, rollback, store_error
@@ -63,7 +63,7 @@ OUTCOME_PATIENCE = 3.0
 LOCK_REVS = 4
 
 
-class PostgresBackend(Migrations):
+class PostgresBackend(Migrations, Backend):
     """Sessions in one schema of a PostgreSQL database (see the module docstring).
 
     `dsn`: a libpq connection string or postgresql:// URL (passwords from libpq's own
@@ -101,18 +101,12 @@ class PostgresBackend(Migrations):
         self.local_drafts = LocalDrafts.in_data_dir(local_dir, key)
         # Session id -> what the last transaction this backend committed on it knew.
         self._warm: dict[str, Warm] = {}
-        self._open = threading.local()
+        self._txs: OpenTxs[PgTx] = OpenTxs()
 
     # ---- transactions --------------------------------------------------------------
 
-    def _open_txs(self) -> dict[str, PgTx]:
-        if not hasattr(self._open, "txs"):
-            self._open.txs = {}
-        txs: dict[str, PgTx] = self._open.txs
-        return txs
-
     def in_transaction(self, session_id: str) -> Tx | None:
-        return self._open_txs().get(validate_id(session_id, "session"))
+        return self._txs.get(session_id)
 
     @contextlib.contextmanager
     def _locked(self, session_id: str, *, skip_locked: bool = False) -> Iterator[PgTx | None]:
@@ -208,36 +202,18 @@ class PostgresBackend(Migrations):
         except (psycopg.Error, StoreError):
             return None
 
+    def transaction(self, session_id: str) -> AbstractContextManager[Tx]:
+        return self._txs.nested(session_id, lambda: self._begin(session_id))
+
     @contextlib.contextmanager
-    def transaction(self, session_id: str) -> Iterator[Tx]:
-        outer = self.in_transaction(session_id)
-        if outer is not None:
-            yield outer
-            return
-        txs = self._open_txs()
+    def _begin(self, session_id: str) -> Iterator[PgTx]:
         with self._locked(session_id) as tx:
-            assert tx is not None
-            txs[session_id] = tx
-            try:
-                yield tx
-            finally:
-                del txs[session_id]
+            assert tx is not None  # None only when skipping a lock held
+            yield tx
 
-    def _not_in_transaction(self, session_id: str, action: str) -> None:
-        if self.in_transaction(session_id) is not None:
-            raise Conflict(f"cannot {action} session {session_id!r} inside a transaction on it")
-
-    def create_session(
-        self,
-        session: Session,
-        slots: Sequence[Slot],
-        *,
-        checkpoint_log: bytes = b"",
-        removed: Iterable[str] = (),
-    ) -> None:
-        sid = validate_id(session.id, "session")
-        for slot in slots:
-            validate_id(slot.id, "slot")
+    def create(self, new: NewSession) -> None:
+        session, checkpoint_log = new.session, new.checkpoint_log
+        sid = session.id
         with self._begun("BEGIN", sid) as (conn, _):
             with self._undone_on_error(conn, sid):
                 doc = session.model_dump_json(exclude={"rev"}).encode()
@@ -247,13 +223,13 @@ class PostgresBackend(Migrations):
                 if row is None:
                     raise AlreadyExists(f"session {sid!r} already exists")
                 tx = PgTx(self, sid, conn, len(checkpoint_log), xid=int(row[1]))
-                tx.write_whole(slots, checkpoint_log, removed)
+                tx.write_whole(new.slots, checkpoint_log, new.removed)
             self._commit(tx)
             session.rev = int(row[0])
 
     def replace_session(self, session: Session, slots: Sequence[Slot]) -> None:
         sid = validate_id(session.id, "session")
-        self._not_in_transaction(sid, "replace")
+        self._txs.refuse(sid, "replace")
         with self._locked(sid) as tx:
             assert tx is not None
             for name in ("clear_slots", "clear_drafts", "clear_log", "clear_caches"):
@@ -264,7 +240,7 @@ class PostgresBackend(Migrations):
 
     def destroy_session(self, session_id: str) -> None:
         sid = validate_id(session_id, "session")
-        self._not_in_transaction(sid, "destroy")
+        self._txs.refuse(sid, "destroy")
         with self._locked(sid) as tx:
             assert tx is not None
             tx._execute("destroy", [sid])

@@ -9,18 +9,12 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
-from agctl.errors import CorruptDocument, NotFound, UsageError
+from agctl.errors import CorruptDocument, NotFound
 from agctl.ids import validate_id
 from agctl.models import Draft, Session, Slot
-from agctl.storage.base import CACHES, append_problem
+from agctl.storage.base import append_problem, check_cache
 from agctl.storage.postgres.log import open_log
 from agctl.validation import validation_summary
-
-
-def check_cache(name: str) -> str:
-    if name not in CACHES:
-        raise UsageError(f"no cache is named {name!r}: the caches are {', '.join(CACHES)}")
-    return name
 
 
 class Known:

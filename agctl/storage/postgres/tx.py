@@ -15,9 +15,10 @@ import psycopg
 from agctl.errors import Conflict, NotFound, UsageError
 from agctl.ids import validate_id
 from agctl.models import Draft, Message, Session, Slot
+from agctl.storage.base import check_cache
 from agctl.storage.postgres.connection import Conn, queue
 from agctl.storage.postgres.log import LogRows, log_chunks, open_log
-from agctl.storage.postgres.reads import Known, PgLogReader, Reading, check_cache
+from agctl.storage.postgres.reads import Known, PgLogReader, Reading
 
 # Checkpoint log rows kept from one transaction on a session to the next (its end, which
 # the next checkpoint reads).
