@@ -27,10 +27,10 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 log = logging.getLogger("agctl.store")
 
 # How long a new connection may keep failing (a server restarting) before we give up,
-# unless the config's store.connect_patience says: a few seconds, said on stderr, since a
-# turn waits on it with nothing else on screen; and only once a process (a store found
-# down is then tried once a connection), so a failed turn that still tries to keep its
-# draft does not wait again at every step.
+# unless the config's store.connect_patience says (agctl.storage.factory.StoreChoice): a
+# few seconds, said on stderr, since a turn waits on it with nothing else on screen; and
+# only once a process (a store found down is then tried once a connection), so a failed
+# turn that still tries to keep its draft does not wait again at every step.
 CONNECT_PATIENCE = 5.0
 
 # The server says it cannot take connections yet (starting up, shutting down, in
@@ -38,19 +38,6 @@ CONNECT_PATIENCE = 5.0
 # gives a refusal at connect as text only ("FATAL:  database ... does not exist").
 _NOT_YET = {"57P03"}
 _NOT_YET_TEXT = ("starting up", "shutting down", "in recovery", "not yet accepting")
-
-
-def connect_patience() -> float:
-    """How long a connect waits out a server that is down: the config's
-    store.connect_patience, else CONNECT_PATIENCE (read only when a connect fails)."""
-    from agctl.config import ConfigStore
-    from agctl.errors import AgctlError
-
-    try:
-        configured = ConfigStore().load().store.connect_patience
-    except AgctlError:
-        configured = None  # the config cannot be read: the default
-    return CONNECT_PATIENCE if configured is None else configured
 
 
 def unavailable(exc: psycopg.OperationalError) -> bool:
@@ -106,9 +93,9 @@ class Connections(Reading):
 
     def __init__(self, dsn: str, *, schema: str, connect_patience: float | None) -> None:
         self.dsn = dsn
-        # How long a connect waits out a server that is not there yet (None: the config's
-        # store.connect_patience, else CONNECT_PATIENCE; 0: one attempt, for a TAB that
-        # must not hang).
+        # How long a connect waits out a server that is not there yet (the config's
+        # store.connect_patience, through the store's choice; None: CONNECT_PATIENCE; 0:
+        # one attempt, for a TAB that must not hang).
         self.connect_patience = connect_patience
         # Whether a connect waited its patience out and failed: the next ones (a failed
         # turn keeping its draft) try once, and say so, rather than wait again.
@@ -126,9 +113,7 @@ class Connections(Reading):
     def _patience(self) -> float:
         if self._down:
             return 0.0
-        if self.connect_patience is not None:
-            return self.connect_patience
-        return connect_patience()
+        return CONNECT_PATIENCE if self.connect_patience is None else self.connect_patience
 
     def _connect(self) -> Conn:
         """A new connection, retried while the server cannot take one yet (restarting,
