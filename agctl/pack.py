@@ -8,10 +8,11 @@ Each line is one record, told apart by its first key:
     {"c": checkpoint}                        a checkpoint: refers to blobs and node tips
     {"r": offset}                            a rollback to the checkpoint at `offset`
 
-Every line ends with a tab and its own checksum (8 hex digits of BLAKE2b over the JSON),
-verified whenever it is read, so a changed byte is an error naming the record, never a
-different state; a log starts with a header record saying so. Logs written before
-checksums (no header) stay readable, their records unverifiable.
+Every line ends with a tab and its own checksum (8 hex digits of BLAKE2b over the JSON:
+agctl.storage.encoding, which the stores' own record lines share), verified whenever it
+is read, so a changed byte is an error naming the record, never a different state; a
+log starts with a header record saying so. Logs written before checksums (no header)
+stay readable, their records unverifiable.
 
 A zone of a checkpoint is the offset of its last node, so a checkpoint costs only what is
 new since the history it extends. Records are never rewritten (only `store gc` writes a
@@ -31,6 +32,7 @@ import orjson
 
 from agctl.errors import CorruptDocument, DataError, NotFound, StoreError
 from agctl.hashing import LINE_SUM_LENGTH, content_hash, line_sum
+from agctl.storage.encoding import checksum_of, encode_record
 
 if TYPE_CHECKING:
     from agctl.storage.base import LogReader, LogWriter
@@ -59,23 +61,6 @@ class BytesLog:
 
 class NoRecord(CorruptDocument):
     """No record starts at the offset asked for (an id that names nothing)."""
-
-
-def encode_record(value: Any) -> bytes:
-    data = orjson.dumps(value)
-    return data + b"\t" + line_sum(data) + b"\n"
-
-
-def checked_value(line: bytes) -> Any:
-    """The JSON value of a line written by `encode_record`, or None when the line has no
-    checksum, fails it, or does not parse: for the caches, which are rebuilt then."""
-    body, sep, digest = line.rstrip().rpartition(b"\t")  # blanks after it: padding
-    if not sep or digest != line_sum(body):
-        return None
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
 
 
 def _read_back(held: int) -> int:
@@ -160,7 +145,7 @@ class Log:
             # The last line's fingerprint is what callers ask for (the caches tie
             # themselves to it); any other is read back if asked.
             written[offsets[-1]] = line_sum(chunks[-1]).decode()
-            checksums[offsets[-1]] = _checksum_of(chunks[-1]) or ""
+            checksums[offsets[-1]] = checksum_of(chunks[-1]) or ""
             return b"".join(chunks)
 
         self._drop_torn_tail()
@@ -318,7 +303,7 @@ class Log:
                         if handle.read(1) != b"\n":
                             continue
                     handle.seek(end - width)
-                    checksum = _checksum_of(handle.read(width))
+                    checksum = checksum_of(handle.read(width))
                     if checksum is not None:
                         found[offset] = checksum
         except (OSError, DataError):
@@ -463,15 +448,6 @@ class Log:
                         if record != HEADER or offset:
                             yield offset, end, record
                 offset = end
-
-
-def _checksum_of(line: bytes) -> str | None:
-    """The checksum at the end of a line as `encode_record` writes it (None if none)."""
-    width = LINE_SUM_LENGTH + 2
-    tail = line[-width:]
-    if len(tail) != width or tail[:1] != b"\t" or tail[-1:] != b"\n":
-        return None
-    return tail[1:-1].decode("ascii", "replace")
 
 
 def common_prefix(left: Sequence[str], right: Sequence[str]) -> int:

@@ -12,7 +12,8 @@ from pydantic import ValidationError
 
 from agctl.checkpoints.records import Checkpoint, CheckpointSummary, checkpoint_id
 from agctl.errors import CorruptDocument, NotFound, StoreError
-from agctl.pack import Log, checked_value, encode_record
+from agctl.pack import Log
+from agctl.storage.encoding import checked_value, encode_record
 from agctl.validation import validation_summary
 from agctl.work import reader
 

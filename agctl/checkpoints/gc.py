@@ -17,7 +17,8 @@ from agctl.checkpoints.reader import summaries
 from agctl.checkpoints.records import checkpoint_id
 from agctl.errors import CorruptDocument, NotFound
 from agctl.hashing import content_hash
-from agctl.pack import HEADER, NO_PARENT, BytesLog, Log, encode_record
+from agctl.pack import HEADER, NO_PARENT, BytesLog, Log
+from agctl.storage.encoding import encode_record
 
 if TYPE_CHECKING:
     from agctl.work import Work

@@ -28,7 +28,8 @@ from agctl.checkpoints.records import (
 from agctl.errors import StoreError
 from agctl.hashing import content_hash
 from agctl.models import Message, Slot, utcnow
-from agctl.pack import NO_PARENT, Log, checked_value, common_prefix, encode_record
+from agctl.pack import NO_PARENT, Log, common_prefix
+from agctl.storage.encoding import checked_value, encode_record
 from agctl.vocab import ZONES
 from agctl.work import reader
 

@@ -35,7 +35,8 @@ from agctl.errors import CorruptDocument, DataError, NotFound
 from agctl.hashing import content_hash
 from agctl.ids import resolve_prefix, validate_id
 from agctl.models import Document, Session, Slot
-from agctl.pack import Log, NoRecord, checked_value
+from agctl.pack import Log, NoRecord
+from agctl.storage.encoding import checked_value
 from agctl.validation import validation_summary
 from agctl.vocab import ZONES
 from agctl.work import reader

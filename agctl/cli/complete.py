@@ -298,7 +298,7 @@ def complete_checkpoints(
     try:
         with _open_regular(layout.checkpoint_index(directory)) as handle:
             for line in handle:
-                try:  # JSON, a tab and its checksum (agctl.pack.encode_record)
+                try:  # JSON, a tab and its checksum (agctl.storage.encoding.encode_record)
                     entry = json.loads(line.rpartition(b"\t")[0] or line)
                 except ValueError:
                     continue

@@ -21,15 +21,26 @@ package knows what a path, an inode or a journal file is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import contextlib
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import IO, TYPE_CHECKING, Protocol
+from typing import IO, TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from agctl.models import Draft, Message, Session, Slot
 
 # The caches a backend keeps for the checkpoint code, by name.
 CACHES = ("heads", "index")
+
+
+def check_cache(name: str) -> str:
+    """`name` if it is one of CACHES, else UsageError."""
+    if name not in CACHES:
+        from agctl.errors import UsageError
+
+        raise UsageError(f"no cache is named {name!r}: the caches are {', '.join(CACHES)}")
+    return name
 
 
 def next_rev(stored: int | None) -> int:
@@ -216,8 +227,19 @@ class Tx(Reader, Protocol):
         ...
 
 
+class NewSession(NamedTuple):
+    """A session to create whole (Backend.create_session): its documents, its checkpoint
+    history and the checkpoint ids removed from it."""
+
+    session: Session
+    slots: Sequence[Slot]
+    checkpoint_log: bytes
+    removed: Iterable[str]
+
+
 class Backend(Reader, Protocol):
-    """Where sessions live: the file store, the memory store (later: PostgreSQL)."""
+    """Where sessions live: the file store, the memory store, PostgreSQL. A backend
+    subclasses it for `create_session`, which checks the ids before its `create`."""
 
     def transaction(self, session_id: str) -> AbstractContextManager[Tx]:
         """The session's exclusive lock and a Tx over it; NotFound if the session does
@@ -238,7 +260,16 @@ class Backend(Reader, Protocol):
         removed: Iterable[str] = (),
     ) -> None:
         """A new session with these documents (and checkpoint history), all or nothing;
-        AlreadyExists if its id is taken."""
+        AlreadyExists if its id is taken, InvalidId for an id no session or slot may have."""
+        from agctl.ids import validate_id
+
+        validate_id(session.id, "session")
+        for slot in slots:
+            validate_id(slot.id, "slot")
+        self.create(NewSession(session, slots, checkpoint_log, removed))
+
+    def create(self, new: NewSession) -> None:
+        """What `create_session` does once the ids are checked."""
         ...
 
     def replace_session(self, session: Session, slots: Sequence[Slot]) -> None:
@@ -265,3 +296,53 @@ class Backend(Reader, Protocol):
         it, or drop it (None). A cache is never trusted blindly, so a lost repair is
         only work done again."""
         ...
+
+
+TxT = TypeVar("TxT")
+
+
+class OpenTxs(Generic[TxT]):
+    """The transactions each thread has open on one backend, by session: what its
+    `in_transaction` answers, and the nesting its `transaction` promises (an inner one on
+    the same session is the outer Tx itself)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def _open(self) -> dict[str, TxT]:
+        if not hasattr(self._local, "txs"):
+            self._local.txs = {}
+        txs: dict[str, TxT] = self._local.txs
+        return txs
+
+    def get(self, session_id: str) -> TxT | None:
+        """The Tx this thread has open on the session, if any."""
+        from agctl.ids import validate_id
+
+        return self._open().get(validate_id(session_id, "session"))
+
+    @contextlib.contextmanager
+    def nested(
+        self, session_id: str, begin: Callable[[], AbstractContextManager[TxT]]
+    ) -> Iterator[TxT]:
+        """The Tx this thread has open on the session, else a new one `begin` opens (and
+        commits when the block ends), known as open while the block runs."""
+        outer = self.get(session_id)
+        if outer is not None:
+            yield outer
+            return
+        txs = self._open()
+        with begin() as tx:
+            txs[session_id] = tx
+            try:
+                yield tx
+            finally:
+                del txs[session_id]
+
+    def refuse(self, session_id: str, action: str) -> None:
+        """Conflict when this thread has a Tx open on the session: it would write its
+        documents back over a session replaced or destroyed under it."""
+        if self.get(session_id) is not None:
+            from agctl.errors import Conflict
+
+            raise Conflict(f"cannot {action} session {session_id!r} inside a transaction on it")

@@ -7,6 +7,8 @@ session" pointer there (the rest is shared in the database), and tools never run
 The schema of a PostgreSQL store: AGCTL_STORE_SCHEMA, else the config's `store.schema`,
 else "agctl". A schema another role owns is refused unless that role is named by the
 URL's `shared_schema_owner` parameter, else the config's `store.shared_schema_owner`.
+How long a command waits out a PostgreSQL server that does not answer: the config's
+`store.connect_patience`, else the backend's default.
 
 Standard library only at import (TAB completion chooses the store too); the backends, and
 psycopg, are imported when one is opened.
@@ -35,18 +37,22 @@ if TYPE_CHECKING:
     from agctl.storage.base import Backend
 
 INSTALL_POSTGRES = "pip install 'agctl[postgres]'"
+# The longest store.connect_patience (agctl.config's bound too).
+MAX_CONNECT_PATIENCE = 3600
 
 
 class StoreChoice(NamedTuple):
     """The store to open: what it is, its schema (PostgreSQL), the machine-local data
     dir, where the choice came from (--store, AGCTL_STORE, config store.url, data dir),
-    and the role other than the user's whose schema is accepted (PostgreSQL)."""
+    the role other than the user's whose schema is accepted and the seconds a connect
+    waits out a server that does not answer (PostgreSQL; None: the backend's default)."""
 
     spec: StoreSpec
     schema: str
     local_dir: Path
     origin: str
     shared_owner: str | None = None
+    connect_patience: float | None = None
 
 
 def file_choice(root: Path) -> StoreChoice:
@@ -64,9 +70,9 @@ def choose_store(
 ) -> StoreChoice:
     """The store chosen (see the module docstring): `given` names it if not None (from
     `origin`); `config` is the parsed config file, read here when not given and needed."""
-    settings: dict[str, str | None] | None = None
+    settings: StoreTable | None = None
 
-    def configured() -> dict[str, str | None]:
+    def configured() -> StoreTable:
         nonlocal settings
         if settings is None:
             settings = store_settings(read_config() if config is None else config)
@@ -78,7 +84,7 @@ def choose_store(
     elif os.environ.get("AGCTL_STORE"):
         text, where = os.environ["AGCTL_STORE"], "AGCTL_STORE"
     else:
-        text, where = configured()["url"], "config store.url"
+        text, where = configured().url, "config store.url"
     local = Path(data_dir) if data_dir is not None else default_data_dir()
     if not text:
         return file_choice(local)
@@ -90,13 +96,14 @@ def choose_store(
     elif os.environ.get("AGCTL_STORE_SCHEMA"):
         named, schema_origin = os.environ["AGCTL_STORE_SCHEMA"], "AGCTL_STORE_SCHEMA"
     else:
-        named, schema_origin = configured()["schema"] or DEFAULT_SCHEMA, "config store.schema"
+        named, schema_origin = configured().schema or DEFAULT_SCHEMA, "config store.schema"
     owner = spec.shared_owner
-    if owner is None and configured()["shared_schema_owner"] is not None:
+    if owner is None and configured().shared_schema_owner is not None:
         owner = check_role(
-            str(configured()["shared_schema_owner"]), "config store.shared_schema_owner"
+            str(configured().shared_schema_owner), "config store.shared_schema_owner"
         )
-    return StoreChoice(spec, check_schema(named, schema_origin), local, where, owner)
+    schema_name = check_schema(named, schema_origin)
+    return StoreChoice(spec, schema_name, local, where, owner, configured().connect_patience)
 
 
 def read_config() -> Mapping[str, Any]:
@@ -119,21 +126,47 @@ def read_config() -> Mapping[str, Any]:
     return data
 
 
-def store_settings(config: Mapping[str, Any]) -> dict[str, str | None]:
-    """The config's `store` table: its url (never one with a password), schema and
-    shared schema's owner."""
+class StoreTable(NamedTuple):
+    """The config's `store` table (None: not set)."""
+
+    url: str | None
+    schema: str | None
+    shared_schema_owner: str | None
+    connect_patience: float | None
+
+
+def store_settings(config: Mapping[str, Any]) -> StoreTable:
+    """The config's `store` table: its url (never one with a password), schema, shared
+    schema's owner and connect patience (seconds, 0 to 3600, as agctl.config checks)."""
     table = config.get("store") or {}
     if not isinstance(table, dict):
         raise UsageError('config store must be a table: {"url": ..., "schema": ...}')
-    found: dict[str, str | None] = {}
+    texts: list[str | None] = []
     for key in ("url", "schema", "shared_schema_owner"):
         value = table.get(key)
         if value is not None and not isinstance(value, str):
             raise UsageError(f"config store.{key} must be text")
-        found[key] = value
-    if found["url"]:
-        refuse_stored_password(found["url"])
-    return found
+        texts.append(value)
+    url, schema, owner = texts
+    if url:
+        refuse_stored_password(url)
+    return StoreTable(url, schema, owner, _seconds(table.get("connect_patience")))
+
+
+def _seconds(value: Any) -> float | None:
+    """The config's store.connect_patience as seconds (None: not set)."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)  # as pydantic reads the config: "5" and 5 alike
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not 0 <= seconds <= MAX_CONNECT_PATIENCE:
+        raise UsageError(
+            f"config store.connect_patience must be seconds from 0 to "
+            f"{MAX_CONNECT_PATIENCE}, not {value!r}"
+        )
+    return seconds
 
 
 def open_backend(
@@ -153,7 +186,7 @@ def open_backend(
         schema=choice.schema,
         local_dir=choice.local_dir,
         migrate=migrate,
-        patience=None if patient else 0.0,
+        patience=choice.connect_patience if patient else 0.0,
         shared_owner=choice.shared_owner,
     )
 

@@ -14,12 +14,13 @@ import io
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import IO
 
 from agctl.errors import AlreadyExists, Conflict, NotFound, UsageError
 from agctl.ids import validate_id
 from agctl.models import Draft, Session, Slot, message_list_adapter
-from agctl.storage.base import CACHES, Tx
+from agctl.storage.base import Backend, NewSession, OpenTxs, Tx, check_cache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,12 +50,6 @@ class _State:
 
 def _log_name(session_id: str) -> str:
     return f"checkpoint log of session {session_id!r}"
-
-
-def _check_cache(name: str) -> str:
-    if name not in CACHES:
-        raise UsageError(f"no cache is named {name!r}: the caches are {', '.join(CACHES)}")
-    return name
 
 
 class _LogReader:
@@ -165,7 +160,7 @@ class _Reading:
         return set(self._existing(session_id).removed)
 
     def cache(self, session_id: str, name: str) -> bytes | None:
-        return self._existing(session_id).caches.get(_check_cache(name))
+        return self._existing(session_id).caches.get(check_cache(name))
 
 
 class MemoryTx(_Reading):
@@ -254,23 +249,23 @@ class MemoryTx(_Reading):
 
     def put_cache(self, name: str, data: bytes | None) -> None:
         if data is None:
-            self._staged.caches.pop(_check_cache(name), None)
+            self._staged.caches.pop(check_cache(name), None)
         else:
-            self._staged.caches[_check_cache(name)] = bytes(data)
+            self._staged.caches[check_cache(name)] = bytes(data)
 
     def append_cache(self, name: str, data: bytes) -> None:
         caches = self._staged.caches
-        caches[_check_cache(name)] = caches.get(name, b"") + bytes(data)
+        caches[check_cache(name)] = caches.get(name, b"") + bytes(data)
 
 
-class MemoryBackend(_Reading):
+class MemoryBackend(_Reading, Backend):
     """Sessions in a dict of immutable snapshots, one RLock per session."""
 
     def __init__(self) -> None:
         self._sessions: dict[str, _State] = {}
         self._locks: dict[str, threading.RLock] = {}
         self._guard = threading.Lock()  # over _sessions and _locks as dicts
-        self._open = threading.local()
+        self._txs: OpenTxs[MemoryTx] = OpenTxs()
         self._revisions = itertools.count(1)
         self._current: str | None = None
 
@@ -291,31 +286,21 @@ class MemoryBackend(_Reading):
         with self._guard:
             return self._locks.setdefault(session_id, threading.RLock())
 
-    def _open_txs(self) -> dict[str, MemoryTx]:
-        if not hasattr(self._open, "txs"):
-            self._open.txs = {}
-        txs: dict[str, MemoryTx] = self._open.txs
-        return txs
+    def transaction(self, session_id: str) -> AbstractContextManager[Tx]:
+        return self._txs.nested(session_id, lambda: self._begin(session_id))
 
     @contextlib.contextmanager
-    def transaction(self, session_id: str) -> Iterator[Tx]:
-        outer = self.in_transaction(session_id)
-        if outer is not None:
-            yield outer
-            return
+    def _begin(self, session_id: str) -> Iterator[MemoryTx]:
+        """A Tx on a private copy of the session, under its lock, committed by putting
+        the copy in its place."""
         with self._lock(session_id):
             tx = MemoryTx(self, session_id, self._existing(session_id).copy())
-            txs = self._open_txs()
-            txs[session_id] = tx
-            try:
-                yield tx
-            finally:
-                del txs[session_id]
+            yield tx
             with self._guard:
                 self._sessions[session_id] = tx._staged
 
     def in_transaction(self, session_id: str) -> Tx | None:
-        return self._open_txs().get(validate_id(session_id, "session"))
+        return self._txs.get(session_id)
 
     def _new_state(
         self, session: Session, slots: Sequence[Slot], log: bytes, removed: Iterable[str]
@@ -331,15 +316,9 @@ class MemoryBackend(_Reading):
         tx.set_removed_checkpoints(removed)
         return tx._staged
 
-    def create_session(
-        self,
-        session: Session,
-        slots: Sequence[Slot],
-        *,
-        checkpoint_log: bytes = b"",
-        removed: Iterable[str] = (),
-    ) -> None:
-        state = self._new_state(session, slots, checkpoint_log, removed)
+    def create(self, new: NewSession) -> None:
+        session = new.session
+        state = self._new_state(session, new.slots, new.checkpoint_log, new.removed)
         with self._lock(session.id), self._guard:
             if session.id in self._sessions:
                 raise AlreadyExists(f"session {session.id!r} already exists")
@@ -354,21 +333,16 @@ class MemoryBackend(_Reading):
                 else:
                     tx.append_cache(name, append)
 
-    def _check_not_in_transaction(self, session_id: str, action: str) -> None:
-        """The open Tx would write its copy back over the replaced or destroyed session."""
-        if self.in_transaction(session_id) is not None:
-            raise Conflict(f"cannot {action} session {session_id!r} inside a transaction on it")
-
     def replace_session(self, session: Session, slots: Sequence[Slot]) -> None:
         state = self._new_state(session, slots, b"", ())
-        self._check_not_in_transaction(session.id, "replace")
+        self._txs.refuse(session.id, "replace")
         with self._lock(session.id):
             self._existing(session.id)
             with self._guard:
                 self._sessions[session.id] = state
 
     def destroy_session(self, session_id: str) -> None:
-        self._check_not_in_transaction(session_id, "destroy")
+        self._txs.refuse(session_id, "destroy")
         with self._lock(session_id):
             self._existing(session_id)
             with self._guard:

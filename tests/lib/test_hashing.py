@@ -21,8 +21,9 @@ from agctl.hashing import (
     request_fingerprint,
 )
 from agctl.models import Message, Slot, SlotConfig, ToolCall
-from agctl.pack import Log, encode_record
+from agctl.pack import Log
 from agctl.providers.base import ChatRequest
+from agctl.storage.encoding import encode_record
 from agctl.storage.file.backend import FileLog
 from agctl.store import Store
 

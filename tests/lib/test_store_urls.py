@@ -263,3 +263,35 @@ def test_a_path_no_file_system_can_hold_is_a_usage_error_quoted_short(tmp_path: 
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     with pytest.raises(UsageError, match="symbolic links"):
         parse_store(str(tmp_path / "loop" / "x"))
+
+
+def test_the_connect_patience_comes_from_the_config_through_the_choice(
+    config_path: Path, isolated_env: Path
+) -> None:
+    """The backend is given the config's store.connect_patience by the store's choice
+    (it read the config itself before, only when a connect failed)."""
+    from agctl.storage.postgres.backend import PostgresBackend
+
+    url = "postgresql://db/agctl"
+    assert choose_store(url).connect_patience is None  # the backend's default
+    ConfigStore().set("store.connect_patience", "2.5")
+    chosen = choose_store(url)
+    assert chosen.connect_patience == 2.5
+    for patient, waits in ((True, 2.5), (False, 0.0)):  # a TAB tries once
+        backend = open_backend(chosen, patient=patient)  # connects only when used
+        assert isinstance(backend, PostgresBackend)
+        assert backend.connect_patience == waits
+        backend.close()
+
+
+@pytest.mark.parametrize("value", ["soon", -1, 3601, [5], "nan", {"s": 1}])
+def test_a_broken_connect_patience_is_refused_as_the_other_store_keys_are(
+    config_path: Path, value: object
+) -> None:
+    """Before: the backend fell back to 5 s without a word, while the rest of the store
+    table was checked where the store is chosen."""
+    config_path.write_text(json.dumps({"store": {"connect_patience": value}}))
+    with pytest.raises(UsageError, match=r"config store\.connect_patience must be seconds"):
+        choose_store("postgresql://db/agctl")
+    with pytest.raises(CorruptDocument, match="connect_patience"):
+        ConfigStore().load()  # what every other reader of the config says of it

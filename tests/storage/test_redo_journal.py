@@ -10,6 +10,7 @@ import pytest
 
 from agctl.models import Message
 from agctl.providers.offline import OfflineProvider
+from agctl.storage.encoding import encode_record
 from agctl.storage.file import journal as redo
 from agctl.store import Store
 from agctl.turns import TurnOptions, send_turn
@@ -68,7 +69,7 @@ def test_a_record_torn_by_a_crash_never_committed(store: Store) -> None:
     turns(store, 1)
     before = files_of(directory)
     journal = directory / "journal"
-    record = redo._encode({"ops": [["put", "session.json", redo.pack_data(b"{}")]]})
+    record = encode_record({"ops": [["put", "session.json", redo.pack_data(b"{}")]]})
     with journal.open("ab") as handle:
         handle.write(record[: len(record) // 2])  # the fsync never came
     fresh = Store(store.root)

@@ -15,9 +15,9 @@ import logging
 import os
 import secrets
 import shutil
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,7 +50,7 @@ from agctl.fsio import (
 )
 from agctl.ids import validate_id
 from agctl.models import Draft, Session, Slot
-from agctl.storage.base import lock_timeout, next_rev
+from agctl.storage.base import Backend, NewSession, OpenTxs, lock_timeout, next_rev
 from agctl.storage.file import layout, slotlog
 from agctl.storage.file.documents import (
     dump_document,
@@ -108,8 +108,6 @@ def _stat_key(path: Path) -> tuple[int, int, int] | None:
     return (info.st_ino, info.st_mtime_ns, info.st_size)
 
 
-_tx_local = threading.local()
-
 # Where each cache file (documents.CACHE_FILES) is, from the session dir.
 _CACHE_PATHS: dict[str, Callable[[Path], Path]] = {
     "heads": layout.checkpoint_heads,
@@ -118,7 +116,7 @@ _CACHE_PATHS: dict[str, Callable[[Path], Path]] = {
 T = TypeVar("T")
 
 
-class FileBackend:
+class FileBackend(Backend):
     """Sessions under `root` as plain files (see the module docstring and layout.py).
 
     `sync="end"` commits without fsyncing each transaction; `flush()` makes everything
@@ -138,6 +136,7 @@ class FileBackend:
         self._checkpoint_paths: dict[tuple[str, Callable[[Path], Path]], Path] = {}
         self._swept: set[str] = set()
         self._swept_leftovers = False
+        self._txs: OpenTxs[FileTx] = OpenTxs()
         self._touched: set[str] = set()
         # A slot's rev, what its log's lines extend and what an append must extend,
         # without reading it again (while its files are as this backend left them).
@@ -177,7 +176,8 @@ class FileBackend:
     def _session_path(self, session_id: str) -> Path:
         return layout.session_document(self.session_dir(session_id))
 
-    def _slot_path(self, session_id: str, slot_id: str) -> Path:
+    def slot_path(self, session_id: str, slot_id: str) -> Path:
+        """The slot's document (its log beside it), a link in place of `slots/` refused."""
         known = self._slot_paths.get((session_id, slot_id))
         if known is not None:
             return known
@@ -194,11 +194,14 @@ class FileBackend:
             log_file = self._slot_logs[document] = slotlog.log_path(document)
         return _stat_key(document), _stat_key(log_file)
 
-    def _draft_path(self, session_id: str, slot_id: str) -> Path:
+    def draft_path(self, session_id: str, slot_id: str) -> Path:
+        """The slot's draft, a link in place of `drafts/` refused."""
         self._subdir(session_id, layout.DRAFTS)
         return layout.draft_document(self.session_dir(session_id), validate_id(slot_id, "slot"))
 
-    def _checkpoint_path(self, session_id: str, where: Callable[[Path], Path]) -> Path:
+    def checkpoint_path(self, session_id: str, where: Callable[[Path], Path]) -> Path:
+        """A file of the session's checkpoints (`where`: a layout function of the session
+        dir), a link in place of `checkpoints/` refused."""
         known = self._checkpoint_paths.get((session_id, where))
         if known is not None:
             return known
@@ -289,7 +292,7 @@ class FileBackend:
         return NotFound(f"slot {slot_id!r} not found in session {session_id!r}")
 
     def slot_rev(self, session_id: str, slot_id: str) -> int | None:
-        path = self._slot_path(session_id, slot_id)
+        path = self.slot_path(session_id, slot_id)
         keys = self._slot_keys(path)
         if keys[0] is None:
             return None
@@ -299,7 +302,7 @@ class FileBackend:
         return self.load_slot(session_id, slot_id).rev
 
     def load_slot(self, session_id: str, slot_id: str, *, reuse: Slot | None = None) -> Slot:
-        path = self._slot_path(session_id, slot_id)
+        path = self.slot_path(session_id, slot_id)
         if reuse is not None and reuse.id == slot_id:
             known = self._revs.get(path)
             keys = self._slot_keys(path)
@@ -320,7 +323,7 @@ class FileBackend:
     def stored(self, session_id: str, slot_id: str, rev: int) -> slotlog.StoredSlot:
         """The slot as stored at revision `rev` (read again if this backend has not seen
         it lately); Conflict when it is at another revision now."""
-        path = self._slot_path(session_id, slot_id)
+        path = self.slot_path(session_id, slot_id)
         known = self._revs.get(path)
         keys = self._slot_keys(path)
         if known is None or known.keys != keys:
@@ -332,7 +335,7 @@ class FileBackend:
 
     def slot_base(self, session_id: str, slot_id: str) -> str:
         """The digest of a slot document's bytes: what a line appended to its log names."""
-        path = self._slot_path(session_id, slot_id)
+        path = self.slot_path(session_id, slot_id)
         known = self._revs.get(path)
         if known is not None and known.keys[0] == _stat_key(path):
             return known.base
@@ -341,7 +344,7 @@ class FileBackend:
     def slot_document(self, session_id: str, slot_id: str) -> dict[str, Any] | None:
         """A slot as stored, parsed but not validated (see slotlog.raw_document): for
         readers that scan many slots (search)."""
-        path = self._slot_path(session_id, slot_id)
+        path = self.slot_path(session_id, slot_id)
         try:
             document = read_bytes(path, f"slot {slot_id!r}")
         except NotFound:
@@ -354,7 +357,7 @@ class FileBackend:
 
     def remember(self, session_id: str, slot: Slot, base: str) -> None:
         """Note the stored state of a slot just written, for a cheap `reuse` later."""
-        path = self._slot_path(session_id, slot.id)
+        path = self.slot_path(session_id, slot.id)
         keys = self._slot_keys(path)
         self._revs[path] = slotlog.StoredSlot.of(slot, base, keys)
 
@@ -368,7 +371,7 @@ class FileBackend:
         return layout.document_ids(names)
 
     def load_draft(self, session_id: str, slot_id: str) -> Draft:
-        path = self._draft_path(session_id, slot_id)
+        path = self.draft_path(session_id, slot_id)
         try:
             return Draft.model_validate_json(read_bytes(path, "draft"))
         except NotFound:
@@ -379,10 +382,10 @@ class FileBackend:
             raise DamagedDraft(exc.path, exc.reason, slot_id) from None
 
     def checkpoint_log(self, session_id: str) -> FileLog:
-        return FileLog(self._checkpoint_path(session_id, layout.checkpoint_log))
+        return FileLog(self.checkpoint_path(session_id, layout.checkpoint_log))
 
     def removed_checkpoints(self, session_id: str) -> set[str]:
-        where = self._checkpoint_path(session_id, layout.removed_checkpoints)
+        where = self.checkpoint_path(session_id, layout.removed_checkpoints)
         try:
             return set(orjson.loads(read_bytes(where)))
         except NotFound:
@@ -391,7 +394,7 @@ class FileBackend:
             raise CorruptDocument(where, str(exc)) from None
 
     def cache_path(self, session_id: str, name: str) -> Path:
-        return self._checkpoint_path(session_id, _CACHE_PATHS[name])
+        return self.checkpoint_path(session_id, _CACHE_PATHS[name])
 
     def cache(self, session_id: str, name: str) -> bytes | None:
         where = self.cache_path(session_id, name)
@@ -422,24 +425,18 @@ class FileBackend:
     # ---- transactions --------------------------------------------------------------
 
     def in_transaction(self, session_id: str) -> FileTx | None:
-        open_txs: dict[tuple[int, str], FileTx] = _tx_local.__dict__.setdefault("open", {})
-        return open_txs.get((id(self), validate_id(session_id, "session")))
+        return self._txs.get(session_id)
 
-    def _not_in_transaction(self, session_id: str, action: str) -> None:
-        """A Tx open on the session would write its documents back over it."""
-        if self.in_transaction(session_id) is not None:
-            raise Conflict(f"cannot {action} session {session_id!r} inside a transaction on it")
+    def transaction(self, session_id: str) -> AbstractContextManager[FileTx]:
+        return self._txs.nested(session_id, lambda: self._begin(session_id))
 
     @contextlib.contextmanager
-    def transaction(self, session_id: str) -> Iterator[FileTx]:
-        outer = self.in_transaction(session_id)
-        if outer is not None:
-            yield outer
-            return
+    def _begin(self, session_id: str) -> Iterator[FileTx]:
+        """A Tx under the session's lock, after recovering what a crash left; its writes
+        committed as one record of the session's journal."""
         path = self._session_path(session_id)
         if not os.path.lexists(path):
             raise NotFound(f"session {session_id!r} not found")
-        open_txs: dict[tuple[int, str], FileTx] = _tx_local.__dict__.setdefault("open", {})
         with exclusive_lock(layout.lock_file(path.parent), lock_timeout):
             if not os.path.lexists(path):
                 raise NotFound(f"session {session_id!r} was destroyed")
@@ -448,14 +445,11 @@ class FileBackend:
             self._drop_legacy_journals(session_id)
             self._sweep_temp_files(session_id)
             tx = FileTx(self, session_id)
-            open_txs[(id(self), session_id)] = tx
             try:
                 yield tx
             except BaseException:
                 tx.aborted()
                 raise
-            finally:
-                del open_txs[(id(self), session_id)]
             ops = tx.ops()
             if ops:
                 journal.commit(ops, durable=self.durable)
@@ -536,19 +530,13 @@ class FileBackend:
 
     # ---- whole sessions ------------------------------------------------------------
 
-    def create_session(
-        self,
-        session: Session,
-        slots: Sequence[Slot],
-        *,
-        checkpoint_log: bytes = b"",
-        removed: Iterable[str] = (),
-    ) -> None:
+    def create(self, new: NewSession) -> None:
         """Write a new session: built aside, then renamed into place whole."""
+        session = new.session
         target = self.session_dir(session.id)
         if target.exists():
             raise AlreadyExists(f"session {session.id!r} already exists")
-        staging = self._stage(session, slots, checkpoint_log, sorted(removed))
+        staging = self._stage(session, new.slots, new.checkpoint_log, sorted(new.removed))
         try:
             os.rename(staging, target)
         except OSError as exc:
@@ -607,7 +595,7 @@ class FileBackend:
         the old one's lock), so a failure leaves the old as it was and a crash one or the
         other."""
         sid = session.id
-        self._not_in_transaction(sid, "replace")
+        self._txs.refuse(sid, "replace")
         target = self.session_dir(sid)
         staging = self._stage(session, slots)
         swapped_out: Path | None = None  # where the old session is once the new one is in
@@ -631,7 +619,7 @@ class FileBackend:
             shutil.rmtree(staging if swapped_out is None else swapped_out, ignore_errors=True)
 
     def destroy_session(self, session_id: str) -> None:
-        self._not_in_transaction(session_id, "destroy")
+        self._txs.refuse(session_id, "destroy")
         with self._locked(session_id):
             trash = layout.trash_dir(self.root, session_id, secrets.token_hex(4))
             try:

@@ -14,7 +14,7 @@ When the journal grows past FLUSH_BYTES, every file its records touched is fsync
 the journal is emptied. Without a boot id (not Linux) it is emptied after every commit.
 
     header   {"agctl": "journal", "boot": <boot id>, "applied": <10-digit offset>} + sum
-    record   {"ops": [[op, path, ...], ...]} + sum, one a line (agctl.pack's encoding)
+    record   {"ops": [[op, path, ...], ...]} + sum, one a line (agctl.storage.encoding)
 
     ["put", path, data]          replace the file with data (atomically)
     ["mv", temp, path]           replace the file with a temp file written (and synced)
@@ -57,6 +57,7 @@ from agctl.fsio import (
     open_with_status,
 )
 from agctl.hashing import line_sum
+from agctl.storage.encoding import encode_record
 
 log = logging.getLogger("agctl.store")
 
@@ -86,11 +87,6 @@ def boot_id() -> str | None:
 _BOOT = boot_id()
 
 
-def _encode(value: Any) -> bytes:
-    data = orjson.dumps(value)
-    return data + b"\t" + line_sum(data) + b"\n"
-
-
 def _decode(line: bytes) -> Any:
     body, sep, digest = line.rstrip(b"\n").rpartition(b"\t")
     if not line.endswith(b"\n") or not sep or digest != line_sum(body):
@@ -103,7 +99,7 @@ def _decode(line: bytes) -> Any:
 
 def _header(applied: int, boot: str | None) -> bytes:
     mark = f"{applied:0{_APPLIED_DIGITS}d}"
-    return _encode({"agctl": "journal", "boot": boot or "", "applied": mark})
+    return encode_record({"agctl": "journal", "boot": boot or "", "applied": mark})
 
 
 @functools.cache
@@ -234,7 +230,7 @@ class Journal:
         them, and mark them applied; flush when the journal has grown large."""
         if not ops:
             return
-        record = _encode({"ops": list(ops)})
+        record = encode_record({"ops": list(ops)})
         # New documents are written aside first: a full disk fails here, before anything
         # is committed or changed.
         temps = self._prepare(ops)

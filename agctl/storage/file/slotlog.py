@@ -26,8 +26,8 @@ from agctl.errors import CorruptDocument, NotFound
 from agctl.fsio import read_bytes
 from agctl.hashing import data_hash
 from agctl.models import Message, Slot, message_list_adapter, stored_messages
-from agctl.pack import checked_value, encode_record
 from agctl.storage.base import append_problem
+from agctl.storage.encoding import checked_value, encode_record
 from agctl.storage.file import layout
 from agctl.storage.file.journal import Op, pack_data
 from agctl.validation import validation_summary

@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import orjson
 
@@ -16,21 +16,42 @@ from agctl.errors import Conflict, CorruptDocument, InvalidId, NotFound, StoreEr
 from agctl.fsio import TEMP_SUFFIX, make_dirs
 from agctl.ids import validate_id
 from agctl.models import Document, Draft, Session, Slot, SlotConfig, SlotMeta
-from agctl.storage.base import next_rev
+from agctl.storage.base import Reader, next_rev
 from agctl.storage.file import layout, slotlog
 from agctl.storage.file.documents import CACHE_FILES, LARGE_PUT, dump_document
 from agctl.storage.file.journal import Op, pack_data
 from agctl.storage.file.log import TxLog
 from agctl.vocab import ZONES
 
-if TYPE_CHECKING:
-    from agctl.storage.file.backend import FileBackend
+
+class Files(Reader, Protocol):
+    """What a FileTx is given of its backend (a FileBackend): the committed reads, where
+    the session's files are (each path found through no link), what it knows of the
+    slots as stored, and whether a commit is synced."""
+
+    durable: bool
+
+    def session_dir(self, session_id: str) -> Path: ...
+
+    def slot_path(self, session_id: str, slot_id: str) -> Path: ...
+
+    def draft_path(self, session_id: str, slot_id: str) -> Path: ...
+
+    def checkpoint_path(self, session_id: str, where: Callable[[Path], Path]) -> Path: ...
+
+    def cache_path(self, session_id: str, name: str) -> Path: ...
+
+    def stored(self, session_id: str, slot_id: str, rev: int) -> slotlog.StoredSlot: ...
+
+    def slot_base(self, session_id: str, slot_id: str) -> str: ...
+
+    def remember(self, session_id: str, slot: Slot, base: str) -> None: ...
 
 
 class FileTx:
     """One transaction of a FileBackend: writes are held, and read back, until commit."""
 
-    def __init__(self, backend: FileBackend, session_id: str) -> None:
+    def __init__(self, backend: Files, session_id: str) -> None:
         self.backend = backend
         self.session_id = session_id
         self._session: Session | None = None
@@ -112,7 +133,7 @@ class FileTx:
     def checkpoint_log(self, session_id: str | None = None) -> TxLog:
         self._check(session_id or self.session_id)
         if self._log is None:
-            self._log = TxLog(self.backend._checkpoint_path(self.session_id, layout.checkpoint_log))
+            self._log = TxLog(self.backend.checkpoint_path(self.session_id, layout.checkpoint_log))
         return self._log
 
     def removed_checkpoints(self, session_id: str) -> set[str]:
@@ -203,7 +224,7 @@ class FileTx:
         self._slots[slot_id] = (None, "put", ())
 
     def put_draft(self, draft: Draft) -> None:
-        self.backend._draft_path(self.session_id, draft.slot)  # a link in its way is refused
+        self.backend.draft_path(self.session_id, draft.slot)  # a link in its way is refused
         self._drafts[draft.slot] = draft
 
     def delete_draft(self, slot_id: str) -> bool:
@@ -249,7 +270,7 @@ class FileTx:
             if slot is None:
                 ops += [["del", name], ["del", log_name]]
             elif how == "append":
-                path = self.backend._slot_path(self.session_id, slot_id)
+                path = self.backend.slot_path(self.session_id, slot_id)
                 base = self.backend.slot_base(self.session_id, slot_id)
                 ops.append(slotlog.append_op(path, log_name, slot, appended, base))
                 self._written.append((slot, base))

@@ -14,7 +14,7 @@ from agctl.checkpoints.files import open_log
 from agctl.checkpoints.reader import record_zones, summaries, zones_at
 from agctl.graph.model import _headers
 from agctl.models import Message
-from agctl.pack import encode_record
+from agctl.storage.encoding import encode_record
 from agctl.store import Store
 
 

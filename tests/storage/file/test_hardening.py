@@ -30,6 +30,7 @@ from agctl.interchange import export_session, import_session
 from agctl.models import Message
 from agctl.pack import Log
 from agctl.providers.base import ChatRequest, Event, Finish, TextDelta
+from agctl.storage.encoding import encode_record
 from agctl.storage.file.backend import FileLog
 from agctl.store import Store
 from agctl.turns import TurnOptions, send_turn
@@ -284,7 +285,7 @@ def _planted_redo_journal(isolated_env: Path) -> Path:
     journal = isolated_env / "sessions" / SID / "journal"
     slot = {"id": "default", "messages": []}
     record = {"ops": [["put", "slots/default.json", redo.pack_data(json.dumps(slot).encode())]]}
-    journal.write_bytes(redo._header(redo._header_size(), redo._BOOT) + redo._encode(record))
+    journal.write_bytes(redo._header(redo._header_size(), redo._BOOT) + encode_record(record))
     return journal
 
 
@@ -327,7 +328,7 @@ def test_a_trusted_journal_naming_a_file_outside_the_session_is_refused(
     journal = isolated_env / "sessions" / SID / "journal"
     target = isolated_env / "planted"
     record = {"ops": [["put", "../../planted", redo.pack_data(b"owned")]]}
-    journal.write_bytes(redo._header(redo._header_size(), redo._BOOT) + redo._encode(record))
+    journal.write_bytes(redo._header(redo._header_size(), redo._BOOT) + encode_record(record))
     os.chmod(journal, 0o600)
     result = run("-s", SID, "msg", "append", "user", "x")
     assert result.exit_code == 5, result.output

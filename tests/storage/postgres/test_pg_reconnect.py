@@ -20,7 +20,7 @@ from pgserver import PgServer, PgStore
 from agctl.errors import StoreError
 from agctl.models import Session, Slot
 from agctl.storage.base import Backend
-from agctl.storage.postgres import backend as pg_backend
+from agctl.storage.postgres import connection as pg_conn
 from agctl.storage.postgres import listing
 from agctl.storage.postgres.backend import PostgresBackend
 
@@ -169,7 +169,7 @@ def test_an_operation_while_the_server_is_down_for_a_moment_waits_for_it(
     backend = open_backend()
     seed(backend)
     expected = operation(open_backend())  # the same operation with the server up
-    assert pg_backend.CONNECT_PATIENCE > 1.0
+    assert pg_conn.CONNECT_PATIENCE > 1.0
 
     running_server.stop("fast")
     with started_in_a_second(running_server):
@@ -204,7 +204,7 @@ def test_a_server_gone_for_good_is_a_store_error_naming_the_store_without_its_pa
     monkeypatch: pytest.MonkeyPatch,
     form: Callable[[PgServer, str], str],
 ) -> None:
-    monkeypatch.setattr(pg_backend, "CONNECT_PATIENCE", 0.5)
+    monkeypatch.setattr(pg_conn, "CONNECT_PATIENCE", 0.5)
     dsn = form(running_server, pg_database)
     used = open_backend(dsn=dsn)
     seed(used)  # the password is accepted (trust auth): the store works
@@ -240,20 +240,20 @@ def test_a_database_that_does_not_exist_is_reported_at_once(
     """A refusal that waiting cannot fix (no such database, role, password) is not
     retried for CONNECT_PATIENCE: the command fails at its first attempt, saying why."""
     attempts = []
-    connect = pg_backend.psycopg.connect
+    connect = pg_conn.psycopg.connect
 
     def counted(*args: object, **kwargs: object) -> object:
         attempts.append(args)
         return connect(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(pg_backend.psycopg, "connect", counted)
+    monkeypatch.setattr(pg_conn.psycopg, "connect", counted)
     backend = PostgresBackend(pg_server.url("no_such_db"), schema="s", local_dir=tmp_path)
     with pytest.raises(StoreError, match="no_such_db"):
         backend.session_ids()
     assert len(attempts) == 1
     pg_server.stop()  # no server at all: that is waited for, and retried
     try:
-        monkeypatch.setattr(pg_backend, "CONNECT_PATIENCE", 2.0)  # attempts on a loaded machine too
+        monkeypatch.setattr(pg_conn, "CONNECT_PATIENCE", 2.0)  # attempts on a loaded machine too
         attempts.clear()
         with pytest.raises(StoreError):
             PostgresBackend(pg_server.url(), schema="s", local_dir=tmp_path).session_ids()
@@ -274,13 +274,13 @@ def test_a_store_found_down_is_waited_for_once_a_process_and_the_wait_is_said(
     is said (a warning: stderr) and bounded; the next connects of the process try once,
     until one gets through."""
     attempts = []
-    connect = pg_backend.psycopg.connect
+    connect = pg_conn.psycopg.connect
 
     def counted(*args: object, **kwargs: object) -> object:
         attempts.append(args)
         return connect(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(pg_backend.psycopg, "connect", counted)
+    monkeypatch.setattr(pg_conn.psycopg, "connect", counted)
     backend = PostgresBackend(
         pg_store.dsn, schema=pg_store.schema, local_dir=isolated_env, connect_patience=1.0
     )

@@ -23,7 +23,8 @@ from agctl.errors import StoreError
 from agctl.models import Draft, Message, utcnow
 from agctl.providers.offline import OfflineProvider
 from agctl.storage.postgres import backend as pg_backend
-from agctl.storage.postgres.backend import PgTx, PostgresBackend
+from agctl.storage.postgres.backend import PostgresBackend
+from agctl.storage.postgres.tx import PgTx
 from agctl.store import Store
 from agctl.turns import TurnOptions, send_turn
 
