@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import data_dir_files, draft_file
+from helpers import data_dir_files, draft_file, file_only
 
 from agctl.budget import (
     CONTEXT_WINDOWS,
@@ -625,6 +625,7 @@ def test_one_token_over_compresses_then_sends(store: Store) -> None:
     assert dumps(restored.messages) == dumps(original) and restored.compressed == []
 
 
+@file_only
 def test_one_token_over_with_auto_compress_off_is_context_full(store: Store) -> None:
     _, window = threshold_session(store)
     before = data_dir_files(store.root)
@@ -775,6 +776,7 @@ def test_compress_summarize_folds_the_previous_summary_too(store: Store) -> None
     assert [m.text() for m in store.load_slot("s").compressed] == [result.summary]
 
 
+@file_only
 def test_compress_and_summarize_refuse_a_readonly_slot(store: Store) -> None:
     store.create_session("s")
     add(store, "s", None, *[msg("user", t) for t in LONG])
@@ -844,6 +846,7 @@ def test_merge_append_copies_what_the_branch_added(branched: Store) -> None:
     assert record.hashes == message_hashes(added)
 
 
+@file_only
 def test_merge_twice_adds_nothing_and_writes_nothing(branched: Store) -> None:
     merge_slots(branched, "s", "b")
     before = data_dir_files(branched.root)
@@ -909,6 +912,7 @@ def test_merge_from_a_focused_derive(store: Store) -> None:
     assert [m.text() for m in target.messages[9:]] == ["x1", "x2"]
 
 
+@file_only
 def test_merge_into_a_readonly_slot_is_refused(branched: Store) -> None:
     branched.set_mode("s", None, "readonly")
     before = data_dir_files(branched.root)
