@@ -50,6 +50,7 @@ from agctl.tokens import MESSAGE_OVERHEAD, estimate_content, estimate_text
 from agctl.turns import TurnOptions, send_turn
 from agctl.view import focused_messages, memory_message, request_view
 
+OPTIONS = TurnOptions(model="offline")
 SYSTEM = "You are terse."
 
 
@@ -959,6 +960,30 @@ def test_merge_after_the_branch_removed_an_inherited_message(branched: Store) ->
         "u2",
         "a2",
     ]
+
+
+def test_merge_ignores_what_the_target_dropped_since(store: Store) -> None:
+    store.create_session("s")
+    for text in ("q1", "q2", "q3"):
+        send_turn(store, "s", text, OfflineProvider(), OPTIONS)
+    store.derive_slot("s", "branch")
+    send_turn(
+        store, "s", "only in branch", OfflineProvider(), TurnOptions(model="x", slot="branch")
+    )
+    store.update_slot("s", None, lambda slot: slot.retain({"assistant"}))
+    result = merge_slots(store, "s", "branch")
+    assert result.merged == 2
+    texts = [m.text() for m in store.load_slot("s").messages]
+    assert texts.count("q1") == 0 and "only in branch" in texts
+
+
+def test_messages_keep_their_shape_through_a_merge(store: Store) -> None:
+    store.create_session("s")
+    store.derive_slot("s", "b")
+    call = Message(role="assistant", tool_calls=[{"id": "c", "function": {"name": "f"}}])
+    store.update_slot("s", "b", lambda slot: slot.append(call))
+    merge_slots(store, "s", "b")
+    assert store.load_slot("s").messages[-1].tool_calls == call.tool_calls
 
 
 # ---- estimates against real tokenizers -----------------------------------------------

@@ -18,7 +18,9 @@ from helpers import draft_file, exited_zero, fail_turn, file_only, succeed_turn
 
 from agctl.drafts import check_resumable, draft_slot, find_draft, new_draft, remove_draft, staleness
 from agctl.errors import (
+    AgctlError,
     NotFound,
+    ProviderError,
     SchemaTooNew,
     SlotChanged,
     StaleDraft,
@@ -26,6 +28,7 @@ from agctl.errors import (
 )
 from agctl.models import Draft, Message, utcnow
 from agctl.providers.base import ChatRequest, Event, TextDelta
+from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
 from agctl.turns import TurnOptions, send_turn
 
@@ -59,6 +62,27 @@ def test_a_turn_on_another_slot_keeps_the_draft(session: Store) -> None:
     fail_turn(session, "keep me")
     succeed_turn(session, "elsewhere", slot="other")
     assert session.load_draft(SID, "default").prompt == "keep me"
+
+
+def test_a_turn_on_another_slot_keeps_the_draft_one_on_its_slot_clears_it(store: Store) -> None:
+    store.create_session("s")
+    store.create_slot("s", "other")
+
+    class Broken:
+        name = "broken"
+
+        def stream(self, request: ChatRequest) -> Iterator[Event]:
+            raise ProviderError("down")
+            yield TextDelta("")  # pragma: no cover
+
+    with pytest.raises(ProviderError):
+        send_turn(store, "s", "long careful prompt", Broken(), OPTIONS)
+    elsewhere = TurnOptions(model="offline", slot="other")
+    send_turn(store, "s", "quick question", OfflineProvider(), elsewhere)
+    assert store.load_draft("s", "default").prompt == "long careful prompt"
+    send_turn(store, "s", "a different question", OfflineProvider(), OPTIONS)
+    with pytest.raises(AgctlError):
+        store.load_draft("s", "default")
 
 
 def test_a_draft_kept_after_the_turn_started_stays(session: Store) -> None:

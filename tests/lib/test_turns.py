@@ -376,6 +376,24 @@ def test_empty_cassette_miss_says_so(store: Store, sid: str, tmp_path: Path) -> 
         send_turn(store, sid, "x", ReplayProvider(path), OPTIONS)
 
 
+def test_a_reply_that_cannot_be_written_is_shown_and_the_prompt_kept(store: Store) -> None:
+    store.create_session("s")
+
+    class LockedMeanwhile:
+        name = "locked"
+
+        def stream(self, request: ChatRequest) -> Iterator[Event]:
+            store.set_mode("s", None, "readonly")  # another process, while the model answers
+            yield TextDelta("a costly answer")
+
+    with pytest.raises(ReadonlySlot) as caught:
+        send_turn(store, "s", "my question", LockedMeanwhile(), OPTIONS)
+    notes = "\n".join(caught.value.__notes__)
+    assert "a costly answer" in notes and "--resume-draft" in notes
+    assert store.load_draft("s", "default").prompt == "my question"
+    assert store.load_slot("s").messages == []
+
+
 # ---- the CLI on the offline provider -------------------------------------------------
 
 
