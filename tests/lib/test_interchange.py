@@ -85,3 +85,19 @@ def test_an_export_without_a_default_slot_is_refused(store: Store) -> None:
     with pytest.raises(InvalidInput, match="default"):
         import_session(store, document.model_dump_json().encode(), as_id="t")
     assert "t" not in store.session_ids()
+
+
+def test_an_import_whose_parent_chain_loops_is_refused(store: Store) -> None:
+    """Before: a session imported as its own parent made `session rm -r` loop forever."""
+    store.create_session("a")
+    exported = export_session(store, "a").model_dump(mode="json")
+    exported["session"]["parent_id"] = "x"
+    with pytest.raises(InvalidInput, match="loop"):
+        import_session(store, json.dumps(exported).encode(), as_id="x")
+    store.create_session("y", parent_id="a")
+    exported["session"]["parent_id"] = "y"
+    store.destroy_session("a", orphan=True)
+    # y's parent 'a' is gone; importing 'a' with parent y would close the loop a -> y -> a
+    with pytest.raises(InvalidInput, match="loop"):
+        import_session(store, json.dumps(exported).encode(), as_id="a")
+    assert store.session_ids() == ["y"]

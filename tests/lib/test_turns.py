@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import Result
@@ -392,6 +393,16 @@ def test_a_reply_that_cannot_be_written_is_shown_and_the_prompt_kept(store: Stor
     assert "a costly answer" in notes and "--resume-draft" in notes
     assert store.load_draft("s", "default").prompt == "my question"
     assert store.load_slot("s").messages == []
+
+
+@pytest.mark.parametrize(
+    "fields", [{"temperature": float("nan")}, {"temperature": 3.0}, {"max_tokens": 2**70}]
+)
+def test_turn_options_refuse_what_the_cli_refuses(fields: dict[str, Any]) -> None:
+    from agctl.errors import UsageError
+
+    with pytest.raises(UsageError):
+        TurnOptions(model="m", **fields)
 
 
 # ---- the CLI on the offline provider -------------------------------------------------
