@@ -59,6 +59,11 @@ def data_dir_files(root: Path, session_id: str | None = None) -> dict[str, bytes
     }
 
 
+# A library test that also needs the data dir (it runs the command line or a child process
+# over it, or compares its bytes) runs over the file store alone (tests/lib/conftest.py).
+file_only = pytest.mark.parametrize("store", ["file"], indirect=True)
+
+
 def draft_file(session_id: str, slot_id: str = "default") -> str:
     """The key of a slot's draft among data_dir_files."""
     return layout.draft_document(layout.session_dir(Path(), session_id), slot_id).as_posix()

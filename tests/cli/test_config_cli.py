@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
+from agctl.config import mask_secrets
+
 Run = Callable[..., Result]
 KEY = "sk-test-0123456789abcdefXYZ"
 
@@ -124,3 +126,31 @@ def test_show_explains_settings_that_cannot_resolve(run: Run) -> None:
     shown = run("config", "show")
     assert shown.exit_code == 0 and "nothing: no model for provider 'openai'" in shown.stdout
     assert "no model" in json.loads(run("config", "show", "--json").stdout)["resolved"]["error"]
+
+
+def test_secrets_are_masked_wherever_they_are_shown(run: Run) -> None:
+    secret = "sk-proj-SECRETSECRET0123"
+    result = run("config", "set", "profiles.work", json.dumps({"api_key": secret}))
+    assert result.exit_code == 0 and secret not in result.stdout
+    assert (
+        run(
+            "profile",
+            "add",
+            "az",
+            "--base-url",
+            "http://x/v1",
+            "--header",
+            "api-key: AZURESECRETKEY0000111",
+        ).exit_code
+        == 0
+    )
+    for args in (("config", "show"), ("config", "show", "--json")):
+        shown = run(*args).stdout
+        assert secret not in shown and "AZURESECRETKEY0000111" not in shown
+    assert mask_secrets({"headers": {"x": "abcdefghijklmnop"}}) == {"headers": {"x": "abc…mnop"}}
+
+
+def test_a_header_http_cannot_carry_is_refused(run: Run) -> None:
+    result = run("profile", "add", "p", "--base-url", "http://x/v1", "--header", "X-Name: Zoë")
+    assert result.exit_code != 0 and "ASCII" in result.output
+    assert "Traceback" not in result.output

@@ -140,6 +140,19 @@ def test_json_makes_export_print_the_openai_array(fmt: str, run: Run, chat: str)
     assert json.loads(result.stdout) == WEATHER
 
 
+def test_export_to_a_symlink_writes_its_target(run: Run, tmp_path: Path) -> None:
+    assert run("session", "new", "s").exit_code == 0
+    assert run("msg", "append", "user", "hi").exit_code == 0
+    target = tmp_path / "dotfiles" / "chat.json"
+    target.parent.mkdir()
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    assert run("msg", "export", "-o", str(link)).exit_code == 0
+    assert link.is_symlink()
+    assert json.loads(target.read_text()) == [{"role": "user", "content": "hi"}]
+
+
 # ---- session export and import ---------------------------------------------------------
 
 

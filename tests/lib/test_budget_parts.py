@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from click.testing import Result
+from helpers import file_only
 
 from agctl.budget import breakdown, check_limit, effective_budget, updated_budget
 from agctl.errors import EXIT_USAGE, UsageError
@@ -186,6 +187,7 @@ def test_a_turn_within_every_part_budget_warns_nothing(
 # ---- the command line --------------------------------------------------------------
 
 
+@file_only
 def test_slot_set_budget_partial_and_shares(run: Run, store: Store) -> None:
     ok(run("session", "new", "s"))
     first = json.loads(ok(run("--json", "slot", "set", "budget", '{"reserve": 0.1}')).stdout)
@@ -210,6 +212,7 @@ def test_slot_set_budget_partial_and_shares(run: Run, store: Store) -> None:
     assert stored_budget(store) is None
 
 
+@file_only
 @pytest.mark.parametrize(
     ("value", "says"),
     [

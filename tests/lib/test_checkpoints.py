@@ -11,7 +11,7 @@ from helpers import (
     documents,
     dumped_at,
     dumped_live,
-    dying_after_one_change,
+    file_only,
     turn,
 )
 
@@ -344,6 +344,7 @@ def test_fork_starts_a_child_from_the_checkpoint(store: Store) -> None:
     assert generated.id != "child" and generated.parent_id == SID
 
 
+@file_only
 def test_a_fork_and_its_parent_do_not_touch_each_other(store: Store) -> None:
     store.create_session(SID)
     keeper = Checkpointer(store)
@@ -598,45 +599,6 @@ def test_diff_previews_tool_calls_by_name(store: Store) -> None:
 
 
 # ---- damage ----------------------------------------------------------------------------
-
-
-# ---- an interrupted rollback -----------------------------------------------------------
-
-
-def test_an_interrupted_rollback_is_finished_by_the_next_writer(store: Store) -> None:
-    store.create_session(SID)
-    keeper = Checkpointer(store)
-    turn(store, "one")
-    store.derive_slot(SID, "copy")
-    store.memory_set(SID, "k", "v")
-    target = keeper.create(SID, label="target")
-    expected = dumped_live(store)
-    turn(store, "two")
-    store.delete_slot(SID, "copy")
-    store.derive_slot(SID, "later", make_current=True)
-    store.memory_set(SID, "k", "changed")
-
-    # The rollback died after its commit point, having rewritten one document of four (two
-    # slots, a stray, the session): the next writer finishes it first.
-    with dying_after_one_change():
-        keeper.rollback(SID, target.id)
-    assert store.pending_recovery(SID)
-
-    append_user(store, "new", "default")
-
-    assert not store.pending_recovery(SID)
-    now = dumped_live(store)
-    assert now["session"] == expected["session"]
-    assert sorted(now["slots"]) == ["copy", "default"]
-    assert now["slots"]["copy"] == expected["slots"]["copy"]
-    default, wanted = now["slots"]["default"], expected["slots"]["default"]
-    assert default["messages"] == [*wanted["messages"], {"role": "user", "content": "new"}]
-    assert {k: v for k, v in default.items() if k not in ("messages", "meta")} == {
-        k: v for k, v in wanted.items() if k not in ("messages", "meta")
-    }
-    result = turn(store, "three")
-    assert result.checkpoint is not None
-    assert dumped_at(store, result.checkpoint) == dumped_live(store)
 
 
 # ---- concurrency -----------------------------------------------------------------------

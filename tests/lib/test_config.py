@@ -187,3 +187,32 @@ def test_a_key_is_stripped_and_checked_without_being_shown() -> None:
     with pytest.raises(UsageError, match="AGCTL_API_KEY") as caught:
         resolve(Config(), env={"AGCTL_API_KEY": "sk-\u2018x\u2019"})
     assert "\u2018" not in str(caught.value)
+
+
+def test_the_openai_key_goes_only_toward_openai() -> None:
+    config = Config(profiles={"box": Profile(base_url="http://gpu-box:8000/v1", model="m")})
+    env = {"OPENAI_API_KEY": "sk-openai-0123456789"}
+    assert resolve(config, profile="box", env=env).api_key is None
+    openai = Config(profiles={"o": Profile(model="gpt-4o")})
+    assert resolve(openai, profile="o", env=env).api_key == "sk-openai-0123456789"
+    proxied = resolve(openai, profile="o", env={**env, "OPENAI_BASE_URL": "http://proxy/v1"})
+    assert proxied.api_key == "sk-openai-0123456789"
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["auto_checkpont", "profiles.x.provder", "profiles", "max_retries.deep", "prices.m.cheap"],
+)
+def test_config_set_refuses_unknown_keys(tmp_path: Path, key: str) -> None:
+    with pytest.raises(UsageError):
+        ConfigStore(tmp_path / "config.json").set(key, "1")
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_a_symlinked_config_file_is_read(tmp_path: Path) -> None:
+    real = tmp_path / "dotfiles" / "config.json"
+    real.parent.mkdir()
+    real.write_text(json.dumps({"max_retries": 9}))
+    link = tmp_path / "config.json"
+    link.symlink_to(real)
+    assert ConfigStore(link).load().max_retries == 9

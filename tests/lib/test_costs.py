@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 from fake_openai import FakeOpenAI
+from helpers import file_only
 from terminal import on_terminal
 
 from agctl.checkpointer import Checkpointer
@@ -299,6 +300,7 @@ def test_session_list_has_a_cost_column(run: Run, mixed: None) -> None:
     assert (data["s"]["cost"], data["free"]["cost"]) == (None, 0.0)
 
 
+@file_only
 def test_ckpt_show_says_unpriced(run: Run, mixed: None, store: Store) -> None:
     newest = Checkpointer(store).ids("s")[0]
     head = ok(run("ckpt", "show", newest)).stdout.splitlines()
@@ -334,6 +336,7 @@ def test_usage_refuses_a_bad_date_with_exit_2(run: Run) -> None:
     assert "--since takes an ISO date" in result.stderr
 
 
+@file_only
 def test_no_dollar_zero_for_an_unpriced_model_anywhere(run: Run, store: Store) -> None:
     """Before: session show, session list and ckpt show printed $0.0000 for turns no price
     table knows."""
@@ -363,6 +366,7 @@ def test_the_turn_status_line_on_a_terminal_says_unpriced(
     assert line.endswith("tokens · unpriced]")
 
 
+@file_only
 def test_no_command_shows_an_old_zero_of_an_unpriced_model(run: Run, store: Store) -> None:
     """Before: ckpt show --json printed the stored 0.0 of a session written before unknown
     costs were recorded; session show patched its own copy, ckpt show did not."""

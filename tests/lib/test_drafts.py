@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
-from helpers import draft_file, exited_zero, fail_turn, succeed_turn
+from helpers import draft_file, exited_zero, fail_turn, file_only, succeed_turn
 
 from agctl.drafts import check_resumable, draft_slot, find_draft, new_draft, remove_draft, staleness
 from agctl.errors import (
+    AgctlError,
     NotFound,
+    ProviderError,
     SchemaTooNew,
     SlotChanged,
     StaleDraft,
@@ -26,6 +28,7 @@ from agctl.errors import (
 )
 from agctl.models import Draft, Message, utcnow
 from agctl.providers.base import ChatRequest, Event, TextDelta
+from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
 from agctl.turns import TurnOptions, send_turn
 
@@ -59,6 +62,27 @@ def test_a_turn_on_another_slot_keeps_the_draft(session: Store) -> None:
     fail_turn(session, "keep me")
     succeed_turn(session, "elsewhere", slot="other")
     assert session.load_draft(SID, "default").prompt == "keep me"
+
+
+def test_a_turn_on_another_slot_keeps_the_draft_one_on_its_slot_clears_it(store: Store) -> None:
+    store.create_session("s")
+    store.create_slot("s", "other")
+
+    class Broken:
+        name = "broken"
+
+        def stream(self, request: ChatRequest) -> Iterator[Event]:
+            raise ProviderError("down")
+            yield TextDelta("")  # pragma: no cover
+
+    with pytest.raises(ProviderError):
+        send_turn(store, "s", "long careful prompt", Broken(), OPTIONS)
+    elsewhere = TurnOptions(model="offline", slot="other")
+    send_turn(store, "s", "quick question", OfflineProvider(), elsewhere)
+    assert store.load_draft("s", "default").prompt == "long careful prompt"
+    send_turn(store, "s", "a different question", OfflineProvider(), OPTIONS)
+    with pytest.raises(AgctlError):
+        store.load_draft("s", "default")
 
 
 def test_a_draft_kept_after_the_turn_started_stays(session: Store) -> None:
@@ -167,6 +191,7 @@ def test_find_draft_by_slot(session: Store) -> None:
 # ---- the CLI ---------------------------------------------------------------------------
 
 
+@file_only
 def test_draft_show_and_rm(run: Run, session: Store) -> None:
     result = run("-s", SID, "draft", "show")
     assert (result.exit_code, result.stdout) == (3, "")
@@ -194,6 +219,7 @@ def test_draft_show_and_rm(run: Run, session: Store) -> None:
     assert run("-s", SID, "draft", "show").exit_code == 3
 
 
+@file_only
 def test_resume_draft_refuses_a_stale_draft_unless_forced(run: Run, session: Store) -> None:
     fail_turn(session, "the question")
     append(session, "meanwhile")
@@ -208,6 +234,7 @@ def test_resume_draft_refuses_a_stale_draft_unless_forced(run: Run, session: Sto
     assert run("-s", SID, "draft", "show").exit_code == 3
 
 
+@file_only
 def test_resume_draft_sends_a_fresh_draft_to_its_slot(run: Run, session: Store) -> None:
     session.create_slot(SID, "other")
     fail_turn(session, "for other", slot="other")
@@ -216,11 +243,13 @@ def test_resume_draft_sends_a_fresh_draft_to_its_slot(run: Run, session: Store) 
     assert session.load_slot(SID, "other").messages[0].text() == "for other"
 
 
+@file_only
 def test_force_needs_resume_draft(run: Run, session: Store) -> None:
     result = run("-s", SID, "turn", "send", "hi", "--force")
     assert result.exit_code == 2 and "--force applies only with --resume-draft" in result.stderr
 
 
+@file_only
 def test_a_draft_whose_slot_was_removed_can_be_shown_and_removed(run: Run, session: Store) -> None:
     session.create_slot(SID, "gone")
     fail_turn(session, "for a slot that goes", slot="gone")
@@ -242,6 +271,7 @@ def test_a_draft_whose_slot_was_removed_can_be_shown_and_removed(run: Run, sessi
     assert session.draft_slots(SID) == []
 
 
+@file_only
 def test_resume_draft_without_slot_follows_the_same_rule(run: Run, session: Store) -> None:
     for name in ("b", "c"):
         session.create_slot(SID, name)
@@ -260,6 +290,7 @@ def test_resume_draft_without_slot_follows_the_same_rule(run: Run, session: Stor
     assert session.draft_slots(SID) == []
 
 
+@file_only
 def test_draft_show_all(run: Run, session: Store) -> None:
     assert exited_zero(run("-s", SID, "draft", "show", "--all", "--json")).stdout.strip() == "[]"
     assert (
@@ -306,6 +337,7 @@ def closed_port() -> int:
     return port
 
 
+@file_only
 def test_failed_turns_on_two_slots_keep_both_prompts(
     session: Store, isolated_env: Path, tmp_path: Path
 ) -> None:
@@ -330,6 +362,7 @@ def test_failed_turns_on_two_slots_keep_both_prompts(
     assert agctl(env, "-s", SID, "draft", "show", "--slot", "other").stdout == "prompt B\n"
 
 
+@file_only
 def test_draft_rm_waits_for_the_session_lock_and_removes_what_it_reports(
     session: Store, isolated_env: Path, tmp_path: Path
 ) -> None:
@@ -365,6 +398,7 @@ def test_draft_rm_waits_for_the_session_lock_and_removes_what_it_reports(
 # ---- the draft document's version --------------------------------------------------------
 
 
+@file_only
 def test_a_draft_is_versioned_and_one_of_a_newer_major_version_is_refused(
     session: Store, isolated_env: Path
 ) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 from fake_openai import FakeOpenAI
+from helpers import file_only
 from terminal import on_terminal
 
 import agctl.cli
@@ -105,6 +106,7 @@ def priced(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
 COST = 5  # the column of `agctl usage`: MODEL REQUESTS INPUT CACHED OUTPUT COST SAVED
 
 
+@file_only
 def test_offline_turns_are_free_in_every_command(run: Run, priced: None, store: Store) -> None:
     sent = json.loads(ok(run("--json", "turn", "send", "hi")).stdout)
     assert (sent["model"], sent["cost"], sent["free"]) == (PRICED, 0.0, True)
@@ -163,6 +165,7 @@ COST_COMMANDS = {
 }
 
 
+@file_only
 def test_every_command_that_prints_a_cost_shows_its_digits(
     run: Run,
     server: FakeOpenAI,

@@ -1,5 +1,6 @@
 """The house is a stack (ARCHITECTURE.md): no module imports one above it, and only the
-file backend (and TAB completion, for speed) knows the data dir's layout."""
+file backend (and TAB completion, for speed) knows the data dir's layout. A type is a
+dependency: an import under `if TYPE_CHECKING:` ties two modules as one that runs does."""
 
 from __future__ import annotations
 
@@ -20,30 +21,59 @@ LAYOUT_USERS = {
     "agctl.price_sheets",
 }
 FILE_BACKEND_USERS = {"agctl.store", "agctl.storage.factory", "agctl.doctor", *LAYOUT_USERS}
+# The loops that type-only imports close, which issue 26's unit of work is taking apart:
+# the rules take `store: Store` and the facade forwards to them, and the file backend's
+# transaction calls the backend's private path helpers. A module may only leave this list
+# (the test fails on a loop outside it, and on a module listed that is no longer in one);
+# the lead empties it at the merge.
+KNOWN_LOOPS = [
+    {
+        "agctl.checkpoints",
+        "agctl.checkpoints.checkpointer",
+        "agctl.checkpoints.diff",
+        "agctl.checkpoints.files",
+        "agctl.checkpoints.gc",
+        "agctl.checkpoints.planner",
+        "agctl.checkpoints.prune",
+        "agctl.checkpoints.reader",
+        "agctl.checkpoints.restore",
+        "agctl.checkpoints.verify",
+        "agctl.drafts",
+        "agctl.sessions",
+        "agctl.slots",
+        "agctl.store",
+    },
+    {"agctl.storage.file.backend", "agctl.storage.file.tx"},
+]
 
 
-def modules() -> dict[str, Path]:
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
     found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         found[name] = path
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(package: Path = PACKAGE, *, typing_imports: bool = True) -> dict[str, set[str]]:
     """Module -> the agctl modules it imports, at any depth of the file (an import inside
-    a function still ties the two), but not under `if TYPE_CHECKING:`."""
-    known = modules()
+    a function still ties the two); with `typing_imports`, those under `if TYPE_CHECKING:` too,
+    since a type is a dependency (without, the graph of what runs)."""
+    known = modules(package)
     graph: dict[str, set[str]] = {name: set() for name in known}
     for name, path in known.items():
         tree = ast.parse(path.read_text())
-        typing_only = {
-            id(sub)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for sub in ast.walk(node)
-        }
+        typing_only = (
+            set()
+            if typing_imports
+            else {
+                id(sub)
+                for node in ast.walk(tree)
+                if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                for sub in ast.walk(node)
+            }
+        )
         for node in ast.walk(tree):
             if id(node) in typing_only:
                 continue
@@ -90,10 +120,54 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
-def test_the_import_graph_has_no_cycle() -> None:
+def closing_edges(graph: dict[str, set[str]], loop: set[str]) -> list[tuple[str, str]]:
+    """The edges that lead back to a module on the path of a depth-first walk of the loop,
+    started from the module the most of the loop import (the one they climb back to):
+    without them its modules form no loop."""
+    importers = {name: sum(name in graph[other] for other in loop) for name in loop}
+    closing: list[tuple[str, str]] = []
+    done: set[str] = set()
+    path: list[str] = []
+
+    def walk(node: str) -> None:
+        path.append(node)
+        for other in sorted(graph[node] & loop):
+            if other in path:
+                closing.append((node, other))
+            elif other not in done:
+                walk(other)
+        path.pop()
+        done.add(node)
+
+    for start in sorted(loop, key=lambda name: (-importers[name], name)):
+        if start not in done:
+            walk(start)
+    return sorted(closing)
+
+
+def described(loop: set[str]) -> str:
+    """A loop's modules and the edges that close it, each marked when only a type needs it."""
+    run_time = import_graph(typing_imports=False)
+    edges = [
+        f"  {importer} -> {imported}" + ("" if imported in run_time[importer] else " (type only)")
+        for importer, imported in closing_edges(import_graph(), loop)
+    ]
+    return "\n".join([f"loop of {len(loop)}: {', '.join(sorted(loop))}; closed by", *edges])
+
+
+def test_the_import_graph_has_no_cycle_but_the_known_ones() -> None:
+    loops = cycles(import_graph())
+    new = [loop for loop in loops if not any(loop <= known for known in KNOWN_LOOPS)]
+    assert not new, "\n".join(described(loop) for loop in new)
+    looping = set().union(*loops)
+    left = sorted(set().union(*KNOWN_LOOPS) - looping)
+    assert not left, f"no longer in a loop, remove from KNOWN_LOOPS: {left}"
+
+
+def test_nothing_that_runs_imports_in_a_loop() -> None:
     """Before the storage seam: store, turns, compress and drafts imported each other
     (recovery from two operation journals ran inside Store.lock)."""
-    assert cycles(import_graph()) == []
+    assert cycles(import_graph(typing_imports=False)) == []
 
 
 def test_only_the_file_backend_knows_the_layout() -> None:
@@ -162,3 +236,20 @@ def test_the_checkpoints_package_is_a_stack_under_its_init() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [{"a", "b", "c"}]
+
+
+def test_the_edges_that_close_a_loop_are_named() -> None:
+    graph = {"a": {"b"}, "b": {"c", "d"}, "c": {"a"}, "d": {"b"}, "e": {"a"}}
+    assert closing_edges(graph, {"a", "b", "c", "d"}) == [("a", "b"), ("d", "b")]
+
+
+def test_a_type_only_import_ties_two_modules(tmp_path: Path) -> None:
+    package = tmp_path / "agctl"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text(
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from agctl.b import B\n"
+    )
+    (package / "b.py").write_text("def f():\n    import agctl.a\n")
+    assert cycles(import_graph(package)) == [{"agctl.a", "agctl.b"}]
+    assert cycles(import_graph(package, typing_imports=False)) == []

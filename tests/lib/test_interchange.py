@@ -1,4 +1,4 @@
-"""Import and export of messages: OpenAI arrays and JSON lines."""
+"""Import and export of messages (OpenAI arrays and JSON lines) and of whole sessions."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import json
 import pytest
 
 from agctl.errors import InvalidInput
-from agctl.interchange import export_messages, parse_messages
+from agctl.interchange import export_messages, export_session, import_session, parse_messages
 from agctl.models import Message
+from agctl.store import Store
 
 MESSAGES = [
     Message(role="system", content="rules"),
@@ -74,3 +75,29 @@ def test_empty_array_is_no_messages() -> None:
 def test_invalid_input_names_the_message(data: bytes, fmt: str, error: str) -> None:
     with pytest.raises(InvalidInput, match=error):
         parse_messages(data, fmt, "chat.json")  # type: ignore[arg-type]
+
+
+def test_an_export_without_a_default_slot_is_refused(store: Store) -> None:
+    store.create_session("s")
+    store.create_slot("s", "other", make_current=True)
+    document = export_session(store, "s")
+    document.slots = [s for s in document.slots if s.id != "default"]
+    with pytest.raises(InvalidInput, match="default"):
+        import_session(store, document.model_dump_json().encode(), as_id="t")
+    assert "t" not in store.session_ids()
+
+
+def test_an_import_whose_parent_chain_loops_is_refused(store: Store) -> None:
+    """Before: a session imported as its own parent made `session rm -r` loop forever."""
+    store.create_session("a")
+    exported = export_session(store, "a").model_dump(mode="json")
+    exported["session"]["parent_id"] = "x"
+    with pytest.raises(InvalidInput, match="loop"):
+        import_session(store, json.dumps(exported).encode(), as_id="x")
+    store.create_session("y", parent_id="a")
+    exported["session"]["parent_id"] = "y"
+    store.destroy_session("a", orphan=True)
+    # y's parent 'a' is gone; importing 'a' with parent y would close the loop a -> y -> a
+    with pytest.raises(InvalidInput, match="loop"):
+        import_session(store, json.dumps(exported).encode(), as_id="a")
+    assert store.session_ids() == ["y"]

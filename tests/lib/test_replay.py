@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import Result
+from helpers import file_only
 
 from agctl.checkpointer import Checkpointer
 from agctl.errors import InvalidInput, ProviderError, TurnInterrupted
@@ -324,6 +325,7 @@ def test_an_interrupt_during_a_commit_stops_the_replay_after_that_turn(
 # ---- the command -----------------------------------------------------------------------
 
 
+@file_only
 def test_record_then_replay_thirty_turns_with_check(run: Run, store: Store, tmp_path: Path) -> None:
     inputs = [f"question {n}: what about case {n * 7}?" for n in range(1, 31)]
     inputs[9] = "a question\nover two lines"
@@ -354,6 +356,7 @@ def test_record_then_replay_thirty_turns_with_check(run: Run, store: Store, tmp_
     assert store.load_session("fresh").turn_count == 30
 
 
+@file_only
 def test_per_turn_options_reach_the_request(run: Run, store: Store, tmp_path: Path) -> None:
     ok(run("session", "new", "s"))
     ok(run("slot", "new", "other"))
@@ -402,6 +405,7 @@ def test_per_turn_options_reach_the_request(run: Run, store: Store, tmp_path: Pa
     assert not any(t in stored for t in ("Answer in French.", "note one", "note two"))
 
 
+@file_only
 def test_the_slot_option_is_the_default_and_a_turns_slot_wins(
     run: Run, store: Store, tmp_path: Path
 ) -> None:
@@ -433,6 +437,7 @@ def mismatch_transcript(path: Path, mode: str) -> Path:
     return write_jsonl(path, lines)
 
 
+@file_only
 @pytest.mark.parametrize("mode", ["exact", "contains", "regex"])
 def test_a_mismatch_fails_after_every_turn_with_a_diff_and_a_summary(
     mode: str, run: Run, store: Store, tmp_path: Path
@@ -503,6 +508,7 @@ def test_json_prints_a_line_per_turn_and_a_summary(run: Run, tmp_path: Path) -> 
     assert "2 of 4 replies differ (exact); turns: 2, 4" in result.stderr
 
 
+@file_only
 def test_a_cassette_miss_stops_the_replay_naming_the_request(
     run: Run, store: Store, tmp_path: Path
 ) -> None:
@@ -528,6 +534,7 @@ def test_a_cassette_miss_stops_the_replay_naming_the_request(
     assert len(cassette_entries(cassette)) == 2
 
 
+@file_only
 def test_a_transcript_on_stdin(run: Run, store: Store) -> None:
     ok(run("session", "new", "s"))
     result = ok(run("turn", "replay", "-", input=jsonl([{"input": "one"}, {"input": "two"}])))
@@ -535,6 +542,7 @@ def test_a_transcript_on_stdin(run: Run, store: Store) -> None:
     assert [text for role, text in chat(store, "s") if role == "user"] == ["one", "two"]
 
 
+@file_only
 @pytest.mark.parametrize("fmt", ["openai", "jsonl"])
 def test_an_exported_slot_replays_on_stdin_with_check(
     fmt: str, run: Run, store: Store, tmp_path: Path
@@ -550,6 +558,7 @@ def test_an_exported_slot_replays_on_stdin_with_check(
     assert chat(store, "again") == chat(store, "good")
 
 
+@file_only
 def test_an_invalid_line_sends_nothing(run: Run, store: Store, tmp_path: Path) -> None:
     ok(run("session", "new", "s"))
     transcript = write_jsonl(
@@ -567,6 +576,7 @@ def test_an_invalid_line_sends_nothing(run: Run, store: Store, tmp_path: Path) -
     assert Checkpointer(store).summaries("s") == []
 
 
+@file_only
 def test_an_invalid_regex_is_refused_before_anything_is_sent(
     run: Run, store: Store, tmp_path: Path
 ) -> None:
@@ -580,6 +590,7 @@ def test_an_invalid_regex_is_refused_before_anything_is_sent(
     assert store.load_slot("s").messages == []
 
 
+@file_only
 def test_a_checkpoint_per_turn(run: Run, store: Store, tmp_path: Path) -> None:
     ok(run("session", "new", "s"))
     transcript = write_jsonl(tmp_path / "t.jsonl", [{"input": f"t{n}"} for n in range(3)])
@@ -596,6 +607,7 @@ def test_a_checkpoint_per_turn(run: Run, store: Store, tmp_path: Path) -> None:
     ]
 
 
+@file_only
 @pytest.mark.parametrize(
     ("configured", "flag", "expect_checkpoints"),
     [

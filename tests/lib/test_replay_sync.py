@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from click.testing import Result
+from helpers import file_only
 
 from agctl.checkpointer import Checkpointer
 from agctl.errors import AgctlError, ProviderError, StoreError, UsageError
@@ -64,6 +65,7 @@ def test_an_unknown_sync_mode_is_refused_before_any_turn(tmp_path: Path) -> None
     assert store.load_slot("s").messages == []
 
 
+@file_only
 def test_the_command_line_replays_with_sync_end(
     run: Callable[..., Result], store: Store, tmp_path: Path
 ) -> None:

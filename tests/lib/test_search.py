@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
-from helpers import add_said, searched_sessions
+from helpers import add_said, file_only, searched_sessions
 from terminal import HOSTILE_TEXT, on_terminal, raw_controls
 
 from agctl.errors import NotFound, UsageError
@@ -146,6 +146,7 @@ def test_find_messages_uses_the_same_matcher(store: Store) -> None:
 # ---- the command line ------------------------------------------------------------------
 
 
+@file_only
 def test_search_prints_a_line_per_hit(run: Run, sessions: Store) -> None:
     result = run("search", "hello")
     assert result.exit_code == 0, result.output
@@ -158,6 +159,7 @@ def test_search_prints_a_line_per_hit(run: Run, sessions: Store) -> None:
     ]
 
 
+@file_only
 def test_search_json_is_one_object_a_line(run: Run, sessions: Store) -> None:
     result = run("search", "hello", "--json", "--limit", "2")
     assert result.exit_code == 0, result.output
@@ -186,6 +188,7 @@ def test_search_json_is_one_object_a_line(run: Run, sessions: Store) -> None:
     ]
 
 
+@file_only
 def test_search_options_narrow_it(run: Run, sessions: Store) -> None:
     result = run("search", "^hello", "--regex", "--role", "user", "--slot", "default")
     assert result.stdout.splitlines() == ["a-session/default:0 user: hello world"]
@@ -196,6 +199,7 @@ def test_search_options_narrow_it(run: Run, sessions: Store) -> None:
     assert after.stdout == by_prefix.stdout
 
 
+@file_only
 def test_the_selected_session_does_not_narrow_the_search(
     run: Run, sessions: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -205,6 +209,7 @@ def test_the_selected_session_does_not_narrow_the_search(
     assert run("search", "hello").stdout.count("\n") == 5
 
 
+@file_only
 def test_no_hit_prints_nothing_and_exits_1_as_grep_does(run: Run, sessions: Store) -> None:
     """JSON lines print no line for no hit (a `[]` would be a line jq reads as a hit)."""
     for args in (["search", "absent"], ["search", "absent", "--json"], ["search", "x$", "--regex"]):
@@ -213,6 +218,7 @@ def test_no_hit_prints_nothing_and_exits_1_as_grep_does(run: Run, sessions: Stor
     assert run("search", "hello", "-n", "1").exit_code == 0
 
 
+@file_only
 def test_a_runaway_regex_stops_with_exit_2_saying_so(store: Store, isolated_env: Path) -> None:
     """`(a+)+$` over 41 a's and a b backtracked for 20 s and more under re; the regex
     module answers it at once, and one it cannot, `(a|aa)+$`, is stopped by the time
@@ -254,6 +260,7 @@ def test_a_time_limit_must_be_above_0(timeout: float) -> None:
         Matcher("a", regex=True, timeout=timeout)
 
 
+@file_only
 def test_what_re_refuses_the_regex_module_reads(run: Run, store: Store) -> None:
     """The syntax the help names: Unicode properties; a nested set warns nothing."""
     store.create_session("s")
@@ -263,6 +270,7 @@ def test_what_re_refuses_the_regex_module_reads(run: Run, store: Store) -> None:
     assert (result.exit_code, result.stderr) == (0, "")
 
 
+@file_only
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
@@ -284,6 +292,7 @@ def test_bad_search_requests_fail_clearly(
     assert "Traceback" not in result.output
 
 
+@file_only
 def test_a_hit_reaches_a_terminal_neutralised(
     run: Run, store: Store, isolated_env: Path, tmp_path: Path
 ) -> None:
@@ -296,6 +305,7 @@ def test_a_hit_reaches_a_terminal_neutralised(
     assert "look\\u001b]52;c;ZXZpbA==\\u0007" in received.decode()
 
 
+@file_only
 def test_msg_find_text(run: Run, store: Store) -> None:
     store.create_session("s")
     store.set_current_session("s")
@@ -307,6 +317,7 @@ def test_msg_find_text(run: Run, store: Store) -> None:
     assert run("msg", "find", "user").stdout.split() == ["0", "2"]
 
 
+@file_only
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -325,6 +336,7 @@ def test_msg_find_refuses_what_it_cannot_do(
     assert message in result.stderr
 
 
+@file_only
 def test_messages_a_turn_appended_are_found_without_a_validated_read(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

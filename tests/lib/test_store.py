@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import append, data_dir_files, snapshot, texts, user
+from helpers import append, data_dir_files, file_only, snapshot, texts, user
 
 from agctl.errors import (
     AlreadyExists,
@@ -79,6 +79,7 @@ def test_parent_must_exist_and_is_resolved_by_prefix(store: Store) -> None:
         store.create_session("c2", parent_id="nobody")
 
 
+@file_only
 @pytest.mark.parametrize(
     "bad", ["", "..", "a/b", "../x", "a:b", "a\x00b", "a\nb", ".hidden", "-opt", "x" * 129, "a..b"]
 )
@@ -279,6 +280,7 @@ def test_set_mode_keeps_messages_and_settings(store: Store) -> None:
         store.set_mode(sid, None, "bogus")
 
 
+@file_only
 def test_readonly_still_reads_derives_and_saves(store: Store) -> None:
     sid = store.create_session("s").id
     append(store, sid, "a")
@@ -325,6 +327,7 @@ def test_meta_follows_the_messages(store: Store) -> None:
     assert meta.updated_at >= meta.created_at
 
 
+@file_only
 def test_failed_change_writes_nothing(store: Store) -> None:
     sid = store.create_session("s").id
     append(store, sid, "a")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import file_only
 
 from agctl.checkpointer import Checkpointer
 from agctl.errors import AgctlError, Blocked, ProviderError, StepLimit, StoreError
@@ -205,6 +206,7 @@ def test_a_turn_failing_at_step_two_goes_on_from_its_step_log_without_running_to
     assert not store.files or not store.files.draft_slots(sid)
 
 
+@file_only
 def test_each_steps_results_are_on_disk_before_the_next_request(
     store: Store, sid: str, tmp_path: Path, isolated_env: Path
 ) -> None:

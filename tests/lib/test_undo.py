@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
+from helpers import file_only
 from test_checkpoints import documents
 
 from agctl.checkpointer import Checkpointer
@@ -181,6 +182,7 @@ EDITS: list[tuple[str, list[str]]] = [
 ]
 
 
+@file_only
 def test_every_destructive_edit_rolls_back_exactly(run: Run, store: Store, tmp_path: Path) -> None:
     messages = tmp_path / "messages.json"
     messages.write_text(json.dumps([{"role": "user", "content": "imported"}]))
@@ -204,6 +206,7 @@ def test_every_destructive_edit_rolls_back_exactly(run: Run, store: Store, tmp_p
         assert documents(store) == before, command
 
 
+@file_only
 def test_prune_says_what_it_kept(run: Run, store: Store) -> None:
     ok(run("session", "new", SID))
     for prompt in ("one", "two", "three"):

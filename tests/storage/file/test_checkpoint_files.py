@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 from helpers import (
+    append,
     checkpoints_dir,
     data_dir_files,
     documents,
     draft_file,
     dumped_at,
     dumped_live,
+    dying_after_one_change,
     turn,
 )
 
@@ -384,3 +386,42 @@ def test_a_rollback_leaves_the_slot_files_of_the_state_it_restores(store: Store)
     slot_files = sorted(p.name for p in (store.session_dir(SID) / "slots").iterdir())
     assert slot_files == ["default.json"]
     assert not (store.session_dir(SID) / RESTORE_JOURNAL).exists()
+
+
+# ---- an interrupted rollback -----------------------------------------------------------
+
+
+def test_an_interrupted_rollback_is_finished_by_the_next_writer(store: Store) -> None:
+    store.create_session(SID)
+    keeper = Checkpointer(store)
+    turn(store, "one")
+    store.derive_slot(SID, "copy")
+    store.memory_set(SID, "k", "v")
+    target = keeper.create(SID, label="target")
+    expected = dumped_live(store)
+    turn(store, "two")
+    store.delete_slot(SID, "copy")
+    store.derive_slot(SID, "later", make_current=True)
+    store.memory_set(SID, "k", "changed")
+
+    # The rollback died after its commit point, having rewritten one document of four (two
+    # slots, a stray, the session): the next writer finishes it first.
+    with dying_after_one_change():
+        keeper.rollback(SID, target.id)
+    assert store.pending_recovery(SID)
+
+    append(store, SID, "new", "default")
+
+    assert not store.pending_recovery(SID)
+    now = dumped_live(store)
+    assert now["session"] == expected["session"]
+    assert sorted(now["slots"]) == ["copy", "default"]
+    assert now["slots"]["copy"] == expected["slots"]["copy"]
+    default, wanted = now["slots"]["default"], expected["slots"]["default"]
+    assert default["messages"] == [*wanted["messages"], {"role": "user", "content": "new"}]
+    assert {k: v for k, v in default.items() if k not in ("messages", "meta")} == {
+        k: v for k, v in wanted.items() if k not in ("messages", "meta")
+    }
+    result = turn(store, "three")
+    assert result.checkpoint is not None
+    assert dumped_at(store, result.checkpoint) == dumped_live(store)
