@@ -21,30 +21,6 @@ LAYOUT_USERS = {
     "agctl.price_sheets",
 }
 FILE_BACKEND_USERS = {"agctl.store", "agctl.storage.factory", "agctl.doctor", *LAYOUT_USERS}
-# The loops that type-only imports close, which issue 26's unit of work is taking apart:
-# the rules take `store: Store` and the facade forwards to them, and the file backend's
-# transaction calls the backend's private path helpers. A module may only leave this list
-# (the test fails on a loop outside it, and on a module listed that is no longer in one);
-# the lead empties it at the merge.
-KNOWN_LOOPS = [
-    {
-        "agctl.checkpoints",
-        "agctl.checkpoints.checkpointer",
-        "agctl.checkpoints.diff",
-        "agctl.checkpoints.files",
-        "agctl.checkpoints.gc",
-        "agctl.checkpoints.planner",
-        "agctl.checkpoints.prune",
-        "agctl.checkpoints.reader",
-        "agctl.checkpoints.restore",
-        "agctl.checkpoints.verify",
-        "agctl.drafts",
-        "agctl.sessions",
-        "agctl.slots",
-        "agctl.store",
-    },
-    {"agctl.storage.file.backend", "agctl.storage.file.tx"},
-]
 
 
 def modules(package: Path = PACKAGE) -> dict[str, Path]:
@@ -155,13 +131,11 @@ def described(loop: set[str]) -> str:
     return "\n".join([f"loop of {len(loop)}: {', '.join(sorted(loop))}; closed by", *edges])
 
 
-def test_the_import_graph_has_no_cycle_but_the_known_ones() -> None:
+def test_the_import_graph_has_no_cycle_type_only_imports_counted() -> None:
+    """A type is a dependency: the rules once took `store: Store` (imported for its type
+    only) while the facade forwarded to them, one knot of 14 modules (issue 26)."""
     loops = cycles(import_graph())
-    new = [loop for loop in loops if not any(loop <= known for known in KNOWN_LOOPS)]
-    assert not new, "\n".join(described(loop) for loop in new)
-    looping = set().union(*loops)
-    left = sorted(set().union(*KNOWN_LOOPS) - looping)
-    assert not left, f"no longer in a loop, remove from KNOWN_LOOPS: {left}"
+    assert not loops, "\n".join(described(loop) for loop in loops)
 
 
 def test_nothing_that_runs_imports_in_a_loop() -> None:
