@@ -1,6 +1,8 @@
 """Everything a model call needs, resolved once: config, settings, window, provider, options.
 
 Shared by turns, replays, compression, summaries and merges, from the CLI or a script.
+What a command line chose for a turn (TurnChoice) becomes, in one call (plan_turn),
+what send_turn and replay take: the options, with the tools and hooks, and the provider.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from agctl.config import Config, Resolved
     from agctl.hooks import Hooks
@@ -48,6 +50,41 @@ class ToolsChoice(NamedTuple):
     @property
     def chosen(self) -> bool:
         return self.every or bool(self.names)
+
+
+# The fields of TurnOptions that limit a turn's tool loop (TurnChoice.loop).
+TOOL_LOOP_FIELDS = (
+    "tool_choice",
+    "max_steps",
+    "tool_jobs",
+    "max_calls_per_reply",
+    "max_calls_per_turn",
+)
+
+
+class TurnChoice:
+    """What a command line chose for the turns it sends: the model and where its replies
+    come from, the tools offered and the limits of their `loop` (TOOL_LOOP_FIELDS; a
+    limit of calls None or left out is the config's), the cassette `record` appends every
+    request and answer to, and `no_hooks` (--no-hooks). A plain class, as is TurnPlan:
+    a NamedTuple's fields cost ~0.2M instructions each to define, and every turn imports
+    this module."""
+
+    __slots__ = ("loop", "model", "no_hooks", "record", "tools")
+
+    def __init__(
+        self,
+        model: ModelChoice | None = None,
+        tools: ToolsChoice | None = None,
+        loop: Mapping[str, Any] | None = None,
+        record: Path | None = None,
+        no_hooks: bool = False,
+    ) -> None:
+        self.model = model if model is not None else ModelChoice()
+        self.tools = tools if tools is not None else ToolsChoice()
+        self.loop = dict(loop or {})
+        self.record = record
+        self.no_hooks = no_hooks
 
 
 class ModelSetup(NamedTuple):
@@ -183,6 +220,69 @@ class ModelSetup(NamedTuple):
         )
 
 
+class TurnPlan:
+    """A turn assembled from what its command line chose: the setup (which provider, at
+    which URL) and the options send_turn and replay take, the tools and hooks in them."""
+
+    __slots__ = ("options", "record", "setup")
+
+    def __init__(self, setup: ModelSetup, options: TurnOptions, record: Path | None) -> None:
+        self.setup = setup
+        self.options = options
+        self.record = record
+
+    def provider(self) -> Provider:
+        """The provider the turns are sent to, built when they are (it may refuse: a
+        missing key, a missing cassette), appending to the `record` cassette if any."""
+        return self.setup.provider(record=self.record)
+
+    def request(self, store: Store, session_id: str, prompt: str) -> dict[str, Any]:
+        """What a dry run shows: the exact request this turn would send, and where."""
+        from agctl.turns import prepare_turn
+
+        prepared = prepare_turn(store, session_id, prompt, self.options)
+        settings = self.setup.settings
+        return {
+            "provider": settings.provider,
+            "url": settings.request_url(),
+            "slot": prepared.slot.id,
+            "turn": prepared.request.context.turn,
+            "tokens": prepared.tokens,
+            "request": prepared.request.payload(
+                cache_key=settings.provider == "openai" and settings.prompt_cache_key
+            ),
+        }
+
+
+def plan_turn(
+    store: Store,
+    session_id: str,
+    chosen: TurnChoice,
+    *,
+    dry_run: bool = False,
+    ask: Callable[[], AskFn | None] | None = None,
+    answers: Mapping[str, Answer] | None = None,
+    **fields: Any,
+) -> TurnPlan:
+    """The one place a turn is assembled: the session's settings with what was chosen,
+    the hooks (none for a `dry_run`, which fires nothing), the tools (`ask` makes the
+    question a tool set to ask puts, when a tool is offered; `answers`: by call id,
+    given in advance) and the options (`fields`: slot, temperature, on_call, ...)."""
+    setup = ModelSetup.chosen(store, session_id, chosen.model)
+    hooks = None if dry_run else setup.hooks(no_hooks=chosen.no_hooks)
+    asks = ask() if ask is not None and chosen.tools.chosen and not dry_run else None
+    toolbox = setup.toolbox(
+        chosen.tools,
+        record=chosen.record,
+        data_dir=store.local_dir,
+        ask=asks,
+        hooks=hooks,
+        answers=answers,
+    )
+    options = setup.turn_options(tools=toolbox, hooks=hooks, **chosen.loop, **fields)
+    return TurnPlan(setup, options, chosen.record)
+
+
 def command_hooks(
     config: Config, profile: str | None, cwd: Path | None = None, *, no_hooks: bool = False
 ) -> Hooks | None:
@@ -201,3 +301,14 @@ def command_hooks(
 
     found = Hooks(config, profile, where, no_hooks=no_hooks)
     return found if found else None
+
+
+def hooks_in_use(cwd: Path | None = None, *, no_hooks: bool = False) -> Hooks | None:
+    """The hooks of a command that calls no model (rollback, fork): the config's, the
+    profile in use's (agctl.hooks.profile_in_use), the project's in `cwd`; None when
+    there are none to run."""
+    from agctl.config import ConfigStore
+    from agctl.hooks import profile_in_use
+
+    config = ConfigStore().load()
+    return command_hooks(config, profile_in_use(config), cwd, no_hooks=no_hooks)

@@ -19,7 +19,6 @@ from agctl.errors import InvalidInput, NoSessionSelected, UsageError
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from agctl.hooks import Hooks
     from agctl.pricing import Prices
     from agctl.storage.factory import StoreChoice
     from agctl.store import Store
@@ -106,22 +105,14 @@ class App:
     ) -> None:
         """Fire an observing event (PostRollback, PostFork) after the command's work, and
         list its hook runs in `payload` (its --json output) when there were hooks."""
-        hooks = self.hooks()
+        from agctl.setup import hooks_in_use
+
+        hooks = hooks_in_use(no_hooks=self.no_hooks)
         if hooks is None:
             return
         hooks.context["session"] = session_id
         hooks.observe(event, **data)
         payload["hooks"] = [run.public() for run in hooks.runs]
-
-    def hooks(self) -> Hooks | None:
-        """The hooks of a command that calls no model (rollback, fork): the config's,
-        the profile in use's, the trusted project file's; None when there are none."""
-        from agctl.config import ConfigStore
-        from agctl.hooks import profile_in_use
-        from agctl.setup import command_hooks
-
-        config = ConfigStore().load()
-        return command_hooks(config, profile_in_use(config), no_hooks=self.no_hooks)
 
     def session_id(self, given: str | None = None) -> str:
         """The session named by `given` (a command's ID argument), else --session/-s or

@@ -7,16 +7,19 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from agctl.cli.app import App, Count, PathType, pass_app
-from agctl.cli.complete import complete_tools
-from agctl.cli.options import command_options, provider_options, slot_option
-from agctl.vocab import COMPRESS_STRATEGIES, TOOLS_COUNTED
+from agctl.cli.options import (
+    command_options,
+    counted_tool_options,
+    provider_options,
+    slot_option,
+)
+from agctl.vocab import COMPRESS_STRATEGIES
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from agctl.cache import CacheOutlook
-    from agctl.compress import CompressionPreview
-    from agctl.setup import ModelChoice
+    from agctl.compress import Compression, CompressionPreview
+    from agctl.next_request import NextRequest
+    from agctl.setup import ModelChoice, ToolsChoice
 
 
 @click.group("ctx")
@@ -36,26 +39,7 @@ def command() -> None:
 @provider_options
 @click.option("--system", metavar="TEXT", help="System prompt for this turn only.")
 @click.option("--scratch", metavar="TEXT", multiple=True, help="Scratch context. Repeatable.")
-@click.option(
-    "-T",
-    "--tool",
-    "tool_names",
-    multiple=True,
-    metavar="NAME",
-    shell_complete=complete_tools,
-    help="Count tool NAME's definition, as 'turn send -T NAME' offers it. Repeatable.",
-)
-@click.option(
-    "--tools",
-    "every_tool",
-    type=click.Choice(TOOLS_COUNTED),
-    help="all: count the definitions of every tool defined.",
-)
-@click.option(
-    "--tools-file",
-    type=PathType(dir_okay=False),
-    help="Also count-able: the tools defined in FILE (a JSON array of tool objects).",
-)
+@counted_tool_options
 @click.option(
     "--cache",
     is_flag=True,
@@ -71,9 +55,7 @@ def show(
     choice: ModelChoice,
     system: str | None,
     scratch: tuple[str, ...],
-    tool_names: tuple[str, ...],
-    every_tool: str | None,
-    tools_file: Path | None,
+    tools: ToolsChoice,
     cache: bool,
 ) -> None:
     """Every zone of the next request with its tokens, against the budget and the window.
@@ -96,60 +78,47 @@ def show(
       agctl ctx show "next question" --model gpt-4o --json
       agctl ctx show "How many words in notes.txt?" -T wc
     """
-    from agctl.budget import breakdown
-    from agctl.messages import prompt_message, scratch_messages
-    from agctl.setup import ModelSetup, ToolsChoice
-    from agctl.tools import definitions
+    from agctl.next_request import next_request
 
     sid = app.session_id()
-    setup = ModelSetup.chosen(app.store, sid, choice)
-    offered = ToolsChoice(names=tool_names, every=every_tool == "all", tools_file=tools_file)
-    tools = definitions(setup.offered_specs(offered).values()) if offered.chosen else None
-    session = app.store.load_session(sid)
-    target = app.store.load_slot(sid, slot)
-    result = breakdown(
-        session,
-        target,
-        model=setup.settings.model,
-        window=setup.window,
-        scratch=scratch_messages(scratch),
-        user_input=prompt_message(prompt),
-        system_prompt=system,
-        tools=tools,
+    found = next_request(
+        app.store,
+        sid,
+        slot,
+        choice,
+        tools,
+        prompt=prompt,
+        system=system,
+        scratch=scratch,
+        cache=cache,
     )
+    emit_next_request(app, sid, found)
+
+
+def emit_next_request(app: App, sid: str, found: NextRequest) -> None:
+    """`ctx show`'s output: the zones and the budget as JSON, or as tables for people."""
     payload: dict[str, Any] = {
         "session": sid,
-        "slot": target.id,
-        "provider": setup.settings.provider,
-        **result.to_dict(),
+        "slot": found.slot.id,
+        "provider": found.setup.settings.provider,
+        **found.breakdown.to_dict(),
     }
-    outlook = None
-    if cache:
-        from agctl.cache import cache_outlook
+    if found.outlook is not None:
+        payload["cache"] = found.outlook.to_dict()
+    app.emit(payload, text=None if app.json else show_text(found, payload))
 
-        outlook = cache_outlook(
-            session,
-            target,
-            model=setup.settings.model,
-            scratch=scratch_messages(scratch),
-            user_input=prompt_message(prompt),
-            system_prompt=system,
-            tools=tools,
-            tool_tokens=sum(z.tokens for z in result.zones if z.name == "tool definitions"),
-            prices=setup.config.price_overrides(),
-        )
-        payload["cache"] = outlook.to_dict()
-    if app.json:
-        app.emit(payload)
-        return
+
+def show_text(found: NextRequest, payload: dict[str, Any]) -> str:
+    """What `ctx show` says, for people: the zones, then the budget's parts, then the total."""
     from agctl.cli.output import table
 
+    result = found.breakdown
     rows = [
         {**zone, "share": f"{zone['tokens'] / max(result.limit, 1):.1%}"}
         for zone in payload["zones"]
     ]
     heading = (
-        f"slot {target.id} · {setup.settings.provider} model {result.model} · "
+        f"slot {found.slot.id} · {found.setup.settings.provider} model {result.model} · "
         f"window {result.window} · "
         f"reserve {result.budget.reserve} · limit {result.limit}"
     )
@@ -173,9 +142,9 @@ def show(
     state = "over by" if result.room < 0 else "room left"
     total = f"total {result.total} of {result.limit}: {state} {abs(result.room)}"
     lines = [heading, table(rows, columns), "", table(parts, part_columns), "", total]
-    if outlook is not None:
-        lines.append(cache_line(outlook))
-    app.emit(payload, text="\n".join(lines))
+    if found.outlook is not None:
+        lines.append(cache_line(found.outlook))
+    return "\n".join(lines)
 
 
 def cache_line(outlook: CacheOutlook) -> str:
@@ -195,7 +164,25 @@ def cache_line(outlook: CacheOutlook) -> str:
     return f"{said}; input ~{money(outlook.cost)} ({money(outlook.cost_uncached)} uncached)"
 
 
-@command.command("compress")
+# The help of `ctx compress`.
+COMPRESS_HELP = """Fold older messages of a slot into its compressed zone, keeping the recent ones.
+
+The session is checkpointed before and after, so the originals can be recovered with
+'agctl ckpt rollback'. A compression changes the request from the compressed zone on
+(a truncation: from the first folded message), so the provider's cache of it is lost
+once; fewer than --min-tokens to fold is not worth that, and nothing is done.
+--dry-run says what would be folded and invalidated.
+
+\b
+Examples:
+  agctl ctx compress --dry-run
+  agctl ctx compress
+  agctl ctx compress --strategy truncate --keep-recent 10
+  agctl ctx compress --instructions "Keep every date and amount."
+"""
+
+
+@command.command("compress", help=COMPRESS_HELP)
 @slot_option
 @click.option(
     "--strategy",
@@ -238,21 +225,7 @@ def compress(
     instructions: str | None,
     choice: ModelChoice,
 ) -> None:
-    """Fold older messages of a slot into its compressed zone, keeping the recent ones.
-
-    The session is checkpointed before and after, so the originals can be recovered with
-    'agctl ckpt rollback'. A compression changes the request from the compressed zone on
-    (a truncation: from the first folded message), so the provider's cache of it is lost
-    once; fewer than --min-tokens to fold is not worth that, and nothing is done.
-    --dry-run says what would be folded and invalidated.
-
-    \b
-    Examples:
-      agctl ctx compress --dry-run
-      agctl ctx compress
-      agctl ctx compress --strategy truncate --keep-recent 10
-      agctl ctx compress --instructions "Keep every date and amount."
-    """
+    """Resolve the model setup, compress (or preview), report."""
     from agctl.compress import compress as run_compress
     from agctl.setup import ModelSetup
 
@@ -285,6 +258,11 @@ def compress(
         hooks=setup.hooks(no_hooks=app.no_hooks),
         min_tokens=least,
     )
+    app.done(*compression_report(result, least))
+
+
+def compression_report(result: Compression, least: int) -> tuple[dict[str, Any], str]:
+    """What `ctx compress` says of a compression: its JSON, and its line for people."""
     payload = {
         "slot": result.slot,
         "strategy": result.strategy,
@@ -311,7 +289,7 @@ def compress(
             f"compressed slot {result.slot}: {result.folded} messages folded ({result.strategy}), "
             f"{result.kept} kept; the originals are in checkpoint {result.before}"
         )
-    app.done(payload, text=text)
+    return payload, text
 
 
 def preview_text(preview: CompressionPreview) -> str:

@@ -20,7 +20,7 @@ import click
 
 from agctl.cli.app import App, Count, PathType, shown
 from agctl.errors import UsageError
-from agctl.vocab import PROVIDERS
+from agctl.vocab import APPROVE_MODES, PROVIDERS, TOOLS_COUNTED, TOOLS_MODES
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -440,13 +440,104 @@ def source_options(fn: F) -> F:
     )(fn)
 
 
+def tool_name_option(help: str) -> Callable[[F], F]:
+    """`-T/--tool NAME` (repeatable), completing the names of the tools defined."""
+    from agctl.cli.complete import complete_tools
+
+    return click.option(
+        "-T",
+        "--tool",
+        "tool_names",
+        multiple=True,
+        metavar="NAME",
+        shell_complete=complete_tools,
+        help=help,
+    )
+
+
+# The options of `tool_options` after -T/--tool, in the order its help shows them:
+# (declarations, keyword arguments). Each of agctl.setup.TOOL_LOOP_FIELDS is one of them.
+_TOOL_LOOP_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (
+        ("--tools", "tools_mode"),
+        {
+            "type": click.Choice(TOOLS_MODES),
+            "multiple": True,
+            "help": "all: offer every tool defined; live: with --cassette, run the real tools "
+            "instead of answering from the cassette. Repeatable.",
+        },
+    ),
+    (
+        ("--tools-file",),
+        {
+            "type": PathType(dir_okay=False),
+            "help": "Also offer-able: the tools defined in FILE (a JSON array of tool objects).",
+        },
+    ),
+    (
+        ("--tool-choice",),
+        {
+            "metavar": "auto|none|required|NAME",
+            "help": "Which tools the model may call (the wire's tool_choice; NAME: that one).",
+        },
+    ),
+    (
+        ("--max-steps",),
+        {
+            "type": Count(min=1),
+            "default": 8,
+            "show_default": True,
+            "metavar": "N",
+            "help": "Requests that may call tools; then one more asks for the answer (exit 10 "
+            "if the model still calls tools).",
+        },
+    ),
+    (
+        ("--tool-jobs",),
+        {
+            "type": Count(min=1),
+            "default": 1,
+            "show_default": True,
+            "metavar": "N",
+            "help": "Run up to N tool calls of one reply at once (results stay in order).",
+        },
+    ),
+    (
+        ("--max-calls-per-reply",),
+        {
+            "type": Count(min=1),
+            "metavar": "N",
+            "help": "Tool calls one reply may ask for; a reply asking for more runs none of "
+            "them: the turn stops (exit 10), kept in the draft (default: config "
+            "max_calls_per_reply, 32).",
+        },
+    ),
+    (
+        ("--max-calls-per-turn",),
+        {
+            "type": Count(min=1),
+            "metavar": "N",
+            "help": "Tool calls the whole turn may ask for; past N the turn stops (exit 10) "
+            "running none of the reply's calls, kept in the draft (default: config "
+            "max_calls_per_turn, 128).",
+        },
+    ),
+    (
+        ("--approve",),
+        {
+            "type": click.Choice(APPROVE_MODES),
+            "help": "auto: run the tools' calls without asking (even those set to ask); "
+            "never: refuse every call (the model is told). Default: each tool's own approve.",
+        },
+    ),
+]
+
+
 def tool_options(fn: F) -> F:
     """-T/--tool, --tools, --tools-file, --tool-choice, --max-steps, --tool-jobs,
     --max-calls-per-reply, --max-calls-per-turn and --approve: the tools a turn offers and
     its loop's limits. The command gets `tools` (an agctl.setup.ToolsChoice) and `loop`
-    (the TurnOptions fields they set; a limit not given is None: the config's)."""
-    from agctl.cli.complete import complete_tools
-    from agctl.vocab import APPROVE_MODES, TOOLS_MODES
+    (the TurnOptions fields they set; a limit of calls not given is None: the config's)."""
 
     @functools.wraps(fn)
     def with_tools(
@@ -454,15 +545,10 @@ def tool_options(fn: F) -> F:
         tool_names: tuple[str, ...],
         tools_mode: tuple[str, ...],
         tools_file: Path | None,
-        tool_choice: str | None,
-        max_steps: int,
-        tool_jobs: int,
-        max_calls_per_reply: int | None,
-        max_calls_per_turn: int | None,
         approve: str | None,
         **kw: Any,
     ) -> Any:
-        from agctl.setup import ToolsChoice
+        from agctl.setup import TOOL_LOOP_FIELDS, ToolsChoice
 
         tools = ToolsChoice(
             names=tool_names,
@@ -471,79 +557,59 @@ def tool_options(fn: F) -> F:
             tools_file=tools_file,
             approve=approve,  # type: ignore[arg-type]
         )
-        loop = {
-            "tool_choice": tool_choice,
-            "max_steps": max_steps,
-            "tool_jobs": tool_jobs,
-            "max_calls_per_reply": max_calls_per_reply,
-            "max_calls_per_turn": max_calls_per_turn,
-        }
+        loop = {name: kw.pop(name) for name in TOOL_LOOP_FIELDS}
         return fn(*args, tools=tools, loop=loop, **kw)
 
     chosen = cast(F, with_tools)
-    chosen = click.option(
-        "--approve",
-        type=click.Choice(APPROVE_MODES),
-        help="auto: run the tools' calls without asking (even those set to ask); never: "
-        "refuse every call (the model is told). Default: each tool's own approve.",
-    )(chosen)
-    chosen = click.option(
-        "--max-calls-per-turn",
-        type=Count(min=1),
-        metavar="N",
-        help="Tool calls the whole turn may ask for; past N the turn stops (exit 10) "
-        "running none of the reply's calls, kept in the draft (default: config "
-        "max_calls_per_turn, 128).",
-    )(chosen)
-    chosen = click.option(
-        "--max-calls-per-reply",
-        type=Count(min=1),
-        metavar="N",
-        help="Tool calls one reply may ask for; a reply asking for more runs none of them: "
-        "the turn stops (exit 10), kept in the draft (default: config "
-        "max_calls_per_reply, 32).",
-    )(chosen)
-    chosen = click.option(
-        "--tool-jobs",
-        type=Count(min=1),
-        default=1,
-        show_default=True,
-        metavar="N",
-        help="Run up to N tool calls of one reply at once (results stay in order).",
-    )(chosen)
-    chosen = click.option(
-        "--max-steps",
-        type=Count(min=1),
-        default=8,
-        show_default=True,
-        metavar="N",
-        help="Requests that may call tools; then one more asks for the answer (exit 10 if "
-        "the model still calls tools).",
-    )(chosen)
-    chosen = click.option(
-        "--tool-choice",
-        metavar="auto|none|required|NAME",
-        help="Which tools the model may call (the wire's tool_choice; NAME: that one).",
-    )(chosen)
+    for decls, kwargs in reversed(_TOOL_LOOP_OPTIONS):
+        chosen = click.option(*decls, **kwargs)(chosen)
+    offer = "Offer tool NAME to the model ('agctl tool list'). Repeatable."
+    return tool_name_option(offer)(chosen)
+
+
+def counted_tool_options(fn: F) -> F:
+    """-T/--tool, --tools all and --tools-file on `ctx show`: the tools whose definitions
+    the next request counts. The command gets them as one `tools` (agctl.setup.ToolsChoice)."""
+
+    @functools.wraps(fn)
+    def with_tools(
+        *args: Any,
+        tool_names: tuple[str, ...],
+        every_tool: str | None,
+        tools_file: Path | None,
+        **kw: Any,
+    ) -> Any:
+        from agctl.setup import ToolsChoice
+
+        tools = ToolsChoice(names=tool_names, every=every_tool == "all", tools_file=tools_file)
+        return fn(*args, tools=tools, **kw)
+
     chosen = click.option(
         "--tools-file",
         type=PathType(dir_okay=False),
-        help="Also offer-able: the tools defined in FILE (a JSON array of tool objects).",
-    )(chosen)
+        help="Also count-able: the tools defined in FILE (a JSON array of tool objects).",
+    )(cast(F, with_tools))
     chosen = click.option(
         "--tools",
-        "tools_mode",
-        type=click.Choice(TOOLS_MODES),
-        multiple=True,
-        help="all: offer every tool defined; live: with --cassette, run the real tools "
-        "instead of answering from the cassette. Repeatable.",
+        "every_tool",
+        type=click.Choice(TOOLS_COUNTED),
+        help="all: count the definitions of every tool defined.",
     )(chosen)
-    return click.option(
-        "-T",
-        "--tool",
-        "tool_names",
-        multiple=True,
-        metavar="NAME",
-        shell_complete=complete_tools,
-        help="Offer tool NAME to the model ('agctl tool list'). Repeatable.",
-    )(chosen)
+    count = "Count tool NAME's definition, as 'turn send -T NAME' offers it. Repeatable."
+    return tool_name_option(count)(chosen)
+
+
+def gathered(name: str, *params: str) -> Callable[[F], F]:
+    """Hands the command the values of the options `params` as one dict, `name`: the
+    keywords of the library call they are for, however far apart their options stand in
+    its help."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def with_gathered(*args: Any, **kw: Any) -> Any:
+            kw[name] = {param: kw.pop(param) for param in params}
+            return fn(*args, **kw)
+
+        return cast(F, with_gathered)
+
+    return decorate

@@ -14,6 +14,7 @@ from agctl.cli.output import plain
 from agctl.vocab import DERIVE_STRATEGIES, MERGE_STRATEGIES, SLOT_MODES, SLOT_SETTINGS
 
 if TYPE_CHECKING:
+    from agctl.merge import MergeResult
     from agctl.models import ContextBudget, Message, Slot, TokenBudget
     from agctl.setup import ModelChoice
 
@@ -294,15 +295,19 @@ def show(app: App, slot_id: str | None, view: bool) -> None:
             "messages": messages_to_openai(messages),
         }
         app.emit(payload, text=transcript(messages) or "(the view is empty)")
-        return
-    if app.json:
+    elif app.json:
         app.emit({**slot.model_dump(mode="json"), "current": slot.id == session.current_slot})
-        return
+    else:
+        app.emit(slot_summary(slot, current=slot.id == session.current_slot))
+
+
+def slot_summary(slot: Slot, *, current: bool) -> dict[str, Any]:
+    """What `slot show` says of a slot, for people: its config, merges and zones."""
     from agctl.models import isoformat
 
     config = slot.config
     summary: dict[str, Any] = {
-        "slot": slot.id + ("  (current)" if slot.id == session.current_slot else ""),
+        "slot": slot.id + ("  (current)" if current else ""),
         "mode": config.mode,
         "source": config.source.kind
         + (
@@ -338,7 +343,7 @@ def show(app: App, slot_id: str | None, view: bool) -> None:
             "updated": isoformat(slot.meta.updated_at),
         }
     )
-    app.emit(summary)
+    return summary
 
 
 @command.command("mode")
@@ -492,6 +497,11 @@ def merge(
             provider=provider,
             model=chosen_model,
         )
+    app.done(*merge_report(result))
+
+
+def merge_report(result: MergeResult) -> tuple[dict[str, Any], str]:
+    """What `slot merge` says of a merge: its JSON, and its line for people."""
     payload = {
         "source": result.source,
         "into": result.target,
@@ -507,7 +517,7 @@ def merge(
         )
     else:
         text = f"nothing new to merge from {result.source} into {result.target}"
-    app.done(payload, text=text)
+    return payload, text
 
 
 @command.command("set")

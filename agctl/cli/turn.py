@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from agctl.cli.app import App, Count, pass_app, text_argument
+from agctl.cli.app import App, Count, pass_app, read_input_file, text_argument
 from agctl.cli.options import (
     command_options,
     file_option,
+    gathered,
     provider_options,
     select_option,
     slot_option,
@@ -22,13 +23,17 @@ from agctl.cli.output import echo, secho
 from agctl.vocab import CHECK_MODES, SYNC_MODES
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterator, Mapping
+    from contextlib import AbstractContextManager
+    from pathlib import Path
 
-    from agctl.hooks import Hooks
     from agctl.providers.base import Event
-    from agctl.setup import ModelChoice, ModelSetup, ToolsChoice
-    from agctl.steps import CallRecord, ToolBox
-    from agctl.tools import Answer
+    from agctl.replay import ReplaySummary
+    from agctl.setup import ModelChoice, ToolsChoice
+    from agctl.steps import CallRecord
+    from agctl.tools import Answer, AskFn
+    from agctl.turns import TurnResult
+    from agctl.vocab import CheckMode, SyncMode
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -143,7 +148,71 @@ def call_printer(
     return show
 
 
-@command.command("send")
+# The help of `turn send`.
+SEND_HELP = """Send PROMPT (or stdin) with the slot's view; commit the reply, or nothing on failure.
+
+With both PROMPT and piped stdin, the prompt is PROMPT, a blank line, then stdin (as
+llm does); each --file follows under a line naming it.
+
+The request is: session system prompt, the slot's zones through its mode, the
+--scratch messages, then PROMPT. On success the prompt and the reply are written to
+the slot in one atomic write and the session's turn count and cost go up. On failure
+or Ctrl-C nothing is written and the prompt is kept as the slot's draft for
+--resume-draft (see 'agctl draft'), which refuses it (exit 4) if the slot changed
+since, unless --force. Each slot keeps its own draft; without --slot, --resume-draft
+takes the current slot's, else the session's only one, else asks for --slot (exit 2).
+A successful turn on a slot drops an older draft of that slot.
+
+Two writers may share a slot: a turn that another turn appended to while the model
+answered is written after it. With --if-unchanged it is refused instead (exit 4,
+error type SlotMoved, the reply kept in the draft) if the slot was written at all
+since its view was built; send it again on the new context with --resume-draft.
+
+With tools offered (-T NAME, --tools all; see 'agctl tool'), the turn is a loop: each
+reply that calls tools has its calls run (each an argv command with the arguments
+as JSON on stdin, its own process group, a scrubbed environment, a time limit and
+capped output) and their results sent back, until the model answers. The whole loop
+is one turn: one commit, one checkpoint, undone whole. Each step's results are kept
+in the draft as they come, so --resume-draft goes on from where a failed turn stopped
+without running a tool twice. A reply asking for more tool calls than
+--max-calls-per-reply, or taking the turn past --max-calls-per-turn, runs none of
+them: the turn stops with exit 10, its draft kept. --record also records the tools'
+results, and --cassette answers calls from them (no tool runs).
+
+A call of a tool set to ask is asked about on the terminal (/dev/tty, whatever
+stdin is): yes, no (the model is told it was denied) or always (this tool runs
+without asking for the rest of the turn). With no terminal, the turn stops with exit
+9 once the other calls of the reply ran, and its draft keeps the calls waiting
+('agctl draft show' lists them): decide later with --resume-draft and --approve-call
+or --deny-call, each a call's ID or all, repeatable, offering the same tools again.
+--approve auto|never decides every call of the turn instead. Each call shows on
+stderr as it is answered, one line: the tool, its arguments (escaped, cut short),
+then its exit, the bytes it printed and its time, or that it was denied, refused
+(unknown tool, invalid arguments) or answered from the cassette; not with --json,
+--jsonl or -q, whose JSON has the calls in its steps.
+
+\b
+Examples:
+  agctl turn send "What are my options?"
+  agctl turn send - --slot option-a < question.txt
+  agctl turn send "Summarise this" < notes.txt
+  agctl turn send "Review:" -f main.py -f test_main.py
+  agctl turn send "Go on" --profile deepseek --model deepseek-reasoner --stream
+  agctl turn send "Hi" --record chat.cassette     # then: --cassette chat.cassette
+  agctl turn send --resume-draft
+  agctl turn send --resume-draft --force   # even though the slot changed since
+  agctl turn send "Go on" --if-unchanged   # exit 4 if the slot moved meanwhile
+  agctl turn send "What is 17*23?" -T calc --approve auto
+  agctl turn send "Tidy the notes" --tools all --max-steps 4 --record run.cassette
+  agctl turn send --resume-draft -T deploy --approve-call call_1   # approved later
+  agctl turn send --resume-draft -T deploy --deny-call call_2 --approve-call all
+"""
+
+# The options of `turn send` that are TurnOptions fields as they are.
+TURN_FIELDS = ("temperature", "max_tokens", "system", "scratch", "checkpoint", "if_unchanged")
+
+
+@command.command("send", help=SEND_HELP)
 @click.argument("prompt", required=False)
 @slot_option
 @provider_options
@@ -204,6 +273,8 @@ def call_printer(
     "at all since the view was built, even by another turn's append (allowed by default).",
 )
 @tool_options
+@gathered("fields", *TURN_FIELDS)
+@gathered("resuming", "resume_draft", "force", "approve_calls", "deny_calls")
 @command_options
 @pass_app
 def send(
@@ -211,187 +282,116 @@ def send(
     prompt: str | None,
     slot: str | None,
     choice: ModelChoice,
-    temperature: float | None,
-    max_tokens: int | None,
-    system: str | None,
-    scratch: tuple[str, ...],
     stream: bool | None,
     jsonl: bool,
     dry_run: bool,
     record: Path | None,
     files: tuple[str, ...],
+    tools: ToolsChoice,
+    loop: dict[str, Any],
+    fields: dict[str, Any],
+    resuming: dict[str, Any],
+) -> None:
+    """Parse what was chosen, assemble the turn (agctl.setup.plan_turn), send it, show it."""
+    from agctl.setup import TurnChoice, plan_turn
+    from agctl.turns import send_turn
+
+    store, sid = app.store, app.session_id()
+    prompt, slot, resume, answers = turn_input(app, sid, prompt, slot, files, **resuming)
+    streaming = sys.stdout.isatty() if stream is None else stream
+    plan = plan_turn(
+        store,
+        sid,
+        TurnChoice(choice, tools, loop, record, app.no_hooks),
+        dry_run=dry_run,
+        ask=terminal_ask,
+        answers=answers,
+        slot=slot,
+        stream=streaming or jsonl,
+        on_call=call_printer(app, not jsonl, lambda: printer.ends_line()),
+        **fields,
+    )
+    if dry_run:
+        app.emit_json(plan.request(store, sid, prompt))
+        return
+    printer = StreamPrinter(app, jsonl=jsonl, show_text=streaming and not app.json)
+    result = send_turn(
+        store, sid, prompt, plan.provider(), plan.options, on_event=printer, resume=resume
+    )
+    show_turn(app, result, jsonl, printer)
+
+
+def turn_input(
+    app: App,
+    sid: str,
+    prompt: str | None,
+    slot: str | None,
+    files: tuple[str, ...],
+    *,
     resume_draft: bool,
     force: bool,
     approve_calls: tuple[str, ...],
     deny_calls: tuple[str, ...],
-    checkpoint: bool | None,
-    if_unchanged: bool,
-    tools: ToolsChoice,
-    loop: dict[str, Any],
-) -> None:
-    """Send PROMPT (or stdin) with the slot's view; commit the reply, or nothing on failure.
-
-    With both PROMPT and piped stdin, the prompt is PROMPT, a blank line, then stdin (as
-    llm does); each --file follows under a line naming it.
-
-    The request is: session system prompt, the slot's zones through its mode, the
-    --scratch messages, then PROMPT. On success the prompt and the reply are written to
-    the slot in one atomic write and the session's turn count and cost go up. On failure
-    or Ctrl-C nothing is written and the prompt is kept as the slot's draft for
-    --resume-draft (see 'agctl draft'), which refuses it (exit 4) if the slot changed
-    since, unless --force. Each slot keeps its own draft; without --slot, --resume-draft
-    takes the current slot's, else the session's only one, else asks for --slot (exit 2).
-    A successful turn on a slot drops an older draft of that slot.
-
-    Two writers may share a slot: a turn that another turn appended to while the model
-    answered is written after it. With --if-unchanged it is refused instead (exit 4,
-    error type SlotMoved, the reply kept in the draft) if the slot was written at all
-    since its view was built; send it again on the new context with --resume-draft.
-
-    With tools offered (-T NAME, --tools all; see 'agctl tool'), the turn is a loop: each
-    reply that calls tools has its calls run (each an argv command with the arguments
-    as JSON on stdin, its own process group, a scrubbed environment, a time limit and
-    capped output) and their results sent back, until the model answers. The whole loop
-    is one turn: one commit, one checkpoint, undone whole. Each step's results are kept
-    in the draft as they come, so --resume-draft goes on from where a failed turn stopped
-    without running a tool twice. A reply asking for more tool calls than
-    --max-calls-per-reply, or taking the turn past --max-calls-per-turn, runs none of
-    them: the turn stops with exit 10, its draft kept. --record also records the tools'
-    results, and --cassette answers calls from them (no tool runs).
-
-    A call of a tool set to ask is asked about on the terminal (/dev/tty, whatever
-    stdin is): yes, no (the model is told it was denied) or always (this tool runs
-    without asking for the rest of the turn). With no terminal, the turn stops with exit
-    9 once the other calls of the reply ran, and its draft keeps the calls waiting
-    ('agctl draft show' lists them): decide later with --resume-draft and --approve-call
-    or --deny-call, each a call's ID or all, repeatable, offering the same tools again.
-    --approve auto|never decides every call of the turn instead. Each call shows on
-    stderr as it is answered, one line: the tool, its arguments (escaped, cut short),
-    then its exit, the bytes it printed and its time, or that it was denied, refused
-    (unknown tool, invalid arguments) or answered from the cassette; not with --json,
-    --jsonl or -q, whose JSON has the calls in its steps.
-
-    \b
-    Examples:
-      agctl turn send "What are my options?"
-      agctl turn send - --slot option-a < question.txt
-      agctl turn send "Summarise this" < notes.txt
-      agctl turn send "Review:" -f main.py -f test_main.py
-      agctl turn send "Go on" --profile deepseek --model deepseek-reasoner --stream
-      agctl turn send "Hi" --record chat.cassette     # then: --cassette chat.cassette
-      agctl turn send --resume-draft
-      agctl turn send --resume-draft --force   # even though the slot changed since
-      agctl turn send "Go on" --if-unchanged   # exit 4 if the slot moved meanwhile
-      agctl turn send "What is 17*23?" -T calc --approve auto
-      agctl turn send "Tidy the notes" --tools all --max-steps 4 --record run.cassette
-      agctl turn send --resume-draft -T deploy --approve-call call_1   # approved later
-      agctl turn send --resume-draft -T deploy --deny-call call_2 --approve-call all
-    """
-    from agctl.setup import ModelSetup
-    from agctl.turns import prepare_turn, send_turn
-
-    store = app.store
-    sid = app.session_id()
-    resume: list[Any] = []
-    answers: Mapping[str, Answer] = {}
+) -> tuple[str, str | None, list[Any], Mapping[str, Answer]]:
+    """What `turn send` sends: PROMPT (with stdin and --file), or with --resume-draft the
+    draft's prompt, slot and steps, and the answers --approve-call and --deny-call give."""
     if resume_draft:
         if prompt is not None or files:
             raise click.UsageError("give either PROMPT (or --file) or --resume-draft, not both")
         from agctl.drafts import given_answers, resumable_draft
 
-        draft = resumable_draft(store.backend, sid, slot, force=force)
-        prompt, slot, resume = draft.prompt, draft.slot, draft.steps
-        answers = given_answers(draft, approve_calls, deny_calls)
-    else:
-        if force:
-            raise click.UsageError("--force applies only with --resume-draft")
-        if approve_calls or deny_calls:
-            raise click.UsageError(
-                "--approve-call and --deny-call decide the tool calls a draft keeps waiting: "
-                "give them with --resume-draft"
-            )
-        prompt = text_argument(prompt, "PROMPT", files=files, may_be_empty=True)
-    setup = ModelSetup.chosen(store, sid, choice)
-    settings = setup.settings
-    streaming = sys.stdout.isatty() if stream is None else stream
-    hooks = None if dry_run else setup.hooks(no_hooks=app.no_hooks)
-    toolbox = _toolbox(app, setup, tools, record, hooks, answers)
-    options = setup.turn_options(
-        checkpoint=checkpoint,
-        slot=slot,
-        temperature=temperature,
-        max_tokens=max_tokens,
-        system=system,
-        scratch=scratch,
-        stream=streaming or jsonl,
-        tools=toolbox,
-        hooks=hooks,
-        if_unchanged=if_unchanged,
-        on_call=call_printer(app, not jsonl, lambda: printer.ends_line()),
-        **loop,
-    )
-    if dry_run:
-        prepared = prepare_turn(store, sid, prompt, options)
-        payload: dict[str, Any] = {
-            "provider": settings.provider,
-            "url": settings.request_url(),
-            "slot": prepared.slot.id,
-            "turn": prepared.request.context.turn,
-            "tokens": prepared.tokens,
-            "request": prepared.request.payload(
-                cache_key=settings.provider == "openai" and settings.prompt_cache_key
-            ),
-        }
-        app.emit_json(payload)
-        return
-    provider = setup.provider(record=record)
-    printer = StreamPrinter(app, jsonl=jsonl, show_text=streaming and not app.json)
-    result = send_turn(store, sid, prompt, provider, options, on_event=printer, resume=resume)
+        draft = resumable_draft(app.store.backend, sid, slot, force=force)
+        return (
+            draft.prompt,
+            draft.slot,
+            draft.steps,
+            given_answers(draft, approve_calls, deny_calls),
+        )
+    if force:
+        raise click.UsageError("--force applies only with --resume-draft")
+    if approve_calls or deny_calls:
+        raise click.UsageError(
+            "--approve-call and --deny-call decide the tool calls a draft keeps waiting: "
+            "give them with --resume-draft"
+        )
+    return text_argument(prompt, "PROMPT", files=files, may_be_empty=True), slot, [], {}
+
+
+def show_turn(app: App, result: TurnResult, jsonl: bool, printer: StreamPrinter) -> None:
+    """A sent turn: its reply (unless streamed already) and tool calls, with its tokens and
+    cost on a terminal's stderr; as JSON with --json, as the last JSON line with --jsonl."""
     data = result.to_dict()
     if jsonl:
         app.emit_line({"type": "result", **data})
-    elif app.json:
+        return
+    if app.json:
         app.emit(data)
+        return
+    if printer.printed:
+        echo()
     else:
-        if printer.printed:
-            echo()
-        else:
-            echo(result.reply.text())
-        for call in result.reply.tool_calls or ():
-            echo(f"→ {call.function.name}({call.function.arguments})  [{call.id}]")
+        echo(result.reply.text())
+    for call in result.reply.tool_calls or ():
+        echo(f"→ {call.function.name}({call.function.arguments})  [{call.id}]")
+    if sys.stderr.isatty():
+        from agctl.usage import cost_text
 
-        if sys.stderr.isatty():
-            from agctl.usage import cost_text
-
-            usage = result.usage
-            tokens = usage.text(" tokens") if usage else ""
-            cost = f" · {cost_text(result.cost, free=result.free)}" if usage else ""
-            secho(
-                f"[turn {result.turn} · {result.slot_id} · {result.model} · {tokens}{cost}]",
-                dim=True,
-                err=True,
-            )
+        usage = result.usage
+        tokens = usage.text(" tokens") if usage else ""
+        cost = f" · {cost_text(result.cost, free=result.free)}" if usage else ""
+        secho(
+            f"[turn {result.turn} · {result.slot_id} · {result.model} · {tokens}{cost}]",
+            dim=True,
+            err=True,
+        )
 
 
-def _toolbox(
-    app: App,
-    setup: ModelSetup,
-    tools: ToolsChoice,
-    record: Path | None,
-    hooks: Hooks | None,
-    answers: Mapping[str, Answer] | None = None,
-) -> ToolBox | None:
-    """What answers a turn's tool calls, asking on the terminal when a tool says ask
-    (`answers`: by call id, given in advance with --approve-call and --deny-call)."""
-    if tools.chosen:
-        from agctl.cli.ask import terminal_ask
+def terminal_ask() -> AskFn | None:
+    """The approval question of a tool set to ask, on the terminal (agctl.cli.ask, loaded
+    only by a turn that offers tools)."""
+    from agctl.cli.ask import terminal_ask as ask_on_terminal
 
-        ask = terminal_ask()
-    else:
-        ask = None
-    return setup.toolbox(
-        tools, record=record, data_dir=app.store.local_dir, ask=ask, hooks=hooks, answers=answers
-    )
+    return ask_on_terminal()
 
 
 @command.command("undo")
@@ -422,7 +422,44 @@ def undo(app: App, turns: int) -> None:
 GENERATED_ID = "\0"
 
 
-@command.command("replay")
+# The help of `turn replay`.
+REPLAY_HELP = """Replay TRANSCRIPT ('-' for stdin) turn by turn into the session, in one process.
+
+TRANSCRIPT is JSON lines, one turn a line: {"input": ..., "expect": ..., "slot": ...,
+"model": ..., "system": ..., "scratch": [...], "temperature": ..., "max_tokens": ...}
+(only "input" is required), or an exported slot, whose user messages become the turns
+and whose assistant messages the expected replies. With --check, each reply that
+differs from the expected one is reported with a diff (the first --max-diffs of
+them), then the summary, and the command exits 8 after the last turn; an error stops
+the replay at once, naming the turn.
+
+With --new-session the replay goes into a new session, made current unless --no-use
+(as 'session new' does), so the same replay can run again and again; it is printed
+with the summary, and a replay that cannot start leaves no session behind.
+
+Each turn commits whole. By default each is also made durable as it commits (one
+fsync a turn); --sync end makes them durable together when the replay ends, for
+replays in CI that can simply run again. With --sync end, while the provider answers
+fast (a cassette, the offline model) the turns of a tenth of a second commit
+together, each still whole (a failed turn is undone alone), and each is printed once
+its group is committed; the session is never held locked while a provider thinks.
+
+Another writer's turn on the slot during the replay lands between two replayed turns;
+with --if-unchanged the replay stops at that turn instead (exit 4; the turns before
+it stay, and no draft is kept: the transcript has the prompt).
+
+\b
+Examples:
+  agctl turn replay chat.jsonl --cassette chat.cassette --check --new-session
+  agctl turn replay chat.jsonl --cassette chat.cassette --new-session --sync end
+  agctl turn replay chat.jsonl --record chat.cassette --profile openai
+  agctl turn replay chat.jsonl --cassette chat.cassette --new-session ci-42
+  agctl turn replay chat.jsonl --cassette chat.cassette --if-unchanged
+  agctl msg export --slot good | agctl turn replay - --check-mode contains --check
+"""
+
+
+@command.command("replay", help=REPLAY_HELP)
 @click.argument("transcript", metavar="TRANSCRIPT")
 @slot_option
 @provider_options
@@ -473,135 +510,116 @@ GENERATED_ID = "\0"
     "even by another writer's append (allowed by default).",
 )
 @tool_options
+@gathered("fields", "slot", "checkpoint", "if_unchanged")
 @command_options
 @pass_app
 def replay(
     app: App,
     transcript: str,
-    slot: str | None,
     choice: ModelChoice,
     record: Path | None,
     check: bool,
-    check_mode: str,
+    check_mode: CheckMode,
     max_diffs: int,
     new_session: str | None,
     make_current: bool,
-    checkpoint: bool | None,
-    sync: str,
-    if_unchanged: bool,
+    sync: SyncMode,
     tools: ToolsChoice,
     loop: dict[str, Any],
+    fields: dict[str, Any],
 ) -> None:
-    """Replay TRANSCRIPT ('-' for stdin) turn by turn into the session, in one process.
-
-    TRANSCRIPT is JSON lines, one turn a line: {"input": ..., "expect": ..., "slot": ...,
-    "model": ..., "system": ..., "scratch": [...], "temperature": ..., "max_tokens": ...}
-    (only "input" is required), or an exported slot, whose user messages become the turns
-    and whose assistant messages the expected replies. With --check, each reply that
-    differs from the expected one is reported with a diff (the first --max-diffs of
-    them), then the summary, and the command exits 8 after the last turn; an error stops
-    the replay at once, naming the turn.
-
-    With --new-session the replay goes into a new session, made current unless --no-use
-    (as 'session new' does), so the same replay can run again and again; it is printed
-    with the summary, and a replay that cannot start leaves no session behind.
-
-    Each turn commits whole. By default each is also made durable as it commits (one
-    fsync a turn); --sync end makes them durable together when the replay ends, for
-    replays in CI that can simply run again. With --sync end, while the provider answers
-    fast (a cassette, the offline model) the turns of a tenth of a second commit
-    together, each still whole (a failed turn is undone alone), and each is printed once
-    its group is committed; the session is never held locked while a provider thinks.
-
-    Another writer's turn on the slot during the replay lands between two replayed turns;
-    with --if-unchanged the replay stops at that turn instead (exit 4; the turns before
-    it stay, and no draft is kept: the transcript has the prompt).
-
-    \b
-    Examples:
-      agctl turn replay chat.jsonl --cassette chat.cassette --check --new-session
-      agctl turn replay chat.jsonl --cassette chat.cassette --new-session --sync end
-      agctl turn replay chat.jsonl --record chat.cassette --profile openai
-      agctl turn replay chat.jsonl --cassette chat.cassette --new-session ci-42
-      agctl turn replay chat.jsonl --cassette chat.cassette --if-unchanged
-      agctl msg export --slot good | agctl turn replay - --check-mode contains --check
-    """
-    import contextlib
-
-    from agctl.cli.app import read_input_file
-    from agctl.errors import CheckFailed
-    from agctl.replay import fresh_session, parse_transcript
+    """Parse the transcript, assemble the turns (agctl.setup.plan_turn), replay, report."""
+    from agctl.replay import parse_transcript
     from agctl.replay import replay as run_replay
-    from agctl.setup import ModelSetup
+    from agctl.setup import TurnChoice, plan_turn
 
     data, source = read_input_file(transcript)
     turns = parse_transcript(data, source, regex=check and check_mode == "regex")
-    if new_session is None:
-        sid = app.session_id()
-        starting: contextlib.AbstractContextManager[str] = contextlib.nullcontext(sid)
-    else:
-        starting = fresh_session(app.store, None if new_session == GENERATED_ID else new_session)
-    with starting as sid:
-        setup = ModelSetup.chosen(app.store, sid, choice)
-        hooks = setup.hooks(no_hooks=app.no_hooks)
-        toolbox = _toolbox(app, setup, tools, record, hooks)
-        base = setup.turn_options(
-            checkpoint=checkpoint,
-            slot=slot,
-            tools=toolbox,
-            hooks=hooks,
-            if_unchanged=if_unchanged,
-            on_call=call_printer(app, True, lambda: bar is not None),
-            **loop,
+    bar_shown = sys.stderr.isatty() and not app.json
+    checking = check_mode if check else None
+    with replay_session(app, new_session) as sid:
+        plan = plan_turn(
+            app.store,
+            sid,
+            TurnChoice(choice, tools, loop, record, app.no_hooks),
+            ask=terminal_ask,
+            on_call=call_printer(app, True, lambda: bar_shown),
+            **fields,
         )
-        provider = setup.provider(record=record)
+        provider = plan.provider()
         if new_session is not None and make_current:
             app.store.set_current_session(sid)
-        show_bar = sys.stderr.isatty() and not app.json
-        bar = (
-            click.progressbar(length=len(turns), label="replaying", file=sys.stderr)
-            if show_bar
-            else None
-        )
-
-        def on_turn(outcome: Any) -> None:
-            if app.json:
-                app.emit_line({"type": "turn", **outcome.to_dict()})
-            if bar is not None:
-                bar.update(1)
-
-        try:
+        with replay_progress(app, len(turns), bar_shown) as on_turn:
             summary = run_replay(
                 app.store,
                 sid,
                 turns,
                 provider,
-                base,
-                check=check_mode if check else None,  # type: ignore[arg-type]
+                plan.options,
+                check=checking,
                 on_turn=on_turn,
                 source=source,
-                sync=sync,  # type: ignore[arg-type]
+                sync=sync,
             )
-        finally:
-            if bar is not None:
-                bar.render_finish()
+    report_replay(app, summary, sid, into=new_session is not None, check=checking, diffs=max_diffs)
+
+
+def replay_session(app: App, new_session: str | None) -> AbstractContextManager[str]:
+    """The session a replay goes into: the current one, or a new one (--new-session, its
+    id or a generated one) that is destroyed again if the replay gets nowhere."""
+    if new_session is None:
+        import contextlib
+
+        return contextlib.nullcontext(app.session_id())
+    from agctl.replay import fresh_session
+
+    return fresh_session(app.store, None if new_session == GENERATED_ID else new_session)
+
+
+@contextmanager
+def replay_progress(app: App, turns: int, shown: bool) -> Iterator[Callable[[Any], None]]:
+    """What a replay tells of each turn as it ends: a JSON line with --json, a step of the
+    progress bar on a terminal's stderr (`shown`), finished however the replay ends."""
+    bar = click.progressbar(length=turns, label="replaying", file=sys.stderr) if shown else None
+
+    def on_turn(outcome: Any) -> None:
+        if app.json:
+            app.emit_line({"type": "turn", **outcome.to_dict()})
+        if bar is not None:
+            bar.update(1)
+
+    try:
+        yield on_turn
+    finally:
+        if bar is not None:
+            bar.render_finish()
+
+
+def report_replay(
+    app: App, summary: ReplaySummary, sid: str, *, into: bool, check: CheckMode | None, diffs: int
+) -> None:
+    """A replay's summary: a JSON line with --json, else the first `diffs` mismatches'
+    diffs on stderr and one line (the session when `into` a new one); CheckFailed (exit
+    8) when a reply differed from the expected one by the `check` mode."""
     result = {"session": sid, **summary.to_dict()}
     if app.json:
         app.emit_line({"type": "summary", **result})
     else:
         if summary.mismatches:
-            echo(summary.mismatch_report(max_diffs) + "\n", err=True)
+            echo(summary.mismatch_report(diffs) + "\n", err=True)
         rate = f" ({result['turns_per_second']} turns/s)" if result["turns_per_second"] else ""
-        into = f" into session {sid}" if new_session is not None else ""
-        line = f"{summary.sent} turns replayed{into} in {summary.seconds:.2f} s{rate}"
+        shown = f" into session {sid}" if into else ""
+        line = f"{summary.sent} turns replayed{shown} in {summary.seconds:.2f} s{rate}"
         if check:
             line += f"; {summary.checked} checked, {result['matched']} matched" + (
                 f", {len(summary.mismatched)} differ" if summary.mismatched else ""
             )
         echo(line)
     if summary.mismatched:
+        from agctl.errors import CheckFailed
+
         numbers = ", ".join(str(n) for n in summary.mismatched[:20])
         raise CheckFailed(
             f"{len(summary.mismatched)} of {summary.checked} replies differ "
-            f"({check_mode}); turns: {numbers}"
+            f"({check}); turns: {numbers}"
         )

@@ -31,17 +31,6 @@ def test_root_lists_every_group_and_nothing_else() -> None:
 
 # A command parses, makes one library call and renders: none needs more than this.
 MAX_FUNCTION_LINES = 50
-# Functions still longer, being shortened on another branch of issue 26 at the same time;
-# the lead empties this list at merge.
-STILL_LONG = {
-    ("ctx.py", "show"),
-    ("ctx.py", "compress"),
-    ("options.py", "tool_options"),
-    ("slot.py", "show"),
-    ("slot.py", "merge"),
-    ("turn.py", "send"),
-    ("turn.py", "replay"),
-}
 
 
 def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
@@ -90,6 +79,4 @@ def test_no_function_of_the_command_line_is_longer_than_50_lines() -> None:
         for path in sorted(package.rglob("*.py"))
         for name, length in long_functions(path.read_text()).items()
     }
-    too_long = {where: length for where, length in found.items() if where not in STILL_LONG}
-    assert too_long == {}, f"longer than {MAX_FUNCTION_LINES} lines: {too_long}"
-    assert set(found) >= STILL_LONG, f"short now, leave STILL_LONG: {STILL_LONG - set(found)}"
+    assert found == {}, f"longer than {MAX_FUNCTION_LINES} lines: {found}"

@@ -1,0 +1,46 @@
+"""agctl.next_request: a slot's next request counted with what a command line chose."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agctl.next_request import next_request
+from agctl.setup import ModelChoice, ToolsChoice
+from agctl.store import Store
+
+SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}}
+
+
+@pytest.fixture
+def tools_file(tmp_path: Path) -> Path:
+    """Tool `cat`, defined in a file (as --tools-file gives it)."""
+    path = tmp_path / "tools.json"
+    tool = {"name": "cat", "description": "Run cat", "parameters": SCHEMA, "command": ["cat"]}
+    path.write_text(json.dumps([tool]))
+    return path
+
+
+def test_the_next_request_counts_the_prompt_and_the_tools_offered(
+    store: Store, tools_file: Path
+) -> None:
+    sid = store.create_session(model="gpt-4o").id
+    bare = next_request(store, sid, None, ModelChoice(), ToolsChoice())
+    assert bare.outlook is None
+    assert (bare.slot.id, bare.breakdown.model) == ("default", "gpt-4o")
+    asked = next_request(
+        store,
+        sid,
+        None,
+        ModelChoice(model="gpt-4o-mini"),
+        ToolsChoice(names=("cat",), tools_file=tools_file),
+        prompt="a question of some length",
+        cache=True,
+    )
+    zones = {zone.name: zone.tokens for zone in asked.breakdown.zones}
+    assert zones["tool definitions"] > 0
+    assert asked.breakdown.total > bare.breakdown.total + zones["tool definitions"]
+    assert asked.breakdown.model == "gpt-4o-mini"
+    assert asked.outlook is not None and asked.outlook.last_sent is None
