@@ -12,19 +12,19 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Store": "agctl.store",
-    "Message": "agctl.models",
-    "Slot": "agctl.models",
-    "SlotConfig": "agctl.models",
-    "FocusedConfig": "agctl.models",
-    "ContextBudget": "agctl.models",
-    "Session": "agctl.models",
-    "slot_view": "agctl.view",
-    "request_view": "agctl.view",
-    "estimate_tokens": "agctl.tokens",
+    "Message": "agctl.context.models",
+    "Slot": "agctl.context.models",
+    "SlotConfig": "agctl.context.models",
+    "FocusedConfig": "agctl.context.models",
+    "ContextBudget": "agctl.context.models",
+    "Session": "agctl.context.models",
+    "slot_view": "agctl.context.view",
+    "request_view": "agctl.context.view",
+    "estimate_tokens": "agctl.context.tokens",
 }
 
 if TYPE_CHECKING:
-    from agctl.models import (
+    from agctl.context.models import (
         ContextBudget,
         FocusedConfig,
         Message,
@@ -32,9 +32,9 @@ if TYPE_CHECKING:
         Slot,
         SlotConfig,
     )
+    from agctl.context.tokens import estimate_tokens
+    from agctl.context.view import request_view, slot_view
     from agctl.store import Store
-    from agctl.tokens import estimate_tokens
-    from agctl.view import request_view, slot_view
 
 
 def __getattr__(name: str) -> Any:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from timing import median_wall
 
-from agctl.checkpointer import Checkpointer
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.send import TurnOptions, send_turn
 
 
 def tree_bytes(paths: list[Path]) -> tuple[int, int]:

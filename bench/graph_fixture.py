@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from agctl.checkpointer import Checkpointer
-from agctl.models import Message
+from agctl.context.models import Message
 from agctl.store import Store
+from agctl.store.checkpointer import Checkpointer
 
 # Raised whenever build() makes a different session, so that a kept fixture is rebuilt.
 BUILDER_VERSION = 1

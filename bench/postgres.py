@@ -50,8 +50,8 @@ from replay import OPTIONS, transcript
 from turn import fill
 
 from agctl.providers.offline import OfflineProvider
-from agctl.replay import replay as run_replay
 from agctl.store import Store
+from agctl.turn.transcripts import replay as run_replay
 
 DATABASE = "bench"
 SCHEMA = "bench"
@@ -285,7 +285,7 @@ def replays(count: int, pg: dict[str, BenchServer], scratch: Path) -> list[dict[
 def writer(url: str, local: str, session_id: str, count: int, barrier: Any, times: Any) -> None:
     """One writer process: a warm-up turn (connection, imports), the start barrier, then
     `count` offline turns in a row; puts (start, end) on `times`."""
-    from agctl.turns import send_turn
+    from agctl.turn.send import send_turn
 
     store = Store(Path(local), url=url, schema=SCHEMA)
     provider = OfflineProvider()

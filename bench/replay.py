@@ -7,7 +7,7 @@ its file and directory fsyncs), and the flat per-turn cost compares the same tur
 slot that already holds --prefill messages (in a checkpointed session, as one that grew
 by turns is) with the same turns on an empty slot; the same onto a never checkpointed
 slot is shown too (its first turn checkpoints every message once).
-`--sync end` is measured when agctl.replay.replay takes a `sync` argument.
+`--sync end` is measured when agctl.turn.transcripts.replay takes a `sync` argument.
 Never part of the test suite's pass/fail.
 """
 
@@ -26,10 +26,10 @@ from typing import Any
 from turn import fill
 
 from agctl.providers.offline import OfflineProvider
-from agctl.replay import TranscriptTurn
-from agctl.replay import replay as run_replay
 from agctl.store import Store
-from agctl.turns import TurnOptions
+from agctl.turn.send import TurnOptions
+from agctl.turn.transcripts import TranscriptTurn
+from agctl.turn.transcripts import replay as run_replay
 
 # No slot here comes near it: no turn is refused or compressed for its size.
 WINDOW = 100_000_000
@@ -97,7 +97,7 @@ def flat(count: int, prefill: int, rounds: int = 3) -> tuple[float, float, float
     `prefill` messages whose session is checkpointed (as one that grew by turns is), and
     onto such a slot never checkpointed (its first turn checkpoints the `prefill`
     messages first, once); medians of `rounds` interleaved rounds."""
-    from agctl.checkpointer import Checkpointer
+    from agctl.store.checkpointer import Checkpointer
 
     rates: dict[str, list[float]] = {"empty": [], "full": [], "fresh": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -152,7 +152,7 @@ def main() -> None:
     for mode, rate in result["turns_per_second"].items():
         print(f"{result['turns']} turns, sync {mode}: {rate:.1f} turns/s")
     if not result["sync_end_available"]:
-        print("sync end: not available yet (agctl.replay.replay takes no `sync` argument)")
+        print("sync end: not available yet (transcripts.replay takes no `sync` argument)")
     print(
         f"{result['flat_turns']} turns onto {result['prefill']} messages: "
         f"{result['full_turns_per_second']:.1f} turns/s; onto an empty slot: "

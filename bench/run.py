@@ -43,8 +43,8 @@ from search import measure as measure_search
 from tokens import corpus
 from turn import fill
 
+from agctl.context.tokens import estimate_text
 from agctl.store import Store
-from agctl.tokens import estimate_text
 
 
 @contextlib.contextmanager
@@ -439,7 +439,7 @@ def main() -> None:
     if not postgres["skipped"]:
         print("\n".join(POSTGRES_NOTES))
     if "end" not in sync_modes():
-        print("turn replay, sync end: not available yet (agctl.replay.replay takes no sync)")
+        print("turn replay, sync end: not available yet (transcripts.replay takes no sync)")
 
 
 if __name__ == "__main__":

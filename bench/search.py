@@ -18,8 +18,8 @@ from typing import Any
 
 from timing import median_wall
 
-from agctl.fsio import make_dirs, write_atomic
-from agctl.models import Message
+from agctl.base.fsio import make_dirs, write_atomic
+from agctl.context.models import Message
 from agctl.store import Store
 
 NEEDLE = "needle"

@@ -18,8 +18,8 @@ import json
 
 import orjson
 
-from agctl.models import FocusedConfig, Message, Session, Slot, SlotConfig
-from agctl.view import request_messages
+from agctl.context.models import FocusedConfig, Message, Session, Slot, SlotConfig
+from agctl.context.view import request_messages
 
 MESSAGE_WORDS = 172  # about 300 tokens by agctl's estimate
 SYSTEM_WORDS = 900  # about 2,000 tokens

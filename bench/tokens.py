@@ -11,8 +11,8 @@ import json
 import statistics
 import time
 
-from agctl.models import Message
-from agctl.tokens import estimate_text
+from agctl.context.models import Message
+from agctl.context.tokens import estimate_text
 
 SAMPLES = [
     "The quick brown fox jumps over the lazy dog while the committee reviews the budget. ",

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fake_openai import FakeOpenAI
 from timing import median_wall
 
-from agctl.models import Message
+from agctl.context.models import Message
 from agctl.store import Store
 
 

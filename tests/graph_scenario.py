@@ -4,11 +4,11 @@ renderer (tests/golden/graph/) and the HTML page's browser test draw it."""
 
 from __future__ import annotations
 
-from agctl.checkpointer import Checkpointer
-from agctl.merge import merge_slots
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.merge import merge_slots
+from agctl.turn.send import TurnOptions, send_turn
 
 CONSULT = "consult"
 WHAT_IF = "what-if"

@@ -19,17 +19,17 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from agctl.checkpointer import Checkpointer
-from agctl.checkpoints import SessionState
-from agctl.errors import AgctlError, ProviderError
-from agctl.models import Draft, Message
+from agctl.base.errors import AgctlError, ProviderError
+from agctl.context.models import Draft, Message
 from agctl.providers.base import ChatRequest, Event, TextDelta
 from agctl.providers.offline import OfflineProvider
-from agctl.sessions import SessionNode
 from agctl.storage.file import layout
 from agctl.storage.memory import MemoryBackend
 from agctl.store import Store
-from agctl.turns import TurnOptions, TurnResult, send_turn
+from agctl.store.checkpointer import Checkpointer
+from agctl.store.checkpoints import SessionState
+from agctl.store.sessions import SessionNode
+from agctl.turn.send import TurnOptions, TurnResult, send_turn
 
 
 def checkpoints_dir(store: Store, session_id: str) -> Path:
@@ -407,7 +407,7 @@ HOSTILE_TEXT = (
 def conversation_with_tools(store: Store, sid: str = SID) -> str:
     """A session whose default slot holds a system prompt, the hostile message, an assistant
     tool call, its result and an answer: what the pages must show, fold and keep as text."""
-    from agctl.models import ToolCall, ToolCallFunction
+    from agctl.context.models import ToolCall, ToolCallFunction
 
     store.create_session(sid, system_prompt="You are terse.")
     call = ToolCall(id="call_1", function=ToolCallFunction(name="lookup", arguments='{"q": "x"}'))

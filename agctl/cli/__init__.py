@@ -17,11 +17,7 @@ from typing import Any
 import click
 
 from agctl import __version__
-from agctl.cli import output
-from agctl.cli.app import App, shown
-from agctl.cli.options import add_global_options, json_requested, root_options
-from agctl.cli.output import echo
-from agctl.errors import (
+from agctl.base.errors import (
     EXIT_USAGE,
     SIGINT,
     AgctlError,
@@ -29,6 +25,10 @@ from agctl.errors import (
     interrupt_signal,
     signal_name,
 )
+from agctl.cli import output
+from agctl.cli.app import App, shown
+from agctl.cli.options import add_global_options, json_requested, root_options
+from agctl.cli.output import echo
 
 # Each command group lives in its own module, imported only when it runs, so that
 # `agctl --help` and shell completion load click and nothing else. The one-line help
@@ -388,7 +388,7 @@ def main(*args: Any, **kwargs: Any) -> Any:
     # the command line process does this, never the library on import; a TAB's completion
     # runs nothing of the kind and is spared the signal module (0.5 ms).
     if not os.environ.get("_AGCTL_COMPLETE"):
-        from agctl.interrupts import adopt_orphans, interrupt_on_signals
+        from agctl.base.interrupts import adopt_orphans, interrupt_on_signals
 
         interrupt_on_signals()
         adopt_orphans()

@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from agctl.base.errors import InvalidInput, NoSessionSelected, UsageError
 from agctl.cli.output import echo, echo_json, json_text, key_values, page, table
-from agctl.errors import InvalidInput, NoSessionSelected, UsageError
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from agctl.pricing import Prices
+    from agctl.base.vocab import HookEvent
+    from agctl.context.pricing import Prices
     from agctl.storage.factory import StoreChoice
     from agctl.store import Store
-    from agctl.vocab import HookEvent
 
 T = TypeVar("T")
 
@@ -47,7 +47,7 @@ class App:
         self.session_given = False  # -s/--session on the command line
         self.json = json
         self.quiet = quiet
-        self.no_hooks = False  # --no-hooks or AGCTL_NO_HOOKS: see agctl.hooks.hooks_disabled
+        self.no_hooks = False  # --no-hooks or AGCTL_NO_HOOKS: see agctl.turn.hooks.hooks_disabled
         self.verbose = 0
         self._store: Store | None = None
         self._prices: Prices | None = None
@@ -93,11 +93,11 @@ class App:
     @property
     def prices(self) -> Prices:
         """The config's price table, read once: every cost a command shows is priced with
-        it (agctl.usage.with_known_costs for a session)."""
+        it (agctl.reports.usage.with_known_costs for a session)."""
         if self._prices is None:
-            from agctl.config import ConfigStore
+            from agctl.config.file import ConfigFile
 
-            self._prices = ConfigStore().load().price_overrides()
+            self._prices = ConfigFile().load().price_overrides()
         return self._prices
 
     def observe(
@@ -105,7 +105,7 @@ class App:
     ) -> None:
         """Fire an observing event (PostRollback, PostFork) after the command's work, and
         list its hook runs in `payload` (its --json output) when there were hooks."""
-        from agctl.setup import hooks_in_use
+        from agctl.turn.setup import hooks_in_use
 
         hooks = hooks_in_use(no_hooks=self.no_hooks)
         if hooks is None:
@@ -395,7 +395,7 @@ def read_input_file(path: str) -> tuple[bytes, str]:
     try:
         return Path(path).read_bytes(), path
     except OSError as exc:
-        from agctl.errors import NotFound, StoreError
+        from agctl.base.errors import NotFound, StoreError
 
         if isinstance(exc, FileNotFoundError):
             raise NotFound(f"{path}: no such file") from None
@@ -411,7 +411,7 @@ def write_output(target: str, data: bytes) -> None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return
-    from agctl.errors import StoreError
+    from agctl.base.errors import StoreError
 
     _refuse_nul(target)
     try:

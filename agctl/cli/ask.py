@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from agctl.tools import Answer, AskFn, ToolSpec
+    from agctl.turn.tools import Answer, AskFn, ToolSpec
 
 
 # Where the approval question is asked: the controlling terminal, whatever stdin is.
@@ -49,7 +49,7 @@ def terminal_ask() -> AskFn | None:
         reason = f"the terminal {TERMINAL} cannot be opened to ask on ({exc.strerror})"
 
         def cannot_ask(spec: ToolSpec, arguments: dict[str, Any], argv: list[str]) -> Answer:
-            from agctl.errors import ApprovalNeeded
+            from agctl.base.errors import ApprovalNeeded
 
             raise ApprovalNeeded(spec.name, reason) from None
 
@@ -59,8 +59,8 @@ def terminal_ask() -> AskFn | None:
         ctx.find_root().call_on_close(lambda: os.close(fd))
 
     def ask(spec: ToolSpec, arguments: dict[str, Any], argv: list[str]) -> Answer:
-        from agctl.errors import ApprovalNeeded
-        from agctl.tools import approval_prompt
+        from agctl.base.errors import ApprovalNeeded
+        from agctl.turn.tools import approval_prompt
 
         question = approval_prompt(spec, arguments, argv)
         _tell(fd, f"\n{question} [y/n/always] ")
@@ -97,7 +97,7 @@ def _answer_line(fd: int, deadline: float) -> str | None:
     asked from a worker thread (--tool-jobs) stops when the main thread is interrupted."""
     import select
 
-    from agctl.interrupts import raise_if_interrupted
+    from agctl.base.interrupts import raise_if_interrupted
 
     data = b""
     while not data.endswith(b"\n") and len(data) < 4096:

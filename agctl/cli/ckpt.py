@@ -6,26 +6,26 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agctl.base.vocab import ZONES
 from agctl.cli.app import App, Count, most_recent, pass_app
 from agctl.cli.complete import complete_checkpoints
 from agctl.cli.options import command_options, limit_option, select_option
 from agctl.cli.output import plain
-from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
-    from agctl.checkpointer import Checkpointer
-    from agctl.checkpoints import Checkpoint, CheckpointSummary
-    from agctl.models import Session, Slot
+    from agctl.context.models import Session, Slot
+    from agctl.store.checkpointer import Checkpointer
+    from agctl.store.checkpoints import Checkpoint, CheckpointSummary
 
 
 def checkpointer(app: App) -> Checkpointer:
-    from agctl.checkpointer import Checkpointer
+    from agctl.store.checkpointer import Checkpointer
 
     return Checkpointer(app.store)
 
 
 def summary_row(summary: CheckpointSummary) -> dict[str, Any]:
-    from agctl.models import isoformat
+    from agctl.context.models import isoformat
 
     return {
         "id": summary.id,
@@ -133,7 +133,7 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
       agctl ckpt show k3x9
       agctl ckpt show k3x9 --messages --json
     """
-    from agctl.usage import with_known_costs
+    from agctl.reports.usage import with_known_costs
 
     sid = app.session_id()
     checkpoint = _resolve(app, sid, checkpoint_id)
@@ -169,7 +169,7 @@ def _slot_state(slot: Slot, document: bool) -> dict[str, Any]:
 def _show_text(checkpoint: Checkpoint, session: Session, payload: dict[str, Any]) -> str:
     """`ckpt show` for people: the checkpoint and its session, then a row a slot."""
     from agctl.cli.output import key_values, table
-    from agctl.usage import all_free, cost_text
+    from agctl.reports.usage import all_free, cost_text
 
     head = {
         "checkpoint": checkpoint.id,
@@ -367,7 +367,7 @@ def verify(app: App) -> None:
       agctl ckpt verify
       agctl -s 1q2w ckpt verify --json
     """
-    from agctl.errors import DataError
+    from agctl.base.errors import DataError
 
     report = checkpointer(app).verify(app.session_id())
     lines = [

@@ -45,7 +45,7 @@ def store_choice(ctx: click.Context) -> StoreChoice | None:
     """The store the command line being completed uses (--store anywhere, AGCTL_STORE, the
     config's store.url, else the data dir: --data-dir anywhere, AGCTL_DATA_DIR, the
     platform's); None when what names it is not a store. Chosen once a TAB."""
-    from agctl.errors import AgctlError
+    from agctl.base.errors import AgctlError
     from agctl.storage.factory import choose_store
 
     if "agctl.store_choice" not in ctx.meta:  # shared by every context of the command line
@@ -312,7 +312,7 @@ def complete_checkpoints(
 
 def _checkpoints(store: Store, session_id: str) -> list[tuple[str, str]]:
     """A session's checkpoints and their descriptions, through its store's backend."""
-    from agctl.checkpointer import Checkpointer
+    from agctl.store.checkpointer import Checkpointer
 
     return [
         (c.id, f"turn {c.turn_index} {c.label or ''}".strip())
@@ -331,8 +331,8 @@ def _checkpoint_items(found: dict[str, str], incomplete: str) -> list[Completion
 def _store_config(ctx: click.Context) -> dict[str, Any]:
     """The config as far as choosing the store needs it: a config that never mentions a
     store is not parsed (a TAB on a file store loads no json for it)."""
-    if "agctl.config" not in ctx.meta:
-        from agctl.paths import default_config_path
+    if "agctl.config.file" not in ctx.meta:
+        from agctl.base.paths import default_config_path
 
         try:
             with _open_regular(default_config_path(), follow=True) as handle:
@@ -346,12 +346,12 @@ def _store_config(ctx: click.Context) -> dict[str, Any]:
 
 def _config(ctx: click.Context) -> dict[str, Any]:
     """The config file, read once a TAB ({} when it cannot be)."""
-    if "agctl.config" not in ctx.meta:
-        from agctl.paths import default_config_path
+    if "agctl.config.file" not in ctx.meta:
+        from agctl.base.paths import default_config_path
 
         data = _read_json(default_config_path(), follow=True)
-        ctx.meta["agctl.config"] = data if isinstance(data, dict) else {}
-    config: dict[str, Any] = ctx.meta["agctl.config"]
+        ctx.meta["agctl.config.file"] = data if isinstance(data, dict) else {}
+    config: dict[str, Any] = ctx.meta["agctl.config.file"]
     return config
 
 
@@ -361,7 +361,7 @@ def complete_profiles(
     """Profiles of the config, then the presets (usable as profiles)."""
     from click.shell_completion import CompletionItem
 
-    from agctl.vocab import PRESET_NAMES
+    from agctl.base.vocab import PRESET_NAMES
 
     profiles = _config(ctx).get("profiles") or {}
     items = [CompletionItem(name, help="profile") for name in sorted(profiles)]

@@ -48,10 +48,10 @@ def show(app: App, profile: str | None, model: str | None) -> None:
       agctl config show
       agctl config show --profile deepseek --json
     """
-    from agctl.config import ConfigStore, masked_config, resolve
-    from agctl.errors import AgctlError
+    from agctl.base.errors import AgctlError
+    from agctl.config.file import ConfigFile, masked_config, resolve
 
-    config_store = ConfigStore()
+    config_store = ConfigFile()
     config = config_store.load()
     data = masked_config(config)
     session = None
@@ -103,7 +103,7 @@ def set_(app: App, key: str, value: str) -> None:
       agctl config set prices.gpt-4o.prompt 2.5
       agctl config set prices.gpt-4o.cache_read 1.25
     """
-    from agctl.config import ConfigStore, masked_value
+    from agctl.config.file import ConfigFile, masked_value
 
-    node = masked_value(ConfigStore().set(key, value), key)
+    node = masked_value(ConfigFile().set(key, value), key)
     app.done({"key": key, "value": node}, text=f"{key} = {plain(node)}")

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agctl.base.vocab import COMPRESS_STRATEGIES
 from agctl.cli.app import App, Count, PathType, pass_app
 from agctl.cli.options import (
     command_options,
@@ -13,13 +14,12 @@ from agctl.cli.options import (
     provider_options,
     slot_option,
 )
-from agctl.vocab import COMPRESS_STRATEGIES
 
 if TYPE_CHECKING:
-    from agctl.cache import CacheOutlook
-    from agctl.compress import Compression, CompressionPreview
-    from agctl.next_request import NextRequest
-    from agctl.setup import ModelChoice, ToolsChoice
+    from agctl.context.cache import CacheOutlook
+    from agctl.turn.compress import Compression, CompressionPreview
+    from agctl.turn.next_request import NextRequest
+    from agctl.turn.setup import ModelChoice, ToolsChoice
 
 
 @click.group("ctx")
@@ -78,7 +78,7 @@ def show(
       agctl ctx show "next question" --model gpt-4o --json
       agctl ctx show "How many words in notes.txt?" -T wc
     """
-    from agctl.next_request import next_request
+    from agctl.turn.next_request import next_request
 
     sid = app.session_id()
     found = next_request(
@@ -159,7 +159,7 @@ def cache_line(outlook: CacheOutlook) -> str:
         )
     if outlook.cost is None or outlook.cost_uncached is None:
         return said + "; input unpriced"
-    from agctl.usage import money
+    from agctl.reports.usage import money
 
     return f"{said}; input ~{money(outlook.cost)} ({money(outlook.cost_uncached)} uncached)"
 
@@ -226,15 +226,15 @@ def compress(
     choice: ModelChoice,
 ) -> None:
     """Resolve the model setup, compress (or preview), report."""
-    from agctl.compress import compress as run_compress
-    from agctl.setup import ModelSetup
+    from agctl.turn.compress import compress as run_compress
+    from agctl.turn.setup import ModelSetup
 
     sid = app.session_id()
     setup = ModelSetup.chosen(app.store, sid, choice)
     kept = setup.config.compress_keep_recent if keep_recent is None else keep_recent
     least = setup.config.compress_min_tokens if min_tokens is None else min_tokens
     if dry_run:
-        from agctl.compress import preview_compression
+        from agctl.turn.compress import preview_compression
 
         preview = preview_compression(
             app.store,

@@ -354,7 +354,7 @@ def _offline_tour(data_dir: Path) -> Iterator[TourFiles]:
     import tempfile
     from unittest import mock
 
-    from agctl.fsio import write_atomic
+    from agctl.base.fsio import write_atomic
 
     with tempfile.TemporaryDirectory(prefix="agctl-demo-tool-") as side_dir:
         files = TourFiles.of(data_dir, Path(side_dir))

@@ -31,8 +31,8 @@ def command(app: App, fix: bool) -> None:
       agctl doctor --fix
       agctl doctor --json | jq '.findings[].kind'
     """
-    from agctl.doctor import diagnose
-    from agctl.errors import DataError
+    from agctl.base.errors import DataError
+    from agctl.reports.checkup import diagnose
 
     store = app.store
     findings = diagnose(store, fix=fix)

@@ -7,11 +7,11 @@ from typing import Any, TypeVar
 
 import click
 
+from agctl.base.quoting import escaped
 from agctl.cli.app import App, pass_app
 from agctl.cli.complete import complete_draft_slots
 from agctl.cli.options import command_options
 from agctl.cli.output import echo
-from agctl.quoting import escaped
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -68,7 +68,7 @@ def show(app: App, slot: str | None, every: bool) -> None:
       agctl draft show --json | jq -r '.waiting_calls[].id'
       agctl draft show | agctl turn send - --slot other
     """
-    from agctl.drafts import draft_document, find_draft
+    from agctl.store.drafts import draft_document, find_draft
 
     sid = app.session_id()
     if every:
@@ -86,8 +86,8 @@ def show(app: App, slot: str | None, every: bool) -> None:
 
 def _show_all(app: App, sid: str) -> None:
     """`draft show --all`: a row a draft, a damaged one said as such."""
-    from agctl.drafts import all_drafts, damaged_document, draft_document
-    from agctl.errors import CorruptDocument
+    from agctl.base.errors import CorruptDocument
+    from agctl.store.drafts import all_drafts, damaged_document, draft_document
 
     rows = [
         damaged_document(sid, d)
@@ -116,7 +116,7 @@ def _show_all(app: App, sid: str) -> None:
 def _about_text(row: dict[str, Any]) -> str:
     """What a draft is about, for stderr: its slot and when it was kept, after what, why it
     is stale, the reply that was not written and the tool calls waiting."""
-    from agctl.drafts import GONE
+    from agctl.store.drafts import GONE
 
     about = f"draft for slot {row['slot']}, kept {row['created_at']}"
     lines = [about + (f" after: {row['error']}" if row["error"] else "")]
@@ -162,8 +162,8 @@ def rm(app: App, slot: str | None) -> None:
       agctl draft rm
       agctl draft rm --slot plan-b --json
     """
-    from agctl.drafts import damaged_document, draft_document, remove_draft
-    from agctl.errors import CorruptDocument
+    from agctl.base.errors import CorruptDocument
+    from agctl.store.drafts import damaged_document, draft_document, remove_draft
 
     sid = app.session_id()
     removed = remove_draft(app.store.backend, sid, slot)

@@ -7,11 +7,11 @@ from typing import Any, cast
 
 import click
 
+from agctl.base.vocab import HOOK_EVENTS, HOOK_ON_ERRORS, HookEvent
 from agctl.cli.app import App, PathType, pass_app, read_input_file, warnings_to_stderr
 from agctl.cli.complete import complete_profiles
 from agctl.cli.options import json_option
 from agctl.cli.output import plain
-from agctl.vocab import HOOK_EVENTS, HOOK_ON_ERRORS, HookEvent
 
 PROJECT_FILE = ".agctl/hooks.json"
 
@@ -90,8 +90,8 @@ def add(
       agctl hook add PostToolUse redact --on-error block -- ./redact.py
       agctl hook add TurnStart ctx --profile work --force -- ./work-context.sh
     """
-    from agctl.config import ConfigStore
-    from agctl.hooks import add_hook, hook_spec
+    from agctl.config.file import ConfigFile
+    from agctl.turn.hooks import add_hook, hook_spec
 
     fields: dict[str, Any] = {"name": name, "event": event, "command": list(argv)}
     if timeout_s is not None:
@@ -99,7 +99,7 @@ def add(
     if on_error is not None:
         fields["on_error"] = on_error
     spec = hook_spec(fields)
-    add_hook(ConfigStore(), spec, profile=profile, replace=force)
+    add_hook(ConfigFile(), spec, profile=profile, replace=force)
     where = f" to profile {profile}" if profile else ""
     app.done(
         {**spec.model_dump(mode="json"), "profile": profile},
@@ -121,12 +121,12 @@ def list_(app: App) -> None:
       agctl hook list
       agctl hook list --json | jq -r '.[] | select(.trust != "trusted") | .name'
     """
-    from agctl.config import ConfigStore
-    from agctl.hooks import all_hooks
-    from agctl.quoting import shell_word, shell_words
+    from agctl.base.quoting import shell_word, shell_words
+    from agctl.config.file import ConfigFile
+    from agctl.turn.hooks import all_hooks
 
     warnings_to_stderr(json=app.json)
-    listed, project = all_hooks(ConfigStore().load(), Path.cwd())
+    listed, project = all_hooks(ConfigFile().load(), Path.cwd())
     if project.state == "invalid":
         app.warn(f"{shell_word(str(project.path))} is ignored: {project.problem}")
     rows = [hook.public() for hook in listed]
@@ -168,10 +168,10 @@ def rm(app: App, name: str, profile: str | None) -> None:
       agctl hook rm notify
       agctl hook rm ctx --profile work
     """
-    from agctl.config import ConfigStore
-    from agctl.hooks import remove_hook
+    from agctl.config.file import ConfigFile
+    from agctl.turn.hooks import remove_hook
 
-    removed = remove_hook(ConfigStore(), name, profile=profile)
+    removed = remove_hook(ConfigFile(), name, profile=profile)
     app.done(
         {"removed": removed.name, "event": removed.event, "profile": profile},
         text=f"removed {removed.event} hook {removed.name}",
@@ -211,9 +211,9 @@ def test(app: App, event_name: str, payload_file: str, profile: str | None) -> N
     """
     import orjson
 
-    from agctl.config import ConfigStore
-    from agctl.errors import InvalidInput
-    from agctl.hooks import HookBlocked, hooks_for, profile_in_use, run_hooks
+    from agctl.base.errors import InvalidInput
+    from agctl.config.file import ConfigFile
+    from agctl.turn.hooks import HookBlocked, hooks_for, profile_in_use, run_hooks
 
     event = cast(HookEvent, event_name)
     warnings_to_stderr(json=app.json)
@@ -224,7 +224,7 @@ def test(app: App, event_name: str, payload_file: str, profile: str | None) -> N
         raise InvalidInput(f"{where}: not JSON ({exc})") from None
     if not isinstance(payload, dict):
         raise InvalidInput(f"{where}: the payload must be a JSON object")
-    config = ConfigStore().load()
+    config = ConfigFile().load()
     chosen = profile_in_use(config, profile)
     hooks = hooks_for(config, chosen, Path.cwd(), event, no_hooks=app.no_hooks)
     try:
@@ -277,11 +277,11 @@ def trust(app: App, file: Path | None) -> None:
       agctl hook trust
       agctl hook trust ../other-project/.agctl/hooks.json
     """
-    from agctl.config import ConfigStore
-    from agctl.hooks import trust_hooks_file
-    from agctl.quoting import shell_word, shell_words
+    from agctl.base.quoting import shell_word, shell_words
+    from agctl.config.file import ConfigFile
+    from agctl.turn.hooks import trust_hooks_file
 
-    pinned = trust_hooks_file(ConfigStore(), file or Path.cwd() / PROJECT_FILE)
+    pinned = trust_hooks_file(ConfigFile(), file or Path.cwd() / PROJECT_FILE)
     project = shell_word(str(pinned.project))
     lines = [
         f"trusted the hooks file of project {project}",
@@ -315,10 +315,10 @@ def untrust(app: App, file: Path | None) -> None:
     Examples:
       agctl hook untrust
     """
-    from agctl.config import ConfigStore
-    from agctl.hooks import untrust_hooks_file
-    from agctl.quoting import shell_word
+    from agctl.base.quoting import shell_word
+    from agctl.config.file import ConfigFile
+    from agctl.turn.hooks import untrust_hooks_file
 
-    dropped = untrust_hooks_file(ConfigStore(), file or Path.cwd() / PROJECT_FILE)
+    dropped = untrust_hooks_file(ConfigFile(), file or Path.cwd() / PROJECT_FILE)
     report = {"project": str(dropped.project), "file": str(dropped.path), "sha256": dropped.sha256}
     app.done(report, text=f"untrusted {shell_word(str(dropped.path))}")

@@ -9,10 +9,10 @@ import sys
 
 import click
 
+from agctl.base.errors import AgctlError
 from agctl.cli.app import App, pass_app
 from agctl.cli.options import json_option
 from agctl.cli.output import echo
-from agctl.errors import AgctlError
 
 
 @click.command("man")
@@ -40,7 +40,7 @@ def command(app: App, words: tuple[str, ...], roff: bool) -> None:
       agctl man ckpt rollback | grep -A2 -- --force
       agctl man --roff turn send > agctl-turn-send.1
     """
-    from agctl import manpages
+    from agctl.cli import manpages
 
     page = manpages.find(words)
     if app.json:

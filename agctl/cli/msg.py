@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agctl.base.vocab import EXPORT_FORMATS, IMPORT_FORMATS, ROLES
 from agctl.cli.app import (
     NEGATIVE_INDEX,
     App,
@@ -23,10 +24,9 @@ from agctl.cli.options import (
     regex_options,
     slot_option,
 )
-from agctl.vocab import EXPORT_FORMATS, IMPORT_FORMATS, ROLES
 
 if TYPE_CHECKING:
-    from agctl.models import Message, Slot
+    from agctl.context.models import Message, Slot
 
 LIST_COLUMNS = [("index", "#"), ("role", "ROLE"), ("tokens", "TOKENS"), ("text", "CONTENT")]
 
@@ -175,7 +175,7 @@ def find(
       agctl msg find --text "stack trace"
       agctl msg find assistant --text '^Error' --regex
     """
-    from agctl.errors import UsageError
+    from agctl.base.errors import UsageError
 
     if text is None and regex:
         raise UsageError("--regex needs --text")
@@ -185,7 +185,7 @@ def find(
     if text is None:
         indices = target.find(set(roles))
     else:
-        from agctl.search import Matcher, find_messages
+        from agctl.reports.search import Matcher, find_messages
 
         matcher = Matcher(text, regex=regex, timeout=regex_timeout)
         indices = find_messages(target.messages, matcher, set(roles))
@@ -240,7 +240,7 @@ def append(
       agctl msg append user "Compare these:" -f a.py -f b.py
       agctl msg append tool '{"ok": true}' --tool-call-id call_1
     """
-    from agctl.messages import typed_message
+    from agctl.context.messages import typed_message
 
     message = typed_message(
         role, text_argument(text, files=files), name=name, tool_call_id=tool_call_id
@@ -271,7 +271,7 @@ def insert(
     Examples:
       agctl msg insert 0 system "Answer in French."
     """
-    from agctl.messages import typed_message
+    from agctl.context.messages import typed_message
 
     message = typed_message(role, text_argument(text), name=name, tool_call_id=tool_call_id)
     _change_message(app, slot, "inserted", lambda s: (s.insert(index, message), message))
@@ -398,12 +398,12 @@ def export(app: App, fmt: str, view: bool, output: str, slot: str | None) -> Non
       agctl msg export --view --format jsonl -o view.jsonl
       agctl msg export --format markdown -o chat.md
     """
-    from agctl.interchange import export_messages
+    from agctl.interchange.formats import export_messages
 
     sid = app.session_id()
     target = app.store.load_slot(sid, slot)
     if view:
-        from agctl.view import request_view
+        from agctl.context.view import request_view
 
         messages = request_view(app.store.load_session(sid), target)
     else:
@@ -436,7 +436,7 @@ def import_(app: App, source: str, fmt: str, replace: bool, slot: str | None) ->
       agctl msg import chat.json
       agctl msg export --slot a | agctl msg import - --slot b --replace
     """
-    from agctl.interchange import parse_messages
+    from agctl.interchange.formats import parse_messages
 
     data, name = read_input_file(source)
     messages = parse_messages(data, fmt, name)  # type: ignore[arg-type]

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
+from agctl.base.errors import UsageError
+from agctl.base.vocab import APPROVE_MODES, PROVIDERS, TOOLS_COUNTED, TOOLS_MODES
 from agctl.cli.app import App, Count, PathType, shown
-from agctl.errors import UsageError
-from agctl.vocab import APPROVE_MODES, PROVIDERS, TOOLS_COUNTED, TOOLS_MODES
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -348,7 +348,7 @@ def limit_option(fn: F) -> F:
 
 def regex_options(fn: F) -> F:
     """`--regex` and `--regex-timeout SECONDS`: TEXT as a regular expression, and the most
-    time it may spend matching over the whole search (agctl.search.Matcher)."""
+    time it may spend matching over the whole search (agctl.reports.search.Matcher)."""
     fn = click.option(
         "--regex-timeout",
         type=click.FloatRange(min=0, min_open=True, max=3600),
@@ -379,7 +379,7 @@ def file_option(fn: F) -> F:
 
 def provider_options(fn: F) -> F:
     """--model, --profile and --provider, for the commands that call a model. The command
-    gets them as one `choice` (an agctl.setup.ModelChoice, for ModelSetup.chosen), with
+    gets them as one `choice` (an agctl.turn.setup.ModelChoice, for ModelSetup.chosen), with
     its --script and --cassette when it has those options."""
     from agctl.cli.complete import complete_models, complete_profiles
 
@@ -387,7 +387,7 @@ def provider_options(fn: F) -> F:
     def with_choice(
         *args: Any, model: str | None, profile: str | None, provider_kind: str | None, **kw: Any
     ) -> Any:
-        from agctl.setup import ModelChoice
+        from agctl.turn.setup import ModelChoice
 
         choice = ModelChoice(
             profile=profile,
@@ -456,7 +456,7 @@ def tool_name_option(help: str) -> Callable[[F], F]:
 
 
 # The options of `tool_options` after -T/--tool, in the order its help shows them:
-# (declarations, keyword arguments). Each of agctl.setup.TOOL_LOOP_FIELDS is one of them.
+# (declarations, keyword arguments). Each of agctl.turn.setup.TOOL_LOOP_FIELDS is one of them.
 _TOOL_LOOP_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (
         ("--tools", "tools_mode"),
@@ -536,7 +536,7 @@ _TOOL_LOOP_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
 def tool_options(fn: F) -> F:
     """-T/--tool, --tools, --tools-file, --tool-choice, --max-steps, --tool-jobs,
     --max-calls-per-reply, --max-calls-per-turn and --approve: the tools a turn offers and
-    its loop's limits. The command gets `tools` (an agctl.setup.ToolsChoice) and `loop`
+    its loop's limits. The command gets `tools` (an agctl.turn.setup.ToolsChoice) and `loop`
     (the TurnOptions fields they set; a limit of calls not given is None: the config's)."""
 
     @functools.wraps(fn)
@@ -548,7 +548,7 @@ def tool_options(fn: F) -> F:
         approve: str | None,
         **kw: Any,
     ) -> Any:
-        from agctl.setup import TOOL_LOOP_FIELDS, ToolsChoice
+        from agctl.turn.setup import TOOL_LOOP_FIELDS, ToolsChoice
 
         tools = ToolsChoice(
             names=tool_names,
@@ -569,7 +569,7 @@ def tool_options(fn: F) -> F:
 
 def counted_tool_options(fn: F) -> F:
     """-T/--tool, --tools all and --tools-file on `ctx show`: the tools whose definitions
-    the next request counts. The command gets them as one `tools` (agctl.setup.ToolsChoice)."""
+    the next request counts. The command gets them as one `tools` (agctl.turn.setup.ToolsChoice)."""
 
     @functools.wraps(fn)
     def with_tools(
@@ -579,7 +579,7 @@ def counted_tool_options(fn: F) -> F:
         tools_file: Path | None,
         **kw: Any,
     ) -> Any:
-        from agctl.setup import ToolsChoice
+        from agctl.turn.setup import ToolsChoice
 
         tools = ToolsChoice(names=tool_names, every=every_tool == "all", tools_file=tools_file)
         return fn(*args, tools=tools, **kw)

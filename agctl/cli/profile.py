@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
+from agctl.base.vocab import PROVIDERS
 from agctl.cli.app import App, pass_app, text_argument
 from agctl.cli.complete import complete_profiles
 from agctl.cli.options import json_option
-from agctl.vocab import PROVIDERS
 
 
 @click.group("profile")
@@ -73,7 +73,7 @@ def add(
       printf %s "$KEY" | agctl profile add ds --preset deepseek --api-key -
       agctl profile add vllm --base-url http://gpu-box:8000/v1 --model qwen2.5
     """
-    from agctl.config import ConfigStore, profile_from
+    from agctl.config.file import ConfigFile, profile_from
 
     parsed = _headers(headers)
     if api_key == "-":
@@ -91,7 +91,7 @@ def add(
             "prompt_cache_key": prompt_cache_key,
         }
     )
-    config = ConfigStore().add_profile(name, profile, replace=replace, make_default=make_default)
+    config = ConfigFile().add_profile(name, profile, replace=replace, make_default=make_default)
     default = config.default_profile == name
     app.done(
         {"profile": name, "default": default},
@@ -121,9 +121,9 @@ def list_(app: App) -> None:
     Examples:
       agctl profile list --json
     """
-    from agctl.config import ConfigStore, profile_listing
+    from agctl.config.file import ConfigFile, profile_listing
 
-    rows = profile_listing(ConfigStore().load())
+    rows = profile_listing(ConfigFile().load())
     display = [{**r, "mark": "*" if r["default"] else ""} for r in rows]
     columns = [
         ("mark", ""),
@@ -149,7 +149,7 @@ def rm(app: App, name: str) -> None:
     Examples:
       agctl profile rm work
     """
-    from agctl.config import ConfigStore
+    from agctl.config.file import ConfigFile
 
-    ConfigStore().remove_profile(name)
+    ConfigFile().remove_profile(name)
     app.done({"removed": name}, text=f"removed profile {name}")

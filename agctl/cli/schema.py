@@ -6,9 +6,9 @@ from typing import Any
 
 import click
 
+from agctl.base.vocab import SCHEMA_NAMES
 from agctl.cli.options import json_option
 from agctl.cli.output import echo_json
-from agctl.vocab import SCHEMA_NAMES
 
 
 def schema_of(name: str) -> dict[str, Any]:
@@ -16,23 +16,23 @@ def schema_of(name: str) -> dict[str, Any]:
 
     model: type[BaseModel]
     if name == "session":
-        from agctl.models import Session as model
+        from agctl.context.models import Session as model
     elif name == "slot":
-        from agctl.models import Slot as model
+        from agctl.context.models import Slot as model
     elif name == "message":
-        from agctl.models import Message as model
+        from agctl.context.models import Message as model
     elif name == "checkpoint":
-        from agctl.checkpoints import Checkpoint as model
+        from agctl.store.checkpoints import Checkpoint as model
     elif name == "cassette":
         from agctl.providers.cassette import CassetteEntry as model
     elif name == "transcript":
-        from agctl.replay import TranscriptTurn as model
+        from agctl.turn.transcripts import TranscriptTurn as model
     elif name == "export":
-        from agctl.interchange import SessionExport as model
+        from agctl.interchange.formats import SessionExport as model
     elif name == "graph":
         from agctl.graph.document import GraphDocument as model
     else:
-        from agctl.config import Config as model
+        from agctl.config.file import Config as model
     return model.model_json_schema()
 
 

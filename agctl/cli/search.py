@@ -5,11 +5,11 @@ from __future__ import annotations
 import click
 from click.core import ParameterSource
 
+from agctl.base.errors import EXIT_ERROR
+from agctl.base.vocab import ROLES
 from agctl.cli.app import App, Count, pass_app
 from agctl.cli.options import command_options, regex_options, slot_option
 from agctl.cli.output import echo
-from agctl.errors import EXIT_ERROR
-from agctl.vocab import ROLES
 
 
 def explicit_session(app: App) -> str | None:
@@ -77,7 +77,7 @@ def command(
     limit: int | None,
     slot: str | None,
 ) -> None:
-    from agctl.search import Matcher, search
+    from agctl.reports.search import Matcher, search
 
     matcher = Matcher(text, regex=regex, timeout=regex_timeout)
     hits = search(

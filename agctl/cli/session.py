@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agctl.base.vocab import GRAPH_FORMATS, SESSION_EXPORT_FORMATS, SESSION_SETTINGS
 from agctl.cli.app import App, most_recent, pass_app, text_argument
 from agctl.cli.complete import (
     complete_models,
@@ -15,14 +16,13 @@ from agctl.cli.complete import (
 )
 from agctl.cli.options import json_option, limit_option, select_option, session_option
 from agctl.cli.output import echo, plain
-from agctl.vocab import GRAPH_FORMATS, SESSION_EXPORT_FORMATS, SESSION_SETTINGS
 
 if TYPE_CHECKING:
+    from agctl.context.models import Session
+    from agctl.context.pricing import Prices
     from agctl.graph.render import Drawing
-    from agctl.models import Session
-    from agctl.pricing import Prices
+    from agctl.reports.usage import ModelUsage
     from agctl.store import Replaced, SessionInfo
-    from agctl.usage import ModelUsage
 
 
 def parent_label(row: dict[str, Any]) -> str | None:
@@ -33,8 +33,8 @@ def parent_label(row: dict[str, Any]) -> str | None:
 
 
 def session_row(info: SessionInfo, current: str | None, prices: Prices) -> dict[str, Any]:
-    from agctl.models import isoformat
-    from agctl.usage import all_free, with_known_costs
+    from agctl.context.models import isoformat
+    from agctl.reports.usage import all_free, with_known_costs
 
     session = with_known_costs(info.session, prices)
     return {
@@ -182,8 +182,8 @@ def list_(app: App, limit: int | None) -> None:
       agctl session list -n 5
       agctl session list --json | jq -r '.[].id'
     """
-    from agctl.errors import AgctlError
-    from agctl.usage import cost_text
+    from agctl.base.errors import AgctlError
+    from agctl.reports.usage import cost_text
 
     problems: list[AgctlError] = []
     infos = most_recent(app.store.list_sessions(problems=problems), limit, newest_first=False)
@@ -229,7 +229,7 @@ def show(app: App, session_id: str | None) -> None:
       agctl session show 1q2w --json
     """
     from agctl.cli.slot import slot_row
-    from agctl.usage import all_free, cost_text, session_usage, with_known_costs
+    from agctl.reports.usage import all_free, cost_text, session_usage, with_known_costs
 
     sid = app.session_id(session_id)
     session = with_known_costs(app.store.load_session(sid), app.prices)
@@ -239,7 +239,7 @@ def show(app: App, session_id: str | None) -> None:
     if app.json:
         app.emit(payload)
         return
-    from agctl.models import isoformat
+    from agctl.context.models import isoformat
 
     summary = {
         "id": session.id,
@@ -323,7 +323,7 @@ def rm(app: App, session_ids: tuple[str, ...], recursive: bool, orphan: bool) ->
       agctl session rm --recursive experiment-root
       agctl session rm --orphan old-parent
     """
-    from agctl.sessions import remove_sessions
+    from agctl.store.sessions import remove_sessions
 
     removal = remove_sessions(app.store.backend, session_ids, recursive=recursive, orphan=orphan)
     lines = [f"destroyed {s}" for s in removal.destroyed]
@@ -374,8 +374,8 @@ def tree(app: App, session_id: str | None) -> None:
       agctl session tree
       agctl session tree 1q2w --json
     """
-    from agctl.errors import AgctlError
-    from agctl.sessions import session_forest
+    from agctl.base.errors import AgctlError
+    from agctl.store.sessions import session_forest
 
     problems: list[AgctlError] = []
     nodes = session_forest(app.store.backend, session_id, problems=problems)
@@ -499,7 +499,7 @@ def export(
         return
     if slot is not None or redact:
         raise click.UsageError("--slot and --redact go with --format html")
-    from agctl.interchange import export_session
+    from agctl.interchange.formats import export_session
 
     document = export_session(app.store, sid, checkpoints=with_checkpoints)
     write_output(output, document.model_dump_json(indent=2, exclude_none=False).encode() + b"\n")
@@ -525,7 +525,7 @@ def import_(app: App, source: str, as_id: str | None, make_current: bool) -> Non
       agctl session import backup.json --as restored --no-use
     """
     from agctl.cli.app import read_input_file
-    from agctl.interchange import import_session
+    from agctl.interchange.formats import import_session
 
     data, name = read_input_file(source)
     session = import_session(app.store, data, as_id=as_id, source=name)
@@ -598,7 +598,7 @@ def graph(
     from agctl.graph.render import draw
 
     if all_sessions and session_id:
-        from agctl.errors import UsageError
+        from agctl.base.errors import UsageError
 
         raise UsageError("give SESSION or --all, not both")
     fmt = "json" if app.json and output == "-" else fmt

@@ -7,22 +7,22 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from agctl.base.vocab import DERIVE_STRATEGIES, MERGE_STRATEGIES, SLOT_MODES, SLOT_SETTINGS
 from agctl.cli.app import App, Count, pass_app, read_input_file
 from agctl.cli.complete import complete_slots
 from agctl.cli.options import command_options, provider_options, slot_option
 from agctl.cli.output import plain
-from agctl.vocab import DERIVE_STRATEGIES, MERGE_STRATEGIES, SLOT_MODES, SLOT_SETTINGS
 
 if TYPE_CHECKING:
-    from agctl.merge import MergeResult
-    from agctl.models import ContextBudget, Message, Slot, TokenBudget
-    from agctl.setup import ModelChoice
+    from agctl.context.models import ContextBudget, Message, Slot, TokenBudget
+    from agctl.turn.merge import MergeResult
+    from agctl.turn.setup import ModelChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def slot_row(slot: Slot, current_slot: str | None = None) -> dict[str, Any]:
-    from agctl.models import isoformat
+    from agctl.context.models import isoformat
 
     return {
         "id": slot.id,
@@ -151,7 +151,7 @@ def new(
     """
     immutable: list[Message] = []
     if static_file is not None:
-        from agctl.interchange import parse_messages
+        from agctl.interchange.formats import parse_messages
 
         data, source = read_input_file(static_file)
         immutable = parse_messages(data, source=source)
@@ -282,8 +282,8 @@ def show(app: App, slot_id: str | None, view: bool) -> None:
     session = app.store.load_session(sid)
     slot = app.store.load_slot(sid, slot_id)
     if view:
-        from agctl.models import messages_to_openai
-        from agctl.view import request_view
+        from agctl.context.models import messages_to_openai
+        from agctl.context.view import request_view
 
         messages = request_view(session, slot)
         tokens = sum(m.token_count() for m in messages)
@@ -303,7 +303,7 @@ def show(app: App, slot_id: str | None, view: bool) -> None:
 
 def slot_summary(slot: Slot, *, current: bool) -> dict[str, Any]:
     """What `slot show` says of a slot, for people: its config, merges and zones."""
-    from agctl.models import isoformat
+    from agctl.context.models import isoformat
 
     config = slot.config
     summary: dict[str, Any] = {
@@ -424,8 +424,8 @@ def summarize(
       agctl slot summarize
       agctl slot summarize research --profile ds && agctl slot mode focused research
     """
-    from agctl.compress import summarize_slot
-    from agctl.setup import ModelSetup
+    from agctl.turn.compress import summarize_slot
+    from agctl.turn.setup import ModelSetup
 
     sid = app.session_id()
     setup = ModelSetup.chosen(app.store, sid, choice)
@@ -477,13 +477,13 @@ def merge(
       agctl slot merge option-a
       agctl slot merge experiment --into default --strategy summary
     """
-    from agctl.merge import merge_slots
+    from agctl.turn.merge import merge_slots
 
     sid = app.session_id()
     provider = None
     chosen_model = "offline"
     if strategy == "summary":
-        from agctl.setup import ModelSetup
+        from agctl.turn.setup import ModelSetup
 
         setup = ModelSetup.chosen(app.store, sid, choice)
         provider, chosen_model = setup.provider(), setup.settings.model
@@ -542,7 +542,7 @@ def set_(app: App, key: str, value: str, slot: str | None) -> None:
       agctl slot set budget '{"system": 2000, "tool_results": 0.2}' --slot notes
       agctl slot set budget auto --slot notes
     """
-    from agctl.settings import setting_from_text
+    from agctl.config.settings import setting_from_text
 
     setting = setting_from_text(value)
     if key == "budget":
@@ -556,9 +556,9 @@ def set_(app: App, key: str, value: str, slot: str | None) -> None:
 def set_budget_setting(app: App, slot: str | None, setting: Any) -> None:
     """`slot set budget`: merge the parts given into the slot's budget, then show it in
     tokens for the window of the session's model."""
-    from agctl.errors import UsageError
-    from agctl.models import ContextBudget
-    from agctl.setup import ModelSetup
+    from agctl.base.errors import UsageError
+    from agctl.context.models import ContextBudget
+    from agctl.turn.setup import ModelSetup
 
     if setting is not None and not isinstance(setting, dict):
         raise UsageError(f"a budget is a JSON object of parts or 'auto', not {plain(setting)}")
@@ -585,7 +585,7 @@ def set_budget_setting(app: App, slot: str | None, setting: Any) -> None:
 
 def budget_text(budget: ContextBudget | None, tokens: TokenBudget | None = None) -> str:
     """Each part as it was given (a count, a share, auto), in tokens when they are known."""
-    from agctl.models import ContextBudget
+    from agctl.context.models import ContextBudget
 
     given = (budget or ContextBudget()).model_dump()
     in_tokens = tokens.model_dump() if tokens is not None else {}

@@ -13,8 +13,8 @@ from agctl.cli.app import App, pass_app
 from agctl.cli.options import json_option, sessions_option
 
 if TYPE_CHECKING:
+    from agctl.interchange.transfer import Transfer
     from agctl.storage.base import Backend
-    from agctl.transfer import Transfer
 
 
 @contextlib.contextmanager
@@ -68,7 +68,7 @@ def status(app: App) -> None:
       agctl store status
       agctl --store postgresql:///agctl?service=team store status --json
     """
-    from agctl.errors import DataError
+    from agctl.base.errors import DataError
     from agctl.storage import admin
 
     with _opened(app) as backend:
@@ -186,8 +186,8 @@ def copy(
       agctl store copy postgresql:///agctl?service=team ./backup --session review-42
       agctl store copy ./a ./b --json | jq '.sessions[] | {id, outcome}'
     """
+    from agctl.interchange.transfer import copy_between
     from agctl.storage.factory import choose_store
-    from agctl.transfer import copy_between
 
     source_store, target_store = (
         choose_store(given, origin=origin, data_dir=app.data_dir, schema=schema)
@@ -255,7 +255,7 @@ def gc(app: App, session_ids: list[str], dry_run: bool) -> None:
       agctl store gc --session review-42 --dry-run
       agctl store gc --json | jq '.sessions[] | {session, bytes_before, bytes_after}'
     """
-    from agctl.checkpointer import Checkpointer
+    from agctl.store.checkpointer import Checkpointer
 
     store = app.store
     keeper = Checkpointer(store)

@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from agctl.base.vocab import TOOL_APPROVALS, TOOL_ARGS_MODES
 from agctl.cli.app import App, PathType, pass_app
 from agctl.cli.complete import complete_profiles, complete_tools
 from agctl.cli.options import json_option
 from agctl.cli.output import plain
-from agctl.vocab import TOOL_APPROVALS, TOOL_ARGS_MODES
 
 if TYPE_CHECKING:
-    from agctl.config import Config
-    from agctl.tools import ToolSpec
+    from agctl.config.file import Config
+    from agctl.turn.tools import ToolSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -65,11 +65,11 @@ def _listed_profile(config: Config, profile: str | None) -> str | None:
 
 def _found(profile: str | None, tools_file: str | None, name: str) -> tuple[ToolSpec, str]:
     """The tool `name` of the registry, and where it comes from; NotFound names the others."""
-    from agctl.config import ConfigStore
-    from agctl.errors import NotFound
-    from agctl.tools import tool_registry, tool_sources
+    from agctl.base.errors import NotFound
+    from agctl.config.file import ConfigFile
+    from agctl.turn.tools import tool_registry, tool_sources
 
-    config = ConfigStore().load()
+    config = ConfigFile().load()
     chosen = _listed_profile(config, profile)
     registry = tool_registry(config, chosen, tools_file)
     if name not in registry:
@@ -167,8 +167,8 @@ def add(
       agctl tool add deploy --description "Deploy" --profile work --env-allow 'DEPLOY_*' \\
         -- make deploy
     """
-    from agctl.config import ConfigStore
-    from agctl.tools import new_tool
+    from agctl.config.file import ConfigFile
+    from agctl.turn.tools import new_tool
 
     fields = {
         "name": name,
@@ -183,7 +183,7 @@ def add(
         "env_allow": list(env_allow),
     }
     spec = new_tool(fields, data_dir=app.local_dir)
-    replaced = ConfigStore().add_tool(spec, profile=profile, replace=force)
+    replaced = ConfigFile().add_tool(spec, profile=profile, replace=force)
     where = f" to profile {profile}" if profile else ""
     app.done(
         {"tool": name, "profile": profile, "replaced": replaced},
@@ -216,11 +216,11 @@ def list_(app: App, profile: str | None, tools_file: str | None) -> None:
       agctl tool list
       agctl tool list --profile work --tools-file ci-tools.json --json
     """
-    from agctl.config import ConfigStore
-    from agctl.quoting import shell_words
-    from agctl.tools import tool_registry, tool_sources
+    from agctl.base.quoting import shell_words
+    from agctl.config.file import ConfigFile
+    from agctl.turn.tools import tool_registry, tool_sources
 
-    config = ConfigStore().load()
+    config = ConfigFile().load()
     chosen = _listed_profile(config, profile)
     registry = tool_registry(config, chosen, tools_file)
     sources = tool_sources(config, chosen, tools_file)
@@ -261,7 +261,7 @@ def show(app: App, name: str, profile: str | None, tools_file: str | None) -> No
       agctl tool show word-count
       agctl tool show word-count --json | jq .parameters
     """
-    from agctl.quoting import shell_words
+    from agctl.base.quoting import shell_words
 
     spec, source = _found(profile, tools_file, name)
     payload = {**spec.model_dump(mode="json", exclude_none=True), "source": source}
@@ -283,9 +283,9 @@ def rm(app: App, name: str, profile: str | None) -> None:
       agctl tool rm word-count
       agctl tool rm deploy --profile work
     """
-    from agctl.config import ConfigStore
+    from agctl.config.file import ConfigFile
 
-    ConfigStore().remove_tool(name, profile=profile)
+    ConfigFile().remove_tool(name, profile=profile)
     app.done({"removed": name, "profile": profile}, text=f"removed tool {name}")
 
 
@@ -324,8 +324,8 @@ def test(
       agctl tool test word-count --args '{"text": "one two three"}'
       agctl tool test now --json
     """
-    from agctl.errors import UsageError
-    from agctl.tools import check_call, run_tool
+    from agctl.base.errors import UsageError
+    from agctl.turn.tools import check_call, run_tool
 
     spec, _source = _found(profile, tools_file, name)
     checked = check_call(spec, name, arguments)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agctl.base.vocab import CHECK_MODES, SYNC_MODES
 from agctl.cli.app import App, Count, pass_app, read_input_file, text_argument
 from agctl.cli.options import (
     command_options,
@@ -20,20 +21,19 @@ from agctl.cli.options import (
     tool_options,
 )
 from agctl.cli.output import echo, secho
-from agctl.vocab import CHECK_MODES, SYNC_MODES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
     from contextlib import AbstractContextManager
     from pathlib import Path
 
+    from agctl.base.vocab import CheckMode, SyncMode
     from agctl.providers.base import Event
-    from agctl.replay import ReplaySummary
-    from agctl.setup import ModelChoice, ToolsChoice
-    from agctl.steps import CallRecord
-    from agctl.tools import Answer, AskFn
-    from agctl.turns import TurnResult
-    from agctl.vocab import CheckMode, SyncMode
+    from agctl.turn.send import TurnResult
+    from agctl.turn.setup import ModelChoice, ToolsChoice
+    from agctl.turn.steps import CallRecord
+    from agctl.turn.tools import Answer, AskFn
+    from agctl.turn.transcripts import ReplaySummary
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -109,7 +109,7 @@ CALL_ARGUMENTS_SHOWN = 60
 def call_line(record: CallRecord) -> str:
     """A tool call and how it ended, on one line for people: its name and arguments
     escaped (the model chose them) and cut short."""
-    from agctl.quoting import escaped
+    from agctl.base.quoting import escaped
 
     name, arguments = (
         text if len(text) <= CALL_ARGUMENTS_SHOWN else text[: CALL_ARGUMENTS_SHOWN - 1] + "…"
@@ -292,9 +292,9 @@ def send(
     fields: dict[str, Any],
     resuming: dict[str, Any],
 ) -> None:
-    """Parse what was chosen, assemble the turn (agctl.setup.plan_turn), send it, show it."""
-    from agctl.setup import TurnChoice, plan_turn
-    from agctl.turns import send_turn
+    """Parse what was chosen, assemble the turn (agctl.turn.setup.plan_turn), send it, show it."""
+    from agctl.turn.send import send_turn
+    from agctl.turn.setup import TurnChoice, plan_turn
 
     store, sid = app.store, app.session_id()
     prompt, slot, resume, answers = turn_input(app, sid, prompt, slot, files, **resuming)
@@ -338,7 +338,7 @@ def turn_input(
     if resume_draft:
         if prompt is not None or files:
             raise click.UsageError("give either PROMPT (or --file) or --resume-draft, not both")
-        from agctl.drafts import given_answers, resumable_draft
+        from agctl.store.drafts import given_answers, resumable_draft
 
         draft = resumable_draft(app.store.backend, sid, slot, force=force)
         return (
@@ -374,7 +374,7 @@ def show_turn(app: App, result: TurnResult, jsonl: bool, printer: StreamPrinter)
     for call in result.reply.tool_calls or ():
         echo(f"→ {call.function.name}({call.function.arguments})  [{call.id}]")
     if sys.stderr.isatty():
-        from agctl.usage import cost_text
+        from agctl.reports.usage import cost_text
 
         usage = result.usage
         tokens = usage.text(" tokens") if usage else ""
@@ -408,7 +408,7 @@ def undo(app: App, turns: int) -> None:
       agctl turn undo
       agctl turn undo 3
     """
-    from agctl.checkpointer import Checkpointer
+    from agctl.store.checkpointer import Checkpointer
 
     sid = app.session_id()
     restored, saved = Checkpointer(app.store).undo(sid, turns)
@@ -528,10 +528,10 @@ def replay(
     loop: dict[str, Any],
     fields: dict[str, Any],
 ) -> None:
-    """Parse the transcript, assemble the turns (agctl.setup.plan_turn), replay, report."""
-    from agctl.replay import parse_transcript
-    from agctl.replay import replay as run_replay
-    from agctl.setup import TurnChoice, plan_turn
+    """Parse the transcript, assemble the turns (agctl.turn.setup.plan_turn), replay, report."""
+    from agctl.turn.setup import TurnChoice, plan_turn
+    from agctl.turn.transcripts import parse_transcript
+    from agctl.turn.transcripts import replay as run_replay
 
     data, source = read_input_file(transcript)
     turns = parse_transcript(data, source, regex=check and check_mode == "regex")
@@ -571,7 +571,7 @@ def replay_session(app: App, new_session: str | None) -> AbstractContextManager[
         import contextlib
 
         return contextlib.nullcontext(app.session_id())
-    from agctl.replay import fresh_session
+    from agctl.turn.transcripts import fresh_session
 
     return fresh_session(app.store, None if new_session == GENERATED_ID else new_session)
 
@@ -616,7 +616,7 @@ def report_replay(
             )
         echo(line)
     if summary.mismatched:
-        from agctl.errors import CheckFailed
+        from agctl.base.errors import CheckFailed
 
         numbers = ", ".join(str(n) for n in summary.mismatched[:20])
         raise CheckFailed(

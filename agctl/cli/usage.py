@@ -10,7 +10,7 @@ from agctl.cli.app import App, pass_app
 from agctl.cli.options import json_option
 
 if TYPE_CHECKING:
-    from agctl.usage import UsageReport
+    from agctl.reports.usage import UsageReport
 
 
 @click.command("usage")
@@ -46,7 +46,7 @@ def command(app: App, since: str | None) -> None:
       agctl usage --since 2026-01-01
       agctl usage --since 2026-01-31T09:00:00Z --json | jq '.total.cost'
     """
-    from agctl.usage import parse_since, usage_report
+    from agctl.reports.usage import parse_since, usage_report
 
     start = parse_since(since) if since is not None else None
     report = usage_report(app.store, app.prices, start)

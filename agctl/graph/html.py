@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from agctl.base.vocab import ZONES
 from agctl.pages import asset, message_entry, page, text
-from agctl.vocab import ZONES
 
 if TYPE_CHECKING:
-    from agctl.pack import Log
     from agctl.store import Store
+    from agctl.store.checkpoints.pack import Log
 
 SLOT_WIDTH, SLOT_HEIGHT, SLOT_STEP = 132, 38, 50
 CHECKPOINT_RADIUS, CHECKPOINT_STEP = 7, 24
@@ -272,7 +272,7 @@ class _MessageTable:
         self.index: dict[str, int] = {}
 
     def add(self, digest: str, data: dict[str, Any]) -> int:
-        from agctl.models import Message
+        from agctl.context.models import Message
 
         if digest not in self.index:
             self.index[digest] = len(self.entries)
@@ -280,8 +280,8 @@ class _MessageTable:
         return self.index[digest]
 
     def add_messages(self, messages: Iterable[Any]) -> list[int]:
-        from agctl.checkpoints.records import messages_to_json
-        from agctl.hashing import content_hash
+        from agctl.base.hashing import content_hash
+        from agctl.store.checkpoints.records import messages_to_json
 
         return [self.add(content_hash(data), data) for data in messages_to_json(list(messages))]
 
@@ -294,9 +294,9 @@ def _checkpoint_chains(
     nodes: dict[str, list[int]],
     table: _MessageTable,
 ) -> dict[str, Any]:
-    from agctl.checkpoints.files import open_log
-    from agctl.checkpoints.reader import zones_at
-    from agctl.checkpoints.records import checkpoint_offset
+    from agctl.store.checkpoints.files import open_log
+    from agctl.store.checkpoints.reader import zones_at
+    from agctl.store.checkpoints.records import checkpoint_offset
 
     store.settle(session_id)
     history = open_log(store.backend, session_id)
@@ -333,8 +333,8 @@ def _add_chain(
 ) -> None:
     """The log's message nodes of one zone's chain, walked back from its tip to the first
     node another chain already brought (nodes are immutable: the rest is there too)."""
-    from agctl.errors import CorruptDocument
-    from agctl.hashing import content_hash
+    from agctl.base.errors import CorruptDocument
+    from agctl.base.hashing import content_hash
 
     offset = tip
     for _ in range(count):

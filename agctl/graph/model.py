@@ -11,14 +11,14 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agctl.errors import UsageError
-from agctl.models import Session, Slot, isoformat
-from agctl.vocab import ZONES
+from agctl.base.errors import UsageError
+from agctl.base.vocab import ZONES
+from agctl.context.models import Session, Slot, isoformat
 
 if TYPE_CHECKING:
-    from agctl.checkpoints.records import CheckpointSummary
-    from agctl.sessions import SessionInfo
     from agctl.store import Store
+    from agctl.store.checkpoints.records import CheckpointSummary
+    from agctl.store.sessions import SessionInfo
 
 GRAPH_VERSION = 1
 NODE_KINDS = ("session", "slot", "checkpoint")
@@ -105,7 +105,7 @@ def build_graph(
     starts or ends at are. `turns` adds each slot's messages (role, text, tokens) to its
     node, for the renderers that show them.
     """
-    from agctl.sessions import is_root, list_sessions
+    from agctl.store.sessions import is_root, list_sessions
 
     infos = {info.session.id: info for info in list_sessions(store.backend, problems=[])}
     current = store.current_session_id()
@@ -239,8 +239,8 @@ class _SessionGraph:
         self._add_checkpoints()
 
     def _add_checkpoints(self) -> None:
-        from agctl.checkpoints.files import open_log
-        from agctl.checkpoints.reader import summaries
+        from agctl.store.checkpoints.files import open_log
+        from agctl.store.checkpoints.reader import summaries
 
         self.store.settle(self.session.id)
         self.summaries = summaries(self.store.backend, self.session.id)[::-1]
@@ -335,8 +335,8 @@ class _SessionGraph:
 
 def _rollback_target(history: Any, offset: int) -> str | None:
     """The checkpoint a rollback record at `offset` of the log went back to, if one is there."""
-    from agctl.checkpoints.records import checkpoint_id
-    from agctl.errors import AgctlError
+    from agctl.base.errors import AgctlError
+    from agctl.store.checkpoints.records import checkpoint_id
 
     try:
         record = history.read(offset)

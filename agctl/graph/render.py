@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from agctl.errors import UsageError
-from agctl.vocab import GRAPH_FORMATS
+from agctl.base.errors import UsageError
+from agctl.base.vocab import GRAPH_FORMATS
 
 if TYPE_CHECKING:
     from agctl.store import Store

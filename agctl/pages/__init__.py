@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 if TYPE_CHECKING:
-    from agctl.models import Message
+    from agctl.context.models import Message
 
 DATA_ID = "agctl-data"
 REDACTED = "(text redacted)"

@@ -53,7 +53,7 @@ def message_html(entry: dict[str, Any]) -> str:
 def conversation_page(store: Store, session_id: str, slot_id: str | None, *, redact: bool) -> str:
     """The request view of a slot (the current one by default) as a self-contained page;
     with `redact`, no message text."""
-    from agctl.view import request_view
+    from agctl.context.view import request_view
 
     session = store.load_session(session_id)
     slot = store.load_slot(session_id, slot_id)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agctl.errors import ProviderError, UsageError
+from agctl.base.errors import ProviderError, UsageError
+from agctl.base.redact import Redactor, mask_url
 from agctl.providers.base import ChatRequest, Event, Provider, RedactingProvider, TurnContext
-from agctl.redact import Redactor, mask_url
 
 if TYPE_CHECKING:
-    from agctl.config import Resolved
+    from agctl.config.file import Resolved
 
 __all__ = ["ChatRequest", "Event", "Provider", "TurnContext", "build_provider", "check_base_url"]
 

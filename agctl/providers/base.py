@@ -1,17 +1,17 @@
 """The provider interface: one method that turns a request into a stream of events.
 
 Everything else — assembling the reply, usage, cost, recording, committing — is done
-once, around `Provider.stream`, for every provider (see agctl.turns).
+once, around `Provider.stream`, for every provider (see agctl.turn.send).
 """
 
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
-from agctl.errors import AgctlError
-from agctl.hashing import request_fingerprint
+from agctl.base.errors import AgctlError
+from agctl.base.hashing import request_fingerprint
 
 if TYPE_CHECKING:
-    from agctl.redact import Redactor
+    from agctl.base.redact import Redactor
 
 
 def chat_completions_url(base_url: str) -> str:
@@ -182,7 +182,7 @@ class ChatRequest(NamedTuple):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
-    # Routes the request to the cache holding its prefix (agctl.cache.cache_key): sent as
+    # Routes the request to the cache holding its prefix (agctl.context.cache.cache_key): sent as
     # `prompt_cache_key` where the profile allows; delivery, not model input.
     cache_key: str | None = None
 
@@ -298,7 +298,7 @@ def redacted_events(events: Iterator[Event], redactor: "Redactor") -> Iterator[E
 
 
 def mark_positions(count: int) -> list[int]:
-    """Where a sent request is remembered (agctl.cache), and so where the wire's encoder
+    """Where a sent request is remembered (agctl.context.cache), and so where the wire's encoder
     notes how far its bytes go: its start and end, then powers of two from
     either end (about 2 log2 n marks, exact for a request that was only appended to,
     within a factor of two of its length elsewhere)."""

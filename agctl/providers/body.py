@@ -1,5 +1,5 @@
 """The JSON body of a chat-completions request, as the OpenAI wire sends it: the bytes a
-provider's prefix cache compares, which agctl.cache also fingerprints. orjson and the
+provider's prefix cache compares, which agctl.context.cache also fingerprints. orjson and the
 request model only, so an offline turn (which fingerprints what it would have sent) loads
 no HTTP client."""
 
@@ -21,7 +21,7 @@ class Body(NamedTuple):
     offsets: dict[int, int]
 
 
-# The body built last, with its request: agctl.cache fingerprints the bytes the wire sent
+# The body built last, with its request: agctl.context.cache fingerprints the bytes the wire sent
 # instead of serialising the request again.
 _last: tuple[ChatRequest, bool, Body] | None = None
 
@@ -32,7 +32,7 @@ def encode(
     """The JSON body a request is sent as (orjson's bytes for ChatRequest.payload): the
     bytes a provider's prefix cache compares, with the request's `prompt_cache_key` last
     when `cache_key` (the profile allows it). The messages are serialised a run at a time
-    between `cuts` (by default where agctl.cache marks a sent request), so where each run
+    between `cuts` (by default where agctl.context.cache marks a sent request), so where each run
     ends is known without serialising or parsing anything again."""
     global _last
     count = len(request.messages)

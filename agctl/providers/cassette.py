@@ -21,9 +21,10 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agctl.errors import InvalidInput, NotFound, ReplayMiss, StoreError
-from agctl.fsio import append_durably
-from agctl.models import ToolCall
+from agctl.base.errors import InvalidInput, NotFound, ReplayMiss, StoreError
+from agctl.base.fsio import append_durably
+from agctl.base.validation import validation_summary
+from agctl.context.models import ToolCall
 from agctl.providers.base import (
     ChatRequest,
     Event,
@@ -31,8 +32,7 @@ from agctl.providers.base import (
     event_from_dict,
     event_to_dict,
 )
-from agctl.steps import CallRecord, ToolBox
-from agctl.validation import validation_summary
+from agctl.turn.steps import CallRecord, ToolBox
 
 CASSETTE_VERSION = "2.0"  # the newest this agctl reads
 PLAIN_VERSION = "1.0"  # what a line with no tools is written as, for older readers

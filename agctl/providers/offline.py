@@ -10,9 +10,9 @@ from typing import Any
 
 import orjson
 
-from agctl.errors import InvalidInput, ProviderError
+from agctl.base.errors import InvalidInput, ProviderError
+from agctl.context.tokens import MESSAGE_OVERHEAD, estimate_content, estimate_text
 from agctl.providers import base
-from agctl.tokens import MESSAGE_OVERHEAD, estimate_content, estimate_text
 
 
 @dataclass

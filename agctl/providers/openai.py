@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from agctl import __version__
-from agctl.errors import ProviderError
+from agctl.base.errors import ProviderError
+from agctl.base.redact import MARK, Redactor, mask_url, strip_userinfo, userinfo
 from agctl.providers.base import (
     ChatRequest,
     Event,
@@ -33,7 +34,6 @@ from agctl.providers.base import (
     redacted_events,
 )
 from agctl.providers.body import request_body
-from agctl.redact import MARK, Redactor, mask_url, strip_userinfo, userinfo
 
 if TYPE_CHECKING:
     import httpx

@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from agctl.models import Draft, Message, Session, Slot
+    from agctl.context.models import Draft, Message, Session, Slot
 
 # The caches a backend keeps for the checkpoint code, by name.
 CACHES = ("heads", "index")
@@ -37,7 +37,7 @@ CACHES = ("heads", "index")
 def check_cache(name: str) -> str:
     """`name` if it is one of CACHES, else UsageError."""
     if name not in CACHES:
-        from agctl.errors import UsageError
+        from agctl.base.errors import UsageError
 
         raise UsageError(f"no cache is named {name!r}: the caches are {', '.join(CACHES)}")
     return name
@@ -61,7 +61,7 @@ def lock_timeout() -> float:
     AGCTL_LOCK_TIMEOUT, else the config's `lock_timeout`, else 30 seconds."""
     import os
 
-    from agctl.errors import AgctlError, UsageError
+    from agctl.base.errors import AgctlError, UsageError
 
     env = os.environ.get("AGCTL_LOCK_TIMEOUT")
     if env:
@@ -72,11 +72,11 @@ def lock_timeout() -> float:
         if not value > 0 or value == float("inf"):
             raise UsageError(f"AGCTL_LOCK_TIMEOUT must be a number of seconds above 0, not {env!r}")
         return value
-    from agctl.config import ConfigStore
-    from agctl.fsio import DEFAULT_LOCK_TIMEOUT
+    from agctl.base.fsio import DEFAULT_LOCK_TIMEOUT
+    from agctl.config.file import ConfigFile
 
     try:
-        return ConfigStore().load().lock_timeout
+        return ConfigFile().load().lock_timeout
     except AgctlError:
         return DEFAULT_LOCK_TIMEOUT  # the config cannot be read: its default
 
@@ -261,7 +261,7 @@ class Backend(Reader, Protocol):
     ) -> None:
         """A new session with these documents (and checkpoint history), all or nothing;
         AlreadyExists if its id is taken, InvalidId for an id no session or slot may have."""
-        from agctl.ids import validate_id
+        from agctl.base.ids import validate_id
 
         validate_id(session.id, "session")
         for slot in slots:
@@ -317,7 +317,7 @@ class OpenTxs(Generic[TxT]):
 
     def get(self, session_id: str) -> TxT | None:
         """The Tx this thread has open on the session, if any."""
-        from agctl.ids import validate_id
+        from agctl.base.ids import validate_id
 
         return self._open().get(validate_id(session_id, "session"))
 
@@ -343,6 +343,6 @@ class OpenTxs(Generic[TxT]):
         """Conflict when this thread has a Tx open on the session: it would write its
         documents back over a session replaced or destroyed under it."""
         if self.get(session_id) is not None:
-            from agctl.errors import Conflict
+            from agctl.base.errors import Conflict
 
             raise Conflict(f"cannot {action} session {session_id!r} inside a transaction on it")

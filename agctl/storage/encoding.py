@@ -1,5 +1,5 @@
 """The record lines the stores keep: a JSON value, a tab and its checksum (8 hex digits
-of BLAKE2b over the JSON, agctl.hashing.line_sum), a newline. A session's checkpoint log
+of BLAKE2b over the JSON, agctl.base.hashing.line_sum), a newline. A session's checkpoint log
 and its caches hold such lines, and so do the file backend's slot logs (slotlog.py) and
 redo journal (journal.py): a changed byte shows as a failed checksum, never as another
 value."""
@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from agctl.hashing import LINE_SUM_LENGTH, line_sum
+from agctl.base.hashing import LINE_SUM_LENGTH, line_sum
 
 
 def encode_record(value: Any) -> bytes:

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from agctl.errors import StoreError, UsageError
-from agctl.paths import default_config_path, default_data_dir
+from agctl.base.errors import StoreError, UsageError
+from agctl.base.paths import default_config_path, default_data_dir
 from agctl.storage.urls import (
     DEFAULT_SCHEMA,
     StoreSpec,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from agctl.storage.base import Backend
 
 INSTALL_POSTGRES = "pip install 'agctl[postgres]'"
-# The longest store.connect_patience (agctl.config's bound too).
+# The longest store.connect_patience (agctl.config.file's bound too).
 MAX_CONNECT_PATIENCE = 3600
 
 
@@ -107,12 +107,12 @@ def choose_store(
 
 
 def read_config() -> Mapping[str, Any]:
-    """The config file as JSON, without validating it (agctl.config does): {} when
+    """The config file as JSON, without validating it (agctl.config.file does): {} when
     there is none."""
     import json
 
-    from agctl.errors import CorruptDocument, NotFound
-    from agctl.fsio import read_bytes
+    from agctl.base.errors import CorruptDocument, NotFound
+    from agctl.base.fsio import read_bytes
 
     path = default_config_path()
     try:
@@ -137,7 +137,7 @@ class StoreTable(NamedTuple):
 
 def store_settings(config: Mapping[str, Any]) -> StoreTable:
     """The config's `store` table: its url (never one with a password), schema, shared
-    schema's owner and connect patience (seconds, 0 to 3600, as agctl.config checks)."""
+    schema's owner and connect patience (seconds, 0 to 3600, as agctl.config.file checks)."""
     table = config.get("store") or {}
     if not isinstance(table, dict):
         raise UsageError('config store must be a table: {"url": ..., "schema": ...}')

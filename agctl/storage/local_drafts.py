@@ -3,7 +3,7 @@
 A turn that fails because its store does not answer would lose its prompt and the tool
 results it got: they are kept here instead, a file a slot in the data dir
 (`stores/<store>/drafts/<session>/<slot>.json`: directories 0700, files 0600, never
-through a link), where agctl.drafts finds them beside the store's own. `--resume-draft`
+through a link), where agctl.store.drafts finds them beside the store's own. `--resume-draft`
 sends the newer of the two, and the turn that commits it removes it.
 """
 
@@ -15,10 +15,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from agctl.errors import CorruptDocument, DamagedDraft, NotFound, StoreError
-from agctl.fsio import make_dirs, read_bytes, remove_file, write_atomic
-from agctl.ids import validate_id
-from agctl.models import Draft
+from agctl.base.errors import CorruptDocument, DamagedDraft, NotFound, StoreError
+from agctl.base.fsio import make_dirs, read_bytes, remove_file, write_atomic
+from agctl.base.ids import validate_id
+from agctl.context.models import Draft
 from agctl.storage.file import layout
 from agctl.storage.file.documents import invalid_document
 

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import IO
 
-from agctl.errors import AlreadyExists, Conflict, NotFound, UsageError
-from agctl.ids import validate_id
-from agctl.models import Draft, Session, Slot, message_list_adapter
+from agctl.base.errors import AlreadyExists, Conflict, NotFound, UsageError
+from agctl.base.ids import validate_id
+from agctl.context.models import Draft, Session, Slot, message_list_adapter
 from agctl.storage.base import Backend, NewSession, OpenTxs, Tx, check_cache
 
 

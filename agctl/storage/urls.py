@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from agctl.errors import UsageError
+from agctl.base.errors import UsageError
 
 FILE_SCHEME = "file"
 POSTGRES_SCHEMES = ("postgresql", "postgres")
@@ -278,7 +278,7 @@ def redact_text(text: str, dsn: str) -> str:
     secrets = passwords(dsn)
     if not secrets:
         return text
-    from agctl.redact import Redactor, secret_forms
+    from agctl.base.redact import Redactor, secret_forms
 
     text = text.replace(dsn, redact(dsn))
     forms = set(secrets)

@@ -18,12 +18,12 @@ from click.testing import Result
 from fake_openai import FakeOpenAI
 from helpers import data_dir_files, draft_file
 
-from agctl.compress import render_transcript
-from agctl.hashing import message_hashes
-from agctl.models import ContextBudget, Message
+from agctl.base.hashing import message_hashes
+from agctl.context.models import ContextBudget, Message
+from agctl.context.tokens import MESSAGE_OVERHEAD, estimate_text
 from agctl.providers.offline import offline_summary
 from agctl.store import Store
-from agctl.tokens import MESSAGE_OVERHEAD, estimate_text
+from agctl.turn.compress import render_transcript
 
 Run = Callable[..., Result]
 

@@ -15,7 +15,7 @@ import pytest
 from click.testing import Result
 from fake_openai import FakeOpenAI
 
-from agctl.config import Config, Profile, resolve
+from agctl.config.file import Config, Profile, resolve
 
 Run = Callable[..., Result]
 MODEL = "fake-model"

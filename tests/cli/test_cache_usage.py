@@ -24,10 +24,10 @@ from click.testing import Result
 from fake_openai import FakeOpenAI, deepseek_usage, openai_usage
 from terminal import on_terminal
 
-from agctl.checkpointer import Checkpointer
-from agctl.pricing import Price, price_for
+from agctl.context.pricing import Price, price_for
+from agctl.reports.usage import money
 from agctl.store import Store
-from agctl.usage import money
+from agctl.store.checkpointer import Checkpointer
 
 Run = Callable[..., Result]
 

@@ -15,7 +15,7 @@ from click.testing import Result
 from terminal import on_terminal, raw_controls
 
 from agctl.cli.turn import call_line
-from agctl.steps import CallRecord
+from agctl.turn.steps import CallRecord
 
 Run = Callable[..., Result]
 HOSTILE = "a\u202eb\x1b[31mred\x07"  # a bidi override, a colour, a bell

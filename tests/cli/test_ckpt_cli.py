@@ -25,8 +25,8 @@ from helpers import (
     turns_with_checkpoints,
 )
 
-from agctl.checkpointer import Checkpointer
 from agctl.store import Store
+from agctl.store.checkpointer import Checkpointer
 
 Run = Callable[..., Result]
 

@@ -112,7 +112,7 @@ def test_help_lists_the_command_groups_and_exit_codes(run: Run) -> None:
 
 
 def test_the_help_lists_every_exit_code_the_errors_define(run: Run) -> None:
-    from agctl import errors
+    from agctl.base import errors
 
     listed = ok(run("--help")).stdout.split("Exit codes:")[1]
     codes = {int(m) for m in re.findall(r"^\s+(\d+)  ", listed, re.MULTILINE)}

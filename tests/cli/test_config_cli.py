@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from agctl.config import mask_secrets
+from agctl.config.file import mask_secrets
 
 Run = Callable[..., Result]
 KEY = "sk-test-0123456789abcdefXYZ"

@@ -12,7 +12,7 @@ import pytest
 from click.testing import Result
 from fake_openai import FakeOpenAI
 
-from agctl import fsio
+from agctl.base import fsio
 from agctl.store import Store
 
 Run = Callable[..., Result]

@@ -13,11 +13,11 @@ import pytest
 from click.testing import CliRunner, Result
 from helpers import data_dir_files, stored_documents
 
+from agctl.base.vocab import SCHEMA_NAMES
 from agctl.cli import cli
-from agctl.interchange import SessionExport, export_session, import_session
-from agctl.replay import parse_transcript
+from agctl.interchange.formats import SessionExport, export_session, import_session
 from agctl.store import Store
-from agctl.vocab import SCHEMA_NAMES
+from agctl.turn.transcripts import parse_transcript
 
 Run = Callable[..., Result]
 

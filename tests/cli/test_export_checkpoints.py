@@ -12,10 +12,10 @@ import pytest
 from click.testing import Result
 from helpers import data_dir_files, exited_zero, session_with_history
 
-from agctl.checkpointer import Checkpointer
-from agctl.errors import InvalidInput, SchemaTooNew
-from agctl.interchange import export_session, import_session, parse_messages
+from agctl.base.errors import InvalidInput, SchemaTooNew
+from agctl.interchange.formats import export_session, import_session, parse_messages
 from agctl.store import Store
+from agctl.store.checkpointer import Checkpointer
 
 Run = Callable[..., Result]
 EXIT_DATA = 5
@@ -139,7 +139,7 @@ def test_schema_export_describes_the_history(run: Run) -> None:
 
 
 def test_schema_too_new_names_both_versions() -> None:
-    from agctl.interchange import SessionExport
+    from agctl.interchange.formats import SessionExport
 
     with pytest.raises(SchemaTooNew) as raised:
         SessionExport._not_newer("3.1")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from agctl import hooks
-from agctl.config import ConfigStore
+from agctl.config.file import ConfigFile
+from agctl.turn import hooks
 
 Run = Callable[..., Result]
 START = json.dumps({"prompt": "hello", "scratch": []})
@@ -55,7 +55,7 @@ def test_add_refuses_a_second_hook_of_a_name_unless_forced(run: Run) -> None:
     assert again.exit_code == 4 and "--force" in again.stderr
     forced = run("hook", "add", "TurnEnd", "n", "--force", "--on-error", "block", "--", "false")
     assert forced.exit_code == 0
-    (only,) = ConfigStore().load().hooks
+    (only,) = ConfigFile().load().hooks
     assert (only.command, only.on_error) == (["false"], "block")
 
 
@@ -192,7 +192,7 @@ def test_trust_pins_the_project_file_and_an_edit_drops_it(
     assert [(h["name"], h["event"], h["command"]) for h in pin["hooks"]] == [
         ("proj", "TurnEnd", touch)
     ]
-    assert ConfigStore().load().trusted_hook_files == {str(path.resolve()): pin["sha256"]}
+    assert ConfigFile().load().trusted_hook_files == {str(path.resolve()): pin["sha256"]}
     assert run("hook", "trust").stdout.splitlines() == [
         f"trusted the hooks file of project {in_a_project.resolve()}",
         f"  file    {path.resolve()}",
@@ -217,7 +217,7 @@ def test_trust_pins_the_project_file_and_an_edit_drops_it(
         "file": str(path.resolve()),
         "sha256": pin["sha256"],
     }
-    assert ConfigStore().load().trusted_hook_files == {}
+    assert ConfigFile().load().trusted_hook_files == {}
 
 
 def test_an_invalid_project_file_is_refused_by_trust_and_warned_about_by_list(

@@ -11,10 +11,10 @@ import click
 import pytest
 from click.testing import Result
 
-from agctl.checkpointer import Checkpointer
 from agctl.cli import cli
-from agctl.models import Draft
+from agctl.context.models import Draft
 from agctl.store import Store
+from agctl.store.checkpointer import Checkpointer
 
 Run = Callable[..., Result]
 

@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 from click.testing import Result
 
-from agctl.checkpointer import Checkpointer
 from agctl.cli.app import most_recent
-from agctl.models import Message
+from agctl.context.models import Message
 from agctl.store import Store
+from agctl.store.checkpointer import Checkpointer
 
 Run = Callable[..., Result]
 

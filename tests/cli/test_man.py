@@ -18,8 +18,8 @@ import pytest
 from click.testing import Result
 from terminal import on_terminal
 
-from agctl import manpages
-from agctl.errors import UsageError
+from agctl.base.errors import UsageError
+from agctl.cli import manpages
 
 Run = Callable[..., Result]
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import pytest
 from click.testing import Result
 from fake_openai import FakeOpenAI
 
-from agctl.errors import ProviderError
+from agctl.base.errors import ProviderError
 from agctl.providers.base import ChatRequest, TextDelta
 from agctl.providers.openai import HttpSettings, OpenAIProvider
 from agctl.store import Store

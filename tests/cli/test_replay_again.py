@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from agctl import fsio
-from agctl.errors import InvalidInput, ReplayMiss
-from agctl.replay import TranscriptTurn, fresh_session, replay
+from agctl.base import fsio
+from agctl.base.errors import InvalidInput, ReplayMiss
 from agctl.store import Store
-from agctl.turns import TurnOptions
+from agctl.turn.send import TurnOptions
+from agctl.turn.transcripts import TranscriptTurn, fresh_session, replay
 
 Run = Callable[..., Result]
 ROOT = Path(__file__).resolve().parents[2]
@@ -342,7 +342,7 @@ def test_replace_refuses_a_parent_below_the_session_it_replaces(store: Store) ->
 
 
 def message(text: str) -> Any:
-    from agctl.models import Message
+    from agctl.context.models import Message
 
     return Message(role="user", content=text)
 
@@ -370,7 +370,7 @@ def test_a_replay_into_a_replaced_session(run: Run, store: Store, tmp_path: Path
 
 def test_the_offline_provider_is_deterministic_across_sessions(store: Store) -> None:
     """What makes a cassette recorded in one session replay in another."""
-    from agctl.turns import prepare_turn
+    from agctl.turn.send import prepare_turn
 
     store.create_session("a")
     store.create_session("b")

@@ -128,9 +128,9 @@ def test_the_readme_stdin_example_runs_as_printed(isolated_env: Path, tmp_path: 
 
 def test_an_empty_prompt_after_a_tool_result_sends_the_view_as_it_is(run: Run, store: Any) -> None:
     """Before: `turn send ""` after a tool result appended an empty user message."""
-    from agctl.models import Message
+    from agctl.context.models import Message
     from agctl.providers.base import ChatRequest, Finish, TextDelta
-    from agctl.turns import TurnOptions, send_turn
+    from agctl.turn.send import TurnOptions, send_turn
 
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     asked = Message.from_openai({"role": "assistant", "content": None, "tool_calls": [call]})
@@ -161,7 +161,7 @@ def test_no_prompt_continues_after_a_tool_result_from_the_command_line(
     how: list[str], run: Run, store: Any
 ) -> None:
     """Before: `agctl turn send </dev/null` after a tool result was a usage error."""
-    from agctl.models import Message
+    from agctl.context.models import Message
 
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     asked = Message.from_openai({"role": "assistant", "content": None, "tool_calls": [call]})

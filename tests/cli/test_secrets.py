@@ -16,6 +16,7 @@ import pytest
 from click.testing import Result
 from fake_openai import FakeOpenAI
 
+from agctl.base.redact import MARK, Redactor, mask_url, strip_userinfo
 from agctl.providers.base import (
     ChatRequest,
     Event,
@@ -26,7 +27,6 @@ from agctl.providers.base import (
     Usage,
 )
 from agctl.providers.offline import OfflineProvider, ScriptedReply
-from agctl.redact import MARK, Redactor, mask_url, strip_userinfo
 from agctl.store import Store
 
 Run = Callable[..., Result]

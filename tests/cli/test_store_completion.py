@@ -15,9 +15,9 @@ from click.testing import CliRunner, Result
 from helpers import FakePostgres, install_fake_postgres
 from pgserver import PASSWORD, PgServer, PgStore
 
+from agctl.base.errors import StoreError
 from agctl.cli import cli
-from agctl.errors import StoreError
-from agctl.models import Draft
+from agctl.context.models import Draft
 from agctl.store import Store
 
 Run = Callable[..., Result]

@@ -15,7 +15,7 @@ from helpers import FakePostgres, install_fake_postgres
 from pgserver import PASSWORD
 from test_json_everywhere import INVOCATIONS, world  # noqa: F401 - the fixture, reused
 
-from agctl.errors import StoreError
+from agctl.base.errors import StoreError
 from agctl.store import Store
 
 Run = Callable[..., Result]

@@ -11,7 +11,7 @@ import pytest
 from click.testing import Result
 from helpers import as_json, fails, ok
 
-from agctl.config import ConfigStore
+from agctl.config.file import ConfigFile
 
 Run = Callable[..., Result]
 
@@ -30,7 +30,7 @@ def add_count(run: Run, *extra: str) -> Result:
 
 def test_add_keeps_the_tool_in_the_config(run: Run) -> None:
     ok(add_count(run, "--approve", "auto", "--timeout", "5", "--env-allow", "PROJECT_*"))
-    spec = ConfigStore().load().tools["count"]
+    spec = ConfigFile().load().tools["count"]
     assert spec.command == COUNT and spec.approve == "auto" and spec.timeout_s == 5
     assert spec.env_allow == ["PROJECT_*"] and spec.parameters == json.loads(TEXT_SCHEMA)
 
@@ -44,7 +44,7 @@ def test_add_refuses_a_second_tool_of_a_name_unless_forced(run: Run) -> None:
 def test_add_to_a_profile(run: Run) -> None:
     ok(run("profile", "add", "work", "--preset", "ollama"))
     ok(add_count(run, "--profile", "work"))
-    config = ConfigStore().load()
+    config = ConfigFile().load()
     assert config.tools == {} and set(config.profiles["work"].tools) == {"count"}
     rows = as_json(ok(run("tool", "list", "--profile", "work", "--json")))
     assert [(row["name"], row["source"]) for row in rows] == [("count", "profile work")]
@@ -66,7 +66,7 @@ def test_add_refuses_a_bad_definition(run: Run, args: list[str], code: int, need
     result = run("tool", "add", "t", "--description", "d", *args, "--", "true")
     fails(result, code, needle)
     assert "Traceback" not in result.output
-    assert ConfigStore().load().tools == {}
+    assert ConfigFile().load().tools == {}
 
 
 def test_add_refuses_a_name_that_is_no_function_name(run: Run) -> None:

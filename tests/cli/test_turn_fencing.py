@@ -15,7 +15,7 @@ from fake_openai import FakeOpenAI
 
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.turn.send import TurnOptions, send_turn
 
 Run = Callable[..., Result]
 SID = "s"

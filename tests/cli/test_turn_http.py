@@ -23,14 +23,14 @@ from click.testing import Result
 from fake_openai import FakeOpenAI
 from helpers import data_dir_files, draft_file
 
-from agctl.config import Resolved, mask
-from agctl.errors import ProviderError
-from agctl.models import Message, ToolCall, ToolCallFunction
+from agctl.base.errors import ProviderError
+from agctl.config.file import Resolved, mask
+from agctl.context.models import Message, ToolCall, ToolCallFunction
 from agctl.providers import build_provider
 from agctl.providers.base import ChatRequest, TextDelta, Usage
 from agctl.providers.openai import HttpSettings, OpenAIProvider
 from agctl.store import Store
-from agctl.turns import TurnOptions, prepare_turn, send_turn
+from agctl.turn.send import TurnOptions, prepare_turn, send_turn
 
 Run = Callable[..., Result]
 

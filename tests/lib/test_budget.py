@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 from helpers import data_dir_files, draft_file, file_only
 
-from agctl.budget import (
+from agctl.base.errors import ContextFull, ProviderError, ReadonlySlot
+from agctl.base.hashing import message_hashes
+from agctl.context.budget import (
     CONTEXT_WINDOWS,
     DEFAULT_WINDOW,
     Breakdown,
@@ -21,17 +23,7 @@ from agctl.budget import (
     context_window,
     effective_budget,
 )
-from agctl.checkpointer import Checkpointer
-from agctl.compress import (
-    SUMMARY_INSTRUCTIONS,
-    compress,
-    plan_compression,
-    render_transcript,
-    summarize_slot,
-)
-from agctl.errors import ContextFull, ProviderError, ReadonlySlot
-from agctl.hashing import message_hashes
-from agctl.models import (
+from agctl.context.models import (
     ContextBudget,
     FocusedConfig,
     Message,
@@ -41,13 +33,21 @@ from agctl.models import (
     ToolCall,
     ToolCallFunction,
 )
+from agctl.context.tokens import MESSAGE_OVERHEAD, estimate_content, estimate_text
+from agctl.context.view import focused_messages, memory_message, request_view
 from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider, offline_summary
-from agctl.steps import CallRecord
 from agctl.store import Store
-from agctl.tokens import MESSAGE_OVERHEAD, estimate_content, estimate_text
-from agctl.turns import TurnOptions, send_turn
-from agctl.view import focused_messages, memory_message, request_view
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.compress import (
+    SUMMARY_INSTRUCTIONS,
+    compress,
+    plan_compression,
+    render_transcript,
+    summarize_slot,
+)
+from agctl.turn.send import TurnOptions, send_turn
+from agctl.turn.steps import CallRecord
 
 SYSTEM = "You are terse."
 
@@ -308,7 +308,7 @@ def test_breakdown_limit_room_and_parts() -> None:
     assert data["over_budget"] == []
 
 
-# Two definitions as `turn send -T ls -T cat` offers them (agctl.tools.definitions).
+# Two definitions as `turn send -T ls -T cat` offers them (agctl.turn.tools.definitions).
 TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",

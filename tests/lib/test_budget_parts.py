@@ -13,12 +13,12 @@ import pytest
 from click.testing import Result
 from helpers import file_only
 
-from agctl.budget import breakdown, check_limit, effective_budget, updated_budget
-from agctl.errors import EXIT_USAGE, UsageError
-from agctl.models import ContextBudget, Message, Slot, SlotConfig
+from agctl.base.errors import EXIT_USAGE, UsageError
+from agctl.context.budget import breakdown, check_limit, effective_budget, updated_budget
+from agctl.context.models import ContextBudget, Message, Slot, SlotConfig
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.turn.send import TurnOptions, send_turn
 
 Run = Callable[..., Result]
 WINDOW = 8_192  # the offline model's window

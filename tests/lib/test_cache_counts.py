@@ -4,9 +4,9 @@ back (Usage.from_counts), and a session written before cache counts existed."""
 
 from __future__ import annotations
 
-from agctl.models import ModelCost, Session
+from agctl.context.models import ModelCost, Session
 from agctl.providers.base import Usage, add_usage
-from agctl.usage import ModelUsage
+from agctl.reports.usage import ModelUsage
 
 
 def test_a_count_one_request_did_not_report_is_not_reported_for_the_turn() -> None:

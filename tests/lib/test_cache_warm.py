@@ -21,14 +21,14 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agctl.cache import cache_outlook
-from agctl.checkpointer import Checkpointer
-from agctl.models import Message, ToolCall, ToolCallFunction
+from agctl.context.cache import cache_outlook
+from agctl.context.models import Message, ToolCall, ToolCallFunction
 from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider
 from agctl.providers.openai import request_body
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.send import TurnOptions, send_turn
 
 WARM_SETTINGS = settings(
     max_examples=25,
@@ -304,7 +304,7 @@ def test_the_cache_outlook_finds_the_prefix_the_last_request_shares(
     request's bytes share with the last one sent on the slot, more than half of it, and
     all of it when the next request only appends (a slot keeps a few marks of the last
     request, not a hash per message)."""
-    from agctl.turns import prepare_turn
+    from agctl.turn.send import prepare_turn
 
     with fresh_store() as store:
         store.create_session("s", system_prompt=SYSTEM)
@@ -353,8 +353,8 @@ def test_a_compression_changes_the_request_only_from_the_compressed_zone_on(
     """A compression keeps the bytes of the request before the compressed zone (a
     truncation: before its first folded message), and its preview says exactly how many
     tokens stay cached and how many it invalidates."""
-    from agctl.compress import compress, preview_compression
-    from agctl.turns import prepare_turn
+    from agctl.turn.compress import compress, preview_compression
+    from agctl.turn.send import prepare_turn
 
     with fresh_store() as store:
         store.create_session("s", system_prompt=SYSTEM)
@@ -410,7 +410,7 @@ class Echo:
         pass
 
     def run(self, call: ToolCall) -> tuple[str, Any]:
-        from agctl.steps import CallRecord
+        from agctl.turn.steps import CallRecord
 
         record = CallRecord(call.id, call.function.name, call.function.arguments)
         return f"echo {call.function.arguments}", record

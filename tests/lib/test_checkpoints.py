@@ -15,20 +15,15 @@ from helpers import (
     turn,
 )
 
-from agctl.checkpointer import Checkpointer
-from agctl.checkpoints import (
-    checkpoint_id,
-    checkpoint_offset,
-)
-from agctl.errors import (
+from agctl.base.errors import (
     AlreadyExists,
     AmbiguousId,
     NotFound,
     SlotChanged,
     UsageError,
 )
-from agctl.ids import BASE32_ALPHABET, new_session_id
-from agctl.models import Message, Session, Slot, isoformat
+from agctl.base.ids import BASE32_ALPHABET, new_session_id
+from agctl.context.models import Message, Session, Slot, isoformat
 from agctl.providers.base import (
     ChatRequest,
     Event,
@@ -39,7 +34,12 @@ from agctl.providers.base import (
 )
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.store.checkpointer import Checkpointer
+from agctl.store.checkpoints import (
+    checkpoint_id,
+    checkpoint_offset,
+)
+from agctl.turn.send import TurnOptions, send_turn
 
 OPTIONS = TurnOptions(model="offline")
 SID = "s"
@@ -669,7 +669,7 @@ def test_the_live_state_is_matched_reading_only_the_checkpoints_of_its_size(
 ) -> None:
     """Checkpoints of one turn, slot and slot count differ by their message counts, which
     the summaries keep: only those as large as the live slots are read and compared."""
-    from agctl.checkpoints import reader
+    from agctl.store.checkpoints import reader
 
     store.create_session(SID)
     keeper = Checkpointer(store)

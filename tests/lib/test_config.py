@@ -8,23 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from agctl.config import Config, ConfigStore, Profile, Resolved, mask, resolve
-from agctl.errors import AlreadyExists, CorruptDocument, NotFound, UsageError
-from agctl.models import Session
-from agctl.pricing import Price
+from agctl.base.errors import AlreadyExists, CorruptDocument, NotFound, UsageError
+from agctl.config.file import Config, ConfigFile, Profile, Resolved, mask, resolve
+from agctl.context.models import Session
+from agctl.context.pricing import Price
 
 
 @pytest.fixture
-def config_store(tmp_path: Path) -> ConfigStore:
-    return ConfigStore(tmp_path / "cfg" / "config.json")
+def config_store(tmp_path: Path) -> ConfigFile:
+    return ConfigFile(tmp_path / "cfg" / "config.json")
 
 
-def test_missing_file_means_defaults(config_store: ConfigStore) -> None:
+def test_missing_file_means_defaults(config_store: ConfigFile) -> None:
     config = config_store.load()
     assert config.max_retries == 3 and config.profiles == {} and config.auto_checkpoint
 
 
-def test_saved_file_is_private(config_store: ConfigStore) -> None:
+def test_saved_file_is_private(config_store: ConfigFile) -> None:
     config_store.add_profile("work", Profile(preset="openai", api_key="sk-secret-0123456789"))
     mode = stat.S_IMODE(config_store.path.stat().st_mode)
     assert mode == 0o600
@@ -32,7 +32,7 @@ def test_saved_file_is_private(config_store: ConfigStore) -> None:
 
 
 def test_adding_a_profile_changes_no_default_and_duplicates_are_refused(
-    config_store: ConfigStore,
+    config_store: ConfigFile,
 ) -> None:
     config_store.add_profile("a", Profile(preset="deepseek"))
     config_store.add_profile("b", Profile(preset="ollama"))
@@ -49,7 +49,7 @@ def test_adding_a_profile_changes_no_default_and_duplicates_are_refused(
         config_store.remove_profile("a")
 
 
-def test_a_profile_added_as_the_default_is_saved_with_it(config_store: ConfigStore) -> None:
+def test_a_profile_added_as_the_default_is_saved_with_it(config_store: ConfigFile) -> None:
     config = config_store.add_profile("123", Profile(preset="openai"), make_default=True)
     assert config.default_profile == "123" == config_store.load().default_profile
     config_store.add_profile("b", Profile(preset="ollama"))
@@ -59,7 +59,7 @@ def test_a_profile_added_as_the_default_is_saved_with_it(config_store: ConfigSto
     assert config_store.load().default_profile == "123", "a refused profile changes nothing"
 
 
-def test_set_dotted_keys_with_validation(config_store: ConfigStore) -> None:
+def test_set_dotted_keys_with_validation(config_store: ConfigFile) -> None:
     config_store.set("max_retries", "5")
     config_store.set("prices.my-model", '{"prompt": 1.5, "completion": 3}')
     config_store.set("prices.my-model.prompt", "2")
@@ -78,7 +78,7 @@ def test_set_dotted_keys_with_validation(config_store: ConfigStore) -> None:
     assert config_store.load().max_retries == 5
 
 
-def test_corrupt_config_names_the_file(config_store: ConfigStore) -> None:
+def test_corrupt_config_names_the_file(config_store: ConfigFile) -> None:
     config_store.path.parent.mkdir(parents=True)
     config_store.path.write_text(json.dumps({"max_retries": "lots"}))
     with pytest.raises(CorruptDocument, match="max_retries"):
@@ -205,7 +205,7 @@ def test_the_openai_key_goes_only_toward_openai() -> None:
 )
 def test_config_set_refuses_unknown_keys(tmp_path: Path, key: str) -> None:
     with pytest.raises(UsageError):
-        ConfigStore(tmp_path / "config.json").set(key, "1")
+        ConfigFile(tmp_path / "config.json").set(key, "1")
     assert not (tmp_path / "config.json").exists()
 
 
@@ -215,4 +215,4 @@ def test_a_symlinked_config_file_is_read(tmp_path: Path) -> None:
     real.write_text(json.dumps({"max_retries": 9}))
     link = tmp_path / "config.json"
     link.symlink_to(real)
-    assert ConfigStore(link).load().max_retries == 9
+    assert ConfigFile(link).load().max_retries == 9

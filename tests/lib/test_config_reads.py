@@ -1,11 +1,11 @@
-"""agctl.config's reads for display: masked config and values, profile listings, the URL
+"""agctl.config.file's reads for display: masked config and values, profile listings, the URL
 a dry run shows."""
 
 from __future__ import annotations
 
 import json
 
-from agctl.config import (
+from agctl.config.file import (
     Config,
     Profile,
     Resolved,

@@ -21,13 +21,10 @@ from fake_openai import FakeOpenAI
 from helpers import file_only
 from terminal import on_terminal
 
-from agctl.checkpointer import Checkpointer
-from agctl.errors import EXIT_USAGE, UsageError
-from agctl.models import ModelCost, Session, Slot
+from agctl.base.errors import EXIT_USAGE, UsageError
+from agctl.context.models import ModelCost, Session, Slot
 from agctl.providers.offline import OfflineProvider
-from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
-from agctl.usage import (
+from agctl.reports.usage import (
     add_costs,
     cost_text,
     known_cost,
@@ -37,6 +34,9 @@ from agctl.usage import (
     usage_report,
     with_known_costs,
 )
+from agctl.store import Store
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.send import TurnOptions, send_turn
 
 Run = Callable[..., Result]
 UNPRICED = "mystery-1"  # no price table knows it

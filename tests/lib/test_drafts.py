@@ -16,8 +16,7 @@ import pytest
 from click.testing import Result
 from helpers import draft_file, exited_zero, fail_turn, file_only, succeed_turn
 
-from agctl.drafts import check_resumable, draft_slot, find_draft, new_draft, remove_draft, staleness
-from agctl.errors import (
+from agctl.base.errors import (
     AgctlError,
     NotFound,
     ProviderError,
@@ -26,11 +25,19 @@ from agctl.errors import (
     StaleDraft,
     UsageError,
 )
-from agctl.models import Draft, Message, utcnow
+from agctl.context.models import Draft, Message, utcnow
 from agctl.providers.base import ChatRequest, Event, TextDelta
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.store.drafts import (
+    check_resumable,
+    draft_slot,
+    find_draft,
+    new_draft,
+    remove_draft,
+    staleness,
+)
+from agctl.turn.send import TurnOptions, send_turn
 
 Run = Callable[..., Result]
 SID = "s"
@@ -148,7 +155,7 @@ def test_an_edit_that_keeps_the_count_makes_the_draft_stale(session: Store) -> N
 
 def test_a_rollback_to_an_older_state_makes_the_draft_stale(session: Store) -> None:
     """Times cannot tell this: the restored slot carries its old updated_at."""
-    from agctl.checkpointer import Checkpointer
+    from agctl.store.checkpointer import Checkpointer
 
     keeper = Checkpointer(session)
     start = keeper.ids(SID)[-1]  # before turn 1

@@ -22,11 +22,11 @@ from helpers import file_only
 from terminal import on_terminal
 
 import agctl.cli
-from agctl.checkpointer import Checkpointer
 from agctl.providers.offline import OfflineProvider
+from agctl.reports.usage import cost_text, money, usage_report
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
-from agctl.usage import cost_text, money, usage_report
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.send import TurnOptions, send_turn
 
 Run = Callable[..., Result]
 PRICED = "fake-chat"

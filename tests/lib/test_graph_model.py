@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from agctl.checkpointer import Checkpointer
-from agctl.errors import NotFound, UsageError
+from agctl.base.errors import NotFound, UsageError
 from agctl.graph.model import build_graph
-from agctl.merge import merge_slots
 from agctl.providers.offline import OfflineProvider
 from agctl.storage.memory import MemoryBackend
 from agctl.store import Store
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.merge import merge_slots
 from tests.graph_scenario import build_scenario
 from tests.helpers import append
 

@@ -22,13 +22,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agctl.checkpointer import Checkpointer
 from agctl.graph import dot, mermaid, text
 from agctl.graph.document import GraphDocument
 from agctl.graph.model import build_graph
 from agctl.graph.render import render
 from agctl.storage.memory import MemoryBackend
 from agctl.store import Store
+from agctl.store.checkpointer import Checkpointer
 from tests.graph_scenario import build_scenario
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "graph"

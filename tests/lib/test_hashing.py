@@ -1,4 +1,4 @@
-"""The stored digests stay byte-identical: each is pinned to its value before agctl.hashing
+"""The stored digests stay byte-identical: each is pinned to its value before agctl.base.hashing
 existed (checkpoint logs, derive's branch hashes, drafts and cassettes keep them on disk)."""
 
 from __future__ import annotations
@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agctl.checkpoints import messages_to_json
-from agctl.drafts import slot_state
-from agctl.errors import CorruptDocument
-from agctl.hashing import (
+from agctl.base.errors import CorruptDocument
+from agctl.base.hashing import (
     canonical_json,
     content_hash,
     data_hash,
@@ -20,12 +18,14 @@ from agctl.hashing import (
     message_hashes,
     request_fingerprint,
 )
-from agctl.models import Message, Slot, SlotConfig, ToolCall
-from agctl.pack import Log
+from agctl.context.models import Message, Slot, SlotConfig, ToolCall
 from agctl.providers.base import ChatRequest
 from agctl.storage.encoding import encode_record
 from agctl.storage.file.backend import FileLog
 from agctl.store import Store
+from agctl.store.checkpoints import messages_to_json
+from agctl.store.checkpoints.pack import Log
+from agctl.store.drafts import slot_state
 
 MOMENT = datetime(2024, 5, 17, 9, 30, 0, tzinfo=UTC)
 # The digests of MESSAGES as agctl 0.x computed them (blake2b-128 of sorted compact JSON).

@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 from test_tool_loop import Adder, Watching, calls
 
-from agctl.compress import compress
-from agctl.config import Config
-from agctl.errors import Blocked
-from agctl.hooks import Hooks
-from agctl.models import Message
+from agctl.base.errors import Blocked
+from agctl.config.file import Config
+from agctl.config.specs import HookSpec, ToolSpec
+from agctl.context.models import Message
 from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider
-from agctl.specs import HookSpec, ToolSpec
 from agctl.store import Store
-from agctl.tools import LiveTools
-from agctl.turns import TurnOptions, send_turn
+from agctl.turn.compress import compress
+from agctl.turn.hooks import Hooks
+from agctl.turn.send import TurnOptions, send_turn
+from agctl.turn.tools import LiveTools
 
 HOOK = """
 import json, sys

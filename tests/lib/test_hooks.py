@@ -1,4 +1,4 @@
-"""Hooks as data and their runner (agctl.hooks): every outcome of a blocking and of an
+"""Hooks as data and their runner (agctl.turn.hooks): every outcome of a blocking and of an
 observing event, on_error both ways, chaining, the payload, and the project file's trust."""
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from agctl import hooks
-from agctl.config import Config, ConfigStore, Profile
-from agctl.errors import AlreadyExists, CorruptDocument, InvalidInput, NotFound, UsageError
-from agctl.hooks import (
+from agctl.base.errors import AlreadyExists, CorruptDocument, InvalidInput, NotFound, UsageError
+from agctl.base.vocab import HOOK_EVENTS, HookEvent
+from agctl.config.file import Config, ConfigFile, Profile
+from agctl.turn import hooks
+from agctl.turn.hooks import (
     EVENTS,
     HookBlocked,
     HookSpec,
@@ -28,7 +29,6 @@ from agctl.hooks import (
     read_project_hooks,
     run_hooks,
 )
-from agctl.vocab import HOOK_EVENTS, HookEvent
 
 START = {"prompt": "hello", "scratch": []}
 
@@ -434,7 +434,7 @@ def test_a_trusted_project_file_runs_after_the_config_s_hooks_until_it_changes(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = project(tmp_path, [spec("proj")])
-    store = ConfigStore(tmp_path / "config.json")
+    store = ConfigFile(tmp_path / "config.json")
     store.save(Config(hooks=[HookSpec(**spec("mine"))]))
     pinned = hooks.trust_hooks_file(store, path)
     assert pinned.sha256 == store.load().trusted_hook_files[str(path.resolve())]
@@ -467,7 +467,7 @@ def test_an_invalid_project_file_cannot_be_trusted(
 ) -> None:
     path = project(tmp_path, [])
     path.write_text(content)
-    store = ConfigStore(tmp_path / "config.json")
+    store = ConfigFile(tmp_path / "config.json")
     with pytest.raises(InvalidInput, match=problem):
         hooks.trust_hooks_file(store, path)
     assert store.load().trusted_hook_files == {}
@@ -478,14 +478,14 @@ def test_an_invalid_project_file_cannot_be_trusted(
 def test_trusting_a_missing_file_or_untrusting_an_untrusted_one_is_not_found(
     tmp_path: Path,
 ) -> None:
-    store = ConfigStore(tmp_path / "config.json")
+    store = ConfigFile(tmp_path / "config.json")
     with pytest.raises(NotFound):
         hooks.trust_hooks_file(store, tmp_path / ".agctl" / "hooks.json")
     with pytest.raises(NotFound, match="is not trusted"):
         hooks.untrust_hooks_file(store, tmp_path / ".agctl" / "hooks.json")
 
 
-def trusted_elsewhere(tmp_path: Path, store: ConfigStore) -> Path:
+def trusted_elsewhere(tmp_path: Path, store: ConfigFile) -> Path:
     """A project the user trusted ("a"), its hooks file naming a relative script."""
     path = tmp_path / "a" / ".agctl" / "hooks.json"
     path.parent.mkdir(parents=True)
@@ -520,7 +520,7 @@ LINKS = {"file": link_the_file, "folder": link_the_folder, "within": link_within
 def test_a_link_in_place_of_a_project_hooks_file_is_refused_never_trusted_through_its_target(
     tmp_path: Path, link: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = ConfigStore(tmp_path / "config.json")
+    store = ConfigFile(tmp_path / "config.json")
     trusted = trusted_elsewhere(tmp_path, store)
     pins = store.load().trusted_hook_files
     clone = tmp_path / "clone"
@@ -540,7 +540,7 @@ def test_a_link_in_place_of_a_project_hooks_file_is_refused_never_trusted_throug
 
 
 def test_a_project_hook_runs_in_its_project_whatever_the_payload_s_cwd(tmp_path: Path) -> None:
-    store = ConfigStore(tmp_path / "config.json")
+    store = ConfigFile(tmp_path / "config.json")
     trusted = trusted_elsewhere(tmp_path, store)
     elsewhere = tmp_path / "elsewhere"
     for root in (trusted.parent.parent, elsewhere):
@@ -573,7 +573,7 @@ def test_something_else_in_place_of_a_project_hooks_file_is_ignored_with_its_rea
 
 
 def test_only_a_project_s_hooks_file_can_be_trusted(tmp_path: Path) -> None:
-    store = ConfigStore(tmp_path / "config.json")
+    store = ConfigFile(tmp_path / "config.json")
     path = tmp_path / "hooks.json"
     path.write_text(json.dumps([spec("x")]))
     with pytest.raises(UsageError, match="is not a project's hooks file"):
@@ -582,7 +582,7 @@ def test_only_a_project_s_hooks_file_can_be_trusted(tmp_path: Path) -> None:
 
 
 def test_add_and_remove_keep_the_order_and_refuse_a_second_of_a_name(tmp_path: Path) -> None:
-    store = ConfigStore(tmp_path / "config.json")
+    store = ConfigFile(tmp_path / "config.json")
     store.save(Config(profiles={"p": Profile()}))
     for name in ("one", "two"):
         hooks.add_hook(store, HookSpec(**spec(name)))
@@ -608,11 +608,11 @@ def test_a_config_with_a_misspelt_hook_field_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"hooks": [{**spec("x"), "timeout": 1}]}))
     with pytest.raises(CorruptDocument, match="timeout"):
-        ConfigStore(path).load()
+        ConfigFile(path).load()
 
 
 def test_replacing_a_profile_keeps_its_hooks(tmp_path: Path) -> None:
-    store = ConfigStore(tmp_path / "config.json")
+    store = ConfigFile(tmp_path / "config.json")
     store.add_profile("p", Profile(model="old"))
     hooks.add_hook(store, HookSpec(**spec("prof")), profile="p")
     store.add_profile("p", Profile(model="new"), replace=True)
@@ -621,10 +621,10 @@ def test_replacing_a_profile_keeps_its_hooks(tmp_path: Path) -> None:
 
 
 def test_the_light_spec_module_knows_the_same_observing_events_as_the_runner() -> None:
-    """HookSpec (agctl.specs, loaded with the config) defaults on_error by the events
+    """HookSpec (agctl.config.specs, loaded with the config) defaults on_error by the events
     that only observe; the runner's table must agree."""
-    from agctl.hooks import EVENTS
-    from agctl.specs import OBSERVING_EVENTS
+    from agctl.config.specs import OBSERVING_EVENTS
+    from agctl.turn.hooks import EVENTS
 
     assert {event for event, rule in EVENTS.items() if not rule.may_block} == OBSERVING_EVENTS
 

@@ -18,9 +18,14 @@ LAYOUT_USERS = {
     "agctl.cli.complete",
     "agctl.storage.postgres.listing",
     "agctl.storage.local_drafts",
-    "agctl.price_sheets",
+    "agctl.context.price_sheets",
 }
-FILE_BACKEND_USERS = {"agctl.store", "agctl.storage.factory", "agctl.doctor", *LAYOUT_USERS}
+FILE_BACKEND_USERS = {
+    "agctl.store.facade",
+    "agctl.storage.factory",
+    "agctl.reports.checkup",
+    *LAYOUT_USERS,
+}
 
 
 def modules(package: Path = PACKAGE) -> dict[str, Path]:
@@ -165,15 +170,15 @@ def test_storage_knows_nothing_of_the_domain() -> None:
     """Nothing in storage/ knows what a turn, a checkpoint or a compression is."""
     graph = import_graph()
     domain = (
-        "agctl.turns",
-        "agctl.checkpoints",
-        "agctl.compress",
-        "agctl.merge",
-        "agctl.store",
-        "agctl.sessions",
-        "agctl.slots",
-        "agctl.drafts",
-        "agctl.replay",
+        "agctl.turn.send",
+        "agctl.store.checkpoints",
+        "agctl.turn.compress",
+        "agctl.turn.merge",
+        "agctl.store.facade",
+        "agctl.store.sessions",
+        "agctl.store.slots",
+        "agctl.store.drafts",
+        "agctl.turn.transcripts",
         "agctl.cli",
     )
     offenders = {
@@ -199,11 +204,13 @@ def test_the_checkpoints_package_is_a_stack_under_its_init() -> None:
     """Its __init__ only re-exports: a module of the package importing it back would tie
     the package into a knot (ARCHITECTURE.md: records at the bottom)."""
     graph = import_graph()
-    inside = {name for name in graph if name.startswith("agctl.checkpoints.")}
-    assert "agctl.checkpoints.records" in inside
-    assert {name for name in inside if "agctl.checkpoints" in graph[name]} == set()
+    inside = {name for name in graph if name.startswith("agctl.store.checkpoints.")}
+    assert "agctl.store.checkpoints.records" in inside
+    assert {name for name in inside if "agctl.store.checkpoints" in graph[name]} == set()
     assert {
-        t for t in graph["agctl.checkpoints.records"] if t.startswith("agctl.checkpoints")
+        t
+        for t in graph["agctl.store.checkpoints.records"]
+        if t.startswith("agctl.store.checkpoints")
     } == set()
 
 
@@ -227,3 +234,37 @@ def test_a_type_only_import_ties_two_modules(tmp_path: Path) -> None:
     (package / "b.py").write_text("def f():\n    import agctl.a\n")
     assert cycles(import_graph(package)) == [{"agctl.a", "agctl.b"}]
     assert cycles(import_graph(package, typing_imports=False)) == []
+
+
+# Above the store's facade: the modules that may take a Store (a turn and its loop,
+# interchange, reports, the graph and pages, the CLI, and the facade itself).
+ABOVE_THE_FACADE = (
+    "agctl.turn",
+    "agctl.interchange",
+    "agctl.reports",
+    "agctl.graph",
+    "agctl.pages",
+    "agctl.cli",
+    "agctl.store.facade",
+    "agctl.store.checkpointer",
+)
+
+
+def names_the_store(path: Path) -> bool:
+    """Whether a module imports the Store, for its type or to use it."""
+    return any(
+        isinstance(node, ast.ImportFrom)
+        and node.module in {"agctl", "agctl.store", "agctl.store.facade"}
+        and any(alias.name == "Store" for alias in node.names)
+        for node in ast.walk(ast.parse(path.read_text()))
+    )
+
+
+def test_only_what_stands_above_the_facade_names_the_store() -> None:
+    """The rules below it take the unit of work, the backend or a reader (issue 26: 125
+    `store: Store` parameters in 32 modules had the rules call back up into it)."""
+    naming = {name for name, path in modules().items() if names_the_store(path)}
+    faces = {"agctl", "agctl.store"}  # `from agctl import Store`, re-exported
+    below = {name for name in naming - faces if not name.startswith(ABOVE_THE_FACADE)}
+    assert below == set()
+    assert "agctl.turn.send" in naming  # the check sees a Store where there is one

@@ -6,9 +6,14 @@ import json
 
 import pytest
 
-from agctl.errors import InvalidInput
-from agctl.interchange import export_messages, export_session, import_session, parse_messages
-from agctl.models import Message
+from agctl.base.errors import InvalidInput
+from agctl.context.models import Message
+from agctl.interchange.formats import (
+    export_messages,
+    export_session,
+    import_session,
+    parse_messages,
+)
 from agctl.store import Store
 
 MESSAGES = [

@@ -6,14 +6,14 @@ import pytest
 from helpers import data_dir_files, file_only
 from test_budget import LONG, add, dumps, msg
 
-from agctl.compress import compress
-from agctl.errors import ReadonlySlot, UsageError
-from agctl.hashing import message_hashes
-from agctl.merge import added_since_branch, merge_slots
-from agctl.models import Message
+from agctl.base.errors import ReadonlySlot, UsageError
+from agctl.base.hashing import message_hashes
+from agctl.context.models import Message
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.turn.compress import compress
+from agctl.turn.merge import added_since_branch, merge_slots
+from agctl.turn.send import TurnOptions, send_turn
 
 OPTIONS = TurnOptions(model="offline")
 

@@ -1,11 +1,11 @@
-"""agctl.messages: messages made from typed input, validated as the user's mistakes."""
+"""agctl.context.messages: messages made from typed input, validated as the user's mistakes."""
 
 from __future__ import annotations
 
 import pytest
 
-from agctl.errors import UsageError
-from agctl.messages import prompt_message, scratch_messages, typed_message
+from agctl.base.errors import UsageError
+from agctl.context.messages import prompt_message, scratch_messages, typed_message
 
 
 def test_a_typed_message_is_stamped_and_keeps_its_fields() -> None:

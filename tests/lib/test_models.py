@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from agctl import schema
-from agctl.errors import NotFound, ReadonlySlot, SchemaTooNew, UsageError
-from agctl.models import ContextBudget, FocusedConfig, Message, Session, Slot, SlotConfig
-from agctl.tokens import estimate_text
+from agctl.base import schema
+from agctl.base.errors import NotFound, ReadonlySlot, SchemaTooNew, UsageError
+from agctl.context.models import ContextBudget, FocusedConfig, Message, Session, Slot, SlotConfig
+from agctl.context.tokens import estimate_text
 
 OPENAI_MESSAGES: list[dict[str, Any]] = [
     {"role": "system", "content": "You are terse."},

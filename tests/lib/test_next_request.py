@@ -1,4 +1,4 @@
-"""agctl.next_request: a slot's next request counted with what a command line chose."""
+"""agctl.turn.next_request: a slot's next request counted with what a command line chose."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agctl.next_request import next_request
-from agctl.setup import ModelChoice, ToolsChoice
 from agctl.store import Store
+from agctl.turn.next_request import next_request
+from agctl.turn.setup import ModelChoice, ToolsChoice
 
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}}
 

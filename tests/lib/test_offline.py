@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agctl.errors import InvalidInput
+from agctl.base.errors import InvalidInput
 from agctl.providers.offline import load_script
 
 

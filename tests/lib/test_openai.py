@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agctl.errors import ProviderError
+from agctl.base.errors import ProviderError
 from agctl.providers.base import ChatRequest
 from agctl.providers.openai import HttpSettings, OpenAIProvider
 

@@ -1,5 +1,5 @@
 """Price sheets: genai-prices' prices of a model, kept in the data dir so that a billed turn
-need not import the database (agctl.price_sheets).
+need not import the database (agctl.context.price_sheets).
 
 A sheet must cost exactly what genai-prices computes, for every model it prices by text
 tokens, any counts (cache reads and writes, prompts past a tier's start) and any time
@@ -23,9 +23,9 @@ from genai_prices.types import ModelPrice, TieredPrices
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agctl import price_sheets
-from agctl.price_sheets import PriceSheets, Sheet, installed_key, resolve, sheet_of
-from agctl.pricing import Price, cost_of
+from agctl.context import price_sheets
+from agctl.context.price_sheets import PriceSheets, Sheet, installed_key, resolve, sheet_of
+from agctl.context.pricing import Price, cost_of
 from agctl.storage.file import layout
 
 

@@ -29,10 +29,15 @@ from hypothesis.stateful import (
     rule,
 )
 
+from agctl.base.errors import AgctlError, AlreadyExists, NotFound, ProtectedSlot, ReadonlySlot
 from agctl.cli import cli
-from agctl.errors import AgctlError, AlreadyExists, NotFound, ProtectedSlot, ReadonlySlot
-from agctl.interchange import export_messages, export_session, import_session, parse_messages
-from agctl.models import Message, Session, Slot
+from agctl.context.models import Message, Session, Slot
+from agctl.interchange.formats import (
+    export_messages,
+    export_session,
+    import_session,
+    parse_messages,
+)
 from agctl.store import Store
 
 T = TypeVar("T")

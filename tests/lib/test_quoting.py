@@ -1,4 +1,4 @@
-"""What agctl shows of a path or a command (agctl.quoting): every character that does not
+"""What agctl shows of a path or a command (agctl.base.quoting): every character that does not
 show as itself escaped, and a real bash reads what is shown back as the very argv."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from agctl.quoting import shell_word, shell_words
+from agctl.base.quoting import shell_word, shell_words
 
 ARGV = [
     "plain",

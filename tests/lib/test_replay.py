@@ -15,13 +15,15 @@ import pytest
 from click.testing import Result
 from helpers import file_only
 
-from agctl.checkpointer import Checkpointer
-from agctl.errors import InvalidInput, ProviderError, TurnInterrupted
-from agctl.interchange import export_messages
-from agctl.models import Message, utcnow
+from agctl.base.errors import InvalidInput, ProviderError, TurnInterrupted
+from agctl.context.models import Message, utcnow
+from agctl.interchange.formats import export_messages
 from agctl.providers.base import ChatRequest, Event, TextDelta
 from agctl.providers.offline import OfflineProvider, ScriptedReply
-from agctl.replay import (
+from agctl.store import Store
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.send import TurnOptions, prepare_turn
+from agctl.turn.transcripts import (
     CheckMode,
     TranscriptTurn,
     TurnOutcome,
@@ -30,8 +32,6 @@ from agctl.replay import (
     parse_transcript,
     replay,
 )
-from agctl.store import Store
-from agctl.turns import TurnOptions, prepare_turn
 
 Run = Callable[..., Result]
 
@@ -299,17 +299,17 @@ def test_an_interrupt_during_a_commit_stops_the_replay_after_that_turn(
     the interrupt and replay on to the end."""
     import signal
 
-    import agctl.turns
+    import agctl.turn.send
 
     store.create_session("s")
-    counted = agctl.turns.account
+    counted = agctl.turn.send.account
 
     def interrupted_while_committing(*args: Any, **kwargs: Any) -> None:
         counted(*args, **kwargs)
         if args[0].turn_count == 1:
             signal.raise_signal(signal.SIGINT)  # inside the commit's deferred interrupts
 
-    monkeypatch.setattr(agctl.turns, "account", interrupted_while_committing)
+    monkeypatch.setattr(agctl.turn.send, "account", interrupted_while_committing)
     turns = [TranscriptTurn(input=text) for text in ("one", "two", "three")]
     with pytest.raises(TurnInterrupted) as raised:
         replay(store, "s", turns, OfflineProvider(), OPTIONS, sync=sync)

@@ -11,13 +11,13 @@ import pytest
 from click.testing import Result
 from helpers import file_only
 
-from agctl.checkpointer import Checkpointer
-from agctl.errors import AgctlError, ProviderError, StoreError, UsageError
+from agctl.base.errors import AgctlError, ProviderError, StoreError, UsageError
 from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider
-from agctl.replay import TranscriptTurn, TurnOutcome, replay
 from agctl.store import Store
-from agctl.turns import TurnOptions
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.send import TurnOptions
+from agctl.turn.transcripts import TranscriptTurn, TurnOutcome, replay
 
 TURNS = [TranscriptTurn(input=f"question {n}") for n in range(40)]
 
@@ -181,10 +181,10 @@ def test_a_turn_failing_after_it_wrote_in_a_group_is_undone_alone(
 ) -> None:
     """The failure comes after the turn's messages were appended in the group's
     transaction: its savepoint undoes them, and the group commits the turns before."""
-    import agctl.turns
+    import agctl.turn.send
 
     store.create_session("s")
-    real = agctl.turns.account
+    real = agctl.turn.send.account
     counted: list[int] = []
 
     def failing(session: Any, *args: Any, **kwargs: Any) -> None:
@@ -193,7 +193,7 @@ def test_a_turn_failing_after_it_wrote_in_a_group_is_undone_alone(
             raise StoreError("the disk went away")
         real(session, *args, **kwargs)
 
-    monkeypatch.setattr(agctl.turns, "account", failing)
+    monkeypatch.setattr(agctl.turn.send, "account", failing)
     options = TurnOptions(model="offline", checkpoint=True)
     with pytest.raises(StoreError):
         replay(store, "s", TURNS, OfflineProvider(), options, sync="end")

@@ -1,13 +1,14 @@
-"""agctl.drafts.resumable_draft: which draft `turn send --resume-draft` sends, and when not."""
+"""agctl.store.drafts.resumable_draft: which draft `turn send --resume-draft` sends, and
+when not."""
 
 from __future__ import annotations
 
 import pytest
 
-from agctl.drafts import new_draft, resumable_draft
-from agctl.errors import NotFound, StaleDraft
-from agctl.models import Message
+from agctl.base.errors import NotFound, StaleDraft
+from agctl.context.models import Message
 from agctl.store import Store
+from agctl.store.drafts import new_draft, resumable_draft
 
 SID = "s"
 

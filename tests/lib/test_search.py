@@ -14,9 +14,9 @@ from click.testing import Result
 from helpers import add_said, file_only, searched_sessions
 from terminal import HOSTILE_TEXT, on_terminal, raw_controls
 
-from agctl.errors import NotFound, UsageError
-from agctl.models import Message
-from agctl.search import Matcher, RegexTimeout, find_messages, raw_text, search, snippet
+from agctl.base.errors import NotFound, UsageError
+from agctl.context.models import Message
+from agctl.reports.search import Matcher, RegexTimeout, find_messages, raw_text, search, snippet
 from agctl.store import Store
 
 Run = Callable[..., Result]
@@ -343,7 +343,7 @@ def test_messages_a_turn_appended_are_found_without_a_validated_read(
     """A turn appends to the slot's log: the fast path reads those lines too, so a live
     conversation is searched as fast as a slot written whole."""
     from agctl.providers.offline import OfflineProvider
-    from agctl.turns import TurnOptions, send_turn
+    from agctl.turn.send import TurnOptions, send_turn
 
     store.create_session("s")
     send_turn(store, "s", "where is the zebra", OfflineProvider(), TurnOptions(model="o"))

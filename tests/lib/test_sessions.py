@@ -1,13 +1,13 @@
-"""agctl.sessions: the session forest, removing several sessions, settings as text."""
+"""agctl.store.sessions: the session forest, removing several sessions, settings as text."""
 
 from __future__ import annotations
 
 import pytest
 from helpers import forest_shape, make_family
 
-from agctl.errors import AgctlError, NotFound, UsageError
-from agctl.sessions import remove_sessions, session_forest
+from agctl.base.errors import AgctlError, NotFound, UsageError
 from agctl.store import Store
+from agctl.store.sessions import remove_sessions, session_forest
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The Store delegates, the rules decide (ARCHITECTURE.md): each session, slot and draft
-rule is a function in agctl.sessions, agctl.slots or agctl.drafts of what it works on (a
-unit of work the Store opened, or the backend), and the Store's method of the same name
-is one call down to it, with every other argument as given."""
+rule is a function in agctl.store.sessions, agctl.store.slots or agctl.store.drafts of
+what it works on (a unit of work the Store opened, or the backend), and the Store's
+method of the same name is one call down to it, with every other argument as given."""
 
 from __future__ import annotations
 
@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 
 import agctl.store
-from agctl import drafts, sessions, slots
-from agctl.errors import NotFound
+from agctl.base.errors import NotFound
 from agctl.storage.memory import MemoryBackend
-from agctl.store import Store
-from agctl.work import Work, work_on
+from agctl.store import Store, drafts, sessions, slots
+from agctl.store.work import Work, work_on
 
 RULES: dict[ModuleType, tuple[str, ...]] = {
     sessions: (

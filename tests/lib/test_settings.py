@@ -1,10 +1,10 @@
-"""agctl.settings: text typed on a command line turned into a setting's value."""
+"""agctl.config.settings: text typed on a command line turned into a setting's value."""
 
 from __future__ import annotations
 
 import pytest
 
-from agctl.settings import session_setting_from_text, setting_from_text
+from agctl.config.settings import session_setting_from_text, setting_from_text
 
 
 @pytest.mark.parametrize(

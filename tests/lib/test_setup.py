@@ -1,4 +1,4 @@
-"""agctl.setup: what a command line chose, resolved into one model setup."""
+"""agctl.turn.setup: what a command line chose, resolved into one model setup."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from agctl.config import Config, ConfigStore
-from agctl.errors import NotFound, UsageError
-from agctl.setup import (
+from agctl.base.errors import NotFound, UsageError
+from agctl.config.file import Config, ConfigFile
+from agctl.config.specs import HookSpec
+from agctl.store import Store
+from agctl.turn.send import send_turn
+from agctl.turn.setup import (
     ModelChoice,
     ModelSetup,
     ToolsChoice,
@@ -18,9 +21,6 @@ from agctl.setup import (
     hooks_in_use,
     plan_turn,
 )
-from agctl.specs import HookSpec
-from agctl.store import Store
-from agctl.turns import send_turn
 
 
 def test_a_choice_resolves_as_its_keywords_do(store: Store) -> None:
@@ -79,7 +79,7 @@ def hooked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "config.json"
     monkeypatch.setenv("AGCTL_CONFIG", str(path))
     hook = HookSpec(name="done", event="TurnEnd", command=["true"])
-    ConfigStore(path).save(Config(hooks=[hook], max_calls_per_reply=3, max_calls_per_turn=9))
+    ConfigFile(path).save(Config(hooks=[hook], max_calls_per_reply=3, max_calls_per_turn=9))
 
 
 def offered(plan: TurnPlan) -> list[str]:

@@ -1,16 +1,15 @@
-"""agctl.slots: the slot rules as functions of the store, run without a file in sight, and
+"""agctl.store.slots: the slot rules as functions of the store, run without a file in sight, and
 the checkpoint an undoable edit takes before the first change a rule makes."""
 
 from __future__ import annotations
 
 import pytest
 
-from agctl import slots
-from agctl.checkpointer import Checkpointer
-from agctl.errors import AlreadyExists, ProtectedSlot
-from agctl.models import Message
+from agctl.base.errors import AlreadyExists, ProtectedSlot
+from agctl.context.models import Message
 from agctl.storage.memory import MemoryBackend
-from agctl.store import Store
+from agctl.store import Store, slots
+from agctl.store.checkpointer import Checkpointer
 
 SID = "s"
 

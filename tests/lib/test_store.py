@@ -7,7 +7,7 @@ import re
 import pytest
 from helpers import append, data_dir_files, file_only, snapshot, texts, user
 
-from agctl.errors import (
+from agctl.base.errors import (
     AlreadyExists,
     AmbiguousId,
     InvalidId,
@@ -16,8 +16,8 @@ from agctl.errors import (
     ReadonlySlot,
     UsageError,
 )
-from agctl.ids import new_session_id
-from agctl.models import Message
+from agctl.base.ids import new_session_id
+from agctl.context.models import Message
 from agctl.store import Store
 
 # ---- sessions ------------------------------------------------------------------------
@@ -35,8 +35,8 @@ def test_a_drawn_id_another_session_has_is_drawn_again(
 ) -> None:
     """Two sessions made in the same second may draw one id (3 random characters): the
     second draws again, for a new session and a fork; a given id is refused as taken."""
-    from agctl import sessions
-    from agctl.checkpointer import Checkpointer
+    from agctl.store import sessions
+    from agctl.store.checkpointer import Checkpointer
 
     store.create_session("taken")
     store.create_session("also-taken")
@@ -51,7 +51,7 @@ def test_a_drawn_id_another_session_has_is_drawn_again(
     assert store.create_session().id == "fresh"
     assert drawn == ["taken", "also-taken", "fresh"]
 
-    monkeypatch.setattr("agctl.ids.new_session_id", draw)  # fork imports it where it draws
+    monkeypatch.setattr("agctl.base.ids.new_session_id", draw)  # fork imports it where it draws
     checkpoints = Checkpointer(store)
     made = checkpoints.create("fresh")
     assert checkpoints.fork("fresh", made.id).id == "forked"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agctl.config import ConfigStore
-from agctl.errors import CorruptDocument, UsageError
+from agctl.base.errors import CorruptDocument, UsageError
+from agctl.config.file import ConfigFile
 from agctl.storage.factory import choose_store, open_backend
 from agctl.storage.file.backend import FileBackend
 from agctl.storage.urls import (
@@ -148,7 +148,7 @@ def test_the_order_is_option_environment_config_then_data_dir(
 ) -> None:
     assert choose_store().spec.path == isolated_env  # nothing set: the data dir
     assert choose_store().origin == "data dir"
-    ConfigStore().set("store.url", "postgresql:///agctl?service=team")
+    ConfigFile().set("store.url", "postgresql:///agctl?service=team")
     chosen = choose_store(data_dir=tmp_path / "local")
     assert chosen.spec.dsn == "postgresql:///agctl?service=team"
     assert chosen.origin == "config store.url"
@@ -169,7 +169,7 @@ def test_the_schema_comes_from_the_environment_then_the_config(
 ) -> None:
     url = "postgresql://db/agctl"
     assert choose_store(url).schema == "agctl"
-    ConfigStore().set("store.schema", "team_a")
+    ConfigFile().set("store.schema", "team_a")
     assert choose_store(url).schema == "team_a"
     monkeypatch.setenv("AGCTL_STORE_SCHEMA", "team_b")
     assert choose_store(url).schema == "team_b"
@@ -201,20 +201,20 @@ def test_the_shared_schema_owner_is_taken_out_of_the_url_libpq_sees(url: str, ds
 def test_the_shared_schema_owner_comes_from_the_url_then_the_config(config_path: Path) -> None:
     url = "postgresql://db/agctl"
     assert choose_store(url).shared_owner is None
-    ConfigStore().set("store.shared_schema_owner", "team_a")
+    ConfigFile().set("store.shared_schema_owner", "team_a")
     assert choose_store(url).shared_owner == "team_a"
     assert choose_store(f"{url}?shared_schema_owner=team_b").shared_owner == "team_b"
     with pytest.raises(UsageError, match="not a role's name"):
-        ConfigStore().set("store.shared_schema_owner", "a\nb")
+        ConfigFile().set("store.shared_schema_owner", "a\nb")
 
 
 def test_a_password_is_never_written_to_the_config(config_path: Path) -> None:
     for url in (f"postgresql://agent:{SECRET}@db/agctl", f"postgresql:///x?password={SECRET}"):
         with pytest.raises(UsageError, match="never keeps in its config") as caught:
-            ConfigStore().set("store.url", url)
+            ConfigFile().set("store.url", url)
         assert SECRET not in str(caught.value)
     assert not config_path.exists()
-    ConfigStore().set("store.url", "postgresql://agent@db/agctl")
+    ConfigFile().set("store.url", "postgresql://agent@db/agctl")
     assert json.loads(config_path.read_text())["store"] == {"url": "postgresql://agent@db/agctl"}
 
 
@@ -224,17 +224,17 @@ def test_a_password_written_into_the_config_by_hand_is_refused_unread(config_pat
         choose_store()
     assert SECRET not in str(refused.value)
     with pytest.raises(CorruptDocument, match="never keeps in its config") as invalid:
-        ConfigStore().load()
+        ConfigFile().load()
     assert SECRET not in str(invalid.value)
 
 
 def test_the_config_store_keys_are_checked(config_path: Path) -> None:
     known = r"store\.url, store\.schema, store\.shared_schema_owner, store\.connect_patience"
     with pytest.raises(UsageError, match=known):
-        ConfigStore().set("store.host", "x")
+        ConfigFile().set("store.host", "x")
     with pytest.raises(UsageError, match="not a store agctl knows"):
-        ConfigStore().set("store.url", "mysql://db/x")
-    ConfigStore().set("store.url", "null")
+        ConfigFile().set("store.url", "mysql://db/x")
+    ConfigFile().set("store.url", "null")
     assert "store" not in json.loads(config_path.read_text())  # unset: left out of the file
 
 
@@ -247,7 +247,7 @@ def test_a_config_that_is_not_json_is_an_error_naming_it(config_path: Path) -> N
 def test_store_url_opens_the_chosen_store(tmp_path: Path, config_path: Path) -> None:
     """Store(root) stays the file store in root, whatever is configured; Store(url=...) and
     Store() choose."""
-    ConfigStore().set("store.url", str(tmp_path / "configured"))
+    ConfigFile().set("store.url", str(tmp_path / "configured"))
     assert Store(tmp_path / "root").root == tmp_path / "root"
     assert Store().root == tmp_path / "configured"
     by_url = Store(url=(tmp_path / "by url").as_uri())
@@ -274,7 +274,7 @@ def test_the_connect_patience_comes_from_the_config_through_the_choice(
 
     url = "postgresql://db/agctl"
     assert choose_store(url).connect_patience is None  # the backend's default
-    ConfigStore().set("store.connect_patience", "2.5")
+    ConfigFile().set("store.connect_patience", "2.5")
     chosen = choose_store(url)
     assert chosen.connect_patience == 2.5
     for patient, waits in ((True, 2.5), (False, 0.0)):  # a TAB tries once
@@ -294,4 +294,4 @@ def test_a_broken_connect_patience_is_refused_as_the_other_store_keys_are(
     with pytest.raises(UsageError, match=r"config store\.connect_patience must be seconds"):
         choose_store("postgresql://db/agctl")
     with pytest.raises(CorruptDocument, match="connect_patience"):
-        ConfigStore().load()  # what every other reader of the config says of it
+        ConfigFile().load()  # what every other reader of the config says of it

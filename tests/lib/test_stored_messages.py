@@ -1,4 +1,4 @@
-"""The fast reads of a long slot (agctl.models.stored_messages, Slot.from_json, the request
+"""The fast reads of a long slot (agctl.context.models.stored_messages, Slot.from_json, the request
 form of plain messages, Message.counts) give exactly what pydantic gives: the same
 messages, fields set, dumps and errors, for stored messages of every shape, hostile ones
 included."""
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from agctl.models import (
+from agctl.context.models import (
     Message,
     Slot,
     _dumped_requests,
@@ -23,7 +23,7 @@ from agctl.models import (
     messages_to_openai,
     stored_messages,
 )
-from agctl.tokens import MESSAGE_OVERHEAD, estimate_content, estimate_text
+from agctl.context.tokens import MESSAGE_OVERHEAD, estimate_content, estimate_text
 
 TEXT = st.text(max_size=30) | st.sampled_from(["", "日本語", "\x00", "\u202e", "</script>"])
 TIMES = st.sampled_from(

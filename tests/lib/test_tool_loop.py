@@ -2,7 +2,7 @@
 limit, and the step log that lets a failed turn go on without running a tool twice.
 
 The tools here are real processes (a small Python program), answered through a ToolBox
-of the test's own: what agctl.tools adds (approval, scrubbing, limits) is tested there."""
+of the test's own: what agctl.turn.tools adds (approval, scrubbing, limits) is tested there."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 from helpers import file_only
 
-from agctl.checkpointer import Checkpointer
-from agctl.errors import AgctlError, Blocked, ProviderError, StepLimit, StoreError
-from agctl.models import ToolCall
+from agctl.base.errors import AgctlError, Blocked, ProviderError, StepLimit, StoreError
+from agctl.context.models import ToolCall
 from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider, ScriptedReply
-from agctl.steps import CallRecord
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.send import TurnOptions, send_turn
+from agctl.turn.steps import CallRecord
 
 ADD = """
 import json, os, sys, time
@@ -292,7 +292,7 @@ def test_a_recorded_tool_run_replays_in_a_fresh_data_dir_without_running_tools(
 def test_a_call_the_cassette_never_saw_is_a_replay_miss_naming_the_closest(
     store: Store, sid: str, tmp_path: Path
 ) -> None:
-    from agctl.errors import ReplayMiss
+    from agctl.base.errors import ReplayMiss
     from agctl.providers.cassette import CassetteTools
 
     cassette = tmp_path / "c.cassette"
@@ -327,7 +327,7 @@ def test_a_call_the_cassette_never_saw_is_a_replay_miss_naming_the_closest(
 def test_a_replay_checks_the_tool_calls_a_turn_makes(
     store: Store, sid: str, tmp_path: Path
 ) -> None:
-    from agctl.replay import TranscriptTurn, parse_transcript, replay
+    from agctl.turn.transcripts import TranscriptTurn, parse_transcript, replay
 
     tools = Adder(tmp_path)
     transcript = parse_transcript(

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from agctl.config import Config, ConfigStore, Profile
-from agctl.errors import AlreadyExists, ApprovalNeeded, InvalidInput, NotFound, UsageError
-from agctl.models import ToolCall, ToolCallFunction
-from agctl.tools import (
+from agctl.base.errors import AlreadyExists, ApprovalNeeded, InvalidInput, NotFound, UsageError
+from agctl.config.file import Config, ConfigFile, Profile
+from agctl.context.models import ToolCall, ToolCallFunction
+from agctl.turn.tools import (
     DENIED,
     Answer,
     LiveTools,
@@ -150,7 +150,7 @@ def test_definitions_refuse_a_hand_edited_invalid_schema() -> None:
 def test_an_old_config_file_loads_and_is_written_without_tools(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"schema_version": "1.0", "profiles": {"p": {"model": "m"}}}))
-    store = ConfigStore(path)
+    store = ConfigFile(path)
     config = store.load()
     assert config.tools == {} and config.profiles["p"].tools == {}
     store.save(config)
@@ -219,7 +219,7 @@ def test_a_missing_tools_file_is_not_found(tmp_path: Path) -> None:
 
 
 def test_tools_are_added_and_removed_in_the_config_or_a_profile(tmp_path: Path) -> None:
-    store = ConfigStore(tmp_path / "config.json")
+    store = ConfigFile(tmp_path / "config.json")
     assert store.add_tool(spec(name="a")) is False
     with pytest.raises(AlreadyExists, match="already exists"):
         store.add_tool(spec(name="a"))
@@ -238,7 +238,7 @@ def test_tools_are_added_and_removed_in_the_config_or_a_profile(tmp_path: Path) 
 
 
 def test_config_set_reaches_a_tools_field(tmp_path: Path) -> None:
-    store = ConfigStore(tmp_path / "config.json")
+    store = ConfigFile(tmp_path / "config.json")
     store.add_tool(spec(name="a"))
     store.set("tools.a.timeout_s", "5")
     assert store.load().tools["a"].timeout_s == 5
@@ -459,8 +459,8 @@ def test_loading_the_config_with_tools_does_not_import_jsonschema(tmp_path: Path
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"tools": {"t": {"command": ["true"]}}}))
     code = (
-        "import sys; from agctl.config import ConfigStore; from pathlib import Path; "
-        f"c = ConfigStore(Path({str(path)!r})).load(); assert c.tools['t'].name == 't'; "
+        "import sys; from agctl.config.file import ConfigFile; from pathlib import Path; "
+        f"c = ConfigFile(Path({str(path)!r})).load(); assert c.tools['t'].name == 't'; "
         "print('jsonschema' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -11,7 +11,7 @@ import pytest
 from click.testing import Result
 from helpers import data_dir_files, draft_file, file_only
 
-from agctl.errors import (
+from agctl.base.errors import (
     InvalidInput,
     NotFound,
     ProviderError,
@@ -20,7 +20,7 @@ from agctl.errors import (
     StoreError,
     TurnInterrupted,
 )
-from agctl.models import Draft, Message
+from agctl.context.models import Draft, Message
 from agctl.providers.base import (
     ChatRequest,
     Event,
@@ -32,9 +32,9 @@ from agctl.providers.base import (
 )
 from agctl.providers.cassette import RecordingProvider, ReplayProvider, load_cassette
 from agctl.providers.offline import OfflineProvider, load_script
-from agctl.reply import ReplyBuilder
 from agctl.store import Store
-from agctl.turns import TurnOptions, prepare_turn, send_turn
+from agctl.turn.reply import ReplyBuilder
+from agctl.turn.send import TurnOptions, prepare_turn, send_turn
 
 OPTIONS = TurnOptions(model="offline")
 
@@ -188,7 +188,7 @@ def test_interrupt_mid_stream_writes_nothing_and_keeps_a_draft(store: Store, sid
 def test_ctrl_c_while_fitting_the_request_keeps_a_draft_and_says_when(
     store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agctl import turns
+    from agctl.turn import send as turns
 
     def interrupted(*args: object) -> None:
         raise KeyboardInterrupt
@@ -224,7 +224,7 @@ def test_a_reply_that_could_not_be_written_is_kept_with_the_prompt_and_shown(
         raise failure
 
     before = data_dir_files(store.root)
-    monkeypatch.setattr("agctl.turns.append_messages", failing)
+    monkeypatch.setattr("agctl.turn.send.append_messages", failing)
     provider = ListProvider([TextDelta("the answer"), Finish("stop")])
     with pytest.raises(raised) as caught:  # no checkpoint: its dropped baseline changes the log
         send_turn(store, sid, "keep both", provider, TurnOptions(model="offline", checkpoint=False))
@@ -242,7 +242,7 @@ def test_a_turn_whose_accounting_fails_writes_none_of_it(
     store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One unit of work: messages, count and cost, and checkpoints commit together."""
-    from agctl import turns
+    from agctl.turn import send as turns
 
     def unaccounted(*args: object, **kwargs: object) -> None:
         raise StoreError("cannot count the turn")
@@ -399,7 +399,7 @@ def test_a_reply_that_cannot_be_written_is_shown_and_the_prompt_kept(store: Stor
     "fields", [{"temperature": float("nan")}, {"temperature": 3.0}, {"max_tokens": 2**70}]
 )
 def test_turn_options_refuse_what_the_cli_refuses(fields: dict[str, Any]) -> None:
-    from agctl.errors import UsageError
+    from agctl.base.errors import UsageError
 
     with pytest.raises(UsageError):
         TurnOptions(model="m", **fields)
@@ -599,7 +599,7 @@ def test_a_tool_call_with_no_name_is_reported_and_not_sent_back(
 
 
 def test_a_focused_slot_has_its_summary_rewritten_every_n_turns(store: Store, sid: str) -> None:
-    from agctl.checkpointer import Checkpointer
+    from agctl.store.checkpointer import Checkpointer
 
     store.set_mode(sid, None, "focused", focus={"recent_messages": 2, "auto_summary_every": 2})
     summaries = []

@@ -12,12 +12,12 @@ from click.testing import Result
 from helpers import file_only
 from test_checkpoints import documents
 
-from agctl.checkpointer import Checkpointer
-from agctl.errors import NotFound, ReadonlySlot
-from agctl.models import Message
+from agctl.base.errors import NotFound, ReadonlySlot
+from agctl.context.models import Message
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.send import TurnOptions, send_turn
 
 Run = Callable[..., Result]
 SID = "s"

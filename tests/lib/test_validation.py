@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ValidationError, model_validator
 
-from agctl.budget import updated_budget
-from agctl.config import ConfigStore, profile_from
-from agctl.errors import CorruptDocument, InvalidInput, UsageError
-from agctl.interchange import parse_messages
+from agctl.base.errors import CorruptDocument, InvalidInput, UsageError
+from agctl.base.validation import validation_summary
+from agctl.config.file import ConfigFile, profile_from
+from agctl.context.budget import updated_budget
+from agctl.interchange.formats import parse_messages
 from agctl.store import Store
-from agctl.validation import validation_summary
 
 
 class Inner(BaseModel):
@@ -72,7 +72,7 @@ def test_each_site_words_its_error_around_the_summary(store: Store, tmp_path: Pa
         profile_from({"model": 3})
     config = tmp_path / "config.json"
     with pytest.raises(UsageError, match=r"^config key 'max_retries': max_retries: Input should"):
-        ConfigStore(config).set("max_retries", "many")
+        ConfigFile(config).set("max_retries", "many")
     config.write_text('{"max_retries": "many"}')
     with pytest.raises(CorruptDocument, match=r"invalid config: max_retries: Input should"):
-        ConfigStore(config).load()
+        ConfigFile(config).load()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agctl.models import FocusedConfig, Message, Session, Slot, SlotConfig
-from agctl.view import focused_messages, request_view, slot_view
+from agctl.context.models import FocusedConfig, Message, Session, Slot, SlotConfig
+from agctl.context.view import focused_messages, request_view, slot_view
 
 
 def user(text: str) -> Message:

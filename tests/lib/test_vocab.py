@@ -1,4 +1,4 @@
-"""One vocabulary (agctl/vocab.py): no module re-declares its lists, the models and the CLI
+"""One vocabulary (agctl/base/vocab.py): no module re-declares its lists, the models and the CLI
 use them, and importing it costs only the standard library."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import click
 import pytest
 from pydantic import BaseModel
 
-from agctl import vocab
+from agctl.base import vocab
 from agctl.cli import cli
-from agctl.config import Config, Profile
-from agctl.models import MergeRecord, Message, Session, SlotConfig, SlotSource
-from agctl.tools import ToolSpec
+from agctl.config.file import Config, Profile
+from agctl.context.models import MergeRecord, Message, Session, SlotConfig, SlotSource
+from agctl.turn.tools import ToolSpec
 
 PACKAGE = Path(vocab.__file__).parent
 # Every closed list vocab.py defines: name -> its values.
@@ -170,7 +170,7 @@ def test_the_profile_help_names_every_preset() -> None:
 
 def test_importing_the_vocabulary_loads_the_standard_library_only() -> None:
     script = (
-        "import sys, json; before = set(sys.modules); import agctl.vocab; "
+        "import sys, json; before = set(sys.modules); import agctl.base.vocab; "
         "print(json.dumps(sorted(set(sys.modules) - before)))"
     )
     result = subprocess.run(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from agctl.models import Message, Slot, messages_to_openai
+from agctl.context.models import Message, Slot, messages_to_openai
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.turn.send import TurnOptions, send_turn
 
 
 def said(number: int) -> Message:

@@ -24,7 +24,7 @@ from helpers import ok
 from terminal import TIMEOUT, ControllingTerminal, raw_controls
 
 from agctl.store import Store
-from agctl.tools import DENIED
+from agctl.turn.tools import DENIED
 
 Run = Callable[..., Result]
 

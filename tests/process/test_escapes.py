@@ -138,8 +138,8 @@ def test_a_hook_leaves_nothing_either(
 # test's PostgreSQL server, started by pg_ctl, is held) when it runs a tool that leaves one.
 HOLDER = """
 import subprocess, sys
-from agctl import interrupts
-from agctl.tools import ToolSpec, run_tool
+from agctl.base import interrupts
+from agctl.turn.tools import ToolSpec, run_tool
 
 interrupts.adopt_orphans()
 spec = ToolSpec.model_validate({"name": "t", "command": ["sh", "-c", sys.argv[2]], "args": "env"})

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import process_dead
 
-from agctl.hooks import MAX_STDOUT_BYTES, HookBlocked, HookSpec, run_hooks
+from agctl.turn.hooks import MAX_STDOUT_BYTES, HookBlocked, HookSpec, run_hooks
 
 START = {"prompt": "hello", "scratch": []}
 

@@ -23,10 +23,10 @@ from click.testing import Result
 from fake_openai import FakeOpenAI
 
 import agctl
-from agctl.checkpoints import checkpoint_offset
-from agctl.config import mask
-from agctl.hashing import line_sum
+from agctl.base.hashing import line_sum
+from agctl.config.file import mask
 from agctl.store import Store
+from agctl.store.checkpoints import checkpoint_offset
 
 Run = Callable[..., Result]
 SOURCE_ROOT = str(Path(agctl.__file__).resolve().parents[1])
@@ -95,7 +95,7 @@ def session(run: Run) -> str:
 
 @pytest.fixture
 def checkpoint(store: Store, session: str) -> str:
-    from agctl.checkpointer import Checkpointer
+    from agctl.store.checkpointer import Checkpointer
 
     return Checkpointer(store).ids(session)[0]
 

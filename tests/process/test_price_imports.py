@@ -82,7 +82,7 @@ def test_a_later_turn_is_priced_without_importing_genai_prices(
     assert "genai_prices" in of_genai_prices(modules)  # the check can see it
     second, modules = turn(env, server, model)
     assert of_genai_prices(modules) == set()
-    assert "agctl.price_sheets" in modules
+    assert "agctl.context.price_sheets" in modules
     assert second["cost"] == first["cost"]
     assert second["cache_saved"] == first["cache_saved"]
     sheets = json.loads(layout.price_sheets(Path(env["AGCTL_DATA_DIR"])).read_text())

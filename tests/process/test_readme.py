@@ -230,7 +230,7 @@ def test_the_tools_example_runs_wc_on_the_file(workdir: tuple[Path, dict[str, st
 
 
 def test_the_exit_code_table_lists_every_exit_code_the_errors_define() -> None:
-    from agctl import errors
+    from agctl.base import errors
 
     table = README.read_text(encoding="utf-8").split("### Exit codes", 1)[1].split("\n## ")[0]
     codes = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)}

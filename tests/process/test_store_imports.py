@@ -67,7 +67,7 @@ def test_help_imports_nothing_of_the_store_choice(env: dict[str, str]) -> None:
     result, modules = agctl(env, "--help")
     assert result.returncode == 0 and "--store URL" in result.stdout
     assert "agctl.cli" in modules  # the list is real
-    assert {"agctl.storage.urls", "agctl.storage.factory", "agctl.paths"} & modules == set()
+    assert {"agctl.storage.urls", "agctl.storage.factory", "agctl.base.paths"} & modules == set()
     assert of_postgres(modules) == set()
 
 
@@ -163,7 +163,7 @@ def test_completion_on_postgresql_reads_its_tables_with_no_model_and_no_core(
 ) -> None:
     """A TAB on a PostgreSQL store lists sessions, slots and drafts with psycopg alone:
     neither pydantic nor the core (agctl.store) nor the backend is loaded."""
-    from agctl.models import Draft
+    from agctl.context.models import Draft
     from agctl.store import Store
 
     on_pg = {**env, "AGCTL_STORE": pg_store.dsn, "AGCTL_STORE_SCHEMA": pg_store.schema}
@@ -181,4 +181,5 @@ def test_completion_on_postgresql_reads_its_tables_with_no_model_and_no_core(
     assert [row.split(",", 1)[1] for row in result.stdout.splitlines()] == offered
     assert {"psycopg", "agctl.storage.postgres.listing"} <= modules
     assert {m for m in modules if m.split(".")[0] == "pydantic"} == set()
-    assert {"agctl.store", "agctl.models", "agctl.storage.postgres.backend"} & modules == set()
+    loaded = {"agctl.store.facade", "agctl.context.models", "agctl.storage.postgres.backend"}
+    assert loaded & modules == set()

@@ -229,14 +229,14 @@ def test_an_offline_turn_loads_no_http_client(env: dict[str, str], session: str)
     assert "agctl.providers.openai" not in modules
     # Its checkpoint loads the planner, not the whole package (diff and difflib, verify,
     # prune); the Store, not the rules of sessions, which a turn does not use.
-    assert "agctl.checkpoints.planner" in modules
-    assert {"agctl.checkpoints.diff", "agctl.checkpoints.verify"} & modules == set()
-    assert "agctl.checkpoints.prune" not in modules
-    assert "agctl.store" in modules
-    assert "agctl.sessions" not in modules
+    assert "agctl.store.checkpoints.planner" in modules
+    assert {"agctl.store.checkpoints.diff", "agctl.store.checkpoints.verify"} & modules == set()
+    assert "agctl.store.checkpoints.prune" not in modules
+    assert "agctl.store.facade" in modules
+    assert "agctl.store.sessions" not in modules
     # The config holds no tool and no hook: their models are not loaded.
-    assert "agctl.config" in modules
-    assert "agctl.specs" not in modules
+    assert "agctl.config.file" in modules
+    assert "agctl.config.specs" not in modules
 
 
 # Run without `site`, whose .pth files may import pathlib (and more) on this machine before
@@ -316,9 +316,9 @@ def test_models_build_their_validators_on_first_use(env: dict[str, str]) -> None
     checkpoint, draft) only when first used, and validation is as strict as ever."""
     code = """
 import json
-from agctl.checkpoints import Checkpoint
-from agctl.config import Config
-from agctl.models import Draft, Session, Slot
+from agctl.store.checkpoints import Checkpoint
+from agctl.config.file import Config
+from agctl.context.models import Draft, Session, Slot
 before = [m.__pydantic_complete__ for m in (Slot, Session, Config, Checkpoint, Draft)]
 slot = Slot.model_validate({"id": "s", "messages": [{"role": "user", "content": "hi"}]})
 try:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from helpers import process_dead
 
-from agctl.tools import KEPT_OUTPUT, ToolRun, ToolSpec, check_call, run_tool
+from agctl.turn.tools import KEPT_OUTPUT, ToolRun, ToolSpec, check_call, run_tool
 
 
 def tool(*command: str, **fields: Any) -> ToolSpec:

@@ -31,11 +31,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from agctl.checkpointer import Checkpointer
-from agctl.checkpoints import checkpoint_offset
 from agctl.cli import cli
-from agctl.models import Message, Session, Slot
+from agctl.context.models import Message, Session, Slot
 from agctl.store import Store
+from agctl.store.checkpointer import Checkpointer
+from agctl.store.checkpoints import checkpoint_offset
 
 SID = "torture"
 
@@ -187,12 +187,12 @@ from pathlib import Path
 
 import orjson
 
-from agctl.checkpointer import Checkpointer
-from agctl.compress import compress
-from agctl.models import Message
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.compress import compress
+from agctl.context.models import Message
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.turn.send import TurnOptions, send_turn
 
 root, session, journal = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 MAX_EXTRA_SLOTS = 4
@@ -596,7 +596,7 @@ RACER = r"""
 import contextlib, io, json, random, sys, time, traceback
 from pathlib import Path
 
-from agctl.checkpointer import Checkpointer
+from agctl.store.checkpointer import Checkpointer
 from agctl.cli import main
 from agctl.store import Store
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agctl.models import Draft, Message, Session, Slot
+from agctl.context.models import Draft, Message, Session, Slot
 from agctl.storage.base import CACHES, Backend
 
 SID = "s"

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from backend_docs import SID, dump, rich_draft, rich_session, rich_slot, seed, user
 
-from agctl.errors import AlreadyExists, Conflict, InvalidId, NotFound
-from agctl.models import Draft, Session, Slot
+from agctl.base.errors import AlreadyExists, Conflict, InvalidId, NotFound
+from agctl.context.models import Draft, Session, Slot
 from agctl.storage.base import Backend
 
 # ---- round trips -----------------------------------------------------------------------

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from backend_docs import SID, seed
 
-from agctl.errors import NotFound
-from agctl.models import Session, Slot
+from agctl.base.errors import NotFound
+from agctl.context.models import Session, Slot
 from agctl.storage.base import Backend
 
 

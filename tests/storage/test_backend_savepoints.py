@@ -9,9 +9,9 @@ import pytest
 from backend_docs import SID, rich_draft, seed, snapshot, user
 from test_backend_transactions import change_everything, record
 
-from agctl.models import Session, Slot
-from agctl.pack import Log
+from agctl.context.models import Session, Slot
 from agctl.storage.base import Backend
+from agctl.store.checkpoints.pack import Log
 
 
 def staged(tx: object) -> dict[str, object]:

@@ -18,8 +18,8 @@ import pytest
 from backend_docs import SID, rich_draft, seed, snapshot, user
 
 import agctl
-from agctl.errors import Conflict, NotFound
-from agctl.models import Session, Slot
+from agctl.base.errors import Conflict, NotFound
+from agctl.context.models import Session, Slot
 from agctl.storage.base import Backend
 
 T = TypeVar("T")
@@ -190,7 +190,7 @@ PYTHONPATH = str(Path(agctl.__file__).resolve().parent.parent)
 APPENDER = f"""
 import sys
 from pathlib import Path
-from agctl.models import Message
+from agctl.context.models import Message
 from child_backend import open_backend
 
 backend = open_backend(sys.argv[1])
@@ -205,7 +205,7 @@ for number in range({APPENDS}):
 TURNS = """
 import json, sys
 from pathlib import Path
-from agctl.models import Message
+from agctl.context.models import Message
 from child_backend import open_backend
 
 backend = open_backend(sys.argv[1])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.turn.send import TurnOptions, send_turn
 
 SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
 

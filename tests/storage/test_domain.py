@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from agctl.checkpointer import Checkpointer
-from agctl.checkpoints import SessionState
-from agctl.errors import NotFound
-from agctl.interchange import export_session, import_session
+from agctl.base.errors import NotFound
+from agctl.interchange.formats import export_session, import_session
+from agctl.interchange.transfer import copy_sessions
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
-from agctl.transfer import copy_sessions
-from agctl.turns import TurnOptions, TurnResult, send_turn
+from agctl.store.checkpointer import Checkpointer
+from agctl.store.checkpoints import SessionState
+from agctl.turn.send import TurnOptions, TurnResult, send_turn
 
 SID = "s"
 

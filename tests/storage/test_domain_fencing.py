@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from agctl.checkpointer import Checkpointer
-from agctl.drafts import resumable_draft
-from agctl.errors import SlotChanged, SlotMoved
-from agctl.models import ToolCall
+from agctl.base.errors import SlotChanged, SlotMoved
+from agctl.context.models import ToolCall
 from agctl.providers.base import ChatRequest, Event, Finish, TextDelta
 from agctl.providers.offline import OfflineProvider, ScriptedReply
-from agctl.replay import TranscriptTurn, replay
-from agctl.steps import CallRecord
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.store.checkpointer import Checkpointer
+from agctl.store.drafts import resumable_draft
+from agctl.turn.send import TurnOptions, send_turn
+from agctl.turn.steps import CallRecord
+from agctl.turn.transcripts import TranscriptTurn, replay
 
 SID = "s"
 PLAIN = TurnOptions(model="offline")

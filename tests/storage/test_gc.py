@@ -15,10 +15,10 @@ from typing import Any
 from test_backend_transactions import child_env
 from test_domain import SID, at, live, log_size, turn
 
-from agctl.checkpointer import Checkpointer
-from agctl.models import Draft
+from agctl.context.models import Draft
 from agctl.storage.file.backend import FileBackend
 from agctl.store import Store
+from agctl.store.checkpointer import Checkpointer
 
 
 def log_bytes(store: Store, sid: str = SID) -> bytes:
@@ -200,7 +200,7 @@ def test_a_draft_naming_a_checkpoint_is_remapped(store: Store) -> None:
 # the moments a crash can land between what is durable and what is not.
 GC = """
 import os, sys, time
-from agctl.checkpointer import Checkpointer
+from agctl.store.checkpointer import Checkpointer
 from agctl.storage.file.backend import FileBackend
 from agctl.store import Store
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from agctl.models import Message
+from agctl.context.models import Message
 from agctl.providers.offline import OfflineProvider
 from agctl.storage.encoding import encode_record
 from agctl.storage.file import journal as redo
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.turn.send import TurnOptions, send_turn
 
 SID = "s"
 
@@ -116,7 +116,7 @@ def test_a_turn_whose_changes_fail_after_the_commit_point_is_finished_not_resent
 ) -> None:
     """The record is durable, applying it fails (a full disk): the turn is committed, so
     no draft invites sending it again, and the next command finishes it."""
-    from agctl.errors import CommitPending, StoreError
+    from agctl.base.errors import CommitPending, StoreError
     from agctl.storage.file.journal import Journal
 
     original = Journal._apply

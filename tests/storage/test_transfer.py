@@ -11,15 +11,15 @@ import pytest
 from pgserver import PgServer, PgStore
 from test_domain import SID, at, checkpointed_turns, turn
 
-from agctl.checkpointer import Checkpointer
-from agctl.checkpoints import CheckpointSummary
-from agctl.errors import Conflict, DataError, NotFound, UsageError
-from agctl.interchange import export_session
+from agctl.base.errors import Conflict, DataError, NotFound, UsageError
+from agctl.interchange.formats import export_session
+from agctl.interchange.transfer import copy_between, copy_sessions
 from agctl.storage.factory import file_choice
 from agctl.storage.memory import MemoryBackend
 from agctl.storage.postgres.backend import PostgresBackend
 from agctl.store import Store
-from agctl.transfer import copy_between, copy_sessions
+from agctl.store.checkpointer import Checkpointer
+from agctl.store.checkpoints import CheckpointSummary
 
 
 def exported(store: Store, sid: str = SID) -> bytes:

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import ValidationError
 
-from agctl.errors import (
+from agctl.base.errors import (
     AgctlError,
     AlreadyExists,
     Conflict,
@@ -34,7 +34,7 @@ from agctl.errors import (
     NotFound,
     StoreError,
 )
-from agctl.fsio import (
+from agctl.base.fsio import (
     TEMP_SUFFIX,
     append_durably,
     check_dir,
@@ -48,8 +48,8 @@ from agctl.fsio import (
     write_atomic,
     write_pointer,
 )
-from agctl.ids import validate_id
-from agctl.models import Draft, Session, Slot
+from agctl.base.ids import validate_id
+from agctl.context.models import Draft, Session, Slot
 from agctl.storage.base import Backend, NewSession, OpenTxs, lock_timeout, next_rev
 from agctl.storage.file import layout, slotlog
 from agctl.storage.file.documents import (
@@ -315,7 +315,7 @@ class FileBackend(Backend):
             raise self._missing_slot(session_id, slot_id) from None
         slot = parse_document(raw, Slot, path)
         base = slotlog.base_of(raw)
-        slotlog.replay(path, slot, base)
+        slotlog.apply_lines(path, slot, base)
         if keys == self._slot_keys(path):
             self._revs[path] = slotlog.StoredSlot.of(slot, base, keys)
         return slot

@@ -7,10 +7,10 @@ from typing import TypeVar
 
 from pydantic import ValidationError
 
-from agctl.errors import CorruptDocument, SchemaTooNew
-from agctl.models import Document
+from agctl.base.errors import CorruptDocument, SchemaTooNew
+from agctl.base.validation import validation_summary
+from agctl.context.models import Document
 from agctl.storage.file import layout
-from agctl.validation import validation_summary
 
 D = TypeVar("D", bound=Document)
 CACHE_FILES = {"heads": layout.HEADS, "index": layout.INDEX}

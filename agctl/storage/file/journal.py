@@ -44,8 +44,8 @@ from typing import Any
 
 import orjson
 
-from agctl.errors import AgctlError, CommitPending, CorruptDocument, NotFound, StoreError
-from agctl.fsio import (
+from agctl.base.errors import AgctlError, CommitPending, CorruptDocument, NotFound, StoreError
+from agctl.base.fsio import (
     PRIVATE_FILE,
     TEMP_SUFFIX,
     check_dir,
@@ -56,7 +56,7 @@ from agctl.fsio import (
     open_regular,
     open_with_status,
 )
-from agctl.hashing import line_sum
+from agctl.base.hashing import line_sum
 from agctl.storage.encoding import encode_record
 
 log = logging.getLogger("agctl.store")

@@ -15,7 +15,7 @@
     <root>/sessions/.trash-<id>-<hex>      a session being destroyed
     <root>/stores/<key>/current-session    a shared store's current-session pointer
     <root>/stores/<key>/drafts/<id>/<slot>.json  a draft that store could not take
-    <root>/cache/                          this machine's caches, of no store (agctl.paths)
+    <root>/cache/                          this machine's caches, of no store (agctl.base.paths)
 
 The file store and TAB completion (which reads the layout directly, for speed) both use
 it, so it imports the standard library only. Ids are validated by the callers.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 SESSIONS = "sessions"
 STORES = "stores"
-# Caches of this machine, whatever store holds the sessions: prices (agctl.price_sheets).
+# Caches of this machine, whatever store holds the sessions: prices (agctl.context.price_sheets).
 CACHE = "cache"
 PRICE_SHEETS = "prices.json"
 CURRENT = "current-session"
@@ -76,7 +76,7 @@ def store_drafts(root: Path, store_key: str, session_id: str) -> Path:
 
 def price_sheets(root: Path) -> Path:
     """The cache of genai-prices' prices of the models priced on this machine
-    (agctl.price_sheets), in the data dir whatever store holds the sessions."""
+    (agctl.context.price_sheets), in the data dir whatever store holds the sessions."""
     return root / CACHE / PRICE_SHEETS
 
 

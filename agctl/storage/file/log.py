@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from agctl.errors import StoreError
-from agctl.fsio import append_durably, check_regular, open_regular
+from agctl.base.errors import StoreError
+from agctl.base.fsio import append_durably, check_regular, open_regular
 from agctl.storage.file.journal import Op, pack_data
 
 

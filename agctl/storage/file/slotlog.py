@@ -22,18 +22,18 @@ from typing import Any, NamedTuple
 import orjson
 from pydantic import ValidationError
 
-from agctl.errors import CorruptDocument, NotFound
-from agctl.fsio import read_bytes
-from agctl.hashing import data_hash
-from agctl.models import Message, Slot, message_list_adapter, stored_messages
+from agctl.base.errors import CorruptDocument, NotFound
+from agctl.base.fsio import read_bytes
+from agctl.base.hashing import data_hash
+from agctl.base.validation import validation_summary
+from agctl.context.models import Message, Slot, message_list_adapter, stored_messages
 from agctl.storage.base import append_problem
 from agctl.storage.encoding import checked_value, encode_record
 from agctl.storage.file import layout
 from agctl.storage.file.journal import Op, pack_data
-from agctl.validation import validation_summary
 
 # What of a slot's meta an append changes (anything else changed means a whole write): the
-# counters, and the fingerprint of the request a turn sent (agctl.cache.sent_marks), which
+# counters, and the fingerprint of the request a turn sent (agctl.context.cache.sent_marks), which
 # every turn renews, so a turn stays one line however long its slot.
 APPENDED_META = ("message_count", "total_tokens", "updated_at", "sent")
 
@@ -64,7 +64,7 @@ def extending_lines(data: bytes, base: str, rev: int) -> Iterator[tuple[int, dic
         rev = int(value["rev"])
 
 
-def replay(document: Path, slot: Slot, base: str) -> None:
+def apply_lines(document: Path, slot: Slot, base: str) -> None:
     """Apply to `slot` (read from `document`, whose bytes hash to `base`) the lines of its
     log that extend it, in order."""
     path = log_path(document)

@@ -12,16 +12,16 @@ from typing import Protocol
 
 import orjson
 
-from agctl.errors import Conflict, CorruptDocument, InvalidId, NotFound, StoreError
-from agctl.fsio import TEMP_SUFFIX, make_dirs
-from agctl.ids import validate_id
-from agctl.models import Document, Draft, Session, Slot, SlotConfig, SlotMeta
+from agctl.base.errors import Conflict, CorruptDocument, InvalidId, NotFound, StoreError
+from agctl.base.fsio import TEMP_SUFFIX, make_dirs
+from agctl.base.ids import validate_id
+from agctl.base.vocab import ZONES
+from agctl.context.models import Document, Draft, Session, Slot, SlotConfig, SlotMeta
 from agctl.storage.base import Reader, next_rev
 from agctl.storage.file import layout, slotlog
 from agctl.storage.file.documents import CACHE_FILES, LARGE_PUT, dump_document
 from agctl.storage.file.journal import Op, pack_data
 from agctl.storage.file.log import TxLog
-from agctl.vocab import ZONES
 
 
 class Files(Reader, Protocol):

@@ -42,10 +42,10 @@ from pathlib import Path
 
 import psycopg
 
-from agctl.errors import AlreadyExists, NotFound, StoreError
-from agctl.fsio import read_pointer, write_pointer
-from agctl.ids import validate_id
-from agctl.models import Session, Slot
+from agctl.base.errors import AlreadyExists, NotFound, StoreError
+from agctl.base.fsio import read_pointer, write_pointer
+from agctl.base.ids import validate_id
+from agctl.context.models import Session, Slot
 from agctl.storage.base import Backend, NewSession, OpenTxs, Tx, lock_timeout
 from agctl.storage.local_drafts import LocalDrafts
 from agctl.storage.postgres import listing
@@ -96,7 +96,7 @@ class PostgresBackend(Migrations, Backend):
             shared_owner=shared_owner,
         )
         self.local_dir = local_dir
-        # Where a draft goes when the server cannot take it (agctl.drafts), on this machine.
+        # Where a draft goes when the server cannot take it (agctl.store.drafts), on this machine.
         key = listing.store_key(dsn, schema)
         self.local_drafts = LocalDrafts.in_data_dir(local_dir, key)
         # Session id -> what the last transaction this backend committed on it knew.

@@ -15,7 +15,7 @@ from typing import IO, Any
 import psycopg
 from psycopg import errors as pg_errors
 
-from agctl.errors import Conflict, StoreError, UsageError
+from agctl.base.errors import Conflict, StoreError, UsageError
 from agctl.storage.postgres import listing
 from agctl.storage.postgres.log import open_log
 from agctl.storage.postgres.reads import Known, Reading

@@ -81,7 +81,7 @@ class Listing:
 
     def current_session_id(self) -> str | None:
         """The session `agctl session use` chose on this machine for this store."""
-        from agctl.fsio import read_pointer
+        from agctl.base.fsio import read_pointer
 
         return read_pointer(pointer_path(self.local_dir, self.dsn, self.schema))
 

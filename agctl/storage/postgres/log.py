@@ -8,7 +8,7 @@ import io
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-from agctl.errors import CorruptDocument, NotFound
+from agctl.base.errors import CorruptDocument, NotFound
 
 # Checkpoint log rows fetched around a position a reader needs.
 LOG_ROWS = 16

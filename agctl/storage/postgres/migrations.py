@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from agctl.errors import DataError, StoreError
+from agctl.base.errors import DataError, StoreError
 from agctl.storage.postgres import schema as pg_schema
 from agctl.storage.postgres.connection import Conn, Connections, first_line
 

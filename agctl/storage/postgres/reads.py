@@ -9,12 +9,12 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
-from agctl.errors import CorruptDocument, NotFound
-from agctl.ids import validate_id
-from agctl.models import Draft, Session, Slot
+from agctl.base.errors import CorruptDocument, NotFound
+from agctl.base.ids import validate_id
+from agctl.base.validation import validation_summary
+from agctl.context.models import Draft, Session, Slot
 from agctl.storage.base import append_problem, check_cache
 from agctl.storage.postgres.log import open_log
-from agctl.validation import validation_summary
 
 
 class Known:

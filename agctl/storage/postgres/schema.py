@@ -21,9 +21,10 @@ nor deadlock: the first one migrates, the others wait and find it done.
                    header), revision and message count
     slot_messages  the `messages` zone, a row a message: a turn inserts its new ones
     drafts         one row a draft
-    checkpoint_log the session's checkpoint log (agctl.pack: message nodes chained by
-                   offset, content-addressed blobs, checkpoint records), a row an append;
-                   `off` is the record's offset, which checkpoint ids are written from
+    checkpoint_log the session's checkpoint log (agctl.store.checkpoints.pack: message
+                   nodes chained by offset, content-addressed blobs, checkpoint records),
+                   a row an append; `off` is the record's offset, which checkpoint ids
+                   are written from
     caches         the checkpoint code's caches, a row an append
     revs           the sequence every document revision is taken from (never reused)
 """
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from agctl.errors import DataError
+from agctl.base.errors import DataError
 from agctl.storage.urls import SHARED_OWNER
 
 if TYPE_CHECKING:

@@ -12,9 +12,9 @@ from typing import IO, Any
 
 import psycopg
 
-from agctl.errors import Conflict, NotFound, UsageError
-from agctl.ids import validate_id
-from agctl.models import Draft, Message, Session, Slot
+from agctl.base.errors import Conflict, NotFound, UsageError
+from agctl.base.ids import validate_id
+from agctl.context.models import Draft, Message, Session, Slot
 from agctl.storage.base import check_cache
 from agctl.storage.postgres.connection import Conn, queue
 from agctl.storage.postgres.log import LogRows, log_chunks, open_log

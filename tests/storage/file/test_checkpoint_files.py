@@ -21,12 +21,7 @@ from helpers import (
     turn,
 )
 
-from agctl.checkpointer import Checkpointer
-from agctl.checkpoints import (
-    Checkpoint,
-    checkpoint_offset,
-)
-from agctl.errors import (
+from agctl.base.errors import (
     CorruptDocument,
     HasChildren,
     NotFound,
@@ -41,7 +36,12 @@ from agctl.providers.base import (
 )
 from agctl.storage.file.layout import RESTORE_JOURNAL
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.store.checkpointer import Checkpointer
+from agctl.store.checkpoints import (
+    Checkpoint,
+    checkpoint_offset,
+)
+from agctl.turn.send import TurnOptions, send_turn
 
 OPTIONS = TurnOptions(model="offline")
 SID = "s"

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import orjson
 
-from agctl.checkpointer import Checkpointer
-from agctl.checkpoints.files import open_log
-from agctl.checkpoints.reader import record_zones, summaries, zones_at
+from agctl.context.models import Message
 from agctl.graph.model import _headers
-from agctl.models import Message
 from agctl.storage.encoding import encode_record
 from agctl.store import Store
+from agctl.store.checkpointer import Checkpointer
+from agctl.store.checkpoints.files import open_log
+from agctl.store.checkpoints.reader import record_zones, summaries, zones_at
 
 
 def _history(store: Store) -> tuple[str, Checkpointer]:

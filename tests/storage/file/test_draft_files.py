@@ -13,14 +13,14 @@ import pytest
 from click.testing import Result
 from helpers import BrokenProvider, exited_zero, fail_turn, succeed_turn
 
-from agctl.drafts import find_draft
-from agctl.errors import (
+from agctl.base.errors import (
     CorruptDocument,
     ProviderError,
 )
-from agctl.models import Draft, utcnow
+from agctl.context.models import Draft, utcnow
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.store.drafts import find_draft
+from agctl.turn.send import TurnOptions, send_turn
 
 Run = Callable[..., Result]
 SID = "s"

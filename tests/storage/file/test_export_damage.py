@@ -11,8 +11,8 @@ import pytest
 from click.testing import Result
 from helpers import checkpoints_dir, exited_zero, session_with_history
 
-from agctl.errors import CorruptDocument
-from agctl.interchange import export_session
+from agctl.base.errors import CorruptDocument
+from agctl.interchange.formats import export_session
 from agctl.store import Store
 
 Run = Callable[..., Result]
@@ -27,7 +27,7 @@ def exported(run: Run) -> dict[str, Any]:
 def test_a_log_that_does_not_verify_is_refused_and_nothing_is_written(
     run: Run, store: Store, tmp_path: Path
 ) -> None:
-    from agctl.hashing import data_hash
+    from agctl.base.hashing import data_hash
 
     document = exported(run)
     history = document["checkpoint_log"]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agctl.errors import CorruptDocument, NotFound, StoreError
-from agctl.fsio import exclusive_lock, read_bytes, write_atomic
+from agctl.base.errors import CorruptDocument, NotFound, StoreError
+from agctl.base.fsio import exclusive_lock, read_bytes, write_atomic
 
 
 def test_write_atomic_replaces_and_leaves_no_temp(tmp_path: Path) -> None:
@@ -91,7 +91,7 @@ def test_lock_is_reentrant_in_one_thread(tmp_path: Path) -> None:
 
 
 def test_interrupts_are_deferred_until_the_block_ends() -> None:
-    from agctl.fsio import deferred_interrupts
+    from agctl.base.fsio import deferred_interrupts
 
     finished = []
     with pytest.raises(KeyboardInterrupt), deferred_interrupts():
@@ -106,9 +106,9 @@ def test_interrupts_are_deferred_until_the_block_ends() -> None:
 def test_sigterm_and_sighup_wait_for_the_block_as_ctrl_c_does(signum: signal.Signals) -> None:
     """With the command line's handlers, a termination signal sent during a commit waits
     for it, then stops agctl as the Interrupted carrying that signal."""
-    from agctl.errors import Interrupted
-    from agctl.fsio import deferred_interrupts
-    from agctl.interrupts import INTERRUPTING, interrupt_on_signals
+    from agctl.base.errors import Interrupted
+    from agctl.base.fsio import deferred_interrupts
+    from agctl.base.interrupts import INTERRUPTING, interrupt_on_signals
 
     saved = {number: signal.getsignal(number) for number in INTERRUPTING}
     interrupt_on_signals()

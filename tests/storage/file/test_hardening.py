@@ -22,17 +22,17 @@ from click.testing import Result
 from helpers import checkpoints_dir, dying_after_one_change
 
 import agctl
-from agctl.checkpointer import Checkpointer
-from agctl.checkpoints import checkpoint_offset
-from agctl.doctor import diagnose
-from agctl.errors import CorruptDocument, DataError, SlotChanged
-from agctl.models import Message
-from agctl.pack import Log
+from agctl.base.errors import CorruptDocument, DataError, SlotChanged
+from agctl.context.models import Message
 from agctl.providers.base import ChatRequest, Event, Finish, TextDelta
+from agctl.reports.checkup import diagnose
 from agctl.storage.encoding import encode_record
 from agctl.storage.file.backend import FileLog
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.store.checkpointer import Checkpointer
+from agctl.store.checkpoints import checkpoint_offset
+from agctl.store.checkpoints.pack import Log
+from agctl.turn.send import TurnOptions, send_turn
 
 Run = Callable[..., Result]
 SID = "s"
@@ -164,7 +164,7 @@ def _planted_session(store: Store, isolated_env: Path) -> Path:
     first = keeper.ids(SID)[-1]
     keeper.remove(SID, [keeper.ids(SID)[0]])
     assert first
-    from agctl.models import Draft
+    from agctl.context.models import Draft
 
     store.save_draft(SID, Draft(prompt="p", slot="default"))
     return isolated_env / "sessions" / SID
@@ -443,7 +443,7 @@ def test_a_log_written_before_checksums_stays_readable_and_is_reported(
 ) -> None:
     import orjson
 
-    from agctl import pack
+    from agctl.store.checkpoints import pack
 
     def legacy(value: Any) -> bytes:  # as agctl 0.1 wrote lines: no header, no checksum
         return b"" if value == pack.HEADER else orjson.dumps(value) + b"\n"

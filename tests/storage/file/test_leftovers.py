@@ -8,7 +8,7 @@ from collections.abc import Callable
 from click.testing import Result
 
 from agctl.store import Store
-from agctl.turns import TurnOptions
+from agctl.turn.send import TurnOptions
 
 Run = Callable[..., Result]
 OPTIONS = TurnOptions(model="offline")

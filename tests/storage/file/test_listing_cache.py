@@ -9,8 +9,8 @@ import pytest
 from click.testing import Result
 from helpers import checkpoints_dir
 
-from agctl.checkpointer import Checkpointer
 from agctl.store import Store
+from agctl.store.checkpointer import Checkpointer
 
 Run = Callable[..., Result]
 

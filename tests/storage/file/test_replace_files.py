@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from agctl.errors import StoreError
+from agctl.base.errors import StoreError
 from agctl.store import Store
 
 Run = Callable[..., Result]
@@ -46,7 +46,7 @@ def old_session_with_a_message(store: Store) -> None:
 
 
 def message(text: str) -> Any:
-    from agctl.models import Message
+    from agctl.context.models import Message
 
     return Message(role="user", content=text)
 

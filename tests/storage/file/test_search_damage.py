@@ -12,8 +12,8 @@ import pytest
 from click.testing import Result
 from helpers import add_said, searched_sessions
 
-from agctl.errors import AgctlError, CorruptDocument, SchemaTooNew
-from agctl.search import Hit, Matcher, search
+from agctl.base.errors import AgctlError, CorruptDocument, SchemaTooNew
+from agctl.reports.search import Hit, Matcher, search
 from agctl.store import Store
 
 Run = Callable[..., Result]

@@ -1,4 +1,4 @@
-"""A turn renews its slot's sent-request fingerprint (meta.sent, agctl.cache) by appending,
+"""A turn renews its slot's sent-request fingerprint (meta.sent, agctl.context.cache) by appending,
 never by writing the slot's document again: the file backend's own layout, so it lives
 here (tests/lib may not poke the data dir's files)."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from agctl.cache import sent_marks
+from agctl.context.cache import sent_marks
 from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider
 from agctl.storage.file import layout
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.turn.send import TurnOptions, send_turn
 
 OPTIONS = TurnOptions(model="offline", checkpoint=False)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from helpers import forest_shape, make_family
 
-from agctl.errors import AgctlError
-from agctl.sessions import session_forest
+from agctl.base.errors import AgctlError
 from agctl.store import Store
+from agctl.store.sessions import session_forest
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import append, snapshot, texts
 
-from agctl.errors import (
+from agctl.base.errors import (
     CorruptDocument,
     HasChildren,
     ProtectedSlot,

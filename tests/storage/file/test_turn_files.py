@@ -8,10 +8,10 @@ import json
 import pytest
 from helpers import dying_after_one_change
 
-from agctl.models import Message
+from agctl.context.models import Message
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.turn.send import TurnOptions, send_turn
 
 OPTIONS = TurnOptions(model="offline")
 

@@ -1,4 +1,4 @@
-"""One walk over every session and slot (agctl.walk), used by `search` and `usage --since`:
+"""One walk over every session and slot (agctl.reports.walk), used by `search` and `usage --since`:
 a damaged session or slot is reported once and skipped, never a failure of the walk."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from agctl.errors import AgctlError, CorruptDocument, NotFound
-from agctl.models import Message
+from agctl.base.errors import AgctlError, CorruptDocument, NotFound
+from agctl.context.models import Message
 from agctl.providers.offline import OfflineProvider
+from agctl.reports.usage import usage_report
+from agctl.reports.walk import slot_messages, walk
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
-from agctl.usage import usage_report
-from agctl.walk import slot_messages, walk
+from agctl.turn.send import TurnOptions, send_turn
 
 Run = Callable[..., Result]
 PRICES = {"priced-1": (1_000_000.0, 2_000_000.0)}

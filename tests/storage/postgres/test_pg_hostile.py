@@ -17,14 +17,14 @@ from backend_docs import snapshot, user
 from pgserver import PgStore
 
 import agctl.storage.postgres
-from agctl.checkpointer import Checkpointer
-from agctl.errors import InvalidId
-from agctl.models import Draft, Message, Session, Slot
+from agctl.base.errors import InvalidId
+from agctl.context.models import Draft, Message, Session, Slot
 from agctl.providers.offline import OfflineProvider
 from agctl.storage.postgres import schema as pg_schema
 from agctl.storage.postgres.backend import PostgresBackend
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.send import TurnOptions, send_turn
 
 MARKER = "DROP TABLE x"
 HOSTILE = [

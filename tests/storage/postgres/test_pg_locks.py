@@ -15,13 +15,13 @@ from backend_docs import SID, seed, snapshot, user
 from pg_children import read_line, start
 from pgserver import PgStore
 
-from agctl.errors import Conflict
+from agctl.base.errors import Conflict
 from agctl.storage.postgres.backend import PostgresBackend
 
 # A child that writes in a transaction on the session, says so, and keeps it open.
 HOLDER = f"""
 import sys, time
-from agctl.models import Message
+from agctl.context.models import Message
 from child_backend import open_backend
 
 backend = open_backend(sys.argv[1])

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from agctl.checkpointer import Checkpointer
 from agctl.providers.offline import OfflineProvider
 from agctl.storage.postgres.backend import PostgresBackend
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.send import TurnOptions, send_turn
 
 OFFLINE = TurnOptions(model="offline")
 

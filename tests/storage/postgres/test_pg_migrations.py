@@ -14,13 +14,13 @@ from pg_children import read_line, start, tell
 from pgserver import PgStore
 from psycopg import sql
 
-from agctl.checkpointer import Checkpointer
-from agctl.errors import DataError
+from agctl.base.errors import DataError
 from agctl.providers.offline import OfflineProvider
 from agctl.storage.postgres import schema as pg_schema
 from agctl.storage.postgres.backend import PostgresBackend
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.send import TurnOptions, send_turn
 
 SID = "s"
 OFFLINE = TurnOptions(model="offline")

@@ -17,8 +17,8 @@ from backend_docs import SID, rich_draft, seed, snapshot, user
 from pg_children import read_line, start, tell
 from pgserver import PgServer, PgStore
 
-from agctl.errors import StoreError
-from agctl.models import Session, Slot
+from agctl.base.errors import StoreError
+from agctl.context.models import Session, Slot
 from agctl.storage.base import Backend
 from agctl.storage.postgres import connection as pg_conn
 from agctl.storage.postgres import listing
@@ -80,7 +80,7 @@ def test_one_backend_reconnects_after_a_restart_and_loses_nothing(
 # A child that writes, waits (its connections open) while the server restarts, writes again.
 WRITE_WAIT_WRITE = f"""
 import sys
-from agctl.models import Message
+from agctl.context.models import Message
 from child_backend import open_backend
 
 backend = open_backend(sys.argv[1])
@@ -365,8 +365,8 @@ def test_a_draft_the_store_cannot_take_is_kept_here_found_and_removed_with_the_s
 ) -> None:
     import stat
 
-    from agctl.drafts import remove_draft
     from agctl.store import Store
+    from agctl.store.drafts import remove_draft
 
     backend = PostgresBackend(
         pg_store.dsn, schema=pg_store.schema, local_dir=isolated_env, connect_patience=0.2

@@ -18,15 +18,15 @@ import psycopg
 import psycopg.sql
 import pytest
 
-from agctl.checkpointer import Checkpointer
-from agctl.errors import StoreError
-from agctl.models import Draft, Message, utcnow
+from agctl.base.errors import StoreError
+from agctl.context.models import Draft, Message, utcnow
 from agctl.providers.offline import OfflineProvider
 from agctl.storage.postgres import backend as pg_backend
 from agctl.storage.postgres.backend import PostgresBackend
 from agctl.storage.postgres.tx import PgTx
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.send import TurnOptions, send_turn
 
 OFFLINE = TurnOptions(model="offline")
 SID = "s"

@@ -14,13 +14,13 @@ from fake_openai import FakeOpenAI
 from pgserver import PgStore
 from psycopg import sql
 
-from agctl.checkpointer import Checkpointer
-from agctl.errors import StoreError
+from agctl.base.errors import StoreError
 from agctl.providers.offline import OfflineProvider
 from agctl.providers.openai import HttpSettings, OpenAIProvider
 from agctl.storage.postgres.backend import PostgresBackend
 from agctl.store import Store
-from agctl.turns import TurnOptions, send_turn
+from agctl.store.checkpointer import Checkpointer
+from agctl.turn.send import TurnOptions, send_turn
 
 SID = "s"
 OPTIONS = TurnOptions(model="fake-model")

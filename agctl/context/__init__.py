@@ -1,0 +1,2 @@
+"""The context model: messages, slots and sessions as data, the view a request is built
+from, budgets, token counts, the provider's cache, prices."""

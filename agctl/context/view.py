@@ -1,0 +1,146 @@
+"""What the model sees: the mode's view of a slot, and the whole request view."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from agctl.base.vocab import ZONES
+from agctl.context.models import FocusedConfig, Message, Session, Slot, messages_to_openai
+
+
+def tool_safe_cut(messages: Sequence[Message], start: int) -> int:
+    """Move a cut back so no tool result is kept without the assistant message that called it."""
+    while 0 < start < len(messages) and messages[start].role == "tool":
+        start -= 1
+    return start
+
+
+def focused_messages(
+    messages: Sequence[Message], focus: FocusedConfig, *, with_summary: bool = True
+) -> list[Message]:
+    """The focused view of the incremental zone.
+
+    Order: the first system message (when `keep_system`), the summary override as a system
+    message, then the recent messages. The summary stands before the recent messages
+    because it summarises what came before them.
+
+    The recent messages are at least the last `recent_messages`: old ones are dropped
+    `stride` at a time (counted from the first droppable message), so the window's start
+    stays put while the slot grows by up to `stride` messages, and a provider's prefix
+    cache keeps serving the request until it moves.
+    """
+    head: list[Message] = []
+    rest_from = 0
+    if focus.keep_system and messages and messages[0].role == "system":
+        head.append(messages[0])
+        rest_from = 1
+    if with_summary and focus.summary_override:
+        head.append(Message(role="system", content=focus.summary_override))
+    if focus.recent_messages == 0:
+        return head
+    dropped = max(0, len(messages) - rest_from - focus.recent_messages)
+    dropped -= dropped % focus.stride
+    start = max(rest_from, tool_safe_cut(messages, rest_from + dropped))
+    return head + list(messages[start:])
+
+
+def mode_messages(slot: Slot) -> list[Message]:
+    """The slot's mode's view of its incremental zone."""
+    if slot.config.mode == "focused":
+        return focused_messages(slot.messages, slot.config.focused)
+    return list(slot.messages)
+
+
+def slot_view(slot: Slot) -> list[Message]:
+    """The slot's own part of a request: immutable + compressed + the mode's view of messages."""
+    return [*slot.immutable, *slot.compressed, *mode_messages(slot)]
+
+
+def memory_message(session: Session) -> Message | None:
+    """The session memory as one system message, when the session puts it in context."""
+    if not session.memory_in_context or not session.memory:
+        return None
+    lines = [f"- {key}: {value}" for key, value in sorted(session.memory.items())]
+    return Message(role="system", content="Known facts (session memory):\n" + "\n".join(lines))
+
+
+def request_view(
+    session: Session,
+    slot: Slot,
+    *,
+    scratch: Sequence[Message] = (),
+    user_input: Message | None = None,
+    system_prompt: str | None = None,
+) -> list[Message]:
+    """The exact list of messages a model would receive for the next turn on `slot`.
+
+    Order: system prompt, immutable, compressed, the mode's view of messages, session
+    memory (when in context), scratch, the new input. What changes least comes first, so
+    a provider's prefix cache keeps it: a `memory set` re-sends the memory and what
+    follows it, never the conversation before it.
+    """
+    head, tail = _around(session, scratch, user_input, system_prompt)
+    return [*head, *slot_view(slot), *tail]
+
+
+def _around(
+    session: Session,
+    scratch: Sequence[Message],
+    user_input: Message | None,
+    system_prompt: str | None,
+) -> tuple[list[Message], list[Message]]:
+    """What a request holds before the slot's messages (the system prompt) and after them
+    (memory, scratch, the new input)."""
+    prompt = system_prompt if system_prompt is not None else session.system_prompt
+    head: list[Message] = [Message(role="system", content=prompt)] if prompt else []
+    memory = memory_message(session)
+    tail = [*([memory] if memory is not None else []), *scratch]
+    if user_input is not None:
+        tail.append(user_input)
+    return head, tail
+
+
+class RequestView(NamedTuple):
+    """The next turn's messages, in a request's form too, with their sums."""
+
+    messages: list[Message]
+    requests: list[dict[str, Any]]
+    tokens: int  # token_count() summed
+    estimate: int  # the content estimates summed (what the offline provider counts)
+
+
+def request_messages(
+    session: Session,
+    slot: Slot,
+    *,
+    scratch: Sequence[Message] = (),
+    user_input: Message | None = None,
+    system_prompt: str | None = None,
+) -> RequestView:
+    """`request_view` with its request form and sums. The slot's zones come from their
+    memos (agctl.context.models.ZoneMemo): only messages new since the last turn are serialised
+    and counted, so a turn's cost does not grow with the slot (focused mode: its view)."""
+    if slot.config.mode == "focused":
+        view = request_view(
+            session, slot, scratch=scratch, user_input=user_input, system_prompt=system_prompt
+        )
+        return RequestView(
+            view,
+            messages_to_openai(view, reasoning=False),
+            sum(m.token_count() for m in view),
+            sum(m.content_estimate() for m in view),
+        )
+    head, tail = _around(session, scratch, user_input, system_prompt)
+    memos = [slot.memo(zone) for zone in ZONES]
+    extra = [*head, *tail]
+    requests = messages_to_openai(head, reasoning=False)
+    for memo in memos:
+        requests += memo.requests()
+    requests += messages_to_openai(tail, reasoning=False)
+    return RequestView(
+        [*head, *slot.immutable, *slot.compressed, *slot.messages, *tail],
+        requests,
+        sum(m.token_count() for m in extra) + sum(memo.tokens for memo in memos),
+        sum(m.content_estimate() for m in extra) + sum(memo.estimate for memo in memos),
+    )

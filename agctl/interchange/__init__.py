@@ -1,0 +1,2 @@
+"""Conversations in and out of agctl (OpenAI arrays, JSON lines, Markdown, exports) and
+across stores."""

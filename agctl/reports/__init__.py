@@ -1,0 +1,1 @@
+"""Reading the whole store: walking it, searching it, counting its usage, checking it."""

@@ -1,0 +1,298 @@
+"""The slot rules: ids and modes, the protected `default` slot, readonly slots, deriving a
+slot from another, and slot settings.
+
+A rule that changes a session takes the unit of work the Store opened (agctl.store.work) and
+changes it through that; a rule that only reads takes a storage Reader. Neither reaches
+back up to the Store: the Store's methods of the same names call down to them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+
+from pydantic import ValidationError
+
+from agctl.base.errors import AlreadyExists, Conflict, NotFound, ProtectedSlot, UsageError
+from agctl.base.hashing import message_hashes
+from agctl.base.ids import validate_id
+from agctl.base.validation import validation_summary
+from agctl.base.vocab import DERIVE_STRATEGIES, SLOT_MODES, SLOT_SETTINGS, DeriveStrategy
+from agctl.context.cache import slot_root
+from agctl.context.models import (
+    FocusedConfig,
+    Message,
+    Session,
+    Slot,
+    SlotConfig,
+    SlotMeta,
+    SlotSource,
+    utcnow,
+)
+from agctl.context.view import focused_messages
+
+if TYPE_CHECKING:
+    from agctl.storage.base import Reader
+    from agctl.store.work import Work
+
+log = logging.getLogger("agctl.store")
+
+DEFAULT_SLOT = "default"
+T = TypeVar("T")
+
+
+class NewSlot(TypedDict, total=False):
+    """What a new slot may be given (create_slot)."""
+
+    mode: str
+    focus: Mapping[str, Any] | None
+    immutable: Sequence[Message]
+    make_current: bool
+
+
+class DerivedSlot(TypedDict, total=False):
+    """What a slot derived from another may be given (derive_slot)."""
+
+    source: str | None
+    strategy: DeriveStrategy
+    focus: Mapping[str, Any] | None
+    make_current: bool
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in SLOT_MODES:
+        raise UsageError(f"unknown slot mode {mode!r}; choose from {', '.join(SLOT_MODES)}")
+
+
+def _focus(base: FocusedConfig, changes: Mapping[str, Any] | None) -> FocusedConfig:
+    try:
+        return base.updated(changes)
+    except ValidationError as exc:
+        raise UsageError(f"invalid focused settings: {validation_summary(exc)}") from None
+
+
+def new_slot(
+    slot_id: str,
+    config: SlotConfig | None = None,
+    immutable: Sequence[Message] = (),
+    parent_id: str | None = None,
+) -> Slot:
+    """A slot not yet stored, its meta computed (a new session's `default` slot too)."""
+    slot = Slot(
+        id=slot_id,
+        config=config or SlotConfig(),
+        meta=SlotMeta(parent_id=parent_id),
+        immutable=list(immutable),
+    )
+    slot.refresh_meta()
+    return slot
+
+
+def resolve_slot(reader: Reader, session_id: str, slot_id: str | None) -> str:
+    """The slot id given, checked, or the session's current slot when None."""
+    if slot_id is None:
+        return reader.load_session(session_id).current_slot
+    return validate_id(slot_id, "slot")
+
+
+def list_slots(reader: Reader, session_id: str) -> list[Slot]:
+    """The session's slots, each parsed, in id order."""
+    return [reader.load_slot(session_id, s) for s in reader.slot_ids(session_id)]
+
+
+def _insert_slot(work: Work, slot: Slot, make_current: bool) -> Slot:
+    if slot.id in work.slot_ids():
+        raise AlreadyExists(f"slot {slot.id!r} already exists in session {work.session_id!r}")
+    work.changing().put_slot(slot)
+    if make_current:
+        use_slot(work, slot.id)
+    return slot
+
+
+def create_slot(
+    work: Work,
+    slot_id: str,
+    *,
+    mode: str = "full",
+    focus: Mapping[str, Any] | None = None,
+    immutable: Sequence[Message] = (),
+    make_current: bool = False,
+) -> Slot:
+    """Create a slot; with `immutable` messages it is a static slot.
+
+    `focus` sets the focused-mode settings (keep_system, recent_messages,
+    summary_override) over the defaults.
+    """
+    validate_id(slot_id, "slot")
+    _check_mode(mode)
+    config = SlotConfig.model_validate(
+        {
+            "mode": mode,
+            "focused": _focus(FocusedConfig(), focus),
+            "source": SlotSource(kind="static" if immutable else "new"),
+        }
+    )
+    return _insert_slot(work, new_slot(slot_id, config, immutable), make_current)
+
+
+def derive_slot(
+    work: Work,
+    slot_id: str,
+    *,
+    source: str | None = None,
+    strategy: DeriveStrategy = "full",
+    focus: Mapping[str, Any] | None = None,
+    make_current: bool = False,
+) -> Slot:
+    """A new slot from `source` (default: current): a full copy, or its focused view.
+
+    `focus` changes the parent's focused-mode settings for the new slot.
+    """
+    validate_id(slot_id, "slot")
+    if strategy not in DERIVE_STRATEGIES:
+        choices = ", ".join(DERIVE_STRATEGIES)
+        raise UsageError(f"unknown derive strategy {strategy!r}; choose from {choices}")
+    parent = work.load_slot(source)
+    focused = _focus(parent.config.focused, focus)
+    if strategy == "full":
+        messages = list(parent.messages)
+        mode = "focused" if parent.config.mode == "focused" else "full"
+    else:
+        messages = focused_messages(parent.messages, focused, with_summary=False)
+        mode = "focused"
+    config = parent.config.model_copy(
+        update={
+            "mode": mode,
+            "focused": focused,
+            "source": SlotSource(
+                kind="derived", parent_id=parent.id, strategy=strategy, root_id=slot_root(parent)
+            ),
+        }
+    )
+    slot = new_slot(slot_id, config, parent.immutable, parent_id=parent.id)
+    slot.compressed = list(parent.compressed)
+    slot.messages = messages
+    slot.meta.branch = message_hashes(messages)
+    if strategy == "full":  # its first request goes where the parent's last one is cached
+        slot.meta.sent = parent.meta.sent
+    slot.refresh_meta()
+    _insert_slot(work, slot, make_current)
+    log.info("slot derived: %s/%s from %s (%s)", work.session_id, slot_id, parent.id, strategy)
+    return slot
+
+
+def use_slot(work: Work, slot_id: str) -> Session:
+    """Make `slot_id` the session's current slot."""
+    work.load_slot(slot_id)
+
+    def switch(session: Session) -> Session:
+        session.current_slot = slot_id
+        return session
+
+    return update_session(work, switch)
+
+
+def update_session(work: Work, change: Callable[[Session], T]) -> T:
+    """Apply `change` to the session document and write it back."""
+    session = work.load_session()
+    result = change(session)
+    session.updated_at = utcnow()
+    work.changing().put_session(session)
+    return result
+
+
+def update_slot(
+    work: Work,
+    slot_id: str | None,
+    change: Callable[[Slot], T],
+    *,
+    base: Slot | None = None,
+) -> T:
+    """Apply `change` to a slot in a transaction and write it back whole.
+
+    If `change` raises (a readonly slot, a bad index), nothing is written. `base` is an
+    unmodified copy of the slot read earlier: when the stored slot is still at its
+    revision, it is used instead of reading and parsing it again.
+    """
+    slot = work.load_slot(slot_id or (base.id if base else None), reuse=base)
+    result = change(slot)
+    slot.refresh_meta()
+    work.changing().put_slot(slot)
+    return result
+
+
+def append_messages(work: Work, slot: Slot, messages: Sequence[Message]) -> None:
+    """Append `messages` to `slot` (as loaded in this work) without writing its earlier
+    messages again."""
+    slot.check_writable("append")
+    slot.messages.extend(messages)
+    slot.refresh_meta()
+    work.changing().append_messages(slot, len(messages))
+
+
+def set_mode(
+    work: Work,
+    slot_id: str | None,
+    mode: str,
+    *,
+    focus: Mapping[str, Any] | None = None,
+) -> Slot:
+    """Change a slot's mode (and focused settings); messages are never touched."""
+    _check_mode(mode)
+
+    def change(slot: Slot) -> Slot:
+        slot.config.focused = _focus(slot.config.focused, focus)
+        slot.config.mode = mode  # type: ignore[assignment]
+        return slot
+
+    return update_slot(work, slot_id, change)
+
+
+def delete_slot(work: Work, slot_id: str) -> Session:
+    """Delete a slot (never `default`, never the last); a deleted current slot falls back."""
+    validate_id(slot_id, "slot")
+    if slot_id == DEFAULT_SLOT:
+        raise ProtectedSlot(f"slot {DEFAULT_SLOT!r} cannot be deleted")
+    session_id = work.session_id
+    slots = work.slot_ids()
+    if slot_id not in slots:
+        raise NotFound(f"slot {slot_id!r} not found in session {session_id!r}")
+    if len(slots) == 1:
+        raise ProtectedSlot(f"slot {slot_id!r} is the last slot of {session_id!r}")
+    session = work.load_session()
+    falls_back = session.current_slot == slot_id
+    if falls_back and DEFAULT_SLOT not in slots:
+        raise Conflict(f"slot {slot_id!r} is current and there is no default slot")
+    tx = work.changing()
+    if falls_back:
+
+        def fall_back(s: Session) -> Session:
+            s.current_slot = DEFAULT_SLOT
+            return s
+
+        session = update_session(work, fall_back)
+    tx.delete_slot(slot_id)
+    log.info("slot deleted: %s/%s", session_id, slot_id)
+    return session
+
+
+def configure_slot(work: Work, slot_id: str | None, changes: Mapping[str, Any]) -> Slot:
+    """Change slot settings (validated): auto_compress, budget (None: auto)."""
+    unknown = set(changes).difference(SLOT_SETTINGS)
+    if unknown:
+        raise UsageError(
+            f"unknown slot setting {sorted(unknown)[0]!r}; "
+            f"choose from {', '.join(sorted(SLOT_SETTINGS))}"
+        )
+
+    def apply(slot: Slot) -> Slot:
+        data = slot.config.model_dump()
+        data.update(changes)
+        try:
+            slot.config = SlotConfig.model_validate(data)
+        except ValidationError as exc:
+            raise UsageError(f"invalid slot setting: {validation_summary(exc)}") from None
+        return slot
+
+    return update_slot(work, slot_id, apply)

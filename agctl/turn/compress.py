@@ -1,0 +1,335 @@
+"""Compression: fold older messages into the `compressed` zone, by summary or truncation.
+
+The originals are not lost: the session is checkpointed before and after, so the
+compression is itself a change that can be diffed and rolled back.
+
+A compression rewrites the request from the compressed zone on (a truncation: from the
+first folded message), so a provider's cache of everything after the immutable zone is
+lost once; the system prompt and the immutable zone stay cached. `min_tokens` makes a
+compression fold enough to pay for that, and `preview_compression` says what it would
+invalidate (see docs/cache.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agctl.base.errors import Conflict
+from agctl.base.hashing import message_hashes
+from agctl.base.vocab import CompressStrategy
+from agctl.context.models import Message, Slot, utcnow
+from agctl.context.view import tool_safe_cut
+from agctl.providers.base import ChatRequest, Provider, TurnContext
+from agctl.store import Store
+
+if TYPE_CHECKING:
+    from agctl.turn.hooks import Hooks
+
+log = logging.getLogger("agctl.turn.compress")
+
+SUMMARY_INSTRUCTIONS = (
+    "Summarise the conversation transcript below for your own later use. Keep facts, "
+    "names, numbers, decisions and open questions; drop pleasantries. Be brief."
+)
+
+
+def render_transcript(messages: Sequence[Message]) -> str:
+    """Messages as `[role] text` lines, the input of a summary request."""
+    lines = []
+    for message in messages:
+        text = message.text()
+        for call in message.tool_calls or ():
+            text += f" [calls {call.function.name}({call.function.arguments})]"
+        lines.append(f"[{message.role}] {' '.join(text.split())}")
+    return "\n".join(lines)
+
+
+def summarize(
+    provider: Provider,
+    model: str,
+    messages: Sequence[Message],
+    *,
+    instructions: str | None = None,
+    context: TurnContext | None = None,
+) -> Message:
+    """Ask the provider for a summary of `messages`; return it as a system message."""
+    from agctl.turn.reply import ReplyBuilder
+
+    request = ChatRequest(
+        model=model,
+        messages=[
+            {"role": "system", "content": instructions or SUMMARY_INSTRUCTIONS},
+            {"role": "user", "content": render_transcript(messages)},
+        ],
+        context=(context or TurnContext())._replace(purpose="summary"),
+    )
+    builder = ReplyBuilder()
+    for event in provider.stream(request):
+        builder.feed(event)
+    reply = builder.message(model)
+    return Message(
+        role="system",
+        content=reply.text(),
+        created_at=utcnow(),
+        model=model,
+        usage=reply.usage,
+    )
+
+
+@dataclass
+class Plan:
+    """Which messages a compression folds: messages[head:start]."""
+
+    head: int
+    start: int
+    hashes: list[str]
+
+
+def plan_compression(slot: Slot, keep_recent: int) -> Plan | None:
+    """Fold all but the last `keep_recent` messages (and a leading system message).
+
+    The cut never separates tool results from the assistant message that called them.
+    """
+    messages = slot.messages
+    head = 1 if messages and messages[0].role == "system" else 0
+    start = max(head, len(messages) - keep_recent)
+    start = max(head, tool_safe_cut(messages, start))
+    if start <= head:
+        return None
+    hashes = message_hashes(messages[head:start])
+    return Plan(head=head, start=start, hashes=hashes)
+
+
+@dataclass
+class Compression:
+    slot: str
+    strategy: CompressStrategy
+    folded: int
+    kept: int
+    before: str | None = None
+    after: str | None = None
+    summary: str | None = None
+    # A PreCompress hook said not to.
+    cancelled: bool = False
+    # What there was to fold, in tokens, when it was under `min_tokens` (nothing folded).
+    too_little: int | None = None
+
+
+@dataclass
+class CompressionPreview:
+    """What a compression would do to the next request, and to a provider's cache of it."""
+
+    slot: str
+    strategy: CompressStrategy
+    folded: int  # messages
+    folded_tokens: int
+    kept: int  # messages left in the messages zone
+    # Tokens of the request before the first byte the compression changes: still cached.
+    cached_kept: int
+    # Tokens from that byte on (up to the memory, scratch and input): cacheable now,
+    # sent anew once after the compression.
+    invalidated: int
+    min_tokens: int
+
+    @property
+    def enough(self) -> bool:
+        return self.folded > 0 and self.folded_tokens >= self.min_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "slot": self.slot,
+            "strategy": self.strategy,
+            "folded": self.folded,
+            "folded_tokens": self.folded_tokens,
+            "kept": self.kept,
+            "cached_kept_tokens": self.cached_kept,
+            "invalidated_tokens": self.invalidated,
+            "min_tokens": self.min_tokens,
+            "would_compress": self.enough,
+        }
+
+
+def preview_compression(
+    store: Store,
+    session_id: str,
+    slot_id: str | None,
+    *,
+    strategy: CompressStrategy = "summarize",
+    keep_recent: int = 6,
+    min_tokens: int = 0,
+) -> CompressionPreview:
+    """What `compress` would fold, and what of the next request it would stop a provider's
+    cache from serving (nothing is called, nothing written)."""
+    from agctl.context.view import mode_messages
+
+    session = store.load_session(session_id)
+    slot = store.load_slot(session_id, slot_id)
+    plan = plan_compression(slot, keep_recent)
+    head = plan.head if plan is not None else 0
+    start = plan.start if plan is not None else head
+    folded_tokens = sum(m.token_count() for m in slot.messages[head:start])
+    view = mode_messages(slot)
+    prompt = session.system_prompt
+    cached = (Message(role="system", content=prompt).token_count() if prompt else 0) + sum(
+        m.token_count() for m in slot.immutable
+    )
+    changed = sum(m.token_count() for m in view)
+    if strategy == "truncate":  # the compressed zone, and a leading system message, stay
+        cached += sum(m.token_count() for m in slot.compressed)
+        if head and view and view[0] is slot.messages[0]:
+            cached += view[0].token_count()
+            changed -= view[0].token_count()
+    else:
+        changed += sum(m.token_count() for m in slot.compressed)
+    return CompressionPreview(
+        slot=slot.id,
+        strategy=strategy,
+        folded=start - head,
+        folded_tokens=folded_tokens,
+        kept=len(slot.messages) - (start - head),
+        cached_kept=cached if plan is not None else cached + changed,
+        invalidated=changed if plan is not None else 0,
+        min_tokens=min_tokens,
+    )
+
+
+def compress(
+    store: Store,
+    session_id: str,
+    slot_id: str | None,
+    *,
+    strategy: CompressStrategy = "summarize",
+    keep_recent: int = 6,
+    provider: Provider | None = None,
+    model: str = "offline",
+    instructions: str | None = None,
+    checkpoint: bool = True,
+    hooks: Hooks | None = None,
+    min_tokens: int = 0,
+) -> Compression:
+    """Compress a slot's older messages; checkpointed before and after. Fewer than
+    `min_tokens` to fold is not worth the cache it invalidates: nothing is done then.
+
+    With `hooks`: PreCompress hooks may cancel it or give the summary (no provider call);
+    PostCompress hooks may rewrite the summary or keep fewer messages, before anything is
+    written. A hook that blocks raises HookBlocked (exit 9)."""
+    from agctl.store.checkpointer import Checkpointer
+
+    slot = store.load_slot(session_id, slot_id)
+    slot.check_writable("compress")
+    plan = plan_compression(slot, keep_recent)
+    if plan is None:
+        return Compression(slot=slot.id, strategy=strategy, folded=0, kept=len(slot.messages))
+    folding = sum(m.token_count() for m in slot.messages[plan.head : plan.start])
+    if folding < min_tokens:
+        log.info("not compressing %s/%s: %d tokens to fold", session_id, slot.id, folding)
+        return Compression(
+            slot=slot.id,
+            strategy=strategy,
+            folded=0,
+            kept=len(slot.messages),
+            too_little=folding,
+        )
+    given: str | None = None
+    if hooks:
+        hooks.context.update(session=session_id, slot=slot.id)
+        changes = hooks.fire("PreCompress", strategy=strategy, keep_recent=keep_recent)
+        if changes.get("cancel"):
+            log.info("compression of %s/%s cancelled by a PreCompress hook", session_id, slot.id)
+            return Compression(
+                slot=slot.id, strategy=strategy, folded=0, kept=len(slot.messages), cancelled=True
+            )
+        given = changes.get("summary")
+    summary = None
+    if strategy == "summarize":
+        if given is not None:
+            summary = Message(role="system", content=given, created_at=utcnow())
+        else:
+            if provider is None:
+                raise ValueError("summarize needs a provider")
+            folded = [*slot.compressed, *slot.messages[plan.head : plan.start]]
+            context = TurnContext(session_id=session_id, slot_id=slot.id)
+            summary = summarize(provider, model, folded, instructions=instructions, context=context)
+    if hooks and hooks.has("PostCompress"):
+        text = summary.text() if summary is not None else None
+        changes = hooks.fire(
+            "PostCompress", strategy=strategy, keep_recent=keep_recent, summary=text
+        )
+        if "summary" in changes:
+            summary = Message(role="system", content=changes["summary"], created_at=utcnow())
+        narrower = changes.get("keep_recent")
+        if narrower is not None and narrower < keep_recent:
+            plan = plan_compression(slot, narrower) or plan
+    checkpointer = Checkpointer(store) if checkpoint else None
+
+    def apply(target: Slot) -> int:
+        target.check_writable("compress")
+        current = message_hashes(target.messages[plan.head : plan.start])
+        if current != plan.hashes:
+            raise Conflict(f"slot {target.id!r} changed while it was being compressed; try again")
+        target.messages = [*target.messages[: plan.head], *target.messages[plan.start :]]
+        if summary is not None:
+            target.compressed = [summary]
+        return len(target.messages)
+
+    with store.lock(session_id):
+        before = (
+            checkpointer.create(session_id, label="before compression", auto=True)
+            if (checkpointer)
+            else None
+        )
+        kept = store.update_slot(session_id, slot.id, apply, base=slot)
+        after = (
+            checkpointer.create(session_id, label="after compression", auto=True)
+            if (checkpointer)
+            else None
+        )
+    log.info(
+        "compressed %s/%s: %d messages folded (%s), %d kept",
+        session_id,
+        slot.id,
+        plan.start - plan.head,
+        strategy,
+        kept,
+    )
+    return Compression(
+        slot=slot.id,
+        strategy=strategy,
+        folded=plan.start - plan.head,
+        kept=kept,
+        before=before.id if before else None,
+        after=after.id if after else None,
+        summary=summary.text() if summary else None,
+    )
+
+
+def summarize_slot(
+    store: Store,
+    session_id: str,
+    slot_id: str | None,
+    provider: Provider,
+    *,
+    model: str = "offline",
+    instructions: str | None = None,
+) -> Slot:
+    """Summarise a slot's messages into its focused summary_override (shown in focused mode)."""
+    slot = store.load_slot(session_id, slot_id)
+    slot.check_writable("summarize")
+    context = TurnContext(session_id=session_id, slot_id=slot.id)
+    summary = summarize(
+        provider,
+        model,
+        [*slot.compressed, *slot.messages],
+        instructions=instructions,
+        context=context,
+    )
+
+    def apply(target: Slot) -> Slot:
+        target.check_writable("summarize")
+        target.config.focused = target.config.focused.updated({"summary_override": summary.text()})
+        return target
+
+    return store.update_slot(session_id, slot.id, apply, base=slot)

@@ -1,0 +1,314 @@
+"""Everything a model call needs, resolved once: config, settings, window, provider, options.
+
+Shared by turns, replays, compression, summaries and merges, from the CLI or a script.
+What a command line chose for a turn (TurnChoice) becomes, in one call (plan_turn),
+what send_turn and replay take: the options, with the tools and hooks, and the provider.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from agctl.base.vocab import ApproveMode
+    from agctl.config.file import Config, Resolved
+    from agctl.config.specs import ToolSpec
+    from agctl.providers.base import Provider
+    from agctl.store import Store
+    from agctl.turn.hooks import Hooks
+    from agctl.turn.send import TurnOptions
+    from agctl.turn.steps import ToolBox
+    from agctl.turn.tools import Answer, AskFn
+
+
+class ModelChoice(NamedTuple):
+    """What a caller chose for a model call, each None when not chosen: the settings that
+    override the session's (profile, model, provider kind) and where replies come from
+    (`script` for the scripted offline provider, `cassette` for the replay one)."""
+
+    profile: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    script: Path | None = None
+    cassette: Path | None = None
+
+
+class ToolsChoice(NamedTuple):
+    """Which tools a turn offers (`names`, or `every` one defined) and how their calls
+    are answered: with a cassette, from its recordings unless `live`; `approve` is the
+    --approve mode (auto: run without asking; never: deny every call)."""
+
+    names: tuple[str, ...] = ()
+    every: bool = False
+    live: bool = False
+    tools_file: Path | None = None
+    approve: ApproveMode | None = None
+
+    @property
+    def chosen(self) -> bool:
+        return self.every or bool(self.names)
+
+
+# The fields of TurnOptions that limit a turn's tool loop (TurnChoice.loop).
+TOOL_LOOP_FIELDS = (
+    "tool_choice",
+    "max_steps",
+    "tool_jobs",
+    "max_calls_per_reply",
+    "max_calls_per_turn",
+)
+
+
+class TurnChoice:
+    """What a command line chose for the turns it sends: the model and where its replies
+    come from, the tools offered and the limits of their `loop` (TOOL_LOOP_FIELDS; a
+    limit of calls None or left out is the config's), the cassette `record` appends every
+    request and answer to, and `no_hooks` (--no-hooks). A plain class, as is TurnPlan:
+    a NamedTuple's fields cost ~0.2M instructions each to define, and every turn imports
+    this module."""
+
+    __slots__ = ("loop", "model", "no_hooks", "record", "tools")
+
+    def __init__(
+        self,
+        model: ModelChoice | None = None,
+        tools: ToolsChoice | None = None,
+        loop: Mapping[str, Any] | None = None,
+        record: Path | None = None,
+        no_hooks: bool = False,
+    ) -> None:
+        self.model = model if model is not None else ModelChoice()
+        self.tools = tools if tools is not None else ToolsChoice()
+        self.loop = dict(loop or {})
+        self.record = record
+        self.no_hooks = no_hooks
+
+
+class ModelSetup(NamedTuple):
+    """The config, the resolved settings and the model's window for one session."""
+
+    config: Config
+    settings: Resolved
+    window: int
+    script: Path | None = None
+    cassette: Path | None = None
+
+    @classmethod
+    def resolve(
+        cls,
+        store: Store,
+        session_id: str,
+        *,
+        profile: str | None = None,
+        model: str | None = None,
+        provider: str | None = None,
+        script: Path | None = None,
+        cassette: Path | None = None,
+        config: Config | None = None,
+    ) -> ModelSetup:
+        """Settings by precedence (flag > env > session > profile > preset > default);
+        `cassette` means the replay provider, `script` the scripted offline one."""
+        from agctl.config.file import ConfigFile, resolve
+        from agctl.context.budget import context_window
+
+        config = config if config is not None else ConfigFile().load()
+        session = store.load_session(session_id)
+        settings = resolve(config, session=session, profile=profile, model=model, provider=provider)
+        if cassette is not None:
+            settings.provider = "replay"
+        elif script is not None:
+            settings.provider = "offline"
+        window = settings.context_window or context_window(settings.model, config.context_windows)
+        return cls(config, settings, window, script, cassette)
+
+    @classmethod
+    def chosen(
+        cls, store: Store, session_id: str, choice: ModelChoice, *, config: Config | None = None
+    ) -> ModelSetup:
+        """`resolve` with what a command line chose, given as one value."""
+        return cls.resolve(
+            store,
+            session_id,
+            profile=choice.profile,
+            model=choice.model,
+            provider=choice.provider,
+            script=choice.script,
+            cassette=choice.cassette,
+            config=config,
+        )
+
+    def provider(self, record: Path | None = None) -> Provider:
+        from agctl.providers import build_provider
+
+        return build_provider(
+            self.settings, script=self.script, cassette=self.cassette, record=record
+        )
+
+    def offered_specs(self, chosen: ToolsChoice) -> dict[str, ToolSpec]:
+        """The tools `chosen` offers, by name in the order named (every one defined for
+        `every`); a name the registry lacks is NotFound, naming those it has."""
+        from agctl.base.errors import NotFound
+        from agctl.turn.tools import tool_registry
+
+        registry = tool_registry(self.config, self.settings.profile, chosen.tools_file)
+        if chosen.every:
+            return registry
+        missing = [name for name in chosen.names if name not in registry]
+        if missing:
+            known = ", ".join(sorted(registry)) or "none is defined ('agctl tool add')"
+            raise NotFound(f"no tool named {', '.join(missing)} (tools: {known})")
+        return {name: registry[name] for name in dict.fromkeys(chosen.names)}
+
+    def toolbox(
+        self,
+        chosen: ToolsChoice,
+        *,
+        record: Path | None = None,
+        data_dir: Path | None = None,
+        ask: AskFn | None = None,
+        hooks: Hooks | None = None,
+        answers: Mapping[str, Answer] | None = None,
+    ) -> ToolBox | None:
+        """What answers a turn's tool calls: None when no tool is offered; the cassette's
+        recordings when replies come from one (unless `chosen.live`); else the tools
+        themselves (`answers`: by call id, given in advance), each answer also appended
+        to `record` when recording."""
+        if not chosen.chosen:
+            if chosen.live or chosen.approve is not None or answers:
+                from agctl.base.errors import UsageError
+
+                raise UsageError("no tool is offered: name one with -T/--tool, or --tools all")
+            return None
+        from agctl.providers.cassette import CassetteTools, RecordingTools
+        from agctl.turn.tools import LiveTools, definitions
+
+        specs = self.offered_specs(chosen)
+        if self.cassette is not None and not chosen.live:
+            return CassetteTools(self.cassette, definitions(specs.values()))
+        live = LiveTools(
+            specs, approve=chosen.approve, ask=ask, data_dir=data_dir, hooks=hooks, answers=answers
+        )
+        return RecordingTools(live, record) if record is not None else live
+
+    def hooks(self, cwd: Path | None = None, *, no_hooks: bool = False) -> Hooks | None:
+        """The hooks of this setup's config and profile and of the project in `cwd`
+        (default: where agctl runs); None when there are none to run (agctl.turn.hooks is
+        not even loaded then)."""
+        return command_hooks(self.config, self.settings.profile, cwd, no_hooks=no_hooks)
+
+    def turn_options(self, *, checkpoint: bool | None = None, **fields: Any) -> TurnOptions:
+        """Turn options from the config (prices, checkpoints, window, compression, the
+        limits of tool calls a field leaves None) and `fields` (slot, temperature,
+        max_tokens, system, scratch, stream, ...)."""
+        from agctl.turn.send import TurnOptions
+
+        config = self.config
+        for limit in ("max_calls_per_reply", "max_calls_per_turn"):
+            if fields.get(limit) is None:
+                fields[limit] = getattr(config, limit)
+        return TurnOptions(
+            model=self.settings.model,
+            prices=config.price_overrides(),
+            checkpoint=config.auto_checkpoint if checkpoint is None else checkpoint,
+            window=self.window,
+            auto_compress=config.auto_compress,
+            keep_recent=config.compress_keep_recent,
+            **fields,
+        )
+
+
+class TurnPlan:
+    """A turn assembled from what its command line chose: the setup (which provider, at
+    which URL) and the options send_turn and replay take, the tools and hooks in them."""
+
+    __slots__ = ("options", "record", "setup")
+
+    def __init__(self, setup: ModelSetup, options: TurnOptions, record: Path | None) -> None:
+        self.setup = setup
+        self.options = options
+        self.record = record
+
+    def provider(self) -> Provider:
+        """The provider the turns are sent to, built when they are (it may refuse: a
+        missing key, a missing cassette), appending to the `record` cassette if any."""
+        return self.setup.provider(record=self.record)
+
+    def request(self, store: Store, session_id: str, prompt: str) -> dict[str, Any]:
+        """What a dry run shows: the exact request this turn would send, and where."""
+        from agctl.turn.send import prepare_turn
+
+        prepared = prepare_turn(store, session_id, prompt, self.options)
+        settings = self.setup.settings
+        return {
+            "provider": settings.provider,
+            "url": settings.request_url(),
+            "slot": prepared.slot.id,
+            "turn": prepared.request.context.turn,
+            "tokens": prepared.tokens,
+            "request": prepared.request.payload(
+                cache_key=settings.provider == "openai" and settings.prompt_cache_key
+            ),
+        }
+
+
+def plan_turn(
+    store: Store,
+    session_id: str,
+    chosen: TurnChoice,
+    *,
+    dry_run: bool = False,
+    ask: Callable[[], AskFn | None] | None = None,
+    answers: Mapping[str, Answer] | None = None,
+    **fields: Any,
+) -> TurnPlan:
+    """The one place a turn is assembled: the session's settings with what was chosen,
+    the hooks (none for a `dry_run`, which fires nothing), the tools (`ask` makes the
+    question a tool set to ask puts, when a tool is offered; `answers`: by call id,
+    given in advance) and the options (`fields`: slot, temperature, on_call, ...)."""
+    setup = ModelSetup.chosen(store, session_id, chosen.model)
+    hooks = None if dry_run else setup.hooks(no_hooks=chosen.no_hooks)
+    asks = ask() if ask is not None and chosen.tools.chosen and not dry_run else None
+    toolbox = setup.toolbox(
+        chosen.tools,
+        record=chosen.record,
+        data_dir=store.local_dir,
+        ask=asks,
+        hooks=hooks,
+        answers=answers,
+    )
+    options = setup.turn_options(tools=toolbox, hooks=hooks, **chosen.loop, **fields)
+    return TurnPlan(setup, options, chosen.record)
+
+
+def command_hooks(
+    config: Config, profile: str | None, cwd: Path | None = None, *, no_hooks: bool = False
+) -> Hooks | None:
+    """A command's hooks (agctl.turn.hooks.Hooks), or None when it has none to run: no hook in
+    the config or the profile, and no project file in `cwd` (cheap: one stat)."""
+    import os
+
+    from agctl.config.file import PROJECT_HOOKS_FILE
+
+    where = Path.cwd() if cwd is None else cwd
+    chosen = config.profiles.get(profile) if profile else None
+    configured = bool(config.hooks) or bool(chosen is not None and chosen.hooks)
+    if not configured and not os.path.lexists(where / PROJECT_HOOKS_FILE):
+        return None
+    from agctl.turn.hooks import Hooks
+
+    found = Hooks(config, profile, where, no_hooks=no_hooks)
+    return found if found else None
+
+
+def hooks_in_use(cwd: Path | None = None, *, no_hooks: bool = False) -> Hooks | None:
+    """The hooks of a command that calls no model (rollback, fork): the config's, the
+    profile in use's (agctl.turn.hooks.profile_in_use), the project's in `cwd`; None when
+    there are none to run."""
+    from agctl.config.file import ConfigFile
+    from agctl.turn.hooks import profile_in_use
+
+    config = ConfigFile().load()
+    return command_hooks(config, profile_in_use(config), cwd, no_hooks=no_hooks)
