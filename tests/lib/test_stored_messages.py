@@ -169,6 +169,26 @@ def test_counts_are_token_count_and_content_estimate(item: Any) -> None:
     assert message.content_estimate() == MESSAGE_OVERHEAD + estimate_content(message.content)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(stored(), max_size=6))
+def test_a_zone_memo_sums_each_message_s_counts(items: list[Any]) -> None:
+    """The memo's sums, its inline case for plain text included, are those of counts()."""
+    messages = []
+    for item in items:
+        try:
+            messages.append(Message.model_validate(item))
+        except ValidationError:
+            continue
+    memo = Slot(id="s", messages=messages).memo("messages")
+    counts = [(m.role, *m.counts()) for m in messages]
+    assert (memo.tokens, memo.tool_tokens, memo.tool_messages, memo.estimate) == (
+        sum(count for _, count, _ in counts),
+        sum(count for role, count, _ in counts if role == "tool"),
+        sum(role == "tool" for role, _, _ in counts),
+        sum(estimate for _, _, estimate in counts),
+    )
+
+
 @given(st.text())
 def test_the_ascii_estimate_is_the_general_one(text: str) -> None:
     wide = (len(text.encode("utf-8", "surrogatepass")) - len(text)) // 2

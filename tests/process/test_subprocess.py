@@ -335,3 +335,22 @@ print(json.dumps([before, Slot.__pydantic_complete__, slot.messages[0].content, 
     before, built, content, refused = json.loads(result.stdout)
     assert before == [False] * 5
     assert (built, content, refused) == (True, "hi", True)
+
+
+def test_the_command_line_freezes_its_heap_at_exit(env: dict[str, str]) -> None:
+    """The command line freezes the collector's heap as it exits, after the exit handlers
+    registered since it started and before the interpreter's last collections, which then
+    free the heap without scanning it; importing the command line freezes nothing."""
+    code = """
+import atexit, gc, sys
+import agctl.cli
+atexit.register(lambda: print("at exit", gc.get_freeze_count() > 0, file=sys.stderr))
+print("imported", gc.get_freeze_count() > 0, file=sys.stderr)
+agctl.cli.main(["--version"])
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, env=env, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(b"agctl")
+    assert result.stderr.decode().splitlines() == ["imported False", "at exit True"]
