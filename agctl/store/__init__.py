@@ -8,16 +8,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# Each name is imported from its module when first used.
+_LAZY = {
+    "Store": "agctl.store.facade",
+    "DEFAULT_SLOT": "agctl.store.slots",
+    "Destroyed": "agctl.store.sessions",
+    "Replaced": "agctl.store.sessions",
+    "SessionInfo": "agctl.store.sessions",
+    "default_data_dir": "agctl.base.paths",
+    "lock_timeout": "agctl.storage.base",
+}
+
 if TYPE_CHECKING:
-    from agctl.store.facade import (
-        DEFAULT_SLOT,
-        Destroyed,
-        Replaced,
-        SessionInfo,
-        Store,
-        default_data_dir,
-        lock_timeout,
-    )
+    from agctl.base.paths import default_data_dir
+    from agctl.storage.base import lock_timeout
+    from agctl.store.facade import Store
+    from agctl.store.sessions import Destroyed, Replaced, SessionInfo
+    from agctl.store.slots import DEFAULT_SLOT
 
 __all__ = [
     "DEFAULT_SLOT",
@@ -31,8 +38,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name not in __all__:
+    module = _LAZY.get(name)
+    if module is None:
         raise AttributeError(f"module 'agctl.store' has no attribute {name!r}")
-    from agctl.store import facade
+    import importlib
 
-    return getattr(facade, name)
+    return getattr(importlib.import_module(module), name)

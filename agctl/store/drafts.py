@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from agctl.base.errors import (
     AgctlError,
@@ -114,49 +114,44 @@ def load_draft(backend: Backend, session_id: str, slot_id: str) -> Draft:
     return kept_here if kept_here is not None and kept_here.created_at > kept.created_at else kept
 
 
+class Superseding(NamedTuple):
+    """A turn that supersedes its slot's older draft once committed: it started at
+    `started` (a draft kept before then is superseded), and kept its own step log at
+    `own` (that one too)."""
+
+    started: datetime
+    own: datetime | None = None
+
+    def supersedes(self, draft: Draft) -> bool:
+        return draft.created_at < self.started or draft.created_at == self.own
+
+
 def drop_local_draft(
-    backend: Backend,
-    session_id: str,
-    slot_id: str,
-    *,
-    before: datetime | None = None,
-    own: datetime | None = None,
+    backend: Backend, session_id: str, slot_id: str, by: Superseding | None = None
 ) -> bool:
     """Remove the slot's draft kept on this machine (as clear_draft does the store's: with
-    `before`, only one kept before then or at `own`, and a damaged one is left); whether
-    one was removed. A turn calls it once committed: a file is no part of a transaction."""
+    `by`, only one that turn supersedes, and a damaged one is left); whether one was
+    removed. A turn calls it once committed: a file is no part of a transaction."""
     here = local_drafts(backend)
     if here is None:
         return False
-    if before is not None:
+    if by is not None:
         try:
             draft = here.get(session_id, slot_id)
         except CorruptDocument:
             return False
-        if draft is None or not superseded(draft, before, own):
+        if draft is None or not by.supersedes(draft):
             return False
     return here.drop(session_id, slot_id)
 
 
-def superseded(draft: Draft, before: datetime, own: datetime | None) -> bool:
-    """Whether a turn that started at `before` (and kept its own step log at `own`)
-    supersedes `draft` once committed: a draft kept before it, or its own step log."""
-    return draft.created_at < before or draft.created_at == own
-
-
 def clear_draft(
-    backend: Backend,
-    session_id: str,
-    slot_id: str,
-    *,
-    before: datetime | None = None,
-    own: datetime | None = None,
+    backend: Backend, session_id: str, slot_id: str, by: Superseding | None = None
 ) -> bool:
-    """Drop the slot's draft (a damaged one too); with `before`, only one kept before
-    that moment (a turn on the slot that started then supersedes it, and a damaged
-    draft is left for 'agctl draft show' to report), or the one kept at `own` (the
-    turn's own step log). Returns whether one was dropped. Without `before`, the one
-    kept on this machine goes too (with it, the turn drops that once committed).
+    """The store's draft of the slot dropped, whole or damaged, and the one kept on this
+    machine too; with `by`, only a draft that turn supersedes (a damaged one is left for
+    'agctl draft show' to report, and the turn drops the one on this machine once it
+    has committed). Whether one was dropped.
 
     Read, compared and removed in one transaction, so a draft another process keeps
     meanwhile is never removed unseen."""
@@ -165,22 +160,22 @@ def clear_draft(
     with work_on(backend, session_id) as work:
         tx = work.tx
         validate_id(slot_id, "slot")
-        if before is not None:
+        if by is not None:
             try:
                 draft = tx.load_draft(session_id, slot_id)
             except (NotFound, CorruptDocument):
                 return False  # none, or damaged: left for 'agctl draft show' to report
-            ours = draft.created_at == own
-            if not superseded(draft, before, own):
+            ours = draft.created_at == by.own
+            if not by.supersedes(draft):
                 return False
         elif slot_id not in tx.draft_slots(session_id):
             return drop_local_draft(backend, session_id, slot_id)
         tx.delete_draft(slot_id)
-    if before is None:
+    if by is None:
         drop_local_draft(backend, session_id, slot_id)
     if ours:
         log.debug("the step log of the turn on slot %s dropped: the turn is committed", slot_id)
-    elif before is not None:
+    elif by is not None:
         log.info("draft of slot %s dropped: a later turn on it superseded it", slot_id)
     return True
 

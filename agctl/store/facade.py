@@ -22,12 +22,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agctl.base.errors import AgctlError, StoreError
 from agctl.base.fsio import read_bytes, write_atomic
-from agctl.base.paths import default_data_dir
 from agctl.storage.base import lock_timeout
 from agctl.storage.factory import StoreChoice, choose_store, file_choice, open_backend
 from agctl.storage.file.backend import FileBackend
 from agctl.store import drafts, slots
-from agctl.store.slots import DEFAULT_SLOT
 from agctl.store.work import Work, reader, settle, work_on
 
 if TYPE_CHECKING:
@@ -35,30 +33,8 @@ if TYPE_CHECKING:
 
     from agctl.context.models import Draft, Message, Session, Slot
     from agctl.storage.base import Backend, Reader, Tx
-    from agctl.store.sessions import Destroyed, NewSession, Replaced, SessionInfo
+    from agctl.store.sessions import Destroyed, History, NewSession, Replaced, SessionInfo
     from agctl.store.slots import DerivedSlot, NewSlot
-
-__all__ = [
-    "DEFAULT_SLOT",
-    "Destroyed",
-    "Replaced",
-    "SessionInfo",
-    "Store",
-    "default_data_dir",
-    "lock_timeout",
-]
-
-# The rules of sessions are imported when a session rule is first used: a turn uses none.
-_FROM_SESSIONS = frozenset({"Destroyed", "Replaced", "SessionInfo"})
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _FROM_SESSIONS:
-        raise AttributeError(f"module 'agctl.store' has no attribute {name!r}")
-    from agctl.store import sessions
-
-    return getattr(sessions, name)
-
 
 log = logging.getLogger("agctl.store")
 
@@ -299,23 +275,16 @@ class Store:
         session: Session,
         slots: Sequence[Slot],
         *,
-        checkpoint_log: bytes = b"",
-        removed: Sequence[str] = (),
         drawn_id: bool = False,
+        **history: Unpack[History],
     ) -> Session:
-        """Write a new session with these slots (and checkpoint history), all or nothing;
-        the session written. `drawn_id`: its id was drawn (new_session_id), not given, so
-        one that another process drew in the same second is drawn again, not refused."""
+        """Write a new session with these slots (and checkpoint history: `checkpoint_log`,
+        `removed`), all or nothing; the session written. `drawn_id`: its id was drawn
+        (new_session_id), not given, so one that another process drew in the same second
+        is drawn again, not refused."""
         from agctl.store import sessions
 
-        return sessions.materialize(
-            self.backend,
-            session,
-            slots,
-            checkpoint_log=checkpoint_log,
-            removed=removed,
-            drawn_id=drawn_id,
-        )
+        return sessions.materialize(self.backend, session, slots, drawn_id, **history)
 
     def replace_state(self, session: Session, slots: Sequence[Slot]) -> None:
         """Make the session exactly `session` with exactly `slots`, in one transaction.
@@ -543,7 +512,8 @@ class Store:
         draft is left for 'agctl draft show' to report), or the one kept at `own` (the
         turn's own step log). Returns whether one was dropped. Without `before`, the one
         kept on this machine goes too (with it, the turn drops that once committed)."""
-        return drafts.clear_draft(self.backend, session_id, slot_id, before=before, own=own)
+        by = drafts.Superseding(before, own) if before is not None else None
+        return drafts.clear_draft(self.backend, session_id, slot_id, by)
 
     def clear_legacy_draft(self, session_id: str) -> None:
         """Remove a damaged legacy draft.json (a readable one is adopted, never removed)."""

@@ -37,6 +37,7 @@ from agctl.store.work import reader, work_on
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from typing import Unpack
 
     from agctl.storage.base import Backend, Reader
     from agctl.store.work import Work
@@ -111,22 +112,28 @@ class Destroyed:
 ID_DRAWS = 8
 
 
+class History(TypedDict, total=False):
+    """What a new session may bring beside its slots: the checkpoint log and the ids of
+    its removed checkpoints (an import, a fork, a copy between stores)."""
+
+    checkpoint_log: bytes
+    removed: Sequence[str]
+
+
 def materialize(
     backend: Backend,
     session: Session,
     slots: Sequence[Slot],
-    *,
-    checkpoint_log: bytes = b"",
-    removed: Sequence[str] = (),
     drawn_id: bool = False,
+    **history: Unpack[History],
 ) -> Session:
-    """Write a new session with these slots (and checkpoint history), all or nothing;
-    the session written. `drawn_id`: its id was drawn (new_session_id), not given, so
-    one that another process drew in the same second is drawn again, not refused."""
+    """The session created on the backend whole, with `history`; when its id was drawn
+    (`drawn_id`) and another process drew the same one meanwhile, drawn again, up to
+    ID_DRAWS times. The session as written."""
     draws = ID_DRAWS if drawn_id else 1
     while True:
         try:
-            backend.create_session(session, slots, checkpoint_log=checkpoint_log, removed=removed)
+            backend.create_session(session, slots, **history)
             return session
         except AlreadyExists:
             draws -= 1

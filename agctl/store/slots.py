@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from pydantic import ValidationError
 
-from agctl.base.errors import AlreadyExists, Conflict, NotFound, ProtectedSlot, UsageError
+from agctl.base.errors import (
+    AlreadyExists,
+    Conflict,
+    NotFound,
+    ProtectedSlot,
+    SlotChanged,
+    SlotMoved,
+    UsageError,
+)
 from agctl.base.hashing import message_hashes
 from agctl.base.ids import validate_id
 from agctl.base.validation import validation_summary
@@ -229,6 +237,61 @@ def append_messages(work: Work, slot: Slot, messages: Sequence[Message]) -> None
     slot.messages.extend(messages)
     slot.refresh_meta()
     work.changing().append_messages(slot, len(messages))
+
+
+def append_turn(
+    work: Work,
+    seen: Slot,
+    messages: Sequence[Message],
+    *,
+    sent: dict[str, Any] | None = None,
+    if_unchanged: bool = False,
+) -> tuple[Slot, int]:
+    """Append a turn's messages to the slot its view was built from (`seen`, reused when
+    the stored slot is still at its revision), marking what the request `sent`; the slot
+    written and its revision before. Refused when the slot was changed since other than
+    by appends (see check_only_appended), and with `if_unchanged` when it was written at
+    all (see check_unchanged)."""
+    if if_unchanged:
+        check_unchanged(work, seen)
+    slot = work.load_slot(seen.id, reuse=seen)
+    slot.check_writable("send a turn")
+    if slot is not seen:
+        check_only_appended(seen, slot)
+    base_rev = slot.rev
+    if sent is not None:
+        slot.meta.sent = sent
+    append_messages(work, slot, messages)
+    return slot, base_rev
+
+
+def check_only_appended(seen: Slot, now: Slot) -> None:
+    """Refuse to commit onto a slot that changed since the view was built, unless the
+    change is only messages appended after what was seen (another turn's, which stays
+    allowed and ordered). Raises SlotChanged."""
+    if now.config != seen.config:
+        raise SlotChanged(now.id, "its settings changed")
+    for zone in ("immutable", "compressed"):
+        if message_hashes(getattr(now, zone)) != message_hashes(getattr(seen, zone)):
+            raise SlotChanged(now.id, f"its {zone} zone changed")
+    if len(now.messages) < len(seen.messages):
+        raise SlotChanged(now.id, "messages were removed")
+    if message_hashes(now.messages[: len(seen.messages)]) != message_hashes(seen.messages):
+        raise SlotChanged(now.id, "messages were edited or replaced")
+
+
+def check_unchanged(work: Work, seen: Slot) -> None:
+    """Refuse to commit onto a slot written at all since `seen` was read: its revision
+    moved (through the storage interface only, so every backend fences alike). Raises
+    SlotMoved for a change allowed by default (appends), SlotChanged for one refused
+    anyway, NotFound when the slot is gone."""
+    if work.tx.slot_rev(work.session_id, seen.id) == seen.rev:
+        return
+    now = work.load_slot(seen.id)
+    check_only_appended(seen, now)
+    appended = len(now.messages) - len(seen.messages)
+    what = f"{appended} messages were appended" if appended else "it was written again"
+    raise SlotMoved(now.id, what)
 
 
 def set_mode(

@@ -21,15 +21,12 @@ from agctl.base.errors import (
     ApprovalPending,
     CommitPending,
     ContextFull,
-    SlotChanged,
-    SlotMoved,
     StepLimit,
     TurnInterrupted,
     UsageError,
     interrupt_signal,
 )
 from agctl.base.fsio import deferred_interrupts
-from agctl.base.hashing import message_hashes
 from agctl.context.budget import Breakdown, breakdown
 from agctl.context.cache import cache_key, sent_marks
 from agctl.context.messages import scratch_messages
@@ -54,13 +51,12 @@ from agctl.providers.base import (
     add_usage,
 )
 from agctl.store import Store
-from agctl.store.drafts import clear_draft, drop_local_draft, new_draft
-from agctl.store.slots import append_messages
+from agctl.store.drafts import Superseding, clear_draft, drop_local_draft, new_draft
+from agctl.store.slots import append_turn, update_session
 from agctl.turn.reply import ReplyBuilder
 from agctl.turn.steps import CallRecord, Step, ToolBox, run_calls, unanswered
 
 if TYPE_CHECKING:
-    from agctl.store.work import Work
     from agctl.turn.hooks import Hooks
 
 log = logging.getLogger("agctl.turn")
@@ -331,7 +327,7 @@ def _send(
 ) -> TurnResult:
     fitting = "interrupted while fitting the request in the window"
     with _kept_on_failure(store, session_id, prepared, fitting):
-        prepared = _fit_in_window(store, session_id, prompt, provider, options, prepared)
+        prepared = _fit_in_window(store, session_id, provider, options, prepared)
     loop = _Loop(prepared, options, resume)
     started = time.perf_counter()
     with _kept_on_failure(store, session_id, prepared, loop=loop):
@@ -356,9 +352,8 @@ def _send(
             free=free,
         )
     try:  # a draft the store could not take, superseded now the turn is committed
-        drop_local_draft(
-            store.backend, session_id, prepared.slot.id, before=prepared.started, own=loop.draft_at
-        )
+        by = Superseding(prepared.started, loop.draft_at)
+        drop_local_draft(store.backend, session_id, prepared.slot.id, by)
     except AgctlError as exc:
         log.warning("turn committed, but the older draft kept on this machine stays: %s", exc)
     log.info(
@@ -666,7 +661,6 @@ def warn_over_budget(fit: Breakdown, slot: Slot) -> None:
 def _fit_in_window(
     store: Store,
     session_id: str,
-    prompt: str,
     provider: Provider,
     options: TurnOptions,
     prepared: PreparedTurn,
@@ -697,7 +691,7 @@ def _fit_in_window(
             model=options.model,
             hooks=options.hooks,
         )
-        prepared = prepare_turn(store, session_id, prompt, options)
+        prepared = prepare_turn(store, session_id, prepared.prompt, options)
         if done.folded:
             prepared.compressed_from = done.before
         fit = fit_breakdown(prepared, options, options.window)
@@ -839,35 +833,6 @@ def _kept_on_failure(
         raise error from None
 
 
-def check_only_appended(seen: Slot, now: Slot) -> None:
-    """Refuse to commit onto a slot that changed since the view was built, unless the
-    change is only messages appended after what was seen (another turn's, which stays
-    allowed and ordered). Raises SlotChanged."""
-    if now.config != seen.config:
-        raise SlotChanged(now.id, "its settings changed")
-    for zone in ("immutable", "compressed"):
-        if message_hashes(getattr(now, zone)) != message_hashes(getattr(seen, zone)):
-            raise SlotChanged(now.id, f"its {zone} zone changed")
-    if len(now.messages) < len(seen.messages):
-        raise SlotChanged(now.id, "messages were removed")
-    if message_hashes(now.messages[: len(seen.messages)]) != message_hashes(seen.messages):
-        raise SlotChanged(now.id, "messages were edited or replaced")
-
-
-def check_unchanged(work: Work, seen: Slot) -> None:
-    """Refuse to commit onto a slot written at all since `seen` was read: its revision
-    moved (through the storage interface only, so every backend fences alike). Raises
-    SlotMoved for a change allowed by default (appends), SlotChanged for one refused
-    anyway, NotFound when the slot is gone."""
-    if work.tx.slot_rev(work.session_id, seen.id) == seen.rev:
-        return
-    now = work.load_slot(seen.id)
-    check_only_appended(seen, now)
-    appended = len(now.messages) - len(seen.messages)
-    what = f"{appended} messages were appended" if appended else "it was written again"
-    raise SlotMoved(now.id, what)
-
-
 def _commit(
     store: Store,
     session_id: str,
@@ -891,43 +856,30 @@ def _commit(
     view was built is refused (see check_unchanged) before anything is written.
     """
     from agctl.store.checkpoints.planner import TurnHint, create
-    from agctl.store.checkpoints.restore import needs_baseline
+    from agctl.store.checkpoints.restore import baseline
 
     new = [*prepared.new_messages, *loop.messages]
+    sent = sent_marks(loop.last_request) if loop.last_request is not None else None
+    seen = prepared.slot
     # The lock is taken first, so Ctrl-C while waiting for it stops the turn cleanly; once
     # it is held, an interrupt waits for the commit to finish and is then dropped.
     with store.work(session_id) as work, deferred_interrupts(reraise=False):
-        if if_unchanged:
-            check_unchanged(work, prepared.slot)
-        if checkpoint and needs_baseline(work.backend, session_id):
-            turn = prepared.request.context.turn
-            read = TurnHint(slot=prepared.slot, base_rev=None, appended=0)  # not read again
-            create(work, label=f"before turn {turn}", auto=True, hint=read)
-        slot = work.load_slot(prepared.slot.id, reuse=prepared.slot)
-        slot.check_writable("send a turn")
-        if slot is not prepared.slot:
-            check_only_appended(prepared.slot, slot)
-        base_rev = slot.rev
-        if loop.last_request is not None:
-            slot.meta.sent = sent_marks(loop.last_request)
-        append_messages(work, slot, new)
-        session = work.load_session()
-        account(
-            session,
-            prepared.request.model,
-            usage,
-            priced.cost,
-            len(loop.steps),
-            free=free,
-            cache_saved=priced.saved,
-        )
-        session.updated_at = utcnow()
-        work.tx.put_session(session)
+        if checkpoint:
+            read = TurnHint(slot=seen, base_rev=None, appended=0)  # not read again
+            label = f"before turn {prepared.request.context.turn}"
+            baseline(work, label=label, hint=read)
+        slot, base_rev = append_turn(work, seen, new, sent=sent, if_unchanged=if_unchanged)
         prepared.slot = slot
+
+        def accounted(session: Session) -> Session:
+            model, steps = prepared.request.model, len(loop.steps)
+            account(session, model, usage, priced.cost, steps, free=free, cache_saved=priced.saved)
+            return session
+
+        session = update_session(work, accounted)
         try:
-            clear_draft(
-                work.backend, session_id, slot.id, before=prepared.started, own=loop.draft_at
-            )
+            by = Superseding(prepared.started, loop.draft_at)
+            clear_draft(work.backend, session_id, slot.id, by)
         except AgctlError as exc:  # the turn is written: a draft left behind is only stale
             log.warning("turn committed, but the older draft of its slot stays: %s", exc)
         if not checkpoint:

@@ -224,7 +224,7 @@ def test_a_reply_that_could_not_be_written_is_kept_with_the_prompt_and_shown(
         raise failure
 
     before = data_dir_files(store.root)
-    monkeypatch.setattr("agctl.turn.send.append_messages", failing)
+    monkeypatch.setattr("agctl.store.slots.append_messages", failing)
     provider = ListProvider([TextDelta("the answer"), Finish("stop")])
     with pytest.raises(raised) as caught:  # no checkpoint: its dropped baseline changes the log
         send_turn(store, sid, "keep both", provider, TurnOptions(model="offline", checkpoint=False))

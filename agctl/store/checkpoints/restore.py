@@ -12,7 +12,7 @@ from agctl.base.ids import validate_id
 from agctl.context.cache import session_root
 from agctl.context.models import Session, isoformat, utcnow
 from agctl.store.checkpoints.files import head, log, open_log, read_checkpoint, removed_ids
-from agctl.store.checkpoints.planner import create, save_heads
+from agctl.store.checkpoints.planner import TurnHint, create, save_heads
 from agctl.store.checkpoints.reader import load, state
 from agctl.store.checkpoints.records import (
     Checkpoint,
@@ -162,6 +162,14 @@ def needs_baseline(backend: Backend, session_id: str) -> bool:
     found = last[1] if last is not None and last[0] == latest else history.read(latest)
     record = found.get("c")
     return not isinstance(record, dict) or record.get("edit") is not None
+
+
+def baseline(work: Work, *, label: str, hint: TurnHint) -> Checkpoint | None:
+    """Checkpoint the state a turn starts from, when an undo could not return to it
+    otherwise (see needs_baseline); None when the latest checkpoint holds it."""
+    if not needs_baseline(work.backend, work.session_id):
+        return None
+    return create(work, label=label, auto=True, hint=hint)
 
 
 def undo(work: Work, turns: int = 1) -> tuple[Checkpoint, Checkpoint]:
