@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_tool_loop import Adder, Watching, calls
+from helpers import Adder, Watching, calls
 
 from agctl.base.errors import Blocked
 from agctl.config.file import Config

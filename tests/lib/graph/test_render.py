@@ -3,7 +3,7 @@ the issue-15 scenario, and properties over hostile labels — no user text where
 goes, every quote escaped, every text line within 80 columns, DOT that Graphviz accepts.
 
 The golden files are tests/golden/graph/*; after a deliberate change to a renderer,
-write them again with `AGCTL_UPDATE_GOLDEN=1 python -m pytest tests/lib/test_graph_render.py`
+write them again with `AGCTL_UPDATE_GOLDEN=1 python -m pytest tests/lib/graph/test_render.py`
 and read the diff.
 """
 
@@ -31,7 +31,7 @@ from agctl.store import Store
 from agctl.store.checkpointer import Checkpointer
 from tests.graph_scenario import build_scenario
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "graph"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "graph"
 UPDATE = os.environ.get("AGCTL_UPDATE_GOLDEN") == "1"
 HOSTILE_TEXTS = [
     'say "hi"',

@@ -2,7 +2,8 @@
 $0.00; cost per model in session show; a COST column in session list; `agctl usage`.
 
 Turns here are answered by providers that bill (a server, or the offline model's replies
-under another name): the offline provider's own turns are free (tests/lib/test_free.py).
+under another name): the offline provider's own turns are free
+(tests/lib/reports/test_usage_free.py).
 """
 
 from __future__ import annotations

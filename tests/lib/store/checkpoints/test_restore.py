@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
-from helpers import file_only
-from test_checkpoints import documents
+from helpers import documents, file_only
 
 from agctl.base.errors import NotFound, ReadonlySlot
 from agctl.context.models import Message

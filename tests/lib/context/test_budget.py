@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import data_dir_files, draft_file, file_only
+from helpers import LONG, add, data_dir_files, draft_file, dumps, file_only, msg
 
 from agctl.base.errors import ContextFull, ProviderError, ReadonlySlot
 from agctl.base.hashing import message_hashes
@@ -69,10 +69,6 @@ def cost(text: str) -> int:
     return MESSAGE_OVERHEAD + estimate_text(text)
 
 
-def msg(role: str, content: str) -> Message:
-    return Message.model_validate({"role": role, "content": content})
-
-
 def tool_call(*calls: tuple[str, str, str]) -> Message:
     """An assistant message calling tools, each given as (id, name, arguments)."""
     return Message(
@@ -85,14 +81,6 @@ def tool_call(*calls: tuple[str, str, str]) -> Message:
 
 def tool_result(call_id: str, content: str) -> Message:
     return Message(role="tool", content=content, tool_call_id=call_id)
-
-
-def add(store: Store, sid: str, slot: str | None, *messages: Message) -> None:
-    store.update_slot(sid, slot, lambda s: s.messages.extend(messages))
-
-
-def dumps(messages: list[Message]) -> list[dict[str, object]]:
-    return [m.model_dump(mode="json") for m in messages]
 
 
 # ---- the estimator -------------------------------------------------------------------
@@ -503,28 +491,6 @@ def test_focused_view_never_splits_a_tool_call_from_its_results(recent: int) -> 
 
 # ---- compression at the threshold, in a turn -----------------------------------------
 
-LONG = [
-    "We need to decide how the storage layer writes JSON documents: atomically, with a "
-    "temp file in the same directory, an fsync, a rename and a directory fsync after it.",
-    "Agreed. The lock should be a separate .lock file held across the whole "
-    "read-modify-write, never the data file itself, so that readers never need a lock.",
-    "What about checkpoints? Copying every slot on every turn is too slow once a session "
-    "has a few thousand messages, so we want something proportional to the change only.",
-    "Store messages content-addressed in an append-only log; a checkpoint is then a small "
-    "record pointing at the tips of each zone, and a fork copies nothing at all.",
-    "And compression folds the older messages into a summary in the compressed zone, "
-    "keeping the most recent ones verbatim so that the model sees the latest exchange.",
-    "Right, and the originals stay in the checkpoint taken just before the compression, "
-    "so nothing is ever lost: a rollback brings every folded message back exactly.",
-    "Then the budget: the window minus the reserve is what a request may use, and the "
-    "breakdown shows each zone with its tokens so people can see where they all went.",
-    "The estimator counts ASCII at four characters a token and CJK at one a character, "
-    "plus four tokens of overhead per message; provider-reported usage wins when known.",
-    "Merging a branch back copies what it added since the derive, or one summary of it, "
-    "and records the source, the strategy and the hashes so a second merge adds nothing.",
-    "Good. Let us write the tests first: exact arithmetic, the threshold, context full, "
-    "tool groups, scripts, merges, and the command line output for all of it as well.",
-]
 LEADING = "Project: agctl. Answer precisely."
 KEEP = 4
 PROMPT_AT_LIMIT = "q" * 40  # 10 tokens; one more character is one more token

@@ -7,110 +7,20 @@ of the test's own: what agctl.turn.tools adds (approval, scrubbing, limits) is t
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import file_only
+from helpers import Adder, Watching, calls, file_only
 
 from agctl.base.errors import AgctlError, Blocked, ProviderError, StepLimit, StoreError
 from agctl.context.models import ToolCall
 from agctl.providers.base import ChatRequest, Event
-from agctl.providers.offline import OfflineProvider, ScriptedReply
 from agctl.store import Store
 from agctl.store.checkpointer import Checkpointer
 from agctl.turn.send import TurnOptions, send_turn
 from agctl.turn.steps import CallRecord
-
-ADD = """
-import json, os, sys, time
-args = json.load(sys.stdin)
-deadline = time.monotonic() + 30
-while "after" in args and time.monotonic() < deadline:  # until that run is logged
-    if os.path.exists(sys.argv[1]):
-        with open(sys.argv[1]) as logged:
-            if any(json.loads(line)["a"] == args["after"] for line in logged):
-                break
-    time.sleep(0.01)
-else:
-    if "after" in args:
-        sys.exit(1)
-with open(sys.argv[1], "a") as runs:
-    runs.write(json.dumps(args) + "\\n")
-print(args["a"] + args["b"])
-"""
-
-
-class Adder:
-    """A ToolBox with one tool, `add`, run as a process that logs each run to a file."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.program = tmp_path / "add.py"
-        self.program.write_text(ADD)
-        self.runs = tmp_path / "runs.jsonl"
-
-    def definitions(self) -> list[dict[str, Any]]:
-        schema = {"type": "object", "properties": {"a": {"type": "number"}}}
-        return [{"type": "function", "function": {"name": "add", "parameters": schema}}]
-
-    def begin_turn(self) -> None:
-        pass
-
-    def run(self, call: ToolCall) -> tuple[str, CallRecord]:
-        started = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, str(self.program), str(self.runs)],
-            input=call.function.arguments,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        record = CallRecord(
-            call.id,
-            call.function.name,
-            call.function.arguments,
-            exit=done.returncode,
-            duration_ms=int((time.monotonic() - started) * 1000),
-        )
-        return done.stdout.strip() or f"error: exit {done.returncode}", record
-
-    def ran(self) -> list[dict[str, Any]]:
-        if not self.runs.exists():
-            return []
-        return [json.loads(line) for line in self.runs.read_text().splitlines()]
-
-
-def calls(*arguments: dict[str, Any], prefix: str = "c") -> ScriptedReply:
-    return ScriptedReply(
-        tool_calls=[
-            {"id": f"{prefix}{n}", "name": "add", "arguments": json.dumps(a)}
-            for n, a in enumerate(arguments)
-        ]
-    )
-
-
-class Watching(OfflineProvider):
-    """The offline provider, keeping each request; fails at request `fail_at`."""
-
-    def __init__(self, script: list[Any], fail_at: int | None = None) -> None:
-        def scripted(item: Any) -> Any:
-            if isinstance(item, list):
-                return [scripted(step) for step in item]
-            return ScriptedReply(content=item) if isinstance(item, str) else item
-
-        super().__init__([scripted(turn) for turn in script])
-        self.requests: list[ChatRequest] = []
-        self.fail_at = fail_at
-
-    def stream(self, request: ChatRequest) -> Iterator[Event]:
-        self.requests.append(request)
-        if len(self.requests) == self.fail_at:
-            raise ProviderError("the model went away")
-        return super().stream(request)
 
 
 @pytest.fixture

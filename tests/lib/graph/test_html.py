@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from graph_scenario import build_scenario
+from helpers import TEXT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pagesparse import parse_page
-from test_pages import TEXT
 
 from agctl.graph.html import details, render
 from agctl.graph.model import build_graph

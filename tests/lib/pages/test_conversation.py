@@ -7,7 +7,7 @@ import base64
 import hashlib
 from typing import Any
 
-from helpers import HOSTILE_TEXT, SID, conversation_with_tools
+from helpers import HOSTILE_TEXT, SID, TEXT, conversation_with_tools
 from hypothesis import given
 from hypothesis import strategies as st
 from pagesparse import parse_page
@@ -16,28 +16,6 @@ from agctl.pages import embed_json, page, text
 from agctl.pages.conversation import conversation_page
 from agctl.store import Store
 
-HOSTILE = st.sampled_from(
-    [
-        "</script>",
-        "</SCRIPT >",
-        "<!--",
-        "-->",
-        "]]>",
-        "<script>",
-        '"',
-        "'",
-        "&amp;",
-        "\0",
-        "\u2028",
-        "\u2029",
-        "\u202e",
-        "\u200f",
-        "<\\/script>",
-        "\\u003c",
-        "x" * 10_000,
-    ]
-)
-TEXT = st.one_of(st.text(), st.lists(st.one_of(HOSTILE, st.text()), max_size=6).map("".join))
 JSON: st.SearchStrategy[Any] = st.recursive(
     st.one_of(
         st.none(),

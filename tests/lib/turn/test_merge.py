@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import data_dir_files, file_only
-from test_budget import LONG, add, dumps, msg
+from helpers import LONG, add, data_dir_files, dumps, file_only, msg
 
 from agctl.base.errors import ReadonlySlot, UsageError
 from agctl.base.hashing import message_hashes
