@@ -22,7 +22,8 @@ from click.testing import Result
 from hypothesis import strategies as st
 
 from agctl.base.errors import AgctlError, ProviderError
-from agctl.context.models import Draft, Message, ToolCall
+from agctl.context.models import ContextBudget, Draft, Message, ToolCall, ToolCallFunction
+from agctl.context.tokens import MESSAGE_OVERHEAD, estimate_text
 from agctl.providers.base import ChatRequest, Event, TextDelta
 from agctl.providers.offline import OfflineProvider, ScriptedReply
 from agctl.storage.file import layout
@@ -572,3 +573,62 @@ HOSTILE = st.sampled_from(
     ]
 )
 TEXT = st.one_of(st.text(), st.lists(st.one_of(HOSTILE, st.text()), max_size=6).map("".join))
+
+
+SYSTEM = "You are terse."
+
+
+class RecordingOffline(OfflineProvider):
+    """The offline provider, remembering every request it was asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[ChatRequest] = []
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        self.requests.append(request)
+        return super().stream(request)
+
+
+def cost(text: str) -> int:
+    """Tokens of one plain text message: the overhead plus the estimate of its text."""
+    return MESSAGE_OVERHEAD + estimate_text(text)
+
+
+def tool_call(*calls: tuple[str, str, str]) -> Message:
+    """An assistant message calling tools, each given as (id, name, arguments)."""
+    return Message(
+        role="assistant",
+        tool_calls=[
+            ToolCall(id=i, function=ToolCallFunction(name=n, arguments=a)) for i, n, a in calls
+        ],
+    )
+
+
+def tool_result(call_id: str, content: str) -> Message:
+    return Message(role="tool", content=content, tool_call_id=call_id)
+
+
+LEADING = "Project: agctl. Answer precisely."
+KEEP = 4
+PROMPT_AT_LIMIT = "q" * 40  # 10 tokens; one more character is one more token
+
+
+def window_for_limit(limit: int) -> int:
+    """The smallest window whose auto budget leaves exactly `limit` tokens for a request."""
+    return next(w for w in range(limit, 2 * limit) if w - ContextBudget.auto(w).reserve == limit)
+
+
+def threshold_session(store: Store, **settings: object) -> tuple[list[Message], int]:
+    """A session whose request with PROMPT_AT_LIMIT is exactly the limit of the window."""
+    store.create_session("s", system_prompt=SYSTEM)
+    original = [msg("system", LEADING)] + [
+        msg("user" if i % 2 == 0 else "assistant", text) for i, text in enumerate(LONG)
+    ]
+    add(store, "s", None, *original)
+    if settings:
+        store.configure_session("s", {k: v for k, v in settings.items() if k != "slot"})
+        if "slot" in settings:
+            store.configure_slot("s", None, {"auto_compress": settings["slot"]})
+    request = cost(SYSTEM) + sum(cost(m.text()) for m in original) + cost(PROMPT_AT_LIMIT)
+    return original, window_for_limit(request)
