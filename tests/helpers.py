@@ -22,9 +22,25 @@ from click.testing import Result
 from hypothesis import strategies as st
 
 from agctl.base.errors import AgctlError, ProviderError
-from agctl.context.models import ContextBudget, Draft, Message, ToolCall, ToolCallFunction
+from agctl.context.models import (
+    ContextBudget,
+    Draft,
+    Message,
+    Session,
+    Slot,
+    ToolCall,
+    ToolCallFunction,
+)
 from agctl.context.tokens import MESSAGE_OVERHEAD, estimate_text
-from agctl.providers.base import ChatRequest, Event, TextDelta
+from agctl.providers.base import (
+    ChatRequest,
+    Event,
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
 from agctl.providers.offline import OfflineProvider, ScriptedReply
 from agctl.storage.file import layout
 from agctl.storage.memory import MemoryBackend
@@ -632,3 +648,42 @@ def threshold_session(store: Store, **settings: object) -> tuple[list[Message], 
             store.configure_slot("s", None, {"auto_compress": settings["slot"]})
     request = cost(SYSTEM) + sum(cost(m.text()) for m in original) + cost(PROMPT_AT_LIMIT)
     return original, window_for_limit(request)
+
+
+OPTIONS = TurnOptions(model="offline")
+
+
+def append_user(store: Store, text: str, slot: str | None = None) -> None:
+    message = Message(role="user", content=text)
+    store.update_slot(SID, slot, lambda target: target.append(message))
+
+
+def edit(store: Store, index: int, text: str, slot: str | None = None) -> None:
+    store.update_slot(SID, slot, lambda target: target.edit(index, text))
+
+
+class ToolCallProvider:
+    """Replies with reasoning and one tool call, as a reasoning model calling a tool would."""
+
+    name = "tool-call"
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        yield ReasoningDelta("The tide table has the answer.")
+        yield ToolCallDelta(0, id="call_7", name="lookup")
+        yield ToolCallDelta(0, arguments='{"q": "tides"}')
+        yield Usage(prompt_tokens=40, completion_tokens=9)
+        yield Finish("tool_calls")
+
+
+def hand_edit(store: Store, slot_id: str | None, change: Any) -> None:
+    """Rewrite the JSON of the session document (slot_id None) or of a slot, as another tool
+    or a newer agctl would: none of agctl's rules run and no checkpoint is taken."""
+    with store.transaction(SID) as tx:
+        if slot_id is None:
+            session = tx.load_session(SID).model_dump(mode="json")
+            change(session)
+            tx.put_session(Session.model_validate(session))
+        else:
+            slot = tx.load_slot(SID, slot_id).model_dump(mode="json")
+            change(slot)
+            tx.put_slot(Slot.model_validate(slot))
