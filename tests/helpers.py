@@ -687,3 +687,6 @@ def hand_edit(store: Store, slot_id: str | None, change: Any) -> None:
             slot = tx.load_slot(SID, slot_id).model_dump(mode="json")
             change(slot)
             tx.put_slot(Slot.model_validate(slot))
+
+
+SECRET = "Tr0ub4dor&3"

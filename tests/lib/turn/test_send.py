@@ -9,34 +9,14 @@ from typing import Any
 
 import pytest
 from click.testing import Result
-from helpers import data_dir_files, draft_file, file_only
+from helpers import OPTIONS, data_dir_files, file_only
 
-from agctl.base.errors import (
-    InvalidInput,
-    NotFound,
-    ProviderError,
-    ReadonlySlot,
-    ReplayMiss,
-    StoreError,
-    TurnInterrupted,
-)
+from agctl.base.errors import ProviderError, ReadonlySlot, StoreError, TurnInterrupted
 from agctl.context.models import Draft, Message
-from agctl.providers.base import (
-    ChatRequest,
-    Event,
-    Finish,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallDelta,
-    Usage,
-)
-from agctl.providers.cassette import RecordingProvider, ReplayProvider, load_cassette
-from agctl.providers.offline import OfflineProvider, load_script
+from agctl.providers.base import ChatRequest, Event, Finish, ReasoningDelta, TextDelta
+from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
-from agctl.turn.reply import ReplyBuilder
 from agctl.turn.send import TurnOptions, prepare_turn, send_turn
-
-OPTIONS = TurnOptions(model="offline")
 
 
 class ListProvider:
@@ -56,13 +36,6 @@ class ListProvider:
             raise self.fail_after
 
 
-@pytest.fixture
-def sid(store: Store) -> str:
-    session = store.create_session("s", system_prompt="Be brief.")
-    store.update_slot(session.id, None, lambda s: s.append(Message(role="user", content="hi")))
-    return session.id
-
-
 def test_offline_turn_commits_prompt_and_reply(store: Store, sid: str) -> None:
     result = send_turn(store, sid, "What now?", OfflineProvider(), OPTIONS)
     assert result.turn == 1 and result.slot_id == "default"
@@ -79,87 +52,6 @@ def test_offline_turn_commits_prompt_and_reply(store: Store, sid: str) -> None:
     assert session.turn_count == 1
     assert session.cost.by_model["offline"].requests == 1
     assert session.cost.prompt_tokens == result.usage.prompt_tokens > 0
-
-
-def test_offline_provider_is_deterministic(store: Store, sid: str) -> None:
-    request = prepare_turn(store, sid, "Same?", OPTIONS).request
-    first = list(OfflineProvider().stream(request))
-    assert first == list(OfflineProvider().stream(request))
-    assert "".join(e.text for e in first if isinstance(e, TextDelta)).startswith("Offline reply")
-
-
-@file_only
-def test_script_answers_by_turn_and_fails_past_the_end(
-    store: Store, sid: str, tmp_path: Path
-) -> None:
-    script = tmp_path / "script.json"
-    script.write_text(
-        json.dumps(
-            [
-                "first answer",
-                {"content": None, "tool_calls": [{"name": "lookup", "arguments": '{"q": 1}'}]},
-            ]
-        )
-    )
-    provider = OfflineProvider(load_script(script))
-    assert send_turn(store, sid, "one", provider, OPTIONS).reply.text() == "first answer"
-    second = send_turn(store, sid, "two", provider, OPTIONS)
-    assert second.finish_reason == "tool_calls"
-    call = second.reply.tool_calls[0]
-    assert (call.function.name, call.function.arguments) == ("lookup", '{"q": 1}')
-    before = data_dir_files(store.root)
-    with pytest.raises(ProviderError, match=r"2 replies, .* its turn 3 \(the session's turn 3\)"):
-        send_turn(store, sid, "three", provider, OPTIONS)
-    after = data_dir_files(store.root)
-    draft = after.pop(draft_file("s"))
-    assert after == before
-    assert json.loads(draft)["prompt"] == "three"
-
-
-@pytest.mark.parametrize(
-    ("content", "error"),
-    [
-        ("{", "neither JSON nor JSON lines"),
-        ('{"a": 1}', "must be a list"),
-        ("[3]", "reply 0"),
-        ('[{"tool_calls": [{"id": "x"}]}]', "needs a name"),
-    ],
-)
-def test_bad_scripts(tmp_path: Path, content: str, error: str) -> None:
-    path = tmp_path / "bad.json"
-    path.write_text(content)
-    with pytest.raises(InvalidInput, match=error):
-        load_script(path)
-
-
-def test_script_as_json_lines(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
-    path.write_text('"a"\n{"content": "b", "reasoning": "r"}\n')
-    replies = load_script(path)
-    assert [(r.content, r.reasoning) for r in replies] == [("a", None), ("b", "r")]
-
-
-def test_reply_builder_assembles_tool_calls_from_fragments() -> None:
-    builder = ReplyBuilder()
-    for event in [
-        ReasoningDelta("think "),
-        ReasoningDelta("more"),
-        TextDelta("Looking"),
-        ToolCallDelta(1, id="b", name="second"),
-        ToolCallDelta(0, id="a", name="first"),
-        ToolCallDelta(0, arguments='{"x":'),
-        ToolCallDelta(1, arguments="{}"),
-        ToolCallDelta(0, arguments=" 1}"),
-        Usage(10, 5),
-        Finish("tool_calls"),
-    ]:
-        builder.feed(event)
-    message = builder.message("m")
-    assert message.reasoning == "think more" and message.text() == "Looking"
-    calls = [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls or ()]
-    assert calls == [("a", "first", '{"x": 1}'), ("b", "second", "{}")]
-    assert message.usage == {"prompt_tokens": 10, "completion_tokens": 5}
-    assert message.tokens is None, "with reasoning, the completion count is not the content"
 
 
 @file_only
@@ -326,57 +218,6 @@ def test_fingerprint_ignores_delivery_but_not_input(store: Store, sid: str) -> N
     assert len({request.fingerprint(), other.fingerprint(), hotter.fingerprint()}) == 3
 
 
-@file_only
-def test_record_then_replay_gives_the_same_slot(store: Store, tmp_path: Path) -> None:
-    cassette = tmp_path / "chat.cassette"
-    recorder = RecordingProvider(OfflineProvider(), cassette)
-    for sid in ("rec", "play"):
-        store.create_session(sid, system_prompt="sys")
-    for prompt in ("one", "two", "three"):
-        send_turn(store, "rec", prompt, recorder, OPTIONS)
-    assert len(load_cassette(cassette)) == 3
-    replay = ReplayProvider(cassette)
-    for prompt in ("one", "two", "three"):
-        send_turn(store, "play", prompt, replay, OPTIONS)
-
-    def chat(session_id: str) -> list[tuple[str, str]]:
-        return [(m.role, m.text()) for m in store.load_slot(session_id).messages]
-
-    assert chat("play") == chat("rec") and len(chat("play")) == 6
-    before = data_dir_files(store.root)
-    with pytest.raises(ReplayMiss) as caught:
-        send_turn(store, "play", "four?", replay, OPTIONS)
-    message = str(caught.value)
-    wanted = prepare_turn(store, "play", "four?", OPTIONS).request.fingerprint()
-    assert wanted[:12] in message
-    assert "shares 6 of 8 messages" in message and "turn 3" in message
-    assert {k: v for k, v in data_dir_files(store.root).items() if "draft" not in k} == before
-
-
-def test_cassette_damage_is_reported_with_the_line(tmp_path: Path) -> None:
-    path = tmp_path / "c.jsonl"
-    path.write_text(
-        '{"hash": "x", "request": {"model": "m", "messages": []}, "events": []}\n{oops\n'
-    )
-    with pytest.raises(InvalidInput, match="line 2"):
-        load_cassette(path)
-    path.write_text(
-        '{"schema_version": "9.0", "hash": "x", '
-        '"request": {"model": "m", "messages": []}, "events": []}\n'
-    )
-    with pytest.raises(InvalidInput, match=r"version 9\.0"):
-        load_cassette(path)
-    with pytest.raises(NotFound):
-        load_cassette(tmp_path / "missing")
-
-
-def test_empty_cassette_miss_says_so(store: Store, sid: str, tmp_path: Path) -> None:
-    path = tmp_path / "empty"
-    path.write_text("")
-    with pytest.raises(ReplayMiss, match="cassette is empty"):
-        send_turn(store, sid, "x", ReplayProvider(path), OPTIONS)
-
-
 def test_a_reply_that_cannot_be_written_is_shown_and_the_prompt_kept(store: Store) -> None:
     store.create_session("s")
 
@@ -525,21 +366,6 @@ def test_earlier_reasoning_is_not_sent_back_but_is_kept(store: Store, sid: str) 
     assert store.load_slot(sid).messages[2].reasoning == "secret thoughts"
 
 
-def test_a_recording_cut_short_by_a_crash_is_skipped(tmp_path: Path) -> None:
-    path = tmp_path / "c.jsonl"
-    path.write_text(
-        '{"hash": "x", "request": {"model": "m", "messages": []}, "events": []}\n'
-        '{"hash": "y", "requ'
-    )
-    assert [r.hash for r in load_cassette(path)] == ["x"]
-    path.write_text(
-        '{"hash": "x", "request": {"model": "m", "messages": []}, "events": []}\n'
-        '{"hash": "y", "requ\n'
-    )
-    with pytest.raises(InvalidInput, match="line 2"):
-        load_cassette(path)
-
-
 def test_a_loop_of_turns_reuses_the_committed_slot_only_while_unchanged(
     store: Store, sid: str
 ) -> None:
@@ -553,49 +379,6 @@ def test_a_loop_of_turns_reuses_the_committed_slot_only_while_unchanged(
     assert texts[:5] == ["hi", "one", first.reply.text(), "meanwhile", "two"]
     # system prompt, hi, one, reply, meanwhile, two: the second turn saw the change
     assert "(6 messages in context)" in second.reply.text()
-
-
-def test_a_new_id_on_an_index_in_use_starts_another_call() -> None:
-    """Ollama sends every parallel call as index 0: each new id is a call of its own,
-    kept in the order it began (and OpenAI's numbered calls still come in index order)."""
-    builder = ReplyBuilder()
-    for event in [
-        ToolCallDelta(0, id="call_a", name="weather", arguments='{"city": '),
-        ToolCallDelta(0, arguments='"Oslo"}'),
-        ToolCallDelta(0, id="call_b", name="weather", arguments='{"city": "Lima"}'),
-        ToolCallDelta(0, id="call_c", name="time"),
-        ToolCallDelta(0, arguments="{}"),
-        Finish("tool_calls"),
-    ]:
-        builder.feed(event)
-    calls = [
-        (c.id, c.function.name, c.function.arguments) for c in builder.message("m").tool_calls or ()
-    ]
-    assert calls == [
-        ("call_a", "weather", '{"city": "Oslo"}'),
-        ("call_b", "weather", '{"city": "Lima"}'),
-        ("call_c", "time", "{}"),
-    ]
-
-
-def test_a_tool_call_with_no_name_is_reported_and_not_sent_back(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    builder = ReplyBuilder()
-    for event in [
-        TextDelta("Let me check."),
-        ToolCallDelta(0, id="call_x", arguments='{"q": 1}'),
-        ToolCallDelta(1, id="call_y", name="search", arguments="{}"),
-    ]:
-        builder.feed(event)
-    message = builder.message("m")
-    assert [c.function.name for c in message.tool_calls or ()] == ["search"]
-    assert [c["id"] for c in builder.nameless] == ["call_x"]
-    assert "tool call with no name" in caplog.text and "call_x" in caplog.text
-    only_nameless = ReplyBuilder()
-    only_nameless.feed(ToolCallDelta(0, id="call_z", arguments="{}"))
-    with pytest.raises(ProviderError, match="1 tool call with no name"):
-        only_nameless.message("m")
 
 
 def test_a_focused_slot_has_its_summary_rewritten_every_n_turns(store: Store, sid: str) -> None:
