@@ -10,6 +10,7 @@ import contextlib
 import json
 import subprocess
 import sys
+import time
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -18,11 +19,29 @@ from typing import Any
 
 import pytest
 from click.testing import Result
+from hypothesis import strategies as st
 
 from agctl.base.errors import AgctlError, ProviderError
-from agctl.context.models import Draft, Message
-from agctl.providers.base import ChatRequest, Event, TextDelta
-from agctl.providers.offline import OfflineProvider
+from agctl.context.models import (
+    ContextBudget,
+    Draft,
+    Message,
+    Session,
+    Slot,
+    ToolCall,
+    ToolCallFunction,
+)
+from agctl.context.tokens import MESSAGE_OVERHEAD, estimate_text
+from agctl.providers.base import (
+    ChatRequest,
+    Event,
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from agctl.providers.offline import OfflineProvider, ScriptedReply
 from agctl.storage.file import layout
 from agctl.storage.memory import MemoryBackend
 from agctl.store import Store
@@ -30,6 +49,7 @@ from agctl.store.checkpointer import Checkpointer
 from agctl.store.checkpoints import SessionState
 from agctl.store.sessions import SessionNode
 from agctl.turn.send import TurnOptions, TurnResult, send_turn
+from agctl.turn.steps import CallRecord
 
 
 def checkpoints_dir(store: Store, session_id: str) -> Path:
@@ -419,3 +439,254 @@ def conversation_with_tools(store: Store, sid: str = SID) -> str:
     ]
     store.update_slot(sid, None, lambda slot: slot.extend(messages))
     return sid
+
+
+# ---- shared by the library's tests (tests/lib/) --------------------------------------
+
+
+def msg(role: str, content: str) -> Message:
+    return Message.model_validate({"role": role, "content": content})
+
+
+def add(store: Store, sid: str, slot: str | None, *messages: Message) -> None:
+    store.update_slot(sid, slot, lambda s: s.messages.extend(messages))
+
+
+def dumps(messages: list[Message]) -> list[dict[str, object]]:
+    return [m.model_dump(mode="json") for m in messages]
+
+
+LONG = [
+    "We need to decide how the storage layer writes JSON documents: atomically, with a "
+    "temp file in the same directory, an fsync, a rename and a directory fsync after it.",
+    "Agreed. The lock should be a separate .lock file held across the whole "
+    "read-modify-write, never the data file itself, so that readers never need a lock.",
+    "What about checkpoints? Copying every slot on every turn is too slow once a session "
+    "has a few thousand messages, so we want something proportional to the change only.",
+    "Store messages content-addressed in an append-only log; a checkpoint is then a small "
+    "record pointing at the tips of each zone, and a fork copies nothing at all.",
+    "And compression folds the older messages into a summary in the compressed zone, "
+    "keeping the most recent ones verbatim so that the model sees the latest exchange.",
+    "Right, and the originals stay in the checkpoint taken just before the compression, "
+    "so nothing is ever lost: a rollback brings every folded message back exactly.",
+    "Then the budget: the window minus the reserve is what a request may use, and the "
+    "breakdown shows each zone with its tokens so people can see where they all went.",
+    "The estimator counts ASCII at four characters a token and CJK at one a character, "
+    "plus four tokens of overhead per message; provider-reported usage wins when known.",
+    "Merging a branch back copies what it added since the derive, or one summary of it, "
+    "and records the source, the strategy and the hashes so a second merge adds nothing.",
+    "Good. Let us write the tests first: exact arithmetic, the threshold, context full, "
+    "tool groups, scripts, merges, and the command line output for all of it as well.",
+]
+
+
+ADD = """
+import json, os, sys, time
+args = json.load(sys.stdin)
+deadline = time.monotonic() + 30
+while "after" in args and time.monotonic() < deadline:  # until that run is logged
+    if os.path.exists(sys.argv[1]):
+        with open(sys.argv[1]) as logged:
+            if any(json.loads(line)["a"] == args["after"] for line in logged):
+                break
+    time.sleep(0.01)
+else:
+    if "after" in args:
+        sys.exit(1)
+with open(sys.argv[1], "a") as runs:
+    runs.write(json.dumps(args) + "\\n")
+print(args["a"] + args["b"])
+"""
+
+
+class Adder:
+    """A ToolBox with one tool, `add`, run as a process that logs each run to a file."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.program = tmp_path / "add.py"
+        self.program.write_text(ADD)
+        self.runs = tmp_path / "runs.jsonl"
+
+    def definitions(self) -> list[dict[str, Any]]:
+        schema = {"type": "object", "properties": {"a": {"type": "number"}}}
+        return [{"type": "function", "function": {"name": "add", "parameters": schema}}]
+
+    def begin_turn(self) -> None:
+        pass
+
+    def run(self, call: ToolCall) -> tuple[str, CallRecord]:
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, str(self.program), str(self.runs)],
+            input=call.function.arguments,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        record = CallRecord(
+            call.id,
+            call.function.name,
+            call.function.arguments,
+            exit=done.returncode,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+        return done.stdout.strip() or f"error: exit {done.returncode}", record
+
+    def ran(self) -> list[dict[str, Any]]:
+        if not self.runs.exists():
+            return []
+        return [json.loads(line) for line in self.runs.read_text().splitlines()]
+
+
+def calls(*arguments: dict[str, Any], prefix: str = "c") -> ScriptedReply:
+    return ScriptedReply(
+        tool_calls=[
+            {"id": f"{prefix}{n}", "name": "add", "arguments": json.dumps(a)}
+            for n, a in enumerate(arguments)
+        ]
+    )
+
+
+class Watching(OfflineProvider):
+    """The offline provider, keeping each request; fails at request `fail_at`."""
+
+    def __init__(self, script: list[Any], fail_at: int | None = None) -> None:
+        def scripted(item: Any) -> Any:
+            if isinstance(item, list):
+                return [scripted(step) for step in item]
+            return ScriptedReply(content=item) if isinstance(item, str) else item
+
+        super().__init__([scripted(turn) for turn in script])
+        self.requests: list[ChatRequest] = []
+        self.fail_at = fail_at
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        self.requests.append(request)
+        if len(self.requests) == self.fail_at:
+            raise ProviderError("the model went away")
+        return super().stream(request)
+
+
+HOSTILE = st.sampled_from(
+    [
+        "</script>",
+        "</SCRIPT >",
+        "<!--",
+        "-->",
+        "]]>",
+        "<script>",
+        '"',
+        "'",
+        "&amp;",
+        "\0",
+        "\u2028",
+        "\u2029",
+        "\u202e",
+        "\u200f",
+        "<\\/script>",
+        "\\u003c",
+        "x" * 10_000,
+    ]
+)
+TEXT = st.one_of(st.text(), st.lists(st.one_of(HOSTILE, st.text()), max_size=6).map("".join))
+
+
+SYSTEM = "You are terse."
+
+
+class RecordingOffline(OfflineProvider):
+    """The offline provider, remembering every request it was asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[ChatRequest] = []
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        self.requests.append(request)
+        return super().stream(request)
+
+
+def cost(text: str) -> int:
+    """Tokens of one plain text message: the overhead plus the estimate of its text."""
+    return MESSAGE_OVERHEAD + estimate_text(text)
+
+
+def tool_call(*calls: tuple[str, str, str]) -> Message:
+    """An assistant message calling tools, each given as (id, name, arguments)."""
+    return Message(
+        role="assistant",
+        tool_calls=[
+            ToolCall(id=i, function=ToolCallFunction(name=n, arguments=a)) for i, n, a in calls
+        ],
+    )
+
+
+def tool_result(call_id: str, content: str) -> Message:
+    return Message(role="tool", content=content, tool_call_id=call_id)
+
+
+LEADING = "Project: agctl. Answer precisely."
+KEEP = 4
+PROMPT_AT_LIMIT = "q" * 40  # 10 tokens; one more character is one more token
+
+
+def window_for_limit(limit: int) -> int:
+    """The smallest window whose auto budget leaves exactly `limit` tokens for a request."""
+    return next(w for w in range(limit, 2 * limit) if w - ContextBudget.auto(w).reserve == limit)
+
+
+def threshold_session(store: Store, **settings: object) -> tuple[list[Message], int]:
+    """A session whose request with PROMPT_AT_LIMIT is exactly the limit of the window."""
+    store.create_session("s", system_prompt=SYSTEM)
+    original = [msg("system", LEADING)] + [
+        msg("user" if i % 2 == 0 else "assistant", text) for i, text in enumerate(LONG)
+    ]
+    add(store, "s", None, *original)
+    if settings:
+        store.configure_session("s", {k: v for k, v in settings.items() if k != "slot"})
+        if "slot" in settings:
+            store.configure_slot("s", None, {"auto_compress": settings["slot"]})
+    request = cost(SYSTEM) + sum(cost(m.text()) for m in original) + cost(PROMPT_AT_LIMIT)
+    return original, window_for_limit(request)
+
+
+OPTIONS = TurnOptions(model="offline")
+
+
+def append_user(store: Store, text: str, slot: str | None = None) -> None:
+    message = Message(role="user", content=text)
+    store.update_slot(SID, slot, lambda target: target.append(message))
+
+
+def edit(store: Store, index: int, text: str, slot: str | None = None) -> None:
+    store.update_slot(SID, slot, lambda target: target.edit(index, text))
+
+
+class ToolCallProvider:
+    """Replies with reasoning and one tool call, as a reasoning model calling a tool would."""
+
+    name = "tool-call"
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        yield ReasoningDelta("The tide table has the answer.")
+        yield ToolCallDelta(0, id="call_7", name="lookup")
+        yield ToolCallDelta(0, arguments='{"q": "tides"}')
+        yield Usage(prompt_tokens=40, completion_tokens=9)
+        yield Finish("tool_calls")
+
+
+def hand_edit(store: Store, slot_id: str | None, change: Any) -> None:
+    """Rewrite the JSON of the session document (slot_id None) or of a slot, as another tool
+    or a newer agctl would: none of agctl's rules run and no checkpoint is taken."""
+    with store.transaction(SID) as tx:
+        if slot_id is None:
+            session = tx.load_session(SID).model_dump(mode="json")
+            change(session)
+            tx.put_session(Session.model_validate(session))
+        else:
+            slot = tx.load_slot(SID, slot_id).model_dump(mode="json")
+            change(slot)
+            tx.put_slot(Slot.model_validate(slot))
+
+
+SECRET = "Tr0ub4dor&3"

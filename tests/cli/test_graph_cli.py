@@ -1,5 +1,5 @@
 """`agctl session graph`: the wiring — formats, locale, -o FILE, --json, the Mermaid size
-warning, and the errors (the drawing itself is tests/lib/test_graph_render.py's)."""
+warning, and the errors (the drawing itself is tests/lib/graph/test_render.py's)."""
 
 from __future__ import annotations
 

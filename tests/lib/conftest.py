@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from agctl.context.models import Message
 from agctl.storage.memory import MemoryBackend
 from agctl.store import Store
 
@@ -17,3 +18,10 @@ def store(request: pytest.FixtureRequest, isolated_env: Path) -> Store:
     if request.param == "memory":
         return Store(backend=MemoryBackend())
     return Store(isolated_env)
+
+
+@pytest.fixture
+def sid(store: Store) -> str:
+    session = store.create_session("s", system_prompt="Be brief.")
+    store.update_slot(session.id, None, lambda s: s.append(Message(role="user", content="hi")))
+    return session.id

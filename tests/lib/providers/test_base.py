@@ -1,0 +1,28 @@
+"""The rules that keep "not reported" apart from 0 when counts are added up: a turn's
+requests (add_usage), a stored reply's counts read back (Usage.from_counts)."""
+
+from __future__ import annotations
+
+from agctl.providers.base import Usage, add_usage
+
+
+def test_a_count_one_request_did_not_report_is_not_reported_for_the_turn() -> None:
+    both = add_usage(Usage(10, 2, cached_tokens=4, reasoning_tokens=1), Usage(20, 3, 8, None, 2))
+    assert both == Usage(30, 5, cached_tokens=12, cache_write_tokens=None, reasoning_tokens=3)
+    partly = add_usage(Usage(10, 2, cached_tokens=4), Usage(20, 3))
+    assert (partly.prompt_tokens, partly.cached_tokens) == (30, None)
+
+
+def test_stored_counts_read_back_as_reported_and_bad_ones_as_not() -> None:
+    usage = Usage(2000, 100, cached_tokens=0, reasoning_tokens=40)
+    stored = usage.reported()
+    assert stored == {
+        "prompt_tokens": 2000,
+        "completion_tokens": 100,
+        "cached_tokens": 0,
+        "reasoning_tokens": 40,
+    }
+    assert Usage.from_counts({**stored, "free": True}) == usage
+    odd = Usage.from_counts({**stored, "cached_tokens": "many", "cache_write_tokens": -1})
+    assert odd is not None and (odd.cached_tokens, odd.cache_write_tokens) == (None, None)
+    assert Usage.from_counts({"prompt_tokens": 3}) is None
