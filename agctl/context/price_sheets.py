@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from agctl.base.errors import AgctlError
 
-log = logging.getLogger("agctl.context.pricing")
+log = logging.getLogger("agctl.pricing")
 
 # The price keys of genai-prices that a request of text tokens is billed by, and what
 # each price is per: its other prices (images, audio, searches) count units such a

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from agctl.context.models import Message, Slot
     from agctl.store import Store
 
-log = logging.getLogger("agctl.reports.walk")
+log = logging.getLogger("agctl.walk")
 
 T = TypeVar("T")
 ProblemHandler = Callable[[AgctlError], None]

@@ -118,7 +118,7 @@ class Checkpointer:
         from agctl.store.checkpoints import verify
 
         with self.store.work(session_id) as work:
-            return verify.export_history(work.backend, session_id)
+            return verify.export_history(work.opened(), session_id)
 
     def verify_import(self, session_id: str, data: bytes) -> None:
         from agctl.store.checkpoints import verify

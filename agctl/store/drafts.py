@@ -270,7 +270,7 @@ def remove_draft(
     """Drop the draft meant by `slot_id` and return it (or, if it was damaged, why), read
     and removed under the session lock so that a draft a concurrent turn keeps meanwhile
     is never dropped unseen."""
-    with work_on(backend, session_id):
+    with work_on(backend, session_id) as work, work.locked():
         try:
             slot = draft_slot(backend, session_id, slot_id)
         except CorruptDocument as damage:  # a damaged legacy draft.json, of no known slot

@@ -26,15 +26,13 @@ from agctl.storage.base import lock_timeout
 from agctl.storage.factory import StoreChoice, choose_store, file_choice, open_backend
 from agctl.storage.file.backend import FileBackend
 from agctl.store import drafts, slots
-from agctl.store.work import Work, reader, settle, work_on
+from agctl.store.work import Work, reader, settle, snapshot, work_on
 
 if TYPE_CHECKING:
-    from typing import Unpack
-
+    from agctl.base.vocab import DeriveStrategy
     from agctl.context.models import Draft, Message, Session, Slot
     from agctl.storage.base import Backend, Reader, Tx
-    from agctl.store.sessions import Destroyed, History, NewSession, Replaced, SessionInfo
-    from agctl.store.slots import DerivedSlot, NewSlot
+    from agctl.store.sessions import Destroyed, Replaced, SessionInfo
 
 log = logging.getLogger("agctl.store")
 
@@ -247,9 +245,7 @@ class Store:
         return sessions.resolve_session(self.backend, prefix)
 
     def load_session(self, session_id: str) -> Session:
-        # No settle first: a backend reads the session as one commit left it (Reader).
-        tx = self.backend.in_transaction(session_id)
-        return (self.backend if tx is None else tx).load_session(session_id)
+        return snapshot(self.backend, session_id).load_session(session_id)
 
     def slot_ids(self, session_id: str) -> list[str]:
         return self.reader(session_id).slot_ids(session_id)
@@ -259,7 +255,7 @@ class Store:
     ) -> Slot:
         """The slot, parsed; `reuse` (an unmodified copy read or written earlier) is returned
         instead when the stored slot is still at its revision."""
-        slot_id = self.resolve_slot(session_id, slot_id)
+        slot_id = self.resolve_slot(session_id, slot_id)  # (settled below, once)
         return self.reader(session_id).load_slot(session_id, slot_id, reuse=reuse)
 
     def slot_document(self, session_id: str, slot_id: str) -> dict[str, Any] | None:
@@ -275,16 +271,18 @@ class Store:
         session: Session,
         slots: Sequence[Slot],
         *,
+        checkpoint_log: bytes = b"",
+        removed: Sequence[str] = (),
         drawn_id: bool = False,
-        **history: Unpack[History],
     ) -> Session:
-        """Write a new session with these slots (and checkpoint history: `checkpoint_log`,
-        `removed`), all or nothing; the session written. `drawn_id`: its id was drawn
-        (new_session_id), not given, so one that another process drew in the same second
-        is drawn again, not refused."""
+        """Write a new session with these slots (and checkpoint history), all or nothing;
+        the session written. `drawn_id`: its id was drawn (new_session_id), not given, so
+        one that another process drew in the same second is drawn again, not refused."""
         from agctl.store import sessions
 
-        return sessions.materialize(self.backend, session, slots, drawn_id, **history)
+        return sessions.materialize(
+            self.backend, session, slots, drawn_id, checkpoint_log=checkpoint_log, removed=removed
+        )
 
     def replace_state(self, session: Session, slots: Sequence[Slot]) -> None:
         """Make the session exactly `session` with exactly `slots`, in one transaction.
@@ -309,13 +307,27 @@ class Store:
         return sessions.children(self.backend, session_id)
 
     def create_session(
-        self, session_id: str | None = None, **settings: Unpack[NewSession]
+        self,
+        session_id: str | None = None,
+        *,
+        system_prompt: str | None = None,
+        parent_id: str | None = None,
+        title: str | None = None,
+        profile: str | None = None,
+        model: str | None = None,
     ) -> Session:
-        """Create a session with its `default` slot, all or nothing (the settings:
-        system_prompt, parent_id, title, profile, model)."""
+        """Create a session with its `default` slot, all or nothing."""
         from agctl.store import sessions
 
-        return sessions.create_session(self.backend, session_id, **settings)
+        return sessions.create_session(
+            self.backend,
+            session_id,
+            system_prompt=system_prompt,
+            parent_id=parent_id,
+            title=title,
+            profile=profile,
+            model=model,
+        )
 
     def replace_session(
         self,
@@ -323,13 +335,25 @@ class Store:
         *,
         recursive: bool = False,
         orphan: bool = False,
-        **settings: Unpack[NewSession],
+        system_prompt: str | None = None,
+        parent_id: str | None = None,
+        title: str | None = None,
+        profile: str | None = None,
+        model: str | None = None,
     ) -> Replaced:
         """A new session `session_id`, in place of the one of that id if there is one."""
         from agctl.store import sessions
 
         return sessions.replace_session(
-            self.backend, session_id, recursive=recursive, orphan=orphan, **settings
+            self.backend,
+            session_id,
+            recursive=recursive,
+            orphan=orphan,
+            system_prompt=system_prompt,
+            parent_id=parent_id,
+            title=title,
+            profile=profile,
+            model=model,
         )
 
     def update_session(self, session_id: str, change: Callable[[Session], T]) -> T:
@@ -348,7 +372,7 @@ class Store:
         """The parent's id, or None when there is none or it was destroyed (an orphan)."""
         from agctl.store import sessions
 
-        return sessions.parent(self.reader(session_id), session_id)
+        return sessions.parent(snapshot(self.backend, session_id), session_id)
 
     def destroy_session(
         self, session_id: str, *, recursive: bool = False, orphan: bool = False
@@ -371,7 +395,7 @@ class Store:
         """A memory key's value (NotFound when it is not set)."""
         from agctl.store import sessions
 
-        return sessions.memory_get(self.reader(session_id), session_id, key)
+        return sessions.memory_get(snapshot(self.backend, session_id), session_id, key)
 
     def memory_remove(self, session_id: str, key: str) -> str:
         """Remove a memory key and return its value (NotFound when it is not set)."""
@@ -400,23 +424,53 @@ class Store:
 
     def resolve_slot(self, session_id: str, slot_id: str | None) -> str:
         """The given slot id, or the session's current slot when None."""
-        return slots.resolve_slot(self.reader(session_id), session_id, slot_id)
+        return slots.resolve_slot(snapshot(self.backend, session_id), session_id, slot_id)
 
     def list_slots(self, session_id: str) -> list[Slot]:
         """Every slot of the session, parsed, in id order."""
         return slots.list_slots(self.reader(session_id), session_id)
 
-    def create_slot(self, session_id: str, slot_id: str, **settings: Unpack[NewSlot]) -> Slot:
-        """Create a slot; with `immutable` messages it is a static slot (the settings:
-        mode, focus, immutable, make_current)."""
+    def create_slot(
+        self,
+        session_id: str,
+        slot_id: str,
+        *,
+        mode: str = "full",
+        focus: Mapping[str, Any] | None = None,
+        immutable: Sequence[Message] = (),
+        make_current: bool = False,
+    ) -> Slot:
+        """Create a slot; with `immutable` messages it is a static slot."""
         with self.work(session_id) as work:
-            return slots.create_slot(work, slot_id, **settings)
+            return slots.create_slot(
+                work,
+                slot_id,
+                mode=mode,
+                focus=focus,
+                immutable=immutable,
+                make_current=make_current,
+            )
 
-    def derive_slot(self, session_id: str, slot_id: str, **settings: Unpack[DerivedSlot]) -> Slot:
-        """A new slot from `source` (default: current): a full copy, or its focused view
-        (the settings: source, strategy, focus, make_current)."""
+    def derive_slot(
+        self,
+        session_id: str,
+        slot_id: str,
+        *,
+        source: str | None = None,
+        strategy: DeriveStrategy = "full",
+        focus: Mapping[str, Any] | None = None,
+        make_current: bool = False,
+    ) -> Slot:
+        """A new slot from `source` (default: current): a full copy, or its focused view."""
         with self.work(session_id) as work:
-            return slots.derive_slot(work, slot_id, **settings)
+            return slots.derive_slot(
+                work,
+                slot_id,
+                source=source,
+                strategy=strategy,
+                focus=focus,
+                make_current=make_current,
+            )
 
     def use_slot(self, session_id: str, slot_id: str) -> Session:
         """Make `slot_id` the session's current slot."""

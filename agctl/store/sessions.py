@@ -33,7 +33,7 @@ from agctl.base.vocab import SESSION_SETTINGS
 from agctl.config.settings import session_setting_from_text
 from agctl.context.models import Session, Slot
 from agctl.store.slots import DEFAULT_SLOT, new_slot, update_session
-from agctl.store.work import reader, work_on
+from agctl.store.work import snapshot, work_on
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -172,7 +172,7 @@ def list_sessions(backend: Backend, problems: list[AgctlError] | None = None) ->
     infos: list[SessionInfo] = []
     for sid in backend.session_ids():
         try:
-            infos.append(SessionInfo(reader(backend, sid).load_session(sid)))
+            infos.append(SessionInfo(snapshot(backend, sid).load_session(sid)))
         except (DataError, StoreError) as exc:
             if problems is None:
                 raise
@@ -203,42 +203,21 @@ def children(backend: Backend, session_id: str) -> list[str]:
 
 
 def create_session(
-    backend: Backend,
-    session_id: str | None = None,
-    *,
-    system_prompt: str | None = None,
-    parent_id: str | None = None,
-    title: str | None = None,
-    profile: str | None = None,
-    model: str | None = None,
+    backend: Backend, session_id: str | None = None, **settings: Unpack[NewSession]
 ) -> Session:
-    """Create a session with its `default` slot, all or nothing."""
-    session = _new_session(backend, session_id, system_prompt, parent_id, title, profile, model)
+    """A new session (its id drawn when None) with its `default` slot, written whole."""
+    session = _new_session(backend, session_id, settings)
     session = materialize(backend, session, [new_slot(DEFAULT_SLOT)], drawn_id=session_id is None)
     log.info("session created: %s (parent %s)", session.id, session.parent_id or "-")
     return session
 
 
-def _new_session(
-    backend: Backend,
-    session_id: str | None,
-    system_prompt: str | None,
-    parent_id: str | None,
-    title: str | None,
-    profile: str | None,
-    model: str | None,
-) -> Session:
+def _new_session(backend: Backend, session_id: str | None, settings: NewSession) -> Session:
     sid = new_session_id() if session_id is None else validate_id(session_id, "session")
+    parent_id = settings.get("parent_id")
     if parent_id is not None:
         parent_id = resolve_session(backend, parent_id)
-    return Session(
-        id=sid,
-        parent_id=parent_id,
-        title=title,
-        system_prompt=system_prompt,
-        profile=profile,
-        model=model,
-    )
+    return Session(id=sid, **{**settings, "parent_id": parent_id})
 
 
 def replace_session(
@@ -247,11 +226,7 @@ def replace_session(
     *,
     recursive: bool = False,
     orphan: bool = False,
-    system_prompt: str | None = None,
-    parent_id: str | None = None,
-    title: str | None = None,
-    profile: str | None = None,
-    model: str | None = None,
+    **settings: Unpack[NewSession],
 ) -> Replaced:
     """A new session `session_id`, in place of the one of that id if there is one.
 
@@ -260,7 +235,7 @@ def replace_session(
     refused unless `recursive` (its descendants are destroyed) or `orphan` (its
     children are kept, detached: their parent would be a different session now).
     """
-    session = _new_session(backend, session_id, system_prompt, parent_id, title, profile, model)
+    session = _new_session(backend, session_id, settings)
     sid = session.id
     if sid not in backend.session_ids():
         materialize(backend, session, [new_slot(DEFAULT_SLOT)])

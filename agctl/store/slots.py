@@ -41,6 +41,8 @@ from agctl.context.models import (
 from agctl.context.view import focused_messages
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from agctl.storage.base import Reader
     from agctl.store.work import Work
 
@@ -118,51 +120,39 @@ def _insert_slot(work: Work, slot: Slot, make_current: bool) -> Slot:
     return slot
 
 
-def create_slot(
-    work: Work,
-    slot_id: str,
-    *,
-    mode: str = "full",
-    focus: Mapping[str, Any] | None = None,
-    immutable: Sequence[Message] = (),
-    make_current: bool = False,
-) -> Slot:
-    """Create a slot; with `immutable` messages it is a static slot.
+def create_slot(work: Work, slot_id: str, **given: Unpack[NewSlot]) -> Slot:
+    """A new slot put in the work's session: static with `immutable` messages, else new.
 
     `focus` sets the focused-mode settings (keep_system, recent_messages,
     summary_override) over the defaults.
     """
     validate_id(slot_id, "slot")
+    mode, immutable = given.get("mode", "full"), given.get("immutable", ())
     _check_mode(mode)
     config = SlotConfig.model_validate(
         {
             "mode": mode,
-            "focused": _focus(FocusedConfig(), focus),
+            "focused": _focus(FocusedConfig(), given.get("focus")),
             "source": SlotSource(kind="static" if immutable else "new"),
         }
     )
-    return _insert_slot(work, new_slot(slot_id, config, immutable), make_current)
+    slot = new_slot(slot_id, config, immutable)
+    return _insert_slot(work, slot, given.get("make_current", False))
 
 
-def derive_slot(
-    work: Work,
-    slot_id: str,
-    *,
-    source: str | None = None,
-    strategy: DeriveStrategy = "full",
-    focus: Mapping[str, Any] | None = None,
-    make_current: bool = False,
-) -> Slot:
-    """A new slot from `source` (default: current): a full copy, or its focused view.
+def derive_slot(work: Work, slot_id: str, **given: Unpack[DerivedSlot]) -> Slot:
+    """A slot derived from `source` (None: the current slot): its full copy, or only what
+    its focused view shows.
 
     `focus` changes the parent's focused-mode settings for the new slot.
     """
     validate_id(slot_id, "slot")
+    strategy = given.get("strategy", "full")
     if strategy not in DERIVE_STRATEGIES:
         choices = ", ".join(DERIVE_STRATEGIES)
         raise UsageError(f"unknown derive strategy {strategy!r}; choose from {choices}")
-    parent = work.load_slot(source)
-    focused = _focus(parent.config.focused, focus)
+    parent = work.load_slot(given.get("source"))
+    focused = _focus(parent.config.focused, given.get("focus"))
     if strategy == "full":
         messages = list(parent.messages)
         mode = "focused" if parent.config.mode == "focused" else "full"
@@ -185,7 +175,7 @@ def derive_slot(
     if strategy == "full":  # its first request goes where the parent's last one is cached
         slot.meta.sent = parent.meta.sent
     slot.refresh_meta()
-    _insert_slot(work, slot, make_current)
+    _insert_slot(work, slot, given.get("make_current", False))
     log.info("slot derived: %s/%s from %s (%s)", work.session_id, slot_id, parent.id, strategy)
     return slot
 

@@ -29,27 +29,59 @@ BeforeChange = Callable[["Work"], object]
 
 
 class Work:
-    """The open transaction on `session_id` (`tx`: its own writes seen by its reads), the
-    backend it belongs to (for what is kept beside the session's transaction, such as
-    the drafts a shared store could not take), and the hook of its first change."""
+    """A unit of work on `session_id`: its transaction (`tx`, opened on first use, so a
+    rule that refuses its input before it reads or writes takes no lock; its reads see
+    its own writes), the backend it belongs to (for what is kept beside the session's
+    transaction, such as the drafts a shared store could not take), and the hook of its
+    first change."""
 
-    __slots__ = ("_before", "backend", "session_id", "tx")
+    __slots__ = ("_before", "_opened", "_stack", "backend", "session_id")
 
     def __init__(
-        self, backend: Backend, tx: Tx, session_id: str, before: BeforeChange | None = None
+        self,
+        backend: Backend,
+        session_id: str,
+        stack: contextlib.ExitStack[bool | None],
+        before: BeforeChange | None = None,
     ) -> None:
         self.backend = backend
-        self.tx = tx
         self.session_id = session_id
+        self._stack = stack
         self._before = before
+        self._opened: Tx | None = None
+
+    @property
+    def tx(self) -> Tx:
+        """The session's transaction, its exclusive lock taken when first asked for and
+        held until the work ends (then committed, or rolled back by an exception)."""
+        return self._open()
+
+    def _open(self) -> Tx:
+        if self._opened is None:
+            self._opened = self._stack.enter_context(self.backend.transaction(self.session_id))
+        return self._opened
+
+    def opened(self) -> Backend:
+        """The backend, with this work's transaction open from now on, so that what reads
+        through the backend (agctl.store.work.reader) sees the work's own writes: for a
+        rule that reads the session that way before it writes."""
+        self._open()
+        return self.backend
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[Tx]:
+        """The session's lock taken now rather than at the first read or write (a turn
+        takes it before its commit holds off interrupts)."""
+        yield self.tx
 
     def changing(self) -> Tx:
         """The transaction, for a change: called by every rule before it changes the
         session's documents, it first runs what must precede the first change, once."""
+        tx = self.tx
         before, self._before = self._before, None
         if before is not None:
             before(self)
-        return self.tx
+        return tx
 
     def load_session(self) -> Session:
         return self.tx.load_session(self.session_id)
@@ -71,21 +103,27 @@ class Work:
 def work_on(
     backend: Backend, session_id: str, before: BeforeChange | None = None
 ) -> Iterator[Work]:
-    """A unit of work on the session, opened on `backend` (its transactions nest: inside an
-    open one, the work shares it and the outermost commits)."""
-    with backend.transaction(session_id) as tx:
-        yield Work(backend, tx, session_id, before)
+    """A unit of work on the session, on `backend` (its transactions nest: inside an open
+    one, the work shares it and the outermost commits)."""
+    with contextlib.ExitStack() as stack:
+        yield Work(backend, session_id, stack, before)
 
 
 def reader(backend: Backend, session_id: str) -> Reader:
     """What reads the session: the open unit of work's transaction (its own writes seen),
     else the backend, once any commit a killed writer left half applied is finished (no
     read sees one)."""
+    if backend.in_transaction(session_id) is None:
+        settle(backend, session_id)
+    return snapshot(backend, session_id)
+
+
+def snapshot(backend: Backend, session_id: str) -> Reader:
+    """What reads the session as one commit left it: the open unit of work's transaction,
+    else the backend, without first finishing a commit a killed writer left half applied
+    (a session document is written whole: a listing of many sessions takes no lock)."""
     tx = backend.in_transaction(session_id)
-    if tx is not None:
-        return tx
-    settle(backend, session_id)
-    return backend
+    return backend if tx is None else tx
 
 
 def settle(backend: Backend, session_id: str) -> None:

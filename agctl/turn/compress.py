@@ -28,7 +28,7 @@ from agctl.store import Store
 if TYPE_CHECKING:
     from agctl.turn.hooks import Hooks
 
-log = logging.getLogger("agctl.turn.compress")
+log = logging.getLogger("agctl.compress")
 
 SUMMARY_INSTRUCTIONS = (
     "Summarise the conversation transcript below for your own later use. Keep facts, "

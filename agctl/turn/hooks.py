@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
     from agctl.config.file import Config, ConfigFile
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("agctl.hooks")  # the name -v shows, kept from before the regroup
 
 # The version of the payload a hook reads on stdin.
 PAYLOAD_SCHEMA_VERSION = "1.0"

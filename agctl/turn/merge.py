@@ -12,7 +12,7 @@ from agctl.context.models import MergeRecord, Message, Slot
 from agctl.providers.base import Provider, TurnContext
 from agctl.store import Store
 
-log = logging.getLogger("agctl.turn.merge")
+log = logging.getLogger("agctl.merge")
 
 
 def added_since_branch(

@@ -863,7 +863,7 @@ def _commit(
     seen = prepared.slot
     # The lock is taken first, so Ctrl-C while waiting for it stops the turn cleanly; once
     # it is held, an interrupt waits for the commit to finish and is then dropped.
-    with store.work(session_id) as work, deferred_interrupts(reraise=False):
+    with store.work(session_id) as work, work.locked(), deferred_interrupts(reraise=False):
         if checkpoint:
             read = TurnHint(slot=seen, base_rev=None, appended=0)  # not read again
             label = f"before turn {prepared.request.context.turn}"

@@ -104,3 +104,21 @@ def test_fsio_logs_a_lock_and_an_atomic_write(
     assert messages[3] == f"fsync {tmp_path} " + messages[3].split(" ", 2)[2]
     assert messages[4].startswith(f"lock {tmp_path / 'lockfile'} released (held ")
     assert messages[5] == f"read {target} (2 bytes)"
+
+
+def test_the_logger_names_verbose_output_shows_did_not_move_with_their_modules() -> None:
+    """`-v` prints each line's logger name: the names say what logs (agctl.walk), not the
+    module's place in the package tree, which issue 26 regrouped."""
+    import importlib
+
+    modules = {
+        "agctl.reports.walk": "agctl.walk",
+        "agctl.turn.compress": "agctl.compress",
+        "agctl.turn.merge": "agctl.merge",
+        "agctl.context.price_sheets": "agctl.pricing",
+        "agctl.turn.hooks": "agctl.hooks",
+        "agctl.turn.send": "agctl.turn",
+        "agctl.store.slots": "agctl.store",
+    }
+    shown = {name: importlib.import_module(name).log.name for name in modules}
+    assert shown == modules

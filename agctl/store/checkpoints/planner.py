@@ -157,7 +157,7 @@ def create(
     through the work's transaction but not as a change of the session (work.changing):
     a checkpoint is what precedes the change an undo returns from, never one itself.
     """
-    backend, session_id = work.backend, work.session_id
+    backend, session_id = work.opened(), work.session_id
     history = open_log(backend, session_id)
     size = history.size()
     heads = load_heads(backend, session_id, size)

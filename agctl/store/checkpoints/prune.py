@@ -29,7 +29,7 @@ class Pruned:
 
 def remove(work: Work, identifiers: Sequence[str]) -> list[str]:
     """Remove checkpoints; the history they share with others stays."""
-    backend, session_id = work.backend, work.session_id
+    backend, session_id = work.opened(), work.session_id
     live = set(ids(backend, session_id))
     for identifier in identifiers:
         if identifier not in live:
@@ -41,7 +41,7 @@ def remove(work: Work, identifiers: Sequence[str]) -> list[str]:
 def prune(work: Work, keep: int, *, everything: bool = False) -> Pruned:
     """Keep the newest `keep` checkpoints and, unless `everything`, the ones `undo`
     needs for the last `keep` turns; remove the rest."""
-    backend, session_id = work.backend, work.session_id
+    backend, session_id = work.opened(), work.session_id
     found = summaries(backend, session_id)
     newest = [s.id for s in found[:keep]]
     protected = (

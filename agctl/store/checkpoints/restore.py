@@ -33,9 +33,9 @@ def rollback(work: Work, identifier: str) -> tuple[Checkpoint, Checkpoint]:
 
     Returns (the checkpoint restored, the checkpoint of the state replaced).
     """
-    session_id = work.session_id
-    target = load(work.backend, session_id, identifier)
-    rebuilt = state(work.backend, session_id, target)
+    backend, session_id = work.opened(), work.session_id
+    target = load(backend, session_id, identifier)
+    rebuilt = state(backend, session_id, target)
     saved = create(work, label=f"before rollback to {target.id}", auto=True)
     _restore(work, target, rebuilt)
     log.info("rollback: %s to %s (turn %d)", session_id, target.id, target.turn_index)
@@ -46,7 +46,7 @@ def _restore(work: Work, target: Checkpoint, rebuilt: SessionState) -> None:
     from agctl.store.sessions import replace_state  # not loaded by a turn, which only checkpoints
 
     replace_state(work, rebuilt.session, list(rebuilt.slots.values()))
-    history = open_log(work.backend, work.session_id)
+    history = open_log(work.opened(), work.session_id)
     (last,) = history.append([{"r": checkpoint_offset(target.id)}])
     heads = {
         "end": history.size(),
@@ -167,7 +167,7 @@ def needs_baseline(backend: Backend, session_id: str) -> bool:
 def baseline(work: Work, *, label: str, hint: TurnHint) -> Checkpoint | None:
     """Checkpoint the state a turn starts from, when an undo could not return to it
     otherwise (see needs_baseline); None when the latest checkpoint holds it."""
-    if not needs_baseline(work.backend, work.session_id):
+    if not needs_baseline(work.opened(), work.session_id):
         return None
     return create(work, label=label, auto=True, hint=hint)
 
@@ -179,5 +179,5 @@ def undo(work: Work, turns: int = 1) -> tuple[Checkpoint, Checkpoint]:
     current = work.load_session().turn_count
     if turns > current:
         raise NotFound(f"session {work.session_id!r} has only {current} turns to undo")
-    target = checkpoint_at_turn(work.backend, work.session_id, current - turns)
+    target = checkpoint_at_turn(work.opened(), work.session_id, current - turns)
     return rollback(work, target.id)

@@ -415,13 +415,6 @@ RULES: dict[ModuleType, tuple[str, ...]] = {
 DELEGATES = [(module, name) for module, names in RULES.items() for name in names]
 
 
-# What a Store method may take beyond its rule's parameters: settings passed on whole.
-SETTINGS = {
-    "create_session": sessions.NewSession,
-    "replace_session": sessions.NewSession,
-    "create_slot": slots.NewSlot,
-    "derive_slot": slots.DerivedSlot,
-}
 # How a rule is handed what it works on: a unit of work (a change of one session), the
 # backend (the whole store, or what is kept beside a session's transaction), a reader.
 BELOW = ("work", "backend", "reader")
@@ -443,6 +436,9 @@ def test_the_store_method_is_one_call_down_to_its_rule(
 
     def recorded(*args: Any, **kwargs: Any) -> object:
         received.update(rule_signature.bind(*args, **kwargs).arguments)
+        for param in rule_signature.parameters.values():  # settings given on as a whole
+            if param.kind is inspect.Parameter.VAR_KEYWORD:
+                received.update(received.pop(param.name, {}))
         return answer
 
     monkeypatch.setattr(module, name, recorded)
@@ -451,10 +447,7 @@ def test_the_store_method_is_one_call_down_to_its_rule(
     method = getattr(Store, name)
     given: dict[str, Any] = {}
     for param in list(inspect.signature(method).parameters.values())[1:]:
-        if param.kind is inspect.Parameter.VAR_KEYWORD:
-            given.update({key: object() for key in SETTINGS[name].__optional_keys__})
-        else:
-            given[param.name] = "s" if param.name == "session_id" else object()
+        given[param.name] = "s" if param.name == "session_id" else object()
     returned = method(store, **given)
     handed = received.pop(below)
     if below == "work":
@@ -491,3 +484,25 @@ def test_the_session_rules_work_on_a_backend_without_files() -> None:
     assert backend.current_session_id() is None
     with pytest.raises(NotFound, match="session 'kid' not found"):
         sessions.destroy_session(backend, "kid")
+
+
+@pytest.mark.parametrize(
+    ("call", "refused"),
+    [
+        (lambda store: store.create_slot("gone", "bad id!"), InvalidId),
+        (lambda store: store.create_slot("gone", "x", mode="zz"), UsageError),
+        (lambda store: store.derive_slot("gone", "x", strategy="zz"), UsageError),
+        (lambda store: store.delete_slot("gone", "default"), ProtectedSlot),
+        (lambda store: store.configure_slot("gone", None, {"zz": 1}), UsageError),
+        (lambda store: store.configure_session("gone", {"zz": 1}), UsageError),
+    ],
+)
+def test_input_a_rule_refuses_is_refused_before_the_session_is_opened(
+    call: Any, refused: type[Exception]
+) -> None:
+    """As before the unit of work: the same error for the same input whatever the
+    session, and no lock waited for (the work opens its transaction on first use)."""
+    store = Store(backend=MemoryBackend())
+    with pytest.raises(refused) as caught:
+        call(store)
+    assert not isinstance(caught.value, NotFound)

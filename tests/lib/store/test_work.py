@@ -1,11 +1,16 @@
-"""Destructive edits are checkpointed first (Store.undoable); turn undo and prune still
-follow the turns' checkpoints."""
+"""agctl.store.work: the unit of work the Store opens and hands down. A turn's path to the
+storage transaction goes through the facade once and never climbs back up into it;
+destructive edits are checkpointed first, from the work (Store.undoable); turn undo and
+prune still follow the turns' checkpoints."""
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import pytest
 from click.testing import Result
@@ -14,8 +19,10 @@ from helpers import documents, file_only
 from agctl.base.errors import NotFound, ReadonlySlot
 from agctl.context.models import Message
 from agctl.providers.offline import OfflineProvider
+from agctl.storage.memory import MemoryBackend
 from agctl.store import Store
 from agctl.store.checkpointer import Checkpointer
+from agctl.store.work import Work, work_on
 from agctl.turn.send import TurnOptions, send_turn
 
 Run = Callable[..., Result]
@@ -221,3 +228,97 @@ def test_prune_says_what_it_kept(run: Run, store: Store) -> None:
     )
     result = json.loads(ok(run("ckpt", "prune", "--keep", "1", "--all", "--json")).stdout)
     assert result["removed"] == [needed] and result["kept_for_undo"] == []
+
+
+def traced_turn(store: Store) -> list[tuple[str, str, str]]:
+    """Every call and return in agctl's modules during one checkpointed offline turn:
+    (event, module, function)."""
+    events: list[tuple[str, str, str]] = []
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        module = frame.f_globals.get("__name__", "")
+        if event in ("call", "return") and module.startswith("agctl"):
+            events.append((event, module, frame.f_code.co_name))
+
+    sys.setprofile(profile)
+    try:
+        send_turn(store, "s", "hello", OfflineProvider(), TurnOptions(model="offline"))
+    finally:
+        sys.setprofile(None)
+    return events
+
+
+def test_a_turn_reaches_its_transaction_through_the_facade_once() -> None:
+    store = Store(backend=MemoryBackend())
+    store.create_session("s")
+    stack: list[tuple[str, str]] = []
+    path: list[str] = []
+    facade = set()  # what the turn's commit asks of the facade
+    calls_down = []  # what the turn's commit calls below the facade, in order
+    for event, module, name in traced_turn(store):
+        if event == "return":
+            stack.pop()
+            continue
+        if module == "agctl.storage.memory" and name == "transaction" and not path:
+            path = [f"{m}:{n}" for m, n in stack]
+        if stack and stack[-1] == ("agctl.turn.send", "_commit") and name != "<module>":
+            if module == "agctl.store.facade":
+                facade.add(name)
+            elif module.startswith("agctl.store.") and module != "agctl.store.work":
+                calls_down.append(f"{module}:{name}")
+        stack.append((module, name))
+    assert facade == {"work"}
+    # The lock is taken by the work the facade opened, before the commit holds interrupts.
+    assert path == [
+        "agctl.turn.send:send_turn",
+        "agctl.turn.send:_send",
+        "agctl.turn.send:_commit",
+        "agctl.store.work:locked",
+        "agctl.store.work:tx",
+        "agctl.store.work:_open",
+    ]
+    # Each a return to the turn between two steps of its one unit of work.
+    assert calls_down == [
+        "agctl.store.checkpoints.restore:baseline",
+        "agctl.store.slots:append_turn",
+        "agctl.store.slots:update_session",
+        "agctl.store.drafts:clear_draft",
+        "agctl.store.checkpoints.planner:create",
+    ]
+
+
+def test_what_precedes_the_first_change_runs_once_and_only_before_a_change() -> None:
+    backend = MemoryBackend()
+    backend_store = Store(backend=backend)
+    backend_store.create_session("s")
+    ran: list[str] = []
+    with work_on(backend, "s", lambda work: ran.append(work.session_id)) as work:
+        work.load_slot()
+        assert ran == []  # a read is no change
+        work.changing()
+        work.changing()
+    assert ran == ["s"]
+
+
+def test_a_work_reads_its_own_writes_and_resolves_the_current_slot() -> None:
+    store = Store(backend=MemoryBackend())
+    store.create_session("s")
+    with store.work("s") as work:
+        assert isinstance(work, Work)
+        session = work.load_session()
+        session.title = "inside"
+        work.changing().put_session(session)
+        assert work.load_session().title == "inside"
+        assert work.load_slot().id == work.slot_id(None) == "default"
+    assert store.load_session("s").title == "inside"
+
+
+def test_a_work_that_raises_writes_nothing() -> None:
+    store = Store(backend=MemoryBackend())
+    store.create_session("s")
+    with pytest.raises(RuntimeError), store.work("s") as work:
+        session = work.load_session()
+        session.title = "lost"
+        work.changing().put_session(session)
+        raise RuntimeError("stop")
+    assert store.load_session("s").title is None
