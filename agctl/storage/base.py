@@ -212,12 +212,9 @@ class Tx(Reader, Protocol):
 
     def set_removed_checkpoints(self, ids: Iterable[str]) -> None: ...
 
-    def put_cache(self, name: str, data: bytes | None) -> None:
-        """Replace (None: drop) a cache of the checkpoint code."""
-        ...
-
-    def append_cache(self, name: str, data: bytes) -> None:
-        """Append to a cache of the checkpoint code (the index grows a line a checkpoint)."""
+    def write_cache(self, name: str, data: bytes | None, *, append: bool = False) -> None:
+        """Replace (None: drop) a cache of the checkpoint code, or append `data` to it
+        (the index grows a line a checkpoint)."""
         ...
 
     def savepoint(self) -> AbstractContextManager[None]:
@@ -291,10 +288,12 @@ class Backend(Reader, Protocol):
         """Whether an interrupted commit waits to be finished by the next writer."""
         ...
 
-    def repair_cache(self, session_id: str, name: str, append: bytes | None) -> None:
-        """Best effort and lock-free, for a reader that found a cache behind: append to
-        it, or drop it (None). A cache is never trusted blindly, so a lost repair is
-        only work done again."""
+    def write_cache(
+        self, session_id: str, name: str, data: bytes | None, *, append: bool = False
+    ) -> None:
+        """What `Tx.write_cache` does, outside a transaction: best effort and lock-free,
+        for a reader that found a cache behind (of a session that has a checkpoint log).
+        A cache is never trusted blindly, so a lost write is only work done again."""
         ...
 
 
