@@ -236,7 +236,8 @@ class NewSession(NamedTuple):
 
 class Backend(Reader, Protocol):
     """Where sessions live: the file store, the memory store, PostgreSQL. A backend
-    subclasses it for `create_session`, which checks the ids before its `create`."""
+    subclasses it for `create_session`, which checks the ids before its `_create` (no
+    part of the contract: what a backend implements, never what the domain calls)."""
 
     def transaction(self, session_id: str) -> AbstractContextManager[Tx]:
         """The session's exclusive lock and a Tx over it; NotFound if the session does
@@ -263,10 +264,10 @@ class Backend(Reader, Protocol):
         validate_id(session.id, "session")
         for slot in slots:
             validate_id(slot.id, "slot")
-        self.create(NewSession(session, slots, checkpoint_log, removed))
+        self._create(NewSession(session, slots, checkpoint_log, removed))
 
-    def create(self, new: NewSession) -> None:
-        """What `create_session` does once the ids are checked."""
+    def _create(self, new: NewSession) -> None:
+        """What `create_session` does once the ids are checked: each backend's own."""
         ...
 
     def replace_session(self, session: Session, slots: Sequence[Slot]) -> None:

@@ -313,7 +313,7 @@ class MemoryBackend(_Reading, Backend):
         tx.set_removed_checkpoints(removed)
         return tx._staged
 
-    def create(self, new: NewSession) -> None:
+    def _create(self, new: NewSession) -> None:
         session = new.session
         state = self._new_state(session, new.slots, new.checkpoint_log, new.removed)
         with self._lock(session.id), self._guard:

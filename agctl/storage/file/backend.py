@@ -535,7 +535,7 @@ class FileBackend(Backend):
 
     # ---- whole sessions ------------------------------------------------------------
 
-    def create(self, new: NewSession) -> None:
+    def _create(self, new: NewSession) -> None:
         """Write a new session: built aside, then renamed into place whole."""
         session = new.session
         target = self.session_dir(session.id)

@@ -211,7 +211,7 @@ class PostgresBackend(Migrations, Backend):
             assert tx is not None  # None only when skipping a lock held
             yield tx
 
-    def create(self, new: NewSession) -> None:
+    def _create(self, new: NewSession) -> None:
         session, checkpoint_log = new.session, new.checkpoint_log
         sid = session.id
         with self._begun("BEGIN", sid) as (conn, _):
