@@ -212,12 +212,9 @@ class Tx(Reader, Protocol):
 
     def set_removed_checkpoints(self, ids: Iterable[str]) -> None: ...
 
-    def put_cache(self, name: str, data: bytes | None) -> None:
-        """Replace (None: drop) a cache of the checkpoint code."""
-        ...
-
-    def append_cache(self, name: str, data: bytes) -> None:
-        """Append to a cache of the checkpoint code (the index grows a line a checkpoint)."""
+    def write_cache(self, name: str, data: bytes | None, *, append: bool = False) -> None:
+        """Replace (None: drop) a cache of the checkpoint code, or append `data` to it
+        (the index grows a line a checkpoint)."""
         ...
 
     def savepoint(self) -> AbstractContextManager[None]:
@@ -239,7 +236,8 @@ class NewSession(NamedTuple):
 
 class Backend(Reader, Protocol):
     """Where sessions live: the file store, the memory store, PostgreSQL. A backend
-    subclasses it for `create_session`, which checks the ids before its `create`."""
+    subclasses it for `create_session`, which checks the ids before its `_create` (no
+    part of the contract: what a backend implements, never what the domain calls)."""
 
     def transaction(self, session_id: str) -> AbstractContextManager[Tx]:
         """The session's exclusive lock and a Tx over it; NotFound if the session does
@@ -266,10 +264,10 @@ class Backend(Reader, Protocol):
         validate_id(session.id, "session")
         for slot in slots:
             validate_id(slot.id, "slot")
-        self.create(NewSession(session, slots, checkpoint_log, removed))
+        self._create(NewSession(session, slots, checkpoint_log, removed))
 
-    def create(self, new: NewSession) -> None:
-        """What `create_session` does once the ids are checked."""
+    def _create(self, new: NewSession) -> None:
+        """What `create_session` does once the ids are checked: each backend's own."""
         ...
 
     def replace_session(self, session: Session, slots: Sequence[Slot]) -> None:
@@ -291,10 +289,12 @@ class Backend(Reader, Protocol):
         """Whether an interrupted commit waits to be finished by the next writer."""
         ...
 
-    def repair_cache(self, session_id: str, name: str, append: bytes | None) -> None:
-        """Best effort and lock-free, for a reader that found a cache behind: append to
-        it, or drop it (None). A cache is never trusted blindly, so a lost repair is
-        only work done again."""
+    def write_cache(
+        self, session_id: str, name: str, data: bytes | None, *, append: bool = False
+    ) -> None:
+        """What `Tx.write_cache` does, outside a transaction: best effort and lock-free,
+        for a reader that found a cache behind (of a session that has a checkpoint log).
+        A cache is never trusted blindly, so a lost write is only work done again."""
         ...
 
 

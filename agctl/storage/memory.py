@@ -247,15 +247,12 @@ class MemoryTx(_Reading):
     def set_removed_checkpoints(self, ids: Iterable[str]) -> None:
         self._staged.removed = frozenset(ids)
 
-    def put_cache(self, name: str, data: bytes | None) -> None:
-        if data is None:
-            self._staged.caches.pop(check_cache(name), None)
-        else:
-            self._staged.caches[check_cache(name)] = bytes(data)
-
-    def append_cache(self, name: str, data: bytes) -> None:
+    def write_cache(self, name: str, data: bytes | None, *, append: bool = False) -> None:
         caches = self._staged.caches
-        caches[check_cache(name)] = caches.get(name, b"") + bytes(data)
+        if data is None:
+            caches.pop(check_cache(name), None)
+        else:
+            caches[check_cache(name)] = (caches.get(name, b"") if append else b"") + bytes(data)
 
 
 class MemoryBackend(_Reading, Backend):
@@ -316,7 +313,7 @@ class MemoryBackend(_Reading, Backend):
         tx.set_removed_checkpoints(removed)
         return tx._staged
 
-    def create(self, new: NewSession) -> None:
+    def _create(self, new: NewSession) -> None:
         session = new.session
         state = self._new_state(session, new.slots, new.checkpoint_log, new.removed)
         with self._lock(session.id), self._guard:
@@ -324,14 +321,14 @@ class MemoryBackend(_Reading, Backend):
                 raise AlreadyExists(f"session {session.id!r} already exists")
             self._sessions[session.id] = state
 
-    def repair_cache(self, session_id: str, name: str, append: bytes | None) -> None:
-        """A cache repaired outside a transaction: in memory, a short one of its own."""
+    def write_cache(
+        self, session_id: str, name: str, data: bytes | None, *, append: bool = False
+    ) -> None:
+        """A cache written outside a transaction: in memory, a short one of its own (none
+        for a session gone, as on every backend)."""
         if self.in_transaction(session_id) is None:
-            with self.transaction(session_id) as tx:
-                if append is None:
-                    tx.put_cache(name, None)
-                else:
-                    tx.append_cache(name, append)
+            with contextlib.suppress(NotFound), self.transaction(session_id) as tx:
+                tx.write_cache(name, data, append=append)
 
     def replace_session(self, session: Session, slots: Sequence[Slot]) -> None:
         state = self._new_state(session, slots, b"", ())

@@ -109,15 +109,42 @@ def test_history_given_at_creation_and_dropped_by_a_replace(backend: Backend) ->
 def test_caches_are_replaced_and_dropped(backend: Backend) -> None:
     seed(backend)
     with backend.transaction(SID) as tx:
-        tx.put_cache("heads", b"one\n")
-        tx.put_cache("index", b"two\n")
+        tx.write_cache("heads", b"one\n")
+        tx.write_cache("index", b"two\n")
     with backend.transaction(SID) as tx:
-        tx.put_cache("heads", b"three\n")
-        tx.put_cache("index", None)
+        tx.write_cache("heads", b"three\n")
+        tx.write_cache("index", None)
     assert backend.cache(SID, "heads") == b"three\n"
     assert backend.cache(SID, "index") is None
+    with backend.transaction(SID) as tx:
+        tx.write_cache("index", b"three\n", append=True)  # onto none: a new cache
+        tx.write_cache("index", b"four\n", append=True)
+        tx.write_cache("heads", b"five\n", append=True)  # onto a stored one
+        assert tx.cache(SID, "index") == b"three\nfour\n"
+        assert tx.cache(SID, "heads") == b"three\nfive\n"
+        tx.write_cache("heads", b"six\n")  # a replace drops what was appended
+    assert backend.cache(SID, "index") == b"three\nfour\n"
+    assert backend.cache(SID, "heads") == b"six\n"
     with backend.transaction(SID) as tx:
         tx.set_removed_checkpoints(["0a", "0b"])
     with backend.transaction(SID) as tx:
         tx.set_removed_checkpoints(["0c"])
     assert backend.removed_checkpoints(SID) == {"0c"}
+
+
+def test_a_cache_is_written_outside_a_transaction(backend: Backend) -> None:
+    """A reader that finds a cache behind repairs it without the session's lock."""
+    seed(backend)
+    append(backend, "first")  # the caches of the checkpoint code come with its log
+    backend.write_cache(SID, "index", b"one\n", append=True)
+    backend.write_cache(SID, "index", b"two\n", append=True)
+    backend.write_cache(SID, "heads", b"three\n")
+    assert backend.cache(SID, "index") == b"one\ntwo\n"
+    assert backend.cache(SID, "heads") == b"three\n"
+    backend.write_cache(SID, "heads", b"four\n")
+    backend.write_cache(SID, "index", None, append=True)
+    assert backend.cache(SID, "heads") == b"four\n"
+    assert backend.cache(SID, "index") is None
+    backend.destroy_session(SID)
+    backend.write_cache(SID, "index", b"five\n", append=True)  # a session gone: nothing
+    assert SID not in backend.session_ids()

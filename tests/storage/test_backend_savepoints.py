@@ -30,14 +30,14 @@ def test_a_failed_unit_leaves_the_transaction_as_it_was(backend: Backend) -> Non
         slot.messages.append(user("kept"))
         tx.append_messages(slot, 1)
         tx.checkpoint_log().append(lambda offset: record(offset, what="kept"))
-        tx.append_cache("index", b"kept\n")
+        tx.write_cache("index", b"kept\n", append=True)
         before = staged(tx)
         with pytest.raises(RuntimeError, match="in the unit"), tx.savepoint():
             change_everything(tx)
             again = tx.load_slot(SID, "default")
             again.messages.append(user("undone"))
             tx.append_messages(again, 1)
-            tx.append_cache("index", b"undone\n")
+            tx.write_cache("index", b"undone\n", append=True)
             raise RuntimeError("in the unit")
         assert staged(tx) == before
         # The transaction goes on, and commits what it had before the unit.

@@ -48,7 +48,7 @@ def change_everything(tx: Any) -> None:
     tx.put_draft(rich_draft())
     tx.checkpoint_log().append(lambda offset: record(offset, what="changed"))
     tx.set_removed_checkpoints(["0001"])
-    tx.put_cache("heads", b"heads\n")
+    tx.write_cache("heads", b"heads\n")
 
 
 def test_a_transaction_reads_its_own_writes(backend: Backend) -> None:
@@ -76,7 +76,7 @@ def test_a_transaction_that_raises_leaves_nothing(backend: Backend) -> None:
     seed(backend, SID, "other")
     with backend.transaction(SID) as tx:
         tx.checkpoint_log().append(lambda offset: record(offset, what="before"))
-        tx.put_cache("index", b"index\n")
+        tx.write_cache("index", b"index\n")
     before = snapshot(backend)
     with pytest.raises(RuntimeError, match="half way"), backend.transaction(SID) as tx:
         change_everything(tx)

@@ -410,14 +410,19 @@ class FileBackend(Backend):
         raw = self.consistent(session_id, read)
         return None if raw is None else raw.rstrip(b" ")  # the padding of a write in place
 
-    def repair_cache(self, session_id: str, name: str, append: bytes | None) -> None:
-        """Best effort and lock-free, for a reader that found a cache behind: append a
-        line to it, or drop it (None)."""
+    def write_cache(
+        self, session_id: str, name: str, data: bytes | None, *, append: bool = False
+    ) -> None:
+        """Best effort and lock-free, for a reader that found a cache behind."""
         where = self.cache_path(session_id, name)
-        if append is None:
+        if data is None:
             remove_file(where)
-        elif os.path.isdir(where.parent):
-            append_durably(where, lambda offset: append, durable=False)
+        elif not os.path.isdir(where.parent):
+            return
+        elif append:
+            append_durably(where, lambda offset: data, durable=False)
+        else:
+            write_atomic(where, data, durable=False)
 
     def pending(self, session_id: str) -> bool:
         return self.journal(session_id).pending()
@@ -530,7 +535,7 @@ class FileBackend(Backend):
 
     # ---- whole sessions ------------------------------------------------------------
 
-    def create(self, new: NewSession) -> None:
+    def _create(self, new: NewSession) -> None:
         """Write a new session: built aside, then renamed into place whole."""
         session = new.session
         target = self.session_dir(session.id)

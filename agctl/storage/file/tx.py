@@ -245,16 +245,13 @@ class FileTx:
     def set_removed_checkpoints(self, ids: Iterable[str]) -> None:
         self._removed = sorted(set(ids))
 
-    def put_cache(self, name: str, data: bytes | None) -> None:
+    def write_cache(self, name: str, data: bytes | None, *, append: bool = False) -> None:
         if name not in CACHE_FILES:
             raise StoreError(f"no cache {name!r}")
-        self._caches[name] = data
-        self._cache_appends.pop(name, None)
-
-    def append_cache(self, name: str, data: bytes) -> None:
-        if name not in CACHE_FILES:
-            raise StoreError(f"no cache {name!r}")
-        if name in self._caches:
+        if data is None or not append:
+            self._caches[name] = data
+            self._cache_appends.pop(name, None)
+        elif name in self._caches:
             self._caches[name] = (self._caches[name] or b"") + data
         else:
             self._cache_appends.setdefault(name, bytearray()).extend(data)

@@ -211,7 +211,7 @@ class PostgresBackend(Migrations, Backend):
             assert tx is not None  # None only when skipping a lock held
             yield tx
 
-    def create(self, new: NewSession) -> None:
+    def _create(self, new: NewSession) -> None:
         session, checkpoint_log = new.session, new.checkpoint_log
         sid = session.id
         with self._begun("BEGIN", sid) as (conn, _):
@@ -249,18 +249,16 @@ class PostgresBackend(Migrations, Backend):
         if self.current_session_id() == sid:
             self.set_current_session(None)
 
-    def repair_cache(self, session_id: str, name: str, append: bytes | None) -> None:
+    def write_cache(
+        self, session_id: str, name: str, data: bytes | None, *, append: bool = False
+    ) -> None:
         """Best effort: done only if no transaction holds the session (SKIP LOCKED)."""
         if self.in_transaction(session_id) is not None:
             return
         try:
             with self._locked(validate_id(session_id, "session"), skip_locked=True) as tx:
-                if tx is None:
-                    return
-                if append is None:
-                    tx.put_cache(name, None)
-                else:
-                    tx.append_cache(name, append)
+                if tx is not None:
+                    tx.write_cache(name, data, append=append)
         except (StoreError, NotFound):
             pass
 

@@ -412,19 +412,19 @@ class PgTx(Reading):
         self._set_log_size(len(log), sealed=None)
         self.set_removed_checkpoints(removed)
 
-    def put_cache(self, name: str, data: bytes | None) -> None:
+    def write_cache(self, name: str, data: bytes | None, *, append: bool = False) -> None:
+        sid = self.session_id
         if data is None:
-            self._execute("drop_cache", [self.session_id, check_cache(name)])
+            self._execute("drop_cache", [sid, check_cache(name)])
             self._caches[name] = None
+        elif append:
+            self._execute("append_cache", [sid, check_cache(name), bytes(data)])
+            if name in self._caches:
+                self._caches[name] = (self._caches[name] or b"") + bytes(data)
         else:
-            sid, data = self.session_id, bytes(data)
+            data = bytes(data)
             self._execute("replace_cache", [sid, check_cache(name), sid, name, data])
             self._caches[name] = data
-
-    def append_cache(self, name: str, data: bytes) -> None:
-        self._execute("append_cache", [self.session_id, check_cache(name), bytes(data)])
-        if name in self._caches:
-            self._caches[name] = (self._caches[name] or b"") + bytes(data)
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:

@@ -77,27 +77,25 @@ def head(history: Log) -> int | None:
 
 def append_index(backend: Backend, session_id: str, summary: CheckpointSummary) -> None:
     """Best effort: the index is rebuilt from the log when it is behind."""
-    line = encode_record(summary.index_line())
-    tx = backend.in_transaction(session_id)
-    try:
-        if tx is not None:
-            tx.append_cache("index", line)
-        else:
-            backend.repair_cache(session_id, "index", line)
-    except StoreError as exc:
-        log.warning("checkpoint index not updated: %s", exc)
+    _write_index(backend, session_id, encode_record(summary.index_line()), "updated")
 
 
 def drop_index(backend: Backend, session_id: str) -> None:
     """Remove an index that disagrees with the log; the listing rebuilds it."""
+    _write_index(backend, session_id, None, "rebuilt")
+
+
+def _write_index(backend: Backend, session_id: str, line: bytes | None, done: str) -> None:
+    """Append `line` to the index (None: drop it), in the open transaction or else as
+    the backend's best effort."""
     tx = backend.in_transaction(session_id)
     try:
         if tx is not None:
-            tx.put_cache("index", None)
+            tx.write_cache("index", line, append=True)
         else:
-            backend.repair_cache(session_id, "index", None)
+            backend.write_cache(session_id, "index", line, append=True)
     except StoreError as exc:
-        log.warning("checkpoint index not rebuilt: %s", exc)
+        log.warning("checkpoint index not %s: %s", done, exc)
 
 
 def indexed_ids(backend: Backend, session_id: str) -> set[str]:

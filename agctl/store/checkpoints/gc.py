@@ -105,9 +105,9 @@ def gc(work: Work, *, dry_run: bool = False) -> GcReport:
     heads = plan.moved_heads(load_heads(backend, session_id, len(data)), len(new))
     history.replace(new)
     tx.set_removed_checkpoints(())
-    tx.put_cache("index", None)
+    tx.write_cache("index", None)
     if heads is None:
-        tx.put_cache("heads", None)
+        tx.write_cache("heads", None)
     else:
         last = history.last()
         save_heads(work, heads, history, last[0] if last else 0)

@@ -110,11 +110,11 @@ def save_heads(work: Work, heads: dict[str, Any], history: Log, last: int) -> No
     heads["tail"] = [last, history.line_digest(last)]
     tx = work.tx
     try:
-        tx.put_cache("heads", encode_record(heads))
+        tx.write_cache("heads", encode_record(heads))
     except StoreError as exc:
         log.warning("checkpoint cache not updated: %s", exc)
         with contextlib.suppress(StoreError):
-            tx.put_cache("heads", None)  # a stale cache must not outlive the log it describes
+            tx.write_cache("heads", None)  # a stale cache must not outlive the log it describes
 
 
 def _valid_heads(heads: Any, log_size: int) -> bool:

@@ -104,7 +104,7 @@ def test_hostile_values_round_trip_exactly_through_parameters_only(
         tx.put_draft(Draft(prompt=ALL_OF_THEM, slot="default", error=ALL_OF_THEM))
         tx.checkpoint_log().append(lambda offset: ALL_OF_THEM.encode() + b"\n")
         tx.set_removed_checkpoints(["it's", "%s"])
-        tx.put_cache("heads", ALL_OF_THEM.encode())
+        tx.write_cache("heads", ALL_OF_THEM.encode())
 
     fresh = open_backend()
     stored = snapshot(fresh)
