@@ -10,6 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# The modules' names from before they were grouped into packages keep importing.
+from agctl.base import moved
+
+moved.install()
+
 _LAZY = {
     "Store": "agctl.store",
     "Message": "agctl.context.models",

@@ -41,6 +41,6 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'agctl.store' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+    # __import__, not importlib.import_module: the interpreter's own import, which
+    # `python -X importtime` reports (and which runs no Python-level import machinery).
+    return getattr(__import__(module, fromlist=[name]), name)

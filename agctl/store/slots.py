@@ -46,28 +46,28 @@ if TYPE_CHECKING:
     from agctl.storage.base import Reader
     from agctl.store.work import Work
 
+    # Only for the rules' signatures: no class is built when a turn imports this module.
+    class NewSlot(TypedDict, total=False):
+        """What a new slot may be given (create_slot)."""
+
+        mode: str
+        focus: Mapping[str, Any] | None
+        immutable: Sequence[Message]
+        make_current: bool
+
+    class DerivedSlot(TypedDict, total=False):
+        """What a slot derived from another may be given (derive_slot)."""
+
+        source: str | None
+        strategy: DeriveStrategy
+        focus: Mapping[str, Any] | None
+        make_current: bool
+
+
 log = logging.getLogger("agctl.store")
 
 DEFAULT_SLOT = "default"
 T = TypeVar("T")
-
-
-class NewSlot(TypedDict, total=False):
-    """What a new slot may be given (create_slot)."""
-
-    mode: str
-    focus: Mapping[str, Any] | None
-    immutable: Sequence[Message]
-    make_current: bool
-
-
-class DerivedSlot(TypedDict, total=False):
-    """What a slot derived from another may be given (derive_slot)."""
-
-    source: str | None
-    strategy: DeriveStrategy
-    focus: Mapping[str, Any] | None
-    make_current: bool
 
 
 def _check_mode(mode: str) -> None:
