@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import re
 from types import ModuleType
 from typing import Any
 
@@ -20,20 +19,12 @@ from agctl.base.errors import (
     ReadonlySlot,
     UsageError,
 )
-from agctl.base.ids import new_session_id
 from agctl.context.models import Message
 from agctl.storage.memory import MemoryBackend
 from agctl.store import Store, drafts, sessions, slots
 from agctl.store.work import Work, work_on
 
 # ---- sessions ------------------------------------------------------------------------
-
-
-def test_generated_ids_are_short_and_sort_by_time() -> None:
-    first, second = new_session_id(1_800_000_000), new_session_id(1_800_000_001)
-    assert re.fullmatch(r"[0-9a-z]{10}", first)
-    assert first[:7] < second[:7]
-    assert len({new_session_id(1_800_000_000) for _ in range(50)}) > 40
 
 
 def test_a_drawn_id_another_session_has_is_drawn_again(
