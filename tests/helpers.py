@@ -19,9 +19,11 @@ from typing import Any
 
 import pytest
 from click.testing import Result
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from agctl.base.errors import AgctlError, ProviderError
+from agctl.config.specs import ToolSpec
 from agctl.context.models import (
     ContextBudget,
     Draft,
@@ -690,3 +692,125 @@ def hand_edit(store: Store, slot_id: str | None, change: Any) -> None:
 
 
 SECRET = "Tr0ub4dor&3"
+
+
+def tool_spec(**fields: Any) -> ToolSpec:
+    """A tool's definition: `true`, named "t", with `fields` over the defaults."""
+    return ToolSpec.model_validate({"name": "t", "command": ["true"], **fields})
+
+
+# ---- request bodies as hypothesis draws them (context/test_cache.py, providers/test_body.py) --
+
+# Few examples, the same each run: the cache's properties run real turns on a real store.
+WARM_SETTINGS = settings(
+    max_examples=25,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+utf8_texts = st.text(
+    st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=40
+)
+
+
+# ---- the session graph: labels a user could write, and what a drawing must be ---------
+
+HOSTILE_TEXTS = [
+    'say "hi"',
+    "a]b[c",
+    "x --> y",
+    "%% comment",
+    "</script><script>alert(1)</script>",
+    "nul\x00byte",
+    "\u202eRTL override\u202c עברית العربية",
+    "\x1b[2Jescape\x07",
+    "back\\slash \\N \\G \\n",
+    "#quot; & <b>bold</b> `tick` | pipe {brace}",
+    "line\nbreak\u2028sep",
+    "多字节的中文名字" * 20,
+    "n" * 10_000,
+]
+
+
+def hostile_graph(session_ids: list[str], texts: list[str]) -> dict[str, Any]:
+    """A graph shaped as the model makes them, with user text in every field it could be."""
+    nodes: list[dict[str, Any]] = []
+    edges: list[dict[str, Any]] = []
+
+    def add(kind: str, session: str, **fields: Any) -> str:
+        node = {"id": f"n{len(nodes)}", "kind": kind, "session": session, **fields}
+        nodes.append(node)
+        return str(node["id"])
+
+    previous = None
+    for index, session in enumerate(session_ids):
+        said = texts[index % len(texts)]
+        top = add(
+            "session",
+            session,
+            slot=None,
+            label=session,
+            title=said,
+            parent=None,
+            current=index == 0,
+            orphan=index == 2,
+            missing=False,
+            created_at=None,
+        )
+        slot = add(
+            "slot",
+            session,
+            slot=session,
+            label=session,
+            mode="full",
+            messages=3,
+            tokens=10,
+            current=True,
+            depth=0,
+            source="new",
+            created_at="x",
+            turns=[{"zone": "messages", "role": "user", "text": said, "tokens": 1}],
+        )
+        mark = add(
+            "checkpoint",
+            session,
+            slot=session,
+            label=said or "x",
+            checkpoint=session[:8],
+            turn=1,
+            checkpoint_label=said,
+            auto=False,
+            created_at="x",
+        )
+        edges.append(
+            {"from": top, "to": slot, "kind": "derived", "strategy": said, "dashed": False}
+        )
+        edges.append({"from": mark, "to": slot, "kind": "merged", "strategy": said, "dashed": True})
+        if previous is not None:
+            edges.append(
+                {"from": previous, "to": top, "kind": "forked", "strategy": None, "dashed": False}
+            )
+        previous = mark
+    current = {"session": session_ids[0], "slot": session_ids[0]}
+    return {"version": 1, "current": current, "nodes": nodes, "edges": edges}
+
+
+def check_text(drawn: str) -> None:
+    """Every line of a text drawing fits its width and is printable."""
+    from agctl.graph import text
+
+    for line in drawn.splitlines():
+        assert text.display_width(line) <= text.WIDTH, repr(line)
+        assert line.isprintable(), repr(line)
+
+
+def accepted_by_graphviz(document: str) -> str:
+    """The SVG that Graphviz draws of `document`, which it must accept without an error."""
+    result = subprocess.run(
+        ["dot", "-Tsvg"], input=document.encode(), capture_output=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    assert b"Error" not in result.stderr, result.stderr.decode(errors="replace")
+    return result.stdout.decode()

@@ -1,9 +1,17 @@
-"""The rules that keep "not reported" apart from 0 when counts are added up: a turn's
-requests (add_usage), a stored reply's counts read back (Usage.from_counts)."""
+"""agctl.providers.base: a request's fingerprint, and the rules that keep "not reported" apart
+from 0 when counts are added up: a turn's requests (add_usage), a stored reply's counts read
+back (Usage.from_counts)."""
 
 from __future__ import annotations
 
-from agctl.providers.base import Usage, add_usage
+from helpers import OPTIONS
+
+from agctl.providers.base import (
+    Usage,
+    add_usage,
+)
+from agctl.store import Store
+from agctl.turn.send import TurnOptions, prepare_turn
 
 
 def test_a_count_one_request_did_not_report_is_not_reported_for_the_turn() -> None:
@@ -26,3 +34,12 @@ def test_stored_counts_read_back_as_reported_and_bad_ones_as_not() -> None:
     odd = Usage.from_counts({**stored, "cached_tokens": "many", "cache_write_tokens": -1})
     assert odd is not None and (odd.cached_tokens, odd.cache_write_tokens) == (None, None)
     assert Usage.from_counts({"prompt_tokens": 3}) is None
+
+
+def test_fingerprint_ignores_delivery_but_not_input(store: Store, sid: str) -> None:
+    request = prepare_turn(store, sid, "q", OPTIONS).request
+    streamed = prepare_turn(store, sid, "q", TurnOptions(model="offline", stream=True)).request
+    assert request.fingerprint() == streamed.fingerprint()
+    other = prepare_turn(store, sid, "q2", OPTIONS).request
+    hotter = prepare_turn(store, sid, "q", TurnOptions(model="offline", temperature=1)).request
+    assert len({request.fingerprint(), other.fingerprint(), hotter.fingerprint()}) == 3

@@ -1,7 +1,8 @@
 """agctl.store.work: the unit of work the Store opens and hands down. A turn's path to the
 storage transaction goes through the facade once and never climbs back up into it;
 destructive edits are checkpointed first, from the work (Store.undoable); turn undo and
-prune still follow the turns' checkpoints."""
+prune still follow the turns' checkpoints; input a rule refuses is refused before the work
+opens its transaction."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ import pytest
 from click.testing import Result
 from helpers import documents, file_only
 
-from agctl.base.errors import NotFound, ReadonlySlot
+from agctl.base.errors import (
+    InvalidId,
+    NotFound,
+    ProtectedSlot,
+    ReadonlySlot,
+    UsageError,
+)
 from agctl.context.models import Message
 from agctl.providers.offline import OfflineProvider
 from agctl.storage.memory import MemoryBackend
@@ -322,3 +329,25 @@ def test_a_work_that_raises_writes_nothing() -> None:
         work.changing().put_session(session)
         raise RuntimeError("stop")
     assert store.load_session("s").title is None
+
+
+@pytest.mark.parametrize(
+    ("call", "refused"),
+    [
+        (lambda store: store.create_slot("gone", "bad id!"), InvalidId),
+        (lambda store: store.create_slot("gone", "x", mode="zz"), UsageError),
+        (lambda store: store.derive_slot("gone", "x", strategy="zz"), UsageError),
+        (lambda store: store.delete_slot("gone", "default"), ProtectedSlot),
+        (lambda store: store.configure_slot("gone", None, {"zz": 1}), UsageError),
+        (lambda store: store.configure_session("gone", {"zz": 1}), UsageError),
+    ],
+)
+def test_input_a_rule_refuses_is_refused_before_the_session_is_opened(
+    call: Any, refused: type[Exception]
+) -> None:
+    """As before the unit of work: the same error for the same input whatever the
+    session, and no lock waited for (the work opens its transaction on first use)."""
+    store = Store(backend=MemoryBackend())
+    with pytest.raises(refused) as caught:
+        call(store)
+    assert not isinstance(caught.value, NotFound)

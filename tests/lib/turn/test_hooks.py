@@ -74,13 +74,6 @@ def test_every_event_has_a_rule_and_only_the_observing_ones_take_no_changes() ->
     assert observing == {"TurnEnd", "TurnError", "PostRollback", "PostFork"}
 
 
-def test_on_error_defaults_to_what_the_event_can_do() -> None:
-    assert HookSpec(name="a", event="TurnStart", command=["x"]).on_error == "block"
-    assert HookSpec(name="a", event="TurnEnd", command=["x"]).on_error == "warn"
-    assert HookSpec(name="a", event="TurnEnd", command=["x"], on_error="block").on_error == "block"
-    assert HookSpec(name="a", event="TurnEnd", command=["x"]).timeout_s == 10
-
-
 @pytest.mark.parametrize(
     ("fields", "complaint"),
     [
@@ -634,15 +627,6 @@ def test_replacing_a_profile_keeps_its_hooks(tmp_path: Path) -> None:
     store.add_profile("p", Profile(model="new"), replace=True)
     replaced = store.load().profiles["p"]
     assert (replaced.model, names(replaced.hooks)) == ("new", ["prof"])
-
-
-def test_the_light_spec_module_knows_the_same_observing_events_as_the_runner() -> None:
-    """HookSpec (agctl.config.specs, loaded with the config) defaults on_error by the events
-    that only observe; the runner's table must agree."""
-    from agctl.config.specs import OBSERVING_EVENTS
-    from agctl.turn.hooks import EVENTS
-
-    assert {event for event, rule in EVENTS.items() if not rule.may_block} == OBSERVING_EVENTS
 
 
 # ---- every outcome at every event ------------------------------------------------------

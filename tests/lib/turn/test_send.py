@@ -16,7 +16,7 @@ from agctl.context.models import Draft, Message
 from agctl.providers.base import ChatRequest, Event, Finish, ReasoningDelta, TextDelta
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
-from agctl.turn.send import TurnOptions, prepare_turn, send_turn
+from agctl.turn.send import TurnOptions, send_turn
 
 
 class ListProvider:
@@ -209,15 +209,6 @@ def test_turn_on_another_slot_leaves_the_current_one(store: Store, sid: str) -> 
     assert len(store.load_slot(sid).messages) == 1
 
 
-def test_fingerprint_ignores_delivery_but_not_input(store: Store, sid: str) -> None:
-    request = prepare_turn(store, sid, "q", OPTIONS).request
-    streamed = prepare_turn(store, sid, "q", TurnOptions(model="offline", stream=True)).request
-    assert request.fingerprint() == streamed.fingerprint()
-    other = prepare_turn(store, sid, "q2", OPTIONS).request
-    hotter = prepare_turn(store, sid, "q", TurnOptions(model="offline", temperature=1)).request
-    assert len({request.fingerprint(), other.fingerprint(), hotter.fingerprint()}) == 3
-
-
 def test_a_reply_that_cannot_be_written_is_shown_and_the_prompt_kept(store: Store) -> None:
     store.create_session("s")
 
@@ -333,28 +324,6 @@ def test_a_write_during_the_call_is_kept_by_the_commit(store: Store, sid: str) -
         "question",
         "answer",
     ]
-
-
-def test_an_unchanged_slot_is_not_read_again_at_commit(
-    store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from agctl.storage.file import backend
-
-    prepared = prepare_turn(store, sid, "q", OPTIONS)
-    parsed: list[str] = []
-    original = backend.parse_document
-
-    def counting(raw: bytes, model: type, path: object) -> object:
-        parsed.append(model.__name__)
-        return original(raw, model, path)
-
-    monkeypatch.setattr(backend, "parse_document", counting)
-    store.update_slot(
-        sid, None, lambda s: s.append(Message(role="user", content="x")), base=prepared.slot
-    )
-    assert "Slot" not in parsed
-    assert [m.text() for m in prepared.slot.messages] == ["hi", "x"]
-    assert [m.text() for m in store.load_slot(sid).messages] == ["hi", "x"]
 
 
 def test_earlier_reasoning_is_not_sent_back_but_is_kept(store: Store, sid: str) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import tool_spec as spec
 from pydantic import ValidationError
 
 from agctl.base.errors import AlreadyExists, ApprovalNeeded, InvalidInput, NotFound, UsageError
@@ -43,52 +44,7 @@ NUMBER_SCHEMA = {
 }
 
 
-def spec(**fields: Any) -> ToolSpec:
-    return ToolSpec.model_validate({"name": "t", "command": ["true"], **fields})
-
-
 # ---- definitions --------------------------------------------------------------------------
-
-
-def test_a_tool_has_the_documented_defaults() -> None:
-    tool = spec()
-    assert (tool.args, tool.timeout_s, tool.max_output, tool.cwd, tool.approve) == (
-        "stdin",
-        30.0,
-        32 * 1024,
-        None,
-        "ask",
-    )
-    assert tool.parameters == {"type": "object", "properties": {}}
-    assert tool.env_allow == []
-
-
-@pytest.mark.parametrize(
-    ("fields", "needle"),
-    [
-        ({"name": "a.b"}, "function name"),
-        ({"name": "../x"}, "'..'"),
-        ({"name": "-x"}, "not valid"),
-        ({"name": "x" * 65}, "function name"),
-        ({"command": []}, "at least 1"),
-        ({"command": [""]}, "must not be empty"),
-        ({"command": ["a\x00b"]}, "NUL"),
-        ({"args": "shell"}, "stdin"),
-        ({"approve": "yes"}, "auto"),
-        ({"timeout_s": 0}, "greater than 0"),
-        ({"max_output": 10}, "greater than or equal to 256"),
-        ({"max_output": 2 * 1024 * 1024}, "less than or equal"),
-        ({"parameters": {"type": "string"}}, "type 'object'"),
-        ({"env_allow": [""]}, "must not be empty"),
-    ],
-)
-def test_a_bad_definition_is_refused_naming_what(fields: dict[str, Any], needle: str) -> None:
-    with pytest.raises(ValidationError, match=needle):
-        spec(**fields)
-
-
-def test_a_name_may_use_letters_digits_underscore_and_dash() -> None:
-    assert spec(name="get_weather-2").name == "get_weather-2"
 
 
 def test_spec_from_checks_the_schema_itself() -> None:

@@ -1,4 +1,4 @@
-"""The request view keeps a provider's prefix cache warm by construction.
+"""agctl.context.cache: the request view keeps a provider's prefix cache warm by construction.
 
 Providers cache the longest unchanged prefix of a request's bytes. These properties run
 random sequences of commands through the library (real store, offline provider) and
@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from hypothesis import HealthCheck, given, settings
+from helpers import WARM_SETTINGS
+from helpers import utf8_texts as texts
+from hypothesis import given
 from hypothesis import strategies as st
 
 from agctl.context.cache import cache_outlook
@@ -30,13 +32,6 @@ from agctl.store import Store
 from agctl.store.checkpointer import Checkpointer
 from agctl.turn.send import TurnOptions, send_turn
 
-WARM_SETTINGS = settings(
-    max_examples=25,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
 SYSTEM = "You are terse. Today's rules: answer in one line."
 OPTIONS = TurnOptions(model="offline", checkpoint=False)
 
@@ -88,7 +83,6 @@ def tool_round(number: int) -> list[Message]:
     ]
 
 
-texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=40)
 # A command between turns: a turn, a tool round appended, a memory change.
 commands = st.lists(
     st.one_of(
@@ -459,44 +453,3 @@ def test_tool_loops_only_grow_the_request_at_its_end(turns: list[list[Any]]) -> 
             send_turn(store, "s", f"question {number}", wire, options)
         for before, after in itertools.pairwise(wire.bodies):
             assert messages_bytes(after).startswith(messages_bytes(before))
-
-
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | texts,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
-    max_leaves=6,
-)
-
-
-@WARM_SETTINGS
-@given(
-    messages=st.lists(st.dictionaries(texts, json_values, max_size=3), max_size=9),
-    tools=st.none() | st.lists(st.dictionaries(texts, json_values, max_size=2), max_size=2),
-    stream=st.booleans(),
-    cache_key=st.booleans(),
-    cuts=st.lists(st.integers(-1, 11), max_size=5),
-)
-def test_the_wire_body_is_serialised_once_with_its_messages_ends(
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None,
-    stream: bool,
-    cache_key: bool,
-    cuts: list[int],
-) -> None:
-    """The body the OpenAI wire sends is orjson's bytes for the request's payload, built a
-    run of messages at a time; where it says its first k messages end is where they do,
-    so the fingerprint of a sent request reads the wire's bytes, never serialising again."""
-    from agctl.providers.body import encode, encoded
-
-    request = ChatRequest(
-        model="m", messages=messages, tools=tools, stream=stream, cache_key="agctl-k"
-    )
-    body = encode(request, cache_key=cache_key, cuts=cuts)
-    assert body.data == orjson.dumps(request.payload(cache_key=cache_key))
-    items = [orjson.dumps(m) for m in messages]
-    start = body.offsets[0]
-    assert body.data[:start] == b'{"model":"m","messages":['
-    for k in [*cuts, len(messages)]:
-        if 0 < k <= len(messages):
-            assert body.data[start : body.offsets[k]] == b",".join(items[:k])
-    assert encoded(request, cuts) is body  # what a turn just sent is not serialised again
