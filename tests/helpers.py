@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ import pytest
 from click.testing import Result
 from hypothesis import strategies as st
 
+import agctl
 from agctl.base.errors import AgctlError, ProviderError
 from agctl.context.models import (
     ContextBudget,
@@ -690,3 +692,35 @@ def hand_edit(store: Store, slot_id: str | None, change: Any) -> None:
 
 
 SECRET = "Tr0ub4dor&3"
+
+
+# ---- real agctl processes over the test's data dir (the hardening and hostile suites) ----
+
+SOURCE_ROOT = str(Path(agctl.__file__).resolve().parents[1])
+
+
+def agctl_process(
+    env: dict[str, str], *args: str, umask: int | None = None, timeout: float = 60, **kw: Any
+) -> subprocess.CompletedProcess[str]:
+    def setup() -> None:
+        if umask is not None:
+            os.umask(umask)
+
+    return subprocess.run(
+        [sys.executable, "-m", "agctl", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=setup,
+        check=False,
+        **kw,
+    )
+
+
+@pytest.fixture
+def env(isolated_env: Path) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("AGCTL_", "OPENAI_"))}
+    environ["AGCTL_DATA_DIR"] = str(isolated_env)
+    environ["PYTHONPATH"] = SOURCE_ROOT + os.pathsep + environ.get("PYTHONPATH", "")
+    return environ
