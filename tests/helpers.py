@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from click.testing import Result
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+import agctl
 from agctl.base.errors import AgctlError, ProviderError
 from agctl.config.specs import ToolSpec
 from agctl.context.models import (
@@ -814,3 +816,88 @@ def accepted_by_graphviz(document: str) -> str:
     assert result.returncode == 0, result.stderr.decode(errors="replace")
     assert b"Error" not in result.stderr, result.stderr.decode(errors="replace")
     return result.stdout.decode()
+
+
+# ---- real agctl processes over the test's data dir (the hardening and hostile suites) ----
+
+SOURCE_ROOT = str(Path(agctl.__file__).resolve().parents[1])
+
+
+def agctl_process(
+    env: dict[str, str], *args: str, umask: int | None = None, timeout: float = 60, **kw: Any
+) -> subprocess.CompletedProcess[str]:
+    def setup() -> None:
+        if umask is not None:
+            os.umask(umask)
+
+    return subprocess.run(
+        [sys.executable, "-m", "agctl", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=setup,
+        check=False,
+        **kw,
+    )
+
+
+@pytest.fixture
+def env(isolated_env: Path) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("AGCTL_", "OPENAI_"))}
+    environ["AGCTL_DATA_DIR"] = str(isolated_env)
+    environ["PYTHONPATH"] = SOURCE_ROOT + os.pathsep + environ.get("PYTHONPATH", "")
+    return environ
+
+
+# ---- refusals that write nothing (the hostile suites) ----
+# A refusal means: a non-zero exit code, one `agctl: error: ...` message on stderr, no
+# traceback, and the data dir's files byte for byte as they were (lock files aside: taking a
+# lock is not writing data).
+
+Run = Callable[..., Result]
+
+
+def files(root: Path) -> dict[str, bytes]:
+    """Every file under `root` by relative path: its bytes, or its target for a symlink."""
+    found: dict[str, bytes] = {}
+    if not root.exists():
+        return found
+    for path in sorted(root.rglob("*")):
+        if path.name in (".lock", "journal"):
+            continue
+        if path.is_symlink():
+            found[str(path.relative_to(root))] = b"symlink -> " + os.readlink(path).encode()
+        elif path.is_file():
+            found[str(path.relative_to(root))] = path.read_bytes()
+    return found
+
+
+def changed(before: dict[str, bytes], after: dict[str, bytes]) -> set[str]:
+    return {name for name in before.keys() | after.keys() if before.get(name) != after.get(name)}
+
+
+def assert_refused(result: Result, *, code: int | None = None, says: str = "") -> None:
+    """A clear error: a non-zero exit, an `agctl: error:` line, no traceback, nothing on stdout."""
+    assert result.exit_code != 0, result.output
+    if code is not None:
+        assert result.exit_code == code, result.stderr
+    assert result.stderr.startswith("agctl: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    assert says in result.stderr
+
+
+def refuses_and_writes_nothing(
+    run: Run,
+    data_dir: Path,
+    *args: str,
+    input: bytes | None = None,
+    code: int | None = None,
+    says: str = "",
+) -> Result:
+    before = files(data_dir)
+    result = run(*args, input=input)
+    assert_refused(result, code=code, says=says)
+    assert changed(before, files(data_dir)) == set()
+    return result

@@ -1,4 +1,5 @@
-"""The file store's own files: the layout it writes, damaged and planted documents, leftovers."""
+"""The file store's own files: the layout it writes, damaged and planted documents, leftovers,
+and a data dir open to other users (warned about once)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import append, snapshot, texts
+from helpers import SID, agctl_process, append, snapshot, texts
 
 from agctl.base.errors import (
     CorruptDocument,
@@ -148,3 +149,20 @@ def test_last_slot_is_protected_even_without_default(store: Store) -> None:
     (store.session_dir(sid) / "slots" / "default.json").unlink()
     with pytest.raises(ProtectedSlot, match="last slot"):
         store.delete_slot(sid, "only")
+
+
+def test_a_loose_data_dir_is_warned_about_once(env: dict[str, str], isolated_env: Path) -> None:
+    """Before: a 0755 data dir was used silently."""
+    isolated_env.mkdir(mode=0o755)
+    os.chmod(isolated_env, 0o755)
+    first = agctl_process(env, "session", "new", SID)
+    assert first.returncode == 0
+    assert first.stderr.count("open to other users") == 1
+    assert str(isolated_env) in first.stderr and "755" in first.stderr
+    again = agctl_process(env, "session", "list")
+    assert again.returncode == 0 and "open to other users" not in again.stderr
+    os.chmod(isolated_env, 0o775)  # looser still: said again, once
+    assert "775" in agctl_process(env, "session", "list").stderr
+    assert "open to" not in agctl_process(env, "session", "list").stderr
+    os.chmod(isolated_env, 0o700)
+    assert agctl_process(env, "session", "list").stderr == ""
