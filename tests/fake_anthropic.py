@@ -730,7 +730,10 @@ def _validate(body: Any) -> None:
     system = body.get("system")
     if system is not None and not _text_blocks(system):
         raise RequestError("system: Input should be a string or a list of text blocks")
-    for number, tool in enumerate(body.get("tools") or []):
+    tools = body.get("tools", [])
+    if not isinstance(tools, list):
+        raise RequestError("tools: Input should be a valid list")
+    for number, tool in enumerate(tools):
         if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
             raise RequestError(f"tools.{number}.name: Field required")
         if not isinstance(tool.get("input_schema"), dict):

@@ -213,7 +213,10 @@ def test_stream_follows_the_documented_event_order_and_reassembles_the_whole_rep
     deltas = [e["delta"] for e in stream if e["type"] == "content_block_delta"]
     thinking = [d for d in deltas if d["type"] == "thinking_delta"]
     assert len(thinking) > 1
-    assert [d["type"] for d in deltas if d["type"] == "signature_delta"] == ["signature_delta"]
+    thinking_block = [
+        e["delta"]["type"] for e in stream if e["type"] == "content_block_delta" and e["index"] == 0
+    ]
+    assert thinking_block == ["thinking_delta"] * len(thinking) + ["signature_delta"]
     pieces = [
         e["delta"]["partial_json"]
         for e in stream
@@ -360,6 +363,11 @@ def test_a_tool_loop_with_its_thinking_sent_back_is_answered(client: httpx.Clien
         ({"thinking": {"type": "enabled", "budget_tokens": 512}}, ">= 1024"),
         ({"thinking": {"type": "enabled", "budget_tokens": 4096}}, "greater than"),
         ({"tools": [{"name": "f"}]}, "input_schema"),
+        ({"tools": 5}, "tools"),
+        ({"thinking": "on"}, "thinking"),
+        ({"messages": [{"role": "user", "content": [7]}]}, "does not match"),
+        ({"messages": [{"role": "user", "content": 7}]}, "content"),
+        ({"max_tokens": True}, "max_tokens"),
         (
             {
                 "messages": [
@@ -454,7 +462,7 @@ def test_malformed_sse_and_garbage(fake: FakeAnthropic, client: httpx.Client) ->
 def test_drop_mid_stream_cuts_the_connection(fake: FakeAnthropic, client: httpx.Client) -> None:
     fake.fail("drop_mid_stream")
     fake.fail("drop_mid_stream")
-    seen = []
+    seen: list[str] = []
     with (
         pytest.raises(httpx.RemoteProtocolError),
         client.stream("POST", "/v1/messages", json=body(stream=True)) as response,
