@@ -751,12 +751,39 @@ def _validate(body: Any) -> None:
     tool_uses: set[str] = set()
     for number, message in enumerate(messages):
         _validate_message(number, message, tool_uses)
-    marks = sum(1 for block in _blocks(body) if "cache_control" in block)
-    if marks > MAX_BREAKPOINTS:
+    marks = _marks(body)
+    if len(marks) > MAX_BREAKPOINTS:
         raise RequestError(
             f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
-            f"Found {marks}."
+            f"Found {len(marks)}."
         )
+    ttls = [_ttl(control) for _, control in marks]
+    for number, (where, _) in enumerate(marks):
+        if ttls[number] == "1h" and "5m" in ttls[:number]:
+            raise RequestError(
+                f"{where}.cache_control.ttl: a ttl='1h' cache_control block must not come after "
+                "a ttl='5m' cache_control block. Note that blocks are processed in the following "
+                "order: `tools`, `system`, `messages`."
+            )
+
+
+def _marks(body: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """Where each `cache_control` is (`system.1`, `messages.3.content.0`), in render order."""
+    places: list[tuple[str, Any]] = []
+    for number, tool in enumerate(body.get("tools") or []):
+        places.append((f"tools.{number}", tool))
+    system = body.get("system")
+    for number, block in enumerate(system if isinstance(system, list) else []):
+        places.append((f"system.{number}", block))
+    for number, message in enumerate(body["messages"]):
+        content = message["content"]
+        for place, block in enumerate(content if isinstance(content, list) else []):
+            places.append((f"messages.{number}.content.{place}", block))
+    return [(where, block["cache_control"]) for where, block in places if "cache_control" in block]
+
+
+def _ttl(control: Any) -> str:
+    return "1h" if isinstance(control, dict) and control.get("ttl") == "1h" else "5m"
 
 
 def _text_blocks(system: Any) -> bool:
@@ -871,10 +898,8 @@ def _breakpoints(body: Mapping[str, Any]) -> tuple[list[Breakpoint], list[tuple[
         digest.update(json.dumps(bare, sort_keys=True).encode() + b"\n")
         tokens += len(_block_text(block)) // 4 + 1
         prefixes.append((digest.copy().hexdigest(), tokens))
-        control = block.get("cache_control")
-        if isinstance(control, dict):
-            ttl = "1h" if control.get("ttl") == "1h" else "5m"
-            marks.append(Breakpoint(number, prefixes[-1][0], tokens, ttl))
+        if "cache_control" in block:
+            marks.append(Breakpoint(number, prefixes[-1][0], tokens, _ttl(block["cache_control"])))
     return marks, prefixes
 
 

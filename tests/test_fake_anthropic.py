@@ -382,6 +382,25 @@ def test_a_tool_loop_with_its_thinking_sent_back_is_answered(client: httpx.Clien
             },
             "A maximum of 4 blocks with cache_control may be provided. Found 5.",
         ),
+        (
+            {
+                "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "text",
+                                "text": "q",
+                                "cache_control": {"type": "ephemeral", "ttl": "1h"},
+                            }
+                        ],
+                    }
+                ],
+            },
+            "messages.0.content.0.cache_control.ttl: a ttl='1h' cache_control block must not "
+            "come after a ttl='5m' cache_control block.",
+        ),
     ],
 )
 def test_invalid_requests_get_400_naming_the_field(
@@ -567,8 +586,9 @@ def test_a_breakpoint_writes_its_prefix_then_a_repeat_reads_it(
 def test_the_next_turn_reads_the_last_breakpoint_back_and_writes_its_own(
     fake: FakeAnthropic, client: httpx.Client
 ) -> None:
-    history_mark = {"type": "ephemeral", "ttl": "1h"}
+    history_mark = {"type": "ephemeral"}  # 5 minutes, after the 1-hour system mark
     turn_one = cached_body(LONG)
+    turn_one["system"][0]["cache_control"]["ttl"] = "1h"
     turn_one["messages"][-1] = {
         "role": "user",
         "content": [{"type": "text", "text": LONG, "cache_control": history_mark}],
@@ -576,13 +596,14 @@ def test_the_next_turn_reads_the_last_breakpoint_back_and_writes_its_own(
     one = usage_of(client, turn_one)
     system_tokens = user_tokens = len(LONG) // 4 + 1
     assert one["cache_creation"] == {
-        "ephemeral_5m_input_tokens": system_tokens,
-        "ephemeral_1h_input_tokens": user_tokens,
+        "ephemeral_5m_input_tokens": user_tokens,
+        "ephemeral_1h_input_tokens": system_tokens,
     }
     assert one["input_tokens"] == 0
 
     # Turn two: the same prefix, the reply, a new question carrying the breakpoint.
     turn_two = cached_body("unused")
+    turn_two["system"][0]["cache_control"]["ttl"] = "1h"
     turn_two["messages"] = [
         {"role": "user", "content": [{"type": "text", "text": LONG}]},
         {"role": "assistant", "content": "noted"},
@@ -595,7 +616,7 @@ def test_the_next_turn_reads_the_last_breakpoint_back_and_writes_its_own(
     # The mark on the last message looks back to turn one's, whose bytes match but for it.
     assert two["cache_read_input_tokens"] == system_tokens + user_tokens
     assert (
-        two["cache_creation"]["ephemeral_1h_input_tokens"] == (len("noted") // 4 + 1) + user_tokens
+        two["cache_creation"]["ephemeral_5m_input_tokens"] == (len("noted") // 4 + 1) + user_tokens
     )
     assert two["input_tokens"] == 0
 
