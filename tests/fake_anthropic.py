@@ -7,19 +7,21 @@ Standard library only, so that agctl's httpx client is tested over real sockets,
         server.fail("status", status=529, retry_after=1)
         ...  # point the client at server.base_url, then assert on server.requests
 
-Every request needs `x-api-key` (the one given, else any) and `anthropic-version`, as the
-real API does. Unscripted requests get `"echo: <last user text>"`. Faults are consumed first,
-one per request; scripted replies are consumed by answered messages only. Whole replies are
-JSON with a Content-Length; streams are server-sent events (`event:` and `data:` lines) in the
-documented order, with chunked transfer encoding.
+Every request needs a key (the one given, else any) in `x-api-key` or, as the official SDK
+(2.x) sends it, `Authorization: Bearer`, and an `anthropic-version`, as the real API does.
+Unscripted requests get `"echo: <last user text>"`. Faults are consumed first, one per request;
+scripted replies are consumed by answered messages only. Whole replies are JSON with a
+Content-Length; streams are server-sent events (`event:` and `data:` lines) in the documented
+order, with chunked transfer encoding.
 
-Usage is estimated as tests/fake_openai.py does (characters / 4 + 1) unless scripted, and a
-prompt cache is simulated from the request's `cache_control` breakpoints: the prompt is the
-blocks in render order (tools, system, messages); a breakpoint's prefix is the bytes of every
-block up to and including the marked one. The longest cached prefix ending at a breakpoint or
-within the 20 blocks before one is read (`cache_read_input_tokens`); the prefixes of the
-breakpoints after it are written (`cache_creation_input_tokens`, split by each breakpoint's
-TTL in `cache_creation`) when at least `min_cache_tokens` long; the rest is `input_tokens`.
+Usage is estimated as tests/fake_openai.py does, characters / 4 + 1, per block (a prefix's
+tokens are the sum of its blocks'), unless scripted, and a prompt cache is simulated from the
+request's `cache_control` breakpoints: the prompt is the blocks in render order (tools, system,
+messages); a breakpoint's prefix is the bytes of every block up to and including the marked
+one. The longest cached prefix ending at a breakpoint or within the 20 blocks before one is
+read (`cache_read_input_tokens`); the prefixes of the breakpoints after it are written
+(`cache_creation_input_tokens`, split by each breakpoint's TTL in `cache_creation`) when at
+least `min_cache_tokens` long; the rest is `input_tokens`.
 Entries never expire (a test's life is shorter than the 5-minute TTL).
 
 Run `python tests/fake_anthropic.py --port 8080` to serve in the foreground.
@@ -460,7 +462,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._messages(body, scripted=fault is None)
 
     def _authorized(self) -> bool:
-        key = self.headers.get("x-api-key")
+        bearer = self.headers.get("Authorization") or ""
+        key = self.headers.get("x-api-key") or bearer.removeprefix("Bearer ").strip()
         if not key:
             self._send_error(401, "authentication_error", "x-api-key header is required")
             return False
@@ -541,7 +544,7 @@ class _Handler(BaseHTTPRequestHandler):
             id="msg_fault",
             model="fake-model",
             reply=Reply("partial reply that never ends", None, "", (), (), "end_turn", None, None),
-            usage=_usage_fields(10, 0, 0, 0, 1),
+            usage=anthropic_usage(10, 1),
         )
         events = probe.events()
         if fault.kind == "stream_error":
@@ -913,14 +916,12 @@ def _usage(fake: FakeAnthropic, body: dict[str, Any], reply: Reply) -> dict[str,
     output = len(reply.text or "") + len(reply.thinking or "")
     output += sum(len(use.name) + len(json.dumps(use.input)) for use in reply.tool_uses)
     written = written_5m + written_1h
-    return _usage_fields(prompt - read - written, read, written_5m, written_1h, output // 4 + 1)
-
-
-def _usage_fields(
-    uncached: int, read: int, written_5m: int, written_1h: int, output: int
-) -> dict[str, Any]:
     return anthropic_usage(
-        uncached, output, cache_read=read, cache_write_5m=written_5m, cache_write_1h=written_1h
+        prompt - read - written,
+        output // 4 + 1,
+        cache_read=read,
+        cache_write_5m=written_5m,
+        cache_write_1h=written_1h,
     )
 
 

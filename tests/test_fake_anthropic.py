@@ -314,6 +314,15 @@ def test_a_missing_or_wrong_key_or_version_is_refused_in_anthropics_error_shape(
     assert fake.pending() == (1, 0)
 
 
+def test_the_key_may_come_as_a_bearer_token_as_the_sdk_sends_it(fake: FakeAnthropic) -> None:
+    headers = {"Authorization": f"Bearer {KEY}", "anthropic-version": "2026-10-21"}
+    response = httpx.post(f"{fake.base_url}/v1/messages", json=body(), headers=headers)
+    assert response.status_code == 200
+    wrong = {**headers, "Authorization": "Bearer sk-ant-wrong"}
+    response = httpx.post(f"{fake.base_url}/v1/messages", json=body(), headers=wrong)
+    assert (response.status_code, response.json()["error"]["message"]) == (401, "invalid x-api-key")
+
+
 def test_any_key_is_taken_when_none_is_set() -> None:
     with FakeAnthropic() as fake:
         response = httpx.post(
