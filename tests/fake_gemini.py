@@ -145,6 +145,7 @@ class Reply:
     usage: dict[str, Any] | None
     chunk_size: int | None = None
     block_reason: str | None = None
+    usage_apart: bool = False
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,7 @@ class FakeGemini:
         usage: Mapping[str, Any] | None = None,
         chunk_size: int | None = None,
         block_reason: str | None = None,
+        usage_apart: bool = False,
     ) -> None:
         """Queue the next model reply.
 
@@ -282,7 +284,8 @@ class FakeGemini:
         or calls the candidate has no content. `block_reason` refuses the prompt instead:
         no candidates, `promptFeedback.blockReason`. `usage` is sent verbatim as
         usageMetadata, else estimated. `chunk_size` streams text in pieces of that many
-        characters (else word by word).
+        characters (else word by word); `usage_apart` ends the stream with a chunk that has
+        no parts, only finishReason and the final usage.
         """
         calls = tuple(
             FunctionCall(
@@ -303,6 +306,7 @@ class FakeGemini:
             usage=dict(usage) if usage is not None else None,
             chunk_size=chunk_size,
             block_reason=block_reason,
+            usage_apart=usage_apart,
         )
         with self._lock:
             self._replies.append(scripted)
@@ -560,7 +564,7 @@ class _GeminiHandler(_Handler):
         self._send_chunk(b"data: " + _compact(chunk) + b"\r\n\r\n")
 
     def _send_json(self, status: int, obj: Any, headers: Mapping[str, str] | None = None) -> None:
-        data = json.dumps(obj, indent=2).encode()
+        data = json.dumps(obj, indent=2, ensure_ascii=False).encode()
         self._send_bytes(status, data, "application/json; charset=UTF-8", headers)
 
     def _send_error(  # type: ignore[override]
@@ -606,8 +610,9 @@ class _Response:
         return self._envelope(parts, self.usage, finish=True)
 
     def chunks(self) -> Iterator[dict[str, Any]]:
-        """Thought pieces, text pieces, then every call in one chunk; finishReason and the
-        final usage on the last chunk, the prompt's counts on the ones before."""
+        """Thought pieces, text pieces, then every call in one chunk, finishReason on the
+        last; each chunk's usageMetadata the running totals (the last one the reply's), and
+        with `usage_apart` the final counts in a chunk of their own, as Gemini 3 sends them."""
         reply = self.reply
         if reply.block_reason is not None:
             yield self._envelope(None, self.usage, block=True)
@@ -622,17 +627,27 @@ class _Response:
             groups.append([_call_part(call) for call in reply.function_calls])
         if groups:
             _sign(groups[-1], reply)
-        partial = {
-            name: self.usage[name]
-            for name in ("promptTokenCount", "cachedContentTokenCount", "promptTokensDetails")
-            if name in self.usage
-        }
-        if "promptTokenCount" in self.usage:
-            partial["totalTokenCount"] = self.usage["promptTokenCount"]
+        thought_total = sum(_part_chars(g[0]) for g in groups if g[0].get("thought"))
+        answer_total = sum(_part_chars(p) for g in groups for p in g if not p.get("thought"))
+        thought_sent = answer_sent = 0
         for index, parts in enumerate(groups):
-            last = index == len(groups) - 1
-            yield self._envelope(parts, self.usage if last else partial, finish=last)
-        if not groups:
+            for part in parts:
+                if part.get("thought"):
+                    thought_sent += _part_chars(part)
+                else:
+                    answer_sent += _part_chars(part)
+            last = index == len(groups) - 1 and not reply.usage_apart
+            usage = (
+                self.usage
+                if last
+                else _running(
+                    self.usage,
+                    thought_sent / thought_total if thought_total else 1.0,
+                    answer_sent / answer_total if answer_total else 1.0,
+                )
+            )
+            yield self._envelope(parts, usage, finish=last)
+        if not groups or reply.usage_apart:
             yield self._envelope(None, self.usage, finish=True)
 
     def _envelope(
@@ -658,6 +673,21 @@ class _Response:
         response["modelVersion"] = self.model
         response["responseId"] = self.response_id
         return response
+
+
+def _running(usage: dict[str, Any], thought: float, answer: float) -> dict[str, Any]:
+    """The usage after `thought` and `answer` (fractions) of the reply were sent: the
+    thoughts' and candidates' counts so far, and their total."""
+    running = dict(usage)
+    total = running.get("totalTokenCount", 0)
+    for name, fraction in (("thoughtsTokenCount", thought), ("candidatesTokenCount", answer)):
+        if name in running:
+            so_far = int(running[name] * fraction)
+            total -= running[name] - so_far
+            running[name] = so_far
+    if "totalTokenCount" in running:
+        running["totalTokenCount"] = total
+    return running
 
 
 def _call_part(call: FunctionCall) -> dict[str, Any]:

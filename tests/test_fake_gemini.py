@@ -183,6 +183,13 @@ def test_a_blocked_prompt_has_prompt_feedback_and_no_candidates(gemini: FakeGemi
     assert "candidates" not in chunk
 
 
+def test_non_ascii_text_is_sent_as_utf8(gemini: FakeGemini) -> None:
+    gemini.reply("naïve✓")
+    gemini.reply("naïve✓")
+    assert "naïve✓".encode() in post(gemini, body()).content
+    assert "naïve✓".encode() in post(gemini, body(), stream=True).content
+
+
 def test_scripted_usage_is_sent_verbatim(gemini: FakeGemini) -> None:
     usage = gemini_usage(5000, 20, cached=4096, thoughts=300)
     gemini.reply("ok", usage=usage)
@@ -253,22 +260,36 @@ def test_stream_splits_text_and_sends_calls_whole_in_one_chunk(gemini: FakeGemin
     assert len({chunk["responseId"] for chunk in chunks}) == 1
 
 
-def test_stream_usage_counts_the_prompt_until_the_last_chunk(gemini: FakeGemini) -> None:
-    chunks = events(post(gemini, body(user("count these words please")), stream=True))
-    assert len(chunks) > 2
-    prompt = len("count these words please") // 4 + 1
-    for chunk in chunks[:-1]:
-        assert chunk["usageMetadata"] == {
-            "promptTokenCount": prompt,
-            "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt}],
-            "totalTokenCount": prompt,
-        }
-    result = assemble(chunks)
-    assert result["text"] == "echo: count these words please"
-    assert (
-        result["usage"]
-        == post(gemini, body(user("count these words please"))).json()["usageMetadata"]
+def test_stream_usage_is_running_totals_the_last_one_the_replys(gemini: FakeGemini) -> None:
+    words = "count these words please, " * 8
+    gemini.reply(words, thought="a long deliberation " * 10)
+    thinking = {"thinkingConfig": {"includeThoughts": True}}
+    chunks = events(post(gemini, body(user(words), generationConfig=thinking), stream=True))
+    assert len(chunks) > 10
+    usages = [chunk["usageMetadata"] for chunk in chunks]
+    prompt = len(words) // 4 + 1
+    assert {u["promptTokenCount"] for u in usages} == {prompt}
+    for name in ("thoughtsTokenCount", "candidatesTokenCount", "totalTokenCount"):
+        counts = [u[name] for u in usages]
+        assert counts == sorted(counts), name
+        assert counts[0] < counts[-1], name
+    assert all(
+        u["totalTokenCount"] == prompt + u["thoughtsTokenCount"] + u["candidatesTokenCount"]
+        for u in usages
     )
+    gemini.reply(words, thought="a long deliberation " * 10)
+    whole = post(gemini, body(user(words), generationConfig=thinking)).json()
+    assert usages[-1] == whole["usageMetadata"]
+
+
+def test_stream_usage_can_come_apart_after_the_content(gemini: FakeGemini) -> None:
+    gemini.reply("two words", usage=gemini_usage(10, 2), usage_apart=True)
+    *content, tail = events(post(gemini, body(), stream=True))
+    assert assemble(content)["text"] == "two words"
+    assert all("finishReason" not in chunk["candidates"][0] for chunk in content)
+    assert tail["candidates"] == [{"finishReason": "STOP", "index": 0}]
+    assert tail["usageMetadata"] == gemini_usage(10, 2)
+    assert content[0]["usageMetadata"]["candidatesTokenCount"] < 2
 
 
 def test_stream_text_signature_rides_on_the_last_text_chunk(gemini: FakeGemini) -> None:
@@ -317,6 +338,8 @@ def test_the_key_may_come_as_a_query_parameter(gemini: FakeGemini) -> None:
     url = gemini.url(MODEL) + f"?key={KEY}"
     assert httpx.post(url, json=body()).status_code == 200
     assert httpx.post(gemini.url(MODEL) + "?key=nope", json=body()).status_code == 400
+    models = httpx.get(f"{gemini.base_url}/v1beta/models?key={KEY}")
+    assert models.json() == {"models": [{"name": "models/fake-gemini"}]}
 
 
 def test_without_a_configured_key_any_key_is_taken_but_not_none() -> None:
