@@ -37,6 +37,7 @@ import hashlib
 import itertools
 import json
 import re
+import socket
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -191,7 +192,7 @@ class FakeGemini:
         self._requests: list[RecordedRequest] = []
         self._replies: deque[Reply] = deque()
         self._faults: deque[Fault] = deque()
-        self._connections: set[Any] = set()
+        self._connections: set[socket.socket] = set()
         self._prefixes: set[bytes] = set()
         self._responses = 0
         self._signatures = itertools.count(1)
@@ -225,7 +226,7 @@ class FakeGemini:
             connections = list(self._connections)
         for conn in connections:
             with contextlib.suppress(OSError):
-                conn.shutdown(2)
+                conn.shutdown(socket.SHUT_RDWR)
         httpd.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -385,7 +386,7 @@ class FakeGemini:
         tokens = matched_chars // 4
         return tokens if tokens and tokens >= self.cache_min_tokens else 0
 
-    def _track(self, conn: Any, *, open_: bool) -> None:
+    def _track(self, conn: socket.socket, *, open_: bool) -> None:
         with self._lock:
             if open_:
                 self._connections.add(conn)
@@ -820,9 +821,14 @@ def _include_thoughts(body: dict[str, Any]) -> bool:
 
 
 def _last_user_text(contents: list[Any]) -> str:
+    """The last user content's text, else the names of the function responses it carries."""
     for content in reversed(contents):
         if content.get("role", "user") == "user":
-            return "".join(str(part.get("text", "")) for part in content["parts"])
+            parts = content["parts"]
+            text = "".join(str(part.get("text", "")) for part in parts)
+            answered = [_get(part, "functionResponse") for part in parts]
+            names = [str(response["name"]) for response in answered if response is not None]
+            return text or " ".join(f"functionResponse {name}" for name in names)
     return ""
 
 
