@@ -422,7 +422,7 @@ class _GeminiHandler(_Handler):
         )
         generate = GENERATE_PATH.match(split.path)
         if self.command == "GET" and split.path == MODELS_PATH:
-            if self._authorized(query):
+            if self._key_accepted(query):
                 self._send_json(200, {"models": [{"name": "models/fake-gemini"}]})
             return
         if self.command != "POST" or generate is None:
@@ -431,9 +431,9 @@ class _GeminiHandler(_Handler):
         streaming = generate["method"] == "streamGenerateContent"
         sse = streaming and query.get("alt") == ["sse"]
         fault = self.fake._next_fault()
-        if fault is not None and not self._fault(fault, streaming):
+        if fault is not None and not self._act_out(fault, streaming):
             return
-        if not self._authorized(query):
+        if not self._key_accepted(query):
             return
         try:
             request = _validate(body, self.fake.require_signatures)
@@ -442,8 +442,8 @@ class _GeminiHandler(_Handler):
             return
         self._generate(generate["model"], request, streaming, sse, scripted=fault is None)
 
-    def _authorized(self, query: Mapping[str, list[str]]) -> bool:
-        key = self.headers.get("x-goog-api-key") or (query.get("key") or [None])[0]
+    def _key_accepted(self, query: Mapping[str, list[str]]) -> bool:
+        key = self.headers.get("x-goog-api-key") or next(iter(query.get("key", [])), None)
         if not key:
             self._send_error(403, MISSING_KEY)
             return False
@@ -494,7 +494,7 @@ class _GeminiHandler(_Handler):
 
     # Faults
 
-    def _fault(self, fault: Fault, streaming: bool) -> bool:
+    def _act_out(self, fault: Fault, streaming: bool) -> bool:
         """Act out a fault; True when the request should then be answered normally."""
         if fault.kind == "status":
             headers = {}

@@ -415,11 +415,12 @@ def test_snake_case_field_names_are_accepted_as_google_json_does(gemini: FakeGem
 
 
 def test_require_signatures_refuses_an_unsigned_function_call() -> None:
-    call_turn = {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {}}}]}
+    call: dict[str, Any] = {"functionCall": {"name": "f", "args": {}}}
+    call_turn = {"role": "model", "parts": [call]}
     answer = {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {}}}]}
     with FakeGemini(require_signatures=True) as fake:
         refused = post(fake, body(user("go"), call_turn, answer))
-        call_turn["parts"][0]["thoughtSignature"] = "c2ln"
+        call["thoughtSignature"] = "c2ln"
         taken = post(fake, body(user("go"), call_turn, answer))
     assert refused.status_code == 400
     assert "thought_signature" in refused.json()["error"]["message"]
