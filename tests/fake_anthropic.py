@@ -31,21 +31,24 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import hashlib
 import itertools
 import json
-import socket
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, Literal, Self, cast, get_args
+from typing import Any, Literal, cast, get_args
 
-from fake_openai import GARBAGE_BODY, Headers, RecordedRequest, _fragments, _number_text, _pieces
+from loopback import (
+    GARBAGE_BODY,
+    LoopbackFake,
+    LoopbackHandler,
+    fragments,
+    number_text,
+    pieces,
+    serve_in_foreground,
+)
 
 FaultKind = Literal[
     "status", "stream_error", "malformed_sse", "garbage", "drop_mid_stream", "slow", "sse"
@@ -118,8 +121,10 @@ class Breakpoint:
     ttl: str
 
 
-class FakeAnthropic:
+class FakeAnthropic(LoopbackFake[Reply, Fault]):
     """An Anthropic Messages API server in a daemon thread, for one test."""
+
+    name = "FakeAnthropic"
 
     def __init__(
         self,
@@ -128,79 +133,11 @@ class FakeAnthropic:
         api_key: str | None = None,
         min_cache_tokens: int = 1024,
     ) -> None:
+        super().__init__(port=port)
         self.api_key = api_key
         self.min_cache_tokens = min_cache_tokens
-        self.errors: list[BaseException] = []
-        self._port = port
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._requests: list[RecordedRequest] = []
-        self._replies: deque[Reply] = deque()
-        self._faults: deque[Fault] = deque()
-        self._hooks: deque[Callable[[], object]] = deque()
-        self._pauses: deque[tuple[int, threading.Event]] = deque()
-        self._connections: set[socket.socket] = set()
         self._cache: dict[str, str] = {}  # prefix key -> the TTL it was written with
-        self._messages = 0
         self._tool_numbers = itertools.count(1)
-        self._httpd: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    # Life cycle
-
-    def start(self) -> Self:
-        self._stopping.clear()
-        httpd = _Server(("127.0.0.1", self._port), _Handler)
-        httpd.fake = self
-        self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever,
-            kwargs={"poll_interval": 0.01},
-            name=f"FakeAnthropic:{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and cut open connections, so slow or kept-alive handlers end at once."""
-        httpd = self._httpd
-        if httpd is None:
-            return
-        self._stopping.set()
-        httpd.shutdown()
-        with self._lock:
-            connections = list(self._connections)
-        for conn in connections:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._httpd = None
-        self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        if self._httpd is None:
-            raise RuntimeError("the server is not running")
-        return int(self._httpd.server_address[1])
-
-    @property
-    def base_url(self) -> str:
-        """The root the SDKs take as base URL: requests go to `base_url + "/v1/messages"`."""
-        return f"http://127.0.0.1:{self.port}"
 
     # Scripting
 
@@ -247,8 +184,7 @@ class FakeAnthropic:
             usage=dict(usage) if usage is not None else None,
             chunk_size=chunk_size,
         )
-        with self._lock:
-            self._replies.append(scripted)
+        self._queue_reply(scripted)
 
     def fail(
         self,
@@ -280,33 +216,17 @@ class FakeAnthropic:
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; expected one of {FAULT_KINDS}")
         fault = Fault(kind, status, message, error_type, retry_after, seconds, body, tuple(events))
-        with self._lock:
-            self._faults.append(fault)
+        self._queue_fault(fault)
 
     def before_reply(self, hook: Callable[[], object]) -> None:
         """Run `hook` (in the server's thread) when the next valid message request has
         arrived, before it is answered; an exception it raises is kept in `errors`."""
-        with self._lock:
-            self._hooks.append(hook)
+        self._queue_hook(hook)
 
     def pause_stream(self, after: int) -> threading.Event:
         """Hold the next streamed reply after its first `after` events until the returned
         event is set (at most 30 s): a client's reader can act mid-stream at a known moment."""
-        gate = threading.Event()
-        with self._lock:
-            self._pauses.append((after, gate))
-        return gate
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """A snapshot of every request received so far, oldest first (`raw` is the bytes)."""
-        with self._lock:
-            return list(self._requests)
-
-    def pending(self) -> tuple[int, int]:
-        """How many scripted replies and faults are still queued."""
-        with self._lock:
-            return len(self._replies), len(self._faults)
+        return self._queue_pause(after)
 
     def cached_prefixes(self) -> int:
         """How many prefixes the simulated cache holds."""
@@ -314,35 +234,6 @@ class FakeAnthropic:
             return len(self._cache)
 
     # Used by the handler
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-
-    def _next_fault(self) -> Fault | None:
-        with self._lock:
-            return self._faults.popleft() if self._faults else None
-
-    def _run_hook(self) -> None:
-        with self._lock:
-            hook = self._hooks.popleft() if self._hooks else None
-        if hook is None:
-            return
-        try:
-            hook()
-        except Exception as exc:  # the test sees it in `errors`
-            self.errors.append(exc)
-
-    def _next_pause(self) -> tuple[int, threading.Event] | None:
-        with self._lock:
-            return self._pauses.popleft() if self._pauses else None
-
-    def _next_reply(self, *, scripted: bool) -> tuple[int, Reply | None]:
-        """A message number, and the next scripted reply when `scripted` and one is queued."""
-        with self._lock:
-            self._messages += 1
-            reply = self._replies.popleft() if scripted and self._replies else None
-            return self._messages, reply
 
     def _serve_cache(
         self, breakpoints: list[Breakpoint], prefixes: list[tuple[str, int]]
@@ -370,81 +261,22 @@ class FakeAnthropic:
                 done = mark.tokens
             return read, written["5m"], written["1h"]
 
-    def _track(self, conn: socket.socket, *, open_: bool) -> None:
-        with self._lock:
-            if open_:
-                self._connections.add(conn)
-            else:
-                self._connections.discard(conn)
-
-    def _sleep(self, seconds: float) -> bool:
-        """Sleep, waking at once if the server stops; False when it did."""
-        return not self._stopping.wait(seconds)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128
-    fake: FakeAnthropic
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Quiet: the handler records its own unexpected errors in `fake.errors`."""
-
 
 class RequestError(Exception):
     """A request the real API would refuse with 400: its message names the field."""
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-
-    def version_string(self) -> str:
-        return "FakeAnthropic/1"
+class _Handler(LoopbackHandler):
+    extra_headers = (("request-id", "req_fake"),)
+    event_stream_type = "text/event-stream; charset=utf-8"
 
     @property
     def fake(self) -> FakeAnthropic:
-        return cast(_Server, self.server).fake
-
-    def setup(self) -> None:
-        super().setup()
-        self.fake._track(self.connection, open_=True)
-
-    def finish(self) -> None:
-        self.fake._track(self.connection, open_=False)
-        super().finish()
-
-    def handle(self) -> None:
-        try:
-            super().handle()
-        except OSError:
-            self.close_connection = True
-        except Exception as exc:
-            self.fake.errors.append(exc)
-            self.close_connection = True
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: no request log on stderr."""
-
-    def do_GET(self) -> None:
-        self._route()
-
-    def do_POST(self) -> None:
-        self._route()
+        return cast(FakeAnthropic, super().fake)
 
     def _route(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        body: Any = None
-        if raw:
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                body = None
         path = self.path.split("?", 1)[0]
-        self.fake._record(
-            RecordedRequest(self.command, path, Headers(self.headers.items()), body, raw)
-        )
+        body = self._receive(path)
         if (self.command, path) != ("POST", MESSAGES_PATH):
             self._send_error(404, "not_found_error", "Not found")
             return
@@ -498,11 +330,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, message.response())
             return
         self._start_stream()
-        pause = self.fake._next_pause()
-        for index, event in enumerate(message.events()):
-            if pause is not None and index == pause[0]:
-                self.wfile.flush()
-                pause[1].wait(30)
+        for event in self._paced(message.events()):
             self._send_event(event)
         self._end_stream()
 
@@ -514,7 +342,7 @@ class _Handler(BaseHTTPRequestHandler):
             status = 529 if fault.kind == "stream_error" else fault.status
             headers = {}
             if fault.retry_after is not None:
-                headers["retry-after"] = _number_text(fault.retry_after)
+                headers["retry-after"] = number_text(fault.retry_after)
             phrase = "Overloaded" if status == 529 else HTTPStatus(status).phrase
             self._send_error(
                 status,
@@ -524,10 +352,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return False
         if fault.kind == "slow":
-            if self.fake._sleep(fault.seconds):
-                return True
-            self.close_connection = True
-            return False
+            return self._slow(fault.seconds)
         if fault.kind == "garbage":
             self._send_bytes(200, fault.body, "application/json")
             return False
@@ -569,31 +394,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._start_stream()
             for _ in range(4):
                 self._send_event(next(events))
+            self._drop_connection()
         else:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", "4096")
-            self.end_headers()
-            self.wfile.write(b'{"id": "msg_fault", "type": "message", "role": "assis')
-        self._drop_connection()
+            self._cut_json(b'{"id": "msg_fault", "type": "message", "role": "assis')
         return False
 
     # Writing
-
-    def _send_bytes(
-        self, status: int, data: bytes, content_type: str, headers: Mapping[str, str] | None = None
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("request-id", "req_fake")
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _send_json(self, status: int, obj: Any, headers: Mapping[str, str] | None = None) -> None:
-        self._send_bytes(status, json.dumps(obj).encode(), "application/json", headers)
 
     def _send_error(
         self, status: int, error_type: str, message: str, headers: Mapping[str, str] | None = None
@@ -601,29 +407,12 @@ class _Handler(BaseHTTPRequestHandler):
         error = {"type": "error", "error": {"type": error_type, "message": message}}
         self._send_json(status, {**error, "request_id": "req_fake"}, headers)
 
-    def _start_stream(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("request-id", "req_fake")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-
     def _send_event(self, event: dict[str, Any]) -> None:
         data = json.dumps(event, separators=(",", ":")).encode()
         self._send_chunk(b"event: %s\ndata: %s\n\n" % (str(event["type"]).encode(), data))
 
-    def _send_chunk(self, data: bytes) -> None:
-        if data:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
-    def _end_stream(self) -> None:
-        self.wfile.write(b"0\r\n\r\n")
-
-    def _drop_connection(self) -> None:
-        self.close_connection = True
-        with contextlib.suppress(OSError):
-            self.connection.shutdown(socket.SHUT_RDWR)
+FakeAnthropic.handler = _Handler
 
 
 @dataclass(frozen=True)
@@ -679,21 +468,20 @@ class _Message:
                 head: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
                 deltas = [
                     {"type": "thinking_delta", "thinking": piece}
-                    for piece in _pieces(block["thinking"], size)
+                    for piece in pieces(block["thinking"], size)
                 ]
                 deltas.append({"type": "signature_delta", "signature": block["signature"]})
             elif kind == "text":
                 head = {"type": "text", "text": ""}
                 deltas = [
-                    {"type": "text_delta", "text": piece} for piece in _pieces(block["text"], size)
+                    {"type": "text_delta", "text": piece} for piece in pieces(block["text"], size)
                 ]
             elif kind == "tool_use":
                 head = {**block, "input": {}}
                 arguments = json.dumps(block["input"])
-                fragments = _pieces(arguments, size) if size else _fragments(arguments)
+                parts = pieces(arguments, size) if size else fragments(arguments)
                 deltas = [
-                    {"type": "input_json_delta", "partial_json": piece}
-                    for piece in ["", *fragments]
+                    {"type": "input_json_delta", "partial_json": piece} for piece in ["", *parts]
                 ]
             else:  # redacted_thinking comes whole in its start event
                 head, deltas = block, []
@@ -969,10 +757,7 @@ def main() -> None:
     fake = FakeAnthropic(
         port=args.port, api_key=args.api_key, min_cache_tokens=args.min_cache_tokens
     )
-    with fake as server:
-        print(server.base_url, flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            threading.Event().wait()
+    serve_in_foreground(fake)
 
 
 if __name__ == "__main__":

@@ -32,29 +32,23 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import hashlib
 import itertools
 import json
 import re
-import socket
-import threading
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
-from types import TracebackType
-from typing import Any, Literal, Self, cast, get_args
+from typing import Any, Literal, cast, get_args
 from urllib.parse import parse_qs, urlsplit
 
-from fake_openai import (
+from loopback import (
     GARBAGE_BODY,
-    Headers,
-    RecordedRequest,
-    _Handler,
-    _number_text,
-    _pieces,
-    _Server,
+    LoopbackFake,
+    LoopbackHandler,
+    number_text,
+    pieces,
+    serve_in_foreground,
 )
 
 FaultKind = Literal["status", "malformed_sse", "slow", "drop_mid_stream", "garbage", "sse"]
@@ -171,8 +165,10 @@ class GeminiError(Exception):
         self.details = list(details)
 
 
-class FakeGemini:
+class FakeGemini(LoopbackFake[Reply, Fault]):
     """A Gemini API server in a daemon thread, for one test."""
+
+    name = "FakeGemini"
 
     def __init__(
         self,
@@ -182,78 +178,12 @@ class FakeGemini:
         cache_min_tokens: int = CACHE_MIN_TOKENS,
         require_signatures: bool = False,
     ) -> None:
+        super().__init__(port=port)
         self.api_key = api_key
         self.cache_min_tokens = cache_min_tokens
         self.require_signatures = require_signatures
-        self.errors: list[BaseException] = []
-        self._port = port
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._requests: list[RecordedRequest] = []
-        self._replies: deque[Reply] = deque()
-        self._faults: deque[Fault] = deque()
-        self._connections: set[socket.socket] = set()
         self._prefixes: set[bytes] = set()
-        self._responses = 0
         self._signatures = itertools.count(1)
-        self._httpd: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    # Life cycle
-
-    def start(self) -> Self:
-        self._stopping.clear()
-        httpd = _Server(("127.0.0.1", self._port), _GeminiHandler)
-        httpd.fake = cast(Any, self)
-        self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever,
-            kwargs={"poll_interval": 0.01},
-            name=f"FakeGemini:{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and cut open connections, so slow handlers end at once."""
-        httpd = self._httpd
-        if httpd is None:
-            return
-        self._stopping.set()
-        httpd.shutdown()
-        with self._lock:
-            connections = list(self._connections)
-        for conn in connections:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._httpd = None
-        self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        if self._httpd is None:
-            raise RuntimeError("the server is not running")
-        return int(self._httpd.server_address[1])
-
-    @property
-    def base_url(self) -> str:
-        """The API root a client appends `/v1beta/models/...` to."""
-        return f"http://127.0.0.1:{self.port}"
 
     def url(self, model: str, *, stream: bool = False) -> str:
         """The full URL of a model's generate method (streams with `alt=sse`)."""
@@ -309,8 +239,7 @@ class FakeGemini:
             block_reason=block_reason,
             usage_apart=usage_apart,
         )
-        with self._lock:
-            self._replies.append(scripted)
+        self._queue_reply(scripted)
 
     def fail(
         self,
@@ -339,35 +268,9 @@ class FakeGemini:
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; expected one of {FAULT_KINDS}")
         fault = Fault(kind, status, message, retry_delay, retry_after, seconds, body, tuple(events))
-        with self._lock:
-            self._faults.append(fault)
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """A snapshot of every request received so far, oldest first, bytes as received."""
-        with self._lock:
-            return list(self._requests)
-
-    def pending(self) -> tuple[int, int]:
-        """How many scripted replies and faults are still queued."""
-        with self._lock:
-            return len(self._replies), len(self._faults)
+        self._queue_fault(fault)
 
     # Used by the handler
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-
-    def _next_fault(self) -> Fault | None:
-        with self._lock:
-            return self._faults.popleft() if self._faults else None
-
-    def _next_reply(self, *, scripted: bool) -> tuple[int, Reply | None]:
-        with self._lock:
-            self._responses += 1
-            reply = self._replies.popleft() if scripted and self._replies else None
-            return self._responses, reply
 
     def _cached_tokens(self, model: str, body: dict[str, Any]) -> int:
         """The tokens of the longest known prefix (if long enough); remember this request's."""
@@ -386,40 +289,18 @@ class FakeGemini:
         tokens = matched_chars // 4
         return tokens if tokens and tokens >= self.cache_min_tokens else 0
 
-    def _track(self, conn: socket.socket, *, open_: bool) -> None:
-        with self._lock:
-            if open_:
-                self._connections.add(conn)
-            else:
-                self._connections.discard(conn)
 
-    def _sleep(self, seconds: float) -> bool:
-        """Sleep, waking at once if the server stops; False when it did."""
-        return not self._stopping.wait(seconds)
-
-
-class _GeminiHandler(_Handler):
-    def version_string(self) -> str:
-        return "FakeGemini/1"
-
+class _GeminiHandler(LoopbackHandler):
     @property
-    def fake(self) -> FakeGemini:  # type: ignore[override]
-        return cast(FakeGemini, cast(_Server, self.server).fake)
+    def fake(self) -> FakeGemini:
+        return cast(FakeGemini, super().fake)
 
     # Routing
 
     def _route(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        body: Any = None
-        if raw:
-            with contextlib.suppress(ValueError):
-                body = json.loads(raw)
         split = urlsplit(self.path)
         query = parse_qs(split.query)
-        self.fake._record(
-            RecordedRequest(self.command, split.path, Headers(self.headers.items()), body, raw)
-        )
+        body = self._receive(split.path)
         generate = GENERATE_PATH.match(split.path)
         if self.command == "GET" and split.path == MODELS_PATH:
             if self._key_accepted(query):
@@ -499,13 +380,13 @@ class _GeminiHandler(_Handler):
         if fault.kind == "status":
             headers = {}
             if fault.retry_after is not None:
-                headers["Retry-After"] = _number_text(fault.retry_after)
+                headers["Retry-After"] = number_text(fault.retry_after)
             details = []
             if fault.retry_delay is not None:
                 details.append(
                     {
                         "@type": "type.googleapis.com/google.rpc.RetryInfo",
-                        "retryDelay": f"{_number_text(fault.retry_delay)}s",
+                        "retryDelay": f"{number_text(fault.retry_delay)}s",
                     }
                 )
             message = fault.message or (
@@ -514,10 +395,7 @@ class _GeminiHandler(_Handler):
             self._send_error(fault.status, message, details=details, headers=headers)
             return False
         if fault.kind == "slow":
-            if self.fake._sleep(fault.seconds):
-                return True
-            self.close_connection = True
-            return False
+            return self._slow(fault.seconds)
         if fault.kind == "garbage":
             self._send_bytes(200, fault.body, "application/json")
             return False
@@ -549,13 +427,12 @@ class _GeminiHandler(_Handler):
             self._start_stream()
             self._send_event(next(chunks))
             self._send_event(next(chunks))
+            self._drop_connection()
         else:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
-            self.send_header("Content-Length", "4096")
-            self.end_headers()
-            self.wfile.write(b'{"candidates": [{"content": {"parts": [{"text": "partial')
-        self._drop_connection()
+            self._cut_json(
+                b'{"candidates": [{"content": {"parts": [{"text": "partial',
+                "application/json; charset=UTF-8",
+            )
         return False
 
     # Writing
@@ -568,7 +445,7 @@ class _GeminiHandler(_Handler):
         data = json.dumps(obj, indent=2, ensure_ascii=False).encode()
         self._send_bytes(status, data, "application/json; charset=UTF-8", headers)
 
-    def _send_error(  # type: ignore[override]
+    def _send_error(
         self,
         status: int,
         message: str,
@@ -585,6 +462,9 @@ class _GeminiHandler(_Handler):
         if details:
             error["details"] = list(details)
         self._send_json(status, {"error": error}, headers)
+
+
+FakeGemini.handler = _GeminiHandler
 
 
 @dataclass(frozen=True)
@@ -621,9 +501,9 @@ class _Response:
         groups: list[list[dict[str, Any]]] = []
         if reply.thought is not None and self.include_thoughts:
             groups += [
-                [{"text": p, "thought": True}] for p in _pieces(reply.thought, reply.chunk_size)
+                [{"text": p, "thought": True}] for p in pieces(reply.thought, reply.chunk_size)
             ]
-        groups += [[{"text": p}] for p in _pieces(reply.text or "", reply.chunk_size)]
+        groups += [[{"text": p}] for p in pieces(reply.text or "", reply.chunk_size)]
         if reply.function_calls:
             groups.append([_call_part(call) for call in reply.function_calls])
         if groups:
@@ -907,10 +787,7 @@ def main() -> None:
     parser.add_argument("--cache-min-tokens", type=int, default=CACHE_MIN_TOKENS)
     args = parser.parse_args()
     fake = FakeGemini(port=args.port, api_key=args.api_key, cache_min_tokens=args.cache_min_tokens)
-    with fake as server:
-        print(server.base_url, flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            threading.Event().wait()
+    serve_in_foreground(fake)
 
 
 if __name__ == "__main__":

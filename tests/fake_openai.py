@@ -20,20 +20,26 @@ Run `python tests/fake_openai.py --port 8080` to serve in the foreground.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
-import re
-import socket
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
+
+from loopback import GARBAGE_BODY as GARBAGE_BODY
+from loopback import Headers as Headers
+from loopback import (
+    LoopbackFake,
+    LoopbackHandler,
+    fragments,
+    number_text,
+    pieces,
+    serve_in_foreground,
+)
+from loopback import RecordedRequest as RecordedRequest
 
 if TYPE_CHECKING:
     from cachesim import PrefixCache, Rule
@@ -53,37 +59,6 @@ FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
 FINGERPRINT = "fp_fake"
-GARBAGE_BODY = b"<html><body><h1>502 Bad Gateway</h1></body></html>\n"
-
-
-class Headers(Mapping[str, str]):
-    """Request headers with case-insensitive lookup (`headers["authorization"]`)."""
-
-    def __init__(self, items: Iterable[tuple[str, str]]) -> None:
-        self._items = {name.lower(): value for name, value in items}
-
-    def __getitem__(self, name: str) -> str:
-        return self._items[name.lower()]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __repr__(self) -> str:
-        return f"Headers({self._items!r})"
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """One request as the server received it; `body` is the parsed JSON, None if unparsable."""
-
-    method: str
-    path: str
-    headers: Headers
-    body: Any
-    raw: bytes
 
 
 @dataclass(frozen=True)
@@ -122,8 +97,10 @@ class Fault:
     piece: int = 1
 
 
-class FakeOpenAI:
+class FakeOpenAI(LoopbackFake[Reply, Fault]):
     """An OpenAI-compatible chat-completions server in a daemon thread, for one test."""
+
+    name = "FakeOpenAI"
 
     def __init__(
         self,
@@ -133,78 +110,16 @@ class FakeOpenAI:
         api_key: str | None = None,
         cache: str | None = None,
     ) -> None:
+        super().__init__(port=port)
         self.model = model
         self.api_key = api_key
         self.cache = _prefix_cache(cache)
-        self.errors: list[BaseException] = []
-        self._port = port
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._requests: list[RecordedRequest] = []
-        self._replies: deque[Reply] = deque()
-        self._faults: deque[Fault] = deque()
-        self._hooks: deque[Callable[[], object]] = deque()
-        self._pauses: deque[tuple[int, threading.Event]] = deque()
-        self._connections: set[socket.socket] = set()
-        self._completions = 0
         self._call_numbers = itertools.count(1)
-        self._httpd: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    # Life cycle
-
-    def start(self) -> Self:
-        self._stopping.clear()
-        httpd = _Server(("127.0.0.1", self._port), _Handler)
-        httpd.fake = self
-        self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever,
-            kwargs={"poll_interval": 0.01},
-            name=f"FakeOpenAI:{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and cut open connections, so slow or kept-alive handlers end at once."""
-        httpd = self._httpd
-        if httpd is None:
-            return
-        self._stopping.set()
-        httpd.shutdown()
-        with self._lock:
-            connections = list(self._connections)
-        for conn in connections:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._httpd = None
-        self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        if self._httpd is None:
-            raise RuntimeError("the server is not running")
-        return int(self._httpd.server_address[1])
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        """The root the SDKs take as base URL: requests go to `base_url + "/chat/completions"`."""
+        return f"{super().base_url}/v1"
 
     # Scripting
 
@@ -245,8 +160,7 @@ class FakeOpenAI:
             chunk_size=chunk_size,
             same_index=same_index,
         )
-        with self._lock:
-            self._replies.append(scripted)
+        self._queue_reply(scripted)
 
     def fail(
         self,
@@ -300,139 +214,30 @@ class FakeOpenAI:
             events=tuple(events),
             piece=piece,
         )
-        with self._lock:
-            self._faults.append(fault)
+        self._queue_fault(fault)
 
     def before_reply(self, hook: Callable[[], object]) -> None:
         """Run `hook` (in the server's thread) when the next chat completion has arrived,
         before it is answered: another writer acting while the client waits, at a known
         moment. An exception it raises is kept in `errors` and the request answered."""
-        with self._lock:
-            self._hooks.append(hook)
+        self._queue_hook(hook)
 
     def pause_stream(self, after: int) -> threading.Event:
         """Hold the next streamed reply after its first `after` chunks until the returned
         event is set (at most 30 s): a client's reader can act mid-stream at a known moment."""
-        gate = threading.Event()
-        with self._lock:
-            self._pauses.append((after, gate))
-        return gate
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """A snapshot of every request received so far, oldest first."""
-        with self._lock:
-            return list(self._requests)
-
-    def pending(self) -> tuple[int, int]:
-        """How many scripted replies and faults are still queued."""
-        with self._lock:
-            return len(self._replies), len(self._faults)
-
-    # Used by the handler
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-
-    def _next_fault(self) -> Fault | None:
-        with self._lock:
-            return self._faults.popleft() if self._faults else None
-
-    def _run_hook(self) -> None:
-        with self._lock:
-            hook = self._hooks.popleft() if self._hooks else None
-        if hook is None:
-            return
-        try:
-            hook()
-        except Exception as exc:  # the test sees it in `errors`
-            self.errors.append(exc)
-
-    def _next_pause(self) -> tuple[int, threading.Event] | None:
-        with self._lock:
-            return self._pauses.popleft() if self._pauses else None
-
-    def _next_reply(self, *, scripted: bool) -> tuple[int, Reply | None]:
-        """A completion number, and the next scripted reply when `scripted` and one is queued."""
-        with self._lock:
-            self._completions += 1
-            reply = self._replies.popleft() if scripted and self._replies else None
-            return self._completions, reply
-
-    def _track(self, conn: socket.socket, *, open_: bool) -> None:
-        with self._lock:
-            if open_:
-                self._connections.add(conn)
-            else:
-                self._connections.discard(conn)
-
-    def _sleep(self, seconds: float) -> bool:
-        """Sleep, waking at once if the server stops; False when it did."""
-        return not self._stopping.wait(seconds)
+        return self._queue_pause(after)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128
-    fake: FakeOpenAI
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Quiet: the handler records its own unexpected errors in `fake.errors`."""
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-
-    def version_string(self) -> str:
-        return "FakeOpenAI/1"
-
+class _Handler(LoopbackHandler):
     @property
     def fake(self) -> FakeOpenAI:
-        return cast(_Server, self.server).fake
-
-    def setup(self) -> None:
-        super().setup()
-        self.fake._track(self.connection, open_=True)
-
-    def finish(self) -> None:
-        self.fake._track(self.connection, open_=False)
-        super().finish()
-
-    def handle(self) -> None:
-        try:
-            super().handle()
-        except OSError:
-            self.close_connection = True
-        except Exception as exc:
-            self.fake.errors.append(exc)
-            self.close_connection = True
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: no request log on stderr."""
+        return cast(FakeOpenAI, super().fake)
 
     # Routing
 
-    def do_GET(self) -> None:
-        self._route()
-
-    def do_POST(self) -> None:
-        self._route()
-
     def _route(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        body: Any = None
-        if raw:
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                body = None
         path = self.path.split("?", 1)[0]
-        self.fake._record(
-            RecordedRequest(self.command, path, Headers(self.headers.items()), body, raw)
-        )
+        body = self._receive(path)
         routes = {("POST", CHAT_PATH): self._chat, ("GET", MODELS_PATH): self._models}
         handler = routes.get((self.command, path))
         if handler is None:
@@ -503,11 +308,7 @@ class _Handler(BaseHTTPRequestHandler):
         if stream:
             if fault is None or fault.kind != "keepalive":
                 self._start_stream()
-            pause = self.fake._next_pause()
-            for number, chunk in enumerate(completion.chunks()):
-                if pause is not None and number == pause[0]:
-                    self.wfile.flush()
-                    pause[1].wait(30)
+            for chunk in self._paced(completion.chunks()):
                 self._send_event(chunk)
             self._send_sse_line(b"data: [DONE]")
             self._end_stream()
@@ -577,9 +378,9 @@ class _Handler(BaseHTTPRequestHandler):
         if fault.kind == "status":
             headers: dict[str, str] = {}
             if fault.retry_after is not None:
-                headers["Retry-After"] = _number_text(fault.retry_after)
+                headers["Retry-After"] = number_text(fault.retry_after)
             if fault.retry_after_ms is not None:
-                headers["retry-after-ms"] = _number_text(fault.retry_after_ms)
+                headers["retry-after-ms"] = number_text(fault.retry_after_ms)
             default_type, default_code = _error_kind(fault.status)
             self._send_error(
                 fault.status,
@@ -590,10 +391,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return False
         if fault.kind == "slow":
-            if self.fake._sleep(fault.seconds):
-                return True
-            self.close_connection = True
-            return False
+            return self._slow(fault.seconds)
         if fault.kind == "garbage":
             self._send_bytes(200, fault.body, "application/json")
             return False
@@ -627,30 +425,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._start_stream()
             self._send_event(next(chunks))
             self._send_event(next(chunks))
+            self._drop_connection()
         else:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", "4096")
-            self.end_headers()
-            self.wfile.write(b'{"id": "chatcmpl-fault", "object": "chat.completion", "cho')
-        self._drop_connection()
+            self._cut_json(b'{"id": "chatcmpl-fault", "object": "chat.completion", "cho')
         return False
 
     # Writing
-
-    def _send_bytes(
-        self, status: int, data: bytes, content_type: str, headers: Mapping[str, str] | None = None
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _send_json(self, status: int, obj: Any, headers: Mapping[str, str] | None = None) -> None:
-        self._send_bytes(status, json.dumps(obj).encode(), "application/json", headers)
 
     def _send_error(
         self,
@@ -665,42 +445,11 @@ class _Handler(BaseHTTPRequestHandler):
         error = {"message": message, "type": error_type, "param": param, "code": code}
         self._send_json(status, {"error": error}, headers)
 
-    def _start_stream(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-
     def _send_event(self, chunk: dict[str, Any]) -> None:
         self._send_sse_line(b"data: " + json.dumps(chunk, separators=(",", ":")).encode())
 
-    def _start_json_stream(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
 
-    def _send_sse_line(self, line: bytes) -> None:
-        self._send_chunk(line + b"\n\n")
-
-    def _send_chunk(self, data: bytes) -> None:
-        if data:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-
-    def _write(self, data: bytes, *, chunked: bool) -> None:
-        if chunked:
-            self._send_chunk(data)
-        else:
-            self.wfile.write(data)
-
-    def _end_stream(self) -> None:
-        self.wfile.write(b"0\r\n\r\n")
-
-    def _drop_connection(self) -> None:
-        self.close_connection = True
-        with contextlib.suppress(OSError):
-            self.connection.shutdown(socket.SHUT_RDWR)
+FakeOpenAI.handler = _Handler
 
 
 @dataclass(frozen=True)
@@ -745,9 +494,9 @@ class _Completion:
         reply = self.reply
         size = reply.chunk_size
         yield self._chunk({"role": "assistant", "content": "" if reply.text else None})
-        for piece in _pieces(reply.reasoning or "", size):
+        for piece in pieces(reply.reasoning or "", size):
             yield self._chunk({"content": None, "reasoning_content": piece})
-        for piece in _pieces(reply.text or "", size):
+        for piece in pieces(reply.text or "", size):
             yield self._chunk({"content": piece})
         for index, call in enumerate(reply.tool_calls):
             if reply.same_index:
@@ -767,8 +516,8 @@ class _Completion:
                 "function": {"name": call.name, "arguments": ""},
             }
             yield self._chunk({"tool_calls": [head]})
-            fragments = _pieces(call.arguments, size) if size else _fragments(call.arguments)
-            for fragment in fragments:
+            parts = pieces(call.arguments, size) if size else fragments(call.arguments)
+            for fragment in parts:
                 tail = {"index": index, "function": {"arguments": fragment}}
                 yield self._chunk({"tool_calls": [tail]})
         yield self._chunk({}, finish_reason=reply.finish_reason)
@@ -794,22 +543,6 @@ class _Completion:
 
 def _arguments_text(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments)
-
-
-def _pieces(text: str, size: int | None = None) -> list[str]:
-    """Pieces that join back to `text`: of `size` characters, else each word with its space."""
-    if size:
-        return [text[i : i + size] for i in range(0, len(text), size)]
-    return re.findall(r"\S+\s*|\s+", text)
-
-
-def _fragments(arguments: str) -> list[str]:
-    """Tool call arguments cut in three pieces (two when very short), as models stream them."""
-    if len(arguments) < 2:
-        return [arguments] if arguments else []
-    parts = 3 if len(arguments) >= 3 else 2
-    cuts = [len(arguments) * i // parts for i in range(parts + 1)]
-    return [arguments[a:b] for a, b in itertools.pairwise(cuts)]
 
 
 def _content_text(content: Any) -> str:
@@ -901,10 +634,6 @@ def _error_kind(status: int) -> tuple[str, str | None]:
     return "invalid_request_error", None
 
 
-def _number_text(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
-
-
 # The prefix-cache mode (FakeOpenAI(cache=...)): the usage a caching provider would send.
 
 
@@ -944,10 +673,7 @@ def main() -> None:
     parser.add_argument("--cache", choices=["openai", "deepseek"], help="simulate a prefix cache")
     args = parser.parse_args()
     fake = FakeOpenAI(port=args.port, model=args.model, api_key=args.api_key, cache=args.cache)
-    with fake as server:
-        print(server.base_url, flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            threading.Event().wait()
+    serve_in_foreground(fake)
 
 
 if __name__ == "__main__":
