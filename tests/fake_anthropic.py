@@ -354,17 +354,9 @@ class _Handler(LoopbackHandler):
         if fault.kind == "slow":
             return self._slow(fault.seconds)
         if fault.kind == "garbage":
-            self._send_bytes(200, fault.body, "application/json")
-            return False
+            return self._garbage(fault.body)
         if fault.kind == "sse":
-            self._start_stream()
-            for event in fault.events:
-                if isinstance(event, bytes):
-                    self._send_chunk(event + b"\n\n")
-                else:
-                    self._send_event(event)
-            self._end_stream()
-            return False
+            return self._replay(fault.events, b"\n\n")
         probe = _Message(
             id="msg_fault",
             model="fake-model",
@@ -389,15 +381,11 @@ class _Handler(LoopbackHandler):
             self._send_chunk(b"event: content_block_start\ndata: {not json\n\n")
             self._end_stream()
             return False
-        # drop_mid_stream
-        if stream:
-            self._start_stream()
-            for _ in range(4):
-                self._send_event(next(events))
-            self._drop_connection()
-        else:
-            self._cut_json(b'{"id": "msg_fault", "type": "message", "role": "assis')
-        return False
+        return self._drop_mid_stream(  # message_start, ping, content_block_start, a delta
+            stream,
+            itertools.islice(events, 4),
+            b'{"id": "msg_fault", "type": "message", "role": "assis',
+        )
 
     # Writing
 

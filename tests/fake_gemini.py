@@ -397,17 +397,9 @@ class _GeminiHandler(LoopbackHandler):
         if fault.kind == "slow":
             return self._slow(fault.seconds)
         if fault.kind == "garbage":
-            self._send_bytes(200, fault.body, "application/json")
-            return False
+            return self._garbage(fault.body)
         if fault.kind == "sse":
-            self._start_stream()
-            for event in fault.events:
-                if isinstance(event, bytes):
-                    self._send_chunk(event + b"\r\n\r\n")
-                else:
-                    self._send_event(event)
-            self._end_stream()
-            return False
+            return self._replay(fault.events, b"\r\n\r\n")
         probe = _Response(
             response_id="fake-response-fault",
             model="fake-gemini",
@@ -422,18 +414,12 @@ class _GeminiHandler(LoopbackHandler):
             self._send_chunk(b"data: {not json\r\n\r\n")
             self._end_stream()
             return False
-        # drop_mid_stream
-        if streaming:
-            self._start_stream()
-            self._send_event(next(chunks))
-            self._send_event(next(chunks))
-            self._drop_connection()
-        else:
-            self._cut_json(
-                b'{"candidates": [{"content": {"parts": [{"text": "partial',
-                "application/json; charset=UTF-8",
-            )
-        return False
+        return self._drop_mid_stream(  # the first two chunks
+            streaming,
+            itertools.islice(chunks, 2),
+            b'{"candidates": [{"content": {"parts": [{"text": "partial',
+            "application/json; charset=UTF-8",
+        )
 
     # Writing
 

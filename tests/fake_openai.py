@@ -393,18 +393,14 @@ class _Handler(LoopbackHandler):
         if fault.kind == "slow":
             return self._slow(fault.seconds)
         if fault.kind == "garbage":
-            self._send_bytes(200, fault.body, "application/json")
-            return False
+            return self._garbage(fault.body)
         if fault.kind == "sse":
-            self._start_stream()
-            for event in fault.events:
-                if isinstance(event, bytes):
-                    self._send_sse_line(event)
-                else:
-                    self._send_sse_line(b"data: " + json.dumps(event).encode())
-            self._send_sse_line(b"data: [DONE]")
-            self._end_stream()
-            return False
+            return self._replay(
+                fault.events,
+                b"\n\n",
+                frame=lambda event: self._send_sse_line(b"data: " + json.dumps(event).encode()),
+                last=b"data: [DONE]\n\n",
+            )
         probe = _Completion(
             id="chatcmpl-fault",
             created=int(time.time()),
@@ -420,15 +416,11 @@ class _Handler(LoopbackHandler):
             self._send_sse_line(b"data: {not json")
             self._end_stream()
             return False
-        # drop_mid_stream
-        if stream:
-            self._start_stream()
-            self._send_event(next(chunks))
-            self._send_event(next(chunks))
-            self._drop_connection()
-        else:
-            self._cut_json(b'{"id": "chatcmpl-fault", "object": "chat.completion", "cho')
-        return False
+        return self._drop_mid_stream(  # the first two chunks
+            stream,
+            itertools.islice(chunks, 2),
+            b'{"id": "chatcmpl-fault", "object": "chat.completion", "cho',
+        )
 
     # Writing
 

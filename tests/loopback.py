@@ -292,14 +292,52 @@ class LoopbackHandler(BaseHTTPRequestHandler):
         self.close_connection = True
         return False
 
-    def _cut_json(self, head: bytes, content_type: str = "application/json") -> None:
-        """A 200 promising 4096 bytes of JSON, `head` of them, then the connection closed."""
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", "4096")
-        self.end_headers()
-        self.wfile.write(head)
+    def _garbage(self, body: bytes) -> bool:
+        """A 200 with a JSON content type and `body` (not JSON, or JSON of a bad shape)."""
+        self._send_bytes(200, body, "application/json")
+        return False
+
+    def _replay(
+        self,
+        events: Iterable[Any],
+        raw_end: bytes,
+        *,
+        frame: Callable[[Any], None] | None = None,
+        last: bytes = b"",
+    ) -> bool:
+        """A 200 stream of `events`: objects framed by `frame` (else as the wire's events),
+        bytes as raw lines ended by `raw_end`, then `last` and the end of the stream."""
+        self._start_stream()
+        for event in events:
+            if isinstance(event, bytes):
+                self._send_chunk(event + raw_end)
+            else:
+                (frame or self._send_event)(event)
+        self._send_chunk(last)
+        self._end_stream()
+        return False
+
+    def _drop_mid_stream(
+        self,
+        stream: bool,
+        first: Iterable[Any],
+        head: bytes,
+        content_type: str = "application/json",
+    ) -> bool:
+        """Streams: the `first` events, then the connection closed; whole replies: a 200
+        promising 4096 bytes of JSON, `head` of them, then the connection closed."""
+        if stream:
+            self._start_stream()
+            for event in first:
+                self._send_event(event)
+        else:
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", "4096")
+            self.end_headers()
+            self.wfile.write(head)
         self._drop_connection()
+        return False
 
     # Writing
 
@@ -313,6 +351,10 @@ class LoopbackHandler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+
+    def _send_event(self, event: dict[str, Any]) -> None:
+        """One stream event in the wire's framing."""
+        raise NotImplementedError
 
     def _send_json(self, status: int, obj: Any, headers: Mapping[str, str] | None = None) -> None:
         self._send_bytes(status, json.dumps(obj).encode(), "application/json", headers)
