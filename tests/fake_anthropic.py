@@ -44,6 +44,7 @@ from loopback import (
     GARBAGE_BODY,
     LoopbackFake,
     LoopbackHandler,
+    content_text,
     fragments,
     number_text,
     pieces,
@@ -351,10 +352,9 @@ class _Handler(LoopbackHandler):
                 headers,
             )
             return False
-        if fault.kind == "slow":
-            return self._slow(fault.seconds)
-        if fault.kind == "garbage":
-            return self._garbage(fault.body)
+        plain = self._plain_fault(fault.kind, fault.seconds, fault.body)
+        if plain is not None:
+            return plain
         if fault.kind == "sse":
             return self._replay(fault.events, b"\n\n")
         probe = _Message(
@@ -376,11 +376,9 @@ class _Handler(LoopbackHandler):
             self._end_stream()
             return False
         if fault.kind == "malformed_sse":
-            self._start_stream()
-            self._send_event(next(events))
-            self._send_chunk(b"event: content_block_start\ndata: {not json\n\n")
-            self._end_stream()
-            return False
+            return self._replay(
+                [next(events)], last=b"event: content_block_start\ndata: {not json\n\n"
+            )
         return self._drop_mid_stream(  # message_start, ping, content_block_start, a delta
             stream,
             itertools.islice(events, 4),
@@ -639,16 +637,8 @@ def _block_text(block: Mapping[str, Any]) -> str:
     if kind == "tool_use":
         return str(block.get("name", "")) + json.dumps(block.get("input", {}))
     if kind == "tool_result":
-        return _content_text(block.get("content", ""))
+        return content_text(block.get("content", ""))
     return json.dumps(block)
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
-    return ""
 
 
 def _last_user_text(messages: list[Any]) -> str:

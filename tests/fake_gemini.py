@@ -394,10 +394,9 @@ class _GeminiHandler(LoopbackHandler):
             )
             self._send_error(fault.status, message, details=details, headers=headers)
             return False
-        if fault.kind == "slow":
-            return self._slow(fault.seconds)
-        if fault.kind == "garbage":
-            return self._garbage(fault.body)
+        plain = self._plain_fault(fault.kind, fault.seconds, fault.body)
+        if plain is not None:
+            return plain
         if fault.kind == "sse":
             return self._replay(fault.events, b"\r\n\r\n")
         probe = _Response(
@@ -409,11 +408,7 @@ class _GeminiHandler(LoopbackHandler):
         )
         chunks = probe.chunks()
         if fault.kind == "malformed_sse":
-            self._start_stream()
-            self._send_event(next(chunks))
-            self._send_chunk(b"data: {not json\r\n\r\n")
-            self._end_stream()
-            return False
+            return self._replay([next(chunks)], last=b"data: {not json\r\n\r\n")
         return self._drop_mid_stream(  # the first two chunks
             streaming,
             itertools.islice(chunks, 2),

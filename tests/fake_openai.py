@@ -34,6 +34,7 @@ from loopback import Headers as Headers
 from loopback import (
     LoopbackFake,
     LoopbackHandler,
+    content_text,
     fragments,
     number_text,
     pieces,
@@ -390,10 +391,9 @@ class _Handler(LoopbackHandler):
                 headers=headers,
             )
             return False
-        if fault.kind == "slow":
-            return self._slow(fault.seconds)
-        if fault.kind == "garbage":
-            return self._garbage(fault.body)
+        plain = self._plain_fault(fault.kind, fault.seconds, fault.body)
+        if plain is not None:
+            return plain
         if fault.kind == "sse":
             return self._replay(
                 fault.events,
@@ -411,11 +411,7 @@ class _Handler(LoopbackHandler):
         )
         chunks = probe.chunks()
         if fault.kind == "malformed_sse":
-            self._start_stream()
-            self._send_event(next(chunks))
-            self._send_sse_line(b"data: {not json")
-            self._end_stream()
-            return False
+            return self._replay([next(chunks)], last=b"data: {not json\n\n")
         return self._drop_mid_stream(  # the first two chunks
             stream,
             itertools.islice(chunks, 2),
@@ -537,25 +533,15 @@ def _arguments_text(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return ""
-
-
 def _last_user_text(messages: list[Any]) -> str:
     for message in reversed(messages):
         if isinstance(message, dict) and message.get("role") == "user":
-            return _content_text(message.get("content"))
+            return content_text(message.get("content"))
     return ""
 
 
 def _estimate_usage(messages: list[Any], reply: Reply) -> dict[str, Any]:
-    prompt_chars = sum(
-        len(_content_text(m.get("content"))) for m in messages if isinstance(m, dict)
-    )
+    prompt_chars = sum(len(content_text(m.get("content"))) for m in messages if isinstance(m, dict))
     reply_chars = len(reply.text or "") + len(reply.reasoning or "")
     reply_chars += sum(len(call.name) + len(call.arguments) for call in reply.tool_calls)
     prompt_tokens = prompt_chars // 4 + 1

@@ -285,22 +285,23 @@ class LoopbackHandler(BaseHTTPRequestHandler):
 
     # Faults every wire acts out alike
 
-    def _slow(self, seconds: float) -> bool:
-        """Wait `seconds`; True to answer then, False (closing) if the server stops."""
-        if self.fake._sleep(seconds):
-            return True
-        self.close_connection = True
-        return False
-
-    def _garbage(self, body: bytes) -> bool:
-        """A 200 with a JSON content type and `body` (not JSON, or JSON of a bad shape)."""
-        self._send_bytes(200, body, "application/json")
-        return False
+    def _plain_fault(self, kind: str, seconds: float, body: bytes) -> bool | None:
+        """Act out `slow` (wait `seconds`, then answer: True, unless the server stops) or
+        `garbage` (a 200 with a JSON content type and `body`); None for any other kind."""
+        if kind == "slow":
+            if self.fake._sleep(seconds):
+                return True
+            self.close_connection = True
+            return False
+        if kind == "garbage":
+            self._send_bytes(200, body, "application/json")
+            return False
+        return None
 
     def _replay(
         self,
         events: Iterable[Any],
-        raw_end: bytes,
+        raw_end: bytes = b"\n\n",
         *,
         frame: Callable[[Any], None] | None = None,
         last: bytes = b"",
@@ -410,6 +411,15 @@ def fragments(arguments: str) -> list[str]:
     parts = 3 if len(arguments) >= 3 else 2
     cuts = [len(arguments) * i // parts for i in range(parts + 1)]
     return [arguments[a:b] for a, b in itertools.pairwise(cuts)]
+
+
+def content_text(content: Any) -> str:
+    """A message's text: the string, or the `text` of each of its parts joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""
 
 
 def number_text(value: float) -> str:
