@@ -43,6 +43,7 @@ from typing import Any, Literal, cast, get_args
 from loopback import (
     GARBAGE_BODY,
     LoopbackFake,
+    LoopbackFault,
     LoopbackHandler,
     content_text,
     fragments,
@@ -100,16 +101,10 @@ class Reply:
     chunk_size: int | None = None
 
 
-@dataclass(frozen=True)
-class Fault:
+@dataclass(frozen=True, kw_only=True)
+class Fault(LoopbackFault):
     kind: FaultKind
-    status: int
-    message: str | None
     error_type: str | None
-    retry_after: float | None
-    seconds: float
-    body: bytes
-    events: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -216,8 +211,18 @@ class FakeAnthropic(LoopbackFake[Reply, Fault]):
         """
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; expected one of {FAULT_KINDS}")
-        fault = Fault(kind, status, message, error_type, retry_after, seconds, body, tuple(events))
-        self._queue_fault(fault)
+        self._queue_fault(
+            Fault(
+                kind=kind,
+                status=status,
+                message=message,
+                error_type=error_type,
+                retry_after=retry_after,
+                seconds=seconds,
+                body=body,
+                events=tuple(events),
+            )
+        )
 
     def before_reply(self, hook: Callable[[], object]) -> None:
         """Run `hook` (in the server's thread) when the next valid message request has

@@ -45,6 +45,7 @@ from urllib.parse import parse_qs, urlsplit
 from loopback import (
     GARBAGE_BODY,
     LoopbackFake,
+    LoopbackFault,
     LoopbackHandler,
     number_text,
     pieces,
@@ -143,16 +144,10 @@ class Reply:
     usage_apart: bool = False
 
 
-@dataclass(frozen=True)
-class Fault:
+@dataclass(frozen=True, kw_only=True)
+class Fault(LoopbackFault):
     kind: FaultKind
-    status: int
-    message: str | None
     retry_delay: float | None
-    retry_after: float | None
-    seconds: float
-    body: bytes
-    events: tuple[Any, ...] = ()
 
 
 class GeminiError(Exception):
@@ -267,8 +262,18 @@ class FakeGemini(LoopbackFake[Reply, Fault]):
         """
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; expected one of {FAULT_KINDS}")
-        fault = Fault(kind, status, message, retry_delay, retry_after, seconds, body, tuple(events))
-        self._queue_fault(fault)
+        self._queue_fault(
+            Fault(
+                kind=kind,
+                status=status,
+                message=message,
+                retry_delay=retry_delay,
+                retry_after=retry_after,
+                seconds=seconds,
+                body=body,
+                events=tuple(events),
+            )
+        )
 
     # Used by the handler
 

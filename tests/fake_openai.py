@@ -33,6 +33,7 @@ from loopback import GARBAGE_BODY as GARBAGE_BODY
 from loopback import Headers as Headers
 from loopback import (
     LoopbackFake,
+    LoopbackFault,
     LoopbackHandler,
     content_text,
     fragments,
@@ -81,20 +82,14 @@ class Reply:
     same_index: bool = False
 
 
-@dataclass(frozen=True)
-class Fault:
+@dataclass(frozen=True, kw_only=True)
+class Fault(LoopbackFault):
     kind: FaultKind
-    status: int
-    message: str | None
     error_type: str | None
     code: str | None
-    retry_after: float | None
-    seconds: float
-    body: bytes
     retry_after_ms: float | None = None
     interval: float = 0.1
     size: int = 0
-    events: tuple[Any, ...] = ()
     piece: int = 1
 
 
@@ -201,14 +196,14 @@ class FakeOpenAI(LoopbackFake[Reply, Fault]):
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; expected one of {FAULT_KINDS}")
         fault = Fault(
-            kind,
-            status,
-            message,
-            error_type,
-            code,
-            retry_after,
-            seconds,
-            body,
+            kind=kind,
+            status=status,
+            message=message,
+            error_type=error_type,
+            code=code,
+            retry_after=retry_after,
+            seconds=seconds,
+            body=body,
             retry_after_ms=retry_after_ms,
             interval=interval,
             size=size,

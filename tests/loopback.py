@@ -56,6 +56,19 @@ class RecordedRequest:
     raw: bytes
 
 
+@dataclass(frozen=True, kw_only=True)
+class LoopbackFault:
+    """A queued fault, as every wire's `fail` takes it; each fake adds its own fields."""
+
+    kind: str
+    status: int
+    message: str | None
+    retry_after: float | None
+    seconds: float
+    body: bytes
+    events: tuple[Any, ...] = ()
+
+
 class LoopbackFake(Generic[ReplyT, FaultT]):
     """A fake API server in a daemon thread, for one test: what every wire has in common."""
 
