@@ -182,9 +182,9 @@ def test_a_signal_stops_calls_running_at_once_in_other_threads(
     assert [m.role for m in steps] == ["assistant"]
 
 
-def test_a_signal_while_the_model_is_awaited_keeps_the_prompt(
-    env: dict[str, str], server: FakeOpenAI, started: list[subprocess.Popen[str]]
-) -> None:
+def held_reply(server: FakeOpenAI) -> tuple[threading.Event, threading.Event]:
+    """The server's next reply held until `release` is set; `arrived` is set when its
+    request came (a handshake, not a sleep)."""
     arrived, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -192,6 +192,13 @@ def test_a_signal_while_the_model_is_awaited_keeps_the_prompt(
         release.wait(WAIT_S)
 
     server.before_reply(hold)
+    return arrived, release
+
+
+def test_a_signal_while_the_model_is_awaited_keeps_the_prompt(
+    env: dict[str, str], server: FakeOpenAI, started: list[subprocess.Popen[str]]
+) -> None:
+    arrived, release = held_reply(server)
     turn = start(env, started, "--json", "a question")
     try:
         assert arrived.wait(WAIT_S), "the request never came"
@@ -213,13 +220,7 @@ def test_a_signal_ignored_at_start_stays_ignored(
     env: dict[str, str], server: FakeOpenAI, started: list[subprocess.Popen[str]]
 ) -> None:
     """As under `nohup`: a hang-up the process was started ignoring does not stop it."""
-    arrived, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        arrived.set()
-        release.wait(WAIT_S)
-
-    server.before_reply(hold)
+    arrived, release = held_reply(server)
     argv = [sys.executable, "-m", "agctl", "-s", SID, "turn", "send", "hello", "--no-stream"]
     turn = subprocess.Popen(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
