@@ -74,7 +74,9 @@ class ToolCall(Model):
     function: ToolCallFunction
 
 
-_METADATA_FIELDS = frozenset({"created_at", "model", "usage", "tokens", "output", "output_sha256"})
+_METADATA_FIELDS = frozenset(
+    {"created_at", "model", "usage", "tokens", "output", "output_sha256", "wire_parts"}
+)
 
 
 def _is_none(value: object) -> bool:
@@ -155,6 +157,9 @@ class Message(Model):
     # sha256 of what the tool printed: kept, never sent.
     output: str | None = _optional()
     output_sha256: str | None = _optional()
+    # What only the wire a reply came from understands and needs back, by wire name
+    # (agctl.providers.base.WirePart): sent to that wire only, never to another.
+    wire_parts: dict[str, list[dict[str, Any]]] | None = _optional()
 
     @model_validator(mode="after")
     def _check_shape(self) -> Self:

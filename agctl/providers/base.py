@@ -132,13 +132,25 @@ class Finish(NamedTuple):
     type: Literal["finish"] = "finish"
 
 
-Event = TextDelta | ReasoningDelta | ToolCallDelta | Usage | Finish
+class WirePart(NamedTuple):
+    """A part of a reply that only the wire it came from understands and that must go back
+    to it unchanged: Anthropic's thinking blocks with their signatures and its redacted
+    thinking, Gemini's thought signatures. The reply keeps them on its message
+    (Message.wire_parts, by wire), and only that wire's encoder sends them again."""
+
+    wire: str
+    part: dict[str, Any]
+    type: Literal["part"] = "part"
+
+
+Event = TextDelta | ReasoningDelta | ToolCallDelta | Usage | Finish | WirePart
 EVENT_TYPES: dict[str, type[Event]] = {
     "text": TextDelta,
     "reasoning": ReasoningDelta,
     "tool_call": ToolCallDelta,
     "usage": Usage,
     "finish": Finish,
+    "part": WirePart,
 }
 
 
@@ -185,6 +197,14 @@ class ChatRequest(NamedTuple):
     # Routes the request to the cache holding its prefix (agctl.context.cache.cache_key): sent as
     # `prompt_cache_key` where the profile allows; delivery, not model input.
     cache_key: str | None = None
+    # The wire parts of the messages that have some (Message.wire_parts), by the message's
+    # position in `messages`: what a wire's encoder sends back with that message.
+    wire_parts: dict[int, dict[str, list[dict[str, Any]]]] | None = None
+    # Where the request's prefix is known to stay the same on the next turn, as counts of
+    # leading messages (the end of the system prompt and immutable zone, of the compressed
+    # zone, of the history), ascending: where a wire that caches at marks the client places
+    # (Anthropic's cache_control) puts them. Delivery, not model input.
+    breakpoints: tuple[int, ...] = ()
 
     def params(self) -> dict[str, Any]:
         """The request's parameters, each only when set (so a request without tools has
@@ -203,8 +223,17 @@ class ChatRequest(NamedTuple):
         return params
 
     def model_input(self) -> dict[str, Any]:
-        """What determines the reply: model, messages and parameters (not delivery)."""
-        return {"model": self.model, "messages": self.messages, "params": self.params()}
+        """What determines the reply: model, messages and parameters (not delivery), and the
+        messages' wire parts when they have some (so a request without any has the same
+        input, and fingerprint, as before wire parts existed)."""
+        data: dict[str, Any] = {
+            "model": self.model,
+            "messages": self.messages,
+            "params": self.params(),
+        }
+        if self.wire_parts:
+            data["wire_parts"] = [[at, self.wire_parts[at]] for at in sorted(self.wire_parts)]
+        return data
 
     def fingerprint(self) -> str:
         """A stable hash of the model input, for cassettes."""
@@ -286,6 +315,15 @@ def redacted_events(events: Iterator[Event], redactor: "Redactor") -> Iterator[E
                         name=None if event.name is None else redactor.text(event.name),
                         arguments=ready,
                     )
+            elif isinstance(event, WirePart):
+                # Opaque to agctl, but a thinking block's text may echo a secret too (its
+                # signature then fails, and the wire's server says so: never the key).
+                yield from flush()
+                part = {
+                    key: redactor.text(value) if isinstance(value, str) else value
+                    for key, value in event.part.items()
+                }
+                yield event if part == event.part else WirePart(event.wire, part)
             else:
                 yield from flush()
                 yield event

@@ -34,6 +34,15 @@ from agctl.providers.base import (
     redacted_events,
 )
 from agctl.providers.body import request_body
+from agctl.providers.fields import (
+    MAX_TOKEN_COUNT,
+    Malformed,
+    a_list,
+    a_string,
+    a_whole_number,
+    an_object,
+    kind_of,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -44,7 +53,6 @@ RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 JSON_HEADERS = {"Content-Type": "application/json"}
 # Enough of an error body to show its message; the rest is not read.
 ERROR_BODY_LIMIT = 64 * 1024
-MAX_TOKEN_COUNT = 2**63 - 1
 MAX_TOOL_INDEX = 65535
 _LINE_BREAK = re.compile(rb"\r\n|\r|\n")
 
@@ -125,69 +133,18 @@ def _server_message(body: bytes, redact: Callable[[str], str]) -> str:
 # ---- reading a reply ---------------------------------------------------------------------
 
 
-class Malformed(Exception):
-    """A field of a reply is missing or of the wrong type; the message says which."""
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def _object(value: Any, where: str, *, optional: bool = False) -> dict[str, Any]:
-    if value is None and optional:
-        return {}
-    if not isinstance(value, dict):
-        raise Malformed(f"{where} is {_kind(value)}, not an object")
-    return value
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise Malformed(f"{where} is {_kind(value)}, not a list")
-    return value
-
-
-def _string(obj: dict[str, Any], key: str, where: str) -> str | None:
-    value = obj.get(key)
-    if value is None or isinstance(value, str):
-        return value
-    raise Malformed(f"{where}.{key} is {_kind(value)}, not a string")
-
-
 def _content(message: dict[str, Any], where: str) -> str | None:
     """`content` as text: a string, or a list of text parts (some servers send those)."""
     value = message.get("content")
     if not isinstance(value, list):
-        return _string(message, "content", where)
+        return a_string(message, "content", where)
     texts = []
     for number, item in enumerate(value):
-        part = _object(item, f"{where}.content[{number}]")
+        part = an_object(item, f"{where}.content[{number}]")
         if part.get("type", "text") != "text":
             raise Malformed(f"{where}.content[{number}] is a {part['type']!r} part, not text")
-        texts.append(_string(part, "text", f"{where}.content[{number}]") or "")
+        texts.append(a_string(part, "text", f"{where}.content[{number}]") or "")
     return "".join(texts)
-
-
-def _whole_number(value: Any, where: str, ceiling: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise Malformed(f"{where} is {_kind(value)}, not a whole number")
-    if not 0 <= value <= ceiling:
-        raise Malformed(f"{where} is {value}, out of range (0 to {ceiling})")
-    return value
 
 
 class ReplyParser:
@@ -199,33 +156,33 @@ class ReplyParser:
 
     def chunk(self, data: Any) -> list[Event]:
         """Events of one streamed `chat.completion.chunk`."""
-        chunk = _object(data, "the chunk")
+        chunk = an_object(data, "the chunk")
         events: list[Event] = []
-        for number, item in enumerate(_list(chunk.get("choices"), "choices")):
+        for number, item in enumerate(a_list(chunk.get("choices"), "choices")):
             where = f"choices[{number}]"
-            choice = _object(item, where)
-            delta = _object(choice.get("delta"), f"{where}.delta", optional=True)
+            choice = an_object(item, where)
+            delta = an_object(choice.get("delta"), f"{where}.delta", optional=True)
             events += self._message(delta, f"{where}.delta", streamed=True)
-            reason = _string(choice, "finish_reason", where)
+            reason = a_string(choice, "finish_reason", where)
             if reason:
                 events.append(Finish(reason))
         return events + self._usage(chunk)
 
     def completion(self, data: Any) -> list[Event]:
         """Events of one whole `chat.completion` object."""
-        reply = _object(data, "the reply")
+        reply = an_object(data, "the reply")
         if reply.get("choices") is None:
             raise Malformed("choices is missing")
-        choices = _list(reply["choices"], "choices")
+        choices = a_list(reply["choices"], "choices")
         if not choices:
             raise Malformed("choices is empty")
-        choice = _object(choices[0], "choices[0]")
+        choice = an_object(choices[0], "choices[0]")
         if choice.get("message") is None:
             raise Malformed("choices[0].message is missing")
-        message = _object(choice["message"], "choices[0].message")
+        message = an_object(choice["message"], "choices[0].message")
         events = self._message(message, "choices[0].message", streamed=False)
         events += self._usage(reply)
-        events.append(Finish(_string(choice, "finish_reason", "choices[0]") or "stop"))
+        events.append(Finish(a_string(choice, "finish_reason", "choices[0]") or "stop"))
         self.end()
         return events
 
@@ -237,56 +194,57 @@ class ReplyParser:
 
     def _message(self, message: dict[str, Any], where: str, *, streamed: bool) -> list[Event]:
         events: list[Event] = []
-        reasoning_content = _string(message, "reasoning_content", where)
-        reasoning = reasoning_content or _string(message, "reasoning", where)
+        reasoning_content = a_string(message, "reasoning_content", where)
+        reasoning = reasoning_content or a_string(message, "reasoning", where)
         if reasoning:
             events.append(ReasoningDelta(reasoning))
         content = _content(message, where)
         if content:
             events.append(TextDelta(content))
-        for number, item in enumerate(_list(message.get("tool_calls"), f"{where}.tool_calls")):
+        for number, item in enumerate(a_list(message.get("tool_calls"), f"{where}.tool_calls")):
             events.append(self._tool_call(item, number, f"{where}.tool_calls[{number}]", streamed))
         return events
 
     def _tool_call(self, item: Any, number: int, where: str, streamed: bool) -> ToolCallDelta:
-        call = _object(item, where)
+        call = an_object(item, where)
         index = (
-            _whole_number(call.get("index", number), f"{where}.index", MAX_TOOL_INDEX)
+            a_whole_number(call.get("index", number), f"{where}.index", MAX_TOOL_INDEX)
             if streamed
             else number
         )
-        function = _object(call.get("function"), f"{where}.function", optional=streamed)
-        name = _string(function, "name", f"{where}.function")
+        function = an_object(call.get("function"), f"{where}.function", optional=streamed)
+        name = a_string(function, "name", f"{where}.function")
         if not streamed and not name:
-            raise Malformed(f"{where}.function.name is {_kind(name) if name is None else 'empty'}")
+            shown = kind_of(name) if name is None else "empty"
+            raise Malformed(f"{where}.function.name is {shown}")
         if "arguments" in function and function["arguments"] is None:
             raise Malformed(f"{where}.function.arguments is null, not a string")
-        arguments = _string(function, "arguments", f"{where}.function") or ""
+        arguments = a_string(function, "arguments", f"{where}.function") or ""
         self._calls.add(index)
         if name:
             self._named.add(index)
         return ToolCallDelta(
-            index, id=_string(call, "id", where), name=name or None, arguments=arguments
+            index, id=a_string(call, "id", where), name=name or None, arguments=arguments
         )
 
     @staticmethod
     def _usage(container: dict[str, Any]) -> list[Event]:
         """The usage event of a reply that reports one: OpenAI's counts and details, and
         DeepSeek's cache hits and misses (see Usage for what each count means)."""
-        usage = _object(container.get("usage"), "usage", optional=True)
+        usage = an_object(container.get("usage"), "usage", optional=True)
         if not usage:
             return []
 
         def count(obj: dict[str, Any], key: str, where: str = "usage") -> int | None:
             value = obj.get(key)
             return (
-                None if value is None else _whole_number(value, f"{where}.{key}", MAX_TOKEN_COUNT)
+                None if value is None else a_whole_number(value, f"{where}.{key}", MAX_TOKEN_COUNT)
             )
 
-        prompt_details = _object(
+        prompt_details = an_object(
             usage.get("prompt_tokens_details"), "usage.prompt_tokens_details", optional=True
         )
-        completion_details = _object(
+        completion_details = an_object(
             usage.get("completion_tokens_details"),
             "usage.completion_tokens_details",
             optional=True,

@@ -27,6 +27,7 @@ class ReplyBuilder:
         self.nameless: list[dict[str, str]] = []  # calls without a name: not sent back
         self.usage: base.Usage | None = None
         self.finish_reason: str | None = None
+        self.parts: dict[str, list[dict[str, object]]] = {}  # by wire, as they came
 
     def feed(self, event: base.Event) -> None:
         if isinstance(event, base.TextDelta):
@@ -45,6 +46,8 @@ class ReplyBuilder:
             self.usage = event
         elif isinstance(event, base.Finish):
             self.finish_reason = event.reason
+        elif isinstance(event, base.WirePart):
+            self.parts.setdefault(event.wire, []).append(event.part)
 
     def tool_calls(self) -> list[dict[str, object]]:
         """The calls in the wire form, each with an id; a call with no name is left out
@@ -93,4 +96,5 @@ class ReplyBuilder:
             # A reasoner's completion count includes its reasoning, which is not sent back:
             # then the content is estimated instead.
             tokens=self.usage.completion_tokens if self.usage and not self.reasoning else None,
+            wire_parts=self.parts or None,
         )
