@@ -63,6 +63,9 @@ class Usage(NamedTuple):
     # Of completion_tokens, the model's reasoning: OpenAI's
     # completion_tokens_details.reasoning_tokens, Gemini's thoughtsTokenCount.
     reasoning_tokens: int | None = None
+    # Of cache_write_tokens, those kept an hour (priced above the 5-minute ones): Anthropic's
+    # cache_creation.ephemeral_1h_input_tokens.
+    cache_write_1h_tokens: int | None = None
     type: Literal["usage"] = "usage"
 
     def counts(self) -> dict[str, int | None]:
@@ -81,6 +84,7 @@ class Usage(NamedTuple):
             for value, word in (
                 (self.cached_tokens, "cached"),
                 (self.cache_write_tokens, "written to cache"),
+                (self.cache_write_1h_tokens, "of them for 1 h"),
                 (self.reasoning_tokens, "reasoning"),
             )
             if value is not None
@@ -106,6 +110,7 @@ class Usage(NamedTuple):
             cached_tokens=count("cached_tokens"),
             cache_write_tokens=count("cache_write_tokens"),
             reasoning_tokens=count("reasoning_tokens"),
+            cache_write_1h_tokens=count("cache_write_1h_tokens"),
         )
 
 
@@ -124,6 +129,7 @@ def add_usage(first: Usage, second: Usage) -> Usage:
         cached_tokens=both(first.cached_tokens, second.cached_tokens),
         cache_write_tokens=both(first.cache_write_tokens, second.cache_write_tokens),
         reasoning_tokens=both(first.reasoning_tokens, second.reasoning_tokens),
+        cache_write_1h_tokens=both(first.cache_write_1h_tokens, second.cache_write_1h_tokens),
     )
 
 

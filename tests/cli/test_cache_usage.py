@@ -133,6 +133,7 @@ def test_openai_cache_and_reasoning_counts_are_committed_shown_and_priced(
         "cached_tokens": 1536,
         "cache_write_tokens": None,  # OpenAI reports no cache writes: not reported, not 0
         "reasoning_tokens": 40,
+        "cache_write_1h_tokens": None,
     }
     price = price_for("gpt-4o", {})
     assert price is not None and price.cache_read is not None
@@ -187,6 +188,7 @@ def test_deepseek_cache_hits_are_counted_and_priced(
         "cached_tokens": 2048,
         "cache_write_tokens": None,
         "reasoning_tokens": None,
+        "cache_write_1h_tokens": None,
     }
     price = price_for("deepseek-chat", {})
     assert price is not None

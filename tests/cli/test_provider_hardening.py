@@ -372,6 +372,7 @@ def test_well_formed_replies_with_every_optional_field_still_pass(
         "cached_tokens": None,
         "cache_write_tokens": None,
         "reasoning_tokens": None,
+        "cache_write_1h_tokens": None,
     }
 
 

@@ -38,7 +38,12 @@ KEY = "sk-agctl-test-Zq7Xw3Kp9Lm2Vb8N"
 SYSTEM = "You are terse."
 MODEL = "fake-model"
 # The counts `turn send --json` shows as null when the server gave no details of them.
-UNREPORTED = {"cached_tokens": None, "cache_write_tokens": None, "reasoning_tokens": None}
+UNREPORTED = {
+    "cached_tokens": None,
+    "cache_write_tokens": None,
+    "reasoning_tokens": None,
+    "cache_write_1h_tokens": None,
+}
 CHAT_PATH = "/v1/chat/completions"
 
 
