@@ -290,10 +290,13 @@ def test_a_profile_listing_falls_back_to_its_preset() -> None:
     assert "hunter2" not in own["base_url"]
 
 
-def test_the_request_url_of_an_openai_compatible_provider_only() -> None:
-    settings = Resolved(provider="openai", model="m", base_url="https://u:pw@h.example/v1/")
-    url = settings.request_url()
-    assert url is not None and url.endswith("@h.example/v1/chat/completions")
-    assert "pw" not in url
-    assert Resolved(provider="offline", model="m", base_url="https://h/v1").request_url() is None
-    assert Resolved(provider="openai", model="m").request_url() is None
+def test_each_wire_posts_to_its_own_endpoint_and_offline_has_none() -> None:
+    from agctl.providers import wire_for
+    from agctl.providers.base import ChatRequest
+
+    request = ChatRequest(model="m", messages=[{"role": "user", "content": "x"}])
+    openai = wire_for(Resolved(provider="openai", model="m"))
+    assert openai is not None
+    assert openai.url("https://h.example/v1/", request) == "https://h.example/v1/chat/completions"
+    assert wire_for(Resolved(provider="offline", model="m")) is None
+    assert wire_for(Resolved(provider="replay", model="m")) is None
