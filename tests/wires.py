@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from fake_anthropic import FakeAnthropic, anthropic_usage
@@ -32,11 +32,13 @@ THINKING_BUDGET = 2048
 
 class Tokens(NamedTuple):
     """A reply's usage in agctl's terms: `input` all of it, `cached` the part read from the
-    provider's cache, `output` all of the reply."""
+    provider's cache, `output` all of the reply, `reasoning` the part of it the model
+    thought."""
 
     input: int
     cached: int
     output: int
+    reasoning: int = 0
 
 
 class Call(NamedTuple):
@@ -59,6 +61,12 @@ class WireAdapter(Generic[FakeT]):
     key_header: ClassVar[str]
     # The status a wire's server sends when it is busy.
     busy_status: ClassVar[int] = 429
+    # Whether the wire's usage says how much of the output was reasoning.
+    counts_reasoning: ClassVar[bool] = True
+    # Whether the wire signs reasoning (a signature that must go back to it, unchanged),
+    # and whether the reasoning's text goes back with it.
+    signs: ClassVar[bool] = True
+    returns_reasoning: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self._fake: FakeT | None = None
@@ -89,6 +97,7 @@ class WireAdapter(Generic[FakeT]):
         *,
         sleep: Callable[[float], None] | None = None,
         thinking: bool = False,
+        api_key: str = KEY,
         **limits: Any,
     ) -> HttpProvider:
         """The provider a turn builds for a profile of this wire with `limits` (read_timeout,
@@ -98,7 +107,7 @@ class WireAdapter(Generic[FakeT]):
             provider=self.name,
             model=self.model,
             base_url=self.fake.base_url,
-            api_key=KEY,
+            api_key=api_key,
             thinking_budget=THINKING_BUDGET if thinking else None,
             **limits,
         )
@@ -117,13 +126,19 @@ class WireAdapter(Generic[FakeT]):
         streamed in pieces of `chunk_size` characters (else word by word)."""
         raise NotImplementedError
 
-    def reply_tool_calls(self, calls: list[Call]) -> None:
+    def reply_tool_calls(self, calls: Sequence[Call]) -> None:
         """Queue a reply that is these tool calls and nothing else."""
         raise NotImplementedError
 
-    def reply_reasoning(self, reasoning: str, text: str, signature: str) -> None:
+    def reply_at_the_limit(self, text: str) -> None:
+        """Queue a text reply the server cut at the request's output token limit."""
+        raise NotImplementedError
+
+    def reply_reasoning(
+        self, reasoning: str, signature: str, *, text: str | None = None, calls: Sequence[Call] = ()
+    ) -> None:
         """Queue a reply that reasons (signed with `signature` where the wire signs), then
-        answers `text`."""
+        answers `text` or makes `calls`."""
         raise NotImplementedError
 
     # Faults
@@ -174,6 +189,7 @@ class OpenAIAdapter(WireAdapter[FakeOpenAI]):
     name = "openai"
     model = "fake-model"
     key_header = "authorization"
+    signs = False
 
     def new_fake(self) -> FakeOpenAI:
         return FakeOpenAI(model=self.model, api_key=KEY)
@@ -186,14 +202,21 @@ class OpenAIAdapter(WireAdapter[FakeOpenAI]):
     ) -> None:
         usage = None
         if tokens is not None:
-            usage = openai_usage(tokens.input, tokens.output, cached=tokens.cached)
+            usage = openai_usage(
+                tokens.input, tokens.output, cached=tokens.cached, reasoning=tokens.reasoning
+            )
         self.fake.reply(text, usage=usage, chunk_size=chunk_size)
 
-    def reply_tool_calls(self, calls: list[Call]) -> None:
+    def reply_at_the_limit(self, text: str) -> None:
+        self.fake.reply(text, finish_reason="length")
+
+    def reply_tool_calls(self, calls: Sequence[Call]) -> None:
         self.fake.reply(tool_calls=[call._asdict() for call in calls])
 
-    def reply_reasoning(self, reasoning: str, text: str, signature: str) -> None:
-        self.fake.reply(text, reasoning=reasoning)
+    def reply_reasoning(
+        self, reasoning: str, signature: str, *, text: str | None = None, calls: Sequence[Call] = ()
+    ) -> None:
+        self.fake.reply(text, reasoning=reasoning, tool_calls=[call._asdict() for call in calls])
 
     def fail_status(self, status: int, *, retry_after: float | None = None) -> None:
         self.fake.fail("status", status=status, retry_after=retry_after, message="busy")
@@ -226,6 +249,9 @@ class AnthropicAdapter(WireAdapter[FakeAnthropic]):
     model = "claude-fake"
     key_header = "x-api-key"
     busy_status = 529
+    # Its output_tokens include the thinking, which no count tells apart.
+    counts_reasoning = False
+    returns_reasoning = True
 
     def new_fake(self) -> FakeAnthropic:
         return FakeAnthropic(api_key=KEY)
@@ -246,12 +272,16 @@ class AnthropicAdapter(WireAdapter[FakeAnthropic]):
             )
         self.fake.reply(text, usage=usage, chunk_size=chunk_size)
 
-    def reply_tool_calls(self, calls: list[Call]) -> None:
-        uses = [{"id": call.id, "name": call.name, "input": call.arguments} for call in calls]
-        self.fake.reply(tool_uses=uses)
+    def reply_at_the_limit(self, text: str) -> None:
+        self.fake.reply(text, stop_reason="max_tokens")
 
-    def reply_reasoning(self, reasoning: str, text: str, signature: str) -> None:
-        self.fake.reply(text, thinking=reasoning, signature=signature)
+    def reply_tool_calls(self, calls: Sequence[Call]) -> None:
+        self.fake.reply(tool_uses=_uses(calls))
+
+    def reply_reasoning(
+        self, reasoning: str, signature: str, *, text: str | None = None, calls: Sequence[Call] = ()
+    ) -> None:
+        self.fake.reply(text, thinking=reasoning, signature=signature, tool_uses=_uses(calls))
 
     def fail_status(self, status: int, *, retry_after: float | None = None) -> None:
         self.fake.fail("status", status=status, retry_after=retry_after, message="busy")
@@ -298,24 +328,38 @@ class GeminiAdapter(WireAdapter[FakeGemini]):
     busy_status = 503
 
     def new_fake(self) -> FakeGemini:
-        return FakeGemini(api_key=KEY)
+        # As Gemini 3: a function call sent back without its thought signature is refused.
+        return FakeGemini(api_key=KEY, require_signatures=True)
 
     def reply_text(
         self, text: str, *, tokens: Tokens | None = None, chunk_size: int | None = None
     ) -> None:
         usage = None
         if tokens is not None:
-            usage = gemini_usage(tokens.input, tokens.output, cached=tokens.cached)
+            # Its candidates are the answer alone: the thoughts are counted beside them.
+            usage = gemini_usage(
+                tokens.input,
+                tokens.output - tokens.reasoning,
+                cached=tokens.cached,
+                thoughts=tokens.reasoning,
+            )
         self.fake.reply(text, usage=usage, chunk_size=chunk_size)
 
-    def reply_tool_calls(self, calls: list[Call]) -> None:
-        functions = [{"id": call.id, "name": call.name, "args": call.arguments} for call in calls]
+    def reply_at_the_limit(self, text: str) -> None:
+        self.fake.reply(text, finish_reason="MAX_TOKENS")
+
+    def reply_tool_calls(self, calls: Sequence[Call]) -> None:
+        functions = _functions(calls)
         # Signed as Gemini 3 signs calls; by the calls, so the same calls sign alike.
         signature = base64.b64encode(" ".join(call.id for call in calls).encode()).decode()
         self.fake.reply(function_calls=functions, signature=signature)
 
-    def reply_reasoning(self, reasoning: str, text: str, signature: str) -> None:
-        self.fake.reply(text, thought=reasoning, signature=signature)
+    def reply_reasoning(
+        self, reasoning: str, signature: str, *, text: str | None = None, calls: Sequence[Call] = ()
+    ) -> None:
+        self.fake.reply(
+            text, thought=reasoning, signature=signature, function_calls=_functions(calls)
+        )
 
     def fail_status(self, status: int, *, retry_after: float | None = None) -> None:
         self.fake.fail("status", status=status, retry_after=retry_after, message="busy")
@@ -340,6 +384,16 @@ class GeminiAdapter(WireAdapter[FakeGemini]):
         }
         error = {"error": {"code": 503, "message": message, "status": "UNAVAILABLE"}}
         self.fake.fail("sse", events=[chunk, error])
+
+
+def _uses(calls: Sequence[Call]) -> list[dict[str, Any]]:
+    """Tool calls as Anthropic's fake takes its tool uses."""
+    return [{"id": call.id, "name": call.name, "input": call.arguments} for call in calls]
+
+
+def _functions(calls: Sequence[Call]) -> list[dict[str, Any]]:
+    """Tool calls as Gemini's fake takes its function calls."""
+    return [{"id": call.id, "name": call.name, "args": call.arguments} for call in calls]
 
 
 # A new wire joins the contract suite here (anthropic and gemini once their wire modules

@@ -150,7 +150,7 @@ def test_a_whole_and_a_streamed_reply_assemble_alike(wire: WireAdapter[Any], kin
         if kind == "tool_calls":
             wire.reply_tool_calls(CALLS)
         else:
-            wire.reply_reasoning("Let me think about the sky.", "It is blue.", SIGNATURE)
+            wire.reply_reasoning("Let me think about the sky.", SIGNATURE, text="It is blue.")
     whole, streamed = (events_of(wire, stream=stream, thinking=True) for stream in (False, True))
     assert assembled(whole) == assembled(streamed)
 
@@ -185,25 +185,55 @@ def test_tool_calls_are_assembled_each_into_one_call(
 def test_reasoning_gives_reasoning_deltas_and_its_signature(
     wire: WireAdapter[Any], stream: bool
 ) -> None:
-    wire.reply_reasoning("Let me think about the sky.", "It is blue.", SIGNATURE)
+    wire.reply_reasoning("Let me think about the sky.", SIGNATURE, text="It is blue.")
     kinds = grouped(events_of(wire, stream=stream, thinking=True))
     assert kinds["reasoning"] == [ReasoningDelta("Let me think about the sky.")]
     assert kinds["text"] == [TextDelta("It is blue.")]
     parts = kinds.get("part", [])
-    if wire.name == "openai":
-        assert parts == [], "OpenAI's reasoning is not signed: nothing to send back"
-    else:
-        assert parts, "the signature must go back to the wire"
-        assert all(isinstance(part, WirePart) and part.wire == wire.name for part in parts)
-        assert SIGNATURE in json.dumps([part._asdict() for part in parts]), parts
+    assert all(isinstance(part, WirePart) and part.wire == wire.name for part in parts)
+    assert (SIGNATURE in json.dumps([part._asdict() for part in parts])) == wire.signs, parts
 
 
 @pytest.mark.parametrize("stream", STREAMS)
 def test_cached_tokens_are_a_part_of_all_the_input(wire: WireAdapter[Any], stream: bool) -> None:
-    wire.reply_text("ok", tokens=Tokens(input=1000, cached=600, output=7))
+    wire.reply_text("ok", tokens=Tokens(input=1000, cached=600, output=70, reasoning=50))
     usage = built(events_of(wire, stream=stream)).usage
     assert usage is not None
-    assert (usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens) == (1000, 600, 7)
+    assert (usage.prompt_tokens, usage.cached_tokens) == (1000, 600)
+    assert usage.completion_tokens == 70, "the reasoning is a part of all the output"
+    assert usage.reasoning_tokens == (50 if wire.counts_reasoning else None)
+
+
+@pytest.mark.parametrize("stream", STREAMS)
+def test_a_reply_cut_at_the_token_limit_finishes_length(
+    wire: WireAdapter[Any], stream: bool
+) -> None:
+    wire.reply_at_the_limit("The beginning of a long")
+    kinds = grouped(events_of(wire, stream=stream))
+    assert kinds["text"] == [TextDelta("The beginning of a long")]
+    assert kinds["finish"] == [Finish("length")]
+
+
+@pytest.mark.parametrize("stream", STREAMS)
+def test_a_tool_loop_sends_the_reasoning_s_wire_parts_back(
+    wire: WireAdapter[Any], stream: bool
+) -> None:
+    wire.reply_reasoning("I need the forecast.", SIGNATURE, calls=CALLS[:1])
+    provider = wire.provider(thinking=True)
+    question = {"role": "user", "content": "Weather in Paris?"}
+    first = ChatRequest(model=wire.model, messages=[question], stream=stream)
+    builder = built(list(provider.stream(first)))
+    [call] = builder.tool_calls()
+    answer = {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}
+    asked = {"role": "assistant", "content": None, "tool_calls": [call]}
+    second = first._replace(
+        messages=[question, asked, answer], wire_parts={1: builder.parts} if builder.parts else None
+    )
+    # The fake refuses a history it would not take (Gemini's: a call without its signature).
+    assert grouped(list(provider.stream(second)))["finish"] == [Finish("stop")]
+    sent = wire.requests()[-1].raw.decode()
+    assert (SIGNATURE in sent) == wire.signs
+    assert ("I need the forecast." in sent) == wire.returns_reasoning
 
 
 # ---- retries -----------------------------------------------------------------------------
@@ -237,6 +267,16 @@ def test_a_bad_request_is_not_retried(wire: WireAdapter[Any]) -> None:
     assert "busy" in str(error)
     assert slept == []
     assert len(wire.requests()) == 1
+
+
+def test_a_wrong_key_is_refused_at_once_and_shown_nowhere(wire: WireAdapter[Any]) -> None:
+    slept: list[float] = []
+    wrong = "sk-wrong/Key+Xw3Kp9=Lm2Vb8NZq7"
+    error = failure(wire, stream=False, api_key=wrong, sleep=slept.append, max_retries=3)
+    assert error.status in (400, 401), error
+    assert wrong not in str(error)
+    assert slept == []
+    assert wire.requests()[0].headers[wire.key_header] == wire.key_value(wrong)
 
 
 def test_a_retry_after_beyond_max_retry_wait_fails_at_once_saying_so(
