@@ -272,16 +272,8 @@ def _matches(period: Period, prices: Any) -> bool:
     """Whether `period` costs what genai-prices computes from `prices` for each probe."""
     if period.rates is None:
         return True
-    from genai_prices import Usage as Counts
-
     for prompt, completion, read, write, write_1h in _probes(period.rates):
-        counts = Counts(input_tokens=prompt, output_tokens=completion)
-        if read:
-            counts.cache_read_tokens = read
-        if write:
-            counts.cache_write_tokens = write
-        if write_1h:
-            counts.cache_write_1h_tokens = write_1h
+        counts = database_usage(prompt, completion, read, write, write_1h)
         try:
             expected = prices.calc_price(counts)["total_price"]
         except (ValueError, ArithmeticError):
@@ -289,6 +281,20 @@ def _matches(period: Period, prices: Any) -> bool:
         if cost_at(period.rates, prompt, completion, read, write, write_1h) != expected:
             return False
     return True
+
+
+def database_usage(prompt: int, completion: int, read: int, write: int, write_1h: int) -> Any:
+    """A request's counts as genai-prices takes them (a cache count 0 left unset)."""
+    from genai_prices import Usage as Counts
+
+    counts = Counts(input_tokens=prompt, output_tokens=completion)
+    if read:
+        counts.cache_read_tokens = read
+    if write:
+        counts.cache_write_tokens = write
+    if write_1h:
+        counts.cache_write_1h_tokens = write_1h
+    return counts
 
 
 def installed_key() -> str | None:

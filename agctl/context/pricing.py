@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from agctl.context.price_sheets import PriceSheets, Tiered, find_model
+from agctl.context.price_sheets import PriceSheets, Tiered, database_usage, find_model
 
 if TYPE_CHECKING:
     from agctl.providers.base import Usage
@@ -148,8 +148,8 @@ def cost_of(
                 )
                 cost = None if exact is None else float(exact)
             else:
-                counts = (prompt_tokens, completion_tokens, read, write, write_1h)
-                cost = _database_cost(model, *counts)
+                counts = database_usage(prompt_tokens, completion_tokens, read, write, write_1h)
+                cost = _database_cost(model, counts)
             if cost is not None:
                 return cost
     price = Price(*override) if override is not None else _lookup(model, LOCAL_PRICES)
@@ -169,14 +169,10 @@ def cost_of(
     return dollars / 1_000_000
 
 
-def _database_cost(
-    model: str, prompt: int, completion: int, read: int, write: int, write_1h: int
-) -> float | None:
+def _database_cost(model: str, counts: Any) -> float | None:
     """genai-prices' own cost of the request, for a model whose sheet does not give it
     (priced by rules the sheet does not follow); None when it prices no input or output
     token now."""
-    from genai_prices import Usage as Counts
-
     found = find_model(model)
     if found is None:
         return None
@@ -184,13 +180,6 @@ def _database_cost(
     prices = info.get_prices(_now())
     if getattr(prices, "input_mtok", None) is None or getattr(prices, "output_mtok", None) is None:
         return None
-    counts = Counts(input_tokens=prompt, output_tokens=completion)
-    if read:
-        counts.cache_read_tokens = read
-    if write:
-        counts.cache_write_tokens = write
-    if write_1h:
-        counts.cache_write_1h_tokens = write_1h
     return float(info.calc_price(counts, provider).total_price)
 
 

@@ -146,13 +146,7 @@ def _check(request: tuple[Any, Any, int, int, int, int, int, datetime]) -> None:
     if not _priced_by_text(prices):
         assert kept.cost(prompt, completion, read, write, when, write_1h=write_1h) is None
         return
-    counts = Counts(input_tokens=prompt, output_tokens=completion)
-    if read:
-        counts.cache_read_tokens = read
-    if write:
-        counts.cache_write_tokens = write
-    if write_1h:
-        counts.cache_write_1h_tokens = write_1h
+    counts = price_sheets.database_usage(prompt, completion, read, write, write_1h)
     if _claude_without_1h_price(model, prices):
         # genai-prices would bill an hour's writes as 5 minutes' (as it does when it has
         # no 1-hour price): its own computation with Anthropic's 1-hour price added.
@@ -269,6 +263,43 @@ def test_the_configs_1h_write_price_wins(path: Path, monkeypatch: pytest.MonkeyP
     unset = cost(Price(1.0, 2.0, 0.1, 1.5))
     assert unset == pytest.approx((fresh + read + 8_000 * 1.5 + 100 * 2.0) / 1e6)
     assert not path.exists()
+
+
+def test_a_model_genai_prices_prices_itself_has_its_hours_writes_priced_by_it(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sheet whose costs are not genai-prices' (a model priced by rules it does not
+    follow) leaves the cost to genai-prices, the writes kept an hour included."""
+    from genai_prices import calc_price
+
+    sheet = resolve("claude-sonnet-4-6")
+    assert sheet is not None
+    monkeypatch.setattr(price_sheets, "resolve", lambda name: sheet._replace(exact=False))
+    cost = cost_of(
+        "claude-sonnet-4-6",
+        10_000,
+        100,
+        cached_tokens=1_000,
+        cache_write_tokens=8_000,
+        cache_write_1h_tokens=3_000,
+        sheets=PriceSheets(path),
+    )
+    counts = Counts(
+        input_tokens=10_000,
+        output_tokens=100,
+        cache_read_tokens=1_000,
+        cache_write_tokens=8_000,
+        cache_write_1h_tokens=3_000,
+    )
+    assert cost == float(calc_price(counts, "claude-sonnet-4-6").total_price)
+    assert cost != cost_of(
+        "claude-sonnet-4-6",
+        10_000,
+        100,
+        cached_tokens=1_000,
+        cache_write_tokens=8_000,
+        sheets=PriceSheets(path),
+    )
 
 
 def test_a_sheet_kept_before_1h_prices_is_made_again(path: Path) -> None:
