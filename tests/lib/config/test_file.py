@@ -83,6 +83,13 @@ def test_set_dotted_keys_with_validation(config_store: ConfigFile) -> None:
     assert config_store.load().price_overrides() == {"my-model": Price(2.0, 3.0, 0.2)}
     with pytest.raises(UsageError, match="cache_write"):
         config_store.set("prices.my-model.cache_write", "-1")
+    # And the price of the cache writes kept an hour.
+    config_store.set("prices.my-model.cache_write_1h", "4")
+    assert config_store.load().price_overrides() == {
+        "my-model": Price(2.0, 3.0, 0.2, cache_write_1h=4.0)
+    }
+    with pytest.raises(UsageError, match="cache_write_1h"):
+        config_store.set("prices.my-model.cache_write_1h", "-1")
     with pytest.raises(UsageError, match="max_retries"):
         config_store.set("max_retries", "many")
     with pytest.raises(UsageError):
