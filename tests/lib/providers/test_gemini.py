@@ -1,5 +1,6 @@
 """The Gemini wire (agctl.providers.gemini): the exact bytes it sends, each accepted by the
-fake Gemini server, and its replies read, whole and streamed, from that server."""
+fake Gemini server, and its replies read, whole and streamed, from that server; then the
+same over the shared HTTP transport, as a gemini profile gets it."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ import pytest
 from fake_gemini import FakeGemini, gemini_usage, prompt_chars
 
 from agctl.base.errors import ProviderError, UsageError
+from agctl.config.file import Resolved
+from agctl.providers import build_provider
 from agctl.providers.base import (
     ChatRequest,
     Event,
     Finish,
+    Provider,
     ReasoningDelta,
     TextDelta,
     ToolCallDelta,
@@ -655,3 +659,87 @@ def test_a_malformed_stream_chunk_is_named() -> None:
         parser.chunk("data")
     with pytest.raises(Malformed, match=r"parts\[1\].functionCall.args is a string"):
         parser.chunk(whole(parts({"text": "a"}, {"functionCall": {"name": "f", "args": "{}"}})))
+
+
+# ---- over HTTP: the shared transport, as build_provider makes it --------------------------
+
+
+def provider(server: FakeGemini, **settings: Any) -> Provider:
+    """The provider a gemini profile pointed at the fake gets."""
+    return build_provider(
+        Resolved(provider="gemini", model=MODEL, base_url=server.base_url, api_key=KEY, **settings)
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_reply_over_http_whole_and_streamed(gemini: FakeGemini, stream: bool) -> None:
+    gemini.reply("Hello there.", usage=gemini_usage(12, 4))
+    chat = request(system("Be brief."), user("hi"), stream=stream)
+    events = list(provider(gemini).stream(chat))
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Hello there."
+    assert [e for e in events if isinstance(e, Usage | Finish)] == [Usage(12, 4), Finish("stop")]
+    (sent,) = gemini.requests
+    # (The fake streams SSE only when asked ?alt=sse: the events above say it was.)
+    method = "streamGenerateContent" if stream else "generateContent"
+    assert sent.path == f"/v1beta/models/{MODEL}:{method}"
+    assert sent.headers["x-goog-api-key"] == KEY
+    assert "authorization" not in sent.headers
+    assert sent.raw == GeminiWire().body(chat)
+
+
+def test_a_signed_tool_loop_over_http(gemini: FakeGemini) -> None:
+    """Gemini 3's loop: each step's calls come signed and with ids, and go back so; a turn
+    that lost them is refused by the server, as Gemini refuses it."""
+    gemini.require_signatures = True
+    model = provider(gemini, thinking_budget=512)
+    first = request(user("weather in Oslo and Rome?"), tools=[WEATHER], stream=True)
+    gemini.reply(
+        thought="Both at once.",
+        function_calls=[
+            {"name": "weather", "args": {"city": "Oslo"}, "id": "fc-a"},
+            {"name": "weather", "args": {"city": "Rome"}, "id": "fc-b"},
+        ],
+    )
+    events = list(model.stream(first))
+    assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "Both at once."
+    assert events[-1] == Finish("tool_calls")
+    second = continued(first, events, result("fc-b", "sun"), result("fc-a", "rain"))
+    gemini.reply("Rain in Oslo, sun in Rome.")
+    assert list(model.stream(second))[-1] == Finish("stop")
+    model_turn, answers = gemini.requests[-1].body["contents"][1:]
+    signed = [part for part in model_turn["parts"] if "thoughtSignature" in part]
+    assert [part["functionCall"]["id"] for part in signed] == ["fc-a"]
+    assert [part["functionResponse"] for part in answers["parts"]] == [
+        {"id": "fc-b", "name": "weather", "response": {"result": "sun"}},
+        {"id": "fc-a", "name": "weather", "response": {"result": "rain"}},
+    ]
+    with pytest.raises(ProviderError, match=r"400 .*missing a `thought_signature`"):
+        list(model.stream(second._replace(wire_parts=None)))
+
+
+def test_the_second_turn_reports_the_implicit_cache_as_cached_tokens(gemini: FakeGemini) -> None:
+    model = provider(gemini)
+    first = request(system("Answer in the voice of a ship's log. " * 30), user("Day one?"))
+    events = list(model.stream(first))
+    assert [e.cached_tokens for e in events if isinstance(e, Usage)] == [None]
+    second = continued(first, events, user("Day two?"))
+    events = list(model.stream(second._replace(stream=True)))
+    (usage,) = [e for e in events if isinstance(e, Usage)]
+    assert usage.cached_tokens == prompt_chars(payload(first)) // 4
+    assert 0 < usage.cached_tokens < usage.prompt_tokens
+
+
+def test_a_stream_cut_before_its_finish_is_a_provider_error(gemini: FakeGemini) -> None:
+    text = {"candidates": [{"content": {"parts": [{"text": "half"}], "role": "model"}}]}
+    gemini.fail("sse", events=[text])
+    with pytest.raises(ProviderError, match=r"malformed stream from .*ended before a finish"):
+        list(provider(gemini).stream(request(user("x"), stream=True)))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_blocked_prompt_over_http_is_not_retried(gemini: FakeGemini, stream: bool) -> None:
+    gemini.reply(block_reason="SAFETY")
+    with pytest.raises(ProviderError, match=r"blocked \(SAFETY\)") as raised:
+        list(provider(gemini).stream(request(user("x"), stream=stream)))
+    assert raised.value.exit_code == 6
+    assert len(gemini.requests) == 1
