@@ -98,7 +98,8 @@ class GeminiWire:
         return orjson.dumps(self.payload(request))
 
     def payload(self, request: ChatRequest) -> dict[str, Any]:
-        """The request as a GenerateContentRequest (the model is in the URL)."""
+        """The request as a GenerateContentRequest (the model is in the URL; Gemini has no
+        counterpart of parallel_tool_calls, which is left out)."""
         system, contents = _contents(request)
         payload: dict[str, Any] = {}
         if system:
