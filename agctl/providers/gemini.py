@@ -129,6 +129,23 @@ class GeminiWire:
     def parser(self) -> GeminiParser:
         return GeminiParser()
 
+    def retry_delay(self, error: dict[str, Any]) -> float | None:
+        """The `retryDelay` of a google.rpc.RetryInfo detail ("30s", "1.5s"), if any."""
+        details = error.get("error")
+        details = details.get("details") if isinstance(details, dict) else None
+        for detail in details if isinstance(details, list) else ():
+            if not isinstance(detail, dict) or not str(detail.get("@type", "")).endswith(
+                "google.rpc.RetryInfo"
+            ):
+                continue
+            delay = detail.get("retryDelay")
+            if isinstance(delay, str) and delay.endswith("s"):
+                try:
+                    return max(float(delay[:-1]), 0.0)
+                except ValueError:
+                    return None
+        return None
+
 
 # ---- the request -------------------------------------------------------------------------
 

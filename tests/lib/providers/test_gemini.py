@@ -743,3 +743,22 @@ def test_a_blocked_prompt_over_http_is_not_retried(gemini: FakeGemini, stream: b
         list(provider(gemini).stream(request(user("x"), stream=stream)))
     assert raised.value.exit_code == 6
     assert len(gemini.requests) == 1
+
+
+def test_a_429_waits_the_retry_delay_its_body_asks_for(gemini: FakeGemini) -> None:
+    """Gemini says how long to wait in the error body (google.rpc.RetryInfo), not in a
+    Retry-After header: that wait is kept, and one past max_retry_wait fails at once."""
+    from agctl.providers.http import HttpProvider, HttpSettings
+
+    waits: list[float] = []
+    settings = HttpSettings(base_url=gemini.base_url, api_key=KEY, max_retry_wait=10)
+    model = HttpProvider(GeminiWire(), settings, sleep=waits.append)
+    gemini.fail("status", status=429, retry_delay=2.5)
+    gemini.reply("after the wait")
+    events = list(model.stream(request(user("x"))))
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "after the wait"
+    assert waits == [2.5]
+    gemini.fail("status", status=429, retry_delay=30)
+    with pytest.raises(ProviderError, match=r"asks to wait 30 s .*max_retry_wait"):
+        list(model.stream(request(user("x"))))
+    assert waits == [2.5]
