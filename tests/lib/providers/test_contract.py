@@ -46,14 +46,7 @@ KEY_HEADERS = ("authorization", "x-api-key", "x-goog-api-key")
 
 # What a wire does not do yet, by test and wire: the test runs and must fail (strict xfail),
 # so the day it passes the entry goes.
-KNOWN_GAPS: dict[tuple[str, str], str] = {
-    ("test_a_busy_server_s_wait_in_the_wire_s_own_terms_is_waited_out", "gemini"): (
-        "Gemini says how long to wait in its error body (google.rpc.RetryInfo retryDelay), "
-        "which the transport (agctl/providers/http.py) never reads: it reads only the "
-        "Retry-After and retry-after-ms headers, and the Wire protocol has no hook for a "
-        "body's wait, so the retry waits a random backoff instead"
-    ),
-}
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 
 @pytest.fixture(params=list(WIRES))
@@ -279,11 +272,15 @@ def test_a_wrong_key_is_refused_at_once_and_shown_nowhere(wire: WireAdapter[Any]
     assert wire.requests()[0].headers[wire.key_header] == wire.key_value(wrong)
 
 
-def test_a_retry_after_beyond_max_retry_wait_fails_at_once_saying_so(
-    wire: WireAdapter[Any],
+@pytest.mark.parametrize("said", ["retry-after", "own-terms"])
+def test_a_wait_beyond_max_retry_wait_fails_at_once_saying_so(
+    wire: WireAdapter[Any], said: str
 ) -> None:
     slept: list[float] = []
-    wire.fail_status(wire.busy_status, retry_after=90)
+    if said == "retry-after":
+        wire.fail_status(wire.busy_status, retry_after=90)
+    else:
+        wire.fail_busy(90)
     error = failure(wire, stream=False, sleep=slept.append, max_retries=3, max_retry_wait=30)
     assert "wait 90 s" in str(error) and "max_retry_wait (30 s)" in str(error)
     assert slept == []
