@@ -16,12 +16,15 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from wires import KEY, WIRES, Call, Tokens, WireAdapter
 
 from agctl.base.errors import ProviderError
 from agctl.base.redact import MARK
 from agctl.cli import cli
 from agctl.providers.base import (
+    EVENT_TYPES,
     ChatRequest,
     Event,
     Finish,
@@ -384,6 +387,61 @@ def test_a_broken_reply_is_a_provider_error_naming_the_url(
     getattr(wire, queue)()
     message = str(failure(wire, stream=stream, max_retries=0))
     assert all(fragment in message for fragment in fragments), message
+
+
+# The names and values the wires' parsers look for, so that random replies reach deep
+# into each parser instead of failing at its first field.
+FIELDS = (  # noqa: SIM905 (words, not a list to read one a line)
+    "choices message delta content reasoning_content tool_calls index id function name "
+    "arguments finish_reason usage prompt_tokens completion_tokens prompt_tokens_details "
+    "cached_tokens type content_block input partial_json thinking signature text "
+    "stop_reason input_tokens output_tokens cache_read_input_tokens cache_creation "
+    "candidates parts role thought thoughtSignature functionCall args finishReason "
+    "usageMetadata promptTokenCount candidatesTokenCount cachedContentTokenCount "
+    "promptFeedback blockReason error"
+).split()
+WORDS = (  # noqa: SIM905 (words, not a list to read one a line)
+    "message_start content_block_start content_block_delta content_block_stop "
+    "message_delta message_stop ping text_delta input_json_delta thinking_delta "
+    "signature_delta text tool_use thinking redacted_thinking end_turn max_tokens STOP "
+    "MAX_TOKENS SAFETY model assistant function stop tool_calls"
+).split()
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-1, 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from(WORDS)
+    | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(FIELDS), inner),
+    max_leaves=16,
+)
+
+
+@settings(
+    max_examples=40,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(replies=st.lists(JSON, min_size=1, max_size=4), stream=st.booleans())
+def test_any_json_reply_gives_events_or_a_provider_error(
+    wire: WireAdapter[Any], replies: list[Any], stream: bool
+) -> None:
+    """A whole reply of any JSON, or a stream of any JSON chunks: events, or a
+    ProviderError naming the URL; never another exception, never a hang."""
+    if stream:
+        body = b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in replies)
+    else:
+        body = json.dumps(replies[0]).encode()
+    wire.fake_fail("garbage", body=body)
+    try:
+        events = events_of(wire, stream=stream, max_retries=0)
+    except ProviderError as error:
+        assert wire.fake.base_url in str(error), error
+    else:
+        assert all(isinstance(event, tuple(EVENT_TYPES.values())) for event in events), events
 
 
 def test_an_error_object_mid_stream_fails_with_its_message(wire: WireAdapter[Any]) -> None:
