@@ -515,6 +515,7 @@ class _Block:
         self.kind = kind
         self.thinking: list[str] = []
         self.signature = ""
+        self.has_input = False
 
 
 class StreamParser:
@@ -618,6 +619,7 @@ class StreamParser:
         elif kind == ("tool_use", "input_json_delta"):
             arguments = a_string(delta, "partial_json", where)
             if arguments:
+                block.has_input = True
                 return [ToolCallDelta(index, arguments=arguments)]
         # Others (citations, a server tool's input) are not agctl's to read.
         return []
@@ -629,4 +631,7 @@ class StreamParser:
             raise Malformed(f"content_block_stop for block {index}, which has not started")
         if block.kind == "thinking":
             return [_thinking_part("".join(block.thinking), block.signature)]
+        if block.kind == "tool_use" and not block.has_input:
+            # A call without arguments streams none (or ""): its input is {}, as whole.
+            return [ToolCallDelta(index, arguments="{}")]
         return []

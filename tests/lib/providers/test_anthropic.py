@@ -456,7 +456,7 @@ ZONE_ENDS = (1, 3, 4, 9)
 def test_a_mark_ends_each_zone_on_the_block_that_ends_it(fake: FakeAnthropic) -> None:
     unsent = copy.deepcopy(ZONED)
     body = decoded(ChatRequest(MODEL, ZONED, breakpoints=ZONE_ENDS))
-    assert ZONED == unsent  # the marks are on the body's blocks, not on the request's
+    assert unsent == ZONED  # the marks are on the body's blocks, not on the request's
     assert marks(body) == {
         "system.0": EPHEMERAL,
         "messages.1.content.0": EPHEMERAL,  # "Noted.": the immutable zone's end
@@ -895,6 +895,26 @@ def test_a_malformed_event_names_where(stream: list[Any], message: str) -> None:
     with pytest.raises(Malformed, match=message):
         for data in stream:
             parser.chunk(data)
+
+
+def test_a_streamed_tool_use_without_input_has_the_arguments_of_a_whole_one() -> None:
+    clock = {"type": "tool_use", "id": "toolu_1", "name": "clock", "input": {}}
+    nothing = {"type": "input_json_delta", "partial_json": ""}
+    stream = [
+        START,
+        {"type": "content_block_start", "index": 0, "content_block": clock},
+        {"type": "content_block_delta", "index": 0, "delta": nothing},
+        {"type": "content_block_stop", "index": 0},
+        *STOP,
+    ]
+    events = events_of(WIRE, stream)
+    assert events[:2] == [
+        ToolCallDelta(0, id="toolu_1", name="clock"),
+        ToolCallDelta(0, arguments="{}"),
+    ]
+    assert WIRE.reply({"content": [clock]})[0] == ToolCallDelta(
+        0, id="toolu_1", name="clock", arguments="{}"
+    )
 
 
 def test_a_stream_without_its_start_or_with_a_nameless_tool_use_fails_at_its_end() -> None:
