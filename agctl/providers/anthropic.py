@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
@@ -67,6 +68,7 @@ DEFAULT_MIN_CACHE_TOKENS = 1024
 BYTES_PER_TOKEN = 4
 # Blocks the API refuses a cache_control mark on.
 UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
+_NOT_IN_TOOL_ID = re.compile(r"[^a-zA-Z0-9_-]")
 # OpenAI's tool_choice modes as Anthropic's.
 TOOL_CHOICES = {"auto": "auto", "none": "none", "required": "any"}
 
@@ -239,7 +241,7 @@ class _Encoding:
             if role == "tool":
                 result = {
                     "type": "tool_result",
-                    "tool_use_id": message.get("tool_call_id"),
+                    "tool_use_id": _tool_id(message.get("tool_call_id")),
                     "content": _tool_content(content, number),
                 }
                 if in_tool_run:
@@ -410,12 +412,19 @@ def _assistant_blocks(
         blocks.append(
             {
                 "type": "tool_use",
-                "id": call.get("id"),
+                "id": _tool_id(call.get("id")),
                 "name": function.get("name"),
                 "input": _tool_input(function.get("arguments") or ""),
             }
         )
     return blocks
+
+
+def _tool_id(call_id: Any) -> Any:
+    """A call's id as the API accepts one (letters, digits, _ and -): another wire's id
+    (`functions.get_weather:0`) with every other character as `_`, the same in the call
+    and in its result."""
+    return _NOT_IN_TOOL_ID.sub("_", call_id) if isinstance(call_id, str) else call_id
 
 
 def _tool_input(arguments: str) -> dict[str, Any]:

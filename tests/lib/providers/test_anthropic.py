@@ -308,6 +308,21 @@ def test_a_tool_loop_sends_tool_uses_and_their_results_in_one_user_message(
     accepted(fake, WIRE.body(request))
 
 
+def test_another_wires_call_ids_are_made_ones_the_api_accepts(fake: FakeAnthropic) -> None:
+    request = ChatRequest(
+        MODEL,
+        [
+            user("weather?"),
+            assistant(None, ("functions.weather:0", "weather", "{}")),
+            tool("functions.weather:0", "18 C"),
+        ],
+    )
+    body = decoded(request)
+    assert body["messages"][1]["content"][0]["id"] == "functions_weather_0"
+    assert body["messages"][2]["content"][0]["tool_use_id"] == "functions_weather_0"
+    accepted(fake, WIRE.body(request))
+
+
 THINKING = {"type": "thinking", "thinking": "Paris first.", "signature": "c2lnbmF0dXJl"}
 REDACTED = {"type": "redacted_thinking", "data": "ZW5jcnlwdGVk"}
 
