@@ -33,8 +33,24 @@ Zone = Literal["immutable", "compressed", "messages"]
 ZONES: tuple[Zone, ...] = get_args(Zone)
 
 # The provider kinds a profile or `--provider` can name.
-ProviderName = Literal["openai", "offline", "replay"]
+ProviderName = Literal["openai", "anthropic", "gemini", "offline", "replay"]
 PROVIDERS: tuple[ProviderName, ...] = get_args(ProviderName)
+# Those that send requests over HTTP, each in its own wire format (agctl.providers.wire).
+WIRES: tuple[ProviderName, ...] = ("openai", "anthropic", "gemini")
+# The variables a wire's own service reads its key from, first found first (Google's SDK
+# prefers GOOGLE_API_KEY when both are set), and the one its base URL may come from.
+KEY_VARIABLES: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "gemini": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
+}
+BASE_URL_VARIABLES: dict[str, str] = {
+    "openai": "OPENAI_BASE_URL",
+    "anthropic": "ANTHROPIC_BASE_URL",
+}
+# How long a cache entry an Anthropic breakpoint writes is kept: a profile setting.
+CacheTtl = Literal["5m", "1h"]
+CACHE_TTLS: tuple[CacheTtl, ...] = get_args(CacheTtl)
 # How `turn replay --check` compares a reply with the recorded one.
 CheckMode = Literal["exact", "contains", "regex"]
 CHECK_MODES: tuple[CheckMode, ...] = get_args(CheckMode)
@@ -62,11 +78,13 @@ TOOLS_COUNTED: tuple[ToolsCounted, ...] = get_args(ToolsCounted)
 
 
 class Preset(NamedTuple):
-    """A known OpenAI-compatible service: usable as a profile name with no configuration."""
+    """A known service: usable as a profile name with no configuration. Its wire is
+    `provider`'s (most speak OpenAI's)."""
 
     base_url: str
     key_env: str | None
     model: str | None
+    provider: ProviderName = "openai"
 
 
 PRESETS: dict[str, Preset] = {
@@ -80,9 +98,21 @@ PRESETS: dict[str, Preset] = {
     "openrouter": Preset(
         "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY", "openai/gpt-4o-mini"
     ),
+    "anthropic": Preset(
+        "https://api.anthropic.com", "ANTHROPIC_API_KEY", "claude-sonnet-4-5", "anthropic"
+    ),
+    "gemini": Preset(
+        "https://generativelanguage.googleapis.com", "GEMINI_API_KEY", "gemini-2.5-flash", "gemini"
+    ),
 }
 PRESET_NAMES: tuple[str, ...] = tuple(PRESETS)
-PRESET_ALIASES = {"llama.cpp": "llamacpp", "lm-studio": "lmstudio", "glm": "zhipu"}
+PRESET_ALIASES = {
+    "llama.cpp": "llamacpp",
+    "lm-studio": "lmstudio",
+    "glm": "zhipu",
+    "claude": "anthropic",
+    "google": "gemini",
+}
 
 # What `session set KEY` and `Store.update_session` may change.
 SessionSetting = Literal[

@@ -26,7 +26,18 @@ from agctl.base.ids import validate_id
 from agctl.base.paths import default_config_path
 from agctl.base.redact import mask_url
 from agctl.base.validation import validation_summary
-from agctl.base.vocab import CONFIG_KEYS, PRESET_ALIASES, PRESETS, PROVIDERS, Preset, ProviderName
+from agctl.base.vocab import (
+    BASE_URL_VARIABLES,
+    CONFIG_KEYS,
+    KEY_VARIABLES,
+    PRESET_ALIASES,
+    PRESETS,
+    PROVIDERS,
+    WIRES,
+    CacheTtl,
+    Preset,
+    ProviderName,
+)
 from agctl.context.models import (
     EAGER,
     Deferred,
@@ -39,7 +50,6 @@ from agctl.context.models import (
     _optional,
 )
 from agctl.context.pricing import Price as PriceRow
-from agctl.providers.base import chat_completions_url
 from agctl.storage.urls import (
     STORED_PASSWORD,
     check_role,
@@ -102,6 +112,12 @@ class Profile(Model):
     # Send prompt_cache_key (OpenAI's cache routing); None: only to OpenAI itself, since
     # another server may refuse a field it does not know.
     prompt_cache_key: bool | None = Field(default=None, exclude_if=_is_none)
+    # The Anthropic wire: how long the cache entries its breakpoints write are kept (None:
+    # 5 minutes); writes kept an hour cost more (agctl.context.pricing).
+    cache_ttl: CacheTtl | None = Field(default=None, exclude_if=_is_none)
+    # The Anthropic and Gemini wires: the model's thinking budget in tokens (None: the
+    # model's default; Anthropic thinks only when given one, of at least 1024).
+    thinking_budget: int | None = Field(default=None, ge=0, exclude_if=_is_none)
     # Tools by name, overriding the config's of the same name for turns of this profile.
     tools: LazyToolTable = Field(default_factory=_empty_dict, exclude_if=_is_empty)
     # Run after the config's own hooks of the same event, when this profile is in use.
@@ -117,7 +133,11 @@ class Profile(Model):
 
 
 def profile_from(fields: Mapping[str, Any]) -> Profile:
-    """A validated profile, or a UsageError saying which field is wrong."""
+    """A validated profile, or a UsageError saying which field is wrong; without a
+    provider, its preset's (else openai)."""
+    if fields.get("provider") is None and isinstance(fields.get("preset"), str):
+        preset = preset_named(fields["preset"])
+        fields = {**fields, "provider": preset.provider if preset is not None else None}
     try:
         return Profile.model_validate({k: v for k, v in fields.items() if v is not None})
     except ValidationError as exc:
@@ -133,6 +153,8 @@ class Price(Model):
     # override names the whole price, so no table's cache price is mixed into it).
     cache_read: float | None = _optional(ge=0)
     cache_write: float | None = _optional(ge=0)
+    # Of the writes, those kept an hour (Anthropic's 1-hour TTL); unset: the write price.
+    cache_write_1h: float | None = _optional(ge=0)
 
 
 class StoreSettings(Model):
@@ -228,7 +250,7 @@ class Config(Document):
 
     def price_overrides(self) -> dict[str, PriceRow]:
         return {
-            name: PriceRow(p.prompt, p.completion, p.cache_read, p.cache_write)
+            name: PriceRow(p.prompt, p.completion, p.cache_read, p.cache_write, p.cache_write_1h)
             for name, p in self.prices.items()
         }
 
@@ -474,6 +496,8 @@ class Resolved:
     max_reply_bytes: int = 16 * 1024 * 1024
     max_retry_wait: float = 60.0
     prompt_cache_key: bool = False
+    cache_ttl: CacheTtl = "5m"
+    thinking_budget: int | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     def public(self) -> dict[str, Any]:
@@ -487,13 +511,6 @@ class Resolved:
             "headers": sorted(self.headers),
             "sources": self.sources,
         }
-
-    def request_url(self) -> str | None:
-        """Where a turn's request would go, its password masked (as `--dry-run` shows it):
-        the chat-completions URL of an OpenAI-compatible provider, else None."""
-        if self.provider != "openai" or not self.base_url:
-            return None
-        return mask_url(chat_completions_url(self.base_url))
 
 
 def _checked_key(key: str, source: str) -> str:
@@ -538,8 +555,8 @@ def resolve(
     if name is not None:
         if name in config.profiles:
             chosen = config.profiles[name]
-        elif preset_named(name) is not None:
-            chosen = Profile(provider="openai", preset=name)
+        elif (named_preset := preset_named(name)) is not None:
+            chosen = Profile(provider=named_preset.provider, preset=name)
         else:
             known = ", ".join(sorted(config.profiles)) or "none"
             raise NotFound(
@@ -555,47 +572,55 @@ def resolve(
     )
     if provider not in PROVIDERS:
         raise UsageError(f"unknown provider {provider!r}; choose from {', '.join(PROVIDERS)}")
-    # No preset and no base URL anywhere means OpenAI itself.
+    wire = provider in WIRES
+    # No preset and no base URL anywhere means the wire's own service (OpenAI, Anthropic,
+    # Google), named by its preset of the same name.
     unaimed = preset is None and chosen.base_url is None and not env.get("AGCTL_BASE_URL")
-    implicit = PRESETS["openai"] if unaimed else None
+    implicit = PRESETS[provider] if unaimed and wire else None
+    home = f"preset {provider}"
     endpoint = preset or implicit
     chosen_model, model_source = _first(
         ("flag", model),
         ("AGCTL_MODEL", env.get("AGCTL_MODEL")),
         ("session", session.model if session else None),
         ("profile", chosen.model),
-        ("preset", endpoint.model if endpoint and provider == "openai" else None),
-        ("default", OFFLINE_MODEL if provider != "openai" else None),
+        ("preset", endpoint.model if endpoint and wire else None),
+        ("default", OFFLINE_MODEL if not wire else None),
     )
     if chosen_model is None:
         raise UsageError(
             f"no model for provider {provider!r}",
             hint="pass --model, set AGCTL_MODEL, or set one in the profile",
         )
+    base_variable = BASE_URL_VARIABLES.get(provider)
     base_url, base_source = _first(
         ("AGCTL_BASE_URL", env.get("AGCTL_BASE_URL")),
         ("profile", chosen.base_url),
         ("preset", preset.base_url if preset else None),
-        ("OPENAI_BASE_URL", env.get("OPENAI_BASE_URL")),
-        ("preset openai", implicit.base_url if implicit else None),
+        (str(base_variable), env.get(base_variable) if base_variable else None),
+        (home, implicit.base_url if implicit else None),
     )
     keys: list[tuple[str, Any]] = [("AGCTL_API_KEY", env.get("AGCTL_API_KEY"))]
     if chosen.api_key_env:
         keys.append((f"${chosen.api_key_env}", env.get(chosen.api_key_env)))
     keys.append(("profile", chosen.api_key))
+    own_keys = KEY_VARIABLES.get(provider, ())
     if preset is not None and preset.key_env:
-        keys.append((f"${preset.key_env}", env.get(preset.key_env)))
-    if preset is None and base_source in ("OPENAI_BASE_URL", "preset openai"):
-        # Only toward OpenAI (or what OPENAI_BASE_URL names): never to another server.
-        keys.append(("$OPENAI_API_KEY", env.get("OPENAI_API_KEY")))
+        # A preset of a wire's own service takes any of its variables.
+        named: tuple[str, ...] = own_keys if preset.key_env in own_keys else (preset.key_env,)
+        keys += [(f"${name}", env.get(name)) for name in named]
+    if preset is None and base_source in (base_variable, home):
+        # Only toward the wire's own service (or what its base URL variable names): never
+        # to another server.
+        keys += [(f"${name}", env.get(name)) for name in own_keys]
     api_key, key_source = _first(*keys)
     if api_key is not None:
         api_key = _checked_key(str(api_key), key_source)
-    # The variable a key is expected from: the profile's, its preset's, or OpenAI's own
-    # (a server named by OPENAI_BASE_URL or AGCTL_BASE_URL may need none).
+    # The variable a key is expected from: the profile's, its preset's, or the service's
+    # own (a server named by a base URL variable or AGCTL_BASE_URL may need none).
     key_env = chosen.api_key_env or (preset.key_env if preset is not None else None)
-    if key_env is None and base_source == "preset openai":
-        key_env = "OPENAI_API_KEY"
+    if key_env is None and base_source == home:
+        key_env = own_keys[-1]
     cache_key = chosen.prompt_cache_key
     if cache_key is None:  # OpenAI itself: its preset's URL, or no URL named anywhere
         cache_key = base_url == PRESETS["openai"].base_url
@@ -616,6 +641,8 @@ def resolve(
         max_reply_bytes=config.max_reply_bytes,
         max_retry_wait=config.max_retry_wait,
         prompt_cache_key=cache_key,
+        cache_ttl=chosen.cache_ttl or "5m",
+        thinking_budget=chosen.thinking_budget,
         sources={
             "profile": name_source,
             "provider": provider_source,

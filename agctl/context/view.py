@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from agctl.base.vocab import ZONES
@@ -57,6 +57,16 @@ def slot_view(slot: Slot) -> list[Message]:
     return [*slot.immutable, *slot.compressed, *mode_messages(slot)]
 
 
+def wire_part_counts(messages: Iterable[Message]) -> dict[str, int]:
+    """How many wire parts `messages` hold (Message.wire_parts: what is sent back only to
+    the wire a reply came from), by wire name."""
+    counts: dict[str, int] = {}
+    for message in messages:
+        for wire, parts in (message.wire_parts or {}).items():
+            counts[wire] = counts.get(wire, 0) + len(parts)
+    return dict(sorted(counts.items()))
+
+
 def memory_message(session: Session) -> Message | None:
     """The session memory as one system message, when the session puts it in context."""
     if not session.memory_in_context or not session.memory:
@@ -108,6 +118,40 @@ class RequestView(NamedTuple):
     requests: list[dict[str, Any]]
     tokens: int  # token_count() summed
     estimate: int  # the content estimates summed (what the offline provider counts)
+    # Where the next turn's request begins the same (ChatRequest.breakpoints): the ends of
+    # the system prompt and immutable zone, of the compressed zone, of the history.
+    breakpoints: tuple[int, ...] = ()
+
+    @property
+    def wire_parts(self) -> dict[int, dict[str, list[dict[str, Any]]]] | None:
+        """The wire parts of the messages that hold some, by position (ChatRequest.wire_parts)."""
+        return wire_parts_of(self.messages)
+
+
+def wire_parts_of(
+    messages: Sequence[Message], start: int = 0
+) -> dict[int, dict[str, list[dict[str, Any]]]] | None:
+    """The wire parts of `messages` by position (counted from `start`), None when none has
+    any (ChatRequest.wire_parts)."""
+    parts = {
+        start + at: message.wire_parts
+        for at, message in enumerate(messages)
+        if message.wire_parts is not None
+    }
+    return parts or None
+
+
+def zone_ends(head: int, zones: Sequence[int]) -> tuple[int, ...]:
+    """The counts of leading messages at which each zone ends, after `head` messages
+    before them (the system prompt): the first zone's end covers the head too; empty ones
+    add nothing."""
+    ends: list[int] = []
+    total = head
+    for size in zones:
+        total += size
+        if total and (not ends or total > ends[-1]):
+            ends.append(total)
+    return tuple(ends)
 
 
 def request_messages(
@@ -121,17 +165,17 @@ def request_messages(
     """`request_view` with its request form and sums. The slot's zones come from their
     memos (agctl.context.models.ZoneMemo): only messages new since the last turn are serialised
     and counted, so a turn's cost does not grow with the slot (focused mode: its view)."""
+    head, tail = _around(session, scratch, user_input, system_prompt)
     if slot.config.mode == "focused":
-        view = request_view(
-            session, slot, scratch=scratch, user_input=user_input, system_prompt=system_prompt
-        )
+        shown = mode_messages(slot)
+        view = [*head, *slot.immutable, *slot.compressed, *shown, *tail]
         return RequestView(
             view,
             messages_to_openai(view, reasoning=False),
             sum(m.token_count() for m in view),
             sum(m.content_estimate() for m in view),
+            zone_ends(len(head), (len(slot.immutable), len(slot.compressed), len(shown))),
         )
-    head, tail = _around(session, scratch, user_input, system_prompt)
     memos = [slot.memo(zone) for zone in ZONES]
     extra = [*head, *tail]
     requests = messages_to_openai(head, reasoning=False)
@@ -143,4 +187,5 @@ def request_messages(
         requests,
         sum(m.token_count() for m in extra) + sum(memo.tokens for memo in memos),
         sum(m.content_estimate() for m in extra) + sum(memo.estimate for memo in memos),
+        zone_ends(len(head), [len(slot.immutable), len(slot.compressed), len(slot.messages)]),
     )

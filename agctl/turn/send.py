@@ -41,7 +41,7 @@ from agctl.context.models import (
 )
 from agctl.context.price_sheets import PriceSheets
 from agctl.context.pricing import Charge, Prices, add_costs, answers_free, charge
-from agctl.context.view import request_messages
+from agctl.context.view import request_messages, wire_parts_of
 from agctl.providers.base import (
     ChatRequest,
     Event,
@@ -249,6 +249,8 @@ def prepare_turn(
         tools=tools,
         tool_choice=_tool_choice(options.tool_choice) if tools is not None else None,
         cache_key=cache_key(session, slot),
+        wire_parts=view.wire_parts,
+        breakpoints=view.breakpoints,
     )
     return PreparedTurn(
         session,
@@ -450,10 +452,16 @@ class _Loop:
         if not self.messages and not final:
             return base
         context = base.context._replace(step=self.requests + 1, prompt_estimate=None)
+        messages = [*base.messages, *messages_to_openai(self.messages, reasoning=False)]
+        parts = wire_parts_of(self.messages, len(base.messages))
         return base._replace(
-            messages=[*base.messages, *messages_to_openai(self.messages, reasoning=False)],
+            messages=messages,
             context=context,
             tool_choice="none" if final else base.tool_choice,
+            wire_parts={**(base.wire_parts or {}), **parts} if parts else base.wire_parts,
+            # The turn so far stays as it is for its next step: a wire that caches at
+            # marks reads it from there.
+            breakpoints=(*base.breakpoints, len(messages)),
         )
 
     def run(

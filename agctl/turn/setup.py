@@ -238,19 +238,28 @@ class TurnPlan:
 
     def request(self, store: Store, session_id: str, prompt: str) -> dict[str, Any]:
         """What a dry run shows: the exact request this turn would send, and where."""
+        import orjson
+
+        from agctl.base.redact import mask_url
+        from agctl.providers import wire_for
         from agctl.turn.send import prepare_turn
 
         prepared = prepare_turn(store, session_id, prompt, self.options)
         settings = self.setup.settings
+        request = prepared.request
+        wire = wire_for(settings)
+        url = body = None
+        if wire is not None:
+            body = orjson.loads(wire.body(request))  # the bytes the wire would send
+            if settings.base_url:
+                url = mask_url(wire.url(settings.base_url, request))
         return {
             "provider": settings.provider,
-            "url": settings.request_url(),
+            "url": url,
             "slot": prepared.slot.id,
-            "turn": prepared.request.context.turn,
+            "turn": request.context.turn,
             "tokens": prepared.tokens,
-            "request": prepared.request.payload(
-                cache_key=settings.provider == "openai" and settings.prompt_cache_key
-            ),
+            "request": request.payload() if body is None else body,
         }
 
 

@@ -28,6 +28,7 @@ from agctl.config.file import Resolved, mask
 from agctl.context.models import Message, ToolCall, ToolCallFunction
 from agctl.providers import build_provider
 from agctl.providers.base import ChatRequest, TextDelta, Usage
+from agctl.providers.http import HttpProvider
 from agctl.providers.openai import HttpSettings, OpenAIProvider
 from agctl.store import Store
 from agctl.turn.send import TurnOptions, prepare_turn, send_turn
@@ -587,7 +588,7 @@ def test_library_send_turn_through_resolved_settings(
         provider="openai", model="m1", base_url=server.base_url, api_key=KEY, max_retries=0
     )
     provider = build_provider(settings)
-    assert isinstance(provider, OpenAIProvider)
+    assert isinstance(provider, HttpProvider) and provider.wire.name == "openai"
     assert (provider.settings.max_retries, provider.settings.api_key) == (0, KEY)
     server.reply(text="Hello from the library.", usage={"prompt_tokens": 3, "completion_tokens": 4})
 
