@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pytest
 from fake_anthropic import FakeAnthropic, anthropic_usage
+from helpers import Adder
 
-from agctl.base.errors import UsageError
+from agctl.base.errors import ProviderError, UsageError
+from agctl.config.file import Resolved
 from agctl.context.models import Message, Session, Slot
 from agctl.context.view import request_messages
+from agctl.providers import build_provider
 from agctl.providers.anthropic import AnthropicWire, messages_url, min_cache_tokens
 from agctl.providers.base import (
     ChatRequest,
@@ -28,7 +32,10 @@ from agctl.providers.base import (
     WirePart,
 )
 from agctl.providers.fields import Malformed
+from agctl.providers.http import HttpProvider
+from agctl.store import Store
 from agctl.turn.reply import ReplyBuilder
+from agctl.turn.send import TurnOptions, send_turn
 
 KEY = "sk-ant-test"
 MODEL = "claude-sonnet-4-5"
@@ -566,17 +573,6 @@ def test_a_one_hour_ttl_is_on_every_mark_and_written_as_such(fake: FakeAnthropic
     assert usage["cache_creation_input_tokens"] > 0
 
 
-def zone_breakpoints(session: Session, slot: Slot) -> tuple[int, ...]:
-    """Where agctl's context model knows a request's prefix is stable: the end of the system
-    prompt and immutable zone, of the compressed zone, of the history."""
-    start = 1 if session.system_prompt else 0
-    ends = []
-    for zone in (slot.immutable, slot.compressed, slot.messages):
-        start += len(zone)
-        ends.append(start)
-    return tuple(ends)
-
-
 def rendered(body: dict[str, Any]) -> list[dict[str, Any]]:
     """The prompt's blocks as the API's cache reads them: tools, system, then messages (each
     block with its message's role)."""
@@ -616,13 +612,8 @@ def test_two_consecutive_turns_differ_only_after_the_first_ones_last_mark(
         slot = Slot(id="main", immutable=immutable, compressed=compressed, messages=history)
         asked = Message(role="user", content=prompt)
         view = request_messages(session, slot, user_input=asked)
-        parts = {
-            number: message.wire_parts
-            for number, message in enumerate(view.messages)
-            if message.wire_parts
-        }
         request = ChatRequest(
-            MODEL, view.requests, wire_parts=parts, breakpoints=zone_breakpoints(session, slot)
+            MODEL, view.requests, wire_parts=view.wire_parts, breakpoints=view.breakpoints
         )
         return WIRE.body(request), asked
 
@@ -986,3 +977,169 @@ def test_a_stream_without_its_start_or_with_a_nameless_tool_use_fails_at_its_end
 def test_a_malformed_whole_reply_names_where(reply: Any, message: str) -> None:
     with pytest.raises(Malformed, match=message):
         WIRE.reply(reply)
+
+
+# ---- over HTTP: the shared transport, through build_provider -----------------------------
+
+
+@pytest.fixture
+def connect(fake: FakeAnthropic) -> Iterator[Callable[..., HttpProvider]]:
+    """Builds the provider a profile of `provider: anthropic` pointed at the fake gives."""
+    made: list[HttpProvider] = []
+
+    def build(**changes: Any) -> HttpProvider:
+        settings = Resolved(
+            provider="anthropic",
+            model=MODEL,
+            base_url=fake.base_url,
+            api_key=KEY,
+            **{"max_retries": 0, **changes},
+        )
+        provider = build_provider(settings)
+        assert isinstance(provider, HttpProvider) and provider.wire.name == "anthropic"
+        made.append(provider)
+        return provider
+
+    yield build
+    for provider in made:
+        provider.close()
+
+
+def sent(fake: FakeAnthropic) -> list[dict[str, Any]]:
+    """The bodies of the requests the fake answered on the Messages path."""
+    return [r.body for r in fake.requests if r.path == "/v1/messages"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_turns_read_the_cache_their_earlier_turns_wrote_and_send_thinking_back(
+    store: Store, fake: FakeAnthropic, connect: Callable[..., HttpProvider], stream: bool
+) -> None:
+    store.create_session("s", system_prompt=LONG)
+    provider = connect()
+    options = TurnOptions(model=MODEL, stream=stream)
+    fake.reply("Hello.", thinking="A greeting.", signature="c2lnLTE=")
+    first = send_turn(store, "s", "Hi", provider, options)
+    second = send_turn(store, "s", "Again", provider, options)
+    third = send_turn(store, "s", "Once more", provider, options)
+
+    assert first.reply.content == "Hello." and first.reply.reasoning == "A greeting."
+    part = {"type": "thinking", "thinking": "A greeting.", "signature": "c2lnLTE="}
+    assert store.load_slot("s").messages[1].wire_parts == {"anthropic": [part]}
+    assert [r.finish_reason for r in (first, second, third)] == ["stop"] * 3
+    request = fake.requests[0]
+    assert (request.headers["x-api-key"], request.headers["anthropic-version"]) == (
+        KEY,
+        "2023-06-01",
+    )
+    bodies = sent(fake)
+    assert [body.get("stream") for body in bodies] == [True if stream else None] * 3
+    assert bodies[0]["system"] == [text_block(LONG, cache_control=EPHEMERAL)]
+    # The reply's thinking goes back with it, first, verbatim.
+    assert bodies[1]["messages"][1] == {
+        "role": "assistant",
+        "content": [part, text_block("Hello.", cache_control=EPHEMERAL)],
+    }
+    # Each turn reads what the turns before it wrote: the system prompt, then the history.
+    usages = [turn.usage for turn in (first, second, third)]
+    reads = [usage.cached_tokens if usage else None for usage in usages]
+    writes = [usage.cache_write_tokens if usage else None for usage in usages]
+    assert writes[0] == len(LONG) // 4 + 1
+    assert reads == [0, writes[0], sum(write or 0 for write in writes[:2])]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_tool_loop_sends_its_thinking_and_results_back_and_marks_the_turn_so_far(
+    store: Store,
+    fake: FakeAnthropic,
+    connect: Callable[..., HttpProvider],
+    tmp_path: Path,
+    stream: bool,
+) -> None:
+    store.create_session("s", system_prompt=LONG)
+    provider = connect(thinking_budget=1024, cache_ttl="1h")
+    tools = Adder(tmp_path)
+    fake.reply(
+        thinking="Add them with the tool.",
+        signature="c2lnLTI=",
+        tool_uses=[{"id": "toolu_1", "name": "add", "input": {"a": 2, "b": 3}}],
+    )
+    fake.reply("5.")
+    result = send_turn(
+        store, "s", "2+3?", provider, TurnOptions(model=MODEL, tools=tools, stream=stream)
+    )
+
+    assert result.reply.content == "5." and [run["a"] for run in tools.ran()] == [2]
+    first, second = sent(fake)
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    assert first["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    assert first["max_tokens"] == 1024 + 4096
+    assert first["tools"] == [
+        {
+            "name": "add",
+            "input_schema": {"type": "object", "properties": {"a": {"type": "number"}}},
+        }
+    ]
+    thinking = {"type": "thinking", "thinking": "Add them with the tool.", "signature": "c2lnLTI="}
+    assert second["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": [
+                thinking,
+                {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 2, "b": 3}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "content": "5",
+                    "cache_control": hour,
+                }
+            ],
+        },
+    ]
+    # The second step read the tools and system prompt the first one wrote, kept an hour.
+    usage, step = result.usage, result.steps[0].reply.usage
+    assert usage is not None and step is not None
+    assert usage.cached_tokens == step["cache_write_tokens"] > len(LONG) // 4
+    assert step["cache_write_1h_tokens"] == step["cache_write_tokens"]
+    assert usage.cache_write_1h_tokens == usage.cache_write_tokens
+    stored = store.load_slot("s").messages
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+    assert stored[1].wire_parts == {"anthropic": [thinking]}
+
+
+def test_an_overloaded_server_is_retried_and_a_broken_stream_is_an_error(
+    fake: FakeAnthropic, connect: Callable[..., HttpProvider]
+) -> None:
+    request = ChatRequest(MODEL, [user("hi")], stream=True)
+    fake.fail("status", status=529, retry_after=0)
+    slept: list[float] = []
+    provider = connect(max_retries=1)
+    provider._sleep = slept.append
+    assert built(list(provider.stream(request))).content == "echo: hi"
+    assert slept == [0]
+
+    fake.fail("stream_error", error_type="overloaded_error", message="Overloaded now")
+    with pytest.raises(ProviderError, match=r"error mid-stream .*Overloaded now"):
+        list(connect().stream(request))
+    nameless = {"type": "tool_use", "id": "toolu_1", "name": "", "input": {}}
+    fake.fail(
+        "sse",
+        events=[
+            START,
+            {"type": "content_block_start", "index": 0, "content_block": nameless},
+            {"type": "content_block_stop", "index": 0},
+            *STOP,
+        ],
+    )
+    with pytest.raises(ProviderError, match=r"malformed stream .*tool use 0 has no name"):
+        list(connect().stream(request))
+    fake.fail("sse", events=[START, STOP[0]])
+    with pytest.raises(ProviderError, match="ended before message_stop"):
+        list(connect().stream(request))
+    fake.fail("garbage", body=b'{"type": "message", "content": "hi"}')
+    with pytest.raises(ProviderError, match=r"malformed response .*content is a string"):
+        list(connect().stream(request._replace(stream=False)))
