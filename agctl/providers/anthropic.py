@@ -7,6 +7,8 @@ The request's leading system messages become the top-level `system`; a later sys
 its message as wire parts) go back first in its assistant message, verbatim. Where the
 request's prefix is known to stay the same next turn (ChatRequest.breakpoints), the block
 that ends it gets a `cache_control` mark: Anthropic caches only at marks the client places.
+That block is the last of the prefix's own, wherever its messages went: a system block when
+the prefix ends in the leading system run, one tool result of several merged in a message.
 """
 
 from __future__ import annotations

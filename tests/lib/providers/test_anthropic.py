@@ -186,6 +186,27 @@ def test_a_small_request_has_these_exact_bytes_every_time(fake: FakeAnthropic) -
     assert built(events).content == "echo: hi"
 
 
+def test_plain_text_has_the_same_bytes_however_it_is_held() -> None:
+    """A message of plain text is encoded on a short way; the same text held otherwise (in
+    parts, with another wire's parts, marked and unmarked) gives the same bytes."""
+    plain = ChatRequest(MODEL, [user('q \u00e9"\n'), assistant("a </system>"), user("q2")])
+    held = plain._replace(
+        messages=[
+            {"role": "user", "content": [{"type": "text", "text": 'q \u00e9"\n'}]},
+            assistant("a </system>"),
+            user("q2"),
+        ],
+        wire_parts={1: {"gemini": [{"thoughtSignature": "Z2VtaW5p"}]}},
+    )
+    assert WIRE.body(held) == WIRE.body(plain) == orjson.dumps(orjson.loads(WIRE.body(plain)))
+    long = plain._replace(messages=[user(LONG), assistant("a"), user("q2")])
+    marked = decoded(long._replace(breakpoints=(1, 2)))["messages"]
+    assert list(marks({"messages": marked})) == ["messages.0.content.0", "messages.1.content.0"]
+    assert unmarked([b for m in marked for b in m["content"]]) == [
+        b for m in decoded(long)["messages"] for b in m["content"]
+    ]
+
+
 def test_every_field_in_its_fixed_order_and_the_body_is_plain_orjson() -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     request = ChatRequest(
