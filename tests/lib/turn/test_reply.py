@@ -83,6 +83,29 @@ def test_a_tool_call_with_no_name_is_reported_and_not_sent_back(
         only_nameless.message("m")
 
 
+@pytest.mark.parametrize(
+    ("finish", "message"),
+    [
+        (None, r"empty reply \(no text, no tool calls\)$"),
+        ("stop", r"empty reply \(no text, no tool calls\)$"),
+        (
+            "content_filter",
+            r"empty reply \(no text, no tool calls; it finished with 'content_filter'\)",
+        ),
+        ("length", "it finished with 'length'"),
+    ],
+)
+def test_an_empty_reply_says_why_the_model_stopped(finish: str | None, message: str) -> None:
+    """A filter or a limit that stopped the model before any output is what to fix, so the
+    error names it."""
+    builder = ReplyBuilder()
+    builder.feed(ReasoningDelta("thinking only"))
+    if finish is not None:
+        builder.feed(Finish(finish))
+    with pytest.raises(ProviderError, match=message):
+        builder.message("m")
+
+
 def test_wire_parts_are_kept_on_the_message_by_wire_in_order() -> None:
     builder = ReplyBuilder()
     first = {"type": "thinking", "thinking": "hm", "signature": "sig1"}
