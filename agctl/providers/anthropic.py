@@ -95,7 +95,7 @@ class AnthropicWire:
     """The Messages API's format (see the module docstring and agctl.providers.wire)."""
 
     name = WIRE
-    stream_end = "message_stop"
+    stream_end: str | None = "message_stop"
 
     def __init__(
         self,
@@ -211,6 +211,9 @@ class AnthropicWire:
 
     def parser(self) -> StreamParser:
         return StreamParser()
+
+    def retry_delay(self, error: dict[str, Any]) -> float | None:
+        return None  # the retry-after header says it
 
 
 # The JSON of a plain text message up to its text, and after it: a long slot's messages,

@@ -166,6 +166,8 @@ def test_the_key_and_the_version_travel_in_their_headers() -> None:
     assert WIRE.headers() == {"anthropic-version": "2023-06-01"}
     assert AnthropicWire(version="2099-01-01").headers() == {"anthropic-version": "2099-01-01"}
     assert (WIRE.name, WIRE.stream_end) == ("anthropic", "message_stop")
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    assert WIRE.retry_delay(overloaded) is None  # the retry-after header says how long
 
 
 # ---- the body ----------------------------------------------------------------------------
