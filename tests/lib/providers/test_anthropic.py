@@ -13,6 +13,7 @@ import httpx
 import orjson
 import pytest
 from fake_anthropic import FakeAnthropic, anthropic_usage
+from fake_openai import FakeOpenAI
 from helpers import Adder
 
 from agctl.base.errors import ProviderError, UsageError
@@ -1166,3 +1167,52 @@ def test_an_overloaded_server_is_retried_and_a_broken_stream_is_an_error(
     fake.fail("garbage", body=b'{"type": "message", "content": "hi"}')
     with pytest.raises(ProviderError, match=r"malformed response .*content is a string"):
         list(connect().stream(request._replace(stream=False)))
+
+
+def test_a_session_moved_to_the_openai_wire_and_back_keeps_its_thinking_for_anthropic_only(
+    store: Store,
+    fake: FakeAnthropic,
+    server: FakeOpenAI,
+    connect: Callable[..., HttpProvider],
+    tmp_path: Path,
+) -> None:
+    store.create_session("s", system_prompt="Add things.")
+    tools = Adder(tmp_path)
+    options = TurnOptions(model=MODEL, tools=tools)
+    fake.reply(
+        thinking="Use the tool.",
+        signature="c2lnLTM=",
+        tool_uses=[{"id": "toolu_1", "name": "add", "input": {"a": 2, "b": 3}}],
+    )
+    fake.reply("5.")
+    send_turn(store, "s", "2+3?", connect(thinking_budget=1024), options)
+    openai = build_provider(
+        Resolved(provider="openai", model="gpt-test", base_url=server.base_url, api_key=KEY)
+    )
+    assert isinstance(openai, HttpProvider)
+    server.reply(text="Still 5.")
+    send_turn(store, "s", "Sure?", openai, TurnOptions(model="gpt-test"))
+    openai.close()
+    send_turn(store, "s", "And 2+4?", connect(thinking_budget=1024), options)
+
+    # On the OpenAI wire: the call and its result as OpenAI's, no thinking anywhere.
+    chat = server.requests[-1]
+    assert b"thinking" not in chat.raw and b"c2lnLTM=" not in chat.raw
+    assert [m["role"] for m in chat.body["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+    ]
+    assert chat.body["messages"][2]["tool_calls"][0]["id"] == "toolu_1"
+    # Back on Anthropic: the thinking goes back with the call it came with, and only there.
+    messages = sent(fake)[-1]["messages"]
+    thinking = {"type": "thinking", "thinking": "Use the tool.", "signature": "c2lnLTM="}
+    assert messages[1]["content"][:2] == [
+        thinking,
+        {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 2, "b": 3}},
+    ]
+    assert [b["type"] for m in messages for b in m["content"]].count("thinking") == 1
+    assert messages[5] == {"role": "assistant", "content": [text_block("Still 5.")]}
