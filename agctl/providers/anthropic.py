@@ -162,11 +162,18 @@ class AnthropicWire:
         return b",".join(messages)
 
     def _max_tokens(self, request: ChatRequest) -> int:
+        budget = self.thinking_budget
         if request.max_tokens is not None:
+            if budget is not None and request.max_tokens <= budget:
+                # The API refuses it (a 400 after the request): said here, before it.
+                raise UsageError(
+                    f"max_tokens {request.max_tokens} leaves nothing after the thinking "
+                    f"budget ({budget} tokens): the anthropic wire needs more than the budget"
+                )
             return request.max_tokens
-        if self.thinking_budget is not None:
+        if budget is not None:
             # The budget is part of max_tokens: what is left is the answer's.
-            return self.thinking_budget + self.default_max_tokens
+            return budget + self.default_max_tokens
         return self.default_max_tokens
 
     def reply(self, data: Any) -> list[Event]:

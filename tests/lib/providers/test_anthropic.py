@@ -216,7 +216,7 @@ def test_every_field_in_its_fixed_order_and_the_body_is_plain_orjson() -> None:
         MODEL,
         [system("rules"), user("go")],
         temperature=0.2,
-        max_tokens=100,
+        max_tokens=5000,
         stream=True,
         tools=tools,
         tool_choice="auto",
@@ -448,6 +448,8 @@ def test_a_thinking_budget_adds_to_max_tokens_and_leaves_temperature_out(
     assert "temperature" not in body
     assert "temperature 0.7 left out" in caplog.text
     assert decoded(request._replace(max_tokens=5000), wire)["max_tokens"] == 5000
+    with pytest.raises(UsageError, match="max_tokens 2048 leaves nothing after the thinking"):
+        wire.body(request._replace(max_tokens=2048))
     assert decoded(request, AnthropicWire(default_max_tokens=1000))["max_tokens"] == 1000
     accepted(fake, wire.body(request), wire)
 
