@@ -396,9 +396,9 @@ def _functions(calls: Sequence[Call]) -> list[dict[str, Any]]:
     return [{"id": call.id, "name": call.name, "args": call.arguments} for call in calls]
 
 
-# A new wire joins the contract suite here (anthropic once its wire module is on this
-# branch).
+# A new wire joins the contract suite here.
 WIRES: dict[str, type[WireAdapter[Any]]] = {
     "openai": OpenAIAdapter,
+    "anthropic": AnthropicAdapter,
     "gemini": GeminiAdapter,
 }
