@@ -143,9 +143,12 @@ class WireAdapter(Generic[FakeT]):
 
     # Faults
 
-    def fail_status(self, status: int, *, retry_after: float | None = None) -> None:
-        """Queue an error status, with a Retry-After header when given."""
-        raise NotImplementedError
+    def fail_status(
+        self, status: int, *, retry_after: float | None = None, message: str = "busy"
+    ) -> None:
+        """Queue an error status saying `message` in the wire's error body, with a
+        Retry-After header when given."""
+        self.fake_fail("status", status=status, retry_after=retry_after, message=message)
 
     def fail_busy(self, wait: float) -> None:
         """Queue the wire's busy status saying, in the wire's own way, to wait `wait` s."""
@@ -218,9 +221,6 @@ class OpenAIAdapter(WireAdapter[FakeOpenAI]):
     ) -> None:
         self.fake.reply(text, reasoning=reasoning, tool_calls=[call._asdict() for call in calls])
 
-    def fail_status(self, status: int, *, retry_after: float | None = None) -> None:
-        self.fake.fail("status", status=status, retry_after=retry_after, message="busy")
-
     def fail_busy(self, wait: float) -> None:
         # OpenAI's own header, in milliseconds (beside Retry-After, which a proxy may drop).
         self.fake.fail("status", status=429, retry_after_ms=wait * 1000, message="busy")
@@ -282,9 +282,6 @@ class AnthropicAdapter(WireAdapter[FakeAnthropic]):
         self, reasoning: str, signature: str, *, text: str | None = None, calls: Sequence[Call] = ()
     ) -> None:
         self.fake.reply(text, thinking=reasoning, signature=signature, tool_uses=_uses(calls))
-
-    def fail_status(self, status: int, *, retry_after: float | None = None) -> None:
-        self.fake.fail("status", status=status, retry_after=retry_after, message="busy")
 
     def fail_busy(self, wait: float) -> None:
         self.fake.fail("status", status=529, retry_after=wait, message="busy")
@@ -360,9 +357,6 @@ class GeminiAdapter(WireAdapter[FakeGemini]):
         self.fake.reply(
             text, thought=reasoning, signature=signature, function_calls=_functions(calls)
         )
-
-    def fail_status(self, status: int, *, retry_after: float | None = None) -> None:
-        self.fake.fail("status", status=status, retry_after=retry_after, message="busy")
 
     def fail_busy(self, wait: float) -> None:
         # Gemini says it in the error body, a google.rpc.RetryInfo detail: no header.

@@ -463,6 +463,28 @@ def test_a_key_the_server_echoes_is_not_in_the_events(wire: WireAdapter[Any], st
 
 
 @pytest.mark.parametrize("stream", STREAMS)
+def test_a_key_the_server_echoes_in_reasoning_is_not_in_the_events(
+    wire: WireAdapter[Any], stream: bool
+) -> None:
+    wire.reply_reasoning(f"The key {KEY} is in the prompt.", SIGNATURE, text="Noted.")
+    events = events_of(wire, stream=stream, thinking=True)
+    assert grouped(events)["reasoning"] == [ReasoningDelta(f"The key {MARK} is in the prompt.")]
+    assert KEY not in repr(events)
+
+
+@pytest.mark.parametrize("mid_stream", [False, True], ids=["status", "mid-stream"])
+def test_a_key_the_server_echoes_in_an_error_is_not_in_it(
+    wire: WireAdapter[Any], mid_stream: bool
+) -> None:
+    echo = f"invalid request from key {KEY}"
+    if mid_stream:
+        wire.fail_error_mid_stream(echo)
+    else:
+        wire.fail_status(400, message=echo)
+    assert f"key {MARK}" in str(failure(wire, stream=mid_stream))
+
+
+@pytest.mark.parametrize("stream", STREAMS)
 def test_a_key_the_server_echoes_in_tool_arguments_is_not_in_the_call(
     wire: WireAdapter[Any], stream: bool
 ) -> None:
