@@ -39,7 +39,18 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT_FILES = {"bash": "agctl.bash", "zsh": "_agctl", "fish": "agctl.fish"}
 BASH_COMPLETION = Path("/usr/share/bash-completion/bash_completion")
 HEAVY = ("httpx", "pydantic", "pydantic_core", "regex")
-PRESETS = ["openai", "deepseek", "zhipu", "ollama", "vllm", "llamacpp", "lmstudio", "openrouter"]
+PRESETS = [
+    "openai",
+    "deepseek",
+    "zhipu",
+    "ollama",
+    "vllm",
+    "llamacpp",
+    "lmstudio",
+    "openrouter",
+    "anthropic",
+    "gemini",
+]
 DUMP_KEY = b"\x18\x10"  # Ctrl-X Ctrl-P: bound to a widget that logs the line and clears it
 
 needs_bash = pytest.mark.skipif(
