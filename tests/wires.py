@@ -101,14 +101,15 @@ class WireAdapter(Generic[FakeT]):
         **limits: Any,
     ) -> HttpProvider:
         """The provider a turn builds for a profile of this wire with `limits` (read_timeout,
-        max_retries, ...) and a thinking budget if `thinking` (a wire without one ignores
-        it), sleeping with `sleep` between attempts (a recorder: no waiting)."""
+        max_retries, ...) and a thinking budget if `thinking` and the wire has one (the
+        OpenAI wire's servers think unasked), sleeping with `sleep` between attempts (a
+        recorder: no waiting)."""
         settings = Resolved(
             provider=self.name,
             model=self.model,
             base_url=self.fake.base_url,
             api_key=api_key,
-            thinking_budget=THINKING_BUDGET if thinking else None,
+            thinking_budget=THINKING_BUDGET if thinking and self.name != "openai" else None,
             **limits,
         )
         provider = build_provider(settings)

@@ -85,9 +85,10 @@ PROFILE_FIELDS = (
 )
 @click.option(
     "--thinking-budget",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=-1),
     metavar="TOKENS",
-    help="Anthropic and Gemini: the model's thinking budget (Anthropic: at least 1024).",
+    help="Anthropic and Gemini: the model's thinking budget (Anthropic: at least 1024; "
+    "Gemini: 0 off, -1 the model's choice).",
 )
 @click.option("--default", "make_default", is_flag=True, help="Make it the default profile.")
 @click.option("--replace", is_flag=True, help="Replace an existing profile of that name.")

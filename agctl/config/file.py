@@ -15,9 +15,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Self
 
-from pydantic import ConfigDict, Field, PositiveInt, ValidationError, field_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agctl.base import schema
 from agctl.base.errors import CorruptDocument, NotFound, UsageError
@@ -25,7 +32,7 @@ from agctl.base.fsio import DEFAULT_LOCK_TIMEOUT, make_dirs, read_bytes, write_a
 from agctl.base.ids import validate_id
 from agctl.base.paths import default_config_path
 from agctl.base.redact import mask_url
-from agctl.base.validation import validation_summary
+from agctl.base.validation import validation_summary, wire_setting_problem
 from agctl.base.vocab import (
     BASE_URL_VARIABLES,
     CONFIG_KEYS,
@@ -116,12 +123,20 @@ class Profile(Model):
     # 5 minutes); writes kept an hour cost more (agctl.context.pricing).
     cache_ttl: CacheTtl | None = Field(default=None, exclude_if=_is_none)
     # The Anthropic and Gemini wires: the model's thinking budget in tokens (None: the
-    # model's default; Anthropic thinks only when given one, of at least 1024).
-    thinking_budget: int | None = Field(default=None, ge=0, exclude_if=_is_none)
+    # model's default; Anthropic thinks only when given one, of at least 1024; Gemini: 0
+    # turns thinking off where the model allows, -1 lets it choose).
+    thinking_budget: int | None = Field(default=None, ge=-1, exclude_if=_is_none)
     # Tools by name, overriding the config's of the same name for turns of this profile.
     tools: LazyToolTable = Field(default_factory=_empty_dict, exclude_if=_is_empty)
     # Run after the config's own hooks of the same event, when this profile is in use.
     hooks: LazyHookList = Field(default_factory=_empty_list, exclude_if=_is_empty)
+
+    @model_validator(mode="after")
+    def _wire_settings_fit_the_wire(self) -> Self:
+        problem = wire_setting_problem(self.provider, self.cache_ttl, self.thinking_budget)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
     @field_validator("headers")
     @classmethod
@@ -496,7 +511,7 @@ class Resolved:
     max_reply_bytes: int = 16 * 1024 * 1024
     max_retry_wait: float = 60.0
     prompt_cache_key: bool = False
-    cache_ttl: CacheTtl = "5m"
+    cache_ttl: CacheTtl | None = None  # None: 5 minutes
     thinking_budget: int | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -641,7 +656,7 @@ def resolve(
         max_reply_bytes=config.max_reply_bytes,
         max_retry_wait=config.max_retry_wait,
         prompt_cache_key=cache_key,
-        cache_ttl=chosen.cache_ttl or "5m",
+        cache_ttl=chosen.cache_ttl,
         thinking_budget=chosen.thinking_budget,
         sources={
             "profile": name_source,

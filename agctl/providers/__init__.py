@@ -26,8 +26,6 @@ __all__ = [
 
 # Headers that carry a key: a profile that sets one needs no key variable.
 _KEY_HEADERS = ("authorization", "api-key", "x-api-key", "x-goog-api-key")
-# The least thinking budget Anthropic accepts.
-ANTHROPIC_MIN_THINKING = 1024
 
 
 def check_base_url(url: str) -> None:
@@ -87,24 +85,25 @@ def check_key(settings: Resolved) -> None:
 def wire_for(settings: Resolved) -> Wire | None:
     """The wire a provider of `settings` speaks (None: offline, replay), built from the
     profile's wire settings; a setting the wire cannot use is a UsageError."""
+    from agctl.base.validation import wire_setting_problem
+
+    problem = wire_setting_problem(settings.provider, settings.cache_ttl, settings.thinking_budget)
+    if problem is not None:
+        raise UsageError(problem)
     if settings.provider == "openai":
         from agctl.providers.openai import OpenAIWire
 
         return OpenAIWire(cache_key=settings.prompt_cache_key)
-    budget = settings.thinking_budget
     if settings.provider == "anthropic":
-        if budget is not None and budget < ANTHROPIC_MIN_THINKING:
-            raise UsageError(
-                f"thinking_budget {budget} is below Anthropic's least "
-                f"({ANTHROPIC_MIN_THINKING} tokens)"
-            )
         from agctl.providers.anthropic import AnthropicWire
 
-        return AnthropicWire(cache_ttl=settings.cache_ttl, thinking_budget=budget)
+        return AnthropicWire(
+            cache_ttl=settings.cache_ttl or "5m", thinking_budget=settings.thinking_budget
+        )
     if settings.provider == "gemini":
         from agctl.providers.gemini import GeminiWire
 
-        return GeminiWire(thinking_budget=budget)
+        return GeminiWire(thinking_budget=settings.thinking_budget)
     return None
 
 

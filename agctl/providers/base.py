@@ -330,6 +330,11 @@ def redacted_events(events: Iterator[Event], redactor: "Redactor") -> Iterator[E
                     for key, value in event.part.items()
                 }
                 yield event if part == event.part else WirePart(event.wire, part)
+            elif isinstance(event, Finish):
+                # A server's own word for why it stopped reaches output and errors as sent.
+                yield from flush()
+                reason = redactor.text(event.reason)
+                yield event if reason == event.reason else Finish(reason)
             else:
                 yield from flush()
                 yield event

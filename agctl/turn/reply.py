@@ -99,8 +99,19 @@ class ReplyBuilder:
             created_at=utcnow(),
             model=model,
             usage=usage,
-            # A reasoner's completion count includes its reasoning, which is not sent back:
-            # then the content is estimated instead.
-            tokens=self.usage.completion_tokens if self.usage and not self.reasoning else None,
+            tokens=self.context_tokens(),
             wire_parts=self.parts or None,
         )
+
+    def context_tokens(self) -> int | None:
+        """What the reply takes of the next request, when the provider's count says it:
+        its completion tokens less the reasoning they include, which is not sent back (a
+        model that thinks without showing its thoughts, as Gemini does by default, counts
+        them all the same). None — estimate the content — when the count cannot say it:
+        reasoning was shown but not counted apart, or wire parts go back with the reply."""
+        usage = self.usage
+        if usage is None or self.parts:
+            return None
+        if usage.reasoning_tokens is not None:
+            return max(usage.completion_tokens - usage.reasoning_tokens, 0)
+        return None if self.reasoning else usage.completion_tokens

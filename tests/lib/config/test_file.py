@@ -361,9 +361,19 @@ def test_a_profile_names_its_wire_settings_and_a_preset_its_wire() -> None:
     assert "cache_ttl" not in profile_from({"provider": "anthropic"}).model_dump()
 
 
-def test_anthropic_refuses_a_thinking_budget_below_its_least() -> None:
+def test_a_wire_setting_the_wire_has_no_use_for_is_refused_where_it_is_given() -> None:
     from agctl.providers import wire_for
 
-    settings = Resolved(provider="anthropic", model="m", thinking_budget=100)
-    with pytest.raises(UsageError, match="1024"):
-        wire_for(settings)
+    with pytest.raises(UsageError, match="thinking_budget 100 is below the anthropic"):
+        wire_for(Resolved(provider="anthropic", model="m", thinking_budget=100))
+    with pytest.raises(UsageError, match="cache_ttl is a setting of the anthropic provider"):
+        profile_from({"provider": "gemini", "cache_ttl": "1h"})
+    with pytest.raises(UsageError, match="thinking_budget is a setting of the anthropic and"):
+        profile_from({"preset": "openai", "thinking_budget": 2048})
+    # A turn whose provider another setting chose (a flag, the environment) is refused too.
+    with pytest.raises(UsageError, match="not of openai"):
+        wire_for(Resolved(provider="openai", model="m", cache_ttl="1h"))
+    # Gemini: -1 lets the model choose; Anthropic's least is 1024.
+    assert profile_from({"provider": "gemini", "thinking_budget": -1}).thinking_budget == -1
+    with pytest.raises(UsageError, match="least"):
+        profile_from({"provider": "anthropic", "thinking_budget": -1})

@@ -67,3 +67,15 @@ def test_a_secret_in_a_wire_part_is_redacted_and_a_clean_part_passes_as_it_is() 
     out = list(redacted_events(iter([clean, leaky]), redactor))
     assert out[0] is clean
     assert "sk-secret-0123456789" not in str(out[1]) and out[1].wire == "anthropic"
+
+
+def test_a_secret_a_server_echoes_as_its_finish_reason_is_redacted() -> None:
+    from agctl.base.redact import Redactor
+    from agctl.providers.base import Finish, redacted_events
+
+    redactor = Redactor.for_credentials("sk-secret-0123456789", None, {})
+    stop = Finish("stop")
+    echoed = Finish("echo_sk-secret-0123456789")
+    out = list(redacted_events(iter([stop, echoed]), redactor))
+    assert out[0] is stop
+    assert "sk-secret-0123456789" not in out[1].reason and out[1].reason.startswith("echo_")

@@ -127,3 +127,22 @@ def test_wire_parts_are_kept_on_the_message_by_wire_in_order() -> None:
     plain = ReplyBuilder()
     plain.feed(TextDelta("x"))
     assert plain.message("m").wire_parts is None
+
+
+def test_a_replys_size_leaves_out_the_reasoning_its_count_includes() -> None:
+    def stored(*events: object) -> int | None:
+        builder = ReplyBuilder()
+        for event in events:
+            builder.feed(event)  # type: ignore[arg-type]
+        return builder.message("m").tokens
+
+    # Hidden thinking (Gemini by default): counted, never sent back.
+    assert stored(TextDelta("Paris."), Usage(10, 3002, reasoning_tokens=3000)) == 2
+    # Shown and counted apart: the same.
+    assert stored(ReasoningDelta("hm"), TextDelta("x"), Usage(10, 50, reasoning_tokens=40)) == 10
+    # No reasoning: the whole count; shown but not counted apart, or parts sent back with
+    # the reply: estimated (None).
+    assert stored(TextDelta("x"), Usage(10, 7)) == 7
+    assert stored(ReasoningDelta("hm"), TextDelta("x"), Usage(10, 50)) is None
+    signed = WirePart("anthropic", {"type": "redacted_thinking", "data": "d"})
+    assert stored(signed, TextDelta("x"), Usage(10, 50)) is None
