@@ -92,6 +92,33 @@ class Usage(NamedTuple):
         details = f" ({', '.join(parts)})" if parts else ""
         return f"{self.prompt_tokens}+{self.completion_tokens}{unit}{details}"
 
+    def checked(self) -> "Usage":
+        """These counts with any part larger than its whole not counted (None), with a
+        warning: a server's cached or cache-write tokens beyond its prompt tokens, reasoning
+        beyond the completion, 1-hour writes beyond the writes. Every wire's usage passes
+        here (agctl.providers.http), so a cost is never made of a count that cannot be."""
+        wholes = {
+            "cached_tokens": ("prompt_tokens", self.prompt_tokens),
+            "cache_write_tokens": ("prompt_tokens", self.prompt_tokens),
+            "reasoning_tokens": ("completion_tokens", self.completion_tokens),
+            "cache_write_1h_tokens": ("cache_write_tokens", self.cache_write_tokens),
+        }
+        dropped: dict[str, Any] = {}
+        for name, (whole_name, whole) in wholes.items():
+            value = getattr(self, name)
+            if value is not None and whole is not None and value > whole:
+                import logging
+
+                logging.getLogger("agctl.provider").warning(
+                    "the server reported %d %s, more than the %d %s they are part of: not counted",
+                    value,
+                    name.removesuffix("_tokens").replace("_", " ") + " tokens",
+                    whole,
+                    whole_name.removesuffix("_tokens").replace("_", " ") + " tokens",
+                )
+                dropped[name] = None
+        return self._replace(**dropped) if dropped else self
+
     @classmethod
     def from_counts(cls, data: Mapping[str, Any]) -> "Usage | None":
         """The usage a stored reply holds (see `reported`), or None when it holds none;

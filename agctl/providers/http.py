@@ -22,11 +22,7 @@ import orjson
 from agctl import __version__
 from agctl.base.errors import ProviderError
 from agctl.base.redact import MARK, Redactor, mask_url, strip_userinfo, userinfo
-from agctl.providers.base import (
-    ChatRequest,
-    Event,
-    redacted_events,
-)
+from agctl.providers.base import ChatRequest, Event, Usage, redacted_events
 from agctl.providers.fields import Malformed
 
 if TYPE_CHECKING:
@@ -190,6 +186,11 @@ def _lines(body: _Body) -> Iterator[bytes]:
         yield from lines
     if buffer:
         yield bytes(buffer)
+
+
+def _checked(events: list[Event]) -> list[Event]:
+    """`events` with any usage's impossible parts dropped (Usage.checked)."""
+    return [event.checked() if isinstance(event, Usage) else event for event in events]
 
 
 class HttpProvider:
@@ -423,7 +424,7 @@ class HttpProvider:
         if isinstance(data, dict) and data.get("error") is not None and "choices" not in data:
             raise self.error(f"error from {self.url}: {self._message_of(body)}")
         try:
-            return self.wire.reply(data)
+            return _checked(self.wire.reply(data))
         except Malformed as exc:
             raise self.error(f"malformed response from {self.url}: {exc}") from None
 
@@ -465,6 +466,6 @@ class HttpProvider:
         if isinstance(chunk, dict) and chunk.get("error") is not None:
             raise self.error(f"error mid-stream from {self.url}: {self._message_of(data)}")
         try:
-            return parser.chunk(chunk)
+            return _checked(parser.chunk(chunk))
         except Malformed as exc:
             raise self.error(f"malformed stream data from {self.url}: {exc}") from None

@@ -177,16 +177,7 @@ class ReplyParser:
                 completion_details, "reasoning_tokens", "usage.completion_tokens_details"
             ),
         }
-        for name, value in parts.items():
-            whole = completion if name == "reasoning_tokens" else prompt
-            if value is not None and value > whole:
-                log.warning(
-                    "the server reported %d %s, more than the %d they are part of: not counted",
-                    value,
-                    name.replace("_", " "),
-                    whole,
-                )
-                parts[name] = None
+        # A part larger than its whole is dropped by the transport (base.Usage.checked).
         return [
             Usage(
                 prompt,

@@ -4,6 +4,7 @@ back (Usage.from_counts)."""
 
 from __future__ import annotations
 
+import pytest
 from helpers import OPTIONS
 
 from agctl.providers.base import (
@@ -79,3 +80,17 @@ def test_a_secret_a_server_echoes_as_its_finish_reason_is_redacted() -> None:
     out = list(redacted_events(iter([stop, echoed]), redactor))
     assert out[0] is stop
     assert "sk-secret-0123456789" not in out[1].reason and out[1].reason.startswith("echo_")
+
+
+def test_a_part_larger_than_its_whole_is_not_counted_on_any_wire(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fine = Usage(100, 10, cached_tokens=100, cache_write_tokens=0, reasoning_tokens=10)
+    assert fine.checked() is fine
+    odd = Usage(
+        100, 10, cached_tokens=101, cache_write_tokens=50, reasoning_tokens=11,
+        cache_write_1h_tokens=51,
+    )  # fmt: skip
+    assert odd.checked() == Usage(100, 10, cache_write_tokens=50)
+    assert "reported 101 cached tokens, more than the 100 prompt tokens" in caplog.text
+    assert "51 cache write 1h tokens, more than the 50 cache write tokens" in caplog.text
