@@ -13,6 +13,11 @@ GenerateContentResponse; without it, one JSON array of them), `GET /v1beta/model
 The key goes in `x-goog-api-key` (or `?key=`): a missing one gets Google's 403
 PERMISSION_DENIED, a wrong one its 400 INVALID_ARGUMENT / API_KEY_INVALID.
 
+A request Gemini refuses gets its 400 INVALID_ARGUMENT: an unknown field, a part with no
+data or two (`"text": ""` is none: Google reads JSON as proto3 does, "" as unset), in
+`contents` or in `systemInstruction`, an empty `parts`, a model turn's calls not answered
+one for one by the next content, an unsigned call when `require_signatures` is set.
+
 Unscripted requests get `"echo: <last user text>"`. Faults are consumed first, one per
 request to a generate endpoint; scripted replies are consumed by generate requests only.
 Thought parts are sent only when the request asks `thinkingConfig.includeThoughts`
@@ -614,9 +619,22 @@ def _validate(body: Any, require_signatures: bool) -> dict[str, Any]:
     contents = body.get("contents")
     if not isinstance(contents, list) or not contents:
         raise GeminiError(400, "* GenerateContentRequest.contents: contents is not specified\n")
+    system = _get(body, "systemInstruction")
+    if system is not None:
+        system_parts = system.get("parts") if isinstance(system, dict) else None
+        if not isinstance(system_parts, list):
+            raise GeminiError(400, "* GenerateContentRequest.system_instruction.parts: required\n")
+        for j, part in enumerate(system_parts):
+            _check_part(part, f"system_instruction.parts[{j}]")
     for i, content in enumerate(contents):
         if not isinstance(content, dict) or not isinstance(content.get("parts"), list):
             raise GeminiError(400, f"* GenerateContentRequest.contents[{i}].parts: required\n")
+        if not content["parts"]:
+            raise GeminiError(
+                400,
+                f"* GenerateContentRequest.contents[{i}].parts: contents.parts must not be "
+                "empty.\n",
+            )
         if content.get("role", "user") not in ("user", "model"):
             raise GeminiError(400, "Please use a valid role: user, model.")
         for j, part in enumerate(content["parts"]):
@@ -646,7 +664,9 @@ def _check_part(part: Any, where: str) -> None:
     if not isinstance(part, dict):
         raise GeminiError(400, f"Invalid value at '{where}': expected an object")
     _check_fields(part, PART_FIELDS, where)
-    present = [name for name in part if _camel(name) in PART_DATA]
+    # Google reads JSON as proto3 does: an empty string is a field left unset, so a part
+    # whose only data is `"text": ""` has none.
+    present = [name for name in part if _camel(name) in PART_DATA and part[name] != ""]
     if len(present) != 1:
         raise GeminiError(
             400,

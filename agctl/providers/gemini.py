@@ -11,10 +11,20 @@ answers (Gemini pairs them by name and order; by id where it gave one).
 What only Gemini reads back is kept on the assistant message as `gemini` wire parts, each
 naming the part of the reply it rode on: `{"call": n, "thoughtSignature"?, "id"?}` for the
 reply's call number n, `{"text": true, "thoughtSignature"}` for its text (the message keeps
-one text, so the last such signature goes back on it). A call's id is sent back (on the
-functionCall and on its functionResponse) only when such a part says Gemini gave it: an id
-agctl made up (`call_0`) or another wire's is never sent, since Gemini 2.x refuses an `id`
-it does not expect, while Gemini 3 gives one with every call and wants it back.
+one text, so the last such signature goes back on it, which holds EMPTY if the text is
+empty), `{"thought": true, "thoughtSignature"}` for a thought. Google's thinking guide says
+to "return the entire response with all parts" and "don't merge one part with a signature
+with another part without a signature": a thought's signature goes back on a thought part
+of its own, first in the turn as the thought came first, not on the answer's text; agctl
+keeps no thoughts as input, so that part holds EMPTY as its text. A call's id is sent back
+(on the functionCall and on its functionResponse) only when such a part says Gemini gave
+it: an id agctl made up (`call_0`) or another wire's is never sent, since Gemini 2.x refuses
+an `id` it does not expect, while Gemini 3 gives one with every call and wants it back.
+
+Gemini refuses an empty part (`{"text": ""}`: "required oneof field 'data' must have one
+initialized field", proto3 JSON reading "" as unset) and an empty `parts`, while an agctl
+message may be empty (`msg append user ""`): empty texts are left out, a content left with
+no part gets one holding EMPTY, and an empty system message adds nothing.
 
 Gemini caches a request's prefix implicitly, comparing what it was sent: every content's
 bytes depend on its own message and those before it only, so a growing conversation
@@ -55,10 +65,43 @@ DEFAULT_VERSION = "v1beta"
 _VERSION = re.compile(r"v\d+(?:(?:alpha|beta)\d*)?")
 _ROLES = {"user": "user", "assistant": "model"}
 _MODES = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
-# Gemini's finish reasons that mean its filters stopped the reply.
+# The text of a content that would have no part (every text empty), and of the thought part
+# a thought's signature goes back on: a fixed word, so that the content's bytes stay the same
+# from turn to turn (the implicit cache) and the model sees that nothing was there.
+EMPTY = "(empty)"
+# Gemini's finish reasons (FinishReason) that mean its filters stopped the reply.
 FILTERED = frozenset(
-    {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"}
+    {
+        "SAFETY",
+        "RECITATION",
+        "BLOCKLIST",
+        "PROHIBITED_CONTENT",
+        "SPII",
+        "IMAGE_SAFETY",
+        "IMAGE_PROHIBITED_CONTENT",
+        "IMAGE_RECITATION",
+    }
 )
+# Gemini's other finish reasons but STOP (whose word depends on the calls) in agctl's
+# (OpenAI's) words; one not listed is kept exactly as sent, so that nothing it carries is
+# changed out of the redactor's sight.
+_FINISHES = {
+    "MAX_TOKENS": "length",
+    **dict.fromkeys(FILTERED, "content_filter"),
+    **{
+        reason: reason.lower()
+        for reason in (
+            "LANGUAGE",
+            "OTHER",
+            "MALFORMED_FUNCTION_CALL",
+            "UNEXPECTED_TOOL_CALL",
+            "TOO_MANY_TOOL_CALLS",
+            "IMAGE_OTHER",
+            "NO_IMAGE",
+            "FINISH_REASON_UNSPECIFIED",
+        )
+    },
+}
 
 
 class GeminiWire:
@@ -157,7 +200,9 @@ def _contents(request: ChatRequest) -> tuple[list[str], list[dict[str, Any]]]:
     system: list[str] = []
     start = 0
     while start < len(messages) and messages[start].get("role") == "system":
-        system.append(_text(messages[start], start))
+        text = _text(messages[start], start)
+        if text:
+            system.append(text)
         start += 1
     # Each call id answered so far: its function's name, and whether Gemini gave the id.
     calls: dict[str, tuple[str, bool]] = {}
@@ -179,7 +224,7 @@ def _contents(request: ChatRequest) -> tuple[list[str], list[dict[str, Any]]]:
             # Most of a long conversation: plain text, built here without the general
             # path's calls (measured: 4.5 ms to 3.5 ms for a body of 5,000 messages).
             answers = None
-            contents.append({"role": _ROLES[role], "parts": [{"text": content}]})
+            contents.append({"role": _ROLES[role], "parts": [{"text": content or EMPTY}]})
             continue
         if role == "tool":
             if answers is None:
@@ -225,12 +270,14 @@ def _user_parts(message: dict[str, Any], position: int) -> list[dict[str, Any]]:
     """A user message's parts: its text, and its images given inline (`data:` URLs)."""
     content = message.get("content")
     if not isinstance(content, list):
-        return [{"text": content or ""}]
+        return [{"text": content or EMPTY}]
     parts: list[dict[str, Any]] = []
     for part in content:
         kind = part.get("type")
         if kind == "text":
-            parts.append({"text": str(part.get("text", ""))})
+            text = str(part.get("text", ""))
+            if text:
+                parts.append({"text": text})
             continue
         image = part.get("image_url") if kind == "image_url" else None
         url = image.get("url") if isinstance(image, dict) else image
@@ -247,7 +294,7 @@ def _user_parts(message: dict[str, Any], position: int) -> list[dict[str, Any]]:
                 f"with a media type, which the {WIRE} wire needs"
             )
         parts.append({"inlineData": {"mimeType": mime, "data": data}})
-    return parts
+    return parts or [{"text": EMPTY}]
 
 
 def _model_content(
@@ -256,22 +303,28 @@ def _model_content(
     wire_parts: list[dict[str, Any]],
     calls: dict[str, tuple[str, bool]],
 ) -> dict[str, Any]:
-    """An assistant message as a `model` content: its text, then its calls, each with the
-    thought signature (and the id) Gemini gave it."""
+    """An assistant message as a `model` content: its thought's signature, its text, then
+    its calls, each with the thought signature (and the id) Gemini gave it."""
     signatures: dict[int | str, str] = {}
     ids: dict[int, str] = {}
     for kept in wire_parts:
         call = kept.get("call")
-        at: int | str | None = call if type(call) is int else "text" if kept.get("text") else None
+        at: int | str | None = (
+            call
+            if type(call) is int
+            else next((k for k in ("thought", "text") if kept.get(k)), None)
+        )
         signature = kept.get("thoughtSignature")
         if at is not None and isinstance(signature, str):
             signatures[at] = signature
         if type(call) is int and isinstance(kept.get("id"), str):
             ids[call] = kept["id"]
     parts: list[dict[str, Any]] = []
+    if "thought" in signatures:
+        parts.append({"text": EMPTY, "thought": True, "thoughtSignature": signatures["thought"]})
     text = _text(message, position)
     if text or "text" in signatures:
-        part: dict[str, Any] = {"text": text}
+        part: dict[str, Any] = {"text": text or EMPTY}
         if "text" in signatures:
             part["thoughtSignature"] = signatures["text"]
         parts.append(part)
@@ -289,7 +342,7 @@ def _model_content(
         parts.append(part)
         if call_id is not None:
             calls[call_id] = (name, gemini_id)
-    return {"role": "model", "parts": parts or [{"text": ""}]}
+    return {"role": "model", "parts": parts or [{"text": EMPTY}]}
 
 
 def _args(arguments: Any) -> dict[str, Any]:
@@ -421,11 +474,15 @@ class GeminiParser:
             return self._call(an_object(part["functionCall"], where), where, signature)
         events: list[Event] = []
         text = a_string(part, "text", where)
+        thought = a_flag(part, "thought", where)
         if text:
-            thought = a_flag(part, "thought", where)
             events.append(ReasoningDelta(text) if thought else TextDelta(text))
         if signature:
-            events.append(WirePart(WIRE, {"text": True, "thoughtSignature": signature}))
+            events.append(
+                WirePart(
+                    WIRE, {"thought" if thought else "text": True, "thoughtSignature": signature}
+                )
+            )
         return events
 
     def _call(self, call: dict[str, Any], where: str, signature: str | None) -> list[Event]:
@@ -452,9 +509,7 @@ class GeminiParser:
         """Gemini's finish reason in agctl's (OpenAI's) words."""
         if finish == "STOP":
             return "tool_calls" if self._calls else "stop"
-        if finish == "MAX_TOKENS":
-            return "length"
-        return "content_filter" if finish in FILTERED else finish.lower()
+        return _FINISHES.get(finish, finish)
 
 
 def _blocked(response: dict[str, Any]) -> str | None:

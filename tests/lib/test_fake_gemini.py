@@ -365,6 +365,19 @@ def test_without_a_configured_key_any_key_is_taken_but_not_none() -> None:
         ({"contents": [{"role": "assistant", "parts": [{"text": "x"}]}]}, "valid role"),
         ({"contents": [{"role": "user", "parts": [{}]}]}, "oneof field 'data'"),
         (
+            {"contents": [{"role": "user", "parts": [{"text": ""}]}]},
+            "contents[0].parts[0].data: required oneof field 'data'",
+        ),
+        (
+            body(user("a"), {"role": "model", "parts": [{"text": "", "thoughtSignature": "c2ln"}]}),
+            "contents[1].parts[0].data: required oneof field 'data'",
+        ),
+        (body(user("a"), {"role": "user", "parts": []}), "contents.parts must not be empty"),
+        (
+            body(user("a"), systemInstruction={"parts": [{"text": "x"}, {"text": ""}]}),
+            "system_instruction.parts[1].data: required oneof field 'data'",
+        ),
+        (
             {
                 "contents": [
                     {"role": "user", "parts": [{"text": "a", "functionCall": {"name": "f"}}]}

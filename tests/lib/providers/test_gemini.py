@@ -202,7 +202,55 @@ def test_plain_text_is_sent_alike_whether_content_is_a_string_or_text_parts() ->
 
     messages = [user("hi"), {"role": "assistant", "content": "hello"}, user("")]
     assert payload(request(*messages)) == payload(request(*map(text_parts, messages)))
-    assert payload(request(*messages))["contents"][2] == {"role": "user", "parts": [{"text": ""}]}
+    assert payload(request(*messages))["contents"][2] == {
+        "role": "user",
+        "parts": [{"text": "(empty)"}],
+    }
+
+
+def test_empty_texts_are_left_out_and_a_content_left_with_no_part_holds_a_placeholder(
+    gemini: FakeGemini,
+) -> None:
+    """Gemini refuses a `{"text": ""}` part and an empty `parts` (the fake, as Gemini, with
+    400 INVALID_ARGUMENT), while agctl messages may be empty; an empty system message adds
+    nothing, and each content's bytes still depend on its own message only."""
+    messages = [
+        system(""),
+        system("Be brief."),
+        system(""),
+        user(""),
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": []},
+        {"role": "user", "content": [{"type": "text", "text": ""}, {"type": "text", "text": "a"}]},
+        calling(call("c", "clock", "{}"), content=""),
+        result("c", ""),
+        {"role": "assistant", "content": [{"type": "text", "text": ""}]},
+        user("end"),
+    ]
+    chat = request(*messages)
+    assert payload(chat) == {
+        "systemInstruction": {"parts": [{"text": "Be brief."}]},
+        "contents": [
+            {"role": "user", "parts": [{"text": "(empty)"}]},
+            {"role": "model", "parts": [{"text": "(empty)"}]},
+            {"role": "user", "parts": [{"text": "(empty)"}]},
+            {"role": "user", "parts": [{"text": "a"}]},
+            {"role": "model", "parts": [{"functionCall": {"name": "clock", "args": {}}}]},
+            {
+                "role": "user",
+                "parts": [{"functionResponse": {"name": "clock", "response": {"result": ""}}}],
+            },
+            {"role": "model", "parts": [{"text": "(empty)"}]},
+            {"role": "user", "parts": [{"text": "end"}]},
+        ],
+    }
+    assert post(gemini, chat)[0] == TextDelta("echo: end")
+    # Every system message empty: no systemInstruction at all.
+    assert list(payload(request(system(""), user("")))) == ["contents"]
+    post(gemini, request(system(""), user("")))
+    bodies = [GeminiWire().body(request(*messages[:n])) for n in range(4, len(messages) + 1)]
+    for earlier, later in itertools.pairwise(bodies):
+        assert later.startswith(earlier[:-2] + b",")
 
 
 def test_a_tool_loop_answers_each_call_by_name_in_one_user_turn(gemini: FakeGemini) -> None:
@@ -333,16 +381,63 @@ def test_thought_signatures_go_back_on_their_parts_and_anthropic_parts_never(
     post(gemini, chat)
 
 
-def test_a_text_signature_goes_back_even_when_the_reply_had_no_text() -> None:
+def test_a_text_signature_goes_back_even_when_the_reply_had_no_text(gemini: FakeGemini) -> None:
+    """On a part of its own holding the placeholder: `{"text": ""}` is refused."""
     chat = request(
         user("go"),
         calling(call("a", "clock", "")),
+        result("a", "12:00"),
         wire_parts={1: {"gemini": [{"text": True, "thoughtSignature": "c2ln"}]}},
     )
     assert payload(chat)["contents"][1]["parts"] == [
-        {"text": "", "thoughtSignature": "c2ln"},
+        {"text": "(empty)", "thoughtSignature": "c2ln"},
         {"functionCall": {"name": "clock", "args": {}}},
     ]
+    post(gemini, chat)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_thoughts_signature_goes_back_on_a_thought_part_not_on_the_answer(
+    gemini: FakeGemini, stream: bool
+) -> None:
+    """Google's guide: return every part, never merge a signed part into an unsigned one.
+    The thought's text is no input, so its part goes back first, holding the placeholder."""
+    reply = {
+        "candidates": [
+            {
+                "content": {
+                    "role": "model",
+                    "parts": [
+                        {"text": "Think.", "thought": True, "thoughtSignature": "dGhvdWdodA=="},
+                        {"text": "Answer."},
+                    ],
+                },
+                "finishReason": "STOP",
+            }
+        ]
+    }
+    first = request(user("q"), stream=stream)
+    if stream:
+        gemini.fail("sse", events=[reply])
+        events = post(gemini, first)
+    else:
+        events = GeminiWire().reply(reply)
+    assert events == [
+        ReasoningDelta("Think."),
+        WirePart("gemini", {"thought": True, "thoughtSignature": "dGhvdWdodA=="}),
+        TextDelta("Answer."),
+        Finish("stop"),
+    ]
+    second = continued(first, events, user("more"))
+    assert payload(second)["contents"][1] == {
+        "role": "model",
+        "parts": [
+            {"text": "(empty)", "thought": True, "thoughtSignature": "dGhvdWdodA=="},
+            {"text": "Answer."},
+        ],
+    }
+    answer = post(gemini, second)
+    assert "".join(e.text for e in answer if isinstance(e, TextDelta)) == "echo: more"
 
 
 def test_a_signed_call_loop_round_trips_through_the_parser(gemini: FakeGemini) -> None:
@@ -466,6 +561,11 @@ def test_a_thinking_budget_asks_for_thoughts(gemini: FakeGemini) -> None:
     gemini.reply("done", thought="let me think")
     events = post(gemini, request(user("x")), GeminiWire(thinking_budget=-1))
     assert events[:2] == [ReasoningDelta("let me think"), TextDelta("done")]
+    # -1 is Gemini's dynamic thinking, sent as such (and so by a profile that holds it).
+    dynamic = {"thinkingConfig": {"thinkingBudget": -1, "includeThoughts": True}}
+    assert gemini.requests[-1].body["generationConfig"] == dynamic
+    list(provider(gemini, thinking_budget=-1).stream(request(user("y"))))
+    assert gemini.requests[-1].body["generationConfig"] == dynamic
 
 
 # ---- the reply ---------------------------------------------------------------------------
@@ -558,16 +658,19 @@ def test_a_later_usage_after_the_finish_is_given_again() -> None:
         *[
             (name, False, "content_filter")
             for name in (
-                "SAFETY",
-                "RECITATION",
-                "BLOCKLIST",
-                "PROHIBITED_CONTENT",
-                "SPII",
-                "IMAGE_SAFETY",
-            )
+                "SAFETY RECITATION BLOCKLIST PROHIBITED_CONTENT SPII IMAGE_SAFETY "
+                "IMAGE_PROHIBITED_CONTENT IMAGE_RECITATION"
+            ).split()
         ],
         ("MALFORMED_FUNCTION_CALL", False, "malformed_function_call"),
         ("OTHER", False, "other"),
+        ("LANGUAGE", False, "language"),
+        ("UNEXPECTED_TOOL_CALL", False, "unexpected_tool_call"),
+        ("TOO_MANY_TOOL_CALLS", True, "too_many_tool_calls"),
+        ("NO_IMAGE", False, "no_image"),
+        # One agctl does not know is kept exactly as sent, for the redactor to find.
+        ("SOME_NEW_REASON", False, "SOME_NEW_REASON"),
+        ("AIza-Echoed_KEY", True, "AIza-Echoed_KEY"),
     ],
 )
 def test_finish_reasons_are_agctls(gemini_reason: str, calls: bool, reason: str) -> None:
@@ -727,6 +830,17 @@ def test_the_second_turn_reports_the_implicit_cache_as_cached_tokens(gemini: Fak
     (usage,) = [e for e in events if isinstance(e, Usage)]
     assert usage.cached_tokens == prompt_chars(payload(first)) // 4
     assert 0 < usage.cached_tokens < usage.prompt_tokens
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_unknown_finish_reason_over_http_is_kept_as_sent(
+    gemini: FakeGemini, stream: bool
+) -> None:
+    """A server may put anything there, a key it echoes included: lower-cased, the key
+    would pass the redactor, which looks for it as it is."""
+    gemini.reply("x", finish_reason="AIza-Echoed_KEY")
+    events = list(provider(gemini).stream(request(user("x"), stream=stream)))
+    assert events[-1] == Finish("AIza-Echoed_KEY")
 
 
 def test_a_stream_cut_before_its_finish_is_a_provider_error(gemini: FakeGemini) -> None:
