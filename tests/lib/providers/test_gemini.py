@@ -657,10 +657,16 @@ def test_a_later_usage_after_the_finish_is_given_again() -> None:
         ("MAX_TOKENS", True, "length"),
         *[
             (name, False, "content_filter")
-            for name in (
-                "SAFETY RECITATION BLOCKLIST PROHIBITED_CONTENT SPII IMAGE_SAFETY "
-                "IMAGE_PROHIBITED_CONTENT IMAGE_RECITATION"
-            ).split()
+            for name in [
+                "SAFETY",
+                "RECITATION",
+                "BLOCKLIST",
+                "PROHIBITED_CONTENT",
+                "SPII",
+                "IMAGE_SAFETY",
+                "IMAGE_PROHIBITED_CONTENT",
+                "IMAGE_RECITATION",
+            ]
         ],
         ("MALFORMED_FUNCTION_CALL", False, "malformed_function_call"),
         ("OTHER", False, "other"),
