@@ -532,9 +532,32 @@ def _validate(body: Any) -> None:
                 raise RequestError("`max_tokens` must be greater than `thinking.budget_tokens`")
         elif not isinstance(thinking, dict) or thinking.get("type") != "disabled":
             raise RequestError("thinking: Input tag does not match 'enabled' or 'disabled'")
+        choice = body.get("tool_choice")
+        if thinking.get("type") == "enabled" and (
+            isinstance(choice, dict) and choice.get("type") in ("any", "tool")
+        ):
+            raise RequestError("Thinking may not be enabled when tool_choice forces tool use.")
+    if isinstance(system, list) and any(block["text"] == "" for block in system):
+        raise RequestError("system: text content blocks must be non-empty")
     tool_uses: set[str] = set()
+    every_id: set[str] = set()
     for number, message in enumerate(messages):
-        _validate_message(number, message, tool_uses)
+        _validate_message(number, message, tool_uses, every_id)
+        final = number == len(messages) - 1 and message["role"] == "assistant"
+        if message["content"] in ("", []) and not final:
+            raise RequestError(
+                f"messages.{number}: all messages must have non-empty content except for the "
+                "optional final assistant message"
+            )
+    if not tools and any(
+        block.get("type") in ("tool_use", "tool_result")
+        for message in messages
+        if isinstance(message["content"], list)
+        for block in message["content"]
+    ):
+        raise RequestError(
+            "Requests which include `tool_use` or `tool_result` blocks must define tools."
+        )
     marks = _marks(body)
     if len(marks) > MAX_BREAKPOINTS:
         raise RequestError(
@@ -580,8 +603,9 @@ def _text_blocks(system: Any) -> bool:
     )
 
 
-def _validate_message(number: int, message: Any, tool_uses: set[str]) -> None:
-    """One message: its role, its blocks, and each tool result answering a tool use just before."""
+def _validate_message(number: int, message: Any, tool_uses: set[str], every_id: set[str]) -> None:
+    """One message: its role, its blocks (no empty text, no tool_use id seen before in the
+    body), and each tool result answering a tool use just before."""
     if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
         raise RequestError(f"messages.{number}.role: Input should be 'user' or 'assistant'")
     content = message.get("content")
@@ -603,7 +627,12 @@ def _validate_message(number: int, message: Any, tool_uses: set[str]) -> None:
                 raise RequestError(
                     f"{where}.id: String should match pattern '{TOOL_USE_ID.pattern}'"
                 )
+            if block["id"] in every_id:
+                raise RequestError(f"{where}: `tool_use` ids must be unique")
+            every_id.add(block["id"])
             asked.add(block["id"])
+        elif kind == "text" and block.get("text") == "":
+            raise RequestError(f"{where}: text content blocks must be non-empty")
         elif kind == "tool_result" and block.get("tool_use_id") not in tool_uses:
             raise RequestError(
                 f"{where}: unexpected `tool_use_id` found in `tool_result` blocks: "

@@ -9,6 +9,9 @@ request's prefix is known to stay the same next turn (ChatRequest.breakpoints), 
 that ends it gets a `cache_control` mark: Anthropic caches only at marks the client places.
 That block is the last of the prefix's own, wherever its messages went: a system block when
 the prefix ends in the leading system run, one tool result of several merged in a message.
+What the API refuses and agctl's history may hold is sent as it accepts it: a tool_use id
+seen before in the body gets a suffix, empty text is left out, and the tools the history
+called are defined (none callable) when the request offers none.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, cast
 
 import orjson
@@ -73,6 +76,16 @@ UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
 _NOT_IN_TOOL_ID = re.compile(r"[^a-zA-Z0-9_-]")
 # OpenAI's tool_choice modes as Anthropic's.
 TOOL_CHOICES = {"auto": "auto", "none": "none", "required": "any"}
+# The tool_choice types that force a call, which the API refuses with thinking.
+FORCING = frozenset({"any", "tool"})
+# The text of a message whose content is empty: the API refuses an empty text block and a
+# message with no block, and dropping the message would join its neighbours' roles and
+# change what the conversation says was said.
+EMPTY = "(empty)"
+# The beta that lets a cache mark live 1 hour where that TTL is not generally available.
+EXTENDED_TTL_BETA = "extended-cache-ttl-2025-04-11"
+# What a tool only the history names (no tool offered this request) is described as.
+HISTORY_TOOL = "Kept for the conversation's earlier calls; not offered now."
 
 # Where a block is in the body: (-1, n) is system[n], (m, n) messages[m].content[n].
 Place = tuple[int, int]
@@ -119,7 +132,10 @@ class AnthropicWire:
         return {"x-api-key": api_key}
 
     def headers(self) -> dict[str, str]:
-        return {"anthropic-version": self.version}
+        headers = {"anthropic-version": self.version}
+        if self.cache_control.get("ttl") == "1h":
+            headers["anthropic-beta"] = EXTENDED_TTL_BETA
+        return headers
 
     def body(self, request: ChatRequest) -> bytes:
         """The Messages body: model, max_tokens, system, messages, tools, tool_choice,
@@ -130,7 +146,22 @@ class AnthropicWire:
             tail["tools"] = [_tool(number, tool) for number, tool in enumerate(request.tools)]
             choice = _tool_choice(request.tool_choice, request.parallel_tool_calls)
             if choice is not None:
+                if self.thinking_budget is not None and choice["type"] in FORCING:
+                    # The API refuses it (a 400 after the request): said here, before it.
+                    raise UsageError(
+                        f"tool_choice {request.tool_choice!r} forces a tool call, which the "
+                        f"anthropic wire refuses with a thinking_budget "
+                        f"({self.thinking_budget}): choose 'auto' or 'none', or no budget"
+                    )
                 tail["tool_choice"] = choice
+        elif encoded.tool_names:
+            # The API refuses tool_use and tool_result blocks in a request without tools:
+            # the tools the history called are defined, bare, and none may be called.
+            tail["tools"] = [
+                {"name": name, "description": HISTORY_TOOL, "input_schema": {"type": "object"}}
+                for name in sorted(encoded.tool_names)
+            ]
+            tail["tool_choice"] = {"type": "none"}
         if request.temperature is not None:
             if self.thinking_budget is None:
                 tail["temperature"] = request.temperature
@@ -245,6 +276,13 @@ class _Encoding:
         # For the last message of each breakpoint's prefix, the last block of the prefix
         # a mark may go on.
         self.ends: dict[int, Place] = {}
+        # The names of the tools the history's calls called.
+        self.tool_names: set[str] = set()
+        # The tool_use ids given so far, the id each original id was last given, and the
+        # next suffix to try for each base id (see _call_id).
+        self._given: set[str] = set()
+        self._latest: dict[str | None, str] = {}
+        self._suffixes: dict[str, int] = {}
         parts = request.wire_parts or {}
         wanted = {count - 1 for count in request.breakpoints}
         messages, ends, system = self.messages, self.ends, self.system
@@ -294,9 +332,10 @@ class _Encoding:
         role, content = message.get("role"), message.get("content")
         blocks: list[dict[str, Any]]
         if role == "tool":
+            call_id = message.get("tool_call_id")
             result = {
                 "type": "tool_result",
-                "tool_use_id": _tool_id(message.get("tool_call_id")),
+                "tool_use_id": self._latest.get(_key(call_id)) or _tool_id(call_id),
                 "content": _tool_content(content, number),
             }
             last = self.messages[-1] if in_tool_run else None
@@ -306,9 +345,14 @@ class _Encoding:
             blocks = [result]
         elif role == "assistant":
             sent_back = parts.get(number, {}).get(WIRE, ())
-            blocks = _assistant_blocks(message, content, number, sent_back)
+            blocks = _assistant_blocks(message, content, number, sent_back, self._call_id)
+            self.tool_names.update(
+                block["name"]
+                for block in blocks
+                if block["type"] == "tool_use" and isinstance(block["name"], str)
+            )
         elif role == "user":
-            blocks = _user_blocks(content, number)
+            blocks = _user_blocks(content, number) or [{"type": "text", "text": EMPTY}]
         elif role == "system":
             # No system role among messages: the text goes in a user message, tagged.
             text = _text(content, number, "system")
@@ -321,6 +365,20 @@ class _Encoding:
             {"role": "assistant" if role == "assistant" else "user", "content": blocks}
         )
         return blocks
+
+    def _call_id(self, call_id: Any) -> str:
+        """A call's id, unique in the body as the API requires: its own as the API accepts
+        one (_tool_id), else that with the first free `_<n>` after it (agctl names an id-less
+        call `call_<n>`, so a history holds `call_0` many times). It depends only on the
+        calls before it, so a message's ids stay the same as messages are added after it."""
+        base = given = _tool_id(call_id)
+        while given in self._given:
+            suffix = self._suffixes.get(base, 2)
+            self._suffixes[base] = suffix + 1
+            given = f"{base}_{suffix}"
+        self._given.add(given)
+        self._latest[_key(call_id)] = given
+        return given
 
     def encoded(
         self, breakpoints: tuple[int, ...], cache_control: dict[str, str], min_bytes: int
@@ -379,14 +437,16 @@ def _unsendable(part: Any, number: int, role: str) -> UsageError:
 
 
 def _user_blocks(content: Any, number: int) -> list[dict[str, Any]]:
-    """A user message's content as blocks: text, and images (inline data or a URL)."""
+    """A user message's content as blocks: text, and images (inline data or a URL); no
+    empty text, which the API refuses."""
     if content is None or isinstance(content, str):
-        return [{"type": "text", "text": content or ""}]
+        return [{"type": "text", "text": content}] if content else []
     blocks: list[dict[str, Any]] = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "text":
-            blocks.append({"type": "text", "text": str(part.get("text", ""))})
+            if text := str(part.get("text", "")):
+                blocks.append({"type": "text", "text": text})
         elif kind == "image_url":
             blocks.append(_image(part, number))
         else:
@@ -416,14 +476,19 @@ def _tool_content(content: Any, number: int) -> str | list[dict[str, Any]]:
     """A tool message's content as a tool result's: its text, or its blocks."""
     if content is None or isinstance(content, str):
         return content or ""
-    return _user_blocks(content, number)
+    return _user_blocks(content, number) or ""
 
 
 def _assistant_blocks(
-    message: dict[str, Any], content: Any, number: int, sent_back: Iterable[Any]
+    message: dict[str, Any],
+    content: Any,
+    number: int,
+    sent_back: Iterable[Any],
+    call_id: Callable[[Any], str],
 ) -> list[dict[str, Any]]:
     """The thinking the reply came with (verbatim, first, as the API requires), its text,
-    then a tool_use block for each of its calls."""
+    then a tool_use block for each of its calls (its id from `call_id`); a placeholder text
+    if that is nothing."""
     blocks: list[dict[str, Any]] = [dict(part) for part in sent_back]
     text = content if type(content) is str else _text(content, number, "assistant")
     if text:
@@ -433,19 +498,23 @@ def _assistant_blocks(
         blocks.append(
             {
                 "type": "tool_use",
-                "id": _tool_id(call.get("id")),
+                "id": call_id(call.get("id")),
                 "name": function.get("name"),
                 "input": _tool_input(function.get("arguments") or ""),
             }
         )
-    return blocks
+    return blocks or [{"type": "text", "text": EMPTY}]
 
 
-def _tool_id(call_id: Any) -> Any:
+def _tool_id(call_id: Any) -> str:
     """A call's id as the API accepts one (letters, digits, _ and -): another wire's id
-    (`functions.get_weather:0`) with every other character as `_`, the same in the call
-    and in its result."""
-    return _NOT_IN_TOOL_ID.sub("_", call_id) if isinstance(call_id, str) else call_id
+    (`functions.get_weather:0`) with every other character as `_`; `call` for none."""
+    return _NOT_IN_TOOL_ID.sub("_", call_id) if isinstance(call_id, str) and call_id else "call"
+
+
+def _key(call_id: Any) -> str | None:
+    """A call's original id as a key to the id it was given (None for a non-string)."""
+    return call_id if isinstance(call_id, str) else None
 
 
 def _tool_input(arguments: str) -> dict[str, Any]:
@@ -546,6 +615,7 @@ class _Block:
         self.thinking: list[str] = []
         self.signature = ""
         self.has_input = False
+        self.start_input = "{}"  # the input content_block_start gave, as compact JSON
 
 
 class StreamParser:
@@ -626,6 +696,11 @@ class StreamParser:
             name = a_string(block, "name", where)
             if not name:
                 self._unnamed.add(index)
+            # Anthropic starts a tool use with an empty input and streams it; a compatible
+            # server may give it whole here and stream none.
+            start_input = an_object(block.get("input"), f"{where}.input", optional=True)
+            if start_input:
+                started.start_input = orjson.dumps(start_input).decode()
             return [ToolCallDelta(index, id=a_string(block, "id", where), name=name or None)]
         return []
 
@@ -662,6 +737,7 @@ class StreamParser:
         if block.kind == "thinking":
             return [_thinking_part("".join(block.thinking), block.signature)]
         if block.kind == "tool_use" and not block.has_input:
-            # A call without arguments streams none (or ""): its input is {}, as whole.
-            return [ToolCallDelta(index, arguments="{}")]
+            # No input streamed: the input it started with ({} for a call without
+            # arguments, as whole).
+            return [ToolCallDelta(index, arguments=block.start_input)]
         return []

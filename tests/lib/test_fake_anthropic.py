@@ -359,9 +359,69 @@ def test_a_tool_loop_with_its_thinking_sent_back_is_answered(client: httpx.Clien
     assert reply["content"] == [{"type": "text", "text": "echo: sunny"}]
 
 
+TOOLS = [{"name": "weather", "input_schema": {"type": "object"}}]
+USE = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}
+RESULT = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}
+
+
 @pytest.mark.parametrize(
     ("change", "fragment"),
     [
+        (
+            {
+                "tools": TOOLS,
+                "messages": [
+                    *tool_loop("toolu_1"),
+                    {"role": "assistant", "content": [USE]},
+                    {"role": "user", "content": [RESULT]},
+                ],
+            },
+            "messages.3.content.0: `tool_use` ids must be unique",
+        ),
+        (
+            {"tools": TOOLS, "messages": [{"role": "assistant", "content": [USE, USE]}]},
+            "messages.0.content.1: `tool_use` ids must be unique",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": ""}]}]},
+            "messages.0.content.0: text content blocks must be non-empty",
+        ),
+        (
+            {"system": [{"type": "text", "text": ""}]},
+            "system: text content blocks must be non-empty",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": []},
+                    {"role": "user", "content": "again"},
+                ]
+            },
+            "messages.1: all messages must have non-empty content except for the optional final "
+            "assistant message",
+        ),
+        ({"messages": [{"role": "user", "content": ""}]}, "messages.0: all messages must"),
+        (
+            {"messages": tool_loop("toolu_1")},
+            "Requests which include `tool_use` or `tool_result` blocks must define tools.",
+        ),
+        (
+            {
+                "tools": TOOLS,
+                "tool_choice": {"type": "any"},
+                "thinking": {"type": "enabled", "budget_tokens": 2048},
+            },
+            "Thinking may not be enabled when tool_choice forces tool use.",
+        ),
+        (
+            {
+                "tools": TOOLS,
+                "tool_choice": {"type": "tool", "name": "weather"},
+                "thinking": {"type": "enabled", "budget_tokens": 2048},
+            },
+            "Thinking may not be enabled when tool_choice forces tool use.",
+        ),
         ({"max_tokens": None}, "max_tokens"),
         ({"model": None}, "model"),
         ({"messages": []}, "messages"),
@@ -433,6 +493,22 @@ def test_invalid_requests_get_400_naming_the_field(
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error"
     assert fragment in error["message"]
+
+
+def test_an_empty_final_assistant_message_and_an_unforced_choice_with_thinking_are_taken(
+    client: httpx.Client,
+) -> None:
+    prefill = body(
+        messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]
+    )
+    assert client.post("/v1/messages", json=prefill).status_code == 200
+    for choice in ("auto", "none"):
+        request = body(
+            tools=TOOLS,
+            tool_choice={"type": choice},
+            thinking={"type": "enabled", "budget_tokens": 2048},
+        )
+        assert client.post("/v1/messages", json=request).status_code == 200
 
 
 def test_unparsable_body_and_unknown_path(client: httpx.Client) -> None:

@@ -165,6 +165,11 @@ def test_the_messages_endpoint_under_a_host_root_or_a_v1(base_url: str, url: str
 def test_the_key_and_the_version_travel_in_their_headers() -> None:
     assert WIRE.key_headers(KEY) == {"x-api-key": KEY}
     assert WIRE.headers() == {"anthropic-version": "2023-06-01"}
+    # A 1-hour cache TTL asks for the beta that has it where it is not generally available.
+    assert AnthropicWire(cache_ttl="1h").headers() == {
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": "extended-cache-ttl-2025-04-11",
+    }
     assert AnthropicWire(version="2099-01-01").headers() == {"anthropic-version": "2099-01-01"}
     assert (WIRE.name, WIRE.stream_end) == ("anthropic", "message_stop")
     overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
@@ -352,6 +357,140 @@ def test_another_wires_call_ids_are_made_ones_the_api_accepts(fake: FakeAnthropi
     assert body["messages"][1]["content"][0]["id"] == "functions_weather_0"
     assert body["messages"][2]["content"][0]["tool_use_id"] == "functions_weather_0"
     accepted(fake, WIRE.body(request))
+
+
+def tool_use_ids(body: dict[str, Any]) -> list[list[str]]:
+    """Each message's tool_use ids, or its tool results' tool_use_ids."""
+    return [
+        [
+            block.get("id") or block["tool_use_id"]
+            for block in message["content"]
+            if block["type"] in ("tool_use", "tool_result")
+        ]
+        for message in body["messages"]
+    ]
+
+
+# agctl names an id-less call (Gemini 2.x) call_<n>: every step of every turn has a
+# call_0; `a.b` and `a_b` are both `a_b` as ids the API accepts; a Claude id is unique.
+CALLS_WITH_REPEATED_IDS = [
+    user("weather?"),
+    assistant(None, ("call_0", "weather", "{}"), ("call_1", "clock", "{}")),
+    tool("call_0", "18 C"),
+    tool("call_1", "noon"),
+    assistant(None, ("call_0", "weather", "{}")),
+    tool("call_0", "19 C"),
+    assistant("done"),
+    user("again?"),
+    assistant(None, ("a.b", "weather", "{}"), ("a_b", "weather", "{}"), ("call_0_2", "f", "")),
+    tool("a.b", "one"),
+    tool("a_b", "two"),
+    tool("call_0_2", "three"),
+    assistant(None, ("call_0", "weather", "{}"), ("toolu_01Ab", "clock", "{}")),
+    tool("call_0", "20 C"),
+    tool("toolu_01Ab", "one o'clock"),
+]
+
+
+def test_every_tool_use_gets_an_id_of_its_own_and_each_result_that_of_its_call(
+    fake: FakeAnthropic,
+) -> None:
+    messages = CALLS_WITH_REPEATED_IDS
+    request = ChatRequest(MODEL, messages)
+    body = decoded(request)
+    assert tool_use_ids(body) == [
+        [],
+        ["call_0", "call_1"],
+        ["call_0", "call_1"],
+        ["call_0_2"],
+        ["call_0_2"],
+        [],
+        [],
+        ["a_b", "a_b_2", "call_0_2_2"],
+        ["a_b", "a_b_2", "call_0_2_2"],
+        ["call_0_3", "toolu_01Ab"],
+        ["call_0_3", "toolu_01Ab"],
+    ]
+    accepted(fake, WIRE.body(request))
+    # An id depends only on what comes before it: the bytes of the messages so far are
+    # the same when more are added (so the cache still reads them).
+    for count in range(1, len(messages)):
+        shorter = decoded(request._replace(messages=messages[:count]))["messages"]
+        assert body["messages"][: len(shorter) - 1] == shorter[:-1]
+
+
+def test_empty_text_is_left_out_and_a_message_of_nothing_says_so(fake: FakeAnthropic) -> None:
+    empty = text_block("(empty)")
+    messages = [
+        system(""),
+        user(LONG),
+        assistant(""),
+        user(""),
+        assistant(None, ("toolu_1", "f", "{}")),
+        {"role": "tool", "content": [{"type": "text", "text": ""}], "tool_call_id": "toolu_1"},
+        assistant("", ("toolu_2", "f", "{}")),
+        tool("toolu_2", ""),
+        {"role": "user", "content": [text_block(""), text_block("hi")]},
+        {"role": "assistant", "content": [text_block("")]},
+        {"role": "user", "content": [text_block("")]},
+    ]
+    # Marks on the prefixes that end on the empty assistant and the empty user message.
+    request = ChatRequest(MODEL, messages, breakpoints=(3, 4, 11))
+    body = decoded(request)
+    assert "system" not in body
+    assert [message["content"] for message in body["messages"]] == [
+        [text_block(LONG)],
+        [{**empty, "cache_control": EPHEMERAL}],
+        [{**empty, "cache_control": EPHEMERAL}],
+        [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}],
+        [{"type": "tool_result", "tool_use_id": "toolu_1", "content": ""}],
+        [{"type": "tool_use", "id": "toolu_2", "name": "f", "input": {}}],
+        [{"type": "tool_result", "tool_use_id": "toolu_2", "content": ""}],
+        [text_block("hi")],
+        [empty],
+        [{**empty, "cache_control": EPHEMERAL}],
+    ]
+    accepted(fake, WIRE.body(request))
+
+
+def test_a_history_of_calls_without_tools_offered_defines_them_and_lets_none_be_called(
+    fake: FakeAnthropic,
+) -> None:
+    messages = [*CALLS_WITH_REPEATED_IDS, assistant("Done."), user("thanks")]
+    request = ChatRequest(MODEL, messages)
+    body = WIRE.body(request)
+    kept = "Kept for the conversation's earlier calls; not offered now."
+    assert body.endswith(
+        b'],"tools":['
+        + b",".join(
+            b'{"name":"%s","description":"%s","input_schema":{"type":"object"}}'
+            % (name, kept.encode())
+            for name in (b"clock", b"f", b"weather")
+        )
+        + b'],"tool_choice":{"type":"none"}}'
+    )
+    assert WIRE.body(request) == body
+    accepted(fake, body)
+    thinking = AnthropicWire(thinking_budget=2048)
+    accepted(fake, thinking.body(request), thinking)
+    # Tools offered are sent as they are; a history without calls needs none.
+    offered = [{"type": "function", "function": {"name": "weather"}}]
+    assert [t["name"] for t in decoded(request._replace(tools=offered))["tools"]] == ["weather"]
+    assert "tools" not in decoded(request._replace(messages=[user("hi")]))
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "f"}}])
+def test_a_choice_that_forces_a_call_is_refused_with_a_thinking_budget_before_sending(
+    fake: FakeAnthropic, choice: Any
+) -> None:
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    request = ChatRequest(MODEL, [user("go")], tools=tools, tool_choice=choice)
+    wire = AnthropicWire(thinking_budget=2048)
+    with pytest.raises(UsageError, match=r"tool_choice .* thinking_budget \(2048\)"):
+        wire.body(request)
+    accepted(fake, WIRE.body(request))
+    for allowed in ("auto", "none"):
+        accepted(fake, wire.body(request._replace(tool_choice=allowed)), wire)
 
 
 THINKING = {"type": "thinking", "thinking": "Paris first.", "signature": "c2lnbmF0dXJl"}
@@ -949,6 +1088,24 @@ def test_a_streamed_tool_use_without_input_has_the_arguments_of_a_whole_one() ->
     )
 
 
+def test_a_tool_use_whose_input_comes_whole_in_its_start_has_that_input() -> None:
+    # A compatible server may give the input in content_block_start and stream none.
+    weather = {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Paris"}}
+    start = {"type": "content_block_start", "index": 0, "content_block": weather}
+    stream = [
+        START,
+        start,
+        {"type": "content_block_stop", "index": 0},
+        *STOP,
+    ]
+    streamed_call = built(events_of(WIRE, stream)).tool_calls
+    assert streamed_call == built(WIRE.reply({"content": [weather]})).tool_calls
+    assert streamed_call is not None
+    assert streamed_call[0].function.arguments == '{"city":"Paris"}'
+    with pytest.raises(Malformed, match=r"content_block_start\.content_block\.input"):
+        events_of(WIRE, [START, {**start, "content_block": {**weather, "input": [1]}}])
+
+
 def test_a_stream_without_its_start_or_with_a_nameless_tool_use_fails_at_its_end() -> None:
     parser = WIRE.parser()
     for data in STOP:
@@ -1135,6 +1292,51 @@ def test_a_tool_loop_sends_its_thinking_and_results_back_and_marks_the_turn_so_f
     stored = store.load_slot("s").messages
     assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
     assert stored[1].wire_parts == {"anthropic": [thinking]}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_turn_without_tools_after_a_tool_loop_with_repeated_call_ids_is_answered(
+    store: Store,
+    fake: FakeAnthropic,
+    connect: Callable[..., HttpProvider],
+    tmp_path: Path,
+    stream: bool,
+) -> None:
+    # Two steps whose calls have the same id, as a wire without ids leaves them (call_0).
+    store.create_session("s")
+    provider = connect(thinking_budget=1024)
+    tools = Adder(tmp_path)
+    for a in (2, 5):
+        fake.reply(tool_uses=[{"id": "call_0", "name": "add", "input": {"a": a, "b": 3}}])
+    fake.reply("5, then 8.")
+    fake.reply("You're welcome.")
+    with_tools = TurnOptions(model=MODEL, stream=stream, tools=tools)
+    send_turn(store, "s", "2+3, then 5+3?", provider, with_tools)
+    result = send_turn(store, "s", "Thanks.", provider, TurnOptions(model=MODEL, stream=stream))
+
+    assert result.reply.content == "You're welcome."
+    last = sent(fake)[-1]
+    assert tool_use_ids(last)[1:5] == [["call_0"], ["call_0"], ["call_0_2"], ["call_0_2"]]
+    assert (last["tools"], last["tool_choice"]) == (
+        [
+            {
+                "name": "add",
+                "description": "Kept for the conversation's earlier calls; not offered now.",
+                "input_schema": {"type": "object"},
+            }
+        ],
+        {"type": "none"},
+    )
+
+
+def test_a_forced_choice_with_a_thinking_budget_sends_nothing_and_writes_nothing(
+    store: Store, fake: FakeAnthropic, connect: Callable[..., HttpProvider], tmp_path: Path
+) -> None:
+    store.create_session("s")
+    options = TurnOptions(model=MODEL, tools=Adder(tmp_path), tool_choice="required")
+    with pytest.raises(UsageError, match="tool_choice 'required' forces a tool call"):
+        send_turn(store, "s", "2+3?", connect(thinking_budget=1024), options)
+    assert sent(fake) == [] and store.load_slot("s").messages == []
 
 
 def test_an_overloaded_server_is_retried_and_a_broken_stream_is_an_error(
