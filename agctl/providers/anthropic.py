@@ -588,15 +588,8 @@ def _usage(usage: dict[str, Any], where: str) -> Usage:
     written = a_count(usage, "cache_creation_input_tokens", where)
     read = a_count(usage, "cache_read_input_tokens", where)
     creation = an_object(usage.get("cache_creation"), f"{where}.cache_creation", optional=True)
+    # A 1-hour share larger than the writes is dropped by the transport (Usage.checked).
     hour = a_count(creation, "ephemeral_1h_input_tokens", f"{where}.cache_creation")
-    if hour is not None and hour > (written or 0):
-        log.warning(
-            "the server reported %d tokens written to the cache for 1 h, more than the %d "
-            "written: not counted",
-            hour,
-            written or 0,
-        )
-        hour = None
     prompt = (a_count(usage, "input_tokens", where) or 0) + (read or 0) + (written or 0)
     return Usage(
         prompt,

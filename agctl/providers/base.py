@@ -105,8 +105,8 @@ class Usage(NamedTuple):
         }
         dropped: dict[str, Any] = {}
         for name, (whole_name, whole) in wholes.items():
-            value = getattr(self, name)
-            if value is not None and whole is not None and value > whole:
+            value, whole = getattr(self, name), whole or 0  # a part of nothing reported
+            if value is not None and value > whole:
                 import logging
 
                 logging.getLogger("agctl.provider").warning(

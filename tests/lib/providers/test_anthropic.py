@@ -931,9 +931,12 @@ def test_usage_not_reported_is_none_and_a_1h_share_larger_than_the_writes_is_dro
         "cache_creation_input_tokens": 10,
         "cache_creation": {"ephemeral_1h_input_tokens": 11},
     }
+    (parsed,) = WIRE.reply({**reply, "usage": usage})[:1]
+    assert parsed == Usage(15, 2, cache_write_tokens=10, cache_write_1h_tokens=11)
+    # What every wire's usage passes through drops it (agctl.providers.http).
     with caplog.at_level(logging.WARNING, logger="agctl.provider"):
-        assert WIRE.reply({**reply, "usage": usage})[0] == Usage(15, 2, cache_write_tokens=10)
-    assert "11 tokens written to the cache for 1 h, more than the 10" in caplog.text
+        assert parsed.checked() == Usage(15, 2, cache_write_tokens=10)
+    assert "11 cache write 1h tokens, more than the 10 cache write tokens" in caplog.text
 
 
 START = {
