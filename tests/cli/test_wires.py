@@ -16,7 +16,7 @@ from click.testing import Result
 from fake_anthropic import FakeAnthropic
 from fake_gemini import FakeGemini
 from fake_openai import FakeOpenAI
-from helpers import as_json, ok
+from helpers import as_json, fails, ok
 
 from agctl.store import Store
 
@@ -175,3 +175,17 @@ def test_a_dry_run_prints_the_wires_own_body_and_url_and_never_the_key(
     if wire == "claude":  # the system prompt is a stable prefix: marked for the cache
         assert shown["request"]["system"][-1]["cache_control"] == {"type": "ephemeral"}
     assert all(fake.requests == [] for fake in fakes)
+
+
+@pytest.mark.parametrize("wire", ["claude", "gem", "oai"])
+@pytest.mark.parametrize("stream", ["--stream", "--no-stream"])
+def test_a_reply_of_the_wrong_shape_is_exit_6_with_the_prompt_kept_on_every_wire(
+    run: Run, store: Store, fakes: Fakes, wire: str, stream: str
+) -> None:
+    fake = getattr(fakes, wire)
+    fake.fail("garbage", body=b'{"content": 7, "candidates": "no", "choices": {}}')
+    result = fails(run("turn", "send", "keep me", "--profile", wire, stream), 6)
+    assert fake.base_url in result.stderr and KEYS[wire] not in result.stderr
+    assert store.load_slot("s", None).messages == []
+    shown = as_json(ok(run("--json", "draft", "show")))
+    assert shown["prompt"] == "keep me"
