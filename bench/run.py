@@ -40,6 +40,8 @@ from replay import sync_modes
 from search import measure as measure_search
 from tokens import corpus
 from turn import fill
+from wires import measure as measure_wires
+from wires import rows as wire_rows
 
 from agctl.context.tokens import estimate_text
 from agctl.store import Store
@@ -375,6 +377,10 @@ def postgres(runs: int, quick: bool, agctl: Installed) -> list[dict[str, Any]]:
     return list(result["rows"])
 
 
+def wires(runs: int, sizes: list[int], agctl: Installed) -> list[dict[str, Any]]:
+    return wire_rows(measure_wires(runs, sizes, agctl))
+
+
 Section = Callable[[int, bool, Installed], list[dict[str, Any]]]
 # Each section's rows from (runs, quick, the measured form), in the table's order.
 SECTIONS: dict[str, Section] = {
@@ -382,6 +388,7 @@ SECTIONS: dict[str, Section] = {
     "turns": lambda runs, quick, agctl: turns(
         runs, [10, 100] if quick else [10, 100, 1000, 5000], agctl
     ),
+    "wires": lambda runs, quick, agctl: wires(runs, [10, 5000], agctl),
     "postgres": postgres,
     "replay": lambda runs, quick, agctl: (
         replay(100, 100, 500) if quick else replay(1000, 300, 4000)
