@@ -66,7 +66,7 @@ def measure(runs: int, sizes: list[int], agctl: Installed, *, count: bool = True
             servers[wire] = server
             for size in sizes:
                 fill(store, f"s{size}", size)
-                commands[(wire, size)] = (_turn(agctl, "s" + str(size)), env)
+                commands[(wire, size)] = (_turn(agctl, f"s{size}"), env)
         if REFERENCE in skipped:
             raise RuntimeError(f"the {REFERENCE} wire's turn fails: {skipped[REFERENCE]}")
         # Size by size, every wire in turn within each round.
