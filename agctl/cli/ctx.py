@@ -65,7 +65,9 @@ def show(
     then the definitions of the tools offered (-T NAME, --tools all; MSGS counts the
     definitions). What changes least comes first, so a provider's prefix cache keeps it:
     a memory change re-sends only the memory and what follows. The limit is the model's
-    window minus the reserve kept for the reply.
+    window minus the reserve kept for the reply. Wire parts (what a reply holds that only
+    its wire understands and is sent back: Anthropic's thinking signatures, Gemini's
+    thought signatures) are counted by wire.
 
     With --cache: how much of the request is expected from the provider's cache, by the
     prefix it shares with the last request a turn sent on the slot, and the expected
@@ -102,6 +104,7 @@ def emit_next_request(app: App, sid: str, found: NextRequest) -> None:
         "slot": found.slot.id,
         "provider": found.setup.settings.provider,
         **found.breakdown.to_dict(),
+        "wire_parts": found.wire_parts,
     }
     if found.outlook is not None:
         payload["cache"] = found.outlook.to_dict()
@@ -142,6 +145,9 @@ def show_text(found: NextRequest, payload: dict[str, Any]) -> str:
     state = "over by" if result.room < 0 else "room left"
     total = f"total {result.total} of {result.limit}: {state} {abs(result.room)}"
     lines = [heading, table(rows, columns), "", table(parts, part_columns), "", total]
+    if found.wire_parts:
+        counts = ", ".join(f"{count} {wire}" for wire, count in found.wire_parts.items())
+        lines.append(f"wire parts: {counts}")
     if found.outlook is not None:
         lines.append(cache_line(found.outlook))
     return "\n".join(lines)

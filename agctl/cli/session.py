@@ -287,6 +287,8 @@ def _cache_line(row: ModelUsage) -> str:
     line = f"{row.counts.cached_tokens} tokens read ({row.cache_text()} of the input)"
     if row.counts.cache_write_tokens is not None:
         line += f", {row.counts.cache_write_tokens} written"
+        if row.counts.cache_write_1h_tokens is not None:
+            line += f" ({row.counts.cache_write_1h_tokens} kept 1 h)"
     return f"{line}, saved {row.saved_text()}"
 
 

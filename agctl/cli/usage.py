@@ -38,7 +38,9 @@ def command(app: App, since: str | None) -> None:
     what that saved (the cost with all the input at the input price, less the
     cost): both "not reported" where no provider said (null in JSON), never 0; "85% of
     12000" when only that much of the input was reported on. A cost counts cached input
-    at the model's cache-read price and cache writes at its write price.
+    at the model's cache-read price and cache writes at its write price, those kept an
+    hour (Anthropic's 1-hour cache) at its 1-hour write price: 1H WRITES counts them,
+    a column shown when a provider reported some.
 
     \b
     Examples:
@@ -64,6 +66,7 @@ def command(app: App, since: str | None) -> None:
 def _usage_table(report: UsageReport) -> str:
     """A row a model, by name, then the total; costs and cache use as people read them."""
     from agctl.cli.output import table
+    from agctl.reports.usage import NOT_REPORTED
 
     rows = [
         {
@@ -83,4 +86,9 @@ def _usage_table(report: UsageReport) -> str:
         ("cost", "COST"),
         ("cache_saved", "SAVED"),
     ]
+    hour = "cache_write_1h_tokens"
+    if any(row[hour] is not None for row in rows):  # said only where a provider said it
+        for row in rows:
+            row[hour] = NOT_REPORTED if row[hour] is None else row[hour]
+        columns.insert(4, (hour, "1H WRITES"))
     return table(rows, columns)

@@ -153,6 +153,8 @@ class Price(Model):
     # override names the whole price, so no table's cache price is mixed into it).
     cache_read: float | None = _optional(ge=0)
     cache_write: float | None = _optional(ge=0)
+    # Of the writes, those kept an hour (Anthropic's 1-hour TTL); unset: the write price.
+    cache_write_1h: float | None = _optional(ge=0)
 
 
 class StoreSettings(Model):
@@ -248,7 +250,7 @@ class Config(Document):
 
     def price_overrides(self) -> dict[str, PriceRow]:
         return {
-            name: PriceRow(p.prompt, p.completion, p.cache_read, p.cache_write)
+            name: PriceRow(p.prompt, p.completion, p.cache_read, p.cache_write, p.cache_write_1h)
             for name, p in self.prices.items()
         }
 

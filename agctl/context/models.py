@@ -769,10 +769,11 @@ class ModelCost(Model):
     # What the providers said of their cache and of the model's reasoning (see
     # agctl.providers.base.Usage), each summed over the requests that said it, and left
     # out (None: not reported) while none did: of prompt_tokens, read from the cache and
-    # written to it; of completion_tokens, reasoning.
+    # written to it; of completion_tokens, reasoning; of the writes, those kept an hour.
     cached_tokens: int | None = _optional()
     cache_write_tokens: int | None = _optional()
     reasoning_tokens: int | None = _optional()
+    cache_write_1h_tokens: int | None = _optional()
     # The prompt tokens of the requests that reported their cache reads: what
     # cached_tokens is a share of (older turns, and some providers, said nothing).
     cache_prompt_tokens: int | None = _optional()
@@ -802,6 +803,7 @@ class ModelCost(Model):
             cached_tokens=usage.cached_tokens,
             cache_write_tokens=usage.cache_write_tokens,
             reasoning_tokens=usage.reasoning_tokens,
+            cache_write_1h_tokens=usage.cache_write_1h_tokens,
             cache_prompt_tokens=usage.prompt_tokens if reported else None,
             cache_saved=cache_saved if reported else None,
         )
@@ -814,7 +816,13 @@ class ModelCost(Model):
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.cost = None if self.cost is None or other.cost is None else self.cost + other.cost
-        for name in ("cached_tokens", "cache_write_tokens", "reasoning_tokens"):
+        reported = (
+            "cached_tokens",
+            "cache_write_tokens",
+            "reasoning_tokens",
+            "cache_write_1h_tokens",
+        )
+        for name in reported:
             mine, theirs = getattr(self, name), getattr(other, name)
             if theirs is not None:
                 setattr(self, name, (mine or 0) + theirs)

@@ -6,9 +6,11 @@ millisecond, and the cost computed from it is genai-prices' own to the last digi
 Decimal). A sheet holds what a request of text tokens is priced by: the provider and model
 genai-prices took the name for, and each of the model's prices with when it applies (from
 a date, at hours of the day: genai-prices' conditional prices), each by million input,
-output, cache-read and cache-write tokens (a tiered one with the prompt sizes above which
-another price applies to all its tokens) and by thousand requests. A name genai-prices
-does not know is kept as unknown, so that an unknown model pays no import either.
+output, cache-read, cache-write and 1-hour cache-write tokens (a tiered one with the prompt
+sizes above which another price applies to all its tokens) and by thousand requests; a
+Claude model's 1-hour write price genai-prices lacks is Anthropic's rule (CLAUDE_1H_WRITE),
+the one cost that is not genai-prices'. A name genai-prices does not know is kept as
+unknown, so that an unknown model pays no import either.
 
 The cache file belongs to the installed genai-prices (its data module's path, size and
 time, found without importing it): when it is upgraded, every sheet is made again. A
@@ -40,12 +42,20 @@ PER = {
     "output_mtok": 1_000_000,
     "cache_read_mtok": 1_000_000,
     "cache_write_mtok": 1_000_000,
+    # Of the cache writes, those kept an hour (Anthropic's; the rest are kept 5 minutes).
+    "cache_write_1h_mtok": 1_000_000,
     "requests_kcount": 1_000,
 }
 UNKNOWN = "unknown"
 # What reading a sheet that is not one raises (Decimal's parse error is an ArithmeticError).
 MALFORMED = (LookupError, TypeError, ValueError, AttributeError, ArithmeticError)
-CACHE_FORMAT = 1
+# 2: sheets hold the 1-hour cache-write price (a format-1 sheet lacks it: made again).
+CACHE_FORMAT = 2
+# What Anthropic bills a cache write kept an hour, as a multiple of the input price (its
+# prompt-caching pricing; a 5-minute write is 1.25x): the price of a Claude model that
+# genai-prices gives a cache-write price but no 1-hour one (a router's, some Bedrock and
+# Vertex ones), where genai-prices itself would bill an hour's write as a 5-minute one.
+CLAUDE_1H_WRITE = 2
 
 
 class Tiered(NamedTuple):
@@ -88,18 +98,26 @@ class Period(NamedTuple):
 
 
 def cost_at(
-    rates: Mapping[str, Rate], prompt: int, completion: int, read: int, write: int
+    rates: Mapping[str, Rate],
+    prompt: int,
+    completion: int,
+    read: int,
+    write: int,
+    write_1h: int = 0,
 ) -> Decimal:
     """Dollars for a request at `rates`, as genai-prices counts it: its cache reads and
-    writes at their prices where it has them (else at the input price), the rest of
-    the prompt at the input price; a tiered price by the whole prompt's size."""
+    writes at their prices where it has them (else at the input price), of the writes
+    those kept an hour (`write_1h`) at the 1-hour price where it has one (else as the
+    other writes), the rest of the prompt at the input price; a tiered price by the
+    whole prompt's size."""
+    hour = write_1h if "cache_write_1h_mtok" in rates else 0
+    written = write - hour if "cache_write_mtok" in rates else 0
     counts = {
-        "input_mtok": prompt
-        - (read if "cache_read_mtok" in rates else 0)
-        - (write if "cache_write_mtok" in rates else 0),
+        "input_mtok": prompt - (read if "cache_read_mtok" in rates else 0) - written - hour,
         "output_mtok": completion,
         "cache_read_mtok": read,
-        "cache_write_mtok": write,
+        "cache_write_mtok": written,
+        "cache_write_1h_mtok": hour,
         "requests_kcount": 1,
     }
     total = Decimal(0)
@@ -116,8 +134,9 @@ class Sheet(NamedTuple):
     provider: str
     model: str
     periods: tuple[Period, ...]
-    # Whether its costs are genai-prices' (checked when it was made); when not, the
-    # model's requests are priced by genai-prices itself.
+    # Whether its costs are genai-prices' (checked when it was made, before a Claude
+    # model's missing 1-hour write price was added); when not, the model's requests are
+    # priced by genai-prices itself.
     exact: bool = True
 
     def rates_at(self, when: datetime) -> dict[str, Rate] | None:
@@ -129,11 +148,20 @@ class Sheet(NamedTuple):
         return self.periods[0].rates
 
     def cost(
-        self, prompt: int, completion: int, read: int, write: int, when: datetime
+        self,
+        prompt: int,
+        completion: int,
+        read: int,
+        write: int,
+        when: datetime,
+        *,
+        write_1h: int = 0,
     ) -> Decimal | None:
         """Dollars for a request at `when` (see cost_at), None when not priced by tokens."""
         rates = self.rates_at(when)
-        return None if rates is None else cost_at(rates, prompt, completion, read, write)
+        if rates is None:
+            return None
+        return cost_at(rates, prompt, completion, read, write, write_1h)
 
 
 def find_model(name: str) -> tuple[Any, Any] | None:
@@ -171,11 +199,29 @@ def sheet_of(provider: Any, model: Any) -> Sheet:
         else [(c.constraint, c.prices) for c in model.prices]
     )
     periods = tuple(_period(constraint, prices) for constraint, prices in conditions)
-    sheet = Sheet(provider.id, model.id, periods)
     matches = all(
         _matches(period, prices) for period, (_, prices) in zip(periods, conditions, strict=True)
     )
-    return sheet if matches else Sheet(provider.id, model.id, periods, exact=False)
+    if "claude" in model.id:  # Anthropic's, whoever sells it: "anthropic/claude-…" too
+        periods = tuple(_with_1h_writes(period) for period in periods)
+    return Sheet(provider.id, model.id, periods, exact=matches)
+
+
+def _with_1h_writes(period: Period) -> Period:
+    """A Claude model's period with a 1-hour cache-write price (CLAUDE_1H_WRITE times the
+    input price) when genai-prices gives it a cache-write price but no 1-hour one."""
+    rates = period.rates
+    if rates is None or "cache_write_1h_mtok" in rates or "cache_write_mtok" not in rates:
+        return period
+    price = rates["input_mtok"]
+    hour: Rate = (
+        Tiered(
+            price.base * CLAUDE_1H_WRITE, tuple((s, p * CLAUDE_1H_WRITE) for s, p in price.tiers)
+        )
+        if isinstance(price, Tiered)
+        else price * CLAUDE_1H_WRITE
+    )
+    return period._replace(rates={**rates, "cache_write_1h_mtok": hour})
 
 
 def _period(constraint: Any, prices: Any) -> Period:
@@ -203,36 +249,52 @@ def _utc_time(value: time) -> time:
     return datetime.combine(date(1970, 1, 1), value).astimezone(UTC).time()
 
 
-def _probes(rates: Mapping[str, Rate]) -> Iterator[tuple[int, int, int, int]]:
-    """Requests (prompt, completion, cache read, cache write) that try every part of a
-    price: each count alone and together, on both sides of each tier's start."""
-    yield from ((1_000, 100, 0, 0), (1_000, 100, 600, 300), (7, 3, 7, 0), (5, 0, 0, 5))
+def _probes(rates: Mapping[str, Rate]) -> Iterator[tuple[int, int, int, int, int]]:
+    """Requests (prompt, completion, cache read, cache write, of it kept an hour) that try
+    every part of a price: each count alone and together, on both sides of each tier's
+    start."""
+    yield from (
+        (1_000, 100, 0, 0, 0),
+        (1_000, 100, 600, 300, 0),
+        (7, 3, 7, 0, 0),
+        (5, 0, 0, 5, 0),
+        (5, 0, 0, 5, 5),
+        (1_000, 100, 200, 700, 300),
+    )
     for rate in rates.values():
         if isinstance(rate, Tiered):
             for start, _ in rate.tiers:
                 for prompt in (start, start + 1):
-                    yield prompt, 99, prompt // 2, prompt // 4
+                    yield prompt, 99, prompt // 2, prompt // 4, prompt // 8
 
 
 def _matches(period: Period, prices: Any) -> bool:
     """Whether `period` costs what genai-prices computes from `prices` for each probe."""
     if period.rates is None:
         return True
-    from genai_prices import Usage as Counts
-
-    for prompt, completion, read, write in _probes(period.rates):
-        counts = Counts(input_tokens=prompt, output_tokens=completion)
-        if read:
-            counts.cache_read_tokens = read
-        if write:
-            counts.cache_write_tokens = write
+    for prompt, completion, read, write, write_1h in _probes(period.rates):
+        counts = database_usage(prompt, completion, read, write, write_1h)
         try:
             expected = prices.calc_price(counts)["total_price"]
         except (ValueError, ArithmeticError):
             return False
-        if cost_at(period.rates, prompt, completion, read, write) != expected:
+        if cost_at(period.rates, prompt, completion, read, write, write_1h) != expected:
             return False
     return True
+
+
+def database_usage(prompt: int, completion: int, read: int, write: int, write_1h: int) -> Any:
+    """A request's counts as genai-prices takes them (a cache count 0 left unset)."""
+    from genai_prices import Usage as Counts
+
+    counts = Counts(input_tokens=prompt, output_tokens=completion)
+    if read:
+        counts.cache_read_tokens = read
+    if write:
+        counts.cache_write_tokens = write
+    if write_1h:
+        counts.cache_write_1h_tokens = write_1h
+    return counts
 
 
 def installed_key() -> str | None:

@@ -8,8 +8,9 @@ the model's name decides, as a hosted model's ("provider/model", a router's name
 that provider's), so a local model named like one is priced as it unless the config
 prices it. A model no one knows costs None and is reported as unpriced. The cost of a
 request is cache-aware: its cached input at the cache-read price, its cache writes at
-the write price, the rest of its input at the input price; what the cache saved is the
-cost with every input token at the input price, less that.
+the write price (those kept an hour, Anthropic's, at the 1-hour write price), the rest of
+its input at the input price; what the cache saved is the cost with every input token at
+the input price, less that.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from agctl.context.price_sheets import PriceSheets, Tiered, find_model
+from agctl.context.price_sheets import PriceSheets, Tiered, database_usage, find_model
 
 if TYPE_CHECKING:
     from agctl.providers.base import Usage
@@ -30,12 +31,15 @@ FREE_PROVIDERS = frozenset({"offline", "replay"})
 
 
 class Price(NamedTuple):
-    """US dollars per million tokens. A cache price None is the input price (none known)."""
+    """US dollars per million tokens. A cache price None is the input price (none known);
+    a 1-hour write price None is the write price (genai-prices' rule: an hour's writes
+    are writes)."""
 
     prompt: float
     completion: float
     cache_read: float | None = None
     cache_write: float | None = None
+    cache_write_1h: float | None = None
 
 
 # What genai-prices does not know (exact name or prefix): the offline model, and free ones.
@@ -89,6 +93,7 @@ def price_for(model: str, overrides: Prices, sheets: PriceSheets | None = None) 
         per_million("output_mtok") or 0.0,
         per_million("cache_read_mtok"),
         per_million("cache_write_mtok"),
+        per_million("cache_write_1h_mtok"),
     )
 
 
@@ -119,13 +124,15 @@ def cost_of(
     *,
     cached_tokens: int | None = None,
     cache_write_tokens: int | None = None,
+    cache_write_1h_tokens: int | None = None,
     sheets: PriceSheets | None = None,
 ) -> float | None:
     """Dollars for one request, cache-aware (see the module), or None when the model has
     no known price. A count not reported (None) is priced as none: all input at the
-    input price. genai-prices' price comes from the model's sheet in `sheets` (else one
-    made now)."""
+    input price, every write kept 5 minutes. genai-prices' price comes from the model's
+    sheet in `sheets` (else one made now)."""
     cached, written = cached_tokens or 0, cache_write_tokens or 0
+    hour = min(cache_write_1h_tokens or 0, written)
     override = _lookup(model, overrides or {})
     if override is None:
         sheet = (sheets or PriceSheets()).sheet(model)
@@ -134,11 +141,15 @@ def cost_of(
             # than the rest of it.
             read = min(cached, prompt_tokens)
             write = min(written, prompt_tokens - read)
+            write_1h = min(hour, write)
             if sheet.exact:
-                exact = sheet.cost(prompt_tokens, completion_tokens, read, write, _now())
+                exact = sheet.cost(
+                    prompt_tokens, completion_tokens, read, write, _now(), write_1h=write_1h
+                )
                 cost = None if exact is None else float(exact)
             else:
-                cost = _database_cost(model, prompt_tokens, completion_tokens, read, write)
+                counts = database_usage(prompt_tokens, completion_tokens, read, write, write_1h)
+                cost = _database_cost(model, counts)
             if cost is not None:
                 return cost
     price = Price(*override) if override is not None else _lookup(model, LOCAL_PRICES)
@@ -147,21 +158,21 @@ def cost_of(
     fresh = max(prompt_tokens - cached - written, 0)
     read_price = price.prompt if price.cache_read is None else price.cache_read
     write_price = price.prompt if price.cache_write is None else price.cache_write
+    hour_price = write_price if price.cache_write_1h is None else price.cache_write_1h
     dollars = (
         fresh * price.prompt
         + cached * read_price
-        + written * write_price
+        + (written - hour) * write_price
+        + hour * hour_price
         + completion_tokens * price.completion
     )
     return dollars / 1_000_000
 
 
-def _database_cost(model: str, prompt: int, completion: int, read: int, write: int) -> float | None:
+def _database_cost(model: str, counts: Any) -> float | None:
     """genai-prices' own cost of the request, for a model whose sheet does not give it
     (priced by rules the sheet does not follow); None when it prices no input or output
     token now."""
-    from genai_prices import Usage as Counts
-
     found = find_model(model)
     if found is None:
         return None
@@ -169,11 +180,6 @@ def _database_cost(model: str, prompt: int, completion: int, read: int, write: i
     prices = info.get_prices(_now())
     if getattr(prices, "input_mtok", None) is None or getattr(prices, "output_mtok", None) is None:
         return None
-    counts = Counts(input_tokens=prompt, output_tokens=completion)
-    if read:
-        counts.cache_read_tokens = read
-    if write:
-        counts.cache_write_tokens = write
     return float(info.calc_price(counts, provider).total_price)
 
 
@@ -191,6 +197,7 @@ def charge(
         overrides,
         cached_tokens=usage.cached_tokens,
         cache_write_tokens=usage.cache_write_tokens,
+        cache_write_1h_tokens=usage.cache_write_1h_tokens,
         sheets=sheets,
     )
     if cost is None or (usage.cached_tokens is None and usage.cache_write_tokens is None):

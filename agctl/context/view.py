@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from agctl.base.vocab import ZONES
@@ -55,6 +55,16 @@ def mode_messages(slot: Slot) -> list[Message]:
 def slot_view(slot: Slot) -> list[Message]:
     """The slot's own part of a request: immutable + compressed + the mode's view of messages."""
     return [*slot.immutable, *slot.compressed, *mode_messages(slot)]
+
+
+def wire_part_counts(messages: Iterable[Message]) -> dict[str, int]:
+    """How many wire parts `messages` hold (Message.wire_parts: what is sent back only to
+    the wire a reply came from), by wire name."""
+    counts: dict[str, int] = {}
+    for message in messages:
+        for wire, parts in (message.wire_parts or {}).items():
+            counts[wire] = counts.get(wire, 0) + len(parts)
+    return dict(sorted(counts.items()))
 
 
 def memory_message(session: Session) -> Message | None:

@@ -93,13 +93,13 @@ def wire_for(settings: Resolved) -> Wire | None:
         return OpenAIWire(cache_key=settings.prompt_cache_key)
     budget = settings.thinking_budget
     if settings.provider == "anthropic":
-        from agctl.providers.anthropic import AnthropicWire
-
         if budget is not None and budget < ANTHROPIC_MIN_THINKING:
             raise UsageError(
                 f"thinking_budget {budget} is below Anthropic's least "
                 f"({ANTHROPIC_MIN_THINKING} tokens)"
             )
+        from agctl.providers.anthropic import AnthropicWire
+
         return AnthropicWire(cache_ttl=settings.cache_ttl, thinking_budget=budget)
     if settings.provider == "gemini":
         from agctl.providers.gemini import GeminiWire

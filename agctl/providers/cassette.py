@@ -5,7 +5,10 @@ hash and every event of the reply. Replay matches by hash and never touches the 
 A tool loop's cassette also holds a line for each tool call (`"kind": "tool"`): its name,
 arguments and the result the model got, so a replay answers the calls from it and never
 runs a tool. Those lines, and requests that offer tools, are version 2.0 (an older agctl
-refuses them by their version); a cassette of 1.0 lines still loads. A usage event keeps
+refuses them by their version); a request or reply that holds wire parts (Anthropic's
+signed thinking, Gemini's thought signatures: agctl.providers.base.WirePart) is 3.0; a
+cassette of 1.0 lines still loads. Each request line names the wire it was recorded from
+(`wire`); replay matches by the hash of the model input, the same on every wire. A usage event keeps
 the counts the provider reported (cached, cache-write and reasoning tokens among them) and
 replays them as they were; a field of an event this agctl does not know is left out when
 read, so a newer agctl's cassette still replays here.
@@ -29,13 +32,15 @@ from agctl.providers.base import (
     ChatRequest,
     Event,
     Provider,
+    WirePart,
     event_from_dict,
     event_to_dict,
 )
 from agctl.turn.steps import CallRecord, ToolBox
 
-CASSETTE_VERSION = "2.0"  # the newest this agctl reads
-PLAIN_VERSION = "1.0"  # what a line with no tools is written as, for older readers
+CASSETTE_VERSION = "3.0"  # the newest this agctl reads: a line with wire parts
+TOOLS_VERSION = "2.0"  # a tool line, or a request offering tools, without wire parts
+PLAIN_VERSION = "1.0"  # what a line with neither is written as, for older readers
 
 
 class RecordedRequest(BaseModel):
@@ -217,14 +222,24 @@ class ReplayProvider:
         yield from recording.events
 
 
-def append_recording(path: Path, request: ChatRequest, events: list[Event]) -> None:
-    """Append one entry as a single write, under an exclusive lock on the cassette."""
-    entry = {
-        "schema_version": CASSETTE_VERSION if request.tools else PLAIN_VERSION,
+def append_recording(
+    path: Path, request: ChatRequest, events: list[Event], *, wire: str | None = None
+) -> None:
+    """Append one entry as a single write, under an exclusive lock on the cassette; `wire`:
+    the provider it was recorded from."""
+    version = PLAIN_VERSION
+    if request.wire_parts or any(isinstance(event, WirePart) for event in events):
+        version = CASSETTE_VERSION
+    elif request.tools:
+        version = TOOLS_VERSION
+    entry: dict[str, Any] = {
+        "schema_version": version,
         "hash": request.fingerprint(),
         "request": request.model_input(),
         "events": [event_to_dict(e) for e in events],
     }
+    if wire is not None:
+        entry["wire"] = wire
     line = orjson.dumps(entry) + b"\n"
     # The cassette is the user's file: a link to one in a fixtures folder is fine.
     append_durably(path, lambda offset: line, lock=True, follow=True)
@@ -243,7 +258,7 @@ class RecordingProvider:
         for event in self.inner.stream(request):
             events.append(event)
             yield event
-        append_recording(self.path, request, events)
+        append_recording(self.path, request, events, wire=self.name)
 
 
 class CassetteTools:
@@ -307,7 +322,7 @@ class RecordingTools:
         text, record = self.inner.run(call)
         name, arguments = call.function.name, call.function.arguments
         entry = {
-            "schema_version": CASSETTE_VERSION,
+            "schema_version": TOOLS_VERSION,
             "kind": "tool",
             "hash": call_key(name, arguments),
             "name": name,

@@ -56,6 +56,14 @@ def a_string(obj: dict[str, Any], key: str, where: str) -> str | None:
     raise Malformed(f"{where}.{key} is {kind_of(value)}, not a string")
 
 
+def a_flag(obj: dict[str, Any], key: str, where: str) -> bool:
+    """`obj[key]` when it is a boolean, False when it is missing or null."""
+    value = obj.get(key)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise Malformed(f"{where}.{key} is {kind_of(value)}, not a boolean")
+
+
 def a_whole_number(value: Any, where: str, ceiling: int = MAX_TOKEN_COUNT) -> int:
     """`value` when it is a whole number from 0 to `ceiling`."""
     if isinstance(value, bool) or not isinstance(value, int):

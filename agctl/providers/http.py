@@ -305,8 +305,20 @@ class HttpProvider:
         )
         if status in RETRY_STATUSES:
             error = ProviderError(message, status=status, retryable=True)
-            return _Retry(error, _retry_after(response.headers))
+            wait = _retry_after(response.headers)
+            if wait is None:
+                wait = self._asked_wait(body)
+            return _Retry(error, wait)
         return ProviderError(message, status=status)
+
+    def _asked_wait(self, body: bytes) -> float | None:
+        """The wait an error body asks for before a retry, where the wire says it there."""
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
+        wait = self.wire.retry_delay(data) if isinstance(data, dict) else None
+        return wait if wait is None or math.isfinite(wait) else None
 
     def _transport_error(self, exc: Exception, started: bool) -> Exception:
         import httpx

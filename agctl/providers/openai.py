@@ -226,6 +226,9 @@ class OpenAIWire:
     def parser(self) -> ReplyParser:
         return ReplyParser()
 
+    def retry_delay(self, error: dict[str, Any]) -> float | None:
+        return None  # Retry-After (or retry-after-ms) says it
+
 
 class OpenAIProvider(HttpProvider):
     """Any OpenAI-compatible server: the chat-completions wire over HTTP."""

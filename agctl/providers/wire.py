@@ -64,3 +64,8 @@ class Wire(Protocol):
     def parser(self) -> StreamParser:
         """A parser for one streamed reply."""
         ...
+
+    def retry_delay(self, error: dict[str, Any]) -> float | None:
+        """The seconds an error body (a JSON object) asks to wait before a retry, where the
+        wire says it there rather than in a Retry-After header (Gemini's RetryInfo)."""
+        ...

@@ -137,6 +137,7 @@ class ModelUsage:
             # null: not reported by any request.
             "cached_tokens": counts.cached_tokens,
             "cache_write_tokens": counts.cache_write_tokens,
+            "cache_write_1h_tokens": counts.cache_write_1h_tokens,
             "reasoning_tokens": counts.reasoning_tokens,
             "cache_prompt_tokens": counts.cache_prompt_tokens,
             "cache_share": self.cache_share,

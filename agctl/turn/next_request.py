@@ -18,11 +18,13 @@ if TYPE_CHECKING:
 
 class NextRequest(NamedTuple):
     """Where the tokens of a slot's next request go (`ctx show`): its zones against the
-    budget, and with `cache` asked, what of it the provider's cache is expected to serve."""
+    budget, the wire parts its view holds by wire, and with `cache` asked, what of it the
+    provider's cache is expected to serve."""
 
     setup: ModelSetup
     slot: Slot
     breakdown: Breakdown
+    wire_parts: dict[str, int]
     outlook: CacheOutlook | None = None
 
 
@@ -42,6 +44,7 @@ def next_request(
     offered, the prompt, system prompt and scratch text of a turn), counted, not sent."""
     from agctl.context.budget import breakdown
     from agctl.context.messages import prompt_message, scratch_messages
+    from agctl.context.view import slot_view, wire_part_counts
     from agctl.turn.setup import ModelSetup
     from agctl.turn.tools import definitions
 
@@ -60,8 +63,9 @@ def next_request(
         system_prompt=system,
         tools=offered,
     )
+    parts = wire_part_counts(slot_view(slot))
     if not cache:
-        return NextRequest(setup, slot, counted)
+        return NextRequest(setup, slot, counted, parts)
     from agctl.context.cache import cache_outlook
 
     outlook = cache_outlook(
@@ -75,4 +79,4 @@ def next_request(
         tool_tokens=sum(z.tokens for z in counted.zones if z.name == "tool definitions"),
         prices=setup.config.price_overrides(),
     )
-    return NextRequest(setup, slot, counted, outlook)
+    return NextRequest(setup, slot, counted, parts, outlook)

@@ -82,7 +82,13 @@ class ReplyBuilder:
                     f"the model returned no text and {len(self.nameless)} tool "
                     f"call{'s' if len(self.nameless) != 1 else ''} with no name"
                 )
-            raise ProviderError("the model returned an empty reply (no text, no tool calls)")
+            # Why it stopped, when it says more than "stop": a safety filter, a token limit.
+            why = (
+                f"; it finished with {self.finish_reason!r}"
+                if self.finish_reason not in (None, "stop")
+                else ""
+            )
+            raise ProviderError(f"the model returned an empty reply (no text, no tool calls{why})")
         # Only the counts the provider reported: one it did not stays out, not 0.
         usage = self.usage.reported() if self.usage is not None else None
         return Message(

@@ -131,6 +131,35 @@ def chats(server: FakeOpenAI) -> list[dict[str, Any]]:
     return [r.body for r in server.requests if r.path == CHAT_PATH]
 
 
+# ---- ctx show: the wire parts the view holds -------------------------------------------
+
+
+def test_ctx_show_counts_the_wire_parts_by_wire(run: Run, sid: str, store: Store) -> None:
+    """The parts only one wire understands (thinking signatures), by wire: an empty object
+    and no line at all while the slot holds none."""
+    assert as_json(run("--json", "ctx", "show"))["wire_parts"] == {}
+    none = ok(run("ctx", "show")).stdout.rstrip().splitlines()
+    assert none[-1].startswith("total ") and not any("wire parts" in line for line in none)
+    thinking = {"type": "thinking", "thinking": "Check the docs.", "signature": "EqQBCgIYAhIM"}
+    signed = {"text": "two", "thoughtSignature": "CiQB"}
+    add(
+        store,
+        None,
+        msg("user", "one?"),
+        Message(role="assistant", content="one", wire_parts={"anthropic": [thinking] * 2}),
+        msg("user", "two?"),
+        Message(
+            role="assistant",
+            content="two",
+            wire_parts={"gemini": [signed], "anthropic": [thinking]},
+        ),
+    )
+    assert as_json(run("--json", "ctx", "show"))["wire_parts"] == {"anthropic": 3, "gemini": 1}
+    lines = ok(run("ctx", "show")).stdout.rstrip().splitlines()
+    assert lines[-2].startswith("total ")
+    assert lines[-1] == "wire parts: 3 anthropic, 1 gemini"
+
+
 # ---- ctx show, before and after an automatic compression -------------------------------
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agctl.base.errors import AlreadyExists, CorruptDocument, NotFound, UsageError
+from agctl.base.vocab import PRESETS
 from agctl.config.file import (
     Config,
     ConfigFile,
@@ -17,6 +18,7 @@ from agctl.config.file import (
     mask,
     masked_config,
     masked_value,
+    profile_from,
     profile_listing,
     resolve,
 )
@@ -81,6 +83,13 @@ def test_set_dotted_keys_with_validation(config_store: ConfigFile) -> None:
     assert config_store.load().price_overrides() == {"my-model": Price(2.0, 3.0, 0.2)}
     with pytest.raises(UsageError, match="cache_write"):
         config_store.set("prices.my-model.cache_write", "-1")
+    # And the price of the cache writes kept an hour.
+    config_store.set("prices.my-model.cache_write_1h", "4")
+    assert config_store.load().price_overrides() == {
+        "my-model": Price(2.0, 3.0, 0.2, cache_write_1h=4.0)
+    }
+    with pytest.raises(UsageError, match="cache_write_1h"):
+        config_store.set("prices.my-model.cache_write_1h", "-1")
     with pytest.raises(UsageError, match="max_retries"):
         config_store.set("max_retries", "many")
     with pytest.raises(UsageError):
@@ -300,3 +309,61 @@ def test_each_wire_posts_to_its_own_endpoint_and_offline_has_none() -> None:
     assert openai.url("https://h.example/v1/", request) == "https://h.example/v1/chat/completions"
     assert wire_for(Resolved(provider="offline", model="m")) is None
     assert wire_for(Resolved(provider="replay", model="m")) is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "url", "variables"),
+    [
+        ("anthropic", "https://api.anthropic.com", ("ANTHROPIC_API_KEY",)),
+        (
+            "gemini",
+            "https://generativelanguage.googleapis.com",
+            ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
+        ),
+    ],
+)
+def test_a_native_wire_reaches_its_own_service_with_its_own_key(
+    kind: str, url: str, variables: tuple[str, ...]
+) -> None:
+    env = {name: f"key-{name}" for name in variables} | {"OPENAI_API_KEY": "sk-openai"}
+    by_flag = resolve(Config(), provider=kind, env=env)
+    by_preset = resolve(Config(), profile=kind, env=env)
+    for settings in (by_flag, by_preset):
+        assert (settings.provider, settings.base_url) == (kind, url)
+        # The first variable wins where the service's SDK has two (Google prefers its own).
+        assert settings.api_key == f"key-{variables[0]}"
+        assert settings.model == PRESETS[kind].model
+    assert by_flag.key_env == variables[-1]
+    if len(variables) > 1:
+        assert resolve(Config(), provider=kind, env={variables[1]: "only"}).api_key == "only"
+    # Never the OpenAI key, and never the service's key toward another server.
+    assert resolve(Config(), provider=kind, env={"OPENAI_API_KEY": "sk"}).api_key is None
+    box = Config(profiles={"box": Profile(provider=kind, base_url="http://box:1/", model="m")})
+    assert resolve(box, profile="box", env=env).api_key is None
+
+
+def test_a_profile_names_its_wire_settings_and_a_preset_its_wire() -> None:
+    profile = profile_from({"preset": "claude", "cache_ttl": "1h", "thinking_budget": 2048})
+    assert (profile.provider, profile.cache_ttl, profile.thinking_budget) == (
+        "anthropic",
+        "1h",
+        2048,
+    )
+    config = Config(profiles={"c": profile})
+    settings = resolve(config, profile="c", env={"ANTHROPIC_API_KEY": "k"})
+    assert (settings.cache_ttl, settings.thinking_budget, settings.api_key) == ("1h", 2048, "k")
+    assert resolve(Config(), profile="google", env={}).provider == "gemini"
+    assert profile_from({"preset": "deepseek"}).provider == "openai"
+    assert profile_from({}).provider == "openai"
+    with pytest.raises(UsageError, match="cache_ttl"):
+        profile_from({"provider": "anthropic", "cache_ttl": "2h"})
+    # What is left unset stays out of the file.
+    assert "cache_ttl" not in profile_from({"provider": "anthropic"}).model_dump()
+
+
+def test_anthropic_refuses_a_thinking_budget_below_its_least() -> None:
+    from agctl.providers import wire_for
+
+    settings = Resolved(provider="anthropic", model="m", thinking_budget=100)
+    with pytest.raises(UsageError, match="1024"):
+        wire_for(settings)

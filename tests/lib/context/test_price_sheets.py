@@ -2,9 +2,11 @@
 need not import the database (agctl.context.price_sheets).
 
 A sheet must cost exactly what genai-prices computes, for every model it prices by text
-tokens, any counts (cache reads and writes, prompts past a tier's start) and any time
-(prices from a date on, at hours of the day); the cache file must remember unknown
-models too, belong to the installed genai-prices, and never fail a turn.
+tokens, any counts (cache reads and writes, of those some kept an hour, prompts past a
+tier's start) and any time (prices from a date on, at hours of the day), except that a
+Claude model genai-prices has no 1-hour write price for bills an hour's writes at
+Anthropic's price, twice the input price; the cache file must remember unknown models
+too, belong to the installed genai-prices and this agctl's sheets, and never fail a turn.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from typing import Any
 import pytest
 from genai_prices import Usage as Counts
 from genai_prices import data_snapshot
-from genai_prices.types import ModelPrice, TieredPrices
+from genai_prices.types import ModelPrice, Tier, TieredPrices
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agctl.context import price_sheets
 from agctl.context.price_sheets import PriceSheets, Sheet, installed_key, resolve, sheet_of
-from agctl.context.pricing import Price, cost_of
+from agctl.context.pricing import Price, charge, cost_of, price_for
+from agctl.providers.base import Usage
 from agctl.storage.file import layout
 
 
@@ -82,12 +85,39 @@ def test_every_text_model_gets_an_exact_sheet() -> None:
     assert inexact == []
 
 
+def _claude_without_1h_price(model: Any, prices: Any) -> bool:
+    return (
+        "claude" in model.id
+        and getattr(prices, "cache_write_mtok", None) is not None
+        and getattr(prices, "cache_write_1h_mtok", None) is None
+    )
+
+
+def _with_anthropic_1h_price(prices: Any) -> Any:
+    """`prices` with a 1-hour cache write at twice the input price, tier by tier."""
+    rate = prices.input_mtok
+    hour = (
+        TieredPrices(
+            base=rate.base * 2, tiers=[Tier(start=t.start, price=t.price * 2) for t in rate.tiers]
+        )
+        if isinstance(rate, TieredPrices)
+        else rate * 2
+    )
+    return ModelPrice(**{**prices.__dict__, "cache_write_1h_mtok": hour})
+
+
+# Claude models genai-prices gives a cache-write price but no 1-hour one, at some time.
+CLAUDE_WITHOUT_1H = [
+    (p, m) for p, m in TEXT_MODELS if any(_claude_without_1h_price(m, c) for c in _conditions(m))
+]
+
+
 @st.composite
 def requests(
     draw: st.DrawFn, pool: list[tuple[Any, Any]]
-) -> tuple[Any, Any, int, int, int, int, datetime]:
-    """A model of `pool`, a request's counts (its prompt often at or past a tier's start),
-    and a time between 2023 and 2028 (any hour)."""
+) -> tuple[Any, Any, int, int, int, int, int, datetime]:
+    """A model of `pool`, a request's counts (its prompt often at or past a tier's start;
+    of its cache writes, some kept an hour), and a time between 2023 and 2028 (any hour)."""
     provider, model = draw(st.sampled_from(pool))
     starts = _tier_starts(model)
     near_tier = (
@@ -98,37 +128,40 @@ def requests(
     prompt = draw(st.integers(0, 3_000_000) | near_tier | st.integers(0, 2_000))
     read = draw(st.integers(0, prompt) | st.just(0))
     write = draw(st.integers(0, prompt - read) | st.just(0))
+    write_1h = draw(st.integers(0, write) | st.just(0) | st.just(write))
     completion = draw(st.integers(0, 200_000))
     start = datetime(2023, 1, 1, tzinfo=UTC)
     when = start + draw(st.timedeltas(timedelta(0), timedelta(days=5 * 365)))
-    return provider, model, prompt, completion, read, write, when
+    return provider, model, prompt, completion, read, write, write_1h, when
 
 
-def _check(request: tuple[Any, Any, int, int, int, int, datetime]) -> None:
-    provider, model, prompt, completion, read, write, when = request
+def _check(request: tuple[Any, Any, int, int, int, int, int, datetime]) -> None:
+    provider, model, prompt, completion, read, write, write_1h, when = request
     sheet = sheet_of(provider, model)
     assert sheet.exact
     # Through the cache file's form too: what a later turn reads back.
     kept = price_sheets.from_json(json.loads(json.dumps(price_sheets.to_json(sheet))))
     assert kept == sheet
-    if not _priced_by_text(model.get_prices(when)):
-        assert kept.cost(prompt, completion, read, write, when) is None
+    prices = model.get_prices(when)
+    if not _priced_by_text(prices):
+        assert kept.cost(prompt, completion, read, write, when, write_1h=write_1h) is None
         return
-    counts = Counts(input_tokens=prompt, output_tokens=completion)
-    if read:
-        counts.cache_read_tokens = read
-    if write:
-        counts.cache_write_tokens = write
-    expected = model.calc_price(counts, provider, genai_request_timestamp=when).total_price
-    got = kept.cost(prompt, completion, read, write, when)
-    assert got == expected, (provider.id, model.id, model.get_prices(when))
+    counts = price_sheets.database_usage(prompt, completion, read, write, write_1h)
+    if _claude_without_1h_price(model, prices):
+        # genai-prices would bill an hour's writes as 5 minutes' (as it does when it has
+        # no 1-hour price): its own computation with Anthropic's 1-hour price added.
+        expected = _with_anthropic_1h_price(prices).calc_price(counts)["total_price"]
+    else:
+        expected = model.calc_price(counts, provider, genai_request_timestamp=when).total_price
+    got = kept.cost(prompt, completion, read, write, when, write_1h=write_1h)
+    assert got == expected, (provider.id, model.id, prices)
     assert isinstance(got, Decimal)
 
 
 @settings(max_examples=400, deadline=None)
 @given(requests(TEXT_MODELS))
 def test_a_sheet_costs_what_genai_prices_computes(
-    request: tuple[Any, Any, int, int, int, int, datetime],
+    request: tuple[Any, Any, int, int, int, int, int, datetime],
 ) -> None:
     _check(request)
 
@@ -136,7 +169,7 @@ def test_a_sheet_costs_what_genai_prices_computes(
 @settings(max_examples=300, deadline=None)
 @given(requests(TIERED))
 def test_a_tiered_sheet_costs_what_genai_prices_computes(
-    request: tuple[Any, Any, int, int, int, int, datetime],
+    request: tuple[Any, Any, int, int, int, int, int, datetime],
 ) -> None:
     _check(request)
 
@@ -144,9 +177,148 @@ def test_a_tiered_sheet_costs_what_genai_prices_computes(
 @settings(max_examples=300, deadline=None)
 @given(requests(CONDITIONAL))
 def test_a_sheet_whose_prices_change_costs_what_genai_prices_computes(
-    request: tuple[Any, Any, int, int, int, int, datetime],
+    request: tuple[Any, Any, int, int, int, int, int, datetime],
 ) -> None:
     _check(request)
+
+
+@settings(max_examples=200, deadline=None)
+@given(requests(CLAUDE_WITHOUT_1H))
+def test_a_claude_model_without_a_1h_price_bills_an_hours_writes_at_twice_the_input(
+    request: tuple[Any, Any, int, int, int, int, int, datetime],
+) -> None:
+    _check(request)
+
+
+def test_the_database_has_claude_models_with_and_without_a_1h_price() -> None:
+    with_1h = [
+        m.id
+        for _, m in TEXT_MODELS
+        if "claude" in m.id
+        and any(getattr(c, "cache_write_1h_mtok", None) is not None for c in _conditions(m))
+    ]
+    assert with_1h and CLAUDE_WITHOUT_1H
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "claude-sonnet-4-6",  # genai-prices' own 1-hour price
+        "openrouter/anthropic/claude-sonnet-4.6",  # none there: Anthropic's rule
+    ],
+)
+def test_an_hours_cache_write_costs_2x_the_input_price_5_minutes_1_25x(name: str) -> None:
+    """Anthropic's prompt-caching prices: a cache write kept 5 minutes costs 1.25 times
+    the input price, one kept an hour twice; a request that does not say how long its
+    writes are kept is priced as 5 minutes' writes."""
+    price = price_for(name, {})
+    assert price is not None and price.cache_write == 1.25 * price.prompt
+    assert price.cache_write_1h == 2 * price.prompt
+
+    def cost(hour: int | None) -> float | None:
+        return cost_of(
+            name,
+            10_000,
+            100,
+            cached_tokens=1_000,
+            cache_write_tokens=8_000,
+            cache_write_1h_tokens=hour,
+        )
+
+    five, hour, some = cost(None), cost(8_000), cost(3_000)
+    assert five is not None and hour is not None and some is not None
+    assert hour - five == pytest.approx(8_000 * (2 - 1.25) * price.prompt / 1e6)
+    assert some - five == pytest.approx(3_000 * (2 - 1.25) * price.prompt / 1e6)
+    assert cost(0) == five
+    # More kept an hour than written (a provider's mistake): no more than the writes.
+    assert cost(9_000) == hour
+    # What the cache saved: less by what the hour's writes cost more.
+    usage = Usage(10_000, 100, cached_tokens=1_000, cache_write_tokens=8_000)
+    saved_five = charge(name, usage).saved
+    saved_hour = charge(name, usage._replace(cache_write_1h_tokens=8_000)).saved
+    assert saved_five is not None and saved_hour is not None
+    assert saved_five - saved_hour == pytest.approx(hour - five)
+
+
+def test_the_configs_1h_write_price_wins(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config price's 1-hour write price is used, no sheet made; left unset, an hour's
+    writes are at its write price (an override names the whole price)."""
+    monkeypatch.setattr(price_sheets, "resolve", _never)
+
+    def cost(price: Price) -> float | None:
+        return cost_of(
+            "claude-sonnet-4-6",
+            10_000,
+            100,
+            {"claude-sonnet-4-6": price},
+            cached_tokens=1_000,
+            cache_write_tokens=8_000,
+            cache_write_1h_tokens=3_000,
+            sheets=PriceSheets(path),
+        )
+
+    fresh, read, written = 1_000 * 1.0, 1_000 * 0.1, 5_000 * 1.5 + 3_000 * 3.0
+    own = cost(Price(1.0, 2.0, 0.1, 1.5, cache_write_1h=3.0))
+    assert own == pytest.approx((fresh + read + written + 100 * 2.0) / 1e6)
+    unset = cost(Price(1.0, 2.0, 0.1, 1.5))
+    assert unset == pytest.approx((fresh + read + 8_000 * 1.5 + 100 * 2.0) / 1e6)
+    assert not path.exists()
+
+
+def test_a_model_genai_prices_prices_itself_has_its_hours_writes_priced_by_it(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sheet whose costs are not genai-prices' (a model priced by rules it does not
+    follow) leaves the cost to genai-prices, the writes kept an hour included."""
+    from genai_prices import calc_price
+
+    sheet = resolve("claude-sonnet-4-6")
+    assert sheet is not None
+    monkeypatch.setattr(price_sheets, "resolve", lambda name: sheet._replace(exact=False))
+    cost = cost_of(
+        "claude-sonnet-4-6",
+        10_000,
+        100,
+        cached_tokens=1_000,
+        cache_write_tokens=8_000,
+        cache_write_1h_tokens=3_000,
+        sheets=PriceSheets(path),
+    )
+    counts = Counts(
+        input_tokens=10_000,
+        output_tokens=100,
+        cache_read_tokens=1_000,
+        cache_write_tokens=8_000,
+        cache_write_1h_tokens=3_000,
+    )
+    assert cost == float(calc_price(counts, "claude-sonnet-4-6").total_price)
+    assert cost != cost_of(
+        "claude-sonnet-4-6",
+        10_000,
+        100,
+        cached_tokens=1_000,
+        cache_write_tokens=8_000,
+        sheets=PriceSheets(path),
+    )
+
+
+def test_a_sheet_kept_before_1h_prices_is_made_again(path: Path) -> None:
+    """A cache file of the format before sheets held 1-hour prices, from this very
+    genai-prices, is not read: its Claude sheet would bill an hour's writes as 5 minutes'."""
+    sheet = resolve("claude-sonnet-4-6")
+    assert sheet is not None
+    stale = price_sheets.to_json(sheet)
+    for period in stale["periods"]:
+        del period["rates"]["cache_write_1h_mtok"]
+    document = {
+        "format": 1,
+        "genai_prices": installed_key(),
+        "models": {"claude-sonnet-4-6": stale},
+    }
+    path.parent.mkdir(mode=0o700)
+    path.write_text(json.dumps(document))
+    assert PriceSheets(path).sheet("claude-sonnet-4-6") == sheet
+    assert json.loads(path.read_text())["format"] == price_sheets.CACHE_FORMAT
 
 
 def test_a_tier_applies_above_its_start_to_every_token() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agctl.context.models import FocusedConfig, Message, Session, Slot, SlotConfig
-from agctl.context.view import focused_messages, request_view, slot_view
+from agctl.context.view import focused_messages, request_messages, request_view, slot_view
 
 
 def user(text: str) -> Message:
@@ -122,3 +122,48 @@ def test_request_view_adds_system_prompt_scratch_and_input() -> None:
     assert texts(request_view(Session(id="s2"), slot)) == ["u1"]
     override = request_view(session, slot, system_prompt="just this turn")
     assert texts(override) == ["just this turn", "u1"]
+
+
+def test_breakpoints_are_the_ends_of_the_zones_before_memory_scratch_and_input() -> None:
+    session = Session(id="s1", system_prompt="be brief", memory={"k": "v"}, memory_in_context=True)
+    slot = Slot(
+        id="default",
+        immutable=[Message(role="system", content="preset")],
+        compressed=[Message(role="system", content="summary")],
+        messages=[user("u1"), assistant("a1")],
+    )
+    view = request_messages(session, slot, scratch=[SYSTEM], user_input=user("next"))
+    # system prompt + immutable, + compressed, + history; memory, scratch and input after.
+    assert view.breakpoints == (2, 3, 5)
+    assert texts(view.messages[: view.breakpoints[-1]])[-1] == "a1"
+    assert len(view.messages) == 8
+    # An empty zone adds no mark, and no system prompt moves every mark back by one.
+    bare = Slot(id="default", messages=[user("u1")])
+    assert request_messages(Session(id="s2"), bare, user_input=user("x")).breakpoints == (1,)
+    assert request_messages(Session(id="s3"), Slot(id="default")).breakpoints == ()
+
+
+def test_a_focused_slot_marks_the_end_of_its_window() -> None:
+    slot = Slot(
+        id="default",
+        config=SlotConfig(mode="focused", focused=FocusedConfig(stride=1, recent_messages=2)),
+        messages=[user("u1"), assistant("a1"), user("u2"), assistant("a2")],
+    )
+    view = request_messages(Session(id="s", system_prompt="p"), slot, user_input=user("n"))
+    assert texts(view.messages) == ["p", "u2", "a2", "n"]
+    assert view.breakpoints == (1, 3)
+
+
+def test_the_wire_parts_of_a_view_are_by_position() -> None:
+    signed = Message(
+        role="assistant",
+        content="a1",
+        wire_parts={"anthropic": [{"type": "thinking", "thinking": "t", "signature": "s"}]},
+    )
+    slot = Slot(id="default", messages=[user("u1"), signed])
+    view = request_messages(Session(id="s", system_prompt="p"), slot, user_input=user("n"))
+    assert view.wire_parts == {2: signed.wire_parts}
+    # Never in the request form any wire sends as it is (OpenAI's).
+    assert "wire_parts" not in view.requests[2]
+    assert view.requests[2] == {"role": "assistant", "content": "a1"}
+    assert request_messages(Session(id="s"), Slot(id="default")).wire_parts is None

@@ -43,3 +43,27 @@ def test_fingerprint_ignores_delivery_but_not_input(store: Store, sid: str) -> N
     other = prepare_turn(store, sid, "q2", OPTIONS).request
     hotter = prepare_turn(store, sid, "q", TurnOptions(model="offline", temperature=1)).request
     assert len({request.fingerprint(), other.fingerprint(), hotter.fingerprint()}) == 3
+
+
+def test_wire_parts_are_model_input_only_when_a_request_has_some() -> None:
+    from agctl.providers.base import ChatRequest
+
+    plain = ChatRequest(model="m", messages=[{"role": "user", "content": "x"}])
+    assert "wire_parts" not in plain.model_input()
+    signed = plain._replace(wire_parts={0: {"gemini": [{"thoughtSignature": "s"}]}})
+    assert signed.model_input()["wire_parts"] == [[0, {"gemini": [{"thoughtSignature": "s"}]}]]
+    assert signed.fingerprint() != plain.fingerprint()
+    # Breakpoints are delivery: the same model input, the same fingerprint.
+    assert plain._replace(breakpoints=(1,)).fingerprint() == plain.fingerprint()
+
+
+def test_a_secret_in_a_wire_part_is_redacted_and_a_clean_part_passes_as_it_is() -> None:
+    from agctl.base.redact import Redactor
+    from agctl.providers.base import WirePart, redacted_events
+
+    redactor = Redactor.for_credentials("sk-secret-0123456789", None, {})
+    clean = WirePart("anthropic", {"type": "thinking", "thinking": "hm", "signature": "s"})
+    leaky = WirePart("anthropic", {"type": "thinking", "thinking": "sk-secret-0123456789"})
+    out = list(redacted_events(iter([clean, leaky]), redactor))
+    assert out[0] is clean
+    assert "sk-secret-0123456789" not in str(out[1]) and out[1].wire == "anthropic"

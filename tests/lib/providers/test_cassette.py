@@ -3,13 +3,28 @@ recording."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 from helpers import OPTIONS, data_dir_files, file_only
 
 from agctl.base.errors import InvalidInput, NotFound, ReplayMiss
-from agctl.providers.cassette import RecordingProvider, ReplayProvider, load_cassette
+from agctl.providers.base import (
+    ChatRequest,
+    Event,
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    WirePart,
+)
+from agctl.providers.cassette import (
+    RecordingProvider,
+    ReplayProvider,
+    append_recording,
+    load_cassette,
+)
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
 from agctl.turn.send import prepare_turn, send_turn
@@ -79,3 +94,62 @@ def test_a_recording_cut_short_by_a_crash_is_skipped(tmp_path: Path) -> None:
     )
     with pytest.raises(InvalidInput, match="line 2"):
         load_cassette(path)
+
+
+class SignedReplies:
+    """A provider whose every reply carries a wire part, as Anthropic's thinking does; it
+    keeps the requests it was sent."""
+
+    name = "anthropic"
+
+    def __init__(self) -> None:
+        self.requests: list[ChatRequest] = []
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        self.requests.append(request)
+        number = len(self.requests)
+        yield ReasoningDelta(f"thought {number}")
+        yield WirePart(
+            "anthropic", {"type": "thinking", "thinking": "t", "signature": f"s{number}"}
+        )
+        yield TextDelta(f"answer {number}")
+        yield Finish("stop")
+
+
+@file_only
+def test_wire_parts_are_recorded_replayed_and_sent_back_where_they_stand(
+    store: Store, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "signed.cassette"
+    live = SignedReplies()
+    for sid in ("rec", "play"):
+        store.create_session(sid, system_prompt="sys")
+    for prompt in ("one", "two"):
+        send_turn(store, "rec", prompt, RecordingProvider(live, cassette), OPTIONS)
+    # The second request carries the first reply's part, at that reply's place.
+    assert live.requests[0].wire_parts is None
+    second = live.requests[1]
+    assert second.messages[2] == {"role": "assistant", "content": "answer 1"}
+    assert second.wire_parts == {
+        2: {"anthropic": [{"type": "thinking", "thinking": "t", "signature": "s1"}]}
+    }
+    lines = [orjson.loads(line) for line in cassette.read_bytes().splitlines()]
+    assert [line["schema_version"] for line in lines] == ["3.0", "3.0"]
+    assert {line["wire"] for line in lines} == {"anthropic"}
+    replay = ReplayProvider(cassette)
+    for prompt in ("one", "two"):
+        send_turn(store, "play", prompt, replay, OPTIONS)
+    kept = [m.wire_parts for m in store.load_slot("play", None).messages]
+    assert kept == [m.wire_parts for m in store.load_slot("rec", None).messages]
+    assert kept[1] == {"anthropic": [{"type": "thinking", "thinking": "t", "signature": "s1"}]}
+
+
+def test_a_plain_line_keeps_its_old_version_and_a_newer_major_is_refused(tmp_path: Path) -> None:
+    cassette = tmp_path / "plain.cassette"
+    request = ChatRequest(model="m", messages=[{"role": "user", "content": "x"}])
+    append_recording(cassette, request, [TextDelta("y"), Finish("stop")], wire="openai")
+    (line,) = [orjson.loads(raw) for raw in cassette.read_bytes().splitlines()]
+    assert (line["schema_version"], line["wire"]) == ("1.0", "openai")
+    cassette.write_bytes(orjson.dumps({**line, "schema_version": "4.0"}) + b"\n")
+    with pytest.raises(InvalidInput, match=r"versions up to 3\.0"):
+        load_cassette(cassette)

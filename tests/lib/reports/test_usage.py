@@ -12,9 +12,10 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import Result
@@ -24,6 +25,8 @@ from terminal import on_terminal
 
 from agctl.base.errors import EXIT_USAGE, UsageError
 from agctl.context.models import ModelCost, Session, Slot
+from agctl.context.pricing import Price, Prices, price_for
+from agctl.providers.base import ChatRequest, Event, Usage
 from agctl.providers.offline import OfflineProvider
 from agctl.reports.usage import (
     add_costs,
@@ -243,6 +246,7 @@ def test_usage_since_counts_replies_at_or_after_the_date_once_each(store: Store)
             # The provider said nothing of a cache or reasoning: not reported, not 0.
             "cached_tokens": None,
             "cache_write_tokens": None,
+            "cache_write_1h_tokens": None,
             "reasoning_tokens": None,
             "cache_prompt_tokens": None,
             "cache_share": None,
@@ -252,6 +256,76 @@ def test_usage_since_counts_replies_at_or_after_the_date_once_each(store: Store)
     everything = usage_report(store, PRICES, since=datetime(2019, 1, 1, tzinfo=UTC)).to_dict()
     assert everything["total"]["requests"] == 2
     assert usage_report(store, PRICES, since=datetime.now(UTC)).to_dict()["models"] == []
+
+
+class Caching(Billed):
+    """Billed replies whose provider says it read 2,000 of 20,000 input tokens from its
+    cache and wrote 16,000 to it, `hour` of them kept an hour (None: not said)."""
+
+    name = "caching"
+
+    def __init__(self, hour: int | None) -> None:
+        super().__init__()
+        self.hour = hour
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        for event in super().stream(request):
+            if isinstance(event, Usage):
+                yield Usage(
+                    20_000,
+                    event.completion_tokens,
+                    cached_tokens=2_000,
+                    cache_write_tokens=16_000,
+                    cache_write_1h_tokens=self.hour,
+                )
+            else:
+                yield event
+
+
+CLAUDE = "claude-sonnet-4-6"  # genai-prices prices its 1-hour writes
+
+
+def cached_turn(store: Store, sid: str, hour: int | None, prices: Prices | None = None) -> float:
+    options = TurnOptions(model=CLAUDE, prices=prices or {})
+    cost = send_turn(store, sid, "hi", Caching(hour), options).cost
+    assert cost is not None
+    return cost
+
+
+def test_an_hours_cache_writes_cost_more_and_are_summed_in_the_account(store: Store) -> None:
+    """A turn whose writes are kept an hour costs 0.75 times the input price a token more
+    than one whose writes are kept 5 minutes (Anthropic: 2x the input price, not 1.25x);
+    the session's account and `usage` sum them, and leave them out while none was said."""
+    price = price_for(CLAUDE, {})
+    assert price is not None
+    store.create_session("five")
+    store.create_session("hour")
+    five = cached_turn(store, "five", None)
+    hour = cached_turn(store, "hour", 16_000)
+    assert hour - five == pytest.approx(16_000 * (2 - 1.25) * price.prompt / 1e6)
+    again = cached_turn(store, "hour", 4_000)
+    account = store.load_session("hour").cost.by_model[CLAUDE]
+    assert (account.cache_write_tokens, account.cache_write_1h_tokens) == (32_000, 20_000)
+    assert account.cost == pytest.approx(hour + again)
+    cached_turn(store, "five", 4_000)
+    unsaid = store.load_session("five").cost.by_model[CLAUDE]
+    assert unsaid.cache_write_1h_tokens == 4_000  # its first turn said nothing of it
+    assert "cache_write_1h_tokens" not in ModelCost.of(Usage(1, 1), 0.0).model_dump()
+
+    accounts = usage_report(store, {}).to_dict()
+    since = usage_report(store, {}, since=datetime(2000, 1, 1, tzinfo=UTC)).to_dict()
+    for report in (accounts, since):
+        assert report["total"]["cache_write_1h_tokens"] == 24_000
+        assert report["total"]["cache_write_tokens"] == 4 * 16_000
+    assert since["total"]["cost"] == pytest.approx(accounts["total"]["cost"])
+
+    # The config's 1-hour price wins.
+    store.create_session("priced")
+    own = {CLAUDE: Price(1.0, 2.0, 0.1, 1.5, cache_write_1h=5.0)}
+    fresh, read, written = 2_000 * 1.0, 2_000 * 0.1, 6_000 * 1.5 + 10_000 * 5.0
+    cost = cached_turn(store, "priced", 10_000, own)
+    completion = store.load_session("priced").cost.completion_tokens * 2.0
+    assert cost == pytest.approx((fresh + read + written + completion) / 1e6)
 
 
 # ---- the command line -----------------------------------------------------------------
@@ -329,6 +403,44 @@ def test_usage_command_text_and_json(run: Run, mixed: None) -> None:
     assert since["total"]["prompt_tokens"] == data["total"]["prompt_tokens"]
     future = json.loads(ok(run("--json", "usage", "--since", "2999-01-01")).stdout)
     assert (future["models"], future["sessions"]) == ([], 0)
+
+
+@file_only
+def test_usage_and_session_show_give_an_hours_writes_where_reported(run: Run, store: Store) -> None:
+    """`usage` has a 1H WRITES column, and `session show` the writes kept an hour, only
+    once a provider reported some; JSON has them where reported (absent from a session's
+    account, null in `usage`, while not)."""
+
+    def table() -> dict[str, dict[str, str]]:
+        lines = [re.split(r" {2,}", line) for line in ok(run("usage")).stdout.splitlines()]
+        header = lines[0]
+        return {c[0]: dict(zip(header, c, strict=True)) for c in lines[1:] if len(c) > 1}
+
+    def account() -> dict[str, Any]:
+        data = json.loads(ok(run("--json", "session", "show")).stdout)
+        entry: dict[str, Any] = data["cost"]["by_model"][CLAUDE]
+        return entry
+
+    ok(run("session", "new", "s"))
+    ok(run("turn", "send", "one"))  # the offline model's, from a provider that says no cache
+    cached_turn(store, "s", None)
+    assert "1H WRITES" not in ok(run("usage")).stdout
+    assert table()[CLAUDE]["CACHED"] == "10%"
+    assert "16000 written, saved" in ok(run("session", "show")).stdout
+    assert "cache_write_1h_tokens" not in account()
+    assert json.loads(ok(run("--json", "usage")).stdout)["total"]["cache_write_1h_tokens"] is None
+
+    cached_turn(store, "s", 6_000)
+    rows = table()
+    assert [rows[m]["1H WRITES"] for m in (CLAUDE, "offline", "total")] == [
+        "6000",
+        "not reported",
+        "6000",
+    ]
+    assert "32000 written (6000 kept 1 h), saved" in ok(run("session", "show")).stdout
+    assert account()["cache_write_1h_tokens"] == 6_000
+    data = json.loads(ok(run("--json", "usage")).stdout)
+    assert [m["cache_write_1h_tokens"] for m in data["models"]] == [6_000, None]
 
 
 def test_usage_refuses_a_bad_date_with_exit_2(run: Run) -> None:

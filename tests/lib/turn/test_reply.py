@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from agctl.base.errors import ProviderError
-from agctl.providers.base import Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from agctl.context.models import Message
+from agctl.providers.base import (
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+    WirePart,
+)
 from agctl.turn.reply import ReplyBuilder
 
 
@@ -73,3 +81,49 @@ def test_a_tool_call_with_no_name_is_reported_and_not_sent_back(
     only_nameless.feed(ToolCallDelta(0, id="call_z", arguments="{}"))
     with pytest.raises(ProviderError, match="1 tool call with no name"):
         only_nameless.message("m")
+
+
+@pytest.mark.parametrize(
+    ("finish", "message"),
+    [
+        (None, r"empty reply \(no text, no tool calls\)$"),
+        ("stop", r"empty reply \(no text, no tool calls\)$"),
+        (
+            "content_filter",
+            r"empty reply \(no text, no tool calls; it finished with 'content_filter'\)",
+        ),
+        ("length", "it finished with 'length'"),
+    ],
+)
+def test_an_empty_reply_says_why_the_model_stopped(finish: str | None, message: str) -> None:
+    """A filter or a limit that stopped the model before any output is what to fix, so the
+    error names it."""
+    builder = ReplyBuilder()
+    builder.feed(ReasoningDelta("thinking only"))
+    if finish is not None:
+        builder.feed(Finish(finish))
+    with pytest.raises(ProviderError, match=message):
+        builder.message("m")
+
+
+def test_wire_parts_are_kept_on_the_message_by_wire_in_order() -> None:
+    builder = ReplyBuilder()
+    first = {"type": "thinking", "thinking": "hm", "signature": "sig1"}
+    second = {"type": "redacted_thinking", "data": "opaque"}
+    for event in (
+        ReasoningDelta("hm"),
+        WirePart("anthropic", first),
+        WirePart("anthropic", second),
+        TextDelta("answer"),
+        Finish("stop"),
+    ):
+        builder.feed(event)
+    message = builder.message("claude-x")
+    assert message.wire_parts == {"anthropic": [first, second]}
+    assert message.reasoning == "hm"
+    # Kept when stored and read back, and never in the OpenAI request form.
+    assert Message.model_validate_json(message.model_dump_json()).wire_parts == message.wire_parts
+    assert "wire_parts" not in message.to_openai()
+    plain = ReplyBuilder()
+    plain.feed(TextDelta("x"))
+    assert plain.message("m").wire_parts is None

@@ -16,7 +16,7 @@ from helpers import Adder, Watching, calls, file_only
 
 from agctl.base.errors import AgctlError, Blocked, ProviderError, StepLimit, StoreError
 from agctl.context.models import ToolCall
-from agctl.providers.base import ChatRequest, Event
+from agctl.providers.base import ChatRequest, Event, WirePart
 from agctl.store import Store
 from agctl.store.checkpointer import Checkpointer
 from agctl.turn.send import TurnOptions, send_turn
@@ -318,3 +318,28 @@ def test_a_draft_that_cannot_be_kept_is_said_lost_with_its_tool_results(
     assert "the 1 tool result(s) it got are lost with it" in notes
     assert "runs the tools again" in notes and "not run again" not in notes
     assert "your prompt was:\nadd 1+1" in notes
+
+
+class Signing(Watching):
+    """Watching, each reply carrying a signed part as Anthropic's thinking does."""
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        part = WirePart("anthropic", {"type": "thinking", "signature": f"s{len(self.requests)}"})
+        return iter([part, *super().stream(request)])
+
+
+def test_a_later_step_sends_back_the_loops_wire_parts_and_marks_its_end(
+    store: Store, sid: str, tmp_path: Path
+) -> None:
+    provider = Signing([[calls({"a": 2, "b": 3}), "5."]])
+    send_turn(store, sid, "add 2+3", provider, options(Adder(tmp_path)))
+    first, second = provider.requests
+    # system prompt, prompt | the call, its result: the call's parts stand where it does.
+    assert [m["role"] for m in second.messages] == ["system", "user", "assistant", "tool"]
+    assert first.wire_parts is None
+    assert second.wire_parts == {2: {"anthropic": [{"type": "thinking", "signature": "s0"}]}}
+    # The zone marks stay; the turn so far is marked too, for the next step to read.
+    assert first.breakpoints == (1,)
+    assert second.breakpoints == (1, 4)
+    reply = store.load_slot(sid).messages[-1]
+    assert reply.wire_parts == {"anthropic": [{"type": "thinking", "signature": "s1"}]}
