@@ -27,7 +27,19 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "80")
-    for name in ("AGCTL_SESSION", "AGCTL_LOG", "AGCTL_API_KEY", "OPENAI_API_KEY"):
+    # A key or endpoint of the machine's own must never reach a test's fake (or a test
+    # that checks a key is missing): each wire's variables are unset.
+    for name in (
+        "AGCTL_SESSION",
+        "AGCTL_LOG",
+        "AGCTL_API_KEY",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "GEMINI_API_KEY",
+        "GOOGLE_API_KEY",
+    ):
         monkeypatch.delenv(name, raising=False)
     # A command run in-process never asks its tool questions on the terminal the tests
     # may run on: it has none (tests/process/test_approval.py asks on a real one).

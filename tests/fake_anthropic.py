@@ -34,6 +34,7 @@ import base64
 import hashlib
 import itertools
 import json
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ FaultKind = Literal[
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 MESSAGES_PATH = "/v1/messages"
 MAX_BREAKPOINTS = 4
+TOOL_USE_ID = re.compile(r"^[a-zA-Z0-9_-]+$")  # the documented pattern of a tool_use id
 LOOKBACK_BLOCKS = 20  # the documented distance the cache looks back from a breakpoint
 STOP_REASONS = ("end_turn", "tool_use", "max_tokens", "stop_sequence", "pause_turn", "refusal")
 ERROR_TYPES = {
@@ -597,6 +599,10 @@ def _validate_message(number: int, message: Any, tool_uses: set[str]) -> None:
         if kind == "tool_use":
             if message["role"] != "assistant" or not isinstance(block.get("id"), str):
                 raise RequestError(f"{where}: tool_use blocks need an id, from the assistant")
+            if not TOOL_USE_ID.fullmatch(block["id"]):
+                raise RequestError(
+                    f"{where}.id: String should match pattern '{TOOL_USE_ID.pattern}'"
+                )
             asked.add(block["id"])
         elif kind == "tool_result" and block.get("tool_use_id") not in tool_uses:
             raise RequestError(

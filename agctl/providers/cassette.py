@@ -58,7 +58,10 @@ class CassetteEntry(BaseModel):
     hash: str = Field(description="sha256 of the model input (model, messages, params)")
     request: RecordedRequest
     events: list[dict[str, Any]] = Field(
-        description="text, reasoning, tool_call, usage and finish events, in order"
+        description="text, reasoning, tool_call, usage, finish and part events, in order"
+    )
+    wire: str | None = Field(
+        default=None, description="the provider it was recorded from (openai, anthropic, ...)"
     )
 
 

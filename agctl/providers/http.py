@@ -320,7 +320,9 @@ class HttpProvider:
         wait = self.wire.retry_delay(data) if isinstance(data, dict) else None
         return wait if wait is None or math.isfinite(wait) else None
 
-    def _transport_error(self, exc: Exception, started: bool) -> Exception:
+    def _transport_error(self, exc: Exception, started: bool, remaining: float) -> Exception:
+        """The error of a failed request; a timeout names the bound that ended it (the
+        request's deadline when what was left of it was shorter than the bound's own)."""
         import httpx
 
         if isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError):
@@ -330,7 +332,16 @@ class HttpProvider:
             return self.error(f"malformed response from {self.url}: {exc}")
         kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "failed"
         phase = "mid-stream" if started else "before a reply"
-        error = self.error(f"request to {self.url} {kind} {phase}: {exc or type(exc).__name__}")
+        said = str(exc) or type(exc).__name__
+        if isinstance(exc, httpx.TimeoutException) and "_timeout" not in said:
+            settings = self.settings
+            connecting = isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout)
+            name = "connect_timeout" if connecting else "read_timeout"
+            seconds = settings.connect_timeout if connecting else settings.read_timeout
+            if remaining < seconds:
+                name, seconds = "request_timeout", settings.request_timeout
+            said = f"{said} ({name} {seconds:g} s)"
+        error = self.error(f"request to {self.url} {kind} {phase}: {said}")
         return error if started or not isinstance(exc, httpx.TransportError) else _Retry(error)
 
     def _attempt(self, request: ChatRequest, deadline: float) -> Iterator[Event]:
@@ -377,7 +388,7 @@ class HttpProvider:
         except httpx.InvalidURL as exc:
             raise self.error(f"cannot send to {self.url}: {exc}") from None
         except httpx.RequestError as exc:
-            raise self._transport_error(exc, started) from None
+            raise self._transport_error(exc, started, remaining) from None
 
     def _shown_headers(self, extra: dict[str, str]) -> str:
         """The headers a request carries, for the debug log: credentials as `***` (the

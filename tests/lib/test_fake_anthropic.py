@@ -367,6 +367,18 @@ def test_a_tool_loop_with_its_thinking_sent_back_is_answered(client: httpx.Clien
         ({"messages": []}, "messages"),
         ({"system": [{"type": "image"}]}, "system"),
         ({"messages": tool_loop("toolu_other")}, "unexpected `tool_use_id`"),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "weather?"},
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": "fn.w:0", "name": "w", "input": {}}],
+                    },
+                ]
+            },
+            "messages.1.content.0.id: String should match pattern '^[a-zA-Z0-9_-]+$'",
+        ),
         ({"messages": [{"role": "system", "content": "x"}]}, "role"),
         ({"messages": [{"role": "user", "content": [{"type": "video"}]}]}, "does not match"),
         ({"thinking": {"type": "enabled", "budget_tokens": 512}}, ">= 1024"),
