@@ -3,15 +3,38 @@ the OpenAI wire's of the same size, and the table judges each by its ratio."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 from helpers import bench_module
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return bench_module(monkeypatch, "wires")
+
+
+def test_every_wire_turns_against_its_fake(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from installed import source_tree
+
+    monkeypatch.chdir(ROOT)  # `python -m agctl` runs this tree's agctl
+    result = bench.measure(1, [2, 30], source_tree(), count=False)
+    assert result["skipped"] == {}
+    assert set(result["wall"]) == {"openai", "anthropic", "gemini"}
+    assert all(set(times) == {2, 30} for times in result["wall"].values())
+    wall, fake = result["wall"], result["fake"]
+    # Each fake's handler was timed on every measured request.
+    assert all(0 < fake[wire][size] < wall[wire][size] for wire in wall for size in (2, 30))
+    # Each wire against the reference, size by size; no callgrind asked, so wall times only.
+    names = [f"turn send, {wire} wire, {size} messages" for size in (2, 30) for wire in wall]
+    rows = bench.rows(result)
+    assert [row["name"] for row in rows[::2]] == [n for n in names if "openai" not in n]
+    assert all(row["name"] == "  less the fake server's own time" for row in rows[1::2])
 
 
 def test_each_wire_is_judged_against_openai_less_the_fakes_time(bench: ModuleType) -> None:
