@@ -40,8 +40,8 @@ from replay import sync_modes
 from search import measure as measure_search
 from tokens import corpus
 from turn import fill
-from wires import measure as measure_wires
-from wires import rows as wire_rows
+from wire_overhead import measure as measure_wires
+from wire_overhead import rows as wire_rows
 
 from agctl.context.tokens import estimate_text
 from agctl.store import Store

@@ -1,4 +1,4 @@
-"""bench/wires.py, shortened: every wire's turn runs against its own fake and is set against
+"""bench/wire_overhead.py, shortened: every wire's turn runs against its own fake and is set against
 the OpenAI wire's of the same size, and the table judges each by its ratio."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    return bench_module(monkeypatch, "wires")
+    return bench_module(monkeypatch, "wire_overhead")
 
 
 def test_every_wire_turns_against_its_fake(
