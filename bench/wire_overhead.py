@@ -183,7 +183,7 @@ def rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                     (seconds - own) * 1000,
                     "ms",
                     f"{REFERENCE} wire {(reference - reference_fake) * 1000:.0f} ms "
-                    f"(the fakes' own {own * 1000:.0f} and {reference_fake * 1000:.0f} ms)",
+                    f"(the fakes' own {own * 1000:.1f} and {reference_fake * 1000:.1f} ms)",
                     ratio,
                     target,
                     ratio <= TARGET,

@@ -70,6 +70,6 @@ def test_each_wire_is_judged_against_openai_less_the_fakes_time(bench: ModuleTyp
     ratios = [1.05, 0.209 / 0.199, 1.05, 1.2, 0.38 / 0.39, 1.15]
     assert [row["ratio"] for row in rows[:6]] == pytest.approx(ratios)
     assert rows[4]["value"] == pytest.approx(380)
-    assert rows[4]["reference"] == "openai wire 390 ms (the fakes' own 100 and 10 ms)"
+    assert rows[4]["reference"] == "openai wire 390 ms (the fakes' own 100.0 and 10.0 ms)"
     assert rows[5]["reference"] == "openai wire 2000.0M"
     assert rows[6]["reference"] == "exit 1: ModuleNotFoundError"
