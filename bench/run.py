@@ -1,6 +1,6 @@
 """All of agctl's benchmarks in one table, each next to a reference measured in the same run.
 
-Usage: python bench/run.py [--runs N] [--quick] [--source] [--json]
+Usage: python bench/run.py [--runs N] [--quick] [--source] [--only SECTION]... [--json]
 Medians over N runs (default 11); these machines are shared and noisy, so every figure is
 given as a ratio to its reference as well. Never part of the test suite's pass/fail.
 Commands are timed as users run them, from this tree's wheel installed (bytecode compiled)
@@ -14,17 +14,15 @@ import argparse
 import contextlib
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from timing import interleaved_medians, row
+from timing import instructions, interleaved_medians, row
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -42,6 +40,8 @@ from replay import sync_modes
 from search import measure as measure_search
 from tokens import corpus
 from turn import fill
+from wire_overhead import measure as measure_wires
+from wire_overhead import rows as wire_rows
 
 from agctl.context.tokens import estimate_text
 from agctl.store import Store
@@ -123,34 +123,6 @@ def startup(runs: int, agctl: Installed) -> list[dict[str, Any]]:
             tab / click <= 1.5,
         ),
     ]
-
-
-def instructions(
-    commands: list[tuple[list[str], dict[str, str]]], agctl: Installed
-) -> list[int] | None:
-    """The instructions each command executes, counted by callgrind (one run each, with
-    a fixed hash seed): the same count on a busy machine as on a quiet one, where wall
-    times of a few hundred ms swing by a fifth. None without valgrind."""
-    if shutil.which("valgrind") is None:
-        return None
-    counts = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for argv, env in commands:
-            if not argv[0].endswith("python") and not argv[0].endswith("python3"):
-                argv = [agctl.python, *argv]  # the agctl script: count the interpreter
-            done = subprocess.run(
-                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out", *argv],
-                env={**env, "PYTHONHASHSEED": "0"},
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=False,
-            )
-            found = re.search(r"Collected : (\d+)", done.stderr)
-            if done.returncode or found is None:
-                return None
-            counts.append(int(found.group(1)))
-    return counts
 
 
 def turns(runs: int, sizes: list[int], agctl: Installed) -> list[dict[str, Any]]:
@@ -398,6 +370,40 @@ def tokens() -> list[dict[str, Any]]:
     ]
 
 
+def postgres(runs: int, quick: bool, agctl: Installed) -> list[dict[str, Any]]:
+    result = measure_postgres(runs, quick, agctl)
+    if result["skipped"]:
+        return [row("PostgreSQL", 0, "-", result["skipped"], None, "skipped", None)]
+    return list(result["rows"])
+
+
+def wires(runs: int, sizes: list[int], agctl: Installed) -> list[dict[str, Any]]:
+    return wire_rows(measure_wires(runs, sizes, agctl))
+
+
+Section = Callable[[int, bool, Installed], list[dict[str, Any]]]
+# Each section's rows from (runs, quick, the measured form), in the table's order.
+SECTIONS: dict[str, Section] = {
+    "startup": lambda runs, quick, agctl: startup(runs, agctl),
+    "turns": lambda runs, quick, agctl: turns(
+        runs, [10, 100] if quick else [10, 100, 1000, 5000], agctl
+    ),
+    "wires": lambda runs, quick, agctl: wires(runs, [10, 5000], agctl),
+    "postgres": postgres,
+    "replay": lambda runs, quick, agctl: (
+        replay(100, 100, 500) if quick else replay(1000, 300, 4000)
+    ),
+    "storage": lambda runs, quick, agctl: storage(100 if quick else 1000),
+    "search": lambda runs, quick, agctl: search(runs),
+    "graph": lambda runs, quick, agctl: graph(runs, 200, 200 if quick else 2000),
+    "graph-html": lambda runs, quick, agctl: (
+        graph_html(50, 300, runs) if quick else graph_html(200, 2000, 3)
+    ),
+    "tokens": lambda runs, quick, agctl: tokens(),
+    "cache": lambda runs, quick, agctl: cache_rows(measure_cache("openai", 100 if quick else 200)),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=11)
@@ -405,25 +411,20 @@ def main() -> None:
     parser.add_argument(
         "--source", action="store_true", help="Time python -m agctl from the source tree."
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=list(SECTIONS),
+        help="Measure only this section (repeat for more); default: all.",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     runs = 3 if args.quick else args.runs
-    sizes = [10, 100] if args.quick else [10, 100, 1000, 5000]
+    selected = [name for name in SECTIONS if name in (args.only or SECTIONS)]
+    rows: list[dict[str, Any]] = []
     with measured_form(args.source) as agctl:
-        rows = [*startup(runs, agctl), *turns(runs, sizes, agctl)]
-        postgres = measure_postgres(runs, args.quick, agctl)
-        rows += postgres["rows"]
-    if postgres["skipped"]:
-        rows.append(row("PostgreSQL", 0, "-", postgres["skipped"], None, "skipped", None))
-    rows += [
-        *(replay(100, 100, 500) if args.quick else replay(1000, 300, 4000)),
-        *storage(100 if args.quick else 1000),
-        *search(runs),
-        *(graph(runs, 200, 200) if args.quick else graph(runs, 200, 2000)),
-        *(graph_html(50, 300, runs) if args.quick else graph_html(200, 2000, 3)),
-        *tokens(),
-        *cache_rows(measure_cache("openai", 100 if args.quick else 200)),
-    ]
+        for name in selected:
+            rows += SECTIONS[name](runs, args.quick, agctl)
     if args.json:
         print(json.dumps({"runs": runs, "form": agctl.form, "rows": rows}, indent=2))
         return
@@ -436,9 +437,9 @@ def main() -> None:
             f"{r['name']:56} {r['value']:10.1f} {r['unit']:8} {ratio:>6}  {r['target']:17} "
             f"{met:4} {r['reference']}"
         )
-    if not postgres["skipped"]:
+    if "postgres" in selected and not any(r["name"] == "PostgreSQL" for r in rows):
         print("\n".join(POSTGRES_NOTES))
-    if "end" not in sync_modes():
+    if "replay" in selected and "end" not in sync_modes():
         print("turn replay, sync end: not available yet (transcripts.replay takes no sync)")
 
 

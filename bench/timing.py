@@ -1,12 +1,18 @@
-"""Timing shared by the benchmarks: the median wall time of a real process, and a row of
-the table."""
+"""Timing shared by the benchmarks: the median wall time of a real process, the instructions
+it executes, and a row of the table."""
 
 from __future__ import annotations
 
+import re
+import shutil
 import statistics
 import subprocess
+import tempfile
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from installed import Installed
 
 
 def median_wall(argv: list[str], env: dict[str, str], runs: int, *, warm_up: bool = True) -> float:
@@ -34,6 +40,34 @@ def interleaved_medians(
             if round_number:
                 samples[name].append(time.perf_counter() - start)
     return {name: statistics.median(times) for name, times in samples.items()}
+
+
+def instructions(
+    commands: list[tuple[list[str], dict[str, str]]], agctl: Installed
+) -> list[int] | None:
+    """The instructions each command executes, counted by callgrind (one run each, with
+    a fixed hash seed): the same count on a busy machine as on a quiet one, where wall
+    times of a few hundred ms swing by a fifth. None without valgrind."""
+    if shutil.which("valgrind") is None:
+        return None
+    counts = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for argv, env in commands:
+            if not argv[0].endswith("python") and not argv[0].endswith("python3"):
+                argv = [agctl.python, *argv]  # the agctl script: count the interpreter
+            done = subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out", *argv],
+                env={**env, "PYTHONHASHSEED": "0"},
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+            found = re.search(r"Collected : (\d+)", done.stderr)
+            if done.returncode or found is None:
+                return None
+            counts.append(int(found.group(1)))
+    return counts
 
 
 def row(

@@ -7,6 +7,7 @@ tests/process/ learn the layout from here only (tests/storage/file/test_no_paths
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -901,3 +902,16 @@ def refuses_and_writes_nothing(
     assert_refused(result, code=code, says=says)
     assert changed(before, files(data_dir)) == set()
     return result
+
+
+def bench_module(monkeypatch: pytest.MonkeyPatch, name: str) -> types.ModuleType:
+    """bench/<name>.py loaded as `bench_<name>`, with bench/ importable (its siblings'
+    imports), for as long as the test runs."""
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    monkeypatch.syspath_prepend(str(bench))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", bench / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look it up
+    spec.loader.exec_module(module)
+    return module

@@ -3,24 +3,15 @@ the properties the benchmark's figures rest on, and the benchmark still runs."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from helpers import bench_module
 
 
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_cache", BENCH / "cache.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look it up
-    spec.loader.exec_module(module)
+    module = bench_module(monkeypatch, "cache")
     monkeypatch.setattr(module, "EVERY", 3)
     monkeypatch.setattr(module, "RECENT", 4)
     return module
