@@ -294,6 +294,25 @@ class ContextFull(AgctlError):
             )
 
 
+class PinsOverBudget(ContextFull):
+    """A compression that could fit the slot only by dropping pinned messages: refused."""
+
+    def __init__(self, slot: str, pinned: int, tokens: int, limit: int) -> None:
+        self.total = tokens
+        self.limit = limit
+        self.over = tokens - limit
+        self.compressed_from = None
+        AgctlError.__init__(
+            self,
+            f"context full: the {pinned} pinned message{'s' * (pinned != 1)} of slot "
+            f"{slot!r} {'hold' if pinned != 1 else 'holds'} {tokens} tokens, over the "
+            f"{limit} its budget gives the messages zone (history + tool results) by "
+            f"{self.over}; nothing was compressed or dropped",
+            hint="unpin some with 'agctl msg unpin INDEX', or raise the slot's budget "
+            "('agctl slot set budget')",
+        )
+
+
 class CheckFailed(AgctlError):
     """A replayed reply did not match the one the transcript expected."""
 

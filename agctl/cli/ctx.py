@@ -67,7 +67,8 @@ def show(
     a memory change re-sends only the memory and what follows. The limit is the model's
     window minus the reserve kept for the reply. Wire parts (what a reply holds that only
     its wire understands and is sent back: Anthropic's thinking signatures, Gemini's
-    thought signatures) are counted by wire.
+    thought signatures) are counted by wire. Pinned messages ('msg pin') are counted
+    against the budget of the messages zone (history + tool results), which they use first.
 
     With --cache: how much of the request is expected from the provider's cache, by the
     prefix it shares with the last request a turn sent on the slot, and the expected
@@ -99,12 +100,15 @@ def show(
 
 def emit_next_request(app: App, sid: str, found: NextRequest) -> None:
     """`ctx show`'s output: the zones and the budget as JSON, or as tables for people."""
+    from agctl.turn.compress import slot_pins
+
     payload: dict[str, Any] = {
         "session": sid,
         "slot": found.slot.id,
         "provider": found.setup.settings.provider,
         **found.breakdown.to_dict(),
         "wire_parts": found.wire_parts,
+        "pinned": slot_pins(found.slot, found.breakdown.window).to_dict(),
     }
     if found.outlook is not None:
         payload["cache"] = found.outlook.to_dict()
@@ -145,6 +149,13 @@ def show_text(found: NextRequest, payload: dict[str, Any]) -> str:
     state = "over by" if result.room < 0 else "room left"
     total = f"total {result.total} of {result.limit}: {state} {abs(result.room)}"
     lines = [heading, table(rows, columns), "", table(parts, part_columns), "", total]
+    pins = payload["pinned"]
+    if pins["messages"]:
+        lines.append(
+            f"pinned: {pins['messages']} message{'s' * (pins['messages'] != 1)}, "
+            f"{pins['tokens']} tokens of the {pins['limit']} the messages zone's budget "
+            "gives them ('msg pin': kept by every compression)"
+        )
     if found.wire_parts:
         counts = ", ".join(f"{count} {wire}" for wire, count in found.wire_parts.items())
         lines.append(f"wire parts: {counts}")
@@ -263,6 +274,7 @@ def compress(
         instructions=instructions,
         hooks=setup.hooks(no_hooks=app.no_hooks),
         min_tokens=least,
+        window=setup.window,
     )
     app.done(*compression_report(result, least))
 

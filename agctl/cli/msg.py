@@ -28,7 +28,13 @@ from agctl.cli.options import (
 if TYPE_CHECKING:
     from agctl.context.models import Message, Slot
 
-LIST_COLUMNS = [("index", "#"), ("role", "ROLE"), ("tokens", "TOKENS"), ("text", "CONTENT")]
+LIST_COLUMNS = [
+    ("index", "#"),
+    ("pin", "PIN"),
+    ("role", "ROLE"),
+    ("tokens", "TOKENS"),
+    ("text", "CONTENT"),
+]
 
 
 def message_row(index: int, message: Message) -> dict[str, Any]:
@@ -40,6 +46,7 @@ def _list_rows(slot: Slot, indices: list[int]) -> tuple[list[dict[str, Any]], li
     display = [
         {
             "index": i,
+            "pin": "P" if slot.messages[i].pinned else "",
             "role": slot.messages[i].role,
             "tokens": slot.messages[i].token_count(),
             "text": slot.messages[i].text()
@@ -113,7 +120,8 @@ def list_(
 
     --limit N lists the last N (after --role), each with its own index; --full prints
     each message whole under a line "#INDEX ROLE (N tokens)" (--json always has whole
-    messages).
+    messages). A pinned message ('msg pin') is marked P (--full: "pinned"; --json:
+    "pinned": true).
 
     \b
     Examples:
@@ -134,6 +142,8 @@ def list_(
 def whole_message(index: int, message: Message) -> str:
     """A message for people, whole: a header line, its text, then its tool calls."""
     header = [f"#{index}", message.role]
+    if message.pinned:
+        header.append("pinned")
     if message.name:
         header.append(f"name={message.name}")
     if message.tool_call_id:
@@ -215,6 +225,7 @@ def get(app: App, index: int, slot: str | None) -> None:
 @click.argument("text", required=False)
 @message_options
 @file_option
+@click.option("--pin", is_flag=True, help="Pin it: every compression keeps it verbatim.")
 @slot_option
 @command_options
 @pass_app
@@ -225,12 +236,13 @@ def append(
     name: str | None,
     tool_call_id: str | None,
     files: tuple[str, ...],
+    pin: bool,
     slot: str | None,
 ) -> None:
     """Append a message; TEXT comes from stdin when absent or '-'.
 
     With both TEXT and piped stdin, the message is TEXT, a blank line, then stdin; each
-    --file follows under a line naming it.
+    --file follows under a line naming it. --pin pins it (see 'msg pin').
 
     \b
     Examples:
@@ -239,12 +251,15 @@ def append(
       git diff | agctl msg append user "Review this diff:"
       agctl msg append user "Compare these:" -f a.py -f b.py
       agctl msg append tool '{"ok": true}' --tool-call-id call_1
+      agctl msg append user "Never touch prod/." --pin
     """
     from agctl.context.messages import typed_message
 
     message = typed_message(
         role, text_argument(text, files=files), name=name, tool_call_id=tool_call_id
     )
+    if pin:
+        message.pinned = True
     _change_message(app, slot, "appended", lambda s: (s.append(message), message))
 
 
@@ -331,6 +346,66 @@ def pop(app: App, index: int, slot: str | None) -> None:
       agctl msg pop 0 --json
     """
     _change_message(app, slot, "popped", lambda s: s.pop(index), text_only=True, undoable="msg pop")
+
+
+def _pin(app: App, slot: str | None, indices: tuple[int, ...], pinned: bool) -> None:
+    """`msg pin` and `msg unpin`: one undoable change of the slot, then what it touched."""
+    verb = "pinned" if pinned else "unpinned"
+
+    def change(target: Slot) -> tuple[str, list[int], int]:
+        positions = target.pin(indices, pinned=pinned)
+        return target.id, positions, len(target.pinned())
+
+    sid = app.session_id()
+    with app.store.undoable(sid, "msg pin" if pinned else "msg unpin"):
+        slot_id, positions, total = app.store.update_slot(sid, slot, change)
+    shown = ", ".join(str(p) for p in positions)
+    app.done(
+        {"slot": slot_id, verb: positions, "pinned_count": total},
+        text=f"{verb} message{'s' * (len(positions) != 1)} {shown} in slot {slot_id} "
+        f"({total} pinned now)",
+    )
+
+
+@command.command("pin", context_settings=NEGATIVE_INDEX)
+@click.argument("indices", metavar="INDEX...", nargs=-1, required=True, type=int)
+@slot_option
+@command_options
+@pass_app
+def pin(app: App, indices: tuple[int, ...], slot: str | None) -> None:
+    """Pin the messages at INDEX...: every compression keeps them verbatim, in place.
+
+    A pinned message stays in the messages zone, in its order among the messages kept,
+    and is never summarised or truncated; what it sends is unchanged. Pins count against
+    the budget first: a compression that cannot fit them in the slot's budget for the
+    messages zone fails (exit 7) instead of dropping one. A pinned tool call keeps its
+    results, and a pinned result its call. The session is checkpointed first: 'ckpt
+    rollback' undoes it.
+
+    \b
+    Examples:
+      agctl msg pin 0
+      agctl msg pin 2 5 -1 --json
+    """
+    _pin(app, slot, indices, pinned=True)
+
+
+@command.command("unpin", context_settings=NEGATIVE_INDEX)
+@click.argument("indices", metavar="INDEX...", nargs=-1, required=True, type=int)
+@slot_option
+@command_options
+@pass_app
+def unpin(app: App, indices: tuple[int, ...], slot: str | None) -> None:
+    """Unpin the messages at INDEX...: a compression may fold them again.
+
+    The session is checkpointed first: 'ckpt rollback' undoes it.
+
+    \b
+    Examples:
+      agctl msg unpin 0
+      agctl msg unpin -1 --slot plan-b
+    """
+    _pin(app, slot, indices, pinned=False)
 
 
 @command.command("retain")

@@ -75,12 +75,16 @@ class ToolCall(Model):
 
 
 _METADATA_FIELDS = frozenset(
-    {"created_at", "model", "usage", "tokens", "output", "output_sha256", "wire_parts"}
+    {"created_at", "model", "usage", "tokens", "output", "output_sha256", "wire_parts", "pinned"}
 )
 
 
 def _is_none(value: object) -> bool:
     return value is None
+
+
+def _is_not_true(value: object) -> bool:
+    return value is not True
 
 
 def _empty_dict() -> dict[Any, Any]:
@@ -160,6 +164,8 @@ class Message(Model):
     # What only the wire a reply came from understands and needs back, by wire name
     # (agctl.providers.base.WirePart): sent to that wire only, never to another.
     wire_parts: dict[str, list[dict[str, Any]]] | None = _optional()
+    # Kept verbatim by every compression (`msg pin`); stored only when true, never sent.
+    pinned: bool | None = Field(default=None, exclude_if=_is_not_true)
 
     @model_validator(mode="after")
     def _check_shape(self) -> Self:
@@ -331,6 +337,9 @@ def _plain_message(data: object) -> Message | None:
                     return None
             elif key == "tokens":
                 if type(value) is not int or value < 0:
+                    return None
+            elif key == "pinned":
+                if value is not True:
                     return None
             elif key != "usage" or type(value) is not dict:
                 return None  # tool calls: pydantic builds them
@@ -736,6 +745,20 @@ class Slot(Document):
         self.check_writable("pop")
         position = self.position(index)
         return position, self.messages.pop(position)
+
+    def pin(self, indices: Sequence[int], *, pinned: bool = True) -> list[int]:
+        """Pin (or unpin) the messages at `indices`, so every compression keeps them
+        verbatim; return their positions, in order. Request bytes do not change."""
+        self.check_writable("pin" if pinned else "unpin")
+        positions = sorted({self.position(index) for index in indices})
+        for position in positions:
+            message = self.messages[position]
+            self.messages[position] = message.model_copy(update={"pinned": pinned or None})
+        return positions
+
+    def pinned(self) -> list[int]:
+        """The positions of the pinned messages of the incremental zone."""
+        return [i for i, m in enumerate(self.messages) if m.pinned]
 
     def retain(self, roles: set[str]) -> int:
         """Keep only messages whose role is in `roles`; return how many were dropped."""

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agctl.base.errors import Conflict
+from agctl.base.errors import Conflict, PinsOverBudget
 from agctl.base.hashing import message_hashes
 from agctl.base.vocab import CompressStrategy
 from agctl.context.models import Message, Slot, utcnow
@@ -81,26 +81,93 @@ def summarize(
 
 @dataclass
 class Plan:
-    """Which messages a compression folds: messages[head:start]."""
+    """Which messages a compression folds: messages[head:start], but for the pinned ones
+    there (`pinned`, positions), which stay where they are, verbatim."""
 
     head: int
     start: int
     hashes: list[str]
+    pinned: list[int] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        """How many messages it folds."""
+        return self.start - self.head - len(self.pinned)
+
+    def folded(self, messages: Sequence[Message]) -> list[Message]:
+        """The messages it folds: those of the range that are not pinned."""
+        pinned = set(self.pinned)
+        return [messages[i] for i in range(self.head, self.start) if i not in pinned]
+
+    def kept(self, messages: Sequence[Message]) -> list[Message]:
+        """`messages` once folded: the head, the pinned ones of the range, the recent ones."""
+        pinned = [messages[i] for i in self.pinned]
+        return [*messages[: self.head], *pinned, *messages[self.start :]]
 
 
 def plan_compression(slot: Slot, keep_recent: int) -> Plan | None:
-    """Fold all but the last `keep_recent` messages (and a leading system message).
+    """Fold all but the last `keep_recent` messages (and a leading system message), and
+    but the pinned ones; None when that leaves nothing to fold.
 
-    The cut never separates tool results from the assistant message that called them.
+    The cut never separates tool results from the assistant message that called them,
+    nor does a pin: a pinned call keeps its results, a pinned result its call.
     """
     messages = slot.messages
     head = 1 if messages and messages[0].role == "system" else 0
     start = max(head, len(messages) - keep_recent)
     start = max(head, tool_safe_cut(messages, start))
-    if start <= head:
+    pinned = pinned_groups(messages, head, start)
+    if start - head <= len(pinned):
         return None
     hashes = message_hashes(messages[head:start])
-    return Plan(head=head, start=start, hashes=hashes)
+    return Plan(head=head, start=start, hashes=hashes, pinned=pinned)
+
+
+def pinned_groups(messages: Sequence[Message], head: int, start: int) -> list[int]:
+    """The positions in messages[head:start] a compression keeps for their pins: each
+    pinned message with its tool-call group (an assistant call and the results after it)."""
+    kept: list[int] = []
+    at = head
+    while at < start:
+        end = at + 1
+        if messages[at].tool_calls:
+            while end < start and messages[end].role == "tool":
+                end += 1
+        if any(messages[i].pinned for i in range(at, end)):
+            kept.extend(range(at, end))
+        at = end
+    return kept
+
+
+@dataclass
+class Pins:
+    """A slot's pinned messages against what its budget gives the messages zone."""
+
+    messages: int
+    tokens: int
+    limit: int  # the history and tool-results parts of the budget, in tokens
+
+    def to_dict(self) -> dict[str, int]:
+        return {"messages": self.messages, "tokens": self.tokens, "limit": self.limit}
+
+
+def slot_pins(slot: Slot, window: int) -> Pins:
+    """The slot's pins, and the budget they count against first, for `window`."""
+    from agctl.context.budget import effective_budget
+
+    budget = effective_budget(slot, window)
+    pinned = [m for m in slot.messages if m.pinned]
+    tokens = sum(m.token_count() for m in pinned)
+    return Pins(len(pinned), tokens, budget.history + budget.tool_results)
+
+
+def check_pins_fit(slot: Slot, window: int) -> None:
+    """Pins count against the budget first: when the pinned messages alone are over what
+    the slot's budget gives the messages zone in `window`, no compression can fit them,
+    and PinsOverBudget (exit 7) says so instead of dropping one."""
+    pins = slot_pins(slot, window)
+    if pins.tokens > pins.limit:
+        raise PinsOverBudget(slot.id, pins.messages, pins.tokens, pins.limit)
 
 
 @dataclass
@@ -168,9 +235,8 @@ def preview_compression(
     session = store.load_session(session_id)
     slot = store.load_slot(session_id, slot_id)
     plan = plan_compression(slot, keep_recent)
-    head = plan.head if plan is not None else 0
-    start = plan.start if plan is not None else head
-    folded_tokens = sum(m.token_count() for m in slot.messages[head:start])
+    folded = plan.folded(slot.messages) if plan is not None else []
+    folded_tokens = sum(m.token_count() for m in folded)
     view = mode_messages(slot)
     prompt = session.system_prompt
     cached = (Message(role="system", content=prompt).token_count() if prompt else 0) + sum(
@@ -179,7 +245,7 @@ def preview_compression(
     changed = sum(m.token_count() for m in view)
     if strategy == "truncate":  # the compressed zone, and a leading system message, stay
         cached += sum(m.token_count() for m in slot.compressed)
-        if head and view and view[0] is slot.messages[0]:
+        if plan is not None and plan.head and view and view[0] is slot.messages[0]:
             cached += view[0].token_count()
             changed -= view[0].token_count()
     else:
@@ -187,9 +253,9 @@ def preview_compression(
     return CompressionPreview(
         slot=slot.id,
         strategy=strategy,
-        folded=start - head,
+        folded=len(folded),
         folded_tokens=folded_tokens,
-        kept=len(slot.messages) - (start - head),
+        kept=len(slot.messages) - len(folded),
         cached_kept=cached if plan is not None else cached + changed,
         invalidated=changed if plan is not None else 0,
         min_tokens=min_tokens,
@@ -209,9 +275,12 @@ def compress(
     checkpoint: bool = True,
     hooks: Hooks | None = None,
     min_tokens: int = 0,
+    window: int | None = None,
 ) -> Compression:
-    """Compress a slot's older messages; checkpointed before and after. Fewer than
-    `min_tokens` to fold is not worth the cache it invalidates: nothing is done then.
+    """Compress a slot's older messages, but for the pinned ones; checkpointed before and
+    after. Fewer than `min_tokens` to fold is not worth the cache it invalidates: nothing
+    is done then. With the model's `window`, pins over the slot's budget for them raise
+    PinsOverBudget (exit 7) first (check_pins_fit).
 
     With `hooks`: PreCompress hooks may cancel it or give the summary (no provider call);
     PostCompress hooks may rewrite the summary or keep fewer messages, before anything is
@@ -220,10 +289,12 @@ def compress(
 
     slot = store.load_slot(session_id, slot_id)
     slot.check_writable("compress")
+    if window is not None:
+        check_pins_fit(slot, window)
     plan = plan_compression(slot, keep_recent)
     if plan is None:
         return Compression(slot=slot.id, strategy=strategy, folded=0, kept=len(slot.messages))
-    folding = sum(m.token_count() for m in slot.messages[plan.head : plan.start])
+    folding = sum(m.token_count() for m in plan.folded(slot.messages))
     if folding < min_tokens:
         log.info("not compressing %s/%s: %d tokens to fold", session_id, slot.id, folding)
         return Compression(
@@ -250,7 +321,7 @@ def compress(
         else:
             if provider is None:
                 raise ValueError("summarize needs a provider")
-            folded = [*slot.compressed, *slot.messages[plan.head : plan.start]]
+            folded = [*slot.compressed, *plan.folded(slot.messages)]
             context = TurnContext(session_id=session_id, slot_id=slot.id)
             summary = summarize(provider, model, folded, instructions=instructions, context=context)
     if hooks and hooks.has("PostCompress"):
@@ -270,7 +341,7 @@ def compress(
         current = message_hashes(target.messages[plan.head : plan.start])
         if current != plan.hashes:
             raise Conflict(f"slot {target.id!r} changed while it was being compressed; try again")
-        target.messages = [*target.messages[: plan.head], *target.messages[plan.start :]]
+        target.messages = plan.kept(target.messages)
         if summary is not None:
             target.compressed = [summary]
         return len(target.messages)
@@ -291,14 +362,14 @@ def compress(
         "compressed %s/%s: %d messages folded (%s), %d kept",
         session_id,
         slot.id,
-        plan.start - plan.head,
+        plan.count,
         strategy,
         kept,
     )
     return Compression(
         slot=slot.id,
         strategy=strategy,
-        folded=plan.start - plan.head,
+        folded=plan.count,
         kept=kept,
         before=before.id if before else None,
         after=after.id if after else None,

@@ -698,6 +698,7 @@ def _fit_in_window(
             provider=provider,
             model=options.model,
             hooks=options.hooks,
+            window=options.window,
         )
         prepared = prepare_turn(store, session_id, prepared.prompt, options)
         if done.folded:

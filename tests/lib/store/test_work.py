@@ -189,6 +189,7 @@ EDITS: list[tuple[str, list[str]]] = [
     ("msg rm", ["msg", "rm", "0"]),
     ("msg pop", ["msg", "pop"]),
     ("msg edit", ["msg", "edit", "1", "changed"]),
+    ("msg pin", ["msg", "pin", "0", "-1"]),
     ("msg import --replace", ["msg", "import", "{messages}", "--replace"]),
     ("slot rm", ["slot", "rm", "side"]),
     ("slot merge", ["slot", "merge", "side"]),
