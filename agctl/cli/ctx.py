@@ -260,6 +260,7 @@ def compress(
             strategy=strategy,  # type: ignore[arg-type]
             keep_recent=kept,
             min_tokens=least,
+            window=setup.window,
         )
         app.emit(preview.to_dict(), text=preview_text(preview))
         return

@@ -227,13 +227,17 @@ def preview_compression(
     strategy: CompressStrategy = "summarize",
     keep_recent: int = 6,
     min_tokens: int = 0,
+    window: int | None = None,
 ) -> CompressionPreview:
     """What `compress` would fold, and what of the next request it would stop a provider's
-    cache from serving (nothing is called, nothing written)."""
+    cache from serving (nothing is called, nothing written); with `window`, pins it
+    could not fit raise PinsOverBudget as `compress` would."""
     from agctl.context.view import mode_messages
 
     session = store.load_session(session_id)
     slot = store.load_slot(session_id, slot_id)
+    if window is not None:
+        check_pins_fit(slot, window)
     plan = plan_compression(slot, keep_recent)
     folded = plan.folded(slot.messages) if plan is not None else []
     folded_tokens = sum(m.token_count() for m in folded)

@@ -79,13 +79,15 @@ def test_compress_keeps_the_pins_then_refuses_when_they_are_over_the_budget(
     ok(run("msg", "pin", "0", "1", "2"))
     ok(run("slot", "set", "budget", '{"history": 20, "tool_results": 0}'))
     before = data_dir_files(isolated_env)
-    result = run("ctx", "compress", "--keep-recent", "0", "--min-tokens", "0", "--json")
-    assert result.exit_code == 7, (result.stdout, result.stderr)
-    error = json.loads(result.stderr)["error"]
-    assert error["type"] == "PinsOverBudget"
-    assert "the 3 pinned messages of slot 'default' hold" in error["message"]
-    assert "over the 20 its budget gives the messages zone" in error["message"]
-    assert data_dir_files(isolated_env) == before  # nothing compressed, nothing checkpointed
+    for dry_run in ("--dry-run", None):
+        args = ["ctx", "compress", "--keep-recent", "0", "--min-tokens", "0", "--json"]
+        result = run(*args, *([dry_run] if dry_run else []))
+        assert result.exit_code == 7, (result.stdout, result.stderr)
+        error = json.loads(result.stderr)["error"]
+        assert error["type"] == "PinsOverBudget"
+        assert "the 3 pinned messages of slot 'default' hold" in error["message"]
+        assert "over the 20 its budget gives the messages zone" in error["message"]
+        assert data_dir_files(isolated_env) == before  # nothing compressed or checkpointed
 
 
 @pytest.mark.parametrize(

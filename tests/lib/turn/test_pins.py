@@ -30,6 +30,7 @@ from agctl.base.errors import ContextFull, NotFound, PinsOverBudget, ReadonlySlo
 from agctl.context.models import (
     Message,
     Slot,
+    _plain_message,
     messages_to_openai,
     stored_messages,
 )
@@ -60,6 +61,7 @@ def test_a_stored_pin_reads_back_as_pydantic_reads_it() -> None:
         {"role": "user", "content": "b", "pinned": False},
         {"role": "assistant", "content": "c"},
     ]
+    assert [_plain_message(item) is not None for item in data] == [True, False, True]
     fast = stored_messages(data)
     assert [m.pinned for m in fast] == [True, False, None]
     assert [m.__pydantic_extra__ for m in fast] == [{}, {}, {}]
