@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from helpers import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agctl.base.errors import ContextFull, NotFound, PinsOverBudget, ReadonlySlot
+from agctl.base.errors import Conflict, ContextFull, NotFound, PinsOverBudget, ReadonlySlot
 from agctl.context.models import (
     Message,
     Slot,
@@ -34,6 +34,7 @@ from agctl.context.models import (
     messages_to_openai,
     stored_messages,
 )
+from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
 from agctl.store.checkpointer import Checkpointer
@@ -181,6 +182,32 @@ def test_a_summary_is_made_of_the_unpinned_messages_only(store: Store) -> None:
     slot = store.load_slot("s")
     assert [m.text() for m in slot.messages] == ["message 1", "message 3", "message 6", "message 7"]
     assert len(slot.compressed) == 1
+
+
+class PinningProvider(OfflineProvider):
+    """The offline provider, which pins a message while it summarises: another command
+    changing the slot while the compression waits for the model."""
+
+    def __init__(self, store: Store, index: int) -> None:
+        super().__init__()
+        self.store, self.index = store, index
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        self.store.update_slot("s", None, lambda slot: slot.pin([self.index]))
+        return super().stream(request)
+
+
+def test_a_pin_made_while_a_compression_summarises_is_a_conflict(store: Store) -> None:
+    """The plan's hashes cover every message of the range it folds, pinned or not: a pin
+    made meanwhile is never folded away."""
+    store.create_session("s")
+    add(store, "s", None, *numbered(8))
+    before = dumps(store.load_slot("s").messages)
+    with pytest.raises(Conflict, match="changed while it was being compressed"):
+        compress(store, "s", None, keep_recent=2, provider=PinningProvider(store, 3))
+    after = dumps(store.load_slot("s").messages)
+    assert [m for m in after if m.get("pinned")] == [{**before[3], "pinned": True}]
+    assert len(after) == 8 and store.load_slot("s").compressed == []
 
 
 def test_a_pin_keeps_its_tool_call_group_whole() -> None:
