@@ -217,7 +217,11 @@ Examples:
     help="Say what would be folded and what cached tokens it would invalidate; change "
     "nothing, call no model.",
 )
-@click.option("--instructions", metavar="TEXT", help="How to summarise (replaces the default).")
+@click.option(
+    "--instructions",
+    metavar="TEXT",
+    help="How to summarise: replaces summarize's prompt, or rolling's sections.",
+)
 @click.option(
     "--budget-tokens",
     type=Count(),
@@ -246,12 +250,11 @@ def compress(
     choice: ModelChoice,
 ) -> None:
     """Resolve the model setup, compress (or preview), report."""
-    from agctl.base.errors import UsageError
     from agctl.turn.compress import compress as run_compress
     from agctl.turn.setup import ModelSetup
+    from agctl.turn.summaries import check_options
 
-    if budget_tokens is not None and strategy != "extractive":
-        raise UsageError("--budget-tokens bounds an extractive summary: add --strategy extractive")
+    check_options(strategy, instructions=instructions, budget_tokens=budget_tokens)
 
     sid = app.session_id()
     setup = ModelSetup.chosen(app.store, sid, choice)

@@ -21,6 +21,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from agctl.base.errors import UsageError
 from agctl.base.vocab import CompressStrategy
 from agctl.context import artifacts
 from agctl.context.extractive import (
@@ -204,6 +205,18 @@ def extractive(
     return Message(role="system", content=extract(entries, budget), created_at=utcnow())
 
 
+def check_options(strategy: str, *, instructions: str | None, budget_tokens: int | None) -> None:
+    """Refuse what `strategy` would silently ignore: a token budget but for an extract,
+    instructions where no model is asked."""
+    if budget_tokens is not None and strategy != "extractive":
+        raise UsageError("--budget-tokens bounds an extractive summary: add --strategy extractive")
+    if instructions is not None and strategy in ("extractive", "truncate"):
+        raise UsageError(
+            f"--instructions tell a model how to summarise; {strategy} asks none "
+            "(use --strategy summarize or rolling)"
+        )
+
+
 def replacement(
     strategy: CompressStrategy,
     previous: Sequence[Message],
@@ -218,6 +231,7 @@ def replacement(
 ) -> Message | None:
     """What replaces the compressed zone and the folded messages under `strategy` (None
     for a truncation: the compressed zone stays)."""
+    check_options(strategy, instructions=instructions, budget_tokens=budget)
     if strategy == "truncate":
         return None
     if strategy == "extractive":

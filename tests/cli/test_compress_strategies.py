@@ -104,10 +104,27 @@ def test_ctx_compress_extractive_within_a_budget_says_so_in_text(
     assert estimate_text(summary.text()) <= 45
 
 
-def test_budget_tokens_is_only_for_the_extractive_strategy(run: Run, sid: str) -> None:
-    result = run("ctx", "compress", "--budget-tokens", "40", "--min-tokens", "0")
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (("--budget-tokens", "40"), "--budget-tokens bounds an extractive summary"),
+        (
+            ("--strategy", "extractive", "--instructions", "Keep dates."),
+            "--instructions tell a model how to summarise; extractive asks none",
+        ),
+        (
+            ("--strategy", "truncate", "--instructions", "Keep dates."),
+            "--instructions tell a model how to summarise; truncate asks none",
+        ),
+    ],
+)
+def test_options_a_strategy_cannot_use_are_refused(
+    run: Run, store: Store, sid: str, given: tuple[str, ...], said: str
+) -> None:
+    result = run("ctx", "compress", "--min-tokens", "0", *given)
     assert result.exit_code == 2
-    assert "--budget-tokens bounds an extractive summary" in result.stderr
+    assert said in result.stderr
+    assert store.load_slot(sid).compressed == []
 
 
 def test_a_rolling_summary_in_the_slots_template(

@@ -182,3 +182,21 @@ def test_the_offline_provider_summarises_by_extraction(store: Store) -> None:
         "[user] Tag the release as v2.4.0 please.\n"
         "[assistant] Tagged it at 3f9a2b7c; notes in docs/release.md."
     )
+
+
+def test_what_a_strategy_would_ignore_is_refused_before_anything_changes(rolled: Store) -> None:
+    with pytest.raises(UsageError, match="--budget-tokens bounds an extractive summary"):
+        compress(
+            rolled,
+            "s",
+            None,
+            strategy="rolling",
+            keep_recent=2,
+            provider=OfflineProvider(),
+            budget_tokens=9,
+        )
+    with pytest.raises(UsageError, match="extractive asks none"):
+        compress(
+            rolled, "s", None, strategy="extractive", keep_recent=2, instructions="Keep dates."
+        )
+    assert [m.text() for m in rolled.load_slot("s").compressed] == [PREVIOUS]
