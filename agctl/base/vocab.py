@@ -25,8 +25,9 @@ DERIVE_STRATEGIES: tuple[DeriveStrategy, ...] = get_args(DeriveStrategy)
 # How `slot merge` brings a slot's new messages into another.
 MergeStrategy = Literal["append", "summary"]
 MERGE_STRATEGIES: tuple[MergeStrategy, ...] = get_args(MergeStrategy)
-# How `ctx compress` shrinks a slot's history.
-CompressStrategy = Literal["summarize", "truncate"]
+# How `ctx compress` shrinks a slot's history: a summary of the folded messages (one
+# paragraph), a rolling summary in sections, an extract of their sentences, or nothing.
+CompressStrategy = Literal["summarize", "rolling", "extractive", "truncate"]
 COMPRESS_STRATEGIES: tuple[CompressStrategy, ...] = get_args(CompressStrategy)
 # The zones of a slot, in the order a view, a walk and a checkpoint read them.
 Zone = Literal["immutable", "compressed", "messages"]
@@ -120,7 +121,7 @@ SessionSetting = Literal[
 ]
 SESSION_SETTINGS: tuple[SessionSetting, ...] = get_args(SessionSetting)
 # What `slot set KEY` and `Store.update_slot` may change.
-SlotSetting = Literal["auto_compress", "budget"]
+SlotSetting = Literal["auto_compress", "budget", "summary_template"]
 SLOT_SETTINGS: tuple[SlotSetting, ...] = get_args(SlotSetting)
 # What `config set KEY` accepts; MODEL and NAME stand for any model or profile name.
 CONFIG_KEYS: tuple[str, ...] = (

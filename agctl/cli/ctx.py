@@ -195,6 +195,8 @@ Examples:
   agctl ctx compress --dry-run
   agctl ctx compress
   agctl ctx compress --strategy truncate --keep-recent 10
+  agctl ctx compress --strategy rolling
+  agctl ctx compress --strategy extractive --budget-tokens 500
   agctl ctx compress --instructions "Keep every date and amount."
 """
 
@@ -206,7 +208,11 @@ Examples:
     type=click.Choice(COMPRESS_STRATEGIES),
     default="summarize",
     show_default=True,
-    help="summarize: the provider folds older messages into a summary; truncate: drop them.",
+    help="summarize: the provider folds the previous summary and older messages into one "
+    "paragraph; rolling: the provider updates the previous summary with them, in the "
+    "sections of the slot's summary_template, keeping their instructions and artifacts "
+    "verbatim; extractive: keep their sentences that carry instructions, paths, ids, "
+    "numbers and URLs, verbatim, no model asked; truncate: drop them.",
 )
 @click.option("--keep-recent", type=Count(), metavar="K", help="Messages kept.")
 @click.option(
@@ -222,7 +228,18 @@ Examples:
     help="Say what would be folded and what cached tokens it would invalidate; change "
     "nothing, call no model.",
 )
-@click.option("--instructions", metavar="TEXT", help="How to summarise (replaces the default).")
+@click.option(
+    "--instructions",
+    metavar="TEXT",
+    help="How to summarise: replaces summarize's prompt, or rolling's sections.",
+)
+@click.option(
+    "--budget-tokens",
+    type=Count(),
+    metavar="N",
+    help="extractive: keep at most N tokens of sentences (default: a quarter of the tokens "
+    "folded, at least 128).",
+)
 @provider_options
 @click.option(
     "--script",
@@ -240,11 +257,15 @@ def compress(
     min_tokens: int | None,
     dry_run: bool,
     instructions: str | None,
+    budget_tokens: int | None,
     choice: ModelChoice,
 ) -> None:
     """Resolve the model setup, compress (or preview), report."""
     from agctl.turn.compress import compress as run_compress
     from agctl.turn.setup import ModelSetup
+    from agctl.turn.summaries import check_options
+
+    check_options(strategy, instructions=instructions, budget_tokens=budget_tokens)
 
     sid = app.session_id()
     setup = ModelSetup.chosen(app.store, sid, choice)
@@ -270,12 +291,13 @@ def compress(
         slot,
         strategy=strategy,  # type: ignore[arg-type]
         keep_recent=kept,
-        provider=setup.provider() if strategy == "summarize" else None,
+        provider=setup.provider() if strategy in ("summarize", "rolling") else None,
         model=setup.settings.model,
         instructions=instructions,
         hooks=setup.hooks(no_hooks=app.no_hooks),
         min_tokens=least,
         window=setup.window,
+        budget_tokens=budget_tokens,
     )
     app.done(*compression_report(result, least))
 

@@ -327,6 +327,8 @@ def slot_summary(slot: Slot, *, current: bool) -> dict[str, Any]:
         summary["auto compress"] = config.auto_compress
     if config.budget is not None:
         summary["budget"] = budget_text(config.budget)
+    if config.summary_template is not None:
+        summary["summary template"] = " ".join(config.summary_template.split())
     for merge in slot.meta.merges:
         summary.setdefault("merges", "")
         summary["merges"] += (
@@ -527,7 +529,12 @@ def merge_report(result: MergeResult) -> tuple[dict[str, Any], str]:
 @command_options
 @pass_app
 def set_(app: App, key: str, value: str, slot: str | None) -> None:
-    """Set a slot setting: auto_compress (true, false, default) or budget (auto or JSON).
+    """Set a slot setting: auto_compress (true, false, default), budget (auto or JSON) or
+    summary_template (text, plain or default).
+
+    summary_template gives the sections a rolling summary ('ctx compress --strategy
+    rolling') is written in, as the prompt shows them (default: goal, decisions, user
+    instructions, artifacts, open tasks); 'plain' asks for one paragraph instead.
 
     A budget names some or all of its parts (system, history, tools, tool_results,
     reserve); parts left out keep their value, null puts one back to auto (its share of
@@ -541,10 +548,12 @@ def set_(app: App, key: str, value: str, slot: str | None) -> None:
       agctl slot set budget '{"reserve": 0.1}'
       agctl slot set budget '{"system": 2000, "tool_results": 0.2}' --slot notes
       agctl slot set budget auto --slot notes
+      agctl slot set summary_template $'## Goal\\n## Risks\\n## Next steps'
+      agctl slot set summary_template plain
     """
-    from agctl.config.settings import setting_from_text
+    from agctl.config.settings import slot_setting_from_text
 
-    setting = setting_from_text(value)
+    setting = slot_setting_from_text(key, value)
     if key == "budget":
         set_budget_setting(app, slot, setting)
         return

@@ -14,6 +14,8 @@ UNSET_WORDS = ("default", "auto", "none")
 # (a title "42" stays text), except the words that unset them.
 SESSION_TEXT_SETTINGS = ("title", "system_prompt", "profile", "model")
 SESSION_TEXT_UNSET_WORDS = ("default", "none", "null")
+# Slot settings that hold text, taken as typed in the same way.
+SLOT_TEXT_SETTINGS = ("summary_template",)
 
 
 def setting_from_text(text: str) -> Any:
@@ -34,5 +36,12 @@ def session_setting_from_text(key: str, text: str) -> Any:
     as it is unless it is 'default', 'none' or 'null'; the others follow
     `setting_from_text`."""
     if key in SESSION_TEXT_SETTINGS and text not in SESSION_TEXT_UNSET_WORDS:
+        return text
+    return setting_from_text(text)
+
+
+def slot_setting_from_text(key: str, text: str) -> Any:
+    """The value of slot setting `key` typed as `text`, by the rules of session settings."""
+    if key in SLOT_TEXT_SETTINGS and text not in SESSION_TEXT_UNSET_WORDS:
         return text
     return setting_from_text(text)

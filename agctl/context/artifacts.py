@@ -45,7 +45,9 @@ _ID = re.compile(
 )
 # A number worth keeping: two digits or more, or with a decimal part, a sign or a unit of %.
 _NUMBER = re.compile(r"(?<![\w.,])[-+]?\d[\d,_]*+(?:\.\d++)?%?(?![\w])")
-_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|\n|$)")
+# A sentence ends at . ! ? followed by a space or the end (not inside a path, a URL or a
+# version: src/app.py, v2.1), or at a line end.
+_SENTENCE = re.compile(r"(?:[^.!?\n]++|[.!?]++(?![ \t\r\f\v]|\n|$))*+(?:[.!?]++|\n|$)")
 # Words that make a user's sentence an instruction to keep verbatim.
 _DIRECTIVE = re.compile(
     r"\b(?:always|never|must|mustn't|don't|do not|make sure|ensure|remember|please|"
@@ -84,7 +86,8 @@ class Artifacts(NamedTuple):
 
 
 def sentences(text: str) -> list[str]:
-    """`text` cut into sentences (at . ! ? and line ends), each with its spacing made one."""
+    """`text` cut into sentences (at . ! ? before a space, and line ends), each with its
+    spacing made one."""
     found = (_SPACE.sub(" ", match.group()).strip() for match in _SENTENCE.finditer(text))
     return [sentence for sentence in found if sentence]
 

@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    StringConstraints,
     TypeAdapter,
     ValidationError,
     field_validator,
@@ -551,6 +552,10 @@ class ContextBudget(Model):
         return TokenBudget(**parts)
 
 
+# A rolling summary's sections as the prompt gives them (or "plain"): text, not empty.
+SummaryTemplate = Annotated[str, StringConstraints(min_length=1, max_length=4000)]
+
+
 class SlotConfig(Model):
     model_config = EAGER
     mode: SlotMode = "full"
@@ -560,6 +565,9 @@ class SlotConfig(Model):
     budget: ContextBudget | None = None
     # None: follow the session, then the config.
     auto_compress: bool | None = None
+    # The sections of a rolling summary (agctl.turn.summaries); "plain": one paragraph;
+    # None: goal, decisions, user instructions, artifacts, open tasks.
+    summary_template: SummaryTemplate | None = None
 
 
 class MergeRecord(Model):

@@ -114,16 +114,12 @@ def _shorten(text: str, limit: int = 80) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def offline_summary(transcript: str, limit: int = 12) -> str:
-    """A deterministic summary of a transcript of `[role] text` lines: who said what."""
-    entries = []
-    for line in transcript.splitlines():
-        match = re.match(r"\[(\w+)\] (.*)", line)
-        if match:
-            entries.append(f'{match.group(1)}: "{_shorten(match.group(2), 60)}"')
-    shown = "; ".join(entries[:limit])
-    more = f"; and {len(entries) - limit} more" if len(entries) > limit else ""
-    return f"Summary of {len(entries)} earlier messages: {shown}{more}."
+def offline_summary(text: str) -> str:
+    """The extractive summary of a summary request's text (a transcript, or a rolling
+    summary request's previous summary and new messages): deterministic, no model."""
+    from agctl.context.extractive import extract, transcript_entries
+
+    return extract(transcript_entries(text))
 
 
 class OfflineProvider:

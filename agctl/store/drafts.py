@@ -192,8 +192,10 @@ def clear_legacy_draft(backend: Backend, session_id: str) -> None:
 
 def slot_state(slot: Slot) -> str:
     """A fingerprint of what a turn's request is built from in a slot (its settings and
-    zones): times and counts cannot tell an edit or a rollback from no change; content can."""
-    return content_hash(slot.model_dump(mode="json", include=set(STATE_FIELDS)))
+    zones): times and counts cannot tell an edit or a rollback from no change; content can.
+    What is unset is left out, so a setting added to the schema later (unset until set)
+    leaves the fingerprint of a slot that does not use it as it was."""
+    return content_hash(slot.model_dump(mode="json", include=set(STATE_FIELDS), exclude_none=True))
 
 
 def new_draft(

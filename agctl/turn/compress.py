@@ -22,61 +22,16 @@ from agctl.base.hashing import message_hashes
 from agctl.base.vocab import CompressStrategy
 from agctl.context.models import Message, Slot, utcnow
 from agctl.context.view import tool_safe_cut
-from agctl.providers.base import ChatRequest, Provider, TurnContext
+from agctl.providers.base import Provider, TurnContext
 from agctl.store import Store
+from agctl.turn.summaries import SUMMARY_INSTRUCTIONS, render_transcript, replacement, summarize
 
 if TYPE_CHECKING:
     from agctl.turn.hooks import Hooks
 
 log = logging.getLogger("agctl.compress")
 
-SUMMARY_INSTRUCTIONS = (
-    "Summarise the conversation transcript below for your own later use. Keep facts, "
-    "names, numbers, decisions and open questions; drop pleasantries. Be brief."
-)
-
-
-def render_transcript(messages: Sequence[Message]) -> str:
-    """Messages as `[role] text` lines, the input of a summary request."""
-    lines = []
-    for message in messages:
-        text = message.text()
-        for call in message.tool_calls or ():
-            text += f" [calls {call.function.name}({call.function.arguments})]"
-        lines.append(f"[{message.role}] {' '.join(text.split())}")
-    return "\n".join(lines)
-
-
-def summarize(
-    provider: Provider,
-    model: str,
-    messages: Sequence[Message],
-    *,
-    instructions: str | None = None,
-    context: TurnContext | None = None,
-) -> Message:
-    """Ask the provider for a summary of `messages`; return it as a system message."""
-    from agctl.turn.reply import ReplyBuilder
-
-    request = ChatRequest(
-        model=model,
-        messages=[
-            {"role": "system", "content": instructions or SUMMARY_INSTRUCTIONS},
-            {"role": "user", "content": render_transcript(messages)},
-        ],
-        context=(context or TurnContext())._replace(purpose="summary"),
-    )
-    builder = ReplyBuilder()
-    for event in provider.stream(request):
-        builder.feed(event)
-    reply = builder.message(model)
-    return Message(
-        role="system",
-        content=reply.text(),
-        created_at=utcnow(),
-        model=model,
-        usage=reply.usage,
-    )
+__all__ = ["SUMMARY_INSTRUCTIONS", "compress", "render_transcript", "summarize"]
 
 
 @dataclass
@@ -280,11 +235,13 @@ def compress(
     hooks: Hooks | None = None,
     min_tokens: int = 0,
     window: int | None = None,
+    budget_tokens: int | None = None,
 ) -> Compression:
     """Compress a slot's older messages, but for the pinned ones; checkpointed before and
     after. Fewer than `min_tokens` to fold is not worth the cache it invalidates: nothing
     is done then. With the model's `window`, pins over the slot's budget for them raise
-    PinsOverBudget (exit 7) first (check_pins_fit).
+    PinsOverBudget (exit 7) first (check_pins_fit). `budget_tokens` bounds an extractive
+    summary (agctl.turn.summaries says each strategy).
 
     With `hooks`: PreCompress hooks may cancel it or give the summary (no provider call);
     PostCompress hooks may rewrite the summary or keep fewer messages, before anything is
@@ -319,15 +276,20 @@ def compress(
             )
         given = changes.get("summary")
     summary = None
-    if strategy == "summarize":
-        if given is not None:
-            summary = Message(role="system", content=given, created_at=utcnow())
-        else:
-            if provider is None:
-                raise ValueError("summarize needs a provider")
-            folded = [*slot.compressed, *plan.folded(slot.messages)]
-            context = TurnContext(session_id=session_id, slot_id=slot.id)
-            summary = summarize(provider, model, folded, instructions=instructions, context=context)
+    if given is not None and strategy != "truncate":
+        summary = Message(role="system", content=given, created_at=utcnow())
+    elif strategy != "truncate":
+        summary = replacement(
+            strategy,
+            slot.compressed,
+            plan.folded(slot.messages),
+            provider=provider,
+            model=model,
+            instructions=instructions,
+            template=slot.config.summary_template,
+            budget=budget_tokens,
+            context=TurnContext(session_id=session_id, slot_id=slot.id),
+        )
     if hooks and hooks.has("PostCompress"):
         text = summary.text() if summary is not None else None
         changes = hooks.fire(

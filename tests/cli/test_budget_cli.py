@@ -21,7 +21,6 @@ from helpers import data_dir_files, draft_file
 from agctl.base.hashing import message_hashes
 from agctl.context.models import ContextBudget, Message
 from agctl.context.tokens import MESSAGE_OVERHEAD, estimate_text
-from agctl.providers.offline import offline_summary
 from agctl.store import Store
 from agctl.turn.compress import render_transcript
 
@@ -202,7 +201,16 @@ def test_ctx_show_before_and_after_an_automatic_compression(
     reply = ok(run("turn", "send", PROMPT)).stdout.strip()
 
     assert reply.startswith('Offline reply to turn 1 in slot "default"')
-    summary = offline_summary(render_transcript(original[1:-KEEP]))
+    # The offline provider summarises by extraction: the user's instruction-like
+    # questions, then sentences by order, as many as 128 tokens hold.
+    summary = "\n".join(
+        [
+            "Extract of 4 earlier messages (4 of 6 sentences, verbatim):",
+            f"[user] {HISTORY[0]}",
+            "[assistant] A session directory holds all of its slots.",
+            f"[user] {HISTORY[2]}",
+        ]
+    )
     slot = store.load_slot(sid)
     assert [m.text() for m in slot.compressed] == [summary]
     assert [m.text() for m in slot.messages] == [
@@ -521,7 +529,8 @@ def test_ctx_compress_on_a_readonly_slot_is_refused(
 def test_slot_summarize_stores_the_summary_override(run: Run, store: Store, sid: str) -> None:
     add(store, None, msg("user", "What is a monad?"), msg("assistant", "A monoid, roughly."))
     expected = (
-        'Summary of 2 earlier messages: user: "What is a monad?"; assistant: "A monoid, roughly.".'
+        "Extract of 2 earlier messages (2 of 2 sentences, verbatim):\n"
+        "[user] What is a monad?\n[assistant] A monoid, roughly."
     )
 
     assert ok(run("slot", "summarize")).stdout == expected + "\n"
@@ -633,7 +642,11 @@ def test_merge_summary_appends_one_summary(run: Run, store: Store, branch: list[
         ("user", "u1"),
         ("assistant", "a1"),
         ("user", "u3"),
-        ("system", 'From branch b: Summary of 2 earlier messages: user: "u2"; assistant: "a2".'),
+        (
+            "system",
+            "From branch b: Extract of 2 earlier messages (2 of 2 sentences, verbatim):\n"
+            "[user] u2\n[assistant] a2",
+        ),
     ]
     (record,) = target.meta.merges
     assert (record.strategy, record.added, record.hashes) == ("summary", 1, message_hashes(branch))

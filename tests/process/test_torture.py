@@ -48,7 +48,7 @@ SlotPrint = tuple[tuple[str, ...], tuple[str, ...]]  # (messages, compressed) as
 
 NUMBERED = re.compile(r"[mt]\d+(?:-\d+)?")
 SAID = re.compile(r'you said "t(\d+(?:-\d+)?)"')
-SUMMARY = re.compile(r"Summary of (\d+) earlier messages")
+SUMMARY = re.compile(r"Extract of (\d+) earlier messages")
 
 
 def tag(role: str, text: str) -> str:

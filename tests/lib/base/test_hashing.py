@@ -79,7 +79,9 @@ def test_slot_state_of_a_draft_is_pinned() -> None:
     slot = Slot(id="main", config=SlotConfig(auto_compress=True), immutable=messages[:1])
     slot.messages = messages
     slot.meta.created_at = slot.meta.updated_at = MOMENT
-    assert slot_state(slot) == "68a4c1e55ca7c56183f4fbd8dd74110c"
+    # Unset settings are left out: a setting added to SlotConfig later (summary_template)
+    # must not change this.
+    assert slot_state(slot) == "83aded3f378af378b45b2ac472c2bf32"
 
 
 def test_the_cassette_fingerprint_of_a_request_is_pinned() -> None:

@@ -70,6 +70,18 @@ def test_sentences_are_cut_at_their_ends_and_line_ends() -> None:
     assert sentences("One.  Two!\nthree\n\nfour?") == ["One.", "Two!", "three", "four?"]
 
 
+def test_a_sentence_is_not_cut_inside_a_path_a_url_or_a_version() -> None:
+    """An extract keeps sentences verbatim: one cut at the dot of config.toml would keep
+    half a path."""
+    text = "Edit src/app/config.toml. See https://x.io/a.b?c=1 now! v2.1 ships... Done?!"
+    assert sentences(text) == [
+        "Edit src/app/config.toml.",
+        "See https://x.io/a.b?c=1 now!",
+        "v2.1 ships...",
+        "Done?!",
+    ]
+
+
 @pytest.mark.parametrize("shape", ["ab1-", "ab-", "1,", "a/", "a.", "x_1", "#1", "~/a", "c:\\a"])
 def test_hostile_text_is_read_in_one_pass(shape: str) -> None:
     """Each pattern starts only at a token's start and never backtracks into it: before

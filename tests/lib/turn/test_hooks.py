@@ -926,7 +926,7 @@ def test_post_compress_rewrites_the_summary_and_keeps_fewer(
     slot = store.load_slot(sid)
     assert [m.text() for m in slot.compressed] == ["Rewritten."]
     assert len(slot.messages) == 2 and done.kept == 2
-    assert payloads(seen)[0]["summary"].startswith("Summary of")
+    assert payloads(seen)[0]["summary"].startswith("Extract of")
 
 
 def test_pre_tool_use_ask_asks_even_about_a_tool_set_to_auto(

@@ -75,9 +75,9 @@ def test_merge_summary_appends_one_offline_summary(branched: Store) -> None:
     assert [m.text() for m in target.messages[:4]] == ["u1", "a1", "u3", "a3"]
     (summary,) = target.messages[4:]
     assert summary.role == "system"
-    assert (
-        summary.text()
-        == 'From branch b: Summary of 2 earlier messages: user: "u2"; assistant: "a2".'
+    assert summary.text() == (
+        "From branch b: Extract of 2 earlier messages (2 of 2 sentences, verbatim):\n"
+        "[user] u2\n[assistant] a2"
     )
     (record,) = target.meta.merges
     assert (record.source, record.strategy, record.added) == ("b", "summary", 1)
