@@ -179,12 +179,22 @@ The session is checkpointed before and after, so the originals can be recovered 
 once; fewer than --min-tokens to fold is not worth that, and nothing is done.
 --dry-run says what would be folded and invalidated.
 
+Every compression reports its loss: the user instructions, URLs, file paths, ids and
+numbers in what it folded that what replaces it does not hold (a truncation replaces
+it with nothing: all of them); the checkpoint after the compression keeps the report
+('agctl ckpt show ID --json'). A dry run of a truncation reports the loss exactly; a
+dry run of a summary calls no model, so it cannot know the summary: it lists every fact
+of what would be folded as at risk. --fail-on-loss KINDS (or the config's
+compress_fail_on_loss, which automatic compression in a turn follows too) refuses a
+compression that would lose a fact of those kinds: exit 7, nothing written.
+
 \b
 Examples:
   agctl ctx compress --dry-run
   agctl ctx compress
   agctl ctx compress --strategy truncate --keep-recent 10
   agctl ctx compress --instructions "Keep every date and amount."
+  agctl ctx compress --fail-on-loss instructions,paths
 """
 
 
@@ -212,6 +222,14 @@ Examples:
     "nothing, call no model.",
 )
 @click.option("--instructions", metavar="TEXT", help="How to summarise (replaces the default).")
+@click.option(
+    "--fail-on-loss",
+    metavar="KINDS",
+    callback=lambda ctx, param, value: None if value is None else fact_kinds(value),
+    help="Refuse (exit 7, nothing written) a compression that would lose a fact of these "
+    "kinds: a comma list of instructions, urls, paths, ids, numbers; any; none "
+    "(default: compress_fail_on_loss, none).",
+)
 @provider_options
 @click.option(
     "--script",
@@ -229,6 +247,7 @@ def compress(
     min_tokens: int | None,
     dry_run: bool,
     instructions: str | None,
+    fail_on_loss: tuple[str, ...] | None,
     choice: ModelChoice,
 ) -> None:
     """Resolve the model setup, compress (or preview), report."""
@@ -263,8 +282,19 @@ def compress(
         instructions=instructions,
         hooks=setup.hooks(no_hooks=app.no_hooks),
         min_tokens=least,
+        fail_on_loss=setup.config.fail_on_loss() if fail_on_loss is None else fail_on_loss,
     )
     app.done(*compression_report(result, least))
+
+
+def fact_kinds(spec: str) -> tuple[str, ...]:
+    """--fail-on-loss's kinds, or a usage error naming the known ones."""
+    from agctl.context.artifacts import kinds_of
+
+    try:
+        return kinds_of(spec)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def compression_report(result: Compression, least: int) -> tuple[dict[str, Any], str]:
@@ -277,6 +307,7 @@ def compression_report(result: Compression, least: int) -> tuple[dict[str, Any],
         "checkpoint_before": result.before,
         "checkpoint_after": result.after,
         "summary": result.summary,
+        "loss": result.loss.to_dict() if result.loss is not None else None,
     }
     if result.cancelled:
         payload["cancelled"] = True
@@ -295,6 +326,8 @@ def compression_report(result: Compression, least: int) -> tuple[dict[str, Any],
             f"compressed slot {result.slot}: {result.folded} messages folded ({result.strategy}), "
             f"{result.kept} kept; the originals are in checkpoint {result.before}"
         )
+        if result.loss is not None:
+            text += "\n" + result.loss.text()
     return payload, text
 
 
@@ -313,4 +346,6 @@ def preview_text(preview: CompressionPreview) -> str:
             f"under --min-tokens {preview.min_tokens}: nothing would be compressed "
             "(--min-tokens 0 compresses anyway)"
         )
+    if preview.loss is not None:
+        lines.append(preview.loss.text())
     return "\n".join(lines)

@@ -13,7 +13,7 @@ invalidate (see docs/cache.md).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from agctl.store import Store
 
 if TYPE_CHECKING:
     from agctl.turn.hooks import Hooks
+    from agctl.turn.loss import LossReport
 
 log = logging.getLogger("agctl.compress")
 
@@ -116,6 +117,8 @@ class Compression:
     cancelled: bool = False
     # What there was to fold, in tokens, when it was under `min_tokens` (nothing folded).
     too_little: int | None = None
+    # The facts folded that the summary does not hold (a truncation: all), when any folded.
+    loss: LossReport | None = None
 
 
 @dataclass
@@ -133,6 +136,8 @@ class CompressionPreview:
     # sent anew once after the compression.
     invalidated: int
     min_tokens: int
+    # Exact for a truncation; for a summary (not known without the model), every fact at risk.
+    loss: LossReport | None = None
 
     @property
     def enough(self) -> bool:
@@ -149,6 +154,7 @@ class CompressionPreview:
             "invalidated_tokens": self.invalidated,
             "min_tokens": self.min_tokens,
             "would_compress": self.enough,
+            "loss": self.loss.to_dict() if self.loss is not None else None,
         }
 
 
@@ -164,6 +170,7 @@ def preview_compression(
     """What `compress` would fold, and what of the next request it would stop a provider's
     cache from serving (nothing is called, nothing written)."""
     from agctl.context.view import mode_messages
+    from agctl.turn.loss import preview_loss
 
     session = store.load_session(session_id)
     slot = store.load_slot(session_id, slot_id)
@@ -193,6 +200,7 @@ def preview_compression(
         cached_kept=cached if plan is not None else cached + changed,
         invalidated=changed if plan is not None else 0,
         min_tokens=min_tokens,
+        loss=preview_loss(slot, head, start, strategy) if plan is not None else None,
     )
 
 
@@ -209,14 +217,18 @@ def compress(
     checkpoint: bool = True,
     hooks: Hooks | None = None,
     min_tokens: int = 0,
+    fail_on_loss: Collection[str] = (),
 ) -> Compression:
-    """Compress a slot's older messages; checkpointed before and after. Fewer than
-    `min_tokens` to fold is not worth the cache it invalidates: nothing is done then.
+    """Compress a slot's older messages; checkpointed before and after, the loss report
+    with the checkpoint after. Fewer than `min_tokens` to fold is not worth the cache it
+    invalidates: nothing is done then. Losing a fact of a kind in `fail_on_loss` raises
+    FactsWouldBeLost (exit 7) before anything is written.
 
     With `hooks`: PreCompress hooks may cancel it or give the summary (no provider call);
     PostCompress hooks may rewrite the summary or keep fewer messages, before anything is
     written. A hook that blocks raises HookBlocked (exit 9)."""
     from agctl.store.checkpointer import Checkpointer
+    from agctl.turn.loss import compression_loss, refuse_loss
 
     slot = store.load_slot(session_id, slot_id)
     slot.check_writable("compress")
@@ -263,6 +275,8 @@ def compress(
         narrower = changes.get("keep_recent")
         if narrower is not None and narrower < keep_recent:
             plan = plan_compression(slot, narrower) or plan
+    loss = compression_loss(slot, plan.head, plan.start, summary.text() if summary else None)
+    refuse_loss(slot.id, loss, fail_on_loss)
     checkpointer = Checkpointer(store) if checkpoint else None
 
     def apply(target: Slot) -> int:
@@ -283,7 +297,12 @@ def compress(
         )
         kept = store.update_slot(session_id, slot.id, apply, base=slot)
         after = (
-            checkpointer.create(session_id, label="after compression", auto=True)
+            checkpointer.create(
+                session_id,
+                label="after compression",
+                auto=True,
+                loss={"slot": slot.id, "strategy": strategy, **loss.to_dict()},
+            )
             if (checkpointer)
             else None
         )
@@ -303,6 +322,7 @@ def compress(
         before=before.id if before else None,
         after=after.id if after else None,
         summary=summary.text() if summary else None,
+        loss=loss,
     )
 
 
