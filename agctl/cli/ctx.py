@@ -186,7 +186,8 @@ it with nothing: all of them); the checkpoint after the compression keeps the re
 dry run of a summary calls no model, so it cannot know the summary: it lists every fact
 of what would be folded as at risk. --fail-on-loss KINDS (or the config's
 compress_fail_on_loss, which automatic compression in a turn follows too) refuses a
-compression that would lose a fact of those kinds: exit 7, nothing written.
+compression that would lose a fact of those kinds: exit 7, nothing written; a dry run
+says whether it would be refused (of a summary: what the summary must keep).
 
 \b
 Examples:
@@ -218,8 +219,8 @@ Examples:
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Say what would be folded and what cached tokens it would invalidate; change "
-    "nothing, call no model.",
+    help="Say what would be folded, what cached tokens it would invalidate and what facts "
+    "it would lose (of a summary: put at risk); change nothing, call no model.",
 )
 @click.option("--instructions", metavar="TEXT", help="How to summarise (replaces the default).")
 @click.option(
@@ -258,6 +259,7 @@ def compress(
     setup = ModelSetup.chosen(app.store, sid, choice)
     kept = setup.config.compress_keep_recent if keep_recent is None else keep_recent
     least = setup.config.compress_min_tokens if min_tokens is None else min_tokens
+    kinds = setup.config.fail_on_loss() if fail_on_loss is None else fail_on_loss
     if dry_run:
         from agctl.turn.compress import preview_compression
 
@@ -268,6 +270,7 @@ def compress(
             strategy=strategy,  # type: ignore[arg-type]
             keep_recent=kept,
             min_tokens=least,
+            fail_on_loss=kinds,
         )
         app.emit(preview.to_dict(), text=preview_text(preview))
         return
@@ -282,7 +285,7 @@ def compress(
         instructions=instructions,
         hooks=setup.hooks(no_hooks=app.no_hooks),
         min_tokens=least,
-        fail_on_loss=setup.config.fail_on_loss() if fail_on_loss is None else fail_on_loss,
+        fail_on_loss=kinds,
     )
     app.done(*compression_report(result, least))
 
@@ -347,5 +350,10 @@ def preview_text(preview: CompressionPreview) -> str:
             "(--min-tokens 0 compresses anyway)"
         )
     if preview.loss is not None:
+        from agctl.turn.loss import refusal_text
+
         lines.append(preview.loss.text())
+        refusal = refusal_text(preview.loss, preview.fail_on_loss)
+        if refusal is not None:
+            lines.append(refusal)
     return "\n".join(lines)

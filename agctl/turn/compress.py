@@ -138,6 +138,15 @@ class CompressionPreview:
     min_tokens: int
     # Exact for a truncation; for a summary (not known without the model), every fact at risk.
     loss: LossReport | None = None
+    # The kinds of fact the compression may not lose (--fail-on-loss).
+    fail_on_loss: tuple[str, ...] = ()
+
+    @property
+    def refused(self) -> dict[str, int] | None:
+        """The facts lost (or, of a summary, at risk) that --fail-on-loss refuses, by kind."""
+        if self.loss is None or not self.loss.breaches(self.fail_on_loss):
+            return None
+        return self.loss.breaches(self.fail_on_loss).counts()
 
     @property
     def enough(self) -> bool:
@@ -155,6 +164,8 @@ class CompressionPreview:
             "min_tokens": self.min_tokens,
             "would_compress": self.enough,
             "loss": self.loss.to_dict() if self.loss is not None else None,
+            "fail_on_loss": list(self.fail_on_loss),
+            "refused": self.refused,
         }
 
 
@@ -166,6 +177,7 @@ def preview_compression(
     strategy: CompressStrategy = "summarize",
     keep_recent: int = 6,
     min_tokens: int = 0,
+    fail_on_loss: Sequence[str] = (),
 ) -> CompressionPreview:
     """What `compress` would fold, and what of the next request it would stop a provider's
     cache from serving (nothing is called, nothing written)."""
@@ -201,6 +213,7 @@ def preview_compression(
         invalidated=changed if plan is not None else 0,
         min_tokens=min_tokens,
         loss=preview_loss(slot, head, start, strategy) if plan is not None else None,
+        fail_on_loss=tuple(fail_on_loss),
     )
 
 

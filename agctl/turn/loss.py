@@ -79,6 +79,23 @@ class LossReport:
         return "\n".join([head, *items_lines(self.lost)])
 
 
+def refusal_text(report: LossReport, kinds: Collection[str]) -> str | None:
+    """What a dry run says of --fail-on-loss: that the compression would be refused, or,
+    for a summary not yet written, what it must keep not to be; None when nothing is."""
+    breached = report.breaches(kinds)
+    if not breached:
+        return None
+    named = ",".join(kind for kind in KINDS if kind in kinds)
+    if report.exact:
+        return (
+            f"--fail-on-loss {named}: refused (exit 7), it would lose {counted(breached.counts())}"
+        )
+    return (
+        f"--fail-on-loss {named}: refused (exit 7) unless the summary keeps "
+        f"{counted(breached.counts())}"
+    )
+
+
 def counted(counts: dict[str, int]) -> str:
     """'2 instructions, 1 path': the kinds counted, in the order given."""
     parts = []

@@ -733,6 +733,8 @@ def test_ctx_compress_dry_run_says_what_it_would_fold_and_invalidate(
         "invalidated_tokens": sum(tokens),
         "min_tokens": 2048,
         "would_compress": False,
+        "fail_on_loss": [],
+        "refused": None,
     }
     truncate = ("ctx", "compress", "--dry-run", "--strategy", "truncate", "--keep-recent", "3")
     shown = as_json(run("--json", *truncate, "--min-tokens", "10"))

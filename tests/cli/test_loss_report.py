@@ -214,3 +214,28 @@ def test_a_turn_that_must_compress_follows_the_config_threshold(
     after = data_dir_files(isolated_env)
     assert set(after) - set(files) == {draft_file("s")}
     assert {k: v for k, v in after.items() if k in files} == files
+
+
+def test_a_dry_run_says_whether_the_threshold_would_refuse(
+    run: Run, isolated_env: Path, chat: str, wired: FakeOpenAI
+) -> None:
+    """A truncation's refusal is certain; a summary's depends on what it will keep."""
+    files = data_dir_files(isolated_env)
+    dry = ("ctx", "compress", "--dry-run", "--keep-recent", "2")
+    shown = as_json(run("--json", *dry, "--strategy", "truncate", "--fail-on-loss", "paths"))
+    assert shown["fail_on_loss"] == ["paths"]
+    assert shown["refused"] == {"instructions": 0, "urls": 0, "paths": 2, "ids": 0, "numbers": 0}
+    text = ok(run(*dry, "--strategy", "truncate", "--fail-on-loss", "paths")).stdout
+    assert text.endswith("\n--fail-on-loss paths: refused (exit 7), it would lose 2 paths\n")
+    text = ok(run(*dry, "--fail-on-loss", "ids,instructions")).stdout
+    assert text.endswith(
+        "\n--fail-on-loss instructions,ids: refused (exit 7) unless the summary keeps "
+        "1 instruction, 1 id\n"
+    )
+    ok(run("config", "set", "compress_fail_on_loss", "urls"))
+    assert as_json(run("--json", *dry))["refused"]["urls"] == 1
+    unrefused = as_json(run("--json", *dry, "--fail-on-loss", "none"))
+    assert (unrefused["fail_on_loss"], unrefused["refused"]) == ([], None)
+    assert "--fail-on-loss" not in ok(run(*dry, "--fail-on-loss", "none")).stdout
+    assert wired.requests == []
+    assert data_dir_files(isolated_env) == files

@@ -140,6 +140,9 @@ def test_a_dry_run_reports_a_truncation_exactly_and_a_summary_at_risk(store: Sto
     assert summary.loss.lost == gather([msg("system", EARLIER), *FOLDED])
     assert summary.loss.text().startswith("at risk: 1 instruction, 1 URL, 3 paths")
     assert summary.to_dict()["loss"]["exact"] is False
+    assert summary.refused is None
+    refusing = preview_compression(store, "s", None, keep_recent=2, fail_on_loss=["urls"])
+    assert refusing.refused == {"instructions": 0, "urls": 1, "paths": 0, "ids": 0, "numbers": 0}
     assert preview_compression(store, "s", None, keep_recent=10).loss is None
     assert files_of(store) == files
 
