@@ -7,6 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 from helpers import data_dir_files, draft_file, file_only, msg
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from agctl.base.errors import EXIT_CONTEXT_FULL, ContextFull
 from agctl.config.file import Config
@@ -14,6 +16,7 @@ from agctl.context.artifacts import Artifacts, gather, kinds_of
 from agctl.context.models import Message
 from agctl.providers.base import ChatRequest, Event, Finish, TextDelta
 from agctl.providers.offline import OfflineProvider
+from agctl.storage.memory import MemoryBackend
 from agctl.store import Store
 from agctl.store.checkpointer import Checkpointer
 from agctl.turn.compress import compress, preview_compression
@@ -253,3 +256,57 @@ def test_a_tool_calls_arguments_are_folded_too() -> None:
         }
     )
     assert loss_report([call], "Read the notes.").lost.paths == ("docs/notes.md",)
+
+
+NUMBERS = st.integers(min_value=10, max_value=10**9).map(str)
+PATHS = st.lists(
+    st.text(alphabet="abcdefghij_", min_size=1, max_size=8), min_size=2, max_size=4
+).map("/".join)
+
+
+@settings(max_examples=30, derandomize=True, database=None, deadline=None)
+@given(
+    st.lists(NUMBERS, min_size=1, max_size=5, unique=True),
+    st.lists(PATHS, min_size=1, max_size=4, unique=True),
+    st.integers(min_value=0, max_value=3),
+    st.booleans(),
+    st.data(),
+)
+def test_every_planted_fact_a_compression_drops_is_in_its_checkpoints_report(
+    numbers: list[str],
+    paths: list[str],
+    keep_recent: int,
+    truncate: bool,
+    data: st.DataObject,
+) -> None:
+    """Numbers and paths planted across a conversation: whatever the cut and whatever the
+    summary keeps, the report kept with the checkpoint lists exactly those of the folded
+    messages the summary left out (a truncation: all of the folded ones)."""
+    planted = [*numbers, *paths]
+    # A fact inside another ('10' in '310000') is held by it, as the report reads text.
+    assume(not any(a != b and a in b for a in planted for b in planted))
+    order = data.draw(st.permutations(planted))
+    sentence = {fact: f"see {fact} now." if "/" in fact else f"value {fact}." for fact in order}
+    messages = [msg("user" if i % 2 else "assistant", sentence[f]) for i, f in enumerate(order)]
+    store = Store(backend=MemoryBackend())
+    store.create_session("s")
+    store.update_slot("s", None, lambda s: s.messages.extend(messages))
+    kept = data.draw(st.lists(st.sampled_from([*numbers, *paths]), unique=True))
+    summary = "Summary: " + " ; ".join(kept)
+    result = compress(
+        store,
+        "s",
+        None,
+        strategy="truncate" if truncate else "summarize",
+        keep_recent=keep_recent,
+        provider=None if truncate else Summarizer(summary),
+    )
+    in_folded = order[: max(0, len(order) - keep_recent)]
+    dropped = {f for f in in_folded if truncate or f not in summary}
+    if result.folded == 0:
+        assert result.loss is None and not in_folded
+        return
+    assert result.after is not None
+    stored = Checkpointer(store).load("s", result.after).loss
+    assert stored is not None
+    assert set(stored.items["numbers"]) | set(stored.items["paths"]) == dropped
