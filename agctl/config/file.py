@@ -266,12 +266,15 @@ class Config(Document):
     # Where the sessions are when neither --store nor AGCTL_STORE says (agctl.storage.factory).
     store: StoreSettings = Field(default_factory=StoreSettings, exclude_if=_store_unset)
 
-    @field_validator("compress_fail_on_loss")
+    @field_validator("compress_fail_on_loss", mode="before")
     @classmethod
-    def _kinds_of_fact(cls, spec: str | None) -> str | None:
+    def _kinds_of_fact(cls, spec: Any) -> Any:
+        """The kinds as one comma list, checked ('config set' reads '["paths"]' as a list)."""
         from agctl.context.artifacts import kinds_of
 
-        return None if spec is None else ",".join(kinds_of(spec)) or "none"
+        if isinstance(spec, list) and all(isinstance(kind, str) for kind in spec):
+            spec = ",".join(spec)
+        return ",".join(kinds_of(spec)) or "none" if isinstance(spec, str) else spec
 
     def fail_on_loss(self) -> tuple[str, ...]:
         """The kinds of fact a compression may not lose (none unless the config says)."""

@@ -234,6 +234,13 @@ def test_kinds_of_a_threshold(spec: str, kinds: tuple[str, ...]) -> None:
     assert Config(compress_fail_on_loss=spec).fail_on_loss() == kinds
 
 
+def test_the_config_takes_the_kinds_as_a_json_list_too() -> None:
+    """'config set compress_fail_on_loss ["paths"]' reads its value as JSON: a list."""
+    assert Config(compress_fail_on_loss=["ids", "paths"]).compress_fail_on_loss == "paths,ids"
+    assert Config(compress_fail_on_loss=[]).fail_on_loss() == ()
+    assert Config().compress_fail_on_loss is None and Config().fail_on_loss() == ()
+
+
 def test_an_unknown_kind_names_the_known_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown kind\(s\) of fact: path \(known: instr"):
         kinds_of("instructions,path")
