@@ -144,6 +144,8 @@ def show(app: App, checkpoint_id: str, messages: bool) -> None:
         "session": session.model_dump(mode="json"),
         "slot_states": [_slot_state(slot, messages) for slot in state.slots.values()],
     }
+    if checkpoint.loss is not None:
+        payload["loss"] = checkpoint.loss.model_dump(mode="json")
     if app.json:
         app.emit(payload)
         return
@@ -180,6 +182,8 @@ def _show_text(checkpoint: Checkpoint, session: Session, payload: dict[str, Any]
         "memory keys": ", ".join(sorted(session.memory)) or None,
         "cost": cost_text(session.cost.cost, free=all_free(session)),
     }
+    if checkpoint.loss is not None:
+        head["compression lost"] = _loss_counts(checkpoint.loss.lost)
     columns = [
         ("id", "SLOT"),
         ("mode", "MODE"),
@@ -189,6 +193,13 @@ def _show_text(checkpoint: Checkpoint, session: Session, payload: dict[str, Any]
         ("tokens", "TOKENS"),
     ]
     return f"{key_values(head)}\n\n{table(payload['slot_states'], columns)}"
+
+
+def _loss_counts(lost: dict[str, int]) -> str:
+    """The counts of a stored loss report, as 'ctx compress' says them: '2 paths, 1 id'."""
+    from agctl.turn.loss import counted
+
+    return counted(lost) or "nothing"
 
 
 def _diff_text(diff: dict[str, Any]) -> str:

@@ -89,9 +89,10 @@ def set_(app: App, key: str, value: str) -> None:
 
     \b
     Keys: default_profile, auto_checkpoint, auto_compress, compress_keep_recent,
-          compress_min_tokens, max_retries, connect_timeout, read_timeout, request_timeout,
-          max_reply_bytes, max_retry_wait, lock_timeout, max_calls_per_reply,
-          max_calls_per_turn, context_windows.MODEL,
+          compress_min_tokens, compress_fail_on_loss (see 'agctl ctx compress --help'),
+          max_retries, connect_timeout, read_timeout, request_timeout, max_reply_bytes,
+          max_retry_wait, lock_timeout, max_calls_per_reply, max_calls_per_turn,
+          context_windows.MODEL,
           prices.MODEL.prompt / .completion / .cache_read / .cache_write /
           .cache_write_1h (USD per million tokens; a cache price unset is the prompt
           price, a 1-hour write price unset the write price),

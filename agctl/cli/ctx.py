@@ -190,6 +190,16 @@ The session is checkpointed before and after, so the originals can be recovered 
 once; fewer than --min-tokens to fold is not worth that, and nothing is done.
 --dry-run says what would be folded and invalidated.
 
+Every compression reports its loss: the user instructions, URLs, file paths, ids and
+numbers in what it folded that what replaces it does not hold (a truncation replaces
+it with nothing: all of them); the checkpoint after the compression keeps the report
+('agctl ckpt show ID --json'). A dry run of a truncation reports the loss exactly; a
+dry run of a summary calls no model, so it cannot know the summary: it lists every fact
+of what would be folded as at risk. --fail-on-loss KINDS (or the config's
+compress_fail_on_loss, which automatic compression in a turn follows too) refuses a
+compression that would lose a fact of those kinds: exit 7, nothing written; a dry run
+says whether it would be refused (of a summary: what the summary must keep).
+
 \b
 Examples:
   agctl ctx compress --dry-run
@@ -198,6 +208,7 @@ Examples:
   agctl ctx compress --strategy rolling
   agctl ctx compress --strategy extractive --budget-tokens 500
   agctl ctx compress --instructions "Keep every date and amount."
+  agctl ctx compress --fail-on-loss instructions,paths
 """
 
 
@@ -225,8 +236,8 @@ Examples:
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Say what would be folded and what cached tokens it would invalidate; change "
-    "nothing, call no model.",
+    help="Say what would be folded, what cached tokens it would invalidate and what facts "
+    "it would lose (of a summary: put at risk); change nothing, call no model.",
 )
 @click.option(
     "--instructions",
@@ -239,6 +250,14 @@ Examples:
     metavar="N",
     help="extractive: keep at most N tokens of sentences (default: a quarter of the tokens "
     "folded, at least 128).",
+)
+@click.option(
+    "--fail-on-loss",
+    metavar="KINDS",
+    callback=lambda ctx, param, value: None if value is None else fact_kinds(value),
+    help="Refuse (exit 7, nothing written) a compression that would lose a fact of these "
+    "kinds: a comma list of instructions, urls, paths, ids, numbers; any; none "
+    "(default: compress_fail_on_loss, none).",
 )
 @provider_options
 @click.option(
@@ -258,6 +277,7 @@ def compress(
     dry_run: bool,
     instructions: str | None,
     budget_tokens: int | None,
+    fail_on_loss: tuple[str, ...] | None,
     choice: ModelChoice,
 ) -> None:
     """Resolve the model setup, compress (or preview), report."""
@@ -271,35 +291,40 @@ def compress(
     setup = ModelSetup.chosen(app.store, sid, choice)
     kept = setup.config.compress_keep_recent if keep_recent is None else keep_recent
     least = setup.config.compress_min_tokens if min_tokens is None else min_tokens
+    kinds = setup.config.fail_on_loss() if fail_on_loss is None else fail_on_loss
+    # What a preview and the compression itself are both told.
+    shared: dict[str, Any] = dict(
+        strategy=strategy, keep_recent=kept, min_tokens=least, window=setup.window,
+        fail_on_loss=kinds,
+    )  # fmt: skip
     if dry_run:
         from agctl.turn.compress import preview_compression
 
-        preview = preview_compression(
-            app.store,
-            sid,
-            slot,
-            strategy=strategy,  # type: ignore[arg-type]
-            keep_recent=kept,
-            min_tokens=least,
-            window=setup.window,
-        )
+        preview = preview_compression(app.store, sid, slot, **shared)
         app.emit(preview.to_dict(), text=preview_text(preview))
         return
     result = run_compress(
         app.store,
         sid,
         slot,
-        strategy=strategy,  # type: ignore[arg-type]
-        keep_recent=kept,
         provider=setup.provider() if strategy in ("summarize", "rolling") else None,
         model=setup.settings.model,
         instructions=instructions,
         hooks=setup.hooks(no_hooks=app.no_hooks),
-        min_tokens=least,
-        window=setup.window,
         budget_tokens=budget_tokens,
+        **shared,
     )
     app.done(*compression_report(result, least))
+
+
+def fact_kinds(spec: str) -> tuple[str, ...]:
+    """--fail-on-loss's kinds, or a usage error naming the known ones."""
+    from agctl.context.artifacts import kinds_of
+
+    try:
+        return kinds_of(spec)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def compression_report(result: Compression, least: int) -> tuple[dict[str, Any], str]:
@@ -312,6 +337,7 @@ def compression_report(result: Compression, least: int) -> tuple[dict[str, Any],
         "checkpoint_before": result.before,
         "checkpoint_after": result.after,
         "summary": result.summary,
+        "loss": result.loss.to_dict() if result.loss is not None else None,
     }
     if result.cancelled:
         payload["cancelled"] = True
@@ -330,6 +356,8 @@ def compression_report(result: Compression, least: int) -> tuple[dict[str, Any],
             f"compressed slot {result.slot}: {result.folded} messages folded ({result.strategy}), "
             f"{result.kept} kept; the originals are in checkpoint {result.before}"
         )
+        if result.loss is not None:
+            text += "\n" + result.loss.text()
     return payload, text
 
 
@@ -348,4 +376,11 @@ def preview_text(preview: CompressionPreview) -> str:
             f"under --min-tokens {preview.min_tokens}: nothing would be compressed "
             "(--min-tokens 0 compresses anyway)"
         )
+    if preview.loss is not None:
+        from agctl.turn.loss import refusal_text
+
+        lines.append(preview.loss.text())
+        refusal = refusal_text(preview.loss, preview.fail_on_loss)
+        if refusal is not None:
+            lines.append(refusal)
     return "\n".join(lines)

@@ -236,6 +236,9 @@ class Config(Document):
     # tokens at the defaults), and each later turn saves the folded tokens, cached at a
     # tenth: 2,048 folded pay for that in about nine turns; 200 would take ninety.
     compress_min_tokens: int = Field(default=2048, ge=0)
+    # The kinds of fact a compression may not lose ('instructions,paths', 'any'): one
+    # that would is refused (exit 7). Left out of the file while unset.
+    compress_fail_on_loss: str | None = Field(default=None, exclude_if=_is_none)
     context_windows: dict[str, PositiveInt] = Field(default_factory=_empty_dict)
     max_retries: int = Field(default=3, ge=0, le=20)
     connect_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)
@@ -262,6 +265,22 @@ class Config(Document):
     trusted_hook_files: dict[str, str] = Field(default_factory=_empty_dict, exclude_if=_is_empty)
     # Where the sessions are when neither --store nor AGCTL_STORE says (agctl.storage.factory).
     store: StoreSettings = Field(default_factory=StoreSettings, exclude_if=_store_unset)
+
+    @field_validator("compress_fail_on_loss", mode="before")
+    @classmethod
+    def _kinds_of_fact(cls, spec: Any) -> Any:
+        """The kinds as one comma list, checked ('config set' reads '["paths"]' as a list)."""
+        from agctl.context.artifacts import kinds_of
+
+        if isinstance(spec, list) and all(isinstance(kind, str) for kind in spec):
+            spec = ",".join(spec)
+        return ",".join(kinds_of(spec)) or "none" if isinstance(spec, str) else spec
+
+    def fail_on_loss(self) -> tuple[str, ...]:
+        """The kinds of fact a compression may not lose (none unless the config says)."""
+        from agctl.context.artifacts import kinds_of
+
+        return kinds_of(self.compress_fail_on_loss or "")
 
     def price_overrides(self) -> dict[str, PriceRow]:
         return {

@@ -23,6 +23,22 @@ if TYPE_CHECKING:
 # The kinds, in the order a report lists them.
 KINDS = ("instructions", "urls", "paths", "ids", "numbers")
 
+
+def kinds_of(spec: str) -> tuple[str, ...]:
+    """The kinds a list like 'instructions,paths' names, in KINDS' order ('any': all of
+    them, 'none' or '': none); ValueError naming the known ones for any other word."""
+    words = {word.strip().lower() for word in spec.split(",")} - {""}
+    if "any" in words:
+        words = (words - {"any"}) | set(KINDS)
+    words.discard("none")
+    unknown = sorted(words - set(KINDS))
+    if unknown:
+        raise ValueError(
+            f"unknown kind(s) of fact: {', '.join(unknown)} (known: {', '.join(KINDS)}, any, none)"
+        )
+    return tuple(kind for kind in KINDS if kind in words)
+
+
 _URL = re.compile(r"\b(?:https?|ftp|file)://[^\s<>\"'`)\]}]+", re.IGNORECASE)
 # A path: two or more segments joined by '/', optionally rooted (/, ~/, ./, ../), or a
 # Windows drive path; or a file name with a known kind of extension.

@@ -51,10 +51,11 @@ class Checkpointer:
         auto: bool = False,
         hint: TurnHint | None = None,
         edit: str | None = None,
+        loss: dict[str, Any] | None = None,
     ) -> Checkpoint:
         """Snapshot the session as it is now; only what is not stored yet is written."""
         with self.store.work(session_id) as work:
-            return planner.create(work, label=label, auto=auto, hint=hint, edit=edit)
+            return planner.create(work, label=label, auto=auto, hint=hint, edit=edit, loss=loss)
 
     # ---- read (reader) -------------------------------------------------------------
 

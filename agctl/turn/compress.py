@@ -13,7 +13,7 @@ invalidate (see docs/cache.md).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from agctl.turn.summaries import SUMMARY_INSTRUCTIONS, render_transcript, replac
 
 if TYPE_CHECKING:
     from agctl.turn.hooks import Hooks
+    from agctl.turn.loss import LossReport
 
 log = logging.getLogger("agctl.compress")
 
@@ -138,6 +139,8 @@ class Compression:
     cancelled: bool = False
     # What there was to fold, in tokens, when it was under `min_tokens` (nothing folded).
     too_little: int | None = None
+    # The facts folded that the summary does not hold (a truncation: all), when any folded.
+    loss: LossReport | None = None
 
 
 @dataclass
@@ -155,6 +158,17 @@ class CompressionPreview:
     # sent anew once after the compression.
     invalidated: int
     min_tokens: int
+    # Exact for a truncation; for a summary (not known without the model), every fact at risk.
+    loss: LossReport | None = None
+    # The kinds of fact the compression may not lose (--fail-on-loss).
+    fail_on_loss: tuple[str, ...] = ()
+
+    @property
+    def refused(self) -> dict[str, int] | None:
+        """The facts lost (or, of a summary, at risk) that --fail-on-loss refuses, by kind."""
+        if self.loss is None or not self.loss.breaches(self.fail_on_loss):
+            return None
+        return self.loss.breaches(self.fail_on_loss).counts()
 
     @property
     def enough(self) -> bool:
@@ -171,6 +185,9 @@ class CompressionPreview:
             "invalidated_tokens": self.invalidated,
             "min_tokens": self.min_tokens,
             "would_compress": self.enough,
+            "loss": self.loss.to_dict() if self.loss is not None else None,
+            "fail_on_loss": list(self.fail_on_loss),
+            "refused": self.refused,
         }
 
 
@@ -183,11 +200,13 @@ def preview_compression(
     keep_recent: int = 6,
     min_tokens: int = 0,
     window: int | None = None,
+    fail_on_loss: Sequence[str] = (),
 ) -> CompressionPreview:
     """What `compress` would fold, and what of the next request it would stop a provider's
     cache from serving (nothing is called, nothing written); with `window`, pins it
     could not fit raise PinsOverBudget as `compress` would."""
     from agctl.context.view import mode_messages
+    from agctl.turn.loss import preview_loss
 
     session = store.load_session(session_id)
     slot = store.load_slot(session_id, slot_id)
@@ -218,6 +237,8 @@ def preview_compression(
         cached_kept=cached if plan is not None else cached + changed,
         invalidated=changed if plan is not None else 0,
         min_tokens=min_tokens,
+        loss=preview_loss(slot, folded, strategy) if plan is not None else None,
+        fail_on_loss=tuple(fail_on_loss),
     )
 
 
@@ -236,17 +257,21 @@ def compress(
     min_tokens: int = 0,
     window: int | None = None,
     budget_tokens: int | None = None,
+    fail_on_loss: Collection[str] = (),
 ) -> Compression:
     """Compress a slot's older messages, but for the pinned ones; checkpointed before and
-    after. Fewer than `min_tokens` to fold is not worth the cache it invalidates: nothing
-    is done then. With the model's `window`, pins over the slot's budget for them raise
-    PinsOverBudget (exit 7) first (check_pins_fit). `budget_tokens` bounds an extractive
-    summary (agctl.turn.summaries says each strategy).
+    after, the loss report with the checkpoint after. Fewer than `min_tokens` to fold is
+    not worth the cache it invalidates: nothing is done then. With the model's `window`,
+    pins over the slot's budget for them raise PinsOverBudget (exit 7) first
+    (check_pins_fit). `budget_tokens` bounds an extractive summary (agctl.turn.summaries
+    says each strategy). Losing a fact of a kind in `fail_on_loss` raises FactsWouldBeLost
+    (exit 7) before anything is written.
 
     With `hooks`: PreCompress hooks may cancel it or give the summary (no provider call);
     PostCompress hooks may rewrite the summary or keep fewer messages, before anything is
     written. A hook that blocks raises HookBlocked (exit 9)."""
     from agctl.store.checkpointer import Checkpointer
+    from agctl.turn.loss import compression_loss, refuse_loss
 
     slot = store.load_slot(session_id, slot_id)
     slot.check_writable("compress")
@@ -300,6 +325,8 @@ def compress(
         narrower = changes.get("keep_recent")
         if narrower is not None and narrower < keep_recent:
             plan = plan_compression(slot, narrower) or plan
+    loss = compression_loss(slot, plan.folded(slot.messages), summary.text() if summary else None)
+    refuse_loss(slot.id, loss, fail_on_loss)
     checkpointer = Checkpointer(store) if checkpoint else None
 
     def apply(target: Slot) -> int:
@@ -320,7 +347,12 @@ def compress(
         )
         kept = store.update_slot(session_id, slot.id, apply, base=slot)
         after = (
-            checkpointer.create(session_id, label="after compression", auto=True)
+            checkpointer.create(
+                session_id,
+                label="after compression",
+                auto=True,
+                loss={"slot": slot.id, "strategy": strategy, **loss.to_dict()},
+            )
             if (checkpointer)
             else None
         )
@@ -340,6 +372,7 @@ def compress(
         before=before.id if before else None,
         after=after.id if after else None,
         summary=summary.text() if summary else None,
+        loss=loss,
     )
 
 

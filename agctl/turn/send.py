@@ -78,6 +78,8 @@ class TurnOptions:
     # The config's auto-compress; a slot's or the session's own setting wins.
     auto_compress: bool = True
     keep_recent: int = 6
+    # The kinds of fact an automatic compression may not lose (agctl.turn.loss).
+    fail_on_loss: tuple[str, ...] = ()
     # A failed turn's prompt is kept as a draft; a replay's prompts are in its transcript.
     keep_draft: bool = True
     # The tools offered (None: none), which the model may call ("auto", "none",
@@ -699,6 +701,7 @@ def _fit_in_window(
             model=options.model,
             hooks=options.hooks,
             window=options.window,
+            fail_on_loss=options.fail_on_loss,
         )
         prepared = prepare_turn(store, session_id, prepared.prompt, options)
         if done.folded:

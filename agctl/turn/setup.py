@@ -216,6 +216,7 @@ class ModelSetup(NamedTuple):
             window=self.window,
             auto_compress=config.auto_compress,
             keep_recent=config.compress_keep_recent,
+            fail_on_loss=config.fail_on_loss(),
             **fields,
         )
 

@@ -20,6 +20,7 @@ from agctl.context.models import (
     Model,
     Session,
     Slot,
+    _is_none,
     message_list_adapter,
     utcnow,
 )
@@ -60,6 +61,20 @@ class SlotEntry(Model):
     zones: list[tuple[int, int]]  # (tip offset, node count) for each of ZONES
 
 
+class CompressionLoss(Model):
+    """The loss report of a compression (agctl.turn.loss), as its checkpoint keeps it."""
+
+    slot: str
+    strategy: str
+    exact: bool = True
+    replaced: bool = True
+    # By kind of fact (instructions, urls, paths, ids, numbers): how many the folded
+    # messages held, how many of them were lost, and those lost.
+    found: dict[str, int]
+    lost: dict[str, int]
+    items: dict[str, list[str]]
+
+
 class Checkpoint(Document):
     """The record of one checkpoint in the log."""
 
@@ -75,6 +90,9 @@ class Checkpoint(Document):
     # The command a checkpoint was written before ("msg clear"): it undoes that edit, and
     # `turn undo`, which returns to the state after a turn, passes over it.
     edit: str | None = None
+    # The loss report of the compression this checkpoint was taken after (agctl.turn.loss):
+    # the facts folded and lost, by kind; left out of the record while None.
+    loss: CompressionLoss | None = Field(default=None, exclude_if=_is_none)
     session_static: int
     session_volatile: dict[str, Any]
     slots: dict[str, SlotEntry]
