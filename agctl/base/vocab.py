@@ -120,7 +120,7 @@ SessionSetting = Literal[
 ]
 SESSION_SETTINGS: tuple[SessionSetting, ...] = get_args(SessionSetting)
 # What `slot set KEY` and `Store.update_slot` may change.
-SlotSetting = Literal["auto_compress", "budget"]
+SlotSetting = Literal["auto_compress", "budget", "clear_tool_results"]
 SLOT_SETTINGS: tuple[SlotSetting, ...] = get_args(SlotSetting)
 # What `config set KEY` accepts; MODEL and NAME stand for any model or profile name.
 CONFIG_KEYS: tuple[str, ...] = (

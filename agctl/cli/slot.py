@@ -527,7 +527,8 @@ def merge_report(result: MergeResult) -> tuple[dict[str, Any], str]:
 @command_options
 @pass_app
 def set_(app: App, key: str, value: str, slot: str | None) -> None:
-    """Set a slot setting: auto_compress (true, false, default) or budget (auto or JSON).
+    """Set a slot setting: auto_compress (true, false, default), budget (auto or JSON)
+    or clear_tool_results (none or JSON).
 
     A budget names some or all of its parts (system, history, tools, tool_results,
     reserve); parts left out keep their value, null puts one back to auto (its share of
@@ -535,12 +536,20 @@ def set_(app: App, key: str, value: str, slot: str | None) -> None:
     window (a fraction strictly between 0 and 1: 0.1 is 10 %). A reserve that leaves no
     room in the window of the session's model is refused.
 
+    clear_tool_results sends old tool results as a stub naming the tool, the size and
+    the sha256 (the slot keeps them whole): once the slot passes `trigger` (tokens, or a
+    share of the window; 0.5), all results but the last `keep_last` (3) are cleared at
+    once, if that saves at least `min_tokens` (2048), so the provider's cache is
+    rewritten rarely; `exclude` names tools never cleared, `preview` keeps that many
+    characters (0). The object replaces the whole setting; none turns it off.
+
     \b
     Examples:
       agctl slot set auto_compress false
       agctl slot set budget '{"reserve": 0.1}'
       agctl slot set budget '{"system": 2000, "tool_results": 0.2}' --slot notes
       agctl slot set budget auto --slot notes
+      agctl slot set clear_tool_results '{"keep_last": 2, "exclude": ["plan"]}'
     """
     from agctl.config.settings import setting_from_text
 

@@ -551,6 +551,10 @@ class SlotConfig(Model):
     budget: ContextBudget | None = None
     # None: follow the session, then the config.
     auto_compress: bool | None = None
+    # An agctl.context.clearing.ClearToolResults as JSON, validated when set and when used
+    # (typed Any: every command builds this model, and a dict field cost a turn 0.1 % more);
+    # None: every tool result is sent whole (left out of the document while unset).
+    clear_tool_results: Any = _optional()
 
 
 class MergeRecord(Model):

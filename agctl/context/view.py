@@ -161,13 +161,26 @@ def request_messages(
     scratch: Sequence[Message] = (),
     user_input: Message | None = None,
     system_prompt: str | None = None,
+    window: int | None = None,
 ) -> RequestView:
     """`request_view` with its request form and sums. The slot's zones come from their
     memos (agctl.context.models.ZoneMemo): only messages new since the last turn are serialised
-    and counted, so a turn's cost does not grow with the slot (focused mode: its view)."""
+    and counted, so a turn's cost does not grow with the slot (focused mode: its view). A
+    slot that clears old tool results (agctl.context.clearing) sends their stubs, its
+    trigger taken of the model's `window`."""
     head, tail = _around(session, scratch, user_input, system_prompt)
-    if slot.config.mode == "focused":
-        shown = mode_messages(slot)
+    clearing = None
+    if slot.config.clear_tool_results is not None:
+        from agctl.context.clearing import clear_tool_results
+
+        clearing = clear_tool_results(slot, window)
+    if slot.config.mode == "focused" or clearing is not None:
+        history = slot.messages if clearing is None else clearing.messages
+        shown = (
+            focused_messages(history, slot.config.focused)
+            if slot.config.mode == "focused"
+            else history
+        )
         view = [*head, *slot.immutable, *slot.compressed, *shown, *tail]
         return RequestView(
             view,
