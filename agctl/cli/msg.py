@@ -403,9 +403,11 @@ def export(app: App, fmt: str, view: bool, output: str, slot: str | None) -> Non
     sid = app.session_id()
     target = app.store.load_slot(sid, slot)
     if view:
+        from agctl.cli.slot import view_window
         from agctl.context.view import request_view
 
-        messages = request_view(app.store.load_session(sid), target)
+        session = app.store.load_session(sid)
+        messages = request_view(session, target, window=view_window(app, sid, target))
     else:
         messages = target.messages
     if app.json:

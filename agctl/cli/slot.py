@@ -285,7 +285,7 @@ def show(app: App, slot_id: str | None, view: bool) -> None:
         from agctl.context.models import messages_to_openai
         from agctl.context.view import request_view
 
-        messages = request_view(session, slot)
+        messages = request_view(session, slot, window=view_window(app, sid, slot))
         tokens = sum(m.token_count() for m in messages)
         payload = {
             "session": sid,
@@ -560,6 +560,16 @@ def set_(app: App, key: str, value: str, slot: str | None) -> None:
     changed = app.store.configure_slot(app.session_id(), slot, {key: setting})
     shown = getattr(changed.config, key)
     app.done({"slot": changed.id, key: shown}, text=f"slot {changed.id}: {key} = {plain(shown)}")
+
+
+def view_window(app: App, sid: str, slot: Slot) -> int | None:
+    """The window of the session's model, when the slot's view needs it (it clears old
+    tool results past a share of the window); None otherwise, resolving nothing."""
+    if slot.config.clear_tool_results is None:
+        return None
+    from agctl.turn.setup import ModelSetup
+
+    return ModelSetup.resolve(app.store, sid).window
 
 
 def set_budget_setting(app: App, slot: str | None, setting: Any) -> None:

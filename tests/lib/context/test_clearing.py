@@ -256,6 +256,12 @@ def test_readers_see_the_whole_results(run: Any, isolated_env: Path) -> None:
     text = run("ctx", "show", "--model", "offline").output
     saved = shown["cleared_tool_results"]["tokens_saved"]
     assert f"tool results cleared in the view: 4, {saved} tokens saved" in text
+    # What the model sees, by the commands that show the view: the stubs.
+    view = json.loads(run("--json", "slot", "show", "--view").output)["messages"]
+    exported_view = json.loads(run("msg", "export", "--view").output)
+    for sent in (view, exported_view):
+        contents = [m["content"] for m in sent if m["role"] == "tool"]
+        assert [c.startswith(STUB) for c in contents] == [True] * 4 + [False]
 
 
 def test_a_slot_without_the_setting_sends_every_result_whole() -> None:
