@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from cache import measure as measure_cache
 from cache import rows as cache_rows
 from checkpoints import measure as measure_checkpoints
+from clearing import measure as measure_clearing
+from clearing import rows as clearing_rows
 from fake_openai import FakeOpenAI
 from graph import measure as measure_graph
 from graph_html import measure as measure_graph_html
@@ -401,6 +403,7 @@ SECTIONS: dict[str, Section] = {
     ),
     "tokens": lambda runs, quick, agctl: tokens(),
     "cache": lambda runs, quick, agctl: cache_rows(measure_cache("openai", 100 if quick else 200)),
+    "clearing": lambda runs, quick, agctl: clearing_rows(measure_clearing(100)),
 }
 
 

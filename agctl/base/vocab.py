@@ -121,7 +121,7 @@ SessionSetting = Literal[
 ]
 SESSION_SETTINGS: tuple[SessionSetting, ...] = get_args(SessionSetting)
 # What `slot set KEY` and `Store.update_slot` may change.
-SlotSetting = Literal["auto_compress", "budget", "summary_template"]
+SlotSetting = Literal["auto_compress", "budget", "summary_template", "clear_tool_results"]
 SLOT_SETTINGS: tuple[SlotSetting, ...] = get_args(SlotSetting)
 # What `config set KEY` accepts; MODEL and NAME stand for any model or profile name.
 CONFIG_KEYS: tuple[str, ...] = (
@@ -130,6 +130,7 @@ CONFIG_KEYS: tuple[str, ...] = (
     "auto_compress",
     "compress_keep_recent",
     "compress_min_tokens",
+    "compress_fail_on_loss",
     "context_windows.MODEL",
     "max_retries",
     "connect_timeout",

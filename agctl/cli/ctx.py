@@ -156,12 +156,20 @@ def show_text(found: NextRequest, payload: dict[str, Any]) -> str:
             f"{pins['tokens']} tokens of the {pins['limit']} the messages zone's budget "
             "gives them ('msg pin': kept by every compression)"
         )
+    if result.cleared is not None:
+        lines.append(cleared_line(*result.cleared))
     if found.wire_parts:
         counts = ", ".join(f"{count} {wire}" for wire, count in found.wire_parts.items())
         lines.append(f"wire parts: {counts}")
     if found.outlook is not None:
         lines.append(cache_line(found.outlook))
     return "\n".join(lines)
+
+
+def cleared_line(results: int, saved: int) -> str:
+    """What `ctx show` says of the tool results the view sends cleared (clear_tool_results)."""
+    kept = "the store keeps them whole"
+    return f"tool results cleared in the view: {results}, {saved} tokens saved ({kept})"
 
 
 def cache_line(outlook: CacheOutlook) -> str:

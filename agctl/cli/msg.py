@@ -35,6 +35,7 @@ LIST_COLUMNS = [
     ("tokens", "TOKENS"),
     ("text", "CONTENT"),
 ]
+UNPINNED_COLUMNS = [column for column in LIST_COLUMNS if column[0] != "pin"]
 
 
 def message_row(index: int, message: Message) -> dict[str, Any]:
@@ -136,7 +137,9 @@ def list_(
     if full and rows and not app.json:
         app.emit(rows, text="\n\n".join(whole_message(i, target.messages[i]) for i in indices))
         return
-    app.emit_rows(rows, LIST_COLUMNS, empty=f"slot {target.id} has no messages", display=display)
+    # The PIN column only where a message shown is pinned: the table stays as it was else.
+    columns = LIST_COLUMNS if any(row["pin"] for row in display) else UNPINNED_COLUMNS
+    app.emit_rows(rows, columns, empty=f"slot {target.id} has no messages", display=display)
 
 
 def whole_message(index: int, message: Message) -> str:
@@ -478,9 +481,11 @@ def export(app: App, fmt: str, view: bool, output: str, slot: str | None) -> Non
     sid = app.session_id()
     target = app.store.load_slot(sid, slot)
     if view:
+        from agctl.cli.slot import view_window
         from agctl.context.view import request_view
 
-        messages = request_view(app.store.load_session(sid), target)
+        session = app.store.load_session(sid)
+        messages = request_view(session, target, window=view_window(app, sid, target))
     else:
         messages = target.messages
     if app.json:

@@ -285,7 +285,7 @@ def show(app: App, slot_id: str | None, view: bool) -> None:
         from agctl.context.models import messages_to_openai
         from agctl.context.view import request_view
 
-        messages = request_view(session, slot)
+        messages = request_view(session, slot, window=view_window(app, sid, slot))
         tokens = sum(m.token_count() for m in messages)
         payload = {
             "session": sid,
@@ -529,8 +529,8 @@ def merge_report(result: MergeResult) -> tuple[dict[str, Any], str]:
 @command_options
 @pass_app
 def set_(app: App, key: str, value: str, slot: str | None) -> None:
-    """Set a slot setting: auto_compress (true, false, default), budget (auto or JSON) or
-    summary_template (text, plain or default).
+    """Set a slot setting: auto_compress (true, false, default), budget (auto or JSON),
+    summary_template (text, plain or default) or clear_tool_results (none or JSON).
 
     summary_template gives the sections a rolling summary ('ctx compress --strategy
     rolling') is written in, as the prompt shows them (default: goal, decisions, user
@@ -542,6 +542,13 @@ def set_(app: App, key: str, value: str, slot: str | None) -> None:
     window (a fraction strictly between 0 and 1: 0.1 is 10 %). A reserve that leaves no
     room in the window of the session's model is refused.
 
+    clear_tool_results sends old tool results as a stub naming the tool, the size and
+    the sha256 (the slot keeps them whole): once the slot passes `trigger` (tokens, or a
+    share of the window; 0.5), all results but the last `keep_last` (3) are cleared at
+    once, if that saves at least `min_tokens` (2048), so the provider's cache is
+    rewritten rarely; `exclude` names tools never cleared, `preview` keeps that many
+    characters (0). The object replaces the whole setting; none turns it off.
+
     \b
     Examples:
       agctl slot set auto_compress false
@@ -550,6 +557,7 @@ def set_(app: App, key: str, value: str, slot: str | None) -> None:
       agctl slot set budget auto --slot notes
       agctl slot set summary_template $'## Goal\\n## Risks\\n## Next steps'
       agctl slot set summary_template plain
+      agctl slot set clear_tool_results '{"keep_last": 2, "exclude": ["plan"]}'
     """
     from agctl.config.settings import slot_setting_from_text
 
@@ -560,6 +568,16 @@ def set_(app: App, key: str, value: str, slot: str | None) -> None:
     changed = app.store.configure_slot(app.session_id(), slot, {key: setting})
     shown = getattr(changed.config, key)
     app.done({"slot": changed.id, key: shown}, text=f"slot {changed.id}: {key} = {plain(shown)}")
+
+
+def view_window(app: App, sid: str, slot: Slot) -> int | None:
+    """The window of the session's model, when the slot's view needs it (it clears old
+    tool results past a share of the window); None otherwise, resolving nothing."""
+    if slot.config.clear_tool_results is None:
+        return None
+    from agctl.turn.setup import ModelSetup
+
+    return ModelSetup.resolve(app.store, sid).window
 
 
 def set_budget_setting(app: App, slot: str | None, setting: Any) -> None:

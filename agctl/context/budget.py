@@ -20,7 +20,7 @@ from agctl.context.tokens import estimate_text
 
 if TYPE_CHECKING:
     from agctl.store.work import Work
-from agctl.context.view import memory_message, mode_messages
+from agctl.context.view import focused_messages, memory_message, mode_messages
 
 # Context windows in tokens, by model name or prefix; the config and profiles override.
 CONTEXT_WINDOWS: dict[str, int] = {
@@ -141,6 +141,9 @@ class Breakdown:
     window: int
     budget: TokenBudget
     zones: list[Zone] = field(default_factory=list)
+    # With the slot's clear_tool_results on: the tool results its view sends as stubs,
+    # and the tokens that saves (agctl.context.clearing); None when off.
+    cleared: tuple[int, int] | None = None
 
     @property
     def total(self) -> int:
@@ -194,6 +197,9 @@ class Breakdown:
                 for part, used in self.by_part().items()
             },
             "over_budget": list(over),
+            "cleared_tool_results": None
+            if self.cleared is None
+            else {"results": self.cleared[0], "tokens_saved": self.cleared[1]},
         }
 
 
@@ -214,15 +220,35 @@ def breakdown(
     result = Breakdown(model=model, window=window, budget=effective_budget(slot, window))
     memory = memory_message(session)
     immutable, compressed = slot.memo("immutable"), slot.memo("compressed")
+    clearing = None
+    if slot.config.clear_tool_results is not None:
+        from agctl.context.clearing import clear_tool_results
+
+        clearing = clear_tool_results(slot, window)
     if slot.config.mode == "focused":
-        history = mode_messages(slot)
+        history = (
+            mode_messages(slot)
+            if clearing is None
+            else focused_messages(clearing.messages, slot.config.focused)
+        )
         said = Zone.of("messages", [m for m in history if m.role != "tool"], "history")
         results = Zone.of("tool results", [m for m in history if m.role == "tool"], "tool_results")
+        if clearing is not None:
+            shown = {id(m) for m in history}
+            stubs = [clearing.messages[p] for p in clearing.positions]
+            kept = [
+                (p, s) for p, s in zip(clearing.positions, stubs, strict=True) if id(s) in shown
+            ]
+            saved = sum(slot.messages[p].token_count() - s.token_count() for p, s in kept)
+            result.cleared = (len(kept), saved)
     else:  # the whole zone: its memo has the sums, whatever its length
         memo = slot.memo("messages")
         count = len(memo.seen) - memo.tool_messages
         said = Zone("messages", count, memo.tokens - memo.tool_tokens, "history")
-        results = Zone("tool results", memo.tool_messages, memo.tool_tokens, "tool_results")
+        saved = 0 if clearing is None else clearing.saved
+        results = Zone("tool results", memo.tool_messages, memo.tool_tokens - saved, "tool_results")
+        if clearing is not None:
+            result.cleared = (clearing.results, clearing.saved)
     result.zones = [
         Zone.of(
             "system prompt", [Message(role="system", content=prompt)] if prompt else [], "system"

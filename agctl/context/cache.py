@@ -138,6 +138,7 @@ def cache_outlook(
     tools: list[dict[str, Any]] | None = None,
     tool_tokens: int = 0,
     prices: Prices | None = None,
+    window: int | None = None,
 ) -> CacheOutlook:
     """The part of the next request on `slot` expected from the provider's cache: the
     prefix it shares with the last request sent on the slot, in tokens."""
@@ -146,7 +147,12 @@ def cache_outlook(
     from agctl.providers.base import ChatRequest
 
     view = request_messages(
-        session, slot, scratch=scratch, user_input=user_input, system_prompt=system_prompt
+        session,
+        slot,
+        scratch=scratch,
+        user_input=user_input,
+        system_prompt=system_prompt,
+        window=window,
     )
     request = ChatRequest(model=model, messages=view.requests, tools=tools or None)
     sent = slot.meta.sent

@@ -568,6 +568,10 @@ class SlotConfig(Model):
     # The sections of a rolling summary (agctl.turn.summaries); "plain": one paragraph;
     # None: goal, decisions, user instructions, artifacts, open tasks.
     summary_template: SummaryTemplate | None = None
+    # An agctl.context.clearing.ClearToolResults as JSON, validated when set and when used
+    # (typed Any: every command builds this model, and a dict field cost a turn 0.1 % more);
+    # None: every tool result is sent whole (left out of the document while unset).
+    clear_tool_results: Any = _optional()
 
 
 class MergeRecord(Model):

@@ -52,9 +52,19 @@ def mode_messages(slot: Slot) -> list[Message]:
     return list(slot.messages)
 
 
-def slot_view(slot: Slot) -> list[Message]:
-    """The slot's own part of a request: immutable + compressed + the mode's view of messages."""
-    return [*slot.immutable, *slot.compressed, *mode_messages(slot)]
+def slot_view(slot: Slot, window: int | None = None) -> list[Message]:
+    """The slot's own part of a request: immutable + compressed + the mode's view of
+    messages (old tool results cleared when the slot clears them, its trigger taken of
+    the model's `window`)."""
+    if slot.config.clear_tool_results is None:
+        return [*slot.immutable, *slot.compressed, *mode_messages(slot)]
+    from agctl.context.clearing import clear_tool_results
+
+    clearing = clear_tool_results(slot, window)
+    history = slot.messages if clearing is None else clearing.messages
+    if slot.config.mode == "focused":
+        history = focused_messages(history, slot.config.focused)
+    return [*slot.immutable, *slot.compressed, *history]
 
 
 def wire_part_counts(messages: Iterable[Message]) -> dict[str, int]:
@@ -82,8 +92,10 @@ def request_view(
     scratch: Sequence[Message] = (),
     user_input: Message | None = None,
     system_prompt: str | None = None,
+    window: int | None = None,
 ) -> list[Message]:
-    """The exact list of messages a model would receive for the next turn on `slot`.
+    """The exact list of messages a model would receive for the next turn on `slot`
+    (with the model's `window`, when the slot clears old tool results).
 
     Order: system prompt, immutable, compressed, the mode's view of messages, session
     memory (when in context), scratch, the new input. What changes least comes first, so
@@ -91,7 +103,7 @@ def request_view(
     follows it, never the conversation before it.
     """
     head, tail = _around(session, scratch, user_input, system_prompt)
-    return [*head, *slot_view(slot), *tail]
+    return [*head, *slot_view(slot, window), *tail]
 
 
 def _around(
@@ -161,14 +173,18 @@ def request_messages(
     scratch: Sequence[Message] = (),
     user_input: Message | None = None,
     system_prompt: str | None = None,
+    window: int | None = None,
 ) -> RequestView:
     """`request_view` with its request form and sums. The slot's zones come from their
     memos (agctl.context.models.ZoneMemo): only messages new since the last turn are serialised
-    and counted, so a turn's cost does not grow with the slot (focused mode: its view)."""
+    and counted, so a turn's cost does not grow with the slot (focused mode: its view). A
+    slot that clears old tool results (agctl.context.clearing) sends their stubs, its
+    trigger taken of the model's `window`."""
     head, tail = _around(session, scratch, user_input, system_prompt)
-    if slot.config.mode == "focused":
-        shown = mode_messages(slot)
-        view = [*head, *slot.immutable, *slot.compressed, *shown, *tail]
+    if slot.config.mode == "focused" or slot.config.clear_tool_results is not None:
+        own = slot_view(slot, window)
+        shown = own[len(slot.immutable) + len(slot.compressed) :]
+        view = [*head, *own, *tail]
         return RequestView(
             view,
             messages_to_openai(view, reasoning=False),

@@ -331,13 +331,17 @@ def delete_slot(work: Work, slot_id: str) -> Session:
 
 
 def configure_slot(work: Work, slot_id: str | None, changes: Mapping[str, Any]) -> Slot:
-    """Change slot settings (validated): auto_compress, budget (None: auto)."""
+    """Change slot settings (validated): auto_compress, budget (None: auto),
+    clear_tool_results (None: off; an object replaces the whole setting)."""
     unknown = set(changes).difference(SLOT_SETTINGS)
     if unknown:
         raise UsageError(
             f"unknown slot setting {sorted(unknown)[0]!r}; "
             f"choose from {', '.join(sorted(SLOT_SETTINGS))}"
         )
+
+    if changes.get("clear_tool_results") is not None:
+        changes = {**changes, "clear_tool_results": _clearing(changes["clear_tool_results"])}
 
     def apply(slot: Slot) -> Slot:
         data = slot.config.model_dump()
@@ -349,3 +353,21 @@ def configure_slot(work: Work, slot_id: str | None, changes: Mapping[str, Any]) 
         return slot
 
     return update_slot(work, slot_id, apply)
+
+
+def _clearing(setting: object) -> dict[str, Any]:
+    """A clear_tool_results setting, validated, with every field (a field it does not
+    have is refused: a typo would otherwise be kept and do nothing)."""
+    from agctl.context.clearing import ClearToolResults
+
+    if isinstance(setting, dict):
+        unknown = sorted(set(setting).difference(ClearToolResults.model_fields))
+        if unknown:
+            raise UsageError(
+                f"clear_tool_results has no field {unknown[0]!r}; "
+                f"choose from {', '.join(ClearToolResults.model_fields)}"
+            )
+    try:
+        return ClearToolResults.model_validate(setting).model_dump(mode="json")
+    except ValidationError as exc:
+        raise UsageError(f"invalid slot setting: {validation_summary(exc)}") from None

@@ -78,5 +78,6 @@ def next_request(
         tools=offered,
         tool_tokens=sum(z.tokens for z in counted.zones if z.name == "tool definitions"),
         prices=setup.config.price_overrides(),
+        window=setup.window,
     )
     return NextRequest(setup, slot, counted, parts, outlook)

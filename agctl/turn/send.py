@@ -27,7 +27,7 @@ from agctl.base.errors import (
     interrupt_signal,
 )
 from agctl.base.fsio import deferred_interrupts
-from agctl.context.budget import Breakdown, breakdown
+from agctl.context.budget import Breakdown, breakdown, context_window
 from agctl.context.cache import cache_key, sent_marks
 from agctl.context.messages import scratch_messages
 from agctl.context.models import (
@@ -232,7 +232,12 @@ def prepare_turn(
         user_message = None
     scratch = scratch_messages(options.scratch)
     view = request_messages(
-        session, slot, scratch=scratch, user_input=user_message, system_prompt=options.system
+        session,
+        slot,
+        scratch=scratch,
+        user_input=user_message,
+        system_prompt=options.system,
+        window=options.window or context_window(options.model),
     )
     context = TurnContext(
         session_id=session_id,

@@ -239,19 +239,3 @@ def test_a_dry_run_says_whether_the_threshold_would_refuse(
     assert "--fail-on-loss" not in ok(run(*dry, "--fail-on-loss", "none")).stdout
     assert wired.requests == []
     assert data_dir_files(isolated_env) == files
-
-
-def test_the_checkpoint_schema_names_the_keys_of_a_record_with_a_report(
-    run: Run, isolated_env: Path, chat: str
-) -> None:
-    """The record as the log holds it (the file backend's line: JSON, a tab, a checksum)."""
-    ok(run(*TRUNCATE))
-    lines = (isolated_env / "sessions" / "s" / "checkpoints" / "log").read_text().splitlines()
-    records = [json.loads(line.rsplit("\t", 1)[0]) for line in lines]
-    before, after = [record["c"] for record in records if "c" in record]
-    assert "loss" not in before
-    schema = as_json(run("schema", "checkpoint"))
-    assert set(after) <= set(schema["properties"]) and set(schema["required"]) <= set(after)
-    loss_schema = schema["$defs"]["CompressionLoss"]
-    assert set(after["loss"]) == set(loss_schema["properties"])
-    assert set(loss_schema["required"]) <= set(after["loss"])

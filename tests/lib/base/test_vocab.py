@@ -72,7 +72,7 @@ def test_the_scan_finds_a_copy_in_any_form() -> None:
     source = """
 MODES = ("full", "focused", "readonly")
 Role = Literal["system", "user", "assistant", "tool"]
-SETTINGS = frozenset({"auto_compress", "budget", "summary_template"})
+SETTINGS = frozenset({"auto_compress", "budget", "summary_template", "clear_tool_results"})
 TABLE = {"llama.cpp": 1, "lm-studio": 2, "glm": 3, "claude": 4, "google": 5}
 choice = click.Choice(["exact", "contains", "regex"])
 partial = ("system", "user")
