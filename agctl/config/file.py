@@ -277,10 +277,13 @@ class Config(Document):
         return ",".join(kinds_of(spec)) or "none" if isinstance(spec, str) else spec
 
     def fail_on_loss(self) -> tuple[str, ...]:
-        """The kinds of fact a compression may not lose (none unless the config says)."""
+        """The kinds of fact a compression may not lose (none unless the config says; then
+        nothing is imported: every turn asks)."""
+        if not self.compress_fail_on_loss:
+            return ()
         from agctl.context.artifacts import kinds_of
 
-        return kinds_of(self.compress_fail_on_loss or "")
+        return kinds_of(self.compress_fail_on_loss)
 
     def price_overrides(self) -> dict[str, PriceRow]:
         return {

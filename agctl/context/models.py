@@ -556,6 +556,10 @@ class ContextBudget(Model):
 SummaryTemplate = Annotated[str, StringConstraints(min_length=1, max_length=4000)]
 
 
+def _summary_template() -> Any:
+    return SummaryTemplate | None
+
+
 class SlotConfig(Model):
     model_config = EAGER
     mode: SlotMode = "full"
@@ -567,7 +571,8 @@ class SlotConfig(Model):
     auto_compress: bool | None = None
     # The sections of a rolling summary (agctl.turn.summaries); "plain": one paragraph;
     # None: goal, decisions, user instructions, artifacts, open tasks.
-    summary_template: SummaryTemplate | None = None
+    # (Deferred: checked when a slot has one; every command builds this model.)
+    summary_template: Annotated[Any, Deferred(_summary_template)] = None
     # An agctl.context.clearing.ClearToolResults as JSON, validated when set and when used
     # (typed Any: every command builds this model, and a dict field cost a turn 0.1 % more);
     # None: every tool result is sent whole (left out of the document while unset).

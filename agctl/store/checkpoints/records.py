@@ -5,7 +5,7 @@ The bottom of the package: it imports nothing of it, and everything of it may im
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, ClassVar, NamedTuple
+from typing import Annotated, Any, ClassVar, NamedTuple
 
 from pydantic import Field
 
@@ -15,6 +15,7 @@ from agctl.base.ids import BASE32_ALPHABET
 from agctl.base.vocab import ZONES
 from agctl.context.models import (
     EAGER,
+    Deferred,
     Document,
     Message,
     Model,
@@ -75,6 +76,10 @@ class CompressionLoss(Model):
     items: dict[str, list[str]]
 
 
+def _compression_loss() -> type[CompressionLoss]:
+    return CompressionLoss
+
+
 class Checkpoint(Document):
     """The record of one checkpoint in the log."""
 
@@ -92,7 +97,8 @@ class Checkpoint(Document):
     edit: str | None = None
     # The loss report of the compression this checkpoint was taken after (agctl.turn.loss):
     # the facts folded and lost, by kind; left out of the record while None.
-    loss: CompressionLoss | None = Field(default=None, exclude_if=_is_none)
+    # (Deferred: built when a record has one, not for every checkpoint a turn takes.)
+    loss: Annotated[Any, Deferred(_compression_loss)] = Field(default=None, exclude_if=_is_none)
     session_static: int
     session_volatile: dict[str, Any]
     slots: dict[str, SlotEntry]
