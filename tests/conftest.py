@@ -67,6 +67,17 @@ def server() -> Iterator[FakeOpenAI]:
 
 
 @pytest.fixture
+def wired(server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI:
+    """The fake OpenAI-compatible server, with agctl pointed at it through the environment
+    (a test module may define its own)."""
+    monkeypatch.setenv("AGCTL_PROVIDER", "openai")
+    monkeypatch.setenv("AGCTL_BASE_URL", server.base_url)
+    monkeypatch.setenv("AGCTL_MODEL", "fake-model")
+    monkeypatch.setenv("AGCTL_API_KEY", "sk-agctl-test-key")
+    return server
+
+
+@pytest.fixture
 def store(isolated_env: Path) -> Store:
     return Store(isolated_env)
 

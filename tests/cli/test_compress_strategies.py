@@ -57,15 +57,6 @@ def sid(store: Store) -> str:
     return "s1"
 
 
-@pytest.fixture
-def wired(server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI:
-    monkeypatch.setenv("AGCTL_PROVIDER", "openai")
-    monkeypatch.setenv("AGCTL_BASE_URL", server.base_url)
-    monkeypatch.setenv("AGCTL_MODEL", "fake-model")
-    monkeypatch.setenv("AGCTL_API_KEY", "sk-agctl-test-key")
-    return server
-
-
 def test_ctx_compress_extractive_calls_no_model(
     run: Run, store: Store, sid: str, wired: FakeOpenAI
 ) -> None:

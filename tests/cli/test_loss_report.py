@@ -55,15 +55,6 @@ def chat(store: Store) -> str:
     return "s"
 
 
-@pytest.fixture
-def wired(server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI:
-    monkeypatch.setenv("AGCTL_PROVIDER", "openai")
-    monkeypatch.setenv("AGCTL_BASE_URL", server.base_url)
-    monkeypatch.setenv("AGCTL_MODEL", "fake-model")
-    monkeypatch.setenv("AGCTL_API_KEY", "sk-agctl-test-key")
-    return server
-
-
 def test_a_summary_reports_what_it_lost_in_text(run: Run, chat: str, wired: FakeOpenAI) -> None:
     wired.reply(text=SUMMARY)
     lines = ok(run(*COMPRESS)).stdout.splitlines()
