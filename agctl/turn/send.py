@@ -693,6 +693,8 @@ def _fit_in_window(
     if auto is None:
         auto = options.auto_compress
     if auto:
+        from dataclasses import replace
+
         from agctl.turn.compress import compress
 
         log.info("request over the window by %d tokens: compressing", fit.total - fit.limit)
@@ -708,7 +710,9 @@ def _fit_in_window(
             window=options.window,
             fail_on_loss=options.fail_on_loss,
         )
-        prepared = prepare_turn(store, session_id, prepared.prompt, options)
+        # Prepared again on the slot compressed, never on one made current meanwhile.
+        on_slot = replace(options, slot=prepared.slot.id)
+        prepared = prepare_turn(store, session_id, prepared.prompt, on_slot)
         if done.folded:
             prepared.compressed_from = done.before
         fit = fit_breakdown(prepared, options, options.window)
