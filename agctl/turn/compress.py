@@ -239,19 +239,19 @@ def preview_compression(
     )
 
 
-def check_as_planned(seen: Slot, now: Slot) -> None:
-    """A compression is computed from the slot as it was read (`seen`): its summary folds
-    that compressed zone and those messages, its cut is placed on them. On the slot as it
-    is now, under the lock, only messages appended since may differ (they stay after the
-    kept ones); anything else (another compression, a rollback, an edit, the slot deleted
-    and made again) is a Conflict, and nothing is written."""
+def check_as_read(seen: Slot, now: Slot, doing: str, result: str) -> None:
+    """A compression (or a summary) is computed from the slot as it was read (`seen`): its
+    summary folds that compressed zone and those messages, its cut is placed on them. On
+    the slot as it is now, under the lock, only messages appended since may differ (they
+    stay after the kept ones); anything else (another compression, a rollback, an edit,
+    the slot deleted and made again) is a Conflict, and `result` is not written."""
     from agctl.store.slots import changed_beyond_appends
 
     what = None if now is seen else changed_beyond_appends(seen, now)
     if what is not None:
         raise Conflict(
-            f"slot {now.id!r} changed while it was being compressed ({what}): the "
-            "compression, computed from the old state, was not written; compress again"
+            f"slot {now.id!r} changed while it was being {doing} ({what}): the {result}, "
+            "computed from the old state, was not written; try again"
         )
 
 
@@ -344,7 +344,7 @@ def compress(
 
     def apply(target: Slot) -> int:
         target.check_writable("compress")
-        check_as_planned(slot, target)
+        check_as_read(slot, target, "compressed", "compression")
         target.messages = plan.kept(target.messages)
         if summary is not None:
             target.compressed = [summary]
@@ -410,6 +410,7 @@ def summarize_slot(
 
     def apply(target: Slot) -> Slot:
         target.check_writable("summarize")
+        check_as_read(slot, target, "summarised", "summary")
         target.config.focused = target.config.focused.updated({"summary_override": summary.text()})
         return target
 

@@ -313,7 +313,9 @@ def send_turn(
                 from dataclasses import replace
 
                 prompt = changes.get("prompt", prompt)
-                options = replace(options, scratch=[*options.scratch, *changes.get("scratch", [])])
+                # Prepared again on the turn's slot, never on one made current meanwhile.
+                scratch = [*options.scratch, *changes.get("scratch", [])]
+                options = replace(options, slot=prepared.slot.id, scratch=scratch)
                 prepared = prepare_turn(store, session_id, prompt, options, reuse)
         result = _send(store, session_id, prompt, provider, options, prepared, on_event, resume)
     except AgctlError as exc:

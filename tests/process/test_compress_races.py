@@ -8,6 +8,7 @@ the second process left it (its export with the checkpoint history)."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -100,14 +101,16 @@ def agctl(
 BOTH = pytest.mark.parametrize("agctl", ["file", "postgres"], indirect=True)
 
 
-def refused(agctl: Agctl, done: Any, says: str) -> None:
+def refused(
+    agctl: Agctl, done: Any, says: str, doing: tuple[str, str] = ("compressed", "compression")
+) -> None:
     """Exit 4, a Conflict saying `says`, and the session as the second process left it."""
     assert (done.returncode, done.stdout) == (4, ""), done.stderr
     error = json.loads(done.stderr)["error"]
     assert (error["type"], error["exit"]) == ("Conflict", 4)
     assert error["message"] == (
-        f"slot 'default' changed while it was being compressed ({says}): the compression, "
-        "computed from the old state, was not written; compress again"
+        f"slot 'default' changed while it was being {doing[0]} ({says}): the {doing[1]}, "
+        "computed from the old state, was not written; try again"
     )
     assert agctl.state() == agctl.meanwhile[-1]
 
@@ -212,6 +215,17 @@ def test_an_append_meanwhile_is_kept_and_in_the_checkpoint_before(agctl: Agctl) 
     assert states["default"]["messages"] == 9
 
 
+def test_a_focused_summary_of_a_slot_edited_meanwhile_is_refused(agctl: Agctl) -> None:
+    """`slot summarize` keeps the summary of the slot's messages as its focused summary:
+    never over messages it did not read."""
+    agctl.while_summarising(("msg", "edit", "3", "message 3: edited"))
+
+    done = agctl.run("slot", "summarize", online=True)
+
+    refused(agctl, done, "messages were edited or replaced", ("summarised", "summary"))
+    assert agctl("slot", "show")["config"]["focused"]["summary_override"] is None
+
+
 # ---- the automatic compression of a turn ----------------------------------------------------
 
 
@@ -252,3 +266,27 @@ def test_a_turn_compressing_while_the_slot_is_rolled_back_is_refused(agctl: Agct
     assert any("your prompt was kept as a draft" in note for note in error["notes"])
     assert agctl.messages() == [f"message {i}" for i in range(8)]
     assert agctl("draft", "show")["prompt"] == "question"
+
+
+def test_a_turn_whose_start_hook_switches_the_slot_stays_on_its_slot(
+    agctl: Agctl, tmp_path: Path
+) -> None:
+    """A TurnStart hook that adds scratch text has the request prepared again: on the
+    turn's slot, though the hook (a real process) made another current meanwhile."""
+    # A hook inherits no AGCTL_* variable: it is given the store's in a file.
+    (tmp_path / "env.json").write_text(json.dumps(agctl.offline))
+    switch = (
+        "import json, subprocess, sys\n"
+        f"env = json.loads(open({str(tmp_path / 'env.json')!r}).read())\n"
+        "subprocess.run([sys.executable, '-m', 'agctl', '-s', 's', 'slot', 'derive', 'b',"
+        " '--use'], env=env, check=True, capture_output=True)\n"
+        "print(json.dumps({'scratch': ['from the hook']}))\n"
+    )
+    (tmp_path / "switch.py").write_text(switch)
+    agctl("hook", "add", "TurnStart", "switch", "--", sys.executable, str(tmp_path / "switch.py"))
+
+    turned = agctl("turn", "send", "question")
+
+    assert turned["slot"] == "default"
+    assert agctl.messages()[-2:] == ["question", 'Offline reply to turn 1 in slot "default"']
+    assert len(agctl.messages("b")) == 8
