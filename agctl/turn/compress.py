@@ -278,7 +278,8 @@ def compress(
     pins over the slot's budget for them raise PinsOverBudget (exit 7) first
     (check_pins_fit). `budget_tokens` bounds an extractive summary (agctl.turn.summaries
     says each strategy). Losing a fact of a kind in `fail_on_loss` raises FactsWouldBeLost
-    (exit 7) before anything is written.
+    (exit 7) before anything is written. The slot is the one named (None: the current one
+    when it starts), and the summary goes on it only as it was read (check_as_read).
 
     With `hooks`: PreCompress hooks may cancel it or give the summary (no provider call);
     PostCompress hooks may rewrite the summary or keep fewer messages, before anything is
