@@ -52,11 +52,11 @@ def mode_messages(slot: Slot) -> list[Message]:
     return list(slot.messages)
 
 
-def slot_view(slot: Slot, window: int | None = None) -> list[Message]:
+def slot_view(slot: Slot, window: int | None = None, *, clear: bool = True) -> list[Message]:
     """The slot's own part of a request: immutable + compressed + the mode's view of
     messages (old tool results cleared when the slot clears them, its trigger taken of
-    the model's `window`)."""
-    if slot.config.clear_tool_results is None:
+    the model's `window`, unless not to `clear`: an export shows them whole)."""
+    if slot.config.clear_tool_results is None or not clear:
         return [*slot.immutable, *slot.compressed, *mode_messages(slot)]
     from agctl.context.clearing import clear_tool_results
 
@@ -93,9 +93,11 @@ def request_view(
     user_input: Message | None = None,
     system_prompt: str | None = None,
     window: int | None = None,
+    clear: bool = True,
 ) -> list[Message]:
     """The exact list of messages a model would receive for the next turn on `slot`
-    (with the model's `window`, when the slot clears old tool results).
+    (with the model's `window`, when the slot clears old tool results; with `clear`
+    False, those results whole: what a page of the conversation shows).
 
     Order: system prompt, immutable, compressed, the mode's view of messages, session
     memory (when in context), scratch, the new input. What changes least comes first, so
@@ -103,7 +105,7 @@ def request_view(
     follows it, never the conversation before it.
     """
     head, tail = _around(session, scratch, user_input, system_prompt)
-    return [*head, *slot_view(slot, window), *tail]
+    return [*head, *slot_view(slot, window, clear=clear), *tail]
 
 
 def _around(

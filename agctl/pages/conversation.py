@@ -51,13 +51,14 @@ def message_html(entry: dict[str, Any]) -> str:
 
 
 def conversation_page(store: Store, session_id: str, slot_id: str | None, *, redact: bool) -> str:
-    """The request view of a slot (the current one by default) as a self-contained page;
-    with `redact`, no message text."""
+    """The request view of a slot (the current one by default) as a self-contained page,
+    its tool results whole (a slot's clearing is of requests, never of history); with
+    `redact`, no message text."""
     from agctl.context.view import request_view
 
     session = store.load_session(session_id)
     slot = store.load_slot(session_id, slot_id)
-    entries = [message_entry(m, redact=redact) for m in request_view(session, slot)]
+    entries = [message_entry(m, redact=redact) for m in request_view(session, slot, clear=False)]
     tokens = sum(e["tokens"] for e in entries)
     title = f"agctl · {session.id} · {slot.id}"
     body = "\n".join(

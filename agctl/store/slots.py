@@ -259,15 +259,27 @@ def check_only_appended(seen: Slot, now: Slot) -> None:
     """Refuse to commit onto a slot that changed since the view was built, unless the
     change is only messages appended after what was seen (another turn's, which stays
     allowed and ordered). Raises SlotChanged."""
+    what = changed_beyond_appends(seen, now)
+    if what is not None:
+        raise SlotChanged(now.id, what)
+
+
+def changed_beyond_appends(seen: Slot, now: Slot) -> str | None:
+    """What changed in the slot since `seen` was read, other than messages appended after
+    those seen; None when nothing else did. A slot deleted and made again under its name
+    is another slot, whatever it holds: its creation time tells them apart."""
+    if now.meta.created_at != seen.meta.created_at:
+        return "it was deleted and made again"
     if now.config != seen.config:
-        raise SlotChanged(now.id, "its settings changed")
+        return "its settings changed"
     for zone in ("immutable", "compressed"):
         if message_hashes(getattr(now, zone)) != message_hashes(getattr(seen, zone)):
-            raise SlotChanged(now.id, f"its {zone} zone changed")
+            return f"its {zone} zone changed"
     if len(now.messages) < len(seen.messages):
-        raise SlotChanged(now.id, "messages were removed")
+        return "messages were removed"
     if message_hashes(now.messages[: len(seen.messages)]) != message_hashes(seen.messages):
-        raise SlotChanged(now.id, "messages were edited or replaced")
+        return "messages were edited or replaced"
+    return None
 
 
 def check_unchanged(work: Work, seen: Slot) -> None:

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agctl.base.errors import Conflict, PinsOverBudget
-from agctl.base.hashing import message_hashes
 from agctl.base.vocab import CompressStrategy
 from agctl.context.models import Message, Slot, utcnow
 from agctl.context.view import tool_safe_cut
@@ -42,7 +41,6 @@ class Plan:
 
     head: int
     start: int
-    hashes: list[str]
     pinned: list[int] = field(default_factory=list)
 
     @property
@@ -75,8 +73,7 @@ def plan_compression(slot: Slot, keep_recent: int) -> Plan | None:
     pinned = pinned_groups(messages, head, start)
     if start - head <= len(pinned):
         return None
-    hashes = message_hashes(messages[head:start])
-    return Plan(head=head, start=start, hashes=hashes, pinned=pinned)
+    return Plan(head=head, start=start, pinned=pinned)
 
 
 def pinned_groups(messages: Sequence[Message], head: int, start: int) -> list[int]:
@@ -242,6 +239,22 @@ def preview_compression(
     )
 
 
+def check_as_read(seen: Slot, now: Slot, doing: str, result: str) -> None:
+    """A compression (or a summary) is computed from the slot as it was read (`seen`): its
+    summary folds that compressed zone and those messages, its cut is placed on them. On
+    the slot as it is now, under the lock, only messages appended since may differ (they
+    stay after the kept ones); anything else (another compression, a rollback, an edit,
+    the slot deleted and made again) is a Conflict, and `result` is not written."""
+    from agctl.store.slots import changed_beyond_appends
+
+    what = None if now is seen else changed_beyond_appends(seen, now)
+    if what is not None:
+        raise Conflict(
+            f"slot {now.id!r} changed while it was being {doing} ({what}): the {result}, "
+            "computed from the old state, was not written; try again"
+        )
+
+
 def compress(
     store: Store,
     session_id: str,
@@ -265,7 +278,8 @@ def compress(
     pins over the slot's budget for them raise PinsOverBudget (exit 7) first
     (check_pins_fit). `budget_tokens` bounds an extractive summary (agctl.turn.summaries
     says each strategy). Losing a fact of a kind in `fail_on_loss` raises FactsWouldBeLost
-    (exit 7) before anything is written.
+    (exit 7) before anything is written. The slot is the one named (None: the current one
+    when it starts), and the summary goes on it only as it was read (check_as_read).
 
     With `hooks`: PreCompress hooks may cancel it or give the summary (no provider call);
     PostCompress hooks may rewrite the summary or keep fewer messages, before anything is
@@ -331,9 +345,7 @@ def compress(
 
     def apply(target: Slot) -> int:
         target.check_writable("compress")
-        current = message_hashes(target.messages[plan.head : plan.start])
-        if current != plan.hashes:
-            raise Conflict(f"slot {target.id!r} changed while it was being compressed; try again")
+        check_as_read(slot, target, "compressed", "compression")
         target.messages = plan.kept(target.messages)
         if summary is not None:
             target.compressed = [summary]
@@ -399,6 +411,7 @@ def summarize_slot(
 
     def apply(target: Slot) -> Slot:
         target.check_writable("summarize")
+        check_as_read(slot, target, "summarised", "summary")
         target.config.focused = target.config.focused.updated({"summary_override": summary.text()})
         return target
 

@@ -313,7 +313,9 @@ def send_turn(
                 from dataclasses import replace
 
                 prompt = changes.get("prompt", prompt)
-                options = replace(options, scratch=[*options.scratch, *changes.get("scratch", [])])
+                # Prepared again on the turn's slot, never on one made current meanwhile.
+                scratch = [*options.scratch, *changes.get("scratch", [])]
+                options = replace(options, slot=prepared.slot.id, scratch=scratch)
                 prepared = prepare_turn(store, session_id, prompt, options, reuse)
         result = _send(store, session_id, prompt, provider, options, prepared, on_event, resume)
     except AgctlError as exc:
@@ -693,6 +695,8 @@ def _fit_in_window(
     if auto is None:
         auto = options.auto_compress
     if auto:
+        from dataclasses import replace
+
         from agctl.turn.compress import compress
 
         log.info("request over the window by %d tokens: compressing", fit.total - fit.limit)
@@ -708,7 +712,9 @@ def _fit_in_window(
             window=options.window,
             fail_on_loss=options.fail_on_loss,
         )
-        prepared = prepare_turn(store, session_id, prepared.prompt, options)
+        # Prepared again on the slot compressed, never on one made current meanwhile.
+        on_slot = replace(options, slot=prepared.slot.id)
+        prepared = prepare_turn(store, session_id, prepared.prompt, on_slot)
         if done.folded:
             prepared.compressed_from = done.before
         fit = fit_breakdown(prepared, options, options.window)

@@ -247,6 +247,8 @@ def test_readers_see_the_whole_results(run: Any, isolated_env: Path) -> None:
     assert len(results) == 5 and all(len(m["content"]) == 4000 for m in results)
     listed = run("--json", "msg", "list").output
     assert STUB not in listed and listed.count('"role": "tool"') == 5
+    wholes = [m["content"] for m in results]
+    assert [m["content"] for m in json.loads(listed) if m["role"] == "tool"] == wholes
     found = json.loads(run("--json", "search", "read c0-0:").output)
     assert found and STUB not in json.dumps(found)
     shown = json.loads(run("--json", "ctx", "show", "--model", "offline").output)
@@ -263,6 +265,25 @@ def test_readers_see_the_whole_results(run: Any, isolated_env: Path) -> None:
     for sent in (view, exported_view):
         contents = [m["content"] for m in sent if m["role"] == "tool"]
         assert [c.startswith(STUB) for c in contents] == [True] * 4 + [False]
+
+
+def test_the_html_page_shows_the_results_whole(run: Any, isolated_env: Path) -> None:
+    """`session export --format html` exports the conversation: a result the slot clears
+    in its view is on the page whole, in its text and in the page's data, never a stub."""
+    from pagesparse import parse_page
+
+    store = Store(isolated_env)
+    turns = [[("read", 4000)] for _ in range(5)]
+    wire = run_turns(store, turns, {"keep_last": 1, "trigger": 100, "min_tokens": 500})
+    assert stubs(first_requests(wire)[-1])
+    page = parse_page(run("session", "export", "s", "--format", "html").output)
+    wholes = [m.text() for m in store.load_slot("s", None).messages if m.role == "tool"]
+    assert len(wholes) == 5 and all(len(whole) == 4000 for whole in wholes)
+    results = [m["text"] for m in page.data()["messages"] if m["role"] == "tool"]
+    assert results == wholes
+    shown = page.texts["user-text"]
+    assert all(whole in shown for whole in wholes)
+    assert not any(STUB in text for text in shown)
 
 
 def test_a_slot_without_the_setting_sends_every_result_whole() -> None:

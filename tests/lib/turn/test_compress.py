@@ -26,7 +26,6 @@ from helpers import (
 )
 
 from agctl.base.errors import ContextFull, ProviderError, ReadonlySlot
-from agctl.base.hashing import message_hashes
 from agctl.context.models import ContextBudget, FocusedConfig, Message, Slot
 from agctl.context.view import focused_messages
 from agctl.providers.base import ChatRequest, Event
@@ -77,7 +76,6 @@ def test_compression_plan_never_splits_a_tool_call_from_its_results(
     plan = plan_compression(slot, keep_recent)
     assert plan is not None
     assert (plan.head, plan.start) == (1, start)
-    assert plan.hashes == message_hashes(slot.messages[1:start])
 
 
 def test_compression_plan_with_nothing_to_fold() -> None:
