@@ -133,3 +133,43 @@ def _candidates(entries: Sequence[Entry]) -> list[_Candidate]:
 
 def _header(messages: int, kept: int, total: int) -> str:
     return f"Extract of {messages} earlier messages ({kept} of {total} sentences, verbatim):"
+
+
+# Words a question shares with any sentence, not worth matching on.
+_STOPWORD_TEXT = (
+    "the a an and or of to in on at for by with from as is are was were be been it its this "
+    "that these those what which who whom whose when where why how does do did we our us you "
+    "your i my me he she they them their there here has have had not no yes can could would "
+    "will shall may might into than then so if about"
+)
+_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+_WORD = re.compile(r"[a-z0-9]+")
+# A rendered transcript's role label at a line's start, not a word of what was said.
+_LABEL = re.compile(r"^\[\w+\] ", re.MULTILINE)
+# What the reader answers when no sentence shares a word with the question.
+NOT_FOUND = "Nothing in the conversation says."
+
+
+def content_words(text: str) -> set[str]:
+    """The words of `text` a question is matched on: lower case, no stopwords, a plural's
+    or a verb's final s dropped ("listens" matches "listen")."""
+    words = set()
+    for word in _WORD.findall(text.lower()):
+        if word in _STOPWORDS or (len(word) < 3 and not word.isdigit()):
+            continue
+        words.add(word[:-1] if len(word) > 3 and word.endswith("s") else word)
+    return words
+
+
+def answer(question: str, texts: Sequence[str]) -> str:
+    """The sentence of `texts` that shares the most words with `question` (the latest of
+    those that tie), verbatim: what a reader of only this context can answer, no model
+    asked; NOT_FOUND when no sentence shares a word."""
+    wanted = content_words(question)
+    best, said = 0, NOT_FOUND
+    for text in texts:
+        for sentence in artifacts.sentences(_LABEL.sub("", text)):
+            score = len(wanted & content_words(sentence))
+            if score and score >= best:
+                best, said = score, sentence.strip()
+    return said

@@ -98,7 +98,10 @@ def test_ctx_compress_extractive_within_a_budget_says_so_in_text(
 @pytest.mark.parametrize(
     ("given", "said"),
     [
-        (("--budget-tokens", "40"), "--budget-tokens bounds an extractive summary"),
+        (
+            ("--strategy", "truncate", "--budget-tokens", "40"),
+            "--budget-tokens bounds a summary; a truncation writes none",
+        ),
         (
             ("--strategy", "extractive", "--instructions", "Keep dates."),
             "--instructions tell a model how to summarise; extractive asks none",

@@ -1,0 +1,1 @@
+"""Evaluations of what agctl's context management keeps (agctl eval)."""
