@@ -5,6 +5,7 @@ after the first statement, pins on fact messages, every probed artifact found)."
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import stat
@@ -100,7 +101,8 @@ def check_probe_set(probe_set: ProbeSet, messages: int, facts: int, drift: int) 
         for stop in (frozenset(), STOP_WORDS):
             best = best_sentence(probe.question, texts, stop)
             assert probe.expect.casefold() in best.casefold(), (probe, best)
-        # Each value the fact took is said once, in order, so that only its sentence answers.
+        # Each value the fact took is said in one sentence, each in a later message than the
+        # one before: only its own sentence answers, and a stale one is never the latest.
         places = [holding(value, sentences) for value in [*probe.stale, probe.expect]]
         assert all(len(place) == 1 for place in places), (probe, places)
         assert [place[0] for place in places] == sorted({place[0] for place in places})
@@ -116,11 +118,8 @@ def check_probe_set(probe_set: ProbeSet, messages: int, facts: int, drift: int) 
             assert sentence in found.instructions
             assert conversation[index].role == "user"
         else:
-            assert [*probe.stale, probe.expect] == [
-                value
-                for value in [*probe.stale, probe.expect]
-                if value in getattr(found, probe.kind)
-            ]
+            values = [*probe.stale, probe.expect]
+            assert [v for v in values if v not in getattr(found, probe.kind)] == [], probe
     check_shape(conversation)
     check_pins(conversation, probes)
 
@@ -394,3 +393,26 @@ def test_a_bad_probe_file_is_refused_naming_the_line_and_the_field(
         read_probes(data, "p.jsonl")
     assert str(caught.value).startswith(message)
     assert "\n" not in str(caught.value)
+
+
+def test_importing_the_probes_loads_the_models_and_no_more_of_agctl() -> None:
+    """The command that runs an evaluation imports it before it knows what it needs: the
+    store, the interchange formats and the artifact finder come when they are used."""
+    script = (
+        "import sys, json; import agctl.evals.probes; "
+        "print(json.dumps(sorted(name for name in sys.modules if name.startswith('agctl.'))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, check=True, text=True
+    )
+    loaded = set(json.loads(result.stdout))
+    assert {"agctl.evals.probes", "agctl.context.models"} <= loaded
+    assert sorted(
+        name for name in loaded if not name.startswith(("agctl.base", "agctl.context"))
+    ) == [
+        "agctl.evals",
+        "agctl.evals.probes",
+    ]
+    assert loaded.isdisjoint(
+        {"agctl.context.artifacts", "agctl.store", "agctl.interchange.formats"}
+    )
