@@ -177,6 +177,17 @@ def test_any_seed_and_sizes_keep_every_promise(seed: int, facts: int, data: st.D
     )
 
 
+def test_no_two_questions_share_more_than_one_word() -> None:
+    """What keeps one fact's sentence from answering another's question, whatever else the
+    conversation holds."""
+    asked = {fact.id: words(fact.question, STOP_WORDS) for fact in FACTS}
+    shared = {
+        (one, other): sorted(asked[one] & asked[other])
+        for one, other in itertools.combinations(asked, 2)
+    }
+    assert {pair: common for pair, common in shared.items() if len(common) > 1} == {}
+
+
 def test_a_change_comes_well_after_the_value_it_replaces() -> None:
     """Changes spread over the conversation, so compressions fall between them: at the
     default sizes, each value is said at least a tenth of the conversation after the last."""
@@ -284,6 +295,13 @@ def test_the_least_messages_it_asks_for_are_enough() -> None:
 # ---- the check of an answer ----
 
 
+# What the probes of the check's truth table expect, and held before, by match mode.
+CHECKED = {
+    "contains": ("6543", ["5433", "4433"]),
+    "exact": ("staging port 6543", ["staging port 5433", "staging port 4433"]),
+}
+
+
 @pytest.mark.parametrize(
     ("match", "answer", "correct", "stale"),
     [
@@ -302,9 +320,7 @@ def test_the_least_messages_it_asks_for_are_enough() -> None:
     ],
 )
 def test_check_says_correct_or_stale(match: str, answer: str, correct: bool, stale: bool) -> None:
-    expect, old = ("staging port 6543", ["staging port 5433", "staging port 4433"])
-    if match == "contains":
-        expect, old = "6543", ["5433", "4433"]
+    expect, old = CHECKED[match]
     probe = Probe.model_validate({"question": "q?", "expect": expect, "stale": old, "match": match})
     assert probe.check(answer) == Verdict(correct, stale)
 
