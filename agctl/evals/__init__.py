@@ -1,1 +1,1 @@
-"""Evaluations of what agctl's context management keeps (agctl eval)."""
+"""Evaluations of agctl itself: how much of what matters a compression keeps (agctl eval)."""
