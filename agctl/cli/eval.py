@@ -208,54 +208,59 @@ def compaction(
     app.emit(report.to_dict(), text=report_text(report))
 
 
+# The table's columns: the key of each cell, its header.
+COLUMNS = [
+    ("strategy", "STRATEGY"),
+    ("recall", "RECALL ±SD"),
+    ("range", "RANGE"),
+    ("pinned", "PINNED"),
+    ("stale", "STALE"),
+    ("kept", "KEPT"),
+    ("compressions", "COMPRESSED"),
+    ("lost", "LOST/FOUND"),
+    ("tokens", "TOKENS"),
+    ("cost", "COST"),
+]
+NOTES = (
+    "RECALL: probes answered right (mean over runs, ± the standard deviation in points); "
+    "PINNED: recall of the probes a pinned message answers (a strategy without +pins drops "
+    "the pins); STALE: answers giving a value since changed; KEPT: context tokens after the "
+    "last compression; COMPRESSED: compressions a run made; LOST/FOUND: facts the loss "
+    "reports counted (per run); TOKENS: spent on summaries, answers and judgements (per run)."
+)
+
+
 def report_text(report: Report) -> str:
     """The table of a report, for people."""
+    import textwrap
+
     from agctl.cli.output import table
 
-    rows = report.rows()
     settings = report.settings
     head = (
         f"{report.probes} probes, {settings.runs} run(s) per strategy, model {report.model}; "
         f"budget {settings.budget} tokens, checked every {settings.every} messages, "
         f"summaries keep {settings.keep_recent}"
     )
-    shown = []
-    for row in rows:
-        recall = row["recall"]
-        cost = row["cost"]
-        shown.append(
-            {
-                "strategy": row["strategy"],
-                "recall": f"{recall['mean']:.1%}",
-                "spread": f"±{recall['stdev']:.1%}",
-                "range": f"{recall['min']:.0%}..{recall['max']:.0%}",
-                "stale": f"{row['stale_answers']:.1f}",
-                "kept": f"{row['kept_tokens']:,.0f}",
-                "compressions": f"{row['compressions']:.1f}",
-                "lost": f"{sum(row['lost'].values()):.1f}/{sum(row['found'].values()):.1f}",
-                "tokens": f"{row['prompt_tokens'] + row['completion_tokens']:,.0f}",
-                "cost": "unpriced" if cost is None else f"${cost:.4f}",
-            }
-        )
-    columns = [
-        ("strategy", "STRATEGY"),
-        ("recall", "RECALL"),
-        ("spread", "SD"),
-        ("range", "RANGE"),
-        ("stale", "STALE"),
-        ("kept", "KEPT"),
-        ("compressions", "COMPRESSIONS"),
-        ("lost", "LOST/FOUND"),
-        ("tokens", "TOKENS"),
-        ("cost", "COST"),
-    ]
-    notes = (
-        "RECALL: probes answered right (mean over runs), SD its standard deviation; STALE: "
-        "answers giving a value since changed; KEPT: context tokens after the last "
-        "compression; LOST/FOUND: facts the loss reports counted (per run); TOKENS: spent "
-        "on summaries, answers and judgements (per run)."
-    )
-    return "\n".join([head, "", table(shown, columns), "", notes])
+    shown = [_cells(row) for row in report.rows()]
+    return "\n".join([head, "", table(shown, COLUMNS), "", textwrap.fill(NOTES, 88)])
+
+
+def _cells(row: dict[str, Any]) -> dict[str, str]:
+    """A strategy's row of the table."""
+    recall, pinned, cost = row["recall"], row["pinned_recall"], row["cost"]
+    return {
+        "strategy": row["strategy"],
+        "recall": f"{recall['mean']:.1%} ±{recall['stdev'] * 100:.1f}",
+        "range": f"{recall['min']:.0%}..{recall['max']:.0%}",
+        "pinned": "-" if pinned is None else f"{pinned:.1%}",
+        "stale": f"{row['stale_answers']:.1f}",
+        "kept": f"{row['kept_tokens']:,.0f}",
+        "compressions": f"{row['compressions']:.1f}",
+        "lost": f"{sum(row['lost'].values()):.1f}/{sum(row['found'].values()):.1f}",
+        "tokens": f"{row['prompt_tokens'] + row['completion_tokens']:,.0f}",
+        "cost": "unpriced" if cost is None else "0" if cost == 0 else f"${cost:.4f}",
+    }
 
 
 @command.command("probes")

@@ -121,6 +121,7 @@ class Answer:
     answer: str
     correct: bool
     stale: bool
+    pinned: bool  # whether the transcript pins a message stating the expected answer
 
 
 @dataclass
@@ -149,6 +150,12 @@ class Run:
     @property
     def stale(self) -> int:
         return sum(a.stale for a in self.answers)
+
+    @property
+    def pinned_recall(self) -> float | None:
+        """Recall of the probes whose answer a pinned message states (None: none is)."""
+        pinned = [a.correct for a in self.answers if a.pinned]
+        return sum(pinned) / len(pinned) if pinned else None
 
     @property
     def found(self) -> dict[str, int]:
@@ -190,6 +197,7 @@ class Report:
                         "max": max(recalls),
                         "each": recalls,
                     },
+                    "pinned_recall": _mean_known([run.pinned_recall for run in runs]),
                     "stale_answers": statistics.fmean(run.stale for run in runs),
                     "kept_tokens": statistics.fmean(run.kept_tokens for run in runs),
                     "replayed_tokens": statistics.fmean(run.replayed_tokens for run in runs),
@@ -224,12 +232,18 @@ class Report:
                     "probe": answer.probe,
                     "correct": answer.correct,
                     "stale": answer.stale,
+                    "pinned": answer.pinned,
                     "answer": answer.answer,
                 }
                 for run in self.runs
                 for answer in run.answers
             ],
         }
+
+
+def _mean_known(values: Sequence[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.fmean(known) if known else None
 
 
 def _mean_counts(counts: Sequence[dict[str, int]]) -> dict[str, float]:
@@ -295,8 +309,11 @@ def run_one(
         _compress(store, session.id, strategy, settings, models, run)
     slot = store.load_slot(session.id, None)
     run.kept_tokens = context_tokens(slot)
+    pinned = [m.text().casefold() for m in conversation.messages if m.pinned]
     for index, probe in enumerate(conversation.probes):
-        run.answers.append(_ask(store, session.id, index, probe, models, run))
+        answer = _ask(store, session.id, index, probe, models, run)
+        answer.pinned = any(probe.expect.casefold() in text for text in pinned)
+        run.answers.append(answer)
     run.cost = _cost(models, run.usages)
     return run
 
@@ -392,9 +409,9 @@ def _ask(
     if probe.match == "judge":
         correct = _judged(probe, said, models, run, session_id)
         verdict_stale = not correct and any(_holds(said, value) for value in probe.stale)
-        return Answer(index, said, correct, verdict_stale)
+        return Answer(index, said, correct, verdict_stale, pinned=False)
     verdict = probe.check(said)
-    return Answer(index, said, verdict.correct, verdict.stale)
+    return Answer(index, said, verdict.correct, verdict.stale, pinned=False)
 
 
 def _holds(text: str, value: str) -> bool:

@@ -575,7 +575,8 @@ class _Planted(NamedTuple):
 def generate(seed: int, *, messages: int = 240, facts: int = 16, drift: int = 3) -> ProbeSet:
     """A conversation of `messages` messages with `facts` facts planted across it, `drift`
     of them stated early and changed later (once or twice), and a probe for each fact; the
-    user's instructions, and facts that do not change up to a quarter of all, are pinned."""
+    user's instructions are pinned, and as many facts that do not change as a quarter of
+    all the facts (what a user pins: the rules, and some facts known to matter)."""
     _check_sizes(messages, facts, drift)
     rng = random.Random(seed)
     values = _Values(rng)
@@ -630,10 +631,9 @@ def _check_sizes(messages: int, facts: int, drift: int) -> None:
 
 
 def _pin(rng: random.Random, planted: list[_Planted], share: int) -> list[_Planted]:
-    """Every instruction pinned, and facts that never change until `share` facts are."""
+    """Every instruction pinned, and `share` of the facts that never change."""
     steady = [i for i, item in enumerate(planted) if item.fact.drifts and len(item.values) == 1]
-    instructions = sum(not item.fact.drifts for item in planted)
-    more = set(rng.sample(steady, min(len(steady), max(0, share - instructions))))
+    more = set(rng.sample(steady, min(len(steady), share)))
     return [
         item._replace(pinned=not item.fact.drifts or index in more)
         for index, item in enumerate(planted)

@@ -145,14 +145,15 @@ def check_shape(conversation: list[Message]) -> None:
 
 
 def check_pins(conversation: list[Message], probes: list[Probe]) -> None:
-    """Every instruction is pinned, other facts too up to a quarter of all, and only the
-    messages that first state a fact are."""
+    """Every instruction is pinned, and as many facts that never change as a quarter of
+    all the facts (or all there are), and only the messages that first state a fact are."""
     pinned = [message.text() for message in conversation if message.pinned]
     instructions = [probe.expect for probe in probes if probe.kind == "instructions"]
     steady = [p for p in probes if p.kind != "instructions" and not p.stale]
     quarter = -(-len(probes) // 4)
-    assert min(quarter, len(instructions) + len(steady)) <= len(pinned)
-    assert len(pinned) <= max(quarter, len(instructions))
+    kept = [p for p in steady if any(p.expect in text for text in pinned)]
+    assert len(kept) == min(quarter, len(steady))
+    assert len(pinned) <= len(instructions) + len(kept)
     assert all(any(value in text for text in pinned) for value in instructions)
     first_values = [(probe.stale or [probe.expect])[0] for probe in probes]
     assert all(any(value in text for value in first_values) for text in pinned)
