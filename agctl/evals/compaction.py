@@ -30,6 +30,7 @@ from agctl.base.errors import UsageError
 from agctl.base.vocab import COMPRESS_STRATEGIES, CompressStrategy
 from agctl.context.artifacts import KINDS
 from agctl.context.models import Message, Slot
+from agctl.context.view import tool_safe_cut
 
 if TYPE_CHECKING:
     from agctl.context.pricing import Prices
@@ -330,27 +331,25 @@ def fit(slot: Slot, strategy: CompressStrategy, budget: int, keep_recent: int) -
     than MIN_SUMMARY) and gets the rest."""
     pinned = sum(m.token_count() for m in slot.messages if m.pinned)
     if strategy == "truncate":
-        left = budget - pinned - sum(m.token_count() for m in slot.compressed)
+        room = budget - pinned - sum(m.token_count() for m in slot.compressed)
         kept = 0
-        for message in reversed(slot.messages):
-            if message.pinned:
-                kept += 1
-                continue
-            left -= message.token_count()
-            if left < 0:
-                break
+        while kept < len(slot.messages) and _kept_tokens(slot, kept + 1) <= room:
             kept += 1
         return kept, 0
+    room = budget - pinned - Message(role="system", content="").token_count()
     kept = min(keep_recent, len(slot.messages))
-    while kept and _tail_tokens(slot, kept) > budget - pinned - MIN_SUMMARY:
+    while kept and _kept_tokens(slot, kept) > room - MIN_SUMMARY:
         kept -= 1
-    return kept, max(MIN_SUMMARY, budget - pinned - _tail_tokens(slot, kept))
+    return kept, max(MIN_SUMMARY, room - _kept_tokens(slot, kept))
 
 
-def _tail_tokens(slot: Slot, count: int) -> int:
-    """The tokens of the last `count` messages but pinned ones (counted apart)."""
-    tail = slot.messages[len(slot.messages) - count :] if count else []
-    return sum(m.token_count() for m in tail if not m.pinned)
+def _kept_tokens(slot: Slot, count: int) -> int:
+    """The tokens of the messages a compression keeping the last `count` keeps, pinned
+    ones aside (counted apart): its cut moves back over tool results to their call."""
+    if not count:
+        return 0
+    start = tool_safe_cut(slot.messages, len(slot.messages) - count)
+    return sum(m.token_count() for m in slot.messages[start:] if not m.pinned)
 
 
 def _compress(
