@@ -55,6 +55,10 @@ CACHE_TTLS: tuple[CacheTtl, ...] = get_args(CacheTtl)
 # How `turn replay --check` compares a reply with the recorded one.
 CheckMode = Literal["exact", "contains", "regex"]
 CHECK_MODES: tuple[CheckMode, ...] = get_args(CheckMode)
+# How `eval compaction` checks a probe's answer: the whole answer, the answer holding the
+# expected text, or a judge model's verdict.
+ProbeMatch = Literal["exact", "contains", "judge"]
+PROBE_MATCHES: tuple[ProbeMatch, ...] = get_args(ProbeMatch)
 # What `msg import` reads and `msg export` writes.
 ImportFormat = Literal["auto", "openai", "jsonl"]
 IMPORT_FORMATS: tuple[ImportFormat, ...] = get_args(ImportFormat)

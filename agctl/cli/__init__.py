@@ -67,6 +67,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "schema": ("agctl.cli.schema", "Print the JSON Schema of a stored document or input format."),
     "demo": ("agctl.cli.demo", "Run a scripted tour of sessions, slots and messages."),
+    "eval": (
+        "agctl.cli.eval",
+        "Measure what compression keeps, over repeated runs, offline or with a model.",
+    ),
     "usage": (
         "agctl.cli.usage",
         "Total tokens, cost and cache use across all sessions, by model.",

@@ -256,8 +256,9 @@ Examples:
     "--budget-tokens",
     type=Count(),
     metavar="N",
-    help="extractive: keep at most N tokens of sentences (default: a quarter of the tokens "
-    "folded, at least 128).",
+    help="The summary's size: extractive keeps at most N tokens of sentences (default: a "
+    "quarter of the tokens folded, at least 128); summarize and rolling ask the model to "
+    "stay under N tokens (the offline provider's extract does).",
 )
 @click.option(
     "--fail-on-loss",

@@ -204,13 +204,17 @@ class TurnContext(NamedTuple):
     session_id: str = ""
     slot_id: str = ""
     turn: int = 1
-    # "turn" for a conversation turn, "summary" when agctl asks for a summary.
+    # "turn" for a conversation turn, "summary" when agctl asks for a summary, "probe"
+    # and "judge" for the questions and gradings of an evaluation (agctl.evals).
     purpose: str = "turn"
     # Which request of the turn this is: a tool loop sends one a step.
     step: int = 1
     # The request's content estimated (Message.content_estimate summed), when the turn
     # already knows it: the offline provider's prompt tokens, not counted again.
     prompt_estimate: int | None = None
+    # The tokens a summary is asked (in words, in its prompt) to stay within: what the
+    # offline provider's extract keeps to, as a model would.
+    budget: int | None = None
 
 
 class ChatRequest(NamedTuple):

@@ -114,12 +114,51 @@ def _shorten(text: str, limit: int = 80) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def offline_summary(text: str) -> str:
+def offline_summary(text: str, budget: int | None = None) -> str:
     """The extractive summary of a summary request's text (a transcript, or a rolling
-    summary request's previous summary and new messages): deterministic, no model."""
+    summary request's previous summary and new messages), in the `budget` tokens it was
+    asked for if any: deterministic, no model."""
     from agctl.context.extractive import extract, transcript_entries
 
-    return extract(transcript_entries(text))
+    return extract(transcript_entries(text), budget)
+
+
+def _texts(messages: list[dict[str, Any]]) -> list[str]:
+    """The text of each message of a request."""
+    texts = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        if isinstance(content, str):
+            texts.append(content)
+    return texts
+
+
+def offline_answer(messages: list[dict[str, Any]]) -> str:
+    """An evaluation probe's answer read from the request alone: the sentence of the
+    context before the question (the last message's first line) that shares most words
+    with it (agctl.context.extractive.answer)."""
+    from agctl.context.extractive import answer
+
+    *context, question = _texts(messages) or [""]
+    return answer(question.split("\n", 1)[0], context)
+
+
+def offline_judgement(messages: list[dict[str, Any]]) -> str:
+    """An evaluation judge's grade without a model: YES when the answer holds the
+    expected text (case and spacing aside), read from the judge request's lines."""
+    fields = dict(
+        line.split(": ", 1)
+        for line in _last_user_text(messages).splitlines()
+        if line.startswith(("Expected: ", "Answer: "))
+    )
+
+    def flat(text: str) -> str:
+        return " ".join(text.split()).casefold()
+
+    expected, said = flat(fields.get("Expected", "")), flat(fields.get("Answer", ""))
+    return "YES" if expected and expected in said else "NO"
 
 
 class OfflineProvider:
@@ -150,7 +189,12 @@ class OfflineProvider:
     def _reply(self, request: base.ChatRequest) -> ScriptedReply:
         context = request.context
         if context.purpose == "summary":
-            return ScriptedReply(content=offline_summary(_last_user_text(request.messages)))
+            text = _last_user_text(request.messages)
+            return ScriptedReply(content=offline_summary(text, context.budget))
+        if context.purpose == "probe":
+            return ScriptedReply(content=offline_answer(request.messages))
+        if context.purpose == "judge":
+            return ScriptedReply(content=offline_judgement(request.messages))
         if self.script is not None:
             number = self._scripted_turn(context)
             if number > len(self.script):

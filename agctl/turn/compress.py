@@ -23,7 +23,13 @@ from agctl.context.models import Message, Slot, utcnow
 from agctl.context.view import tool_safe_cut
 from agctl.providers.base import Provider, TurnContext
 from agctl.store import Store
-from agctl.turn.summaries import SUMMARY_INSTRUCTIONS, render_transcript, replacement, summarize
+from agctl.turn.summaries import (
+    SUMMARY_INSTRUCTIONS,
+    check_options,
+    render_transcript,
+    replacement,
+    summarize,
+)
 
 if TYPE_CHECKING:
     from agctl.turn.hooks import Hooks
@@ -276,7 +282,7 @@ def compress(
     after, the loss report with the checkpoint after. Fewer than `min_tokens` to fold is
     not worth the cache it invalidates: nothing is done then. With the model's `window`,
     pins over the slot's budget for them raise PinsOverBudget (exit 7) first
-    (check_pins_fit). `budget_tokens` bounds an extractive summary (agctl.turn.summaries
+    (check_pins_fit). `budget_tokens` bounds a summary (agctl.turn.summaries
     says each strategy). Losing a fact of a kind in `fail_on_loss` raises FactsWouldBeLost
     (exit 7) before anything is written. The slot is the one named (None: the current one
     when it starts), and the summary goes on it only as it was read (check_as_read).
@@ -287,6 +293,7 @@ def compress(
     from agctl.store.checkpointer import Checkpointer
     from agctl.turn.loss import compression_loss, refuse_loss
 
+    check_options(strategy, instructions=instructions, budget_tokens=budget_tokens)
     slot = store.load_slot(session_id, slot_id)
     slot.check_writable("compress")
     if window is not None:

@@ -99,7 +99,7 @@ class ModelSetup(NamedTuple):
     @classmethod
     def resolve(
         cls,
-        store: Store,
+        store: Store | None,
         session_id: str,
         *,
         profile: str | None = None,
@@ -110,12 +110,13 @@ class ModelSetup(NamedTuple):
         config: Config | None = None,
     ) -> ModelSetup:
         """Settings by precedence (flag > env > session > profile > preset > default);
-        `cassette` means the replay provider, `script` the scripted offline one."""
+        `cassette` means the replay provider, `script` the scripted offline one. With no
+        `store`, no session has a say (an evaluation's throwaway sessions)."""
         from agctl.config.file import ConfigFile, resolve
         from agctl.context.budget import context_window
 
         config = config if config is not None else ConfigFile().load()
-        session = store.load_session(session_id)
+        session = store.load_session(session_id) if store is not None else None
         settings = resolve(config, session=session, profile=profile, model=model, provider=provider)
         if cassette is not None:
             settings.provider = "replay"
@@ -126,7 +127,12 @@ class ModelSetup(NamedTuple):
 
     @classmethod
     def chosen(
-        cls, store: Store, session_id: str, choice: ModelChoice, *, config: Config | None = None
+        cls,
+        store: Store | None,
+        session_id: str,
+        choice: ModelChoice,
+        *,
+        config: Config | None = None,
     ) -> ModelSetup:
         """`resolve` with what a command line chose, given as one value."""
         return cls.resolve(

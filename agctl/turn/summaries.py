@@ -11,6 +11,9 @@
 - `extractive`: no provider; the sentences that carry instructions and artifacts, verbatim,
   up to a token budget (agctl.context.extractive).
 
+A token budget bounds an extract exactly; a model's summary is asked for it in words
+(`budget_words`), which the offline provider's extract keeps to as a model would.
+
 The bytes of each request are fixed by its input: a compression rewrites the request from
 the compressed zone on anyway, and tests pin them.
 """
@@ -119,19 +122,30 @@ def rolling_document(previous: str, messages: Sequence[Message]) -> str:
     return "\n\n".join(parts)
 
 
+def budget_words(budget: int) -> str:
+    """What a summary's prompt says of its token budget."""
+    return f"Keep the summary under {budget} tokens: drop the least important items first."
+
+
 def ask(
     provider: Provider,
     model: str,
     messages: list[dict[str, Any]],
     context: TurnContext | None,
+    budget: int | None = None,
 ) -> Message:
-    """Send one summary request; its reply as a system message."""
+    """Send one summary request (asked to stay within `budget` tokens, if given; the
+    system prompt, first, says so); its reply as a system message."""
     from agctl.turn.reply import ReplyBuilder
 
+    if budget is not None:
+        system, *rest = messages
+        said = f"{system['content']}\n\n{budget_words(budget)}"
+        messages = [{**system, "content": said}, *rest]
     request = ChatRequest(
         model=model,
         messages=messages,
-        context=(context or TurnContext())._replace(purpose="summary"),
+        context=(context or TurnContext())._replace(purpose="summary", budget=budget),
     )
     builder = ReplyBuilder()
     for event in provider.stream(request):
@@ -153,8 +167,10 @@ def summarize(
     *,
     instructions: str | None = None,
     context: TurnContext | None = None,
+    budget: int | None = None,
 ) -> Message:
-    """Ask the provider for a summary of `messages`; return it as a system message."""
+    """Ask the provider for a summary of `messages` (in `budget` tokens, if given);
+    return it as a system message."""
     return ask(
         provider,
         model,
@@ -163,6 +179,7 @@ def summarize(
             {"role": "user", "content": render_transcript(messages)},
         ],
         context,
+        budget,
     )
 
 
@@ -175,9 +192,10 @@ def summarize_rolling(
     template: str | None = None,
     instructions: str | None = None,
     context: TurnContext | None = None,
+    budget: int | None = None,
 ) -> Message:
     """Ask the provider to update the `previous` summary with `messages` (instructions,
-    if given, replace the template's sections)."""
+    if given, replace the template's sections; in `budget` tokens, if given)."""
     system = rolling_instructions(template)
     if instructions:
         system = f"{ROLLING_INSTRUCTIONS}\n\n{instructions}"
@@ -187,6 +205,7 @@ def summarize_rolling(
         model,
         [{"role": "system", "content": system}, {"role": "user", "content": document}],
         context,
+        budget,
     )
 
 
@@ -206,10 +225,13 @@ def extractive(
 
 
 def check_options(strategy: str, *, instructions: str | None, budget_tokens: int | None) -> None:
-    """Refuse what `strategy` would silently ignore: a token budget but for an extract,
+    """Refuse what `strategy` would silently ignore: a token budget for a truncation,
     instructions where no model is asked."""
-    if budget_tokens is not None and strategy != "extractive":
-        raise UsageError("--budget-tokens bounds an extractive summary: add --strategy extractive")
+    if budget_tokens is not None and strategy == "truncate":
+        raise UsageError(
+            "--budget-tokens bounds a summary; a truncation writes none "
+            "(use --strategy extractive, summarize or rolling)"
+        )
     if instructions is not None and strategy in ("extractive", "truncate"):
         raise UsageError(
             f"--instructions tell a model how to summarise; {strategy} asks none "
@@ -247,7 +269,13 @@ def replacement(
             template=template,
             instructions=instructions,
             context=context,
+            budget=budget,
         )
     return summarize(
-        provider, model, [*previous, *messages], instructions=instructions, context=context
+        provider,
+        model,
+        [*previous, *messages],
+        instructions=instructions,
+        context=context,
+        budget=budget,
     )

@@ -140,6 +140,7 @@ def world(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Wo
     names["hook_payload"] = str(root / "payload.json")
     names["store"] = str(root / "data")
     names["copy_target"] = str(root / "copied")
+    names["probes_dir"] = str(root / "probes")
     return World(root, names, CliRunner())
 
 

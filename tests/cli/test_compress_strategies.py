@@ -86,11 +86,13 @@ def test_ctx_compress_extractive_within_a_budget_says_so_in_text(
 
     assert said.startswith("compressed slot default: 4 messages folded (extractive), 2 kept;")
     (summary,) = store.load_slot(sid).compressed
-    # The user's instruction first, then the sentence with two artifacts, verbatim.
+    # The user's instruction first, then the latest sentence with artifacts; the earlier
+    # one (the manifest) does not fit, a short one does. Verbatim, in their order.
     assert summary.text() == (
-        "Extract of 4 earlier messages (2 of 9 sentences, verbatim):\n"
+        "Extract of 4 earlier messages (3 of 9 sentences, verbatim):\n"
         "[user] Never deploy on a Friday.\n"
-        "[assistant] The manifest is deploy/prod.yaml, revision 4f2c9a1b."
+        "[assistant] Noted.\n"
+        "[assistant] Twelve replicas, at 35% CPU."
     )
     assert estimate_text(summary.text()) <= 45
 
@@ -98,7 +100,10 @@ def test_ctx_compress_extractive_within_a_budget_says_so_in_text(
 @pytest.mark.parametrize(
     ("given", "said"),
     [
-        (("--budget-tokens", "40"), "--budget-tokens bounds an extractive summary"),
+        (
+            ("--strategy", "truncate", "--budget-tokens", "40"),
+            "--budget-tokens bounds a summary; a truncation writes none",
+        ),
         (
             ("--strategy", "extractive", "--instructions", "Keep dates."),
             "--instructions tell a model how to summarise; extractive asks none",

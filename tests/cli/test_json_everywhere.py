@@ -74,6 +74,7 @@ def world(run: Run, store: Store, tmp_path: Path) -> dict[str, str]:
         "hook_payload": str(hook_payload),
         "store": store.shown,
         "copy_target": str(tmp_path / "copied"),
+        "probes_dir": str(tmp_path / "probes"),
     }
 
 
@@ -99,6 +100,11 @@ INVOCATIONS: dict[str, list[str]] = {
     "ctx compress": ["ctx", "compress", "--keep-recent", "2", "--min-tokens", "0"],
     "ctx show": ["ctx", "show", "next"],
     "demo": ["demo"],
+    "eval compaction": [
+        *("eval", "compaction", "--runs", "1", "--messages", "120", "--facts", "6"),
+        *("--drift", "1"),
+    ],
+    "eval probes": ["eval", "probes", "--out", "{probes_dir}", "--messages", "120"],
     "draft rm": ["draft", "rm"],
     "draft show": ["draft", "show"],
     "hook add": ["hook", "add", "TurnEnd", "added", "true"],

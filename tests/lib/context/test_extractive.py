@@ -17,7 +17,7 @@ ENTRIES = [
 ]
 
 
-def test_instructions_come_first_then_the_most_artifacts_then_the_rest() -> None:
+def test_instructions_come_first_then_what_was_said_with_artifacts_then_the_rest() -> None:
     full = extract(ENTRIES, budget=1_000).splitlines()
     assert full == [
         "Extract of 4 earlier messages (7 of 7 sentences, verbatim):",
@@ -31,10 +31,10 @@ def test_instructions_come_first_then_the_most_artifacts_then_the_rest() -> None
         "Extract of 4 earlier messages (1 of 7 sentences, verbatim):",
         "[user] Always write dates as ISO 8601.",
     ]
-    # A sentence that does not fit is passed over for a shorter one, of any rank.
-    assert extract(ENTRIES, budget=25).splitlines()[1:] == ["[user] Hello there."]
-    # Then the sentence with three artifacts (a URL, two numbers) before the one with one
-    # (a path), each in its message's place.
+    # A sentence that does not fit is passed over for a shorter one, of any rank (of
+    # those without artifacts, the latest).
+    assert extract(ENTRIES, budget=25).splitlines()[1:] == ["[user] That looks fine."]
+    # Then the sentences with artifacts, the latest first, each in its message's place.
     assert extract(ENTRIES, budget=46).splitlines() == [
         "Extract of 4 earlier messages (2 of 7 sentences, verbatim):",
         "[assistant] Port 8080, timeout 30s, see https://example.com/runbook.",
@@ -53,13 +53,14 @@ def test_the_default_budget_is_a_quarter_of_the_input_and_at_least_128() -> None
     size = sum(estimate_text(entry.text) for entry in long)
     text = extract(long)
     assert estimate_text(text) <= size // 4 < size
-    # Steps 10 on hold two numbers and a path (a digit alone is no artifact): by order.
-    assert text.splitlines()[1] == "[user] Step 10 wrote out/part10.bin and 370 rows."
+    # Every step holds a path (and steps 10 on, a number): the latest first.
+    assert text.splitlines()[-1] == "[user] Step 199 wrote out/part199.bin and 7363 rows."
+    assert "[user] Step 0 wrote out/part0.bin and 0 rows." not in text.splitlines()
 
 
 def test_a_sentence_said_twice_is_kept_once_where_it_ranks_highest() -> None:
     twice = [Entry("user", "Never push to main."), Entry("summary", "Never push to main.")]
-    assert extract(twice).splitlines()[1:] == ["[user] Never push to main."]
+    assert extract(twice).splitlines()[1:] == ["[summary] Never push to main."]
     # Said first by the assistant, it is still the user's instruction: kept as the user's,
     # before the longer sentence with an artifact, when only one of them fits.
     echoed = [
@@ -67,6 +68,31 @@ def test_a_sentence_said_twice_is_kept_once_where_it_ranks_highest() -> None:
         Entry("user", "Never touch prod."),
     ]
     assert extract(echoed, budget=26).splitlines()[1:] == ["[user] Never touch prod."]
+
+
+def test_what_the_conversation_said_comes_before_tool_output_and_the_latest_first() -> None:
+    entries = [
+        Entry("user", "The staging port is 5433."),
+        Entry("tool", "port=9000 host=db-1.internal pool=32"),
+        Entry("assistant", "Checked src/db.py: it reads the port from the config."),
+        Entry("user", "Change of plan: the staging port is now 6543."),
+    ]
+    # Room for one sentence: the latest, the value that supersedes the earlier one.
+    assert extract(entries, budget=33).splitlines()[1:] == [
+        "[user] Change of plan: the staging port is now 6543."
+    ]
+    # For two, then three: the latest said first; tool output, which a tool can be asked
+    # for again, only once everything said with artifacts is in.
+    assert extract(entries, budget=51).splitlines()[1:] == [
+        "[assistant] Checked src/db.py: it reads the port from the config.",
+        "[user] Change of plan: the staging port is now 6543.",
+    ]
+    assert extract(entries, budget=60).splitlines()[1:] == [
+        "[user] The staging port is 5433.",
+        "[assistant] Checked src/db.py: it reads the port from the config.",
+        "[user] Change of plan: the staging port is now 6543.",
+    ]
+    assert "[tool] port=9000" in extract(entries, budget=72)
 
 
 def test_a_rendered_transcript_reads_back_as_its_entries() -> None:

@@ -9,7 +9,7 @@ import pytest
 from helpers import OPTIONS, data_dir_files, draft_file, file_only
 
 from agctl.base.errors import InvalidInput, ProviderError
-from agctl.providers.base import TextDelta
+from agctl.providers.base import ChatRequest, TextDelta, TurnContext
 from agctl.providers.offline import OfflineProvider, load_script
 from agctl.store import Store
 from agctl.turn.send import prepare_turn, send_turn
@@ -81,3 +81,53 @@ def test_script_as_json_lines(tmp_path: Path) -> None:
     path.write_text('"a"\n{"content": "b", "reasoning": "r"}\n')
     replies = load_script(path)
     assert [(r.content, r.reasoning) for r in replies] == [("a", None), ("b", "r")]
+
+
+def _asked(purpose: str, messages: list[dict[str, str]]) -> str:
+    """The offline provider's whole answer to one request of `purpose`."""
+    request = ChatRequest("offline", messages, context=TurnContext(purpose=purpose))
+    return "".join(e.text for e in OfflineProvider().stream(request) if isinstance(e, TextDelta))
+
+
+def test_a_probe_is_answered_from_the_context_before_it_only() -> None:
+    context = [
+        {"role": "system", "content": "[user] The staging database listens on port 5433."},
+        {
+            "role": "user",
+            "content": "Lunch is at noon. The staging database now listens on port 6543.",
+        },
+        {"role": "assistant", "content": "Noted: the cache listens on port 6379."},
+    ]
+    question = {
+        "role": "user",
+        "content": "Which port does the staging database listen on?\nAnswer in a few words.",
+    }
+
+    # Both database sentences share four words with the question; the later one wins.
+    said = _asked("probe", [*context, question])
+    assert said == "The staging database now listens on port 6543."
+    # Nothing before the question shares a word: it says so rather than guess.
+    assert _asked("probe", [context[2], {"role": "user", "content": "Who wrote the sonnets?"}]) == (
+        "Nothing in the conversation says."
+    )
+    # The question's own lines are not context: "staging" there does not answer it.
+    alone = [{"role": "user", "content": "Which staging port?\nThe staging port is 1."}]
+    assert _asked("probe", alone) == "Nothing in the conversation says."
+
+
+@pytest.mark.parametrize(
+    ("expected", "answer", "grade"),
+    [
+        ("5433", "It listens on port 5433.", "YES"),
+        ("deploy/prod.yaml", "See  DEPLOY/prod.yaml", "YES"),
+        ("5433", "It listens on port 6543.", "NO"),
+        ("", "anything", "NO"),
+    ],
+)
+def test_the_offline_judge_says_yes_when_the_answer_holds_the_expected_text(
+    expected: str, answer: str, grade: str
+) -> None:
+    grading = f"Question: Which port?\nExpected: {expected}\nAnswer: {answer}"
+    messages = [{"role": "system", "content": "grade"}, {"role": "user", "content": grading}]
+
+    assert _asked("judge", messages) == grade

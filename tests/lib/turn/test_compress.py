@@ -145,13 +145,14 @@ def test_one_token_over_compresses_then_sends(store: Store) -> None:
 
     folded, kept = original[1:-KEEP], original[-KEEP:]
     summary_text = offline_summary(render_transcript(folded))
-    # The offline provider's summary is the extract: a user's instruction first, then
-    # the other sentences by order, as many as the budget of 128 tokens holds.
+    # The offline provider's summary is the extract: with no instruction or artifact
+    # folded, the latest sentences, as many as the budget of 128 tokens holds (a short
+    # one where a long one does not fit).
     assert summary_text.splitlines() == [
         "Extract of 6 earlier messages (4 of 8 sentences, verbatim):",
-        f"[user] {LONG[0]}",
         "[assistant] Agreed.",
         f"[user] {LONG[2]}",
+        f"[assistant] {LONG[5]}",
     ]
     summary_request, turn_request = provider.requests
     assert summary_request.context.purpose == "summary"

@@ -184,17 +184,32 @@ def test_the_offline_provider_summarises_by_extraction(store: Store) -> None:
     )
 
 
+@pytest.mark.parametrize("strategy", ["summarize", "rolling"])
+def test_a_summarys_budget_is_asked_in_words_and_the_offline_extract_keeps_to_it(
+    rolled: Store, strategy: str
+) -> None:
+    provider = RecordingOffline()
+
+    result = compress(
+        rolled, "s", None, strategy=strategy, keep_recent=2, provider=provider, budget_tokens=30
+    )
+
+    (request,) = provider.requests
+    assert request.messages[0]["content"].endswith(
+        "\n\nKeep the summary under 30 tokens: drop the least important items first."
+    )
+    assert request.context.budget == 30
+    assert result.summary is not None
+    assert 0 < estimate_text(result.summary) <= 30
+    unbounded = RecordingOffline()
+    compress(rolled, "s", None, strategy=strategy, keep_recent=0, provider=unbounded)
+    assert unbounded.requests[0].context.budget is None
+    assert "Keep the summary under" not in unbounded.requests[0].messages[0]["content"]
+
+
 def test_what_a_strategy_would_ignore_is_refused_before_anything_changes(rolled: Store) -> None:
-    with pytest.raises(UsageError, match="--budget-tokens bounds an extractive summary"):
-        compress(
-            rolled,
-            "s",
-            None,
-            strategy="rolling",
-            keep_recent=2,
-            provider=OfflineProvider(),
-            budget_tokens=9,
-        )
+    with pytest.raises(UsageError, match="--budget-tokens bounds a summary; a truncation"):
+        compress(rolled, "s", None, strategy="truncate", keep_recent=2, budget_tokens=9)
     with pytest.raises(UsageError, match="extractive asks none"):
         compress(
             rolled, "s", None, strategy="extractive", keep_recent=2, instructions="Keep dates."

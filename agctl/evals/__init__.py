@@ -1,0 +1,1 @@
+"""Evaluations of agctl itself: how much of what matters a compression keeps (agctl eval)."""
