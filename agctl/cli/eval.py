@@ -11,6 +11,7 @@ from agctl.cli.options import json_option, provider_options
 from agctl.cli.output import echo, json_text
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from agctl.evals.compaction import Report, Run
@@ -29,6 +30,10 @@ def command() -> None:
     """
 
 
+# The longest transcript the generator makes: it holds it in memory (about 2 KB a message).
+MAX_MESSAGES = 20_000
+
+
 # The probe generator's knobs, shared by `compaction` and `probes`.
 def generator_options(fn: Any) -> Any:
     for option in reversed(
@@ -42,10 +47,10 @@ def generator_options(fn: Any) -> Any:
             ),
             click.option(
                 "--messages",
-                type=Count(min=20),
+                type=click.IntRange(min=20, max=MAX_MESSAGES),
                 default=240,
                 show_default=True,
-                help="Messages in a generated transcript.",
+                help=f"Messages in a generated transcript (at most {MAX_MESSAGES:,}).",
             ),
             click.option(
                 "--facts",
@@ -79,17 +84,23 @@ value since changed (stale), the tokens kept, the facts the compressions' loss r
 counted lost, the tokens spent and their cost.
 
 Every strategy is held to the same budget: after a compression the context holds at
-most --budget-tokens (a truncation keeps as many recent messages as fit; a summary gets
-what the --keep-recent messages leave: an extract keeps to it exactly, a model is asked
-to). Strategies: truncate, extractive, summarize, rolling; add +pins to keep the
-messages the transcript pins (without, its pins are dropped).
+most --budget-tokens where it can (a truncation keeps as many recent messages as fit; a
+summary gets what the --keep-recent messages leave: an extract keeps to it exactly, a
+model is asked to; a leading system message, pins and a tool call with its results are
+never split or dropped, so KEPT may pass the budget). Strategies: truncate, extractive,
+summarize, rolling; add +pins to keep the messages the transcript pins (without, its
+pins are dropped).
 
 Without --transcript and --probes, run r uses the probe generator's transcript of seed
 --seed + r (facts planted by template, some changing value later), so runs differ; with
 them, the same transcript is replayed each run and the model is what varies. The
-offline provider (the default) summarises extractively and answers with the sentence of
-the context that shares most words with the question: no model, deterministic. Name a
-profile to evaluate a real model: every summary, answer and judgement is a request.
+offline provider summarises extractively and answers with the sentence of the context
+that shares most words with the question: no model, deterministic. It is used unless
+--profile, --provider or --model names a model (a default profile is not used): then
+every summary, answer and judgement is a request to it, and a request that fails counts
+its probe wrong, the error in the answer (JSON). Each run's result is printed on stderr
+as it ends (a JSON line with --json), so a failed or interrupted evaluation keeps what
+it measured.
 
 \b
 Examples:
@@ -154,12 +165,6 @@ Examples:
     help="Profile whose model grades probes of match judge (default: the one evaluated).",
 )
 @provider_options
-@click.option(
-    "--script",
-    type=PathType(dir_okay=False),
-    help="Offline provider with canned replies.",
-)
-@click.option("--cassette", type=PathType(dir_okay=False), help="Replay.")
 @json_option
 @pass_app
 def compaction(
@@ -190,18 +195,7 @@ def compaction(
         facts=facts,
         drift=drift,
     )
-    total = runs * len(settings.strategies)
-    done = []
-
-    def progress(run: Run) -> None:
-        """Each run, as it ends, on stderr: a model's evaluation takes a while."""
-        done.append(run)
-        if app.quiet:
-            return
-        right = sum(answer.correct for answer in run.answers)
-        said = f"run {len(done)}/{total}: {run.strategy}, recall {right}/{len(run.answers)}"
-        echo(json_text({"progress": said}) if app.json else f"agctl: {said}", err=True)
-
+    progress = reporter(app, runs * len(settings.strategies))
     report = evaluate_compaction(
         choice, settings, source, judge_profile=judge_profile, on_run=progress
     )
@@ -228,6 +222,33 @@ NOTES = (
     "last compression; COMPRESSED: compressions a run made; LOST/FOUND: facts the loss "
     "reports counted (per run); TOKENS: spent on summaries, answers and judgements (per run)."
 )
+
+
+def reporter(app: App, total: int) -> Callable[[Run], None]:
+    """What says each of `total` runs on stderr as it ends: a model's evaluation takes a
+    while, and one that fails or is interrupted keeps what it measured."""
+    done: list[Run] = []
+
+    def progress(run: Run) -> None:
+        done.append(run)
+        if app.quiet:
+            return
+        right = sum(answer.correct for answer in run.answers)
+        said = f"run {len(done)}/{total}: {run.strategy}, recall {right}/{len(run.answers)}"
+        if not app.json:
+            echo(f"agctl: {said}", err=True)
+            return
+        measured = {
+            "strategy": run.strategy,
+            "run": run.run,
+            "seed": run.seed,
+            "recall": run.recall,
+            "kept_tokens": run.kept_tokens,
+            "compressions": run.compressions,
+        }
+        echo(json_text({"progress": said, **measured}), err=True)
+
+    return progress
 
 
 def report_text(report: Report) -> str:

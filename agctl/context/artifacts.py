@@ -50,17 +50,19 @@ _PATH = re.compile(
     r"jpg)\b"
 )
 # An id: a UUID; a hex string of 7+ (a commit, a digest); a ticket (ABC-123, #123); a word
-# of letters and digits together, 5+ long, or with _ or - between them (toolu_01Ab, v2-beta).
+# of letters and digits together, 5+ long, or with _ - or . between them (toolu_01Ab,
+# v2-beta, v2.0.31).
 _ID = re.compile(
     r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
     r"|(?<![\w-])[0-9a-f]{7,64}\b"
     r"|(?<![\w-])[A-Z][A-Z0-9]{1,9}-\d++\b"
     r"|(?<![\w#])#\d++\b"
-    r"|(?<![\w-])(?=[A-Za-z_-]*+\d)(?=[\d_-]*+[A-Za-z])[A-Za-z0-9]++(?:[_-][A-Za-z0-9]++)*+\b",
+    r"|(?<![\w-])(?=[A-Za-z_-]*+\d)(?=[\d_-]*+[A-Za-z])[A-Za-z0-9]++(?:[._-][A-Za-z0-9]++)*+\b",
     re.IGNORECASE,
 )
-# A number worth keeping: two digits or more, or with a decimal part, a sign or a unit of %.
-_NUMBER = re.compile(r"(?<![\w.,])[-+]?\d[\d,_]*+(?:\.\d++)?%?(?![\w])")
+# A number worth keeping: two digits or more, or with decimal parts (2.5, 2.0.31,
+# 10.0.0.1), a sign or a unit of %.
+_NUMBER = re.compile(r"(?<![\w.,])[-+]?\d[\d,_]*+(?:\.\d++)*+%?(?![\w])")
 # A sentence ends at . ! ? followed by a space or the end (not inside a path, a URL or a
 # version: src/app.py, v2.1), or at a line end.
 _SENTENCE = re.compile(r"(?:[^.!?\n]++|[.!?]++(?![ \t\r\f\v]|\n|$))*+(?:[.!?]++|\n|$)")

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from agctl.context import artifacts
+from agctl.context.models import Message
 from agctl.context.tokens import estimate_text
 
 # The role of text that is a summary already (a previous compression's), not a message.
@@ -57,6 +58,17 @@ class _Candidate(NamedTuple):
     entry: int
     sentence: str
     position: int  # the sentence's place in all of them
+
+
+def without_header(text: str) -> str:
+    """An extract's text without its header line: its counts are not facts of the
+    conversation (a loss report or a must-keep list would find them)."""
+    return "\n".join(line for line in text.split("\n") if not _HEADER.fullmatch(line.strip()))
+
+
+def without_headers(messages: Sequence[Message]) -> list[Message]:
+    """`messages` (a compressed zone) with any extract's header line left out."""
+    return [m.model_copy(update={"content": without_header(m.text())}) for m in messages]
 
 
 def default_budget(tokens: int) -> int:

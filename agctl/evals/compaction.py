@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agctl.base.errors import UsageError
+from agctl.base.errors import ProviderError, UsageError
 from agctl.base.vocab import COMPRESS_STRATEGIES, CompressStrategy
 from agctl.context.artifacts import KINDS
 from agctl.context.models import Message, Slot
@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 # The strategies compared when none is named: the issue's table.
 DEFAULT_STRATEGIES = "truncate,extractive,rolling,rolling+pins"
 PINS_SUFFIX = "+pins"
+# The name an input read from stdin goes by (agctl.cli.app.read_input_file).
+STDIN = "<stdin>"
 # The least a summary is given, in tokens, however little the kept messages leave.
 MIN_SUMMARY = 64
 # What the question a probe asks is followed by, so a model answers with the fact only.
@@ -123,6 +125,7 @@ class Answer:
     correct: bool
     stale: bool
     pinned: bool  # whether the transcript pins a message stating the expected answer
+    error: str | None = None  # why the model gave no answer (counted wrong)
 
 
 @dataclass
@@ -235,6 +238,7 @@ class Report:
                     "stale": answer.stale,
                     "pinned": answer.pinned,
                     "answer": answer.answer,
+                    **({"error": answer.error} if answer.error is not None else {}),
                 }
                 for run in self.runs
                 for answer in run.answers
@@ -300,8 +304,7 @@ def run_one(
         found_facts={kind: set() for kind in KINDS},
         lost_facts={kind: set() for kind in KINDS},
     )
-    for start in range(0, len(messages), settings.every):
-        batch = messages[start : start + settings.every]
+    for batch in batches(messages, settings.every):
 
         def replay(slot: Slot, batch: list[Message] = batch) -> None:
             slot.messages.extend(batch)
@@ -319,6 +322,20 @@ def run_one(
     return run
 
 
+def batches(messages: Sequence[Message], every: int) -> list[list[Message]]:
+    """`messages` in runs of `every`, each run longer where it would end between a tool
+    call and its results (a compression there would fold the call without them)."""
+    runs: list[list[Message]] = []
+    start = 0
+    while start < len(messages):
+        end = min(start + every, len(messages))
+        while end < len(messages) and messages[end].role == "tool":
+            end += 1
+        runs.append(list(messages[start:end]))
+        start = end
+    return runs
+
+
 def context_tokens(slot: Slot) -> int:
     """The tokens of a slot's compressed zone and messages: what the budget bounds."""
     return sum(m.token_count() for m in (*slot.compressed, *slot.messages))
@@ -326,30 +343,38 @@ def context_tokens(slot: Slot) -> int:
 
 def fit(slot: Slot, strategy: CompressStrategy, budget: int, keep_recent: int) -> tuple[int, int]:
     """How many recent messages a compression keeps, and the summary's token budget, for
-    the slot to hold at most `budget` tokens after it (pins count first): a truncation
-    keeps as many as fit; a summary keeps `keep_recent` (fewer, if they leave it less
-    than MIN_SUMMARY) and gets the rest."""
-    pinned = sum(m.token_count() for m in slot.messages if m.pinned)
+    the slot to hold at most `budget` tokens after it where it can: what no compression
+    folds counts first (a leading system message, pinned messages with their tool-call
+    groups); a truncation keeps as many recent messages as fit; a summary keeps
+    `keep_recent` (fewer, if they leave it less than MIN_SUMMARY) and gets the rest."""
+    from agctl.turn.compress import pinned_groups
+
+    messages = slot.messages
+    head = 1 if messages and messages[0].role == "system" else 0
+    fixed = set(range(head)) | set(pinned_groups(messages, head, len(messages)))
+    held = sum(messages[i].token_count() for i in fixed)
     if strategy == "truncate":
-        room = budget - pinned - sum(m.token_count() for m in slot.compressed)
+        room = budget - held - sum(m.token_count() for m in slot.compressed)
         kept = 0
-        while kept < len(slot.messages) and _kept_tokens(slot, kept + 1) <= room:
+        while kept < len(messages) - head and _kept_tokens(slot, kept + 1, fixed) <= room:
             kept += 1
         return kept, 0
-    room = budget - pinned - Message(role="system", content="").token_count()
-    kept = min(keep_recent, len(slot.messages))
-    while kept and _kept_tokens(slot, kept) > room - MIN_SUMMARY:
+    room = budget - held - Message(role="system", content="").token_count()
+    kept = min(keep_recent, len(messages) - head)
+    while kept and _kept_tokens(slot, kept, fixed) > room - MIN_SUMMARY:
         kept -= 1
-    return kept, max(MIN_SUMMARY, room - _kept_tokens(slot, kept))
+    return kept, max(MIN_SUMMARY, room - _kept_tokens(slot, kept, fixed))
 
 
-def _kept_tokens(slot: Slot, count: int) -> int:
-    """The tokens of the messages a compression keeping the last `count` keeps, pinned
-    ones aside (counted apart): its cut moves back over tool results to their call."""
+def _kept_tokens(slot: Slot, count: int, fixed: set[int]) -> int:
+    """The tokens of the messages a compression keeping the last `count` keeps, those
+    in `fixed` aside (counted apart): its cut moves back over tool results to their call."""
     if not count:
         return 0
     start = tool_safe_cut(slot.messages, len(slot.messages) - count)
-    return sum(m.token_count() for m in slot.messages[start:] if not m.pinned)
+    return sum(
+        m.token_count() for i, m in enumerate(slot.messages) if i >= start and i not in fixed
+    )
 
 
 def _compress(
@@ -400,9 +425,14 @@ def _ask(
 
     session = store.load_session(session_id)
     slot = store.load_slot(session_id, None)
-    question = Message(role="user", content=f"{probe.question}\n{ASK_BRIEFLY}")
+    # The question on one line, then how to answer (the offline reader reads the first).
+    asked = " ".join(probe.question.split())
+    question = Message(role="user", content=f"{asked}\n{ASK_BRIEFLY}")
     view = request_messages(session, slot, user_input=question)
-    said, usage = _request(models.provider, models.model, view.requests, "probe", session_id)
+    try:
+        said, usage = _request(models.provider, models.model, view.requests, "probe", session_id)
+    except ProviderError as exc:  # a refusal, an empty reply, a request that failed
+        return Answer(index, "", False, False, pinned=False, error=str(exc))
     if usage is not None:
         run.usages.append((models.model, usage))
     if probe.match == "judge":
@@ -503,6 +533,8 @@ class Source:
                 "--transcript and --probes go together: the probes ask about the transcript "
                 "(give neither to use the probe generator's)"
             )
+        if self.transcript[1] == self.probes[1] == STDIN:
+            raise UsageError("--transcript and --probes cannot both be read from stdin")
         given = Conversation(read_transcript(*self.transcript), generator.read_probes(*self.probes))
         return lambda number: given
 
@@ -524,13 +556,17 @@ def evaluate_compaction(
     on_run: Callable[[Run], None] | None = None,
 ) -> Report:
     """Evaluate the strategies of `settings` on `source`'s conversations with the model
-    `choice` resolves to (no session's settings have a say: the runs' sessions are
-    thrown away), judge probes graded by `judge_profile`'s model (default: the same)."""
+    `choice` resolves to, the offline provider unless it names a profile, a provider or
+    a model (a default profile never makes an evaluation's hundreds of requests; no
+    session has a say: the runs' sessions are thrown away), judge probes graded by
+    `judge_profile`'s model (default: the same)."""
     from agctl.config.file import ConfigFile
     from agctl.turn.setup import ModelChoice, ModelSetup
 
     conversations = source.conversations()
     config = ConfigFile().load()
+    if not (choice.profile or choice.provider or choice.model):
+        choice = ModelChoice(provider="offline", model="offline")
     setup = ModelSetup.chosen(None, "", choice, config=config)
     models = Models(setup.provider(), setup.settings.model, prices=config.price_overrides())
     if judge_profile is not None:

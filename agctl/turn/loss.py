@@ -133,7 +133,15 @@ def compression_loss(slot: Slot, folded: Sequence[Message], summary: str | None)
     with them); without (a truncation), nothing replaces them."""
     if summary is None:
         return loss_report(folded, None)
-    return loss_report([*slot.compressed, *folded], summary)
+    return loss_report([*replaced_zone(slot), *folded], summary)
+
+
+def replaced_zone(slot: Slot) -> list[Message]:
+    """The compressed zone a summary replaces, as its facts are read: an extract's header
+    left out (its counts are no facts of the conversation)."""
+    from agctl.context.extractive import without_headers
+
+    return without_headers(slot.compressed)
 
 
 def preview_loss(slot: Slot, folded: Sequence[Message], strategy: str) -> LossReport:
@@ -141,7 +149,7 @@ def preview_loss(slot: Slot, folded: Sequence[Message], strategy: str) -> LossRe
     every fact of what it would fold (the compressed zone with the messages), at risk."""
     if strategy == "truncate":
         return compression_loss(slot, folded, None)
-    return at_risk([*slot.compressed, *folded])
+    return at_risk([*replaced_zone(slot), *folded])
 
 
 def loss_report(folded: Sequence[Message], replacement: str | None) -> LossReport:

@@ -59,7 +59,7 @@ def merge_slots(
     Messages merged before (by content) are not merged again; the merge is recorded in
     TARGET's meta.
     """
-    from agctl.turn.compress import summarize
+    from agctl.turn.compress import check_as_read, summarize
 
     source = store.load_slot(session_id, source_id)
     target_id = target_id or source.meta.parent_id
@@ -104,6 +104,7 @@ def merge_slots(
 
     def apply(slot: Slot) -> None:
         slot.check_writable("merge")
+        check_as_read(target, slot, "merged into", "merge")
         merged = {h for r in slot.meta.merges if r.source == source.id for h in r.hashes}
         if merged & {h for h, _ in fresh}:
             raise Conflict(

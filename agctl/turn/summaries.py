@@ -35,6 +35,8 @@ from agctl.context.extractive import (
     Entry,
     extract,
     transcript_entries,
+    without_header,
+    without_headers,
 )
 from agctl.context.models import Message, utcnow
 from agctl.providers.base import ChatRequest, Provider, TurnContext
@@ -210,8 +212,10 @@ def summarize_rolling(
 
 
 def previous_text(previous: Sequence[Message]) -> str:
-    """The text of a compressed zone: the summary a compression replaces."""
-    return "\n\n".join(message.text() for message in previous if message.text())
+    """The text of a compressed zone: the summary a compression replaces (an extract's
+    header left out)."""
+    texts = (without_header(message.text()) for message in previous)
+    return "\n\n".join(text for text in texts if text.strip())
 
 
 def extractive(
@@ -274,7 +278,7 @@ def replacement(
     return summarize(
         provider,
         model,
-        [*previous, *messages],
+        [*without_headers(previous), *messages],
         instructions=instructions,
         context=context,
         budget=budget,

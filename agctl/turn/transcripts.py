@@ -414,7 +414,11 @@ def _replay(
     import time
     from dataclasses import replace as with_changes
 
-    base = with_changes(base, keep_draft=False)
+    # The slot the replay began on, not whichever is current when each turn starts: a
+    # `slot use` meanwhile (another command, a hook) must not split the replay.
+    base = with_changes(
+        base, keep_draft=False, slot=base.slot or store.resolve_slot(session_id, None)
+    )
 
     if check == "regex":
         for number, turn in enumerate(turns, start=1):

@@ -202,13 +202,13 @@ def test_ctx_show_before_and_after_an_automatic_compression(
 
     assert reply.startswith('Offline reply to turn 1 in slot "default"')
     # The offline provider summarises by extraction: the user's instruction-like
-    # questions, then sentences by order, as many as 128 tokens hold.
+    # question, then the latest sentences, as many as 128 tokens hold.
     summary = "\n".join(
         [
-            "Extract of 4 earlier messages (4 of 6 sentences, verbatim):",
-            f"[user] {HISTORY[0]}",
-            "[assistant] A session directory holds all of its slots.",
+            "Extract of 4 earlier messages (3 of 6 sentences, verbatim):",
+            "[user] Which file format should the sessions use?",
             f"[user] {HISTORY[2]}",
+            f"[assistant] {HISTORY[3]}",
         ]
     )
     slot = store.load_slot(sid)

@@ -55,8 +55,15 @@ def test_json_gives_each_strategys_summary_and_every_answer(run: Run) -> None:
     }
     # With --json, the progress on stderr is JSON lines too.
     progress = [json.loads(line) for line in result.stderr.splitlines()]
-    assert progress[0] == {"progress": progress[0]["progress"]}
     assert len(progress) == 8
+    assert progress[0]["progress"].startswith("run 1/8: truncate, recall ")
+    recalls = {
+        (row["strategy"], n): r
+        for row in report["strategies"]
+        for n, r in enumerate(row["recall"]["each"])
+    }
+    assert {(p["strategy"], p["run"]): p["recall"] for p in progress} == recalls
+    assert all(p["seed"] == p["run"] and p["kept_tokens"] > 0 for p in progress)
 
 
 def test_a_written_probe_set_replays_the_same_as_its_seed(run: Run, tmp_path: Path) -> None:
@@ -94,7 +101,8 @@ def test_a_written_probe_set_replays_the_same_as_its_seed(run: Run, tmp_path: Pa
 def test_against_a_model_over_http_every_summary_and_answer_is_a_request(
     run: Run, wired: FakeOpenAI
 ) -> None:
-    rolling = ("--strategy", "rolling", "--budget-tokens", "1000", "--runs", "1")
+    rolling = ("--provider", "openai", "--strategy", "rolling", "--budget-tokens", "1000")
+    rolling = (*rolling, "--runs", "1")
     result = ok(run("eval", "compaction", *rolling, *SMALL, "--json"))
 
     report = json.loads(result.stdout)
@@ -117,6 +125,16 @@ def test_against_a_model_over_http_every_summary_and_answer_is_a_request(
     assert row["cost"] is None  # fake-model has no price
 
 
+def test_a_default_profile_is_not_evaluated_unless_named(run: Run, wired: FakeOpenAI) -> None:
+    """A default profile (or AGCTL_PROVIDER) would make hundreds of paid requests: the
+    evaluation is offline unless --profile, --provider or --model names a model."""
+    ok(run("profile", "add", "paid", "--preset", "openai", "--model", "gpt-4o", "--default"))
+
+    report = json.loads(ok(run("eval", "compaction", "--runs", "1", *SMALL, "--json")).stdout)
+
+    assert report["model"] == "offline" and wired.requests == []
+
+
 def test_what_the_evaluation_cannot_use_is_refused_before_it_runs(run: Run, tmp_path: Path) -> None:
     probes = tmp_path / "probes.jsonl"
     probes.write_text('{"question": "Which port?", "expect": "5433"}\n{"question": "x"}\n')
@@ -132,6 +150,9 @@ def test_what_the_evaluation_cannot_use_is_refused_before_it_runs(run: Run, tmp_
     )
     fails(run("eval", "compaction", "--strategy", "truncate,fold"), 2, "unknown strategy 'fold'")
     fails(run("eval", "compaction", "--messages", "40"), 2, "too few")
+    fails(run("eval", "probes", "--messages", "20001", "--out", str(tmp_path)), 2, "20000")
+    both = ("--transcript", "-", "--probes", "-")
+    fails(run("eval", "compaction", *both, input=b"[]"), 2, "cannot both be read from stdin")
     fails(
         run("eval", "compaction", "--probes", str(tmp_path / "missing.jsonl"), "--transcript", "-"),
         3,

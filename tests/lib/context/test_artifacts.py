@@ -82,7 +82,23 @@ def test_a_sentence_is_not_cut_inside_a_path_a_url_or_a_version() -> None:
     ]
 
 
-@pytest.mark.parametrize("shape", ["ab1-", "ab-", "1,", "a/", "a.", "x_1", "#1", "~/a", "c:\\a"])
+def test_a_version_or_an_address_is_one_fact_whatever_its_parts() -> None:
+    """A summary keeping 2.0.9 must not pass for one keeping 2.0.31 (both were '2.0')."""
+    found = find("Pin 2.0.31 on 10.0.0.1, then v2.0.31 and toolu_01Ab.x9.", role="assistant")
+    assert found.numbers == ("2.0.31", "10.0.0.1")
+    assert found.ids == ("v2.0.31", "toolu_01Ab.x9")
+    assert found.missing_from("Pinned 2.0.9 on 10.0.0.1, v2.0.9.").counts() == {
+        "instructions": 0,
+        "urls": 0,
+        "paths": 0,
+        "ids": 2,
+        "numbers": 1,
+    }
+
+
+@pytest.mark.parametrize(
+    "shape", ["ab1-", "ab-", "1,", "1.", "a1.", "a/", "a.", "x_1", "#1", "~/a", "c:\\a"]
+)
 def test_hostile_text_is_read_in_one_pass(shape: str) -> None:
     """Each pattern starts only at a token's start and never backtracks into it: before
     that, 'ab1-' * 50,000 took 394 s. A quadratic pattern would not finish here."""

@@ -3,10 +3,12 @@ own compress, and probed; what the report counts, over runs."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from helpers import RecordingOffline, msg
 
-from agctl.base.errors import UsageError
+from agctl.base.errors import ProviderError, UsageError
 from agctl.context.models import Message, Slot
 from agctl.evals import probes as generator
 from agctl.evals.compaction import (
@@ -14,6 +16,7 @@ from agctl.evals.compaction import (
     Models,
     Settings,
     Source,
+    batches,
     context_tokens,
     evaluate,
     fit,
@@ -21,6 +24,7 @@ from agctl.evals.compaction import (
     run_one,
 )
 from agctl.evals.probes import Probe
+from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider
 
 SEEDS = range(5)
@@ -92,6 +96,73 @@ def test_a_cut_never_keeps_tool_results_without_their_call_or_passes_the_budget(
     assert fit(slot, "truncate", room, keep_recent=6) == (1, 0)
     whole = sum(m.token_count() for m in slot.messages[1:])
     assert fit(slot, "truncate", whole, keep_recent=6) == (3, 0)
+
+
+def test_what_no_compression_folds_counts_first_a_system_message_and_pinned_groups() -> None:
+    call = Message.model_validate(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+            "pinned": True,
+        }
+    )
+    result = Message(role="tool", tool_call_id="c1", content="x " * 40)
+    words = [msg("user", f"message {n} " + "word " * 30) for n in range(6)]
+    slot = slot_of(msg("system", "rules " * 60), call, result, *words)
+    each = words[0].token_count()
+    fixed = sum(m.token_count() for m in slot.messages[:3])
+    # The system message and the pinned call with its (unpinned) result come first.
+    assert fit(slot, "truncate", fixed + 2 * each + 1, keep_recent=6) == (2, 0)
+    empty = msg("system", "").token_count()
+    assert fit(slot, "rolling", fixed + 1000, keep_recent=2) == (2, 1000 - empty - 2 * each)
+
+
+def test_replay_batches_never_end_between_a_call_and_its_results() -> None:
+    call = Message.model_validate(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": f"c{n}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                for n in (1, 2)
+            ],
+        }
+    )
+    results = [Message(role="tool", tool_call_id=f"c{n}", content="r") for n in (1, 2)]
+    messages = [msg("user", "a"), call, *results, msg("assistant", "b"), msg("user", "c")]
+
+    assert [len(batch) for batch in batches(messages, 2)] == [4, 2]
+    assert [len(batch) for batch in batches(messages, 3)] == [4, 2]
+    assert [len(batch) for batch in batches(messages, 1)] == [1, 3, 1, 1]
+    assert [m for batch in batches(messages, 2) for m in batch] == messages
+
+
+def test_a_probe_the_model_fails_to_answer_counts_wrong_and_keeps_the_error() -> None:
+    class Refusing(OfflineProvider):
+        def stream(self, request: ChatRequest) -> Iterator[Event]:
+            if request.context.purpose == "probe" and "port" in str(request.messages[-1]):
+                raise ProviderError("the model refused (finish_reason content_filter)")
+            return super().stream(request)
+
+    messages = [msg("user", "The staging database listens on port 5433. The cache is redis.")]
+    probes = [
+        Probe(question="Which port does the staging database listen on?", expect="5433"),
+        Probe(question="What is the cache?", expect="redis"),
+    ]
+    settings = Settings(parse_strategies("truncate"), runs=1)
+
+    run = run_one(
+        Conversation(messages, probes), settings.strategies[0], settings, Models(Refusing(), "m")
+    )
+
+    assert [(a.correct, a.error) for a in run.answers] == [
+        (False, "the model refused (finish_reason content_filter)"),
+        (True, None),
+    ]
+    assert run.recall == 0.5
 
 
 @pytest.mark.parametrize("seed", SEEDS)

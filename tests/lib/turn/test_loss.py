@@ -208,6 +208,25 @@ def test_an_automatic_compression_in_a_turn_follows_the_threshold(store: Store) 
     assert Checkpointer(store).summaries("s") == []
 
 
+def test_an_extracts_header_is_no_fact_to_keep_or_lose(store: Store) -> None:
+    """Folding an extract again: its header's counts ('Extract of 12 earlier messages (34
+    of 56 sentences') are not the conversation's numbers."""
+    store.create_session("s")
+    notes = [msg("user", f"Note {letter}: nothing here.") for letter in "abcdefghijkl"]
+    store.update_slot("s", None, lambda s: s.messages.extend(notes))
+    compress(store, "s", None, strategy="extractive", keep_recent=2)
+    (extract,) = store.load_slot("s").compressed
+    assert extract.text().startswith("Extract of 10 earlier messages (")
+    more = [msg("user", "More of nothing.") for _ in range(4)]
+    store.update_slot("s", None, lambda s: s.messages.extend(more))
+
+    again = compress(store, "s", None, strategy="extractive", keep_recent=2)
+    previewed = preview_compression(store, "s", None, strategy="rolling", keep_recent=0)
+
+    assert again.loss is not None and previewed.loss is not None
+    assert again.loss.found.numbers == previewed.loss.found.numbers == ()
+
+
 def test_the_text_shows_a_few_items_of_each_kind_each_cut_short() -> None:
     paths = tuple(f"src/m{i}.py" for i in range(SHOWN_ITEMS + 3))
     instruction = "Always " + "keep it short " * 10 + "."

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import pytest
 from helpers import LONG, add, data_dir_files, dumps, file_only, msg
 
-from agctl.base.errors import ReadonlySlot, UsageError
+from agctl.base.errors import Conflict, ReadonlySlot, UsageError
 from agctl.base.hashing import message_hashes
 from agctl.context.models import Message
+from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
 from agctl.turn.compress import compress
@@ -82,6 +85,48 @@ def test_merge_summary_appends_one_offline_summary(branched: Store) -> None:
     (record,) = target.meta.merges
     assert (record.source, record.strategy, record.added) == ("b", "summary", 1)
     assert record.hashes == message_hashes(added)
+
+
+class Meanwhile(OfflineProvider):
+    """Runs `change` while it writes the summary: another command's work landing then."""
+
+    def __init__(self, change: Callable[[], None]) -> None:
+        super().__init__()
+        self.change = change
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        self.change()
+        return super().stream(request)
+
+
+def test_a_merge_is_refused_on_a_target_deleted_and_made_again_meanwhile(
+    branched: Store,
+) -> None:
+    branched.derive_slot("s", "t", source="b")
+    branched.derive_slot("s", "c", source="t")
+    add(branched, "s", "c", msg("user", "u5"))
+
+    def remake() -> None:
+        branched.delete_slot("s", "t")
+        branched.create_slot("s", "t")
+        add(branched, "s", "t", msg("user", "u1"))
+
+    with pytest.raises(Conflict, match=r"deleted and made again\): the merge, computed from"):
+        merge_slots(branched, "s", "c", strategy="summary", provider=Meanwhile(remake))
+
+    target = branched.load_slot("s", "t")
+    assert [m.text() for m in target.messages] == ["u1"] and target.meta.merges == []
+
+
+def test_a_merge_keeps_what_was_appended_to_its_target_meanwhile(branched: Store) -> None:
+    def append() -> None:
+        add(branched, "s", "default", msg("user", "u4"))
+
+    merge_slots(branched, "s", "b", strategy="summary", provider=Meanwhile(append))
+
+    texts = [m.text() for m in branched.load_slot("s", "default").messages]
+    assert texts[:5] == ["u1", "a1", "u3", "a3", "u4"]
+    assert texts[5].startswith("From branch b: ")
 
 
 def test_merge_from_a_focused_derive(store: Store) -> None:

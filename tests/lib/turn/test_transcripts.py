@@ -266,6 +266,32 @@ def test_replay_reports_each_turn_and_counts_mismatches(store: Store) -> None:
     ]
 
 
+def test_a_replay_stays_on_the_slot_it_began_on_when_another_is_selected_meanwhile(
+    store: Store,
+) -> None:
+    store.create_session("s")
+    store.create_slot("s", "other")
+
+    class Switching(OfflineProvider):
+        """Another command's `slot use other` lands while the first turn is answered."""
+
+        def stream(self, request: ChatRequest) -> Iterator[Event]:
+            if request.context.turn == 1:
+                store.use_slot("s", "other")
+            return super().stream(request)
+
+    turns = [TranscriptTurn(input="a"), TranscriptTurn(input="b")]
+    seen: list[str] = []
+    replay(
+        store, "s", turns, Switching(), OPTIONS, on_turn=lambda o: seen.append(o.to_dict()["slot"])
+    )
+
+    assert seen == ["default", "default"]
+    assert [text for _, text in chat(store, "s")][::2] == ["a", "b"]
+    assert store.load_slot("s", "other").messages == []
+    assert store.load_session("s").current_slot == "other"
+
+
 def test_replay_without_check_counts_nothing_as_checked(store: Store) -> None:
     store.create_session("s")
     turns = [TranscriptTurn(input="a", expect="not this")]

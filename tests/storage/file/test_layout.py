@@ -13,8 +13,12 @@ from agctl.storage.file import layout
 PACKAGE = Path(__file__).resolve().parents[3] / "agctl"
 LAYOUT = PACKAGE / "storage" / "file" / "layout.py"
 # Paths that are not in the data dir: the user's config file, the demo's own config, the
-# demo's scratch files (in a temp dir of their own), a project's hooks file.
-NOT_THE_DATA_DIR = {"config.json", "demo-config.json", "script.json", "runs.log", "hooks.json"}
+# demo's scratch files (in a temp dir of their own), a project's hooks file, a probe set's
+# files (`eval probes --out DIR`).
+NOT_THE_DATA_DIR = {
+    *("config.json", "demo-config.json", "script.json", "runs.log", "hooks.json"),
+    *("transcript.jsonl", "probes.jsonl"),
+}
 FILE_NAMES = {
     layout.SESSION,
     layout.LOCK,
