@@ -53,8 +53,8 @@ from agctl.context.models import (
     Session,
     _empty_dict,
     _empty_list,
-    _is_none,
     _optional,
+    shared_field,
 )
 from agctl.context.pricing import Price as PriceRow
 from agctl.storage.urls import (
@@ -113,23 +113,23 @@ class Profile(Model):
     model: str | None = None
     api_key: str | None = None
     api_key_env: str | None = None
-    headers: dict[str, str] = Field(default_factory=_empty_dict)
+    headers: dict[str, str] = shared_field(default_factory=_empty_dict)
     cassette: str | None = None
     context_window: int | None = Field(default=None, gt=0)
     # Send prompt_cache_key (OpenAI's cache routing); None: only to OpenAI itself, since
     # another server may refuse a field it does not know.
-    prompt_cache_key: bool | None = Field(default=None, exclude_if=_is_none)
+    prompt_cache_key: bool | None = _optional()
     # The Anthropic wire: how long the cache entries its breakpoints write are kept (None:
     # 5 minutes); writes kept an hour cost more (agctl.context.pricing).
-    cache_ttl: CacheTtl | None = Field(default=None, exclude_if=_is_none)
+    cache_ttl: CacheTtl | None = _optional()
     # The Anthropic and Gemini wires: the model's thinking budget in tokens (None: the
     # model's default; Anthropic thinks only when given one, of at least 1024; Gemini: 0
     # turns thinking off where the model allows, -1 lets it choose).
-    thinking_budget: int | None = Field(default=None, ge=-1, exclude_if=_is_none)
+    thinking_budget: int | None = _optional(ge=-1)
     # Tools by name, overriding the config's of the same name for turns of this profile.
-    tools: LazyToolTable = Field(default_factory=_empty_dict, exclude_if=_is_empty)
+    tools: LazyToolTable = shared_field(default_factory=_empty_dict, exclude_if=_is_empty)
     # Run after the config's own hooks of the same event, when this profile is in use.
-    hooks: LazyHookList = Field(default_factory=_empty_list, exclude_if=_is_empty)
+    hooks: LazyHookList = shared_field(default_factory=_empty_list, exclude_if=_is_empty)
 
     @model_validator(mode="after")
     def _wire_settings_fit_the_wire(self) -> Self:
@@ -162,8 +162,8 @@ def profile_from(fields: Mapping[str, Any]) -> Profile:
 class Price(Model):
     """A model's price in US dollars per million tokens; it wins over every price table."""
 
-    prompt: float = Field(ge=0)
-    completion: float = Field(ge=0)
+    prompt: float = shared_field(ge=0)
+    completion: float = shared_field(ge=0)
     # Input read from, and written to, the provider's cache; unset: the prompt price (an
     # override names the whole price, so no table's cache price is mixed into it).
     cache_read: float | None = _optional(ge=0)
@@ -238,8 +238,8 @@ class Config(Document):
     compress_min_tokens: int = Field(default=2048, ge=0)
     # The kinds of fact a compression may not lose ('instructions,paths', 'any'): one
     # that would is refused (exit 7). Left out of the file while unset.
-    compress_fail_on_loss: str | None = Field(default=None, exclude_if=_is_none)
-    context_windows: dict[str, PositiveInt] = Field(default_factory=_empty_dict)
+    compress_fail_on_loss: str | None = _optional()
+    context_windows: dict[str, PositiveInt] = shared_field(default_factory=_empty_dict)
     max_retries: int = Field(default=3, ge=0, le=20)
     connect_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)
     read_timeout: float = Field(default=120.0, gt=0, allow_inf_nan=False)
@@ -253,16 +253,18 @@ class Config(Document):
     # How many tool calls one reply, and one whole turn, may ask for (--max-calls-per-*).
     max_calls_per_reply: int = Field(default=32, ge=1)
     max_calls_per_turn: int = Field(default=128, ge=1)
-    prices: dict[str, Price] = Field(default_factory=_empty_dict)
-    profiles: dict[str, Profile] = Field(default_factory=_empty_dict)
+    prices: dict[str, Price] = shared_field(default_factory=_empty_dict)
+    profiles: dict[str, Profile] = shared_field(default_factory=_empty_dict)
     # Tools by name (agctl.turn.tools): left out of the file while there are none.
-    tools: LazyToolTable = Field(default_factory=_empty_dict, exclude_if=_is_empty)
+    tools: LazyToolTable = shared_field(default_factory=_empty_dict, exclude_if=_is_empty)
     # Hooks, run in this order at their events (agctl.turn.hooks).
-    hooks: LazyHookList = Field(default_factory=_empty_list, exclude_if=_is_empty)
+    hooks: LazyHookList = shared_field(default_factory=_empty_list, exclude_if=_is_empty)
     # Project hooks files (PROJECT/.agctl/hooks.json, the project directory with links
     # resolved, the rest as the project holds it -> the sha256 `agctl hook trust` pinned):
     # a file runs only while its content has that hash.
-    trusted_hook_files: dict[str, str] = Field(default_factory=_empty_dict, exclude_if=_is_empty)
+    trusted_hook_files: dict[str, str] = shared_field(
+        default_factory=_empty_dict, exclude_if=_is_empty
+    )
     # Where the sessions are when neither --store nor AGCTL_STORE says (agctl.storage.factory).
     store: StoreSettings = Field(default_factory=StoreSettings, exclude_if=_store_unset)
 
