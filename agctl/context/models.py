@@ -579,8 +579,9 @@ class SlotConfig(Model):
     auto_compress: bool | None = None
     # The sections of a rolling summary (agctl.turn.summaries); "plain": one paragraph;
     # None: goal, decisions, user instructions, artifacts, open tasks.
-    # (Deferred: checked when a slot has one; every command builds this model.)
-    summary_template: Annotated[Any, Deferred(_summary_template)] = None
+    # (Deferred: checked when a slot has one; every command builds this model. Left out
+    # of the document while unset: a null stored there was checked on every read.)
+    summary_template: Annotated[Any, Deferred(_summary_template)] = _optional()
     # An agctl.context.clearing.ClearToolResults as JSON, validated when set and when used
     # (typed Any: every command builds this model, and a dict field cost a turn 0.1 % more);
     # None: every tool result is sent whole (left out of the document while unset).

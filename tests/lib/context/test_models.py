@@ -595,3 +595,15 @@ def test_fields_defined_alike_stay_apart() -> None:
     assert fields["name"].metadata == [] and shared_field(default=None).metadata == []
     dumped = Message(role="user", content="hi", name="n").model_dump()
     assert "model" not in dumped and dumped["name"] == "n"
+
+
+def test_a_slot_stores_no_summary_template_until_one_is_set() -> None:
+    slot = Slot(session_id="s", id="a")
+    document = slot.model_dump(mode="json")
+    assert "summary_template" not in document["config"]  # read back, a null was checked
+    document["config"]["summary_template"] = None  # as slots written before stored it
+    assert Slot.from_json(orjson.dumps(document)).config.summary_template is None
+    templated = SlotConfig.model_validate({"summary_template": "## Risks"})
+    assert templated.model_dump(mode="json")["summary_template"] == "## Risks"
+    with pytest.raises(ValidationError):
+        SlotConfig.model_validate({"summary_template": ""})
