@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Self
 from pydantic import (
     ConfigDict,
     Field,
+    NonNegativeInt,
     PositiveInt,
     ValidationError,
     field_validator,
@@ -115,7 +116,7 @@ class Profile(Model):
     api_key_env: str | None = None
     headers: dict[str, str] = shared_field(default_factory=_empty_dict)
     cassette: str | None = None
-    context_window: int | None = Field(default=None, gt=0)
+    context_window: PositiveInt | None = None
     # Send prompt_cache_key (OpenAI's cache routing); None: only to OpenAI itself, since
     # another server may refuse a field it does not know.
     prompt_cache_key: bool | None = _optional()
@@ -225,34 +226,39 @@ def _store_unset(settings: StoreSettings) -> bool:
     )
 
 
+# Constraints several settings share, each made once (agctl.context.models.shared_field).
+Seconds = Annotated[float, shared_field(gt=0, allow_inf_nan=False)]
+CallLimit = Annotated[int, shared_field(ge=1)]
+
+
 class Config(Document):
     kind: ClassVar[str] = "config"
     default_profile: str | None = None
     auto_checkpoint: bool = True
     auto_compress: bool = True
-    compress_keep_recent: int = Field(default=6, ge=0)
+    compress_keep_recent: NonNegativeInt = 6
     # `ctx compress` folds at least this many tokens or none: a compression re-sends
     # uncached what follows the immutable zone (its summary and the kept messages, ~2,000
     # tokens at the defaults), and each later turn saves the folded tokens, cached at a
     # tenth: 2,048 folded pay for that in about nine turns; 200 would take ninety.
-    compress_min_tokens: int = Field(default=2048, ge=0)
+    compress_min_tokens: NonNegativeInt = 2048
     # The kinds of fact a compression may not lose ('instructions,paths', 'any'): one
     # that would is refused (exit 7). Left out of the file while unset.
     compress_fail_on_loss: str | None = _optional()
     context_windows: dict[str, PositiveInt] = shared_field(default_factory=_empty_dict)
     max_retries: int = Field(default=3, ge=0, le=20)
-    connect_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)
-    read_timeout: float = Field(default=120.0, gt=0, allow_inf_nan=False)
+    connect_timeout: Seconds = 10.0
+    read_timeout: Seconds = 120.0
     # The whole request, from sending it to the last byte of the reply.
-    request_timeout: float = Field(default=600.0, gt=0, allow_inf_nan=False)
-    max_reply_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    request_timeout: Seconds = 600.0
+    max_reply_bytes: PositiveInt = 16 * 1024 * 1024
     # A server asking to wait longer than this before a retry fails the turn at once.
     max_retry_wait: float = Field(default=60.0, ge=0, allow_inf_nan=False)
     # How long a writer waits for another process's lock on a session.
-    lock_timeout: float = Field(default=DEFAULT_LOCK_TIMEOUT, gt=0, allow_inf_nan=False)
+    lock_timeout: Seconds = DEFAULT_LOCK_TIMEOUT
     # How many tool calls one reply, and one whole turn, may ask for (--max-calls-per-*).
-    max_calls_per_reply: int = Field(default=32, ge=1)
-    max_calls_per_turn: int = Field(default=128, ge=1)
+    max_calls_per_reply: CallLimit = 32
+    max_calls_per_turn: CallLimit = 128
     prices: dict[str, Price] = shared_field(default_factory=_empty_dict)
     profiles: dict[str, Profile] = shared_field(default_factory=_empty_dict)
     # Tools by name (agctl.turn.tools): left out of the file while there are none.

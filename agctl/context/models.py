@@ -15,6 +15,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    NonNegativeInt,
     PrivateAttr,
     StringConstraints,
     TypeAdapter,
@@ -443,7 +444,7 @@ def _is_default_stride(value: object) -> bool:
 
 class FocusedConfig(Model):
     keep_system: bool = True
-    recent_messages: int = Field(default=10, ge=0)
+    recent_messages: NonNegativeInt = 10
     # The window drops old messages `stride` at a time, so its start (and the cached
     # prefix of the request) stays put for about stride/2 turns; 1 slides every turn.
     stride: int = Field(default=DEFAULT_STRIDE, ge=1, exclude_if=_is_default_stride)
@@ -906,7 +907,7 @@ class Session(Document):
     profile: str | None = None
     model: str | None = None
     current_slot: str = "default"
-    turn_count: int = Field(default=0, ge=0)
+    turn_count: NonNegativeInt = 0
     cost: Cost = Field(default_factory=Cost)
     memory: dict[str, str] = shared_field(default_factory=_empty_dict)
     memory_in_context: bool = False
