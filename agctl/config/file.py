@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Self
 from pydantic import (
     ConfigDict,
     Field,
+    NonNegativeInt,
     PositiveInt,
     ValidationError,
     field_validator,
@@ -53,8 +54,8 @@ from agctl.context.models import (
     Session,
     _empty_dict,
     _empty_list,
-    _is_none,
     _optional,
+    shared_field,
 )
 from agctl.context.pricing import Price as PriceRow
 from agctl.storage.urls import (
@@ -113,23 +114,23 @@ class Profile(Model):
     model: str | None = None
     api_key: str | None = None
     api_key_env: str | None = None
-    headers: dict[str, str] = Field(default_factory=_empty_dict)
+    headers: dict[str, str] = shared_field(default_factory=_empty_dict)
     cassette: str | None = None
-    context_window: int | None = Field(default=None, gt=0)
+    context_window: PositiveInt | None = None
     # Send prompt_cache_key (OpenAI's cache routing); None: only to OpenAI itself, since
     # another server may refuse a field it does not know.
-    prompt_cache_key: bool | None = Field(default=None, exclude_if=_is_none)
+    prompt_cache_key: bool | None = _optional()
     # The Anthropic wire: how long the cache entries its breakpoints write are kept (None:
     # 5 minutes); writes kept an hour cost more (agctl.context.pricing).
-    cache_ttl: CacheTtl | None = Field(default=None, exclude_if=_is_none)
+    cache_ttl: CacheTtl | None = _optional()
     # The Anthropic and Gemini wires: the model's thinking budget in tokens (None: the
     # model's default; Anthropic thinks only when given one, of at least 1024; Gemini: 0
     # turns thinking off where the model allows, -1 lets it choose).
-    thinking_budget: int | None = Field(default=None, ge=-1, exclude_if=_is_none)
+    thinking_budget: int | None = _optional(ge=-1)
     # Tools by name, overriding the config's of the same name for turns of this profile.
-    tools: LazyToolTable = Field(default_factory=_empty_dict, exclude_if=_is_empty)
+    tools: LazyToolTable = shared_field(default_factory=_empty_dict, exclude_if=_is_empty)
     # Run after the config's own hooks of the same event, when this profile is in use.
-    hooks: LazyHookList = Field(default_factory=_empty_list, exclude_if=_is_empty)
+    hooks: LazyHookList = shared_field(default_factory=_empty_list, exclude_if=_is_empty)
 
     @model_validator(mode="after")
     def _wire_settings_fit_the_wire(self) -> Self:
@@ -162,8 +163,8 @@ def profile_from(fields: Mapping[str, Any]) -> Profile:
 class Price(Model):
     """A model's price in US dollars per million tokens; it wins over every price table."""
 
-    prompt: float = Field(ge=0)
-    completion: float = Field(ge=0)
+    prompt: float = shared_field(ge=0)
+    completion: float = shared_field(ge=0)
     # Input read from, and written to, the provider's cache; unset: the prompt price (an
     # override names the whole price, so no table's cache price is mixed into it).
     cache_read: float | None = _optional(ge=0)
@@ -225,44 +226,51 @@ def _store_unset(settings: StoreSettings) -> bool:
     )
 
 
+# Constraints several settings share, each made once (agctl.context.models.shared_field).
+Seconds = Annotated[float, shared_field(gt=0, allow_inf_nan=False)]
+CallLimit = Annotated[int, shared_field(ge=1)]
+
+
 class Config(Document):
     kind: ClassVar[str] = "config"
     default_profile: str | None = None
     auto_checkpoint: bool = True
     auto_compress: bool = True
-    compress_keep_recent: int = Field(default=6, ge=0)
+    compress_keep_recent: NonNegativeInt = 6
     # `ctx compress` folds at least this many tokens or none: a compression re-sends
     # uncached what follows the immutable zone (its summary and the kept messages, ~2,000
     # tokens at the defaults), and each later turn saves the folded tokens, cached at a
     # tenth: 2,048 folded pay for that in about nine turns; 200 would take ninety.
-    compress_min_tokens: int = Field(default=2048, ge=0)
+    compress_min_tokens: NonNegativeInt = 2048
     # The kinds of fact a compression may not lose ('instructions,paths', 'any'): one
     # that would is refused (exit 7). Left out of the file while unset.
-    compress_fail_on_loss: str | None = Field(default=None, exclude_if=_is_none)
-    context_windows: dict[str, PositiveInt] = Field(default_factory=_empty_dict)
+    compress_fail_on_loss: str | None = _optional()
+    context_windows: dict[str, PositiveInt] = shared_field(default_factory=_empty_dict)
     max_retries: int = Field(default=3, ge=0, le=20)
-    connect_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)
-    read_timeout: float = Field(default=120.0, gt=0, allow_inf_nan=False)
+    connect_timeout: Seconds = 10.0
+    read_timeout: Seconds = 120.0
     # The whole request, from sending it to the last byte of the reply.
-    request_timeout: float = Field(default=600.0, gt=0, allow_inf_nan=False)
-    max_reply_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    request_timeout: Seconds = 600.0
+    max_reply_bytes: PositiveInt = 16 * 1024 * 1024
     # A server asking to wait longer than this before a retry fails the turn at once.
     max_retry_wait: float = Field(default=60.0, ge=0, allow_inf_nan=False)
     # How long a writer waits for another process's lock on a session.
-    lock_timeout: float = Field(default=DEFAULT_LOCK_TIMEOUT, gt=0, allow_inf_nan=False)
+    lock_timeout: Seconds = DEFAULT_LOCK_TIMEOUT
     # How many tool calls one reply, and one whole turn, may ask for (--max-calls-per-*).
-    max_calls_per_reply: int = Field(default=32, ge=1)
-    max_calls_per_turn: int = Field(default=128, ge=1)
-    prices: dict[str, Price] = Field(default_factory=_empty_dict)
-    profiles: dict[str, Profile] = Field(default_factory=_empty_dict)
+    max_calls_per_reply: CallLimit = 32
+    max_calls_per_turn: CallLimit = 128
+    prices: dict[str, Price] = shared_field(default_factory=_empty_dict)
+    profiles: dict[str, Profile] = shared_field(default_factory=_empty_dict)
     # Tools by name (agctl.turn.tools): left out of the file while there are none.
-    tools: LazyToolTable = Field(default_factory=_empty_dict, exclude_if=_is_empty)
+    tools: LazyToolTable = shared_field(default_factory=_empty_dict, exclude_if=_is_empty)
     # Hooks, run in this order at their events (agctl.turn.hooks).
-    hooks: LazyHookList = Field(default_factory=_empty_list, exclude_if=_is_empty)
+    hooks: LazyHookList = shared_field(default_factory=_empty_list, exclude_if=_is_empty)
     # Project hooks files (PROJECT/.agctl/hooks.json, the project directory with links
     # resolved, the rest as the project holds it -> the sha256 `agctl hook trust` pinned):
     # a file runs only while its content has that hash.
-    trusted_hook_files: dict[str, str] = Field(default_factory=_empty_dict, exclude_if=_is_empty)
+    trusted_hook_files: dict[str, str] = shared_field(
+        default_factory=_empty_dict, exclude_if=_is_empty
+    )
     # Where the sessions are when neither --store nor AGCTL_STORE says (agctl.storage.factory).
     store: StoreSettings = Field(default_factory=StoreSettings, exclude_if=_store_unset)
 

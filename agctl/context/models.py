@@ -15,6 +15,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    NonNegativeInt,
     PrivateAttr,
     StringConstraints,
     TypeAdapter,
@@ -139,9 +140,17 @@ class Deferred:
         return handler(self.adapter().core_schema)
 
 
+@functools.cache
+def shared_field(**kwargs: Any) -> Any:
+    """`Field(**kwargs)`, made once for all the fields defined alike: a model class copies
+    the field it is given, and each call of Field cost a turn ~0.1M instructions (the
+    models every command builds made 86, 37 of them repeats)."""
+    return Field(**kwargs)
+
+
 def _optional(**kwargs: Any) -> Any:
     """An optional field left out of documents while unset, to keep them small."""
-    return Field(default=None, exclude_if=_is_none, **kwargs)
+    return shared_field(default=None, exclude_if=_is_none, **kwargs)
 
 
 class Message(Model):
@@ -435,7 +444,7 @@ def _is_default_stride(value: object) -> bool:
 
 class FocusedConfig(Model):
     keep_system: bool = True
-    recent_messages: int = Field(default=10, ge=0)
+    recent_messages: NonNegativeInt = 10
     # The window drops old messages `stride` at a time, so its start (and the cached
     # prefix of the request) stays put for about stride/2 turns; 1 slides every turn.
     stride: int = Field(default=DEFAULT_STRIDE, ge=1, exclude_if=_is_default_stride)
@@ -571,8 +580,9 @@ class SlotConfig(Model):
     auto_compress: bool | None = None
     # The sections of a rolling summary (agctl.turn.summaries); "plain": one paragraph;
     # None: goal, decisions, user instructions, artifacts, open tasks.
-    # (Deferred: checked when a slot has one; every command builds this model.)
-    summary_template: Annotated[Any, Deferred(_summary_template)] = None
+    # (Deferred: checked when a slot has one; every command builds this model. Left out
+    # of the document while unset: a null stored there was checked on every read.)
+    summary_template: Annotated[Any, Deferred(_summary_template)] = _optional()
     # An agctl.context.clearing.ClearToolResults as JSON, validated when set and when used
     # (typed Any: every command builds this model, and a dict field cost a turn 0.1 % more);
     # None: every tool result is sent whole (left out of the document while unset).
@@ -586,7 +596,7 @@ class MergeRecord(Model):
     strategy: MergeStrategy
     hashes: list[str]
     added: int
-    at: datetime = Field(default_factory=utcnow)
+    at: datetime = shared_field(default_factory=utcnow)
 
 
 class SlotMeta(Model):
@@ -594,12 +604,12 @@ class SlotMeta(Model):
     parent_id: str | None = None
     # Content hashes of the messages the slot was derived with: what it added since is
     # everything else (see slot merge).
-    branch: list[str] = Field(default_factory=_empty_list)
-    merges: list[MergeRecord] = Field(default_factory=_empty_list)
+    branch: list[str] = shared_field(default_factory=_empty_list)
+    merges: list[MergeRecord] = shared_field(default_factory=_empty_list)
     message_count: int = 0
     total_tokens: int = 0
-    created_at: datetime = Field(default_factory=utcnow)
-    updated_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = shared_field(default_factory=utcnow)
+    updated_at: datetime = shared_field(default_factory=utcnow)
     # The last request a turn sent on the slot, as agctl.context.cache.sent_marks keeps it: what
     # `ctx show --cache` compares the next request with (a plain dict, read rarely).
     sent: dict[str, Any] | None = _optional()
@@ -641,9 +651,9 @@ class Slot(Document):
     id: str
     config: SlotConfig = Field(default_factory=SlotConfig)
     meta: SlotMeta = Field(default_factory=SlotMeta)
-    immutable: list[Message] = Field(default_factory=_empty_list)
-    compressed: list[Message] = Field(default_factory=_empty_list)
-    messages: list[Message] = Field(default_factory=_empty_list)
+    immutable: list[Message] = shared_field(default_factory=_empty_list)
+    compressed: list[Message] = shared_field(default_factory=_empty_list)
+    messages: list[Message] = shared_field(default_factory=_empty_list)
     _memos: dict[str, ZoneMemo] = PrivateAttr(default_factory=dict)
 
     @classmethod
@@ -882,7 +892,7 @@ class Cost(Model):
     completion_tokens: int = 0
     # None: unknown, because a request of some model had no price (see by_model).
     cost: float | None = 0.0
-    by_model: dict[str, ModelCost] = Field(default_factory=_empty_dict)
+    by_model: dict[str, ModelCost] = shared_field(default_factory=_empty_dict)
 
 
 class Session(Document):
@@ -891,15 +901,15 @@ class Session(Document):
     id: str
     parent_id: str | None = None
     title: str | None = None
-    created_at: datetime = Field(default_factory=utcnow)
-    updated_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = shared_field(default_factory=utcnow)
+    updated_at: datetime = shared_field(default_factory=utcnow)
     system_prompt: str | None = None
     profile: str | None = None
     model: str | None = None
     current_slot: str = "default"
-    turn_count: int = Field(default=0, ge=0)
+    turn_count: NonNegativeInt = 0
     cost: Cost = Field(default_factory=Cost)
-    memory: dict[str, str] = Field(default_factory=_empty_dict)
+    memory: dict[str, str] = shared_field(default_factory=_empty_dict)
     memory_in_context: bool = False
     auto_compress: bool | None = None
     # A session made by `ckpt fork`: the checkpoint it came from, {"checkpoint": id,
@@ -916,7 +926,7 @@ class Draft(Document):
     schema_version: str = schema.format_version(schema.CURRENT["draft"])
     prompt: str
     slot: str
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = shared_field(default_factory=utcnow)
     error: str | None = None
     # The model's answer when it came but could not be committed (the slot changed).
     reply: Message | None = None
@@ -926,7 +936,7 @@ class Draft(Document):
     slot_messages: int | None = None
     # A tool loop's messages after the prompt (replies with tool calls, and the tool
     # results), kept after each step: a resumed turn goes on from them.
-    steps: list[Message] = Field(default_factory=_empty_list)
+    steps: list[Message] = shared_field(default_factory=_empty_list)
     # The ids of the last step's calls that wait for a person's approval (no terminal
     # to ask on): `turn send --resume-draft --approve-call/--deny-call` decides them.
-    awaiting_approval: list[str] = Field(default_factory=_empty_list)
+    awaiting_approval: list[str] = shared_field(default_factory=_empty_list)

@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, NamedTuple
 
-from pydantic import Field
-
 from agctl.base import schema
 from agctl.base.errors import NotFound
 from agctl.base.ids import BASE32_ALPHABET
@@ -21,8 +19,9 @@ from agctl.context.models import (
     Model,
     Session,
     Slot,
-    _is_none,
+    _optional,
     message_list_adapter,
+    shared_field,
     utcnow,
 )
 
@@ -86,7 +85,7 @@ class Checkpoint(Document):
     kind: ClassVar[str] = "checkpoint"
     id: str = ""
     turn_index: int
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = shared_field(default_factory=utcnow)
     label: str | None = None
     auto: bool = False
     # The checkpoint the session descended from when this one was taken: the newest
@@ -98,7 +97,7 @@ class Checkpoint(Document):
     # The loss report of the compression this checkpoint was taken after (agctl.turn.loss):
     # the facts folded and lost, by kind; left out of the record while None.
     # (Deferred: built when a record has one, not for every checkpoint a turn takes.)
-    loss: Annotated[Any, Deferred(_compression_loss)] = Field(default=None, exclude_if=_is_none)
+    loss: Annotated[Any, Deferred(_compression_loss)] = _optional()
     session_static: int
     session_volatile: dict[str, Any]
     slots: dict[str, SlotEntry]
@@ -153,14 +152,14 @@ class CheckpointSummary(Model):
     end: int
     # The record's line fingerprint (Log.line_digest): an index line whose record no
     # longer reads the same (a log cut short and grown again) is dropped and rebuilt.
-    digest: str | None = Field(default=None, exclude=True)
+    digest: str | None = shared_field(default=None, exclude=True)
     # The checksum the record's line ends with (Log.line_checksums): when the index line
     # has it, it is checked against the last bytes of the record alone, without reading
     # (and hashing) the whole record; `digest` stays for the readers that predate it.
-    checksum: str | None = Field(default=None, exclude=True)
+    checksum: str | None = shared_field(default=None, exclude=True)
     # zone_delta's: its base is the checkpoint the index line was written after, known
     # when a turn writes it, often not when the log is scanned again.
-    zones: dict[str, Any] | None = Field(default=None, exclude=True)
+    zones: dict[str, Any] | None = shared_field(default=None, exclude=True)
     turn_index: int
     created_at: datetime
     label: str | None = None

@@ -552,3 +552,65 @@ def test_a_session_written_before_cache_counts_reads_as_not_reported() -> None:
         "cost": 0.1,
     }
     assert ModelUsage("m", entry).cache_text() == "not reported"
+
+
+# Imports the modules of the models every command builds with pydantic's Field counting
+# its calls by their arguments, then prints the definitions made more than once, and
+# those made again but for the default (a constraint a type alias could give once).
+FIELD_CALLS = """
+import collections, json, pydantic, pydantic.fields
+made, constraints = collections.Counter(), collections.Counter()
+field = pydantic.fields.Field
+def counted(*args, **kwargs):
+    made[repr((args, sorted(kwargs.items(), key=lambda item: item[0])))] += 1
+    constraints[repr((args, sorted((k, v) for k, v in kwargs.items() if k != "default")))] += 1
+    return field(*args, **kwargs)
+pydantic.Field = pydantic.fields.Field = counted
+import agctl.context.models, agctl.config.file, agctl.store.checkpoints.records
+print(json.dumps({
+    "calls": sum(made.values()),
+    "repeated": [k for k, n in made.items() if n > 1],
+    "constraints_repeated": [k for k, n in constraints.items() if n > 1],
+}))
+"""
+
+
+def test_the_models_every_command_builds_define_each_field_once() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", FIELD_CALLS], capture_output=True, text=True, timeout=120, check=True
+    )
+    made = json.loads(done.stdout)
+    assert made["calls"] > 20  # the count is real
+    assert made["repeated"] == []  # each a call of Field: ~0.1M instructions of every turn
+    assert made["constraints_repeated"] == []
+
+
+def test_fields_defined_alike_stay_apart() -> None:
+    from agctl.context.models import _is_none, _optional, shared_field
+
+    assert _optional() is shared_field(default=None, exclude_if=_is_none)
+    first, second = Slot(session_id="s", id="a"), Slot(session_id="s", id="b")
+    first.messages.append(Message(role="user", content="hi"))
+    assert second.messages == [] and first.compressed == [] and first.immutable == []
+    fields = Message.model_fields
+    assert fields["name"] is not fields["model"]
+    assert (fields["name"].annotation, fields["tokens"].annotation) == (str | None, int | None)
+    assert [m.__class__.__name__ for m in fields["tokens"].metadata] == ["Ge"]
+    assert fields["name"].metadata == [] and shared_field(default=None).metadata == []
+    dumped = Message(role="user", content="hi", name="n").model_dump()
+    assert "model" not in dumped and dumped["name"] == "n"
+
+
+def test_a_slot_stores_no_summary_template_until_one_is_set() -> None:
+    slot = Slot(session_id="s", id="a")
+    document = slot.model_dump(mode="json")
+    assert "summary_template" not in document["config"]  # read back, a null was checked
+    document["config"]["summary_template"] = None  # as slots written before stored it
+    assert Slot.from_json(orjson.dumps(document)).config.summary_template is None
+    templated = SlotConfig.model_validate({"summary_template": "## Risks"})
+    assert templated.model_dump(mode="json")["summary_template"] == "## Risks"
+    with pytest.raises(ValidationError):
+        SlotConfig.model_validate({"summary_template": ""})
