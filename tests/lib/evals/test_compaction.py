@@ -40,6 +40,21 @@ def slot_of(*messages: Message) -> Slot:
     return Slot(id="default", messages=list(messages))
 
 
+def calling(*ids: str, pinned: bool = False) -> Message:
+    """An assistant message calling tool f once per id."""
+    return Message.model_validate(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                for id in ids
+            ],
+            **({"pinned": True} if pinned else {}),
+        }
+    )
+
+
 def test_strategies_are_named_once_each_in_order_with_or_without_pins() -> None:
     chosen = parse_strategies(" rolling+pins,truncate,,ROLLING+PINS, extractive ")
     assert [(s.name, s.strategy, s.pins) for s in chosen] == [
@@ -79,15 +94,7 @@ def test_a_summary_gets_what_the_kept_messages_and_pins_leave() -> None:
 
 
 def test_a_cut_never_keeps_tool_results_without_their_call_or_passes_the_budget() -> None:
-    call = Message.model_validate(
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-            ],
-        }
-    )
+    call = calling("c1")
     result = Message(role="tool", tool_call_id="c1", content="x " * 40)
     slot = slot_of(msg("user", "word " * 40), call, result, msg("assistant", "Done."))
     last = slot.messages[-1].token_count()
@@ -99,16 +106,7 @@ def test_a_cut_never_keeps_tool_results_without_their_call_or_passes_the_budget(
 
 
 def test_what_no_compression_folds_counts_first_a_system_message_and_pinned_groups() -> None:
-    call = Message.model_validate(
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-            ],
-            "pinned": True,
-        }
-    )
+    call = calling("c1", pinned=True)
     result = Message(role="tool", tool_call_id="c1", content="x " * 40)
     words = [msg("user", f"message {n} " + "word " * 30) for n in range(6)]
     slot = slot_of(msg("system", "rules " * 60), call, result, *words)
@@ -121,16 +119,7 @@ def test_what_no_compression_folds_counts_first_a_system_message_and_pinned_grou
 
 
 def test_replay_batches_never_end_between_a_call_and_its_results() -> None:
-    call = Message.model_validate(
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": f"c{n}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-                for n in (1, 2)
-            ],
-        }
-    )
+    call = calling("c1", "c2")
     results = [Message(role="tool", tool_call_id=f"c{n}", content="r") for n in (1, 2)]
     messages = [msg("user", "a"), call, *results, msg("assistant", "b"), msg("user", "c")]
 
