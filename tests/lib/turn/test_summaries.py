@@ -42,7 +42,7 @@ ROLLING_DOCUMENT = """<previous-summary>
 instruction: Never push to main.
 instruction: Tag the release as v2.4.0 please.
 path: docs/release.md
-id: v2
+id: v2.4.0
 id: 3f9a2b7c
 number: 2.4
 </must-keep>"""
