@@ -76,6 +76,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "Total tokens, cost and cache use across all sessions, by model.",
     ),
     "man": ("agctl.cli.man", "Show the man page of agctl or of one of its commands."),
+    "serve": (
+        "agctl.cli.serve",
+        "Serve OpenAI's chat completions API, each conversation an agctl session.",
+    ),
     "doctor": (
         "agctl.cli.doctor",
         "Check the data dir for loose modes, planted files and leftovers.",

@@ -105,6 +105,7 @@ INVOCATIONS: dict[str, list[str]] = {
         *("--drift", "1"),
     ],
     "eval probes": ["eval", "probes", "--out", "{probes_dir}", "--messages", "120"],
+    "serve": ["serve", "--check", "--port", "0"],
     "draft rm": ["draft", "rm"],
     "draft show": ["draft", "show"],
     "hook add": ["hook", "add", "TurnEnd", "added", "true"],

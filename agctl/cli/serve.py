@@ -1,0 +1,91 @@
+"""`agctl serve`: an OpenAI-compatible endpoint over agctl's sessions."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from agctl.cli.app import App, Count, pass_app
+from agctl.cli.options import json_option, provider_options
+from agctl.cli.output import echo, json_text
+
+if TYPE_CHECKING:
+    from agctl.turn.setup import ModelChoice
+
+
+@click.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="0: any free."
+)
+@click.option(
+    "--token",
+    envvar="AGCTL_SERVE_TOKEN",
+    metavar="TOKEN",
+    help="Require 'Authorization: Bearer TOKEN' (required with a --host beyond this machine).",
+)
+@click.option(
+    "--max-body-bytes",
+    type=Count(min=1),
+    metavar="N",
+    help="Refuse request bodies over N bytes (default 8 MiB).",
+)
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Check the setup (the extra, the model's settings and key, the port) and exit.",
+)
+@provider_options
+@json_option
+@pass_app
+def command(
+    app: App,
+    host: str,
+    port: int,
+    token: str | None,
+    max_body_bytes: int | None,
+    check: bool,
+    choice: ModelChoice,
+) -> None:
+    """Serve OpenAI's chat completions API, each conversation an agctl session.
+
+    Any OpenAI client pointed at the URL printed on stderr talks to the profile chosen
+    (any agctl profile: OpenAI-compatible, Claude, Gemini, offline), and every request
+    is an agctl turn: checkpointed, costed, a draft kept on failure. A request finds its
+    session and slot by path (/s/SESSION[/SLOT]/v1/...), by the X-Agctl-Session and
+    X-Agctl-Slot headers, or else by a fingerprint of its first messages, so a client
+    that resends the whole history lands in the same session each time. A client that
+    sends only its new message gets the slot's context added; one whose history differs
+    from the slot's (an edited or regenerated message) gets a new slot derived where
+    they part, the old branch kept. Responses carry X-Agctl-Session, X-Agctl-Slot and
+    X-Agctl-Checkpoint. Listens on this machine only unless --host says otherwise, and
+    then a token is required. Needs the serve extra: pip install 'agctl[serve]'.
+
+    \b
+    Examples:
+      agctl serve
+      agctl serve --profile claude --port 8080
+      agctl serve --check --json
+      OPENAI_BASE_URL=http://127.0.0.1:8765/v1 OPENAI_API_KEY=unused some-openai-client
+    """
+    from agctl.serve import serve
+
+    def ready(url: str, model: str) -> None:
+        if check:
+            app.emit({"url": url, "model": model}, text=f"ready to serve {url} ({model})")
+        elif app.json:
+            echo(json_text({"serving": url, "model": model}), err=True)
+        else:
+            echo(f"agctl: serving {url} ({model}; Ctrl-C stops)", err=True)
+
+    serve(
+        app.store,
+        choice,
+        host=host,
+        port=port,
+        token=token,
+        max_body=max_body_bytes,
+        on_ready=ready,
+        check=check,
+    )

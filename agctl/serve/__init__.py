@@ -1,0 +1,104 @@
+"""`agctl serve`: an OpenAI-compatible endpoint that keeps each conversation as a session.
+
+`serve` opens the listening socket itself (so a port in use is an error that says so,
+and port 0 picks a free one), then runs the application (agctl.serve.app) on Uvicorn
+until SIGINT or SIGTERM, which let the requests in flight finish.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from agctl.base.errors import AgctlError, UsageError
+
+if TYPE_CHECKING:
+    from agctl.store import Store
+    from agctl.turn.setup import ModelChoice
+
+# The hosts `serve` listens on without a token: this machine's own.
+LOOPBACK_NAMES = ("localhost",)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, token: str | None) -> None:
+    """Listening beyond this machine needs a token: refuse it without one."""
+    if not is_loopback(host) and not token:
+        raise UsageError(
+            f"--host {host} listens beyond this machine: give a token (--token or "
+            "AGCTL_SERVE_TOKEN) that clients send as 'Authorization: Bearer TOKEN'"
+        )
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to `host:port` and listening, or an error naming why not."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise AgctlError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def serve(
+    store: Store,
+    choice: ModelChoice,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    token: str | None = None,
+    max_body: int | None = None,
+    on_ready: Callable[[str, str], None] | None = None,
+    check: bool = False,
+) -> None:
+    """Serve `store`'s sessions with the model `choice` resolves to, until stopped;
+    `on_ready` hears the base URL clients use and the model once the socket listens.
+    With `check`, stop there: the extra, the model's settings and the port are fine."""
+    check_exposure(host, token)
+    # The command line stubs anyio and trio out for httpcore's sake (agctl.cli.main);
+    # Starlette runs on anyio.
+    for name in ("anyio", "trio"):
+        if name in sys.modules and sys.modules[name] is None:
+            del sys.modules[name]
+    try:
+        import uvicorn
+    except ImportError:
+        raise AgctlError(
+            "agctl serve needs its extra: pip install 'agctl[serve]' (Starlette and Uvicorn)"
+        ) from None
+    from agctl.serve.app import MAX_BODY_BYTES, Served, build_app
+    from agctl.turn.setup import ModelSetup
+
+    setup = ModelSetup.chosen(None, "", choice)
+    setup.provider()  # a missing key or cassette is said now, not at the first request
+    served = Served(store, choice, setup.settings.model, token, max_body or MAX_BODY_BYTES)
+    sock = listening_socket(host, port)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    config = uvicorn.Config(
+        build_app(served), log_level="warning", access_log=False, lifespan="off"
+    )
+    server = uvicorn.Server(config)
+    try:
+        if on_ready is not None:
+            on_ready(f"http://{shown}:{bound}/v1", served.model)
+        if not check:
+            server.run(sockets=[sock])
+    finally:
+        sock.close()

@@ -1,0 +1,233 @@
+"""`agctl serve`: an OpenAI-compatible endpoint whose conversations are agctl sessions.
+
+A Starlette application (the `serve` extra): `GET /v1/models` and `POST
+/v1/chat/completions` (whole or streamed), also under `/s/SESSION/v1/...` and
+`/s/SESSION/SLOT/v1/...`; the `X-Agctl-Session` and `X-Agctl-Slot` headers name them too
+(agctl.serve.chat says how a request finds its conversation). One store is opened for
+the process and kept warm. A token, when set, is required as `Authorization: Bearer`.
+Errors are OpenAI's error document, with agctl's exit code in it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from agctl.store import Store
+    from agctl.turn.setup import ModelChoice
+
+# What a request body may hold, unless the server is told otherwise.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+# HTTP statuses by agctl's exit code: a client error, a missing thing, a conflict, an
+# upstream failure, a context that cannot fit.
+STATUS = {2: 400, 3: 404, 4: 409, 5: 400, 6: 502, 7: 400, 9: 403}
+ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 409: "conflict_error"}
+
+
+@dataclass
+class Served:
+    """What the server was started with."""
+
+    store: Store
+    choice: ModelChoice
+    model: str
+    token: str | None = None
+    max_body: int = MAX_BODY_BYTES
+
+
+def error(status: int, message: str, code: int | None = None) -> Response:
+    """OpenAI's error document, with agctl's exit code when it comes from agctl."""
+    from starlette.responses import Response
+
+    body = {
+        "error": {
+            "message": message,
+            "type": ERROR_TYPES.get(
+                status, "api_error" if status >= 500 else "invalid_request_error"
+            ),
+            "code": code,
+            "param": None,
+        }
+    }
+    return Response(orjson.dumps(body), status, media_type="application/json")
+
+
+def build_app(served: Served) -> Starlette:
+    """The application serving `served`'s store and model."""
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    def models(request: Request) -> Response:
+        from starlette.responses import Response
+
+        refused = _refused(served, request)
+        if refused is not None:
+            return refused
+        listed = {"object": "list", "data": [_model(served.model)]}
+        return Response(orjson.dumps(listed), media_type="application/json")
+
+    async def chat(request: Request) -> Response:
+        refused = _refused(served, request)
+        if refused is not None:
+            return refused
+        from starlette.responses import Response
+
+        body = await _body(request, served.max_body)
+        if isinstance(body, Response):
+            return body
+        return await _chat(served, request, body)
+
+    routes = []
+    for prefix in ("", "/s/{session}", "/s/{session}/{slot}"):
+        routes.append(Route(f"{prefix}/v1/models", models, methods=["GET"]))
+        routes.append(Route(f"{prefix}/v1/chat/completions", chat, methods=["POST"]))
+    return Starlette(routes=routes)
+
+
+def _model(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "agctl"}
+
+
+def _refused(served: Served, request: Request) -> Response | None:
+    """The 401 of a request without the server's token, if it has one."""
+    import hmac
+
+    if served.token is None:
+        return None
+    given = request.headers.get("authorization", "")
+    expected = f"Bearer {served.token}"
+    if hmac.compare_digest(given.encode(), expected.encode()):
+        return None
+    return error(401, "a bearer token is required (Authorization: Bearer TOKEN)")
+
+
+async def _body(request: Request, limit: int) -> Any:
+    """The request's JSON body, or the error response that refuses it."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return error(413, f"the request body is over {limit} bytes")
+    data = bytearray()
+    async for part in request.stream():
+        data += part
+        if len(data) > limit:
+            return error(413, f"the request body is over {limit} bytes")
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        return error(400, f"the request body is not valid JSON: {exc}")
+
+
+async def _chat(served: Served, request: Request, body: Any) -> Response:
+    """A chat completion, whole or streamed; a failure before anything is sent is an
+    error document."""
+    from starlette.concurrency import run_in_threadpool
+    from starlette.responses import Response, StreamingResponse
+
+    from agctl.base.errors import AgctlError
+    from agctl.serve.chat import completion, parse_chat, run_chat
+
+    session = request.path_params.get("session") or request.headers.get("x-agctl-session")
+    slot = request.path_params.get("slot") or request.headers.get("x-agctl-slot")
+    try:
+        chat = parse_chat(body)
+    except AgctlError as exc:
+        return _agctl_error(exc)
+    created = int(time.time())
+    if chat.stream:
+        return StreamingResponse(
+            _streamed(served, chat, session, slot, created),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store"},
+        )
+    try:
+        placed, result = await run_in_threadpool(
+            run_chat, served.store, chat, served.choice, session=session, slot=slot
+        )
+    except AgctlError as exc:
+        return _agctl_error(exc)
+    headers = {"x-agctl-session": placed.session, "x-agctl-slot": placed.slot}
+    if result.checkpoint:
+        headers["x-agctl-checkpoint"] = result.checkpoint
+    document = completion(placed, result, created)
+    return Response(orjson.dumps(document), media_type="application/json", headers=headers)
+
+
+def _agctl_error(exc: Exception) -> Response:
+    from agctl.base.errors import AgctlError
+
+    code = exc.exit_code if isinstance(exc, AgctlError) else 1
+    return error(STATUS.get(code, 500), str(exc), code)
+
+
+# What ends a stream's queue.
+_END = object()
+
+
+def _streamed(
+    served: Served, chat: Any, session: str | None, slot: str | None, created: int
+) -> Iterator[bytes]:
+    """Server-sent events of a turn: its text as it comes, then the last chunk (finish
+    reason and usage) and [DONE]; an error mid-way as an error event."""
+    from agctl.base.errors import AgctlError
+    from agctl.providers.base import TextDelta
+    from agctl.serve.chat import chunk, run_chat
+
+    pieces: queue.Queue[Any] = queue.Queue()
+    outcome: dict[str, Any] = {}
+
+    def turn() -> None:
+        try:
+            outcome["done"] = run_chat(
+                served.store,
+                chat,
+                served.choice,
+                session=session,
+                slot=slot,
+                on_event=lambda event: (
+                    pieces.put(event.text) if isinstance(event, TextDelta) else None
+                ),
+            )
+        except AgctlError as exc:
+            outcome["error"] = exc
+        except Exception as exc:  # reported to the client, never a dropped connection
+            outcome["error"] = exc
+        finally:
+            pieces.put(_END)
+
+    threading.Thread(target=turn, name="agctl-serve-turn", daemon=True).start()
+    ident = f"chatcmpl-stream-{created}"
+    yield _event(chunk(ident, served.model, created, {"role": "assistant", "content": ""}, None))
+    while (piece := pieces.get()) is not _END:
+        yield _event(chunk(ident, served.model, created, {"content": piece}, None))
+    if "error" in outcome:
+        exc = outcome["error"]
+        code = exc.exit_code if isinstance(exc, AgctlError) else 1
+        yield _event({"error": {"message": str(exc), "type": "api_error", "code": code}})
+        return
+    placed, result = outcome["done"]
+    from agctl.serve.chat import usage_document
+
+    last = chunk(ident, result.model, created, {}, result.finish_reason or "stop")
+    last["usage"] = usage_document(result.usage)
+    last["agctl"] = {
+        "session": placed.session,
+        "slot": placed.slot,
+        "checkpoint": result.checkpoint,
+    }
+    yield _event(last)
+    yield b"data: [DONE]\n\n"
+
+
+def _event(data: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(data) + b"\n\n"

@@ -1,0 +1,275 @@
+"""`agctl serve`'s chat completions: an OpenAI request made an agctl turn on a slot.
+
+Which conversation: the session and slot a request names (by path or header), else the
+session a fingerprint of its first messages names, so a client that resends the whole
+history lands in the same session every time (made when new, with the request's system
+prompt). Which slot: the one named, else the session's current one.
+
+What the request's history says, against the slot's messages (compared as the model
+sees them: role, text, tool calls):
+- none (the client sends only the new message): the slot's own context is used;
+- the same as the slot's: a pure extension, the turn appends to the slot;
+- longer, the slot's a prefix of it: the missing messages are appended first;
+- different from message k on (an edited or regenerated message): a new slot is derived
+  with the slot's first k messages, then the request's from k on, so the old branch is
+  kept (`session graph` shows both); the turn goes there.
+The last message is the new input (a user message); every turn is an agctl turn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from agctl.base.errors import InvalidInput, NotFound
+
+if TYPE_CHECKING:
+    from agctl.context.models import Message, Slot
+    from agctl.providers.base import Event
+    from agctl.store import Store
+    from agctl.turn.send import TurnResult
+    from agctl.turn.setup import ModelChoice
+
+# A session a fingerprint names: this prefix and 16 hex digits.
+FINGERPRINT_PREFIX = "srv-"
+
+
+@dataclass(frozen=True)
+class Chat:
+    """A chat completions request, checked: the messages before the new input (system
+    messages first), the input, and the options a turn takes."""
+
+    system: str | None
+    history: list[Message]
+    prompt: str
+    stream: bool
+    temperature: float | None
+    max_tokens: int | None
+
+
+def parse_chat(body: Any) -> Chat:
+    """A request body checked as OpenAI's API would (InvalidInput naming the field)."""
+    from pydantic import ValidationError
+
+    from agctl.base.validation import validation_summary
+    from agctl.context.models import Message
+
+    if not isinstance(body, dict):
+        raise InvalidInput("the request body is not a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidInput("messages: a non-empty array of messages is required")
+    parsed = []
+    for index, item in enumerate(messages):
+        try:
+            parsed.append(Message.from_openai(item))
+        except ValidationError as exc:
+            raise InvalidInput(f"messages[{index}]: {validation_summary(exc)}") from None
+    *before, last = parsed
+    if last.role != "user" or not last.text():
+        raise InvalidInput("messages: the last message must be a user message with text")
+    leading = 0
+    while leading < len(before) and before[leading].role == "system":
+        leading += 1
+    system = "\n\n".join(m.text() for m in before[:leading]) or None
+    return Chat(
+        system=system,
+        history=before[leading:],
+        prompt=last.text(),
+        stream=_option(body, "stream", "bool") or False,
+        temperature=_option(body, "temperature", "number"),
+        max_tokens=_option(body, "max_tokens", "int")
+        or _option(body, "max_completion_tokens", "int"),
+    )
+
+
+def _option(body: dict[str, Any], name: str, kind: str) -> Any:
+    """An optional field of `kind` (bool, int or number), None when absent or null."""
+    value = body.get(name)
+    if value is None:
+        return None
+    fits = {
+        "bool": isinstance(value, bool),
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "number": isinstance(value, int | float) and not isinstance(value, bool),
+    }[kind]
+    if not fits:
+        raise InvalidInput(f"{name}: expected a {'boolean' if kind == 'bool' else kind}")
+    return value
+
+
+def fingerprint(chat: Chat) -> str:
+    """The session a client resending its whole history lands in: a hash of its system
+    prompt and its first message (the new input, when there is no history yet), the same
+    from its first request to its last."""
+    from agctl.context.models import messages_to_openai
+
+    first = messages_to_openai(chat.history[:1], reasoning=False)
+    if not first:
+        first = [{"role": "user", "content": chat.prompt}]
+    data = orjson.dumps([chat.system, first], option=orjson.OPT_SORT_KEYS)
+    return FINGERPRINT_PREFIX + hashlib.sha256(data).hexdigest()[:16]
+
+
+def _key(message: Message) -> bytes:
+    """A message as the model sees it, for comparing histories."""
+    from agctl.context.models import messages_to_openai
+
+    return orjson.dumps(
+        messages_to_openai([message], reasoning=False)[0], option=orjson.OPT_SORT_KEYS
+    )
+
+
+def divergence(stored: Sequence[Message], given: Sequence[Message]) -> int:
+    """How many leading messages the two histories share."""
+    shared = 0
+    for mine, theirs in zip(stored, given, strict=False):
+        if _key(mine) != _key(theirs):
+            break
+        shared += 1
+    return shared
+
+
+@dataclass
+class Placed:
+    """Where a request's turn goes: the session, the slot, and whether the slot is new (a
+    branch made at `branched_at` messages, the request's history diverging there)."""
+
+    session: str
+    slot: str
+    branched_from: str | None = None
+    branched_at: int | None = None
+    appended: int = 0
+
+
+def place(store: Store, chat: Chat, session: str | None, slot: str | None) -> Placed:
+    """Find (or make) the session and slot of `chat`, and bring the slot to the request's
+    history (see the module): append what it lacks, or branch where they differ."""
+    from agctl.base.ids import validate_id
+
+    if session is None:
+        session = fingerprint(chat)
+        if session not in store.session_ids():
+            store.create_session(session, system_prompt=chat.system, title="agctl serve")
+    else:
+        validate_id(session, "session")
+        if session not in store.session_ids():
+            raise NotFound(f"no session {session!r}")
+    with store.work(session):
+        target = store.load_slot(session, slot)
+        placed = Placed(session, target.id)
+        if not chat.history:
+            return placed
+        stored = target.messages
+        shared = divergence(stored, chat.history)
+        if shared == len(stored) == len(chat.history):
+            return placed
+        if shared < len(stored):
+            placed.branched_from, placed.branched_at = target.id, shared
+            placed.slot = _branch(store, session, target, shared)
+        missing = chat.history[shared:]
+        if missing:
+            store.update_slot(session, placed.slot, lambda s: s.messages.extend(missing))
+            placed.appended = len(missing)
+    return placed
+
+
+def _branch(store: Store, session: str, target: Slot, shared: int) -> str:
+    """A slot derived from `target` holding its first `shared` messages: its name is
+    the target's and the next free number (`default-2`)."""
+    taken = set(store.slot_ids(session))
+    number = 2
+    while f"{target.id}-{number}" in taken:
+        number += 1
+    name = f"{target.id}-{number}"
+    store.derive_slot(session, name, source=target.id)
+
+    def keep(slot: Slot) -> None:
+        del slot.messages[shared:]
+
+    store.update_slot(session, name, keep)
+    return name
+
+
+def run_chat(
+    store: Store,
+    chat: Chat,
+    choice: ModelChoice,
+    *,
+    session: str | None = None,
+    slot: str | None = None,
+    on_event: Callable[[Event], None] | None = None,
+) -> tuple[Placed, TurnResult]:
+    """Place `chat` and send its turn (the one way a request becomes a turn)."""
+    from agctl.turn.send import send_turn
+    from agctl.turn.setup import TurnChoice, plan_turn
+
+    placed = place(store, chat, session, slot)
+    plan = plan_turn(
+        store,
+        placed.session,
+        TurnChoice(choice),
+        slot=placed.slot,
+        stream=on_event is not None,
+        temperature=chat.temperature,
+        max_tokens=chat.max_tokens,
+    )
+    result = send_turn(
+        store, placed.session, chat.prompt, plan.provider(), plan.options, on_event=on_event
+    )
+    return placed, result
+
+
+def completion(placed: Placed, result: TurnResult, created: int) -> dict[str, Any]:
+    """The chat.completion document of a turn."""
+    usage = result.usage
+    return {
+        "id": completion_id(placed, result),
+        "object": "chat.completion",
+        "created": created,
+        "model": result.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": result.reply.text()},
+                "finish_reason": result.finish_reason or "stop",
+            }
+        ],
+        "usage": usage_document(usage),
+    }
+
+
+def usage_document(usage: Any) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    prompt, done = usage.prompt_tokens, usage.completion_tokens
+    shown: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": done,
+        "total_tokens": prompt + done,
+    }
+    if usage.cached_tokens is not None:
+        shown["prompt_tokens_details"] = {"cached_tokens": usage.cached_tokens}
+    return shown
+
+
+def completion_id(placed: Placed, result: TurnResult) -> str:
+    """A completion's id: its session, slot and turn (the checkpoint when there is one)."""
+    return f"chatcmpl-{placed.session}.{placed.slot}.{result.checkpoint or result.turn}"
+
+
+def chunk(
+    ident: str, model: str, created: int, delta: dict[str, Any], finish: str | None
+) -> dict[str, Any]:
+    """One chat.completion.chunk of a streamed reply."""
+    return {
+        "id": ident,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }

@@ -1,0 +1,96 @@
+"""agctl.serve.chat: a chat completions request checked, and placed on its session and
+slot: appended, extended, or branched where its history parts from the slot's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from helpers import add, msg
+
+from agctl.base.errors import InvalidInput, NotFound
+from agctl.serve.chat import fingerprint, parse_chat, place, run_chat
+from agctl.store import Store
+from agctl.turn.setup import ModelChoice
+
+SYSTEM = {"role": "system", "content": "Be brief."}
+
+
+def said(*texts: str) -> list[dict[str, Any]]:
+    """Alternating user and assistant messages."""
+    return [{"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(texts)]
+
+
+def body(*messages: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": list(messages), **more}
+
+
+@pytest.mark.parametrize(
+    ("given", "needle"),
+    [
+        ([], "not a JSON object"),
+        ({"messages": []}, "messages: a non-empty array"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0]"),
+        ({"messages": said("a", "b")}, "the last message must be a user message"),
+        ({"messages": said("a"), "stream": 1}, "stream: expected a boolean"),
+        ({"messages": said("a"), "temperature": "hot"}, "temperature: expected a number"),
+        ({"messages": said("a"), "max_tokens": True}, "max_tokens: expected a int"),
+    ],
+)
+def test_a_request_is_checked_before_anything_is_placed(given: Any, needle: str) -> None:
+    with pytest.raises(InvalidInput, match=needle.replace("[", r"\[")):
+        parse_chat(given)
+
+
+def test_the_fingerprint_is_the_same_from_the_first_request_to_the_last() -> None:
+    first = parse_chat(body(SYSTEM, *said("hello")))
+    later = parse_chat(body(SYSTEM, *said("hello", "hi", "more")))
+    other = parse_chat(body(*said("hello", "hi", "more")))
+    assert fingerprint(first) == fingerprint(later) != fingerprint(other)
+    assert fingerprint(first).startswith("srv-") and len(fingerprint(first)) == 20
+
+
+def test_a_history_is_appended_extended_or_branched(store: Store) -> None:
+    chat = parse_chat(body(SYSTEM, *said("a", "b", "c")))
+    placed = place(store, chat, None, None)
+    session = placed.session
+    assert store.load_session(session).system_prompt == "Be brief."
+    # The slot lacked the history: appended.
+    assert (placed.slot, placed.appended, placed.branched_at) == ("default", 2, None)
+    # The same history again: a pure extension, nothing changes.
+    again = place(store, chat, None, None)
+    assert (again.slot, again.appended, again.branched_at) == ("default", 0, None)
+    # A history parting at message 1: a new slot with the shared message and the rest.
+    edited = parse_chat(body(SYSTEM, *said("a", "B!", "c")))
+    branched = place(store, edited, None, None)
+    assert (branched.slot, branched.branched_from, branched.branched_at) == (
+        "default-2",
+        "default",
+        1,
+    )
+    assert [m.text() for m in store.load_slot(session, "default-2").messages] == ["a", "B!"]
+    assert [m.text() for m in store.load_slot(session, "default").messages] == ["a", "b"]
+    # Only the new message: the slot's context is used as it is.
+    alone = place(store, parse_chat(body(*said("z"))), session, "default")
+    assert (alone.slot, alone.appended) == ("default", 0)
+
+
+def test_a_named_session_must_exist_and_a_turn_goes_where_it_was_placed(store: Store) -> None:
+    with pytest.raises(NotFound, match="no session 'nope'"):
+        place(store, parse_chat(body(*said("x"))), "nope", None)
+    store.create_session("s")
+    add(store, "s", None, msg("user", "kept"), msg("assistant", "yes"))
+
+    placed, result = run_chat(
+        store,
+        parse_chat(body(*said("kept", "no", "next"))),
+        ModelChoice(provider="offline"),
+        session="s",
+    )
+
+    assert (placed.slot, result.slot_id) == ("default-2", "default-2")
+    assert [m.text() for m in store.load_slot("s", "default-2").messages][:3] == [
+        "kept",
+        "no",
+        "next",
+    ]

@@ -1,0 +1,239 @@
+"""`agctl serve` as a real process on loopback, its client the real `openai` SDK: whole and
+streamed completions, the session a resent history finds, a regenerated message made a
+branch, sessions by path and header, upstream a real HTTP server, and what it refuses."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from fake_openai import FakeOpenAI
+from helpers import served_env
+
+SYSTEM = {"role": "system", "content": "Be brief."}
+HELLO = {"role": "user", "content": "hello there"}
+# How long the server may take to say where it listens.
+STARTING = 30.0
+
+
+def base_env(tmp_path: Path) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AGCTL_"))}
+    environ.update(
+        AGCTL_DATA_DIR=str(tmp_path / "data"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        PYTHONIOENCODING="utf-8",
+    )
+    return environ
+
+
+@contextmanager
+def serving(env: dict[str, str], *args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`agctl serve --port 0 ARGS...`, its base URL read from its stderr; stopped with
+    SIGTERM after, and its exit checked."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agctl", "serve", "--port", "0", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    said = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stderr, selectors.EVENT_READ)
+        deadline = time.monotonic() + STARTING
+        while b"\n" not in said and time.monotonic() < deadline:
+            if selector.select(timeout=deadline - time.monotonic()):
+                chunk = os.read(process.stderr.fileno(), 4096)
+                if not chunk:
+                    break
+                said += chunk
+    line = said.decode().splitlines()[0] if said else ""
+    if not line.startswith("agctl: serving http://"):
+        process.kill()
+        raise AssertionError(f"agctl serve did not start: {said!r} {process.communicate()}")
+    url = line.split()[2]
+    assert line.endswith("; Ctrl-C stops)"), line
+    try:
+        yield url, process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            _, errors = process.communicate(timeout=30)
+            # Stopped by SIGTERM, as a shell reports it, after the requests in flight.
+            assert process.returncode == 128 + signal.SIGTERM, errors
+            assert b"Traceback" not in errors, errors
+
+
+def agctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agctl", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def sessions(env: dict[str, str]) -> list[dict[str, object]]:
+    listed: list[dict[str, object]] = json.loads(agctl(env, "session", "list", "--json").stdout)
+    return listed
+
+
+def test_a_client_resending_its_history_stays_in_one_session_and_a_regenerated_reply_branches(
+    tmp_path: Path,
+) -> None:
+    env = base_env(tmp_path)
+    with serving(env) as (url, _):
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+        assert [model.id for model in client.models.list()] == ["offline"]
+
+        first = client.chat.completions.with_raw_response.create(
+            model="any", messages=[SYSTEM, HELLO]
+        )
+        reply = first.parse()
+        session = first.headers["x-agctl-session"]
+        assert first.headers["x-agctl-slot"] == "default"
+        said = reply.choices[0].message.content
+        assert said == (
+            'Offline reply to turn 1 in slot "default": you said "hello there" '
+            "(2 messages in context)."
+        )
+        assert reply.choices[0].finish_reason == "stop"
+        assert reply.usage is not None and reply.usage.total_tokens > 0
+
+        history = [SYSTEM, HELLO, {"role": "assistant", "content": said}]
+        second = client.chat.completions.create(
+            model="any", messages=[*history, {"role": "user", "content": "and then?"}]
+        )
+        assert 'turn 2 in slot "default"' in (second.choices[0].message.content or "")
+
+        # The first reply regenerated (edited): a new slot from the divergence, streamed.
+        edited = [SYSTEM, HELLO, {"role": "assistant", "content": "EDITED"}]
+        stream = client.chat.completions.create(
+            model="any", messages=[*edited, {"role": "user", "content": "third"}], stream=True
+        )
+        streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert streamed.startswith('Offline reply to turn 3 in slot "default-2": you said "third"')
+
+    assert [s["id"] for s in sessions(env)] == [session]
+    slots = json.loads(agctl(env, "-s", session, "slot", "list", "--json").stdout)
+    assert {s["id"]: s["message_count"] for s in slots} == {"default": 4, "default-2": 4}
+    kept = json.loads(
+        agctl(env, "-s", session, "msg", "list", "--slot", "default-2", "--json").stdout
+    )
+    assert [m["content"] for m in kept][:3] == ["hello there", "EDITED", "third"]
+    assert kept[3]["content"] == streamed
+    assert (
+        json.loads(agctl(env, "-s", session, "msg", "list", "--json").stdout)[1]["content"] == said
+    )
+
+
+def test_a_session_named_by_path_or_header_gets_only_the_new_message(tmp_path: Path) -> None:
+    env = base_env(tmp_path)
+    assert agctl(env, "session", "new", "notes", "--system", "Keep notes.").returncode == 0
+    assert agctl(env, "-s", "notes", "msg", "append", "user", "remember 42").returncode == 0
+    with serving(env) as (url, _):
+        root = url.removesuffix("/v1")
+        by_path = openai.OpenAI(base_url=f"{root}/s/notes/v1", api_key="unused", max_retries=0)
+        reply = by_path.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "recall"}]
+        )
+        # The slot's context was added: its system prompt, its message, the new one.
+        assert "(3 messages in context)" in (reply.choices[0].message.content or "")
+
+        by_header = openai.OpenAI(
+            base_url=url,
+            api_key="unused",
+            max_retries=0,
+            default_headers={"X-Agctl-Session": "notes"},
+        )
+        reply = by_header.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "again"}]
+        )
+        assert 'turn 2 in slot "default"' in (reply.choices[0].message.content or "")
+
+        unknown = openai.OpenAI(base_url=f"{root}/s/nope/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.NotFoundError) as caught:
+            unknown.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+        assert caught.value.body == {
+            "message": "no session 'nope'",
+            "type": "not_found_error",
+            "code": 3,
+            "param": None,
+        }
+    assert [s["id"] for s in sessions(env)] == ["notes"]
+
+
+def test_upstream_is_any_profile_here_a_real_http_server(tmp_path: Path) -> None:
+    with FakeOpenAI() as upstream:
+        env = {**served_env(upstream.base_url), **base_env(tmp_path)}
+        env.update(AGCTL_PROVIDER="openai", AGCTL_BASE_URL=upstream.base_url, AGCTL_API_KEY="k")
+        env["AGCTL_MODEL"] = "fake-model"
+        with serving(env) as (url, _):
+            client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+            reply = client.chat.completions.create(model="whatever", messages=[SYSTEM, HELLO])
+        assert reply.choices[0].message.content == "echo: hello there"
+        assert reply.model == "fake-model"
+        (request,) = upstream.requests
+        assert request.body["messages"] == [SYSTEM, HELLO]
+        # The upstream key is the profile's; the client's never reaches it.
+        assert request.headers["authorization"] == "Bearer k"
+
+
+def test_what_it_refuses_is_an_openai_error_document(tmp_path: Path) -> None:
+    env = base_env(tmp_path)
+    with serving(env, "--max-body-bytes", "2000", "--token", "s3cret") as (url, _):
+        endpoint = f"{url}/chat/completions"
+        auth = {"authorization": "Bearer s3cret"}
+        cases = [
+            ({}, b'{"messages": [{"role": "user", "content": "hi"}]}', 401, "bearer token"),
+            (auth, b"{not json", 400, "not valid JSON"),
+            (auth, b"[1, 2]", 400, "not a JSON object"),
+            (auth, b'{"messages": []}', 400, "messages: a non-empty array"),
+            (auth, b'{"messages": [{"role": "assistant", "content": "x"}]}', 400, "last message"),
+            (
+                auth,
+                b'{"messages": [{"role": "user", "content": "hi"}], "stream": "yes"}',
+                400,
+                "stream",
+            ),
+            (
+                auth,
+                b'{"messages": [{"role": "user", "content": "' + b"x" * 3000 + b'"}]}',
+                413,
+                "over 2000 bytes",
+            ),
+        ]
+        for headers, body, status, needle in cases:
+            response = httpx.post(endpoint, content=body, headers=headers, timeout=30)
+            assert response.status_code == status, (body[:40], response.text)
+            assert needle in response.json()["error"]["message"]
+        client = openai.OpenAI(base_url=url, api_key="s3cret", max_retries=0)
+        assert client.chat.completions.create(model="m", messages=[HELLO]).choices
+    assert sessions(env) != []
+
+
+def test_it_listens_beyond_this_machine_only_with_a_token(tmp_path: Path) -> None:
+    env = base_env(tmp_path)
+    refused = agctl(env, "serve", "--host", "0.0.0.0", "--port", "0")
+    assert refused.returncode == 2
+    assert "--host 0.0.0.0 listens beyond this machine: give a token" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    with serving(env) as (url, _):
+        port = url.split(":")[2].split("/")[0]
+        taken = agctl(env, "serve", "--port", port)
+    assert taken.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in taken.stderr
