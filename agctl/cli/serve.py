@@ -13,8 +13,35 @@ from agctl.cli.output import echo, json_text
 if TYPE_CHECKING:
     from agctl.turn.setup import ModelChoice
 
+SERVE_HELP = """Serve OpenAI's chat completions API, each conversation an agctl session.
 
-@click.command("serve")
+Any OpenAI client pointed at the URL printed on stderr talks to the profile chosen
+(any agctl profile: OpenAI-compatible, Claude, Gemini, offline; the model a request
+names is not used), and every request is an agctl turn: checkpointed, costed, a draft
+kept on failure. A request finds its session and slot by path
+(/s/SESSION[/SLOT]/v1/...), by the X-Agctl-Session and X-Agctl-Slot headers, or else
+by a fingerprint of its system prompt and first message, so a client that resends the
+whole history lands in the same session each time. A client that sends only its new
+message gets the slot's context added; one whose history differs from the slot's (an
+edited or regenerated message) gets a new slot derived where they part, the old branch
+kept. Responses carry X-Agctl-Session, X-Agctl-Slot and X-Agctl-Checkpoint. Listens on
+this machine only unless --host says otherwise, and then a token is required. Each
+request answered is logged on stderr: a JSON line with --json (method, path, status,
+latency_ms, and of its turn the session, slot, turn, checkpoint, tokens and the share
+of the prompt read from the provider's cache), a line with -v. SIGINT or SIGTERM stop
+it once the requests in flight are answered (exit 0). Needs the serve extra: pip
+install 'agctl[serve]'.
+
+\b
+Examples:
+  agctl serve
+  agctl serve --profile claude --port 8080
+  agctl serve --check --json
+  OPENAI_BASE_URL=http://127.0.0.1:8765/v1 OPENAI_API_KEY=unused some-openai-client
+"""
+
+
+@click.command("serve", help=SERVE_HELP)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="0: any free."
@@ -48,27 +75,7 @@ def command(
     check: bool,
     choice: ModelChoice,
 ) -> None:
-    """Serve OpenAI's chat completions API, each conversation an agctl session.
-
-    Any OpenAI client pointed at the URL printed on stderr talks to the profile chosen
-    (any agctl profile: OpenAI-compatible, Claude, Gemini, offline), and every request
-    is an agctl turn: checkpointed, costed, a draft kept on failure. A request finds its
-    session and slot by path (/s/SESSION[/SLOT]/v1/...), by the X-Agctl-Session and
-    X-Agctl-Slot headers, or else by a fingerprint of its first messages, so a client
-    that resends the whole history lands in the same session each time. A client that
-    sends only its new message gets the slot's context added; one whose history differs
-    from the slot's (an edited or regenerated message) gets a new slot derived where
-    they part, the old branch kept. Responses carry X-Agctl-Session, X-Agctl-Slot and
-    X-Agctl-Checkpoint. Listens on this machine only unless --host says otherwise, and
-    then a token is required. Needs the serve extra: pip install 'agctl[serve]'.
-
-    \b
-    Examples:
-      agctl serve
-      agctl serve --profile claude --port 8080
-      agctl serve --check --json
-      OPENAI_BASE_URL=http://127.0.0.1:8765/v1 OPENAI_API_KEY=unused some-openai-client
-    """
+    """Start the server, say where, and how it stopped."""
     from agctl.serve import serve
 
     def ready(url: str, model: str) -> None:
@@ -79,7 +86,7 @@ def command(
         else:
             echo(f"agctl: serving {url} ({model}; Ctrl-C stops)", err=True)
 
-    serve(
+    stopped = serve(
         app.store,
         choice,
         host=host,
@@ -88,4 +95,12 @@ def command(
         max_body=max_body_bytes,
         on_ready=ready,
         check=check,
+        log=(lambda record: echo(json_text(record), err=True)) if app.json else None,
     )
+    if stopped is not None:
+        from agctl.base.errors import signal_name
+
+        said = f"stopped by {signal_name(stopped)}; the requests in flight were answered"
+        echo(
+            json_text({"stopped": signal_name(stopped)}) if app.json else f"agctl: {said}", err=True
+        )

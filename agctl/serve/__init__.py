@@ -8,12 +8,13 @@ until SIGINT or SIGTERM, which let the requests in flight finish.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from agctl.base.errors import AgctlError, UsageError
+from agctl.base.errors import AgctlError, UsageError, interrupt_signal
 
 if TYPE_CHECKING:
     from agctl.store import Store
@@ -42,6 +43,12 @@ def check_exposure(host: str, token: str | None) -> None:
         )
 
 
+def log_line(record: dict[str, Any]) -> None:
+    """A request's record as an INFO line of the agctl.serve logger."""
+    shown = " ".join(f"{key}={value}" for key, value in record.items() if value is not None)
+    logging.getLogger("agctl.serve").info("%s", shown)
+
+
 def listening_socket(host: str, port: int) -> socket.socket:
     """A socket bound to `host:port` and listening, or an error naming why not."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -66,10 +73,14 @@ def serve(
     max_body: int | None = None,
     on_ready: Callable[[str, str], None] | None = None,
     check: bool = False,
-) -> None:
+    log: Callable[[dict[str, Any]], None] | None = None,
+) -> int | None:
     """Serve `store`'s sessions with the model `choice` resolves to, until stopped;
     `on_ready` hears the base URL clients use and the model once the socket listens.
-    With `check`, stop there: the extra, the model's settings and the port are fine."""
+    With `check`, stop there: the extra, the model's settings and the port are fine.
+    `log` hears one record per request once it is answered (default: the agctl.serve
+    logger's INFO lines, which -v shows). Returns the signal that stopped it (SIGINT,
+    SIGTERM), after Uvicorn let the requests in flight finish."""
     check_exposure(host, token)
     # The command line stubs anyio and trio out for httpcore's sake (agctl.cli.main);
     # Starlette runs on anyio.
@@ -87,7 +98,9 @@ def serve(
 
     setup = ModelSetup.chosen(None, "", choice)
     setup.provider()  # a missing key or cassette is said now, not at the first request
-    served = Served(store, choice, setup.settings.model, token, max_body or MAX_BODY_BYTES)
+    served = Served(
+        store, choice, setup.settings.model, token, max_body or MAX_BODY_BYTES, log or log_line
+    )
     sock = listening_socket(host, port)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
@@ -100,5 +113,10 @@ def serve(
             on_ready(f"http://{shown}:{bound}/v1", served.model)
         if not check:
             server.run(sockets=[sock])
+    except KeyboardInterrupt as stop:
+        # Uvicorn raises again the signal it stopped on once it has shut down; the
+        # command line's handler makes it this (agctl.cli.main).
+        return interrupt_signal(stop)
     finally:
         sock.close()
+    return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,8 @@ class Served:
     model: str
     token: str | None = None
     max_body: int = MAX_BODY_BYTES
+    # Hears one record per request, once its response is sent (AccessLog).
+    log: Callable[[dict[str, Any]], None] | None = None
 
 
 def error(status: int, message: str, code: int | None = None) -> Response:
@@ -92,7 +94,45 @@ def build_app(served: Served) -> Starlette:
     for prefix in ("", "/s/{session}", "/s/{session}/{slot}"):
         routes.append(Route(f"{prefix}/v1/models", models, methods=["GET"]))
         routes.append(Route(f"{prefix}/v1/chat/completions", chat, methods=["POST"]))
-    return Starlette(routes=routes)
+    application = Starlette(routes=routes)
+    if served.log is not None:
+        application.add_middleware(AccessLog, log=served.log)
+    return application
+
+
+class AccessLog:
+    """ASGI middleware: one record per HTTP request once its response is sent (a stream:
+    once it ends), with the turn's facts a handler left in `request.state.agctl_turn`."""
+
+    def __init__(self, app: Any, log: Callable[[dict[str, Any]], None]) -> None:
+        self.app = app
+        self.log = log
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status: dict[str, int] = {}
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            state = scope.get("state") or {}
+            self.log(
+                {
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "status": status.get("code"),
+                    "latency_ms": round((time.perf_counter() - started) * 1000, 1),
+                    **state.get("agctl_turn", {}),
+                }
+            )
 
 
 def _model(name: str) -> dict[str, Any]:
@@ -144,9 +184,11 @@ async def _chat(served: Served, request: Request, body: Any) -> Response:
     except AgctlError as exc:
         return _agctl_error(exc)
     created = int(time.time())
+    record: dict[str, Any] = {}
+    request.state.agctl_turn = record  # what the access log says of the turn
     if chat.stream:
         return StreamingResponse(
-            _streamed(served, chat, session, slot, created),
+            _streamed(served, chat, session, slot, created, record),
             media_type="text/event-stream",
             headers={"cache-control": "no-store"},
         )
@@ -156,6 +198,7 @@ async def _chat(served: Served, request: Request, body: Any) -> Response:
         )
     except AgctlError as exc:
         return _agctl_error(exc)
+    record.update(turn_record(placed, result))
     headers = {"x-agctl-session": placed.session, "x-agctl-slot": placed.slot}
     if result.checkpoint:
         headers["x-agctl-checkpoint"] = result.checkpoint
@@ -174,8 +217,29 @@ def _agctl_error(exc: Exception) -> Response:
 _END = object()
 
 
+def turn_record(placed: Any, result: Any) -> dict[str, Any]:
+    """What an access log line says of a request's turn."""
+    usage = result.usage
+    prompt = usage.prompt_tokens if usage is not None else None
+    cached = usage.cached_tokens if usage is not None else None
+    return {
+        "session": placed.session,
+        "slot": placed.slot,
+        "turn": result.turn,
+        "checkpoint": result.checkpoint,
+        "prompt_tokens": prompt,
+        "completion_tokens": usage.completion_tokens if usage is not None else None,
+        "cached_share": round(cached / prompt, 4) if cached is not None and prompt else None,
+    }
+
+
 def _streamed(
-    served: Served, chat: Any, session: str | None, slot: str | None, created: int
+    served: Served,
+    chat: Any,
+    session: str | None,
+    slot: str | None,
+    created: int,
+    record: dict[str, Any],
 ) -> Iterator[bytes]:
     """Server-sent events of a turn: its text as it comes, then the last chunk (finish
     reason and usage) and [DONE]; an error mid-way as an error event."""
@@ -216,6 +280,7 @@ def _streamed(
         yield _event({"error": {"message": str(exc), "type": "api_error", "code": code}})
         return
     placed, result = outcome["done"]
+    record.update(turn_record(placed, result))
     from agctl.serve.chat import usage_document
 
     last = chunk(ident, result.model, created, {}, result.finish_reason or "stop")

@@ -38,9 +38,12 @@ def base_env(tmp_path: Path) -> dict[str, str]:
 
 
 @contextmanager
-def serving(env: dict[str, str], *args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def serving(
+    env: dict[str, str], *args: str, logged: list[str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """`agctl serve --port 0 ARGS...`, its base URL read from its stderr; stopped with
-    SIGTERM after, and its exit checked."""
+    SIGTERM after, its exit checked and the rest of its stderr put in `logged`."""
+    logged = [] if logged is None else logged
     process = subprocess.Popen(
         [sys.executable, "-m", "agctl", "serve", "--port", "0", *args],
         env=env,
@@ -60,20 +63,29 @@ def serving(env: dict[str, str], *args: str) -> Iterator[tuple[str, subprocess.P
                     break
                 said += chunk
     line = said.decode().splitlines()[0] if said else ""
-    if not line.startswith("agctl: serving http://"):
+    if line.startswith("{"):
+        url = json.loads(line)["serving"]
+    elif line.startswith("agctl: serving http://"):
+        url = line.split()[2]
+        assert line.endswith("; Ctrl-C stops)"), line
+    else:
         process.kill()
         raise AssertionError(f"agctl serve did not start: {said!r} {process.communicate()}")
-    url = line.split()[2]
-    assert line.endswith("; Ctrl-C stops)"), line
     try:
         yield url, process
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             _, errors = process.communicate(timeout=30)
-            # Stopped by SIGTERM, as a shell reports it, after the requests in flight.
-            assert process.returncode == 128 + signal.SIGTERM, errors
+            # Stopped by SIGTERM once the requests in flight were answered: a normal end.
+            assert process.returncode == 0, errors
             assert b"Traceback" not in errors, errors
+            *lines, last = errors.decode().splitlines()
+            assert last in (
+                "agctl: stopped by SIGTERM; the requests in flight were answered",
+                '{"stopped":"SIGTERM"}',
+            )
+            logged.extend(lines)
 
 
 def agctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -237,3 +249,36 @@ def test_it_listens_beyond_this_machine_only_with_a_token(tmp_path: Path) -> Non
         taken = agctl(env, "serve", "--port", port)
     assert taken.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in taken.stderr
+
+
+def test_json_logs_a_line_per_request_with_its_turn(tmp_path: Path) -> None:
+    env = base_env(tmp_path)
+    logged: list[str] = []
+    with serving(env, "--json", "--token", "t", logged=logged) as (url, _):
+        client = openai.OpenAI(base_url=url, api_key="t", max_retries=0)
+        client.chat.completions.create(model="m", messages=[SYSTEM, HELLO])
+        stream = client.chat.completions.create(model="m", messages=[HELLO], stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert httpx.get(f"{url}/models", timeout=30).status_code == 401
+
+    whole, streamed, refused = (json.loads(line) for line in logged)
+    session = sessions(env)[0]["id"]
+    assert {k: whole[k] for k in ("method", "path", "status", "session", "slot", "turn")} == {
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "status": 200,
+        "session": session,
+        "slot": "default",
+        "turn": 1,
+    }
+    assert whole["prompt_tokens"] > 0 and whole["completion_tokens"] > 0
+    assert whole["cached_share"] is None  # the offline provider says nothing of a cache
+    assert whole["latency_ms"] > 0 and whole["checkpoint"]
+    assert (streamed["status"], streamed["turn"], streamed["slot"]) == (200, 1, "default")
+    assert streamed["session"] != session  # no system prompt: another conversation
+    assert refused == {
+        "method": "GET",
+        "path": "/v1/models",
+        "status": 401,
+        "latency_ms": refused["latency_ms"],
+    }
