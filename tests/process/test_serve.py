@@ -282,3 +282,41 @@ def test_json_logs_a_line_per_request_with_its_turn(tmp_path: Path) -> None:
         "status": 401,
         "latency_ms": refused["latency_ms"],
     }
+
+
+def test_concurrent_clients_on_many_sessions_and_on_one_each_get_their_turn(
+    tmp_path: Path,
+) -> None:
+    """8 clients on 8 conversations, then 4 on one: every turn is whole, none lost; the
+    store's lock orders the turns of one session."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = base_env(tmp_path)
+    assert agctl(env, "session", "new", "shared").returncode == 0
+    with serving(env) as (url, _):
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+        root = url.removesuffix("/v1")
+        shared = openai.OpenAI(base_url=f"{root}/s/shared/v1", api_key="unused", max_retries=0)
+
+        def own(n: int) -> str:
+            first = {"role": "user", "content": f"conversation {n}"}
+            reply = client.chat.completions.create(model="m", messages=[first])
+            return reply.choices[0].message.content or ""
+
+        def together(n: int) -> str:
+            message = {"role": "user", "content": f"message {n}"}
+            reply = shared.chat.completions.create(model="m", messages=[message])
+            return reply.choices[0].message.content or ""
+
+        with ThreadPoolExecutor(8) as pool:
+            apart = list(pool.map(own, range(8)))
+            joined = list(pool.map(together, range(4)))
+
+    assert all("turn 1 in slot" in said for said in apart)
+    listed = {s["id"]: s for s in sessions(env)}
+    assert len(listed) == 9 and listed["shared"]["turn_count"] == 4
+    texts = [
+        m["content"] for m in json.loads(agctl(env, "-s", "shared", "msg", "list", "--json").stdout)
+    ]
+    assert sorted(texts[0::2]) == [f"message {n}" for n in range(4)]
+    assert sorted(texts[1::2]) == sorted(joined)
