@@ -206,10 +206,15 @@ async def _chat(served: Served, request: Request, body: Any) -> Response:
     return Response(orjson.dumps(document), media_type="application/json", headers=headers)
 
 
-def _agctl_error(exc: Exception) -> Response:
+def exit_code(exc: BaseException) -> int:
+    """agctl's exit code for `exc` (1 for what is not agctl's own error)."""
     from agctl.base.errors import AgctlError
 
-    code = exc.exit_code if isinstance(exc, AgctlError) else 1
+    return exc.exit_code if isinstance(exc, AgctlError) else 1
+
+
+def _agctl_error(exc: Exception) -> Response:
+    code = exit_code(exc)
     return error(STATUS.get(code, 500), str(exc), code)
 
 
@@ -243,9 +248,8 @@ def _streamed(
 ) -> Iterator[bytes]:
     """Server-sent events of a turn: its text as it comes, then the last chunk (finish
     reason and usage) and [DONE]; an error mid-way as an error event."""
-    from agctl.base.errors import AgctlError
     from agctl.providers.base import TextDelta
-    from agctl.serve.chat import chunk, run_chat
+    from agctl.serve.chat import chunk, run_chat, usage_document
 
     pieces: queue.Queue[Any] = queue.Queue()
     outcome: dict[str, Any] = {}
@@ -262,8 +266,6 @@ def _streamed(
                     pieces.put(event.text) if isinstance(event, TextDelta) else None
                 ),
             )
-        except AgctlError as exc:
-            outcome["error"] = exc
         except Exception as exc:  # reported to the client, never a dropped connection
             outcome["error"] = exc
         finally:
@@ -276,13 +278,10 @@ def _streamed(
         yield _event(chunk(ident, served.model, created, {"content": piece}, None))
     if "error" in outcome:
         exc = outcome["error"]
-        code = exc.exit_code if isinstance(exc, AgctlError) else 1
-        yield _event({"error": {"message": str(exc), "type": "api_error", "code": code}})
+        yield _event({"error": {"message": str(exc), "type": "api_error", "code": exit_code(exc)}})
         return
     placed, result = outcome["done"]
     record.update(turn_record(placed, result))
-    from agctl.serve.chat import usage_document
-
     last = chunk(ident, result.model, created, {}, result.finish_reason or "stop")
     last["usage"] = usage_document(result.usage)
     last["agctl"] = {
