@@ -1,0 +1,97 @@
+"""Running `agctl serve` as a real process for a test: its environment, the server started
+on a free port and stopped with SIGTERM (its clean exit checked), and the CLI beside it."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+SYSTEM = {"role": "system", "content": "Be brief."}
+HELLO = {"role": "user", "content": "hello there"}
+# How long the server may take to say where it listens.
+STARTING = 30.0
+
+
+def base_env(tmp_path: Path) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AGCTL_"))}
+    environ.update(
+        AGCTL_DATA_DIR=str(tmp_path / "data"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        PYTHONIOENCODING="utf-8",
+    )
+    return environ
+
+
+@contextmanager
+def serving(
+    env: dict[str, str], *args: str, logged: list[str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`agctl serve --port 0 ARGS...`, its base URL read from its stderr; stopped with
+    SIGTERM after, its exit checked and the rest of its stderr put in `logged`."""
+    logged = [] if logged is None else logged
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agctl", "serve", "--port", "0", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    said = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stderr, selectors.EVENT_READ)
+        deadline = time.monotonic() + STARTING
+        while b"\n" not in said and time.monotonic() < deadline:
+            if selector.select(timeout=deadline - time.monotonic()):
+                chunk = os.read(process.stderr.fileno(), 4096)
+                if not chunk:
+                    break
+                said += chunk
+    line = said.decode().splitlines()[0] if said else ""
+    if line.startswith("{"):
+        url = json.loads(line)["serving"]
+    elif line.startswith("agctl: serving http://"):
+        url = line.split()[2]
+        assert line.endswith("; Ctrl-C stops)"), line
+    else:
+        process.kill()
+        raise AssertionError(f"agctl serve did not start: {said!r} {process.communicate()}")
+    try:
+        yield url, process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            _, errors = process.communicate(timeout=30)
+            # Stopped by SIGTERM once the requests in flight were answered: a normal end.
+            assert process.returncode == 0, errors
+            assert b"Traceback" not in errors, errors
+            *lines, last = errors.decode().splitlines()
+            assert last in (
+                "agctl: stopped by SIGTERM; the requests in flight were answered",
+                '{"stopped":"SIGTERM"}',
+            )
+            logged.extend(lines)
+
+
+def agctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agctl", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def sessions(env: dict[str, str]) -> list[dict[str, object]]:
+    listed: list[dict[str, object]] = json.loads(agctl(env, "session", "list", "--json").stdout)
+    return listed
