@@ -7,7 +7,9 @@ prompt). Which slot: the one named, else the session's current one.
 
 What the request's history says, against the slot's messages (compared as the model
 sees them: role, text, tool calls):
-- none (the client sends only the new message): the slot's own context is used;
+- none, in a session the request names (the client sends only the new message): the
+  slot's own context is used; in a session its fingerprint found, the client started
+  again from its first message (a regenerated first reply), which branches as below;
 - the same as the slot's: a pure extension, the turn appends to the slot;
 - longer, the slot's a prefix of it: the missing messages are appended first;
 - different from message k on (an edited or regenerated message): a new slot is derived
@@ -151,6 +153,10 @@ def place(store: Store, chat: Chat, session: str | None, slot: str | None) -> Pl
     history (see the module): append what it lacks, or branch where they differ."""
     from agctl.base.ids import validate_id
 
+    # A session found by its fingerprint is a client's that resends its whole history,
+    # from the first message: no history there is the first message again (a regenerated
+    # first reply), not a new message for the slot's context.
+    whole = session is None
     if session is None:
         session = fingerprint(chat)
         if session not in store.session_ids():
@@ -162,7 +168,7 @@ def place(store: Store, chat: Chat, session: str | None, slot: str | None) -> Pl
     with store.work(session):
         target = store.load_slot(session, slot)
         placed = Placed(session, target.id)
-        if not chat.history:
+        if not chat.history and not whole:
             return placed
         stored = target.messages
         shared = divergence(stored, chat.history)

@@ -94,3 +94,21 @@ def test_a_named_session_must_exist_and_a_turn_goes_where_it_was_placed(store: S
         "no",
         "next",
     ]
+
+
+def test_a_first_reply_regenerated_by_a_whole_history_client_is_a_branch(store: Store) -> None:
+    """The fingerprint's session gets the first request again: a branch at message 0,
+    not the same question asked twice in one slot."""
+    chat = parse_chat(body(SYSTEM, *said("hello")))
+    first, _ = run_chat(store, chat, ModelChoice(provider="offline"))
+    again, result = run_chat(store, chat, ModelChoice(provider="offline"))
+
+    assert (first.session, first.slot) == (again.session, "default")
+    assert (again.slot, again.branched_from, again.branched_at) == ("default-2", "default", 0)
+    assert [m.text() for m in store.load_slot(again.session, "default").messages][:1] == ["hello"]
+    assert len(store.load_slot(again.session, "default").messages) == 2
+    assert [m.role for m in store.load_slot(again.session, "default-2").messages] == [
+        "user",
+        "assistant",
+    ]
+    assert result.slot_id == "default-2"
