@@ -6,9 +6,12 @@ A block is marked by an HTML comment on the line before its fence (invisible on 
   command and the lines after it are its output (stdout and stderr), compared exactly
   but for timestamps;
 - `<!-- runnable: twice -->`: the block runs twice in one data dir (a CI job re-run);
-- `<!-- runnable: with a session -->`: a session is made first.
+- `<!-- runnable: with a session -->`: a session is made first;
+- `<!-- runnable: served -->`: `agctl serve` runs meanwhile (on a free port, stopped with
+  SIGTERM after), with OPENAI_BASE_URL and OPENAI_API_KEY set for its clients.
 
-Each block runs in a fresh directory holding the files the README's examples name.
+A block marked `<!-- file: NAME -->` is a file the examples use. Each block runs in a
+fresh directory holding those files and the ones the README's examples name.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from serving import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 MARKER = re.compile(r"^<!-- runnable(?::\s*(?P<how>[^>]*?))?\s*-->$")
+FILE_MARKER = re.compile(r"^<!-- file: (?P<name>[\w.-]+) -->$")
 FENCE = re.compile(r"^```(?P<lang>\w*)$")
 
 
@@ -53,9 +58,22 @@ def runnable_blocks() -> list[Block]:
         end = lines.index("```", number + 2)
         body = "\n".join(lines[number + 2 : end]) + "\n"
         how = (marker.group("how") or "").strip()
-        assert how in ("", "twice", "with a session"), f"README.md:{number + 1}: {how!r}"
+        assert how in ("", "twice", "with a session", "served"), f"README.md:{number + 1}: {how!r}"
         blocks.append(Block(number + 2, fence.group("lang"), how, body))
     return blocks
+
+
+def file_blocks() -> dict[str, str]:
+    """The blocks marked as files, by name."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    files = {}
+    for number, line in enumerate(lines):
+        marker = FILE_MARKER.match(line)
+        if marker:
+            assert FENCE.match(lines[number + 1]), f"README.md:{number + 1}: a fence must follow"
+            end = lines.index("```", number + 2)
+            files[marker.group("name")] = "\n".join(lines[number + 2 : end]) + "\n"
+    return files
 
 
 # The files the README's examples read.
@@ -84,6 +102,7 @@ FILES = {
         }
     )
     + "\n",
+    **file_blocks(),
 }
 
 
@@ -96,9 +115,11 @@ def workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         (work / name).write_text(text)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    shim = bin_dir / "agctl"
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m agctl "$@"\n')
-    shim.chmod(0o755)
+    # `python` in an example is the Python running the tests, with their packages.
+    for name, run in (("agctl", "-m agctl "), ("python", "")):
+        shim = bin_dir / name
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" {run}"$@"\n')
+        shim.chmod(0o755)
     env = {
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "HOME": str(tmp_path / "home"),
@@ -172,6 +193,15 @@ def test_a_runnable_block_runs_as_printed(
     work, env = workdir
     if block.how == "with a session":
         assert sh("agctl session new -q", work, env).returncode == 0
+    if block.how == "served":
+        with serving(env) as (url, _):
+            run_block(block, work, {**env, "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "unused"})
+    else:
+        run_block(block, work, env)
+
+
+def run_block(block: Block, work: Path, env: dict[str, str]) -> None:
+    """Run `block` as printed: a console block's output compared, others' exits checked."""
     if block.lang == "console":
         for command, expected in console_steps(block.text):
             result = sh(command, work, env)
