@@ -231,3 +231,31 @@ def test_concurrent_clients_on_many_sessions_and_on_one_each_get_their_turn(
     ]
     assert sorted(texts[0::2]) == [f"message {n}" for n in range(4)]
     assert sorted(texts[1::2]) == sorted(joined)
+
+
+def test_the_upstream_key_never_reaches_a_client_or_the_log(tmp_path: Path) -> None:
+    """An upstream that echoes the key in its error: the client's error document, the
+    streamed error event and the -v log hold no copy of it."""
+    key = "sk-agctl-serve-secret-0123456789"
+    with FakeOpenAI() as upstream:
+        env = {**served_env(upstream.base_url), **base_env(tmp_path)}
+        env.update(AGCTL_PROVIDER="openai", AGCTL_BASE_URL=upstream.base_url, AGCTL_API_KEY=key)
+        env["AGCTL_MODEL"] = "fake-model"
+        logged: list[str] = []
+        for _ in range(2):
+            upstream.fail("status", status=401, message=f"Incorrect API key provided: {key}")
+        with serving(env, "-v", logged=logged) as (url, _):
+            client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+            with pytest.raises(openai.APIStatusError) as caught:
+                client.chat.completions.create(model="m", messages=[HELLO])
+            whole = httpx.post(
+                f"{url}/chat/completions",
+                json={"model": "m", "messages": [HELLO], "stream": True},
+                timeout=30,
+            )
+        assert upstream.requests[0].headers["authorization"] == f"Bearer {key}"
+    said = [json.dumps(caught.value.body), whole.text, *logged]
+    assert "Incorrect API key provided" in said[0] and "Incorrect API key provided" in said[1]
+    served = [line for line in logged if "agctl.serve:" in line]
+    assert [line.split("status=")[1].split()[0] for line in served] == ["502", "200"], logged
+    assert [text for text in said if key in text] == [], said
