@@ -246,13 +246,14 @@ def _streamed(
     created: int,
     record: dict[str, Any],
 ) -> Iterator[bytes]:
-    """Server-sent events of a turn: its text as it comes, then the last chunk (finish
-    reason and usage) and [DONE]; an error mid-way as an error event."""
-    from agctl.providers.base import TextDelta
+    """Server-sent events of a turn: its text and tool calls as they come, then the last
+    chunk (finish reason and usage) and [DONE]; an error mid-way as an error event."""
     from agctl.serve.chat import chunk, run_chat, usage_document
+    from agctl.serve.tools import StreamedCalls
 
     pieces: queue.Queue[Any] = queue.Queue()
     outcome: dict[str, Any] = {}
+    deltas = StreamedCalls()
 
     def turn() -> None:
         try:
@@ -263,7 +264,7 @@ def _streamed(
                 session=session,
                 slot=slot,
                 on_event=lambda event: (
-                    pieces.put(event.text) if isinstance(event, TextDelta) else None
+                    pieces.put(delta) if (delta := deltas.delta(event)) is not None else None
                 ),
             )
         except Exception as exc:  # reported to the client, never a dropped connection
@@ -273,9 +274,10 @@ def _streamed(
 
     threading.Thread(target=turn, name="agctl-serve-turn", daemon=True).start()
     ident = f"chatcmpl-stream-{created}"
-    yield _event(chunk(ident, served.model, created, {"role": "assistant", "content": ""}, None))
+    # No content yet: a reply of tool calls has none (null, as the SDK puts it together).
+    yield _event(chunk(ident, served.model, created, {"role": "assistant"}, None))
     while (piece := pieces.get()) is not _END:
-        yield _event(chunk(ident, served.model, created, {"content": piece}, None))
+        yield _event(chunk(ident, served.model, created, piece, None))
     if "error" in outcome:
         exc = outcome["error"]
         yield _event({"error": {"message": str(exc), "type": "api_error", "code": exit_code(exc)}})

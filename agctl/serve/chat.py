@@ -15,14 +15,17 @@ sees them: role, text, tool calls):
 - different from message k on (an edited or regenerated message): a new slot is derived
   with the slot's first k messages, then the request's from k on, so the old branch is
   kept (`session graph` shows both); the turn goes there.
-The last message is the new input (a user message); every turn is an agctl turn.
+The last message is the new input (a user message), or the last messages are: tool
+results answering the calls of the assistant message before them (the client ran the
+tools it offered, agctl.serve.tools), appended to the slot like the messages it lacks,
+and the turn goes on from them with no new prompt. Every turn is an agctl turn.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -32,6 +35,7 @@ from agctl.base.errors import InvalidInput, NotFound
 if TYPE_CHECKING:
     from agctl.context.models import Message, Slot
     from agctl.providers.base import Event
+    from agctl.serve.tools import ClientTools
     from agctl.store import Store
     from agctl.turn.send import TurnResult
     from agctl.turn.setup import ModelChoice
@@ -51,6 +55,9 @@ class Chat:
     stream: bool
     temperature: float | None
     max_tokens: int | None
+    # The trailing tool messages when they are the input (the prompt is then empty).
+    results: list[Message] = field(default_factory=list)
+    tools: ClientTools | None = None
 
 
 def parse_chat(body: Any) -> Chat:
@@ -59,6 +66,7 @@ def parse_chat(body: Any) -> Chat:
 
     from agctl.base.validation import validation_summary
     from agctl.context.models import Message
+    from agctl.serve.tools import parse_tools, sent_back
 
     if not isinstance(body, dict):
         raise InvalidInput("the request body is not a JSON object")
@@ -68,12 +76,19 @@ def parse_chat(body: Any) -> Chat:
     parsed = []
     for index, item in enumerate(messages):
         try:
-            parsed.append(Message.from_openai(item))
+            parsed.append(Message.from_openai(sent_back(item)))
         except ValidationError as exc:
             raise InvalidInput(f"messages[{index}]: {validation_summary(exc)}") from None
-    *before, last = parsed
-    if last.role != "user" or not last.text():
-        raise InvalidInput("messages: the last message must be a user message with text")
+    results = _trailing_results(parsed)
+    before = parsed[: len(parsed) - len(results)]
+    prompt = ""
+    if not results:
+        last = before.pop()
+        if last.role != "user" or not last.text():
+            raise InvalidInput(
+                "messages: the last message must be a user message with text, or tool results"
+            )
+        prompt = last.text()
     leading = 0
     while leading < len(before) and before[leading].role == "system":
         leading += 1
@@ -81,12 +96,22 @@ def parse_chat(body: Any) -> Chat:
     return Chat(
         system=system,
         history=before[leading:],
-        prompt=last.text(),
+        prompt=prompt,
         stream=_option(body, "stream", "bool") or False,
         temperature=_option(body, "temperature", "number"),
         max_tokens=_option(body, "max_tokens", "int")
         or _option(body, "max_completion_tokens", "int"),
+        results=results,
+        tools=parse_tools(body),
     )
+
+
+def _trailing_results(messages: list[Message]) -> list[Message]:
+    """The tool messages that end `messages`."""
+    start = len(messages)
+    while start and messages[start - 1].role == "tool":
+        start -= 1
+    return messages[start:]
 
 
 def _option(body: dict[str, Any], name: str, kind: str) -> Any:
@@ -152,6 +177,7 @@ def place(store: Store, chat: Chat, session: str | None, slot: str | None) -> Pl
     """Find (or make) the session and slot of `chat`, and bring the slot to the request's
     history (see the module): append what it lacks, or branch where they differ."""
     from agctl.base.ids import validate_id
+    from agctl.turn.steps import check_results
 
     # A session found by its fingerprint is a client's that resends its whole history,
     # from the first message: no history there is the first message again (a regenerated
@@ -160,6 +186,8 @@ def place(store: Store, chat: Chat, session: str | None, slot: str | None) -> Pl
     if session is None:
         session = fingerprint(chat)
         if session not in store.session_ids():
+            if chat.results:  # refused before anything is made
+                check_results(chat.history, chat.results)
             store.create_session(session, system_prompt=chat.system, title="agctl serve")
     else:
         validate_id(session, "session")
@@ -168,16 +196,20 @@ def place(store: Store, chat: Chat, session: str | None, slot: str | None) -> Pl
     with store.work(session):
         target = store.load_slot(session, slot)
         placed = Placed(session, target.id)
-        if not chat.history and not whole:
-            return placed
         stored = target.messages
-        shared = divergence(stored, chat.history)
-        if shared == len(stored) == len(chat.history):
+        # Without a history, the request goes on from the slot (tool results follow its
+        # calls), but for a client its fingerprint found: that one starts again.
+        history = chat.history if chat.history or whole else stored
+        if chat.results:
+            check_results(history, chat.results)
+        given = [*history, *chat.results]
+        shared = len(stored) if history is stored else divergence(stored, given)
+        if shared == len(stored) == len(given):
             return placed
         if shared < len(stored):
             placed.branched_from, placed.branched_at = target.id, shared
             placed.slot = _branch(store, session, target, shared)
-        missing = chat.history[shared:]
+        missing = given[shared:]
         if missing:
             store.update_slot(session, placed.slot, lambda s: s.messages.extend(missing))
             placed.appended = len(missing)
@@ -215,6 +247,7 @@ def run_chat(
     from agctl.turn.setup import TurnChoice, plan_turn
 
     placed = place(store, chat, session, slot)
+    offered = chat.tools.turn_fields() if chat.tools is not None else {}
     plan = plan_turn(
         store,
         placed.session,
@@ -223,6 +256,7 @@ def run_chat(
         stream=on_event is not None,
         temperature=chat.temperature,
         max_tokens=chat.max_tokens,
+        **offered,
     )
     result = send_turn(
         store, placed.session, chat.prompt, plan.provider(), plan.options, on_event=on_event
@@ -232,6 +266,8 @@ def run_chat(
 
 def completion(placed: Placed, result: TurnResult, created: int) -> dict[str, Any]:
     """The chat.completion document of a turn."""
+    from agctl.serve.tools import message_document
+
     usage = result.usage
     return {
         "id": completion_id(placed, result),
@@ -241,7 +277,7 @@ def completion(placed: Placed, result: TurnResult, created: int) -> dict[str, An
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": result.reply.text()},
+                "message": message_document(result.reply),
                 "finish_reason": result.finish_reason or "stop",
             }
         ],

@@ -89,6 +89,13 @@ class TurnOptions:
     # reply's calls runs: StepLimit, exit 10).
     tools: ToolBox | None = None
     tool_choice: str | None = None
+    # Tools the caller runs (OpenAI function definitions: an `agctl serve` client's),
+    # offered as `tools` are, but nothing here answers their calls: the turn ends at the
+    # first reply, committed with the calls it asks for (finish_reason "tool_calls"); the
+    # caller appends a tool message per call and sends the next turn with an empty prompt.
+    caller_tools: list[dict[str, Any]] | None = None
+    # Whether the model may ask for several calls in one reply (None: the wire's default).
+    parallel_tool_calls: bool | None = None
     max_steps: int = 8
     tool_jobs: int = 1
     max_calls_per_reply: int = 32
@@ -119,6 +126,8 @@ class TurnOptions:
         for name in ("tool_jobs", "max_calls_per_reply", "max_calls_per_turn"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.tools is not None and self.caller_tools is not None:
+            raise UsageError("a turn's tools are run by agctl or by its caller, not both")
 
 
 @dataclass
@@ -245,7 +254,7 @@ def prepare_turn(
         turn=session.turn_count + 1,
         prompt_estimate=view.estimate,
     )
-    tools = options.tools.definitions() if options.tools is not None else None
+    tools = options.tools.definitions() if options.tools is not None else options.caller_tools
     request = ChatRequest(
         model=options.model,
         messages=view.requests,
@@ -255,6 +264,7 @@ def prepare_turn(
         context=context,
         tools=tools,
         tool_choice=_tool_choice(options.tool_choice) if tools is not None else None,
+        parallel_tool_calls=options.parallel_tool_calls if tools is not None else None,
         cache_key=cache_key(session, slot),
         wire_parts=view.wire_parts,
         breakpoints=view.breakpoints,
@@ -389,7 +399,7 @@ def _send(
         checkpoint=checkpoint,
         slot=prepared.slot,
         steps=loop.steps,
-        tools_offered=options.tools is not None,
+        tools_offered=prepared.request.tools is not None,
         free=free,
     )
     _auto_summary(store, session_id, provider, options, result)
@@ -432,7 +442,8 @@ class _Loop:
     them (StepLimit). Each step's tool results are kept durably in the slot's draft as
     they come, so a turn killed at step 3 goes on from there (`turn send
     --resume-draft`) without running a tool twice; calls left for a person to approve
-    stop the turn (ApprovalPending, exit 9) with the others' results in the draft."""
+    stop the turn (ApprovalPending, exit 9) with the others' results in the draft. With
+    no toolbox (the caller's tools, or none), the first reply ends the turn, calls and all."""
 
     def __init__(
         self, prepared: PreparedTurn, options: TurnOptions, resume: Sequence[Message]

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from agctl.base.errors import ApprovalNeeded
+from agctl.base.errors import ApprovalNeeded, InvalidInput
 from agctl.context.models import Message, ToolCall, utcnow
 
 
@@ -108,6 +108,31 @@ def unanswered(messages: Sequence[Message]) -> list[ToolCall]:
             answered = {m.tool_call_id for m in messages[position + 1 :] if m.role == "tool"}
             return [c for c in message.tool_calls or () if c.id not in answered]
     return []
+
+
+def check_results(before: Sequence[Message], results: Sequence[Message]) -> None:
+    """Refuse (InvalidInput) tool results given by a caller that are not one answer to
+    each call waiting at the end of `before` (its last assistant message, followed by tool
+    messages only): every wire refuses a request with a call unanswered or an answer to
+    no call, and they would be written in the slot."""
+    position = len(before)
+    while position and before[position - 1].role == "tool":
+        position -= 1
+    asked = before[position - 1] if position else None
+    calls = asked.tool_calls or [] if asked is not None and asked.role == "assistant" else []
+    done = {m.tool_call_id for m in before[position:]}
+    waiting = [c.id for c in calls if c.id not in done]
+    for result in results:
+        if result.tool_call_id not in waiting:
+            named = f"waiting: {', '.join(waiting)}" if waiting else "none is waiting"
+            raise InvalidInput(
+                f"tool_call_id {result.tool_call_id!r} answers no call waiting ({named})"
+            )
+        waiting.remove(result.tool_call_id)
+    if waiting:
+        raise InvalidInput(
+            f"the tool calls {', '.join(waiting)} have no tool message answering them"
+        )
 
 
 def run_calls(
