@@ -78,7 +78,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "man": ("agctl.cli.man", "Show the man page of agctl or of one of its commands."),
     "serve": (
         "agctl.cli.serve",
-        "Serve OpenAI's chat completions API, each conversation an agctl session.",
+        "Serve OpenAI's chat completions and Responses APIs over agctl sessions.",
     ),
     "doctor": (
         "agctl.cli.doctor",

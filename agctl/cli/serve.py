@@ -13,7 +13,7 @@ from agctl.cli.output import echo, json_text
 if TYPE_CHECKING:
     from agctl.turn.setup import ModelChoice
 
-SERVE_HELP = """Serve OpenAI's chat completions API, each conversation an agctl session.
+SERVE_HELP = """Serve OpenAI's chat completions and Responses APIs over agctl sessions.
 
 Any OpenAI client pointed at the URL printed on stderr talks to the profile chosen
 (any agctl profile: OpenAI-compatible, Claude, Gemini, offline; the model a request
@@ -24,7 +24,10 @@ by a fingerprint of its system prompt and first message, so a client that resend
 whole history lands in the same session each time. A client that sends only its new
 message gets the slot's context added; one whose history differs from the slot's (an
 edited or regenerated message) gets a new slot derived where they part, the old branch
-kept. Responses carry X-Agctl-Session, X-Agctl-Slot and X-Agctl-Checkpoint. Listens on
+kept. POST /v1/responses chains by previous_response_id (without one, and no session
+named, a request starts a new session): a response id names the checkpoint after its
+turn, and naming an older one forks a derived slot there; store false writes nothing.
+Responses carry X-Agctl-Session, X-Agctl-Slot and X-Agctl-Checkpoint. Listens on
 this machine only unless --host says otherwise, and then a token is required. Each
 request answered is logged on stderr: a JSON line with --json (method, path, status,
 latency_ms, and of its turn the session, slot, turn, checkpoint, tokens and the share

@@ -1,7 +1,8 @@
 """`agctl serve`: an OpenAI-compatible endpoint whose conversations are agctl sessions.
 
-A Starlette application (the `serve` extra): `GET /v1/models` and `POST
-/v1/chat/completions` (whole or streamed), also under `/s/SESSION/v1/...` and
+A Starlette application (the `serve` extra): `GET /v1/models`, `POST
+/v1/chat/completions` and `POST /v1/responses` (whole or streamed; agctl.serve.responses),
+also under `/s/SESSION/v1/...` and
 `/s/SESSION/SLOT/v1/...`; the `X-Agctl-Session` and `X-Agctl-Slot` headers name them too
 (agctl.serve.chat says how a request finds its conversation). One store is opened for
 the process and kept warm. A token, when set, is required as `Authorization: Bearer`.
@@ -13,7 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -79,21 +80,46 @@ def build_app(served: Served) -> Starlette:
         listed = {"object": "list", "data": [_model(served.model)]}
         return Response(orjson.dumps(listed), media_type="application/json")
 
-    async def chat(request: Request) -> Response:
+    def posted(
+        handle: Callable[[Served, Request, Any], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """The endpoint taking a JSON body to `handle`, once the token and body pass."""
+
+        async def endpoint(request: Request) -> Response:
+            refused = _refused(served, request)
+            if refused is not None:
+                return refused
+            from starlette.responses import Response
+
+            body = await _body(request, served.max_body)
+            if isinstance(body, Response):
+                return body
+            return await handle(served, request, body)
+
+        return endpoint
+
+    async def look_up(request: Request) -> Response:
         refused = _refused(served, request)
         if refused is not None:
             return refused
+        from starlette.concurrency import run_in_threadpool
         from starlette.responses import Response
 
-        body = await _body(request, served.max_body)
-        if isinstance(body, Response):
-            return body
-        return await _chat(served, request, body)
+        from agctl.base.errors import AgctlError
+        from agctl.serve.responses import stored
+
+        try:
+            found = await run_in_threadpool(stored, served.store, request.path_params["ident"])
+        except AgctlError as exc:
+            return _agctl_error(exc)
+        return Response(orjson.dumps(found), media_type="application/json")
 
     routes = []
     for prefix in ("", "/s/{session}", "/s/{session}/{slot}"):
         routes.append(Route(f"{prefix}/v1/models", models, methods=["GET"]))
-        routes.append(Route(f"{prefix}/v1/chat/completions", chat, methods=["POST"]))
+        routes.append(Route(f"{prefix}/v1/chat/completions", posted(_chat), methods=["POST"]))
+        routes.append(Route(f"{prefix}/v1/responses", posted(_respond), methods=["POST"]))
+        routes.append(Route(f"{prefix}/v1/responses/{{ident}}", look_up, methods=["GET"]))
     application = Starlette(routes=routes)
     if served.log is not None:
         application.add_middleware(AccessLog, log=served.log)
@@ -206,6 +232,72 @@ async def _chat(served: Served, request: Request, body: Any) -> Response:
     return Response(orjson.dumps(document), media_type="application/json", headers=headers)
 
 
+async def _respond(served: Served, request: Request, body: Any) -> Response:
+    """A Responses API request, whole or streamed (agctl.serve.responses); a failure
+    before anything is sent is an error document."""
+    from starlette.concurrency import run_in_threadpool
+    from starlette.responses import Response, StreamingResponse
+
+    from agctl.base.errors import AgctlError
+    from agctl.serve.responses import answer, document, parse_response, place
+
+    session = request.path_params.get("session") or request.headers.get("x-agctl-session")
+    slot = request.path_params.get("slot") or request.headers.get("x-agctl-slot")
+    created = time.time()
+    record: dict[str, Any] = {}
+    request.state.agctl_turn = record  # what the access log says of the turn
+    try:
+        ask = parse_response(body)
+        placement = await run_in_threadpool(place, served.store, ask, session, slot)
+    except AgctlError as exc:
+        return _agctl_error(exc)
+    placed = placement.placed
+    headers = {"x-agctl-session": placed.session, "x-agctl-slot": placed.slot}
+    if ask.stream:
+        return StreamingResponse(
+            _response_events(served, ask, placement, created, record),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store", **headers},
+        )
+    try:
+        result = await run_in_threadpool(answer, placement, ask, served.choice)
+    except AgctlError as exc:
+        return _agctl_error(exc)
+    record.update(turn_record(placed, result))
+    if result.checkpoint:
+        headers["x-agctl-checkpoint"] = result.checkpoint
+    made = document(
+        placement.id,
+        ask,
+        created,
+        model=result.model,
+        text=result.reply.text(),
+        usage=result.usage,
+    )
+    return Response(orjson.dumps(made), media_type="application/json", headers=headers)
+
+
+def _response_events(
+    served: Served, ask: Any, placement: Any, created: float, record: dict[str, Any]
+) -> Iterator[bytes]:
+    """The server-sent events of a streamed response (agctl.serve.responses.Events)."""
+    from agctl.serve.responses import Events, answer
+
+    turn = StreamedTurn(lambda heard: answer(placement, ask, served.choice, on_event=heard))
+    events = Events(placement.id, ask, created, served.model)
+    for kind, data in events.started():
+        yield _named_event(kind, data)
+    for piece in turn.pieces():
+        yield _named_event(*events.delta(piece))
+    if turn.error is not None:
+        for kind, data in events.failed(str(turn.error), exit_code(turn.error)):
+            yield _named_event(kind, data)
+        return
+    record.update(turn_record(placement.placed, turn.result))
+    for kind, data in events.completed(turn.result):
+        yield _named_event(kind, data)
+
+
 def exit_code(exc: BaseException) -> int:
     """agctl's exit code for `exc` (1 for what is not agctl's own error)."""
     from agctl.base.errors import AgctlError
@@ -238,6 +330,48 @@ def turn_record(placed: Any, result: Any) -> dict[str, Any]:
     }
 
 
+def text_piece(event: Any) -> str | None:
+    """A text delta's text: what a stream of text only sends."""
+    from agctl.providers.base import TextDelta
+
+    return event.text if isinstance(event, TextDelta) else None
+
+
+class StreamedTurn:
+    """A turn run in a thread while the response streams: what `piece` makes of its
+    events as they come (`pieces`; None: nothing to send), then its outcome (`result`, or
+    the `error` it failed with)."""
+
+    def __init__(
+        self,
+        run: Callable[[Callable[[Any], None]], Any],
+        piece: Callable[[Any], Any] = text_piece,
+    ) -> None:
+        self.result: Any = None
+        self.error: Exception | None = None
+        self._pieces: queue.Queue[Any] = queue.Queue()
+        self._piece = piece
+        threading.Thread(
+            target=self._turn, args=(run,), name="agctl-serve-turn", daemon=True
+        ).start()
+
+    def _turn(self, run: Callable[[Callable[[Any], None]], Any]) -> None:
+        def heard(event: Any) -> None:
+            if (piece := self._piece(event)) is not None:
+                self._pieces.put(piece)
+
+        try:
+            self.result = run(heard)
+        except Exception as exc:  # reported to the client, never a dropped connection
+            self.error = exc
+        finally:
+            self._pieces.put(_END)
+
+    def pieces(self) -> Iterator[Any]:
+        while (piece := self._pieces.get()) is not _END:
+            yield piece
+
+
 def _streamed(
     served: Served,
     chat: Any,
@@ -251,38 +385,23 @@ def _streamed(
     from agctl.serve.chat import chunk, run_chat, usage_document
     from agctl.serve.tools import StreamedCalls
 
-    pieces: queue.Queue[Any] = queue.Queue()
-    outcome: dict[str, Any] = {}
     deltas = StreamedCalls()
-
-    def turn() -> None:
-        try:
-            outcome["done"] = run_chat(
-                served.store,
-                chat,
-                served.choice,
-                session=session,
-                slot=slot,
-                on_event=lambda event: (
-                    pieces.put(delta) if (delta := deltas.delta(event)) is not None else None
-                ),
-            )
-        except Exception as exc:  # reported to the client, never a dropped connection
-            outcome["error"] = exc
-        finally:
-            pieces.put(_END)
-
-    threading.Thread(target=turn, name="agctl-serve-turn", daemon=True).start()
+    turn = StreamedTurn(
+        lambda heard: run_chat(
+            served.store, chat, served.choice, session=session, slot=slot, on_event=heard
+        ),
+        deltas.delta,
+    )
     ident = f"chatcmpl-stream-{created}"
     # No content yet: a reply of tool calls has none (null, as the SDK puts it together).
     yield _event(chunk(ident, served.model, created, {"role": "assistant"}, None))
-    while (piece := pieces.get()) is not _END:
+    for piece in turn.pieces():
         yield _event(chunk(ident, served.model, created, piece, None))
-    if "error" in outcome:
-        exc = outcome["error"]
+    if turn.error is not None:
+        exc = turn.error
         yield _event({"error": {"message": str(exc), "type": "api_error", "code": exit_code(exc)}})
         return
-    placed, result = outcome["done"]
+    placed, result = turn.result
     record.update(turn_record(placed, result))
     last = chunk(ident, result.model, created, {}, result.finish_reason or "stop")
     last["usage"] = usage_document(result.usage)
@@ -297,3 +416,7 @@ def _streamed(
 
 def _event(data: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+def _named_event(kind: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + kind.encode() + b"\n" + _event(data)

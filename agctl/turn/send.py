@@ -73,6 +73,9 @@ class TurnOptions:
     stream: bool = False
     prices: Prices = field(default_factory=dict)
     checkpoint: bool = True
+    # The label of the checkpoint after the turn (None: "after turn N"); `agctl serve`
+    # names it by the Responses API id it gives the turn before it is sent.
+    checkpoint_label: str | None = None
     # The model's context window; None sends without checking the budget.
     window: int | None = None
     # The config's auto-compress; a slot's or the session's own setting wins.
@@ -369,6 +372,7 @@ def _send(
             usage,
             priced,
             options.checkpoint,
+            label=options.checkpoint_label,
             if_unchanged=options.if_unchanged,
             free=free,
         )
@@ -876,6 +880,7 @@ def _commit(
     priced: Charge,
     checkpoint: bool,
     *,
+    label: str | None = None,
     if_unchanged: bool = False,
     free: bool = False,
 ) -> str | None:
@@ -886,8 +891,9 @@ def _commit(
     With `checkpoint`, the session is checkpointed after the turn; if it has no
     checkpoint yet, or was edited since its latest one, its state before the turn is
     checkpointed first, so the turn can be undone exactly. Returns the id of the
-    checkpoint written after the turn. With `if_unchanged`, a slot written since the
-    view was built is refused (see check_unchanged) before anything is written.
+    checkpoint written after the turn (labelled `label`, or "after turn N"). With
+    `if_unchanged`, a slot written since the view was built is refused (see
+    check_unchanged) before anything is written.
     """
     from agctl.store.checkpoints.planner import TurnHint, create
     from agctl.store.checkpoints.restore import baseline
@@ -900,8 +906,8 @@ def _commit(
     with store.work(session_id) as work, work.locked(), deferred_interrupts(reraise=False):
         if checkpoint:
             read = TurnHint(slot=seen, base_rev=None, appended=0)  # not read again
-            label = f"before turn {prepared.request.context.turn}"
-            baseline(work, label=label, hint=read)
+            before = f"before turn {prepared.request.context.turn}"
+            baseline(work, label=before, hint=read)
         slot, base_rev = append_turn(work, seen, new, sent=sent, if_unchanged=if_unchanged)
         prepared.slot = slot
 
@@ -920,8 +926,8 @@ def _commit(
             return None
         try:
             hint = TurnHint(slot=slot, base_rev=base_rev, appended=len(new))
-            label = f"after turn {session.turn_count}"
-            return create(work, label=label, auto=True, hint=hint).id
+            after = label or f"after turn {session.turn_count}"
+            return create(work, label=after, auto=True, hint=hint).id
         except AgctlError as exc:
             log.warning(
                 "turn %d was committed, but its checkpoint was not: %s", session.turn_count, exc
