@@ -13,26 +13,36 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
+
+from agctl.serve.flights import RETRY_AFTER_SECONDS, Flight, Flights
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
 
+    from agctl.serve.chat import Placed
     from agctl.store import Store
+    from agctl.turn.send import TurnResult
     from agctl.turn.setup import ModelChoice
 
 # What a request body may hold, unless the server is told otherwise.
 MAX_BODY_BYTES = 8 * 1024 * 1024
 # HTTP statuses by agctl's exit code: a client error, a missing thing, a conflict, an
-# upstream failure, a context that cannot fit.
-STATUS = {2: 400, 3: 404, 4: 409, 5: 400, 6: 502, 7: 400, 9: 403}
-ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 409: "conflict_error"}
+# upstream failure, a context that cannot fit; a turn cut short by the server stopping
+# (SIGINT, SIGTERM: kept as a draft).
+STATUS = {2: 400, 3: 404, 4: 409, 5: 400, 6: 502, 7: 400, 9: 403, 130: 503, 143: 503}
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    429: "requests",
+}
 
 
 @dataclass
@@ -46,9 +56,16 @@ class Served:
     max_body: int = MAX_BODY_BYTES
     # Hears one record per request, once its response is sent (AccessLog).
     log: Callable[[dict[str, Any]], None] | None = None
+    # The turns in flight (agctl.serve.flights).
+    flights: Flights = field(default_factory=Flights)
 
 
-def error(status: int, message: str, code: int | None = None) -> Response:
+def error(
+    status: int,
+    message: str,
+    code: int | str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
     """OpenAI's error document, with agctl's exit code when it comes from agctl."""
     from starlette.responses import Response
 
@@ -62,7 +79,7 @@ def error(status: int, message: str, code: int | None = None) -> Response:
             "param": None,
         }
     }
-    return Response(orjson.dumps(body), status, media_type="application/json")
+    return Response(orjson.dumps(body), status, headers, media_type="application/json")
 
 
 def build_app(served: Served) -> Starlette:
@@ -172,10 +189,11 @@ async def _chat(served: Served, request: Request, body: Any) -> Response:
     """A chat completion, whole or streamed; a failure before anything is sent is an
     error document."""
     from starlette.concurrency import run_in_threadpool
-    from starlette.responses import Response, StreamingResponse
+    from starlette.responses import Response
 
     from agctl.base.errors import AgctlError
     from agctl.serve.chat import completion, parse_chat, run_chat
+    from agctl.serve.watch import WatchedStream, watched
 
     session = request.path_params.get("session") or request.headers.get("x-agctl-session")
     slot = request.path_params.get("slot") or request.headers.get("x-agctl-slot")
@@ -183,19 +201,27 @@ async def _chat(served: Served, request: Request, body: Any) -> Response:
         chat = parse_chat(body)
     except AgctlError as exc:
         return _agctl_error(exc)
+    flight = served.flights.admit()
+    if flight is None:
+        return _unadmitted(served.flights)
     created = int(time.time())
     record: dict[str, Any] = {}
     request.state.agctl_turn = record  # what the access log says of the turn
     if chat.stream:
-        return StreamingResponse(
-            _streamed(served, chat, session, slot, created, record),
+        return WatchedStream(
+            flight,
+            _streamed(served, flight, chat, session, slot, created, record),
             media_type="text/event-stream",
             headers={"cache-control": "no-store"},
         )
-    try:
-        placed, result = await run_in_threadpool(
-            run_chat, served.store, chat, served.choice, session=session, slot=slot
+
+    def turn() -> Awaitable[tuple[Placed, TurnResult]]:
+        return run_in_threadpool(
+            flight.run, run_chat, served.store, chat, served.choice, session=session, slot=slot
         )
+
+    try:
+        placed, result = await watched(flight, request.receive, turn)
     except AgctlError as exc:
         return _agctl_error(exc)
     record.update(turn_record(placed, result))
@@ -211,6 +237,20 @@ def exit_code(exc: BaseException) -> int:
     from agctl.base.errors import AgctlError
 
     return exc.exit_code if isinstance(exc, AgctlError) else 1
+
+
+def _unadmitted(flights: Flights) -> Response:
+    """The refusal of a turn the server cannot take now: 429 when `flights` are full (the
+    client retries after a second), 503 when it is stopping."""
+    if flights.stopping is not None:
+        return error(503, "the server is stopping: send this request to another one")
+    return error(
+        429,
+        f"{flights.limit} turns are running, the most this server runs at once "
+        "(--max-concurrent): retry shortly",
+        "rate_limit_exceeded",
+        {"retry-after": str(RETRY_AFTER_SECONDS)},
+    )
 
 
 def _agctl_error(exc: Exception) -> Response:
@@ -240,6 +280,7 @@ def turn_record(placed: Any, result: Any) -> dict[str, Any]:
 
 def _streamed(
     served: Served,
+    flight: Flight,
     chat: Any,
     session: str | None,
     slot: str | None,
@@ -256,16 +297,19 @@ def _streamed(
 
     def turn() -> None:
         try:
-            outcome["done"] = run_chat(
-                served.store,
-                chat,
-                served.choice,
-                session=session,
-                slot=slot,
-                on_event=lambda event: (
-                    pieces.put(event.text) if isinstance(event, TextDelta) else None
-                ),
-            )
+            with flight:
+                outcome["done"] = run_chat(
+                    served.store,
+                    chat,
+                    served.choice,
+                    session=session,
+                    slot=slot,
+                    on_event=flight.watching(
+                        lambda event: (
+                            pieces.put(event.text) if isinstance(event, TextDelta) else None
+                        )
+                    ),
+                )
         except Exception as exc:  # reported to the client, never a dropped connection
             outcome["error"] = exc
         finally:
