@@ -6,6 +6,7 @@ Imported by the application only (it imports Starlette and Uvicorn).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -84,4 +85,5 @@ class StoppingServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         super().handle_exit(sig, frame)
-        self.flights.stop(sig, self.grace)
+        # Not here: the handler may have interrupted this thread inside the flights' lock.
+        threading.Thread(target=self.flights.stop, args=(sig, self.grace), daemon=True).start()

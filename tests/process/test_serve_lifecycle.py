@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -77,6 +78,32 @@ def test_a_client_leaving_mid_stream_cancels_its_turn_into_a_draft(tmp_path: Pat
     (draft,) = drafts(env, "talk")
     assert draft["prompt"] == "hello there"
     assert "the client disconnected" in draft["error"]
+
+
+def test_a_client_leaving_before_a_whole_reply_cancels_its_turn_into_a_draft(
+    tmp_path: Path,
+) -> None:
+    with FakeOpenAI() as upstream:
+        env = upstream_env(upstream, tmp_path, "talk")
+        arrived, held = threading.Event(), threading.Event()
+        upstream.before_reply(lambda: (arrived.set(), held.wait(60)))
+        with serving(env, "-v") as (url, process):
+            stderr = Stderr(process)
+            address = httpx.URL(url)
+            body = json.dumps({"model": "m", "messages": [HELLO]}).encode()
+            with socket.create_connection((address.host, address.port), timeout=60) as client:
+                client.sendall(
+                    b"POST /s/talk/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                    b"Content-Type: application/json\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                assert arrived.wait(60)  # the turn waits on its upstream; the client leaves
+            stderr.until("client disconnected")
+            held.set()
+            stderr.until("turn drafted (the client disconnected)")
+    assert slot_messages(env, "talk") == []
+    assert [d["prompt"] for d in drafts(env, "talk")] == ["hello there"]
 
 
 def test_sigterm_finishes_or_drafts_each_turn_in_flight_then_exits_zero(tmp_path: Path) -> None:
