@@ -33,14 +33,14 @@ of the prompt read from the provider's cache), a line with -v.
 Limits: request bodies over --max-body-bytes get 413; beyond --max-concurrent turns
 at once a request gets 429 with Retry-After; a reply from the provider is bounded by
 the profile's max_reply_bytes (and its timeouts). Turns on one session take its lock in
-turn: a turn that waits longer than AGCTL_LOCK_TIMEOUT seconds (or the config's
-lock_timeout, default 30) gets 409, its prompt kept as a draft. A client that
-disconnects mid-turn cancels it: nothing is written to the slot and the prompt (with
-any reply so far) is kept as the slot's draft ('agctl draft list'). SIGINT or SIGTERM
+turn: one that waits longer than AGCTL_LOCK_TIMEOUT seconds (or the config's
+lock_timeout, default 30) gets 409 and writes nothing. A client that disconnects
+mid-turn cancels it: nothing is written to the slot and the prompt (with any reply
+so far) is kept as the slot's draft ('agctl draft show --all'). SIGINT or SIGTERM
 stop accepting, give the turns in flight --grace seconds to finish, then draft those
 still running (each stops at its provider's next piece, or at the profile's
-read_timeout), and exit 0 saying how many finished and how many were drafted. Needs
-the serve extra: pip install 'agctl[serve]'.
+read_timeout; a second signal drafts them at once), and exit 0 saying how many
+finished and how many were drafted. Needs the serve extra: pip install 'agctl[serve]'.
 
 \b
 Examples:
