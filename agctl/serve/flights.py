@@ -172,4 +172,11 @@ class Flights:
         deadline = time.monotonic() + timeout
         with self._lock:
             flying = list(self.flying)
+        if flying and timeout:
+            log.warning(
+                "waiting up to %g s for %d cancelled turn%s still waiting on the provider",
+                timeout,
+                len(flying),
+                "s" * (len(flying) != 1),
+            )
         return sum(not f.ended.wait(max(0.0, deadline - time.monotonic())) for f in flying)
