@@ -70,15 +70,53 @@ def serving(
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             _, errors = process.communicate(timeout=30)
-            # Stopped by SIGTERM once the requests in flight were answered: a normal end.
+            # Stopped by SIGTERM with no turn in flight: a normal end.
             assert process.returncode == 0, errors
             assert b"Traceback" not in errors, errors
             *lines, last = errors.decode().splitlines()
-            assert last in (
-                "agctl: stopped by SIGTERM; the requests in flight were answered",
-                '{"stopped":"SIGTERM"}',
-            )
+            assert stop_line(last) == {"stopped": "SIGTERM", "finished": 0, "drafted": 0}, last
             logged.extend(lines)
+
+
+def stop_line(line: str) -> dict[str, object]:
+    """What serve's last line says: the signal, and the counts of the turns then in flight
+    (finished, drafted, and any failed or abandoned), from its text or its --json."""
+    if line.startswith("{"):
+        said: dict[str, object] = json.loads(line)
+        return {
+            key: value for key, value in said.items() if value or key not in ("failed", "abandoned")
+        }
+    prefix = "agctl: stopped by "
+    assert line.startswith(prefix) and "; turns in flight: " in line, line
+    name, _, counts = line.removeprefix(prefix).partition("; turns in flight: ")
+    shown: dict[str, object] = {"stopped": name}
+    for part in counts.split(", "):
+        number, what = part.split(" ")
+        shown[what] = int(number)
+    return shown
+
+
+class Stderr:
+    """A running process's stderr, read as it comes: `until` a line holding some text."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stderr is not None
+        self.stream = process.stderr
+        self.text = ""
+
+    def until(self, needle: str, timeout: float = 60.0) -> str:
+        """All read so far, once a line holding `needle` has come (AssertionError if it
+        does not within `timeout` seconds, or the stream ends)."""
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.stream, selectors.EVENT_READ)
+            while needle not in self.text:
+                left = deadline - time.monotonic()
+                assert left > 0 and selector.select(timeout=left), (needle, self.text)
+                chunk = os.read(self.stream.fileno(), 65536)
+                assert chunk, (needle, self.text)
+                self.text += chunk.decode()
+        return self.text
 
 
 def agctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

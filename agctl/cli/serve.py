@@ -31,9 +31,19 @@ Responses carry X-Agctl-Session, X-Agctl-Slot and X-Agctl-Checkpoint. Listens on
 this machine only unless --host says otherwise, and then a token is required. Each
 request answered is logged on stderr: a JSON line with --json (method, path, status,
 latency_ms, and of its turn the session, slot, turn, checkpoint, tokens and the share
-of the prompt read from the provider's cache), a line with -v. SIGINT or SIGTERM stop
-it once the requests in flight are answered (exit 0). Needs the serve extra: pip
-install 'agctl[serve]'.
+of the prompt read from the provider's cache), a line with -v.
+
+Limits: request bodies over --max-body-bytes get 413; beyond --max-concurrent turns
+at once a request gets 429 with Retry-After; a reply from the provider is bounded by
+the profile's max_reply_bytes (and its timeouts). Turns on one session take its lock in
+turn: one that waits longer than AGCTL_LOCK_TIMEOUT seconds (or the config's
+lock_timeout, default 30) gets 409 and writes nothing. A client that disconnects
+mid-turn cancels it: nothing is written to the slot and the prompt (with any reply
+so far) is kept as the slot's draft ('agctl draft show --all'). SIGINT or SIGTERM
+stop accepting, give the turns in flight --grace seconds to finish, then draft those
+still running (each stops at its provider's next piece, or at the profile's
+read_timeout; a second signal drafts them at once), and exit 0 saying how many
+finished and how many were drafted. Needs the serve extra: pip install 'agctl[serve]'.
 
 \b
 Examples:
@@ -62,6 +72,22 @@ Examples:
     help="Refuse request bodies over N bytes (default 8 MiB).",
 )
 @click.option(
+    "--max-concurrent",
+    type=Count(min=1),
+    default=16,
+    show_default=True,
+    metavar="N",
+    help="Run at most N turns at once; a request beyond gets 429 at once.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0, max=3600),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="On SIGINT/SIGTERM, wait this long for the turns in flight, then draft them.",
+)
+@click.option(
     "--check",
     is_flag=True,
     help="Check the setup (the extra, the model's settings and key, the port) and exit.",
@@ -75,6 +101,8 @@ def command(
     port: int,
     token: str | None,
     max_body_bytes: int | None,
+    max_concurrent: int,
+    grace: float,
     check: bool,
     choice: ModelChoice,
 ) -> None:
@@ -99,11 +127,20 @@ def command(
         on_ready=ready,
         check=check,
         log=(lambda record: echo(json_text(record), err=True)) if app.json else None,
+        max_concurrent=max_concurrent,
+        grace=grace,
     )
     if stopped is not None:
+        from dataclasses import asdict
+
         from agctl.base.errors import signal_name
 
-        said = f"stopped by {signal_name(stopped)}; the requests in flight were answered"
-        echo(
-            json_text({"stopped": signal_name(stopped)}) if app.json else f"agctl: {said}", err=True
-        )
+        name = signal_name(stopped.signum)
+        counts = {**asdict(stopped.tally), "abandoned": stopped.abandoned}
+        if app.json:
+            echo(json_text({"stopped": name, **counts}), err=True)
+        else:
+            shown = ", ".join(
+                f"{n} {what}" for what, n in counts.items() if n or what in ("finished", "drafted")
+            )
+            echo(f"agctl: stopped by {name}; turns in flight: {shown}", err=True)

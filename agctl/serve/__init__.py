@@ -2,7 +2,9 @@
 
 `serve` opens the listening socket itself (so a port in use is an error that says so,
 and port 0 picks a free one), then runs the application (agctl.serve.app) on Uvicorn
-until SIGINT or SIGTERM, which let the requests in flight finish.
+until SIGINT or SIGTERM: it stops accepting, gives the turns in flight `grace` seconds
+to finish, then cancels those still running, each kept as a draft (agctl.serve.flights),
+and waits for them to end.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import logging
 import socket
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agctl.base.errors import AgctlError, UsageError, interrupt_signal
+from agctl.serve.flights import GRACE_SECONDS, MAX_CONCURRENT, Flights, Tally
 
 if TYPE_CHECKING:
     from agctl.store import Store
@@ -22,6 +26,16 @@ if TYPE_CHECKING:
 
 # The hosts `serve` listens on without a token: this machine's own.
 LOOPBACK_NAMES = ("localhost",)
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """How the server stopped: the signal, and what became of the turns then in flight
+    (`abandoned`: still waiting on their provider when the server gave up on them)."""
+
+    signum: int
+    tally: Tally
+    abandoned: int = 0
 
 
 def is_loopback(host: str) -> bool:
@@ -74,13 +88,16 @@ def serve(
     on_ready: Callable[[str, str], None] | None = None,
     check: bool = False,
     log: Callable[[dict[str, Any]], None] | None = None,
-) -> int | None:
+    max_concurrent: int = MAX_CONCURRENT,
+    grace: float = GRACE_SECONDS,
+) -> Stopped | None:
     """Serve `store`'s sessions with the model `choice` resolves to, until stopped;
     `on_ready` hears the base URL clients use and the model once the socket listens.
     With `check`, stop there: the extra, the model's settings and the port are fine.
     `log` hears one record per request once it is answered (default: the agctl.serve
-    logger's INFO lines, which -v shows). Returns the signal that stopped it (SIGINT,
-    SIGTERM), after Uvicorn let the requests in flight finish."""
+    logger's INFO lines, which -v shows). At most `max_concurrent` turns run at once (a
+    request beyond gets 429). Returns how a signal (SIGINT, SIGTERM) stopped it, once the
+    turns in flight finished, or were drafted after `grace` seconds."""
     check_exposure(host, token)
     # The command line stubs anyio and trio out for httpcore's sake (agctl.cli.main);
     # Starlette runs on anyio.
@@ -94,12 +111,20 @@ def serve(
             "agctl serve needs its extra: pip install 'agctl[serve]' (Starlette and Uvicorn)"
         ) from None
     from agctl.serve.app import MAX_BODY_BYTES, Served, build_app
+    from agctl.serve.watch import StoppingServer
     from agctl.turn.setup import ModelSetup
 
     setup = ModelSetup.chosen(None, "", choice)
     setup.provider()  # a missing key or cassette is said now, not at the first request
+    flights = Flights(max_concurrent)
     served = Served(
-        store, choice, setup.settings.model, token, max_body or MAX_BODY_BYTES, log or log_line
+        store,
+        choice,
+        setup.settings.model,
+        token,
+        max_body or MAX_BODY_BYTES,
+        log or log_line,
+        flights,
     )
     sock = listening_socket(host, port)
     bound = sock.getsockname()[1]
@@ -107,7 +132,7 @@ def serve(
     config = uvicorn.Config(
         build_app(served), log_level="warning", access_log=False, lifespan="off"
     )
-    server = uvicorn.Server(config)
+    server = StoppingServer(config, flights, grace)
     try:
         if on_ready is not None:
             on_ready(f"http://{shown}:{bound}/v1", served.model)
@@ -115,8 +140,10 @@ def serve(
             server.run(sockets=[sock])
     except KeyboardInterrupt as stop:
         # Uvicorn raises again the signal it stopped on once it has shut down; the
-        # command line's handler makes it this (agctl.cli.main).
-        return interrupt_signal(stop)
+        # command line's handler makes it this (agctl.cli.main). A turn whose client left
+        # may still be waiting on its provider, cancelled: it gets the grace once more.
+        abandoned = flights.wait(grace)
+        return Stopped(interrupt_signal(stop), flights.tally, abandoned)
     finally:
         sock.close()
     return None

@@ -15,25 +15,35 @@ import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
+
+from agctl.serve.flights import RETRY_AFTER_SECONDS, Flight, Flights
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
 
+    from agctl.serve.chat import Placed
     from agctl.store import Store
+    from agctl.turn.send import TurnResult
     from agctl.turn.setup import ModelChoice
 
 # What a request body may hold, unless the server is told otherwise.
 MAX_BODY_BYTES = 8 * 1024 * 1024
 # HTTP statuses by agctl's exit code: a client error, a missing thing, a conflict, an
-# upstream failure, a context that cannot fit.
-STATUS = {2: 400, 3: 404, 4: 409, 5: 400, 6: 502, 7: 400, 9: 403}
-ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 409: "conflict_error"}
+# upstream failure, a context that cannot fit; a turn cut short by the server stopping
+# (SIGINT, SIGTERM: kept as a draft).
+STATUS = {2: 400, 3: 404, 4: 409, 5: 400, 6: 502, 7: 400, 9: 403, 130: 503, 143: 503}
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    429: "requests",
+}
 
 
 @dataclass
@@ -47,9 +57,16 @@ class Served:
     max_body: int = MAX_BODY_BYTES
     # Hears one record per request, once its response is sent (AccessLog).
     log: Callable[[dict[str, Any]], None] | None = None
+    # The turns in flight (agctl.serve.flights).
+    flights: Flights = field(default_factory=Flights)
 
 
-def error(status: int, message: str, code: int | None = None) -> Response:
+def error(
+    status: int,
+    message: str,
+    code: int | str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
     """OpenAI's error document, with agctl's exit code when it comes from agctl."""
     from starlette.responses import Response
 
@@ -63,7 +80,7 @@ def error(status: int, message: str, code: int | None = None) -> Response:
             "param": None,
         }
     }
-    return Response(orjson.dumps(body), status, media_type="application/json")
+    return Response(orjson.dumps(body), status, headers, media_type="application/json")
 
 
 def build_app(served: Served) -> Starlette:
@@ -198,10 +215,11 @@ async def _chat(served: Served, request: Request, body: Any) -> Response:
     """A chat completion, whole or streamed; a failure before anything is sent is an
     error document."""
     from starlette.concurrency import run_in_threadpool
-    from starlette.responses import Response, StreamingResponse
+    from starlette.responses import Response
 
     from agctl.base.errors import AgctlError
     from agctl.serve.chat import completion, parse_chat, run_chat
+    from agctl.serve.watch import WatchedStream, watched
 
     session = request.path_params.get("session") or request.headers.get("x-agctl-session")
     slot = request.path_params.get("slot") or request.headers.get("x-agctl-slot")
@@ -209,19 +227,27 @@ async def _chat(served: Served, request: Request, body: Any) -> Response:
         chat = parse_chat(body)
     except AgctlError as exc:
         return _agctl_error(exc)
+    flight = served.flights.admit()
+    if flight is None:
+        return _unadmitted(served.flights)
     created = int(time.time())
     record: dict[str, Any] = {}
     request.state.agctl_turn = record  # what the access log says of the turn
     if chat.stream:
-        return StreamingResponse(
-            _streamed(served, chat, session, slot, created, record),
+        return WatchedStream(
+            flight,
+            _streamed(served, flight, chat, session, slot, created, record),
             media_type="text/event-stream",
             headers={"cache-control": "no-store"},
         )
-    try:
-        placed, result = await run_in_threadpool(
-            run_chat, served.store, chat, served.choice, session=session, slot=slot
+
+    def turn() -> Awaitable[tuple[Placed, TurnResult]]:
+        return run_in_threadpool(
+            flight.run, run_chat, served.store, chat, served.choice, session=session, slot=slot
         )
+
+    try:
+        placed, result = await watched(flight, request.receive, turn)
     except AgctlError as exc:
         return _agctl_error(exc)
     record.update(turn_record(placed, result))
@@ -233,13 +259,15 @@ async def _chat(served: Served, request: Request, body: Any) -> Response:
 
 
 async def _respond(served: Served, request: Request, body: Any) -> Response:
-    """A Responses API request, whole or streamed (agctl.serve.responses); a failure
-    before anything is sent is an error document."""
+    """A Responses API request, whole or streamed (agctl.serve.responses), admitted as a
+    flight before it is placed (a refused request forks nothing); a failure before
+    anything is sent is an error document."""
     from starlette.concurrency import run_in_threadpool
-    from starlette.responses import Response, StreamingResponse
+    from starlette.responses import Response
 
     from agctl.base.errors import AgctlError
     from agctl.serve.responses import answer, document, parse_response, place
+    from agctl.serve.watch import WatchedStream, watched
 
     session = request.path_params.get("session") or request.headers.get("x-agctl-session")
     slot = request.path_params.get("slot") or request.headers.get("x-agctl-slot")
@@ -248,19 +276,31 @@ async def _respond(served: Served, request: Request, body: Any) -> Response:
     request.state.agctl_turn = record  # what the access log says of the turn
     try:
         ask = parse_response(body)
+    except AgctlError as exc:
+        return _agctl_error(exc)
+    flight = served.flights.admit()
+    if flight is None:
+        return _unadmitted(served.flights)
+    try:
         placement = await run_in_threadpool(place, served.store, ask, session, slot)
     except AgctlError as exc:
+        flight.forgo()
         return _agctl_error(exc)
     placed = placement.placed
     headers = {"x-agctl-session": placed.session, "x-agctl-slot": placed.slot}
     if ask.stream:
-        return StreamingResponse(
-            _response_events(served, ask, placement, created, record),
+        return WatchedStream(
+            flight,
+            _response_events(served, flight, ask, placement, created, record),
             media_type="text/event-stream",
             headers={"cache-control": "no-store", **headers},
         )
+
+    def turn() -> Awaitable[TurnResult]:
+        return run_in_threadpool(flight.run, answer, placement, ask, served.choice)
+
     try:
-        result = await run_in_threadpool(answer, placement, ask, served.choice)
+        result = await watched(flight, request.receive, turn)
     except AgctlError as exc:
         return _agctl_error(exc)
     record.update(turn_record(placed, result))
@@ -278,12 +318,17 @@ async def _respond(served: Served, request: Request, body: Any) -> Response:
 
 
 def _response_events(
-    served: Served, ask: Any, placement: Any, created: float, record: dict[str, Any]
+    served: Served,
+    flight: Flight,
+    ask: Any,
+    placement: Any,
+    created: float,
+    record: dict[str, Any],
 ) -> Iterator[bytes]:
     """The server-sent events of a streamed response (agctl.serve.responses.Events)."""
     from agctl.serve.responses import Events, answer
 
-    turn = StreamedTurn(lambda heard: answer(placement, ask, served.choice, on_event=heard))
+    turn = StreamedTurn(flight, lambda heard: answer(placement, ask, served.choice, on_event=heard))
     events = Events(placement.id, ask, created, served.model)
     for kind, data in events.started():
         yield _named_event(kind, data)
@@ -303,6 +348,20 @@ def exit_code(exc: BaseException) -> int:
     from agctl.base.errors import AgctlError
 
     return exc.exit_code if isinstance(exc, AgctlError) else 1
+
+
+def _unadmitted(flights: Flights) -> Response:
+    """The refusal of a turn the server cannot take now: 429 when `flights` are full (the
+    client retries after a second), 503 when it is stopping."""
+    if flights.stopping is not None:
+        return error(503, "the server is stopping: send this request to another one")
+    return error(
+        429,
+        f"{flights.limit} turns are running, the most this server runs at once "
+        "(--max-concurrent): retry shortly",
+        "rate_limit_exceeded",
+        {"retry-after": str(RETRY_AFTER_SECONDS)},
+    )
 
 
 def _agctl_error(exc: Exception) -> Response:
@@ -338,12 +397,13 @@ def text_piece(event: Any) -> str | None:
 
 
 class StreamedTurn:
-    """A turn run in a thread while the response streams: what `piece` makes of its
-    events as they come (`pieces`; None: nothing to send), then its outcome (`result`, or
-    the `error` it failed with)."""
+    """A turn run as `flight` in a thread while the response streams: what `piece` makes
+    of its events as they come (`pieces`; None: nothing to send), then its outcome
+    (`result`, or the `error` it failed with: a cancelled flight's TurnInterrupted)."""
 
     def __init__(
         self,
+        flight: Flight,
         run: Callable[[Callable[[Any], None]], Any],
         piece: Callable[[Any], Any] = text_piece,
     ) -> None:
@@ -351,6 +411,7 @@ class StreamedTurn:
         self.error: Exception | None = None
         self._pieces: queue.Queue[Any] = queue.Queue()
         self._piece = piece
+        self._flight = flight
         threading.Thread(
             target=self._turn, args=(run,), name="agctl-serve-turn", daemon=True
         ).start()
@@ -361,7 +422,8 @@ class StreamedTurn:
                 self._pieces.put(piece)
 
         try:
-            self.result = run(heard)
+            with self._flight:
+                self.result = run(self._flight.watching(heard))
         except Exception as exc:  # reported to the client, never a dropped connection
             self.error = exc
         finally:
@@ -374,6 +436,7 @@ class StreamedTurn:
 
 def _streamed(
     served: Served,
+    flight: Flight,
     chat: Any,
     session: str | None,
     slot: str | None,
@@ -387,6 +450,7 @@ def _streamed(
 
     deltas = StreamedCalls()
     turn = StreamedTurn(
+        flight,
         lambda heard: run_chat(
             served.store, chat, served.choice, session=session, slot=slot, on_event=heard
         ),

@@ -242,7 +242,8 @@ def run_chat(
     slot: str | None = None,
     on_event: Callable[[Event], None] | None = None,
 ) -> tuple[Placed, TurnResult]:
-    """Place `chat` and send its turn (the one way a request becomes a turn)."""
+    """Place `chat` and send its turn (the one way a request becomes a turn), streamed
+    upstream when the client asked for a stream; `on_event` hears its events either way."""
     from agctl.turn.send import send_turn
     from agctl.turn.setup import TurnChoice, plan_turn
 
@@ -253,7 +254,7 @@ def run_chat(
         placed.session,
         TurnChoice(choice),
         slot=placed.slot,
-        stream=on_event is not None,
+        stream=chat.stream,
         temperature=chat.temperature,
         max_tokens=chat.max_tokens,
         **offered,

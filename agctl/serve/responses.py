@@ -328,7 +328,7 @@ def answer(
         placed.session,
         TurnChoice(choice),
         slot=placed.slot,
-        stream=on_event is not None,
+        stream=ask.stream,
         temperature=ask.temperature,
         max_tokens=ask.max_output_tokens,
         system=ask.instructions,
