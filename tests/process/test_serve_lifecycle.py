@@ -267,3 +267,37 @@ def test_turns_beyond_max_concurrent_get_429_at_once(tmp_path: Path) -> None:
         assert with_sdk is not None and "--max-concurrent" in str(with_sdk)
         assert first["reply"].choices[0].message.content == "echo: hello there"
         assert later.choices[0].message.content == "echo: hello there"
+
+
+def test_responses_api_turns_share_the_limit_and_are_drafted_when_their_client_leaves(
+    tmp_path: Path,
+) -> None:
+    """A Responses API turn is a flight like a chat turn: refused with 429 while the only
+    place is taken, and cancelled into a draft when its streaming client leaves."""
+    with FakeOpenAI() as upstream:
+        env = upstream_env(upstream, tmp_path, "talk")
+        upstream.reply(REPLY)
+        gate = upstream.pause_stream(after=3)
+        with serving(env, "-v", "--max-concurrent", "1") as (url, process):
+            stderr = Stderr(process)
+            talk = client(url, "talk")
+            stream = talk.responses.create(model="m", input="hello there", stream=True)
+            heard = ""
+            for event in stream:
+                if event.type == "response.output_text.delta":
+                    heard += event.delta
+                    if heard.strip():
+                        break
+            refused = httpx.post(
+                f"{url}/responses", json={"model": "m", "input": "more"}, timeout=60
+            )
+            stream.close()
+            stderr.until("client disconnected")
+            gate.set()
+            stderr.until("turn drafted (the client disconnected)")
+        assert heard.strip() == "one"
+        assert refused.status_code == 429, refused.text
+    assert [s["id"] for s in json.loads(agctl(env, "session", "list", "--json").stdout)] == ["talk"]
+    assert slot_messages(env, "talk") == []
+    (draft,) = drafts(env, "talk")
+    assert draft["prompt"] == "hello there"
