@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -32,13 +32,17 @@ def base_env(tmp_path: Path) -> dict[str, str]:
 
 @contextmanager
 def serving(
-    env: dict[str, str], *args: str, logged: list[str] | None = None
+    env: dict[str, str],
+    *args: str,
+    logged: list[str] | None = None,
+    command: Sequence[str] = (sys.executable, "-m", "agctl"),
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """`agctl serve --port 0 ARGS...`, its base URL read from its stderr; stopped with
-    SIGTERM after, its exit checked and the rest of its stderr put in `logged`."""
+    """`agctl serve --port 0 ARGS...` (agctl run as `command`: an installed one, for the
+    bench), its base URL read from its stderr; stopped with SIGTERM after, its exit
+    checked and the rest of its stderr put in `logged`."""
     logged = [] if logged is None else logged
     process = subprocess.Popen(
-        [sys.executable, "-m", "agctl", "serve", "--port", "0", *args],
+        [*command, "serve", "--port", "0", *args],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
