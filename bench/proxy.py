@@ -2,6 +2,8 @@
 through a real `agctl serve` process, in the same run (issue 29: under 15 ms median).
 
 Usage: python bench/run.py --only serve [--quick] [--source] [--json]
+       python bench/proxy.py [--quick] [--against REV] [--json]
+(--against REV: a server of the wheel of commit REV too, before a change, in the same rounds)
 The upstream is tests/fake_openai.py on 127.0.0.1 (echo replies), in this process; the
 client is httpx, one per conversation, keeping its connection, its JSON made with the
 standard library (the `openai` SDK spends 130 ms of its own making a request of 1,000
@@ -24,6 +26,7 @@ Never part of the test suite's pass/fail.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -40,8 +43,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from fake_openai import FakeOpenAI, RecordedRequest
-from installed import Installed
-from postgres import pg_env, servers, turn_env, unavailable
+from installed import Installed, installed_wheel
+from postgres import pg_env, print_table, servers, turn_env, unavailable
 from serving import serving
 from timing import interleaved_medians, row
 
@@ -55,6 +58,8 @@ TARGET_MS = 15.0
 # sending only its new message, or resending its whole history.
 DIRECT, NEW, WHOLE = "direct", "new message", "whole history"
 POSTGRES = "new message, PostgreSQL"
+# The clients of a server of another build (`measure`'s `against`) bear this.
+BEFORE = "before"
 DURABILITY = "fsync off"
 
 
@@ -184,9 +189,13 @@ def summary(samples: list[float]) -> dict[str, float]:
     return {"median": statistics.median(samples), "p90": statistics.quantiles(samples, n=10)[-1]}
 
 
-def measure(runs: int, quick: bool, agctl: Installed) -> dict[str, Any]:
+def measure(
+    runs: int, quick: bool, agctl: Installed, against: Installed | None = None
+) -> dict[str, Any]:
     """Per-turn medians and p90s by size and client style (seconds), the rates of 8
-    clients direct and served, and what PostgreSQL adds (or why it was skipped)."""
+    clients direct and served, and what PostgreSQL adds (or why it was skipped); with
+    `against` (another build: before a change), its served turns and rate too, in the
+    same rounds."""
     turns = 15 if quick else max(40, runs * 4)
     together_turns, together_rounds = (10, 1) if quick else (25, 3)
     skipped = unavailable()
@@ -195,19 +204,20 @@ def measure(runs: int, quick: bool, agctl: Installed) -> dict[str, Any]:
         upstream = stack.enter_context(Upstream())
         clients: dict[tuple[int, str], Client] = {}
         stores: dict[str, tuple[Store, str]] = {}
-        for kind in ("file", "postgres"):
-            if kind == "postgres" and skipped is not None:
+        for kind in ("file", "postgres", BEFORE):
+            if (kind == "postgres" and skipped is not None) or (kind == BEFORE and not against):
                 continue
+            form = against if kind == BEFORE and against is not None else agctl
             local = scratch / kind
             local.mkdir(mode=0o700)
-            env = turn_env(agctl, local, upstream.base_url)
+            env = turn_env(form, local, upstream.base_url)
             if kind == "postgres":
                 pg = stack.enter_context(servers((DURABILITY,)))[DURABILITY]
                 env, store = pg_env(env, pg), pg.store(local)
             else:
                 store = Store(local)
             stack.callback(store.close)
-            url, _ = stack.enter_context(serving(env, command=agctl.agctl))
+            url, _ = stack.enter_context(serving(env, command=form.agctl))
             stores[kind] = (store, url)
         file_store, url = stores["file"]
 
@@ -227,16 +237,26 @@ def measure(runs: int, quick: bool, agctl: Installed) -> dict[str, Any]:
                 pg_store, pg_url = stores["postgres"]
                 open_session(pg_store, f"s{size}", conversation(size, f"new {size}"))
                 clients[(size, POSTGRES)] = client(path_url(pg_url, f"s{size}"), None)
+            if BEFORE in stores:
+                old_store, old_url = stores[BEFORE]
+                open_session(old_store, f"s{size}", conversation(size, f"new {size}"))
+                clients[(size, f"{NEW} {BEFORE}")] = client(path_url(old_url, f"s{size}"), None)
+                history = conversation(size, f"whole {size}")
+                clients[(size, f"{WHOLE} {BEFORE}")] = client(old_url, history)
         samples = rounds(clients, turns, upstream)
-        direct, served = [], []
+        together: dict[str, list[Client]] = {DIRECT: [], "served": []}
+        if BEFORE in stores:
+            together[BEFORE] = []
         for i in range(CLIENTS):
-            open_session(file_store, f"c{i}", conversation(10, f"client {i}"))
-            direct.append(client(upstream.base_url, conversation(10, f"client {i}")))
-            served.append(client(path_url(url, f"c{i}"), None))
-        rates: dict[str, list[float]] = {DIRECT: [], "served": []}
+            together[DIRECT].append(client(upstream.base_url, conversation(10, f"client {i}")))
+            for kind, (store, base) in (("served", stores["file"]), (BEFORE, stores.get(BEFORE))):
+                if kind in together and base is not None:
+                    open_session(store, f"c{i}", conversation(10, f"client {i}"))
+                    together[kind].append(client(path_url(base, f"c{i}"), None))
+        rates: dict[str, list[float]] = {kind: [] for kind in together}
         for _ in range(together_rounds):
-            rates[DIRECT].append(rate(direct, together_turns))
-            rates["served"].append(rate(served, together_turns))
+            for kind, kind_clients in together.items():
+                rates[kind].append(rate(kind_clients, together_turns))
         imports = None
         if "postgres" in stores:
             env = agctl.env(dict(os.environ))
@@ -256,6 +276,7 @@ def measure(runs: int, quick: bool, agctl: Installed) -> dict[str, Any]:
         "together": f"{together_rounds} runs x {CLIENTS} clients x {together_turns} turns",
         "import_psycopg": imports,
         "skipped": skipped,
+        "against": against.form if against is not None else None,
     }
 
 
@@ -292,6 +313,21 @@ def rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                     None,
                 )
             )
+            before = latency.get(f"{size} {style} {BEFORE}")
+            if before is not None:
+                added = (before["median"] - direct["median"]) * 1000
+                out.append(
+                    row(
+                        "  the same before (the other build)",
+                        added,
+                        "ms",
+                        f"served {before['median'] * 1000:.1f} ms, p90 "
+                        f"{before['p90'] * 1000:.1f} ms",
+                        before["median"] / direct["median"],
+                        f"< {TARGET_MS:g} ms",
+                        added < TARGET_MS,
+                    )
+                )
     rates = result["rate"]
     out.append(
         row(
@@ -305,6 +341,18 @@ def rows(result: dict[str, Any]) -> list[dict[str, Any]]:
             None,
         )
     )
+    if BEFORE in rates:
+        out.append(
+            row(
+                "  the same before (the other build)",
+                rates[BEFORE],
+                "turns/s",
+                f"the same clients direct {rates[DIRECT]:.0f} turns/s",
+                rates[BEFORE] / rates[DIRECT],
+                "(shown)",
+                None,
+            )
+        )
     if result["skipped"] is not None:
         out.append(row("serve on PostgreSQL", 0, "-", result["skipped"], None, "skipped", None))
         return out
@@ -325,3 +373,31 @@ def rows(result: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )
     return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=11)
+    parser.add_argument("--quick", action="store_true", help="Fewer turns.")
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="Also serve from the wheel of commit REV (before a change), in the same rounds.",
+    )
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        agctl = stack.enter_context(installed_wheel())
+        against = stack.enter_context(installed_wheel(args.against)) if args.against else None
+        result = measure(args.runs, args.quick, agctl, against)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"commands timed as: {agctl.form}; load average {os.getloadavg()[0]:.2f}")
+    if against is not None:
+        print(f"the other build: {against.form}")
+    print_table(rows(result))
+
+
+if __name__ == "__main__":
+    main()
