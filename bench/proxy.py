@@ -244,15 +244,16 @@ def measure(
                 history = conversation(size, f"whole {size}")
                 clients[(size, f"{WHOLE} {BEFORE}")] = client(old_url, history)
         samples = rounds(clients, turns, upstream)
-        together: dict[str, list[Client]] = {DIRECT: [], "served": []}
+        # The servers the 8 clients talk to, by what their rate is called.
+        servers_of = {"served": stores["file"]}
         if BEFORE in stores:
-            together[BEFORE] = []
+            servers_of[BEFORE] = stores[BEFORE]
+        together: dict[str, list[Client]] = {DIRECT: []} | {kind: [] for kind in servers_of}
         for i in range(CLIENTS):
             together[DIRECT].append(client(upstream.base_url, conversation(10, f"client {i}")))
-            for kind, (store, base) in (("served", stores["file"]), (BEFORE, stores.get(BEFORE))):
-                if kind in together and base is not None:
-                    open_session(store, f"c{i}", conversation(10, f"client {i}"))
-                    together[kind].append(client(path_url(base, f"c{i}"), None))
+            for kind, (store, base) in servers_of.items():
+                open_session(store, f"c{i}", conversation(10, f"client {i}"))
+                together[kind].append(client(path_url(base, f"c{i}"), None))
         rates: dict[str, list[float]] = {kind: [] for kind in together}
         for _ in range(together_rounds):
             for kind, kind_clients in together.items():

@@ -117,7 +117,7 @@ def fingerprint(chat: Chat) -> str:
 
 def divergence(stored: Sequence[Message], given: Sequence[Message]) -> int:
     """How many leading messages the two histories share, as the model sees them (their
-    request forms, each side made in one call: 1,000 messages compared in 2 ms, not 8)."""
+    request forms, each side made in one call: 1,000 messages in 1.0 ms, not 1.6)."""
     from agctl.context.models import messages_to_openai
 
     count = min(len(stored), len(given))

@@ -4,15 +4,36 @@ turn is judged against the file store's plus what importing psycopg costs."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 from helpers import bench_module
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return bench_module(monkeypatch, "proxy")
+
+
+def test_a_short_run_times_every_kind_of_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real processes: `agctl serve` from this tree (`python -m agctl` in it), the fake
+    upstream, httpx clients; the run checks that each upstream request held it all."""
+    bench = bench_module(monkeypatch, "proxy")
+    from installed import source_tree
+
+    monkeypatch.chdir(ROOT)
+    result = bench.measure(1, True, source_tree())
+    styles = ("direct", "new message", "whole history")
+    assert {f"{size} {style}" for size in (10, 1000) for style in styles} <= set(result["latency"])
+    assert all(0 < t["median"] <= t["p90"] for t in result["latency"].values())
+    assert set(result["rate"]) == {"direct", "served"}
+    assert all(rate > 0 for rate in result["rate"].values())
+    names = [row["name"] for row in bench.rows(result)]
+    assert names[0] == "serve: added latency, 10 msgs, new message"
+    assert "serve: 8 clients on 8 sessions, 10 msgs" in names
 
 
 def timed(median_ms: float, p90_ms: float) -> dict[str, float]:
