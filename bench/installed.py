@@ -43,18 +43,29 @@ def _run(args: list[str], cwd: Path) -> None:
 
 
 @contextlib.contextmanager
-def installed_wheel() -> Iterator[Installed]:
-    """A venv holding this tree's wheel; raises CalledProcessError if it cannot be built."""
+def installed_wheel(revision: str | None = None) -> Iterator[Installed]:
+    """A venv holding this tree's wheel, or that of the commit `revision` names (for a
+    figure before and after a change, measured in one run); raises CalledProcessError if
+    it cannot be built."""
     with tempfile.TemporaryDirectory(prefix="agctl-bench-") as tmp:
         work = Path(tmp)
         source = work / "source"
         source.mkdir()
-        for name in BUILD_INPUTS:
-            if (ROOT / name).is_dir():
-                ignore = shutil.ignore_patterns("__pycache__")
-                shutil.copytree(ROOT / name, source / name, ignore=ignore)
-            else:
-                shutil.copy2(ROOT / name, source / name)
+        if revision is not None:
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", revision, *BUILD_INPUTS],
+                capture_output=True,
+                check=True,
+                timeout=TIMEOUT,
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
+        else:
+            for name in BUILD_INPUTS:
+                if (ROOT / name).is_dir():
+                    ignore = shutil.ignore_patterns("__pycache__")
+                    shutil.copytree(ROOT / name, source / name, ignore=ignore)
+                else:
+                    shutil.copy2(ROOT / name, source / name)
         pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
         offline = ["--no-deps", "--no-index", "--no-build-isolation"]
         dist = work / "dist"
@@ -66,10 +77,11 @@ def installed_wheel() -> Iterator[Installed]:
         python = str(venv / "bin" / "python")
         # pip compiles the installed modules' bytecode, as for any user's install.
         _run([*pip, "--python", python, "install", "--no-deps", "--no-index", str(wheel)], work)
+        at = f" of {revision}" if revision is not None else ""
         installed = Installed(
             python=python,
             agctl=[str(venv / "bin" / "agctl")],
-            form=f"installed wheel {wheel.name} (bytecode compiled) in a venv",
+            form=f"installed wheel {wheel.name}{at} (bytecode compiled) in a venv",
         )
         # Run from the temporary directory: `python -c` puts the working directory first
         # on sys.path, and this tree's own agctl/ may be there.

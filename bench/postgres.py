@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,14 +105,15 @@ def unavailable() -> str | None:
 
 
 @contextlib.contextmanager
-def servers() -> Iterator[dict[str, BenchServer]]:
-    """The two bench servers, by durability, each with an empty database; stopped after."""
+def servers(durabilities: Sequence[str] = tuple(DURABILITY)) -> Iterator[dict[str, BenchServer]]:
+    """A bench server of each durability (default: both), by durability, each with an
+    empty database; stopped after."""
     bindir = find_bindir()
     assert bindir is not None
     user = server_user()
     started: dict[str, BenchServer] = {}
     try:
-        for durability in DURABILITY:
+        for durability in durabilities:
             base = Path(tempfile.mkdtemp(prefix="agctl-pgbench-"))
             server = BenchServer(bindir, base, user, durability)
             started[durability] = server

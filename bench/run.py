@@ -37,6 +37,8 @@ from graph_html import measure as measure_graph_html
 from installed import Installed, installed_wheel, source_tree
 from postgres import NOTES as POSTGRES_NOTES
 from postgres import measure as measure_postgres
+from proxy import measure as measure_proxy
+from proxy import rows as proxy_rows
 from replay import measure as measure_replay
 from replay import sync_modes
 from search import measure as measure_search
@@ -392,6 +394,7 @@ SECTIONS: dict[str, Section] = {
     ),
     "wires": lambda runs, quick, agctl: wires(runs, [10, 5000], agctl),
     "postgres": postgres,
+    "serve": lambda runs, quick, agctl: proxy_rows(measure_proxy(runs, quick, agctl)),
     "replay": lambda runs, quick, agctl: (
         replay(100, 100, 500) if quick else replay(1000, 300, 4000)
     ),

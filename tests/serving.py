@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -32,44 +32,55 @@ def base_env(tmp_path: Path) -> dict[str, str]:
 
 @contextmanager
 def serving(
-    env: dict[str, str], *args: str, logged: list[str] | None = None
+    env: dict[str, str],
+    *args: str,
+    logged: list[str] | None = None,
+    started: list[str] | None = None,
+    command: Sequence[str] = (sys.executable, "-m", "agctl"),
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """`agctl serve --port 0 ARGS...`, its base URL read from its stderr; stopped with
-    SIGTERM after, its exit checked and the rest of its stderr put in `logged`."""
+    """`agctl serve --port 0 ARGS...` (agctl run as `command`: an installed one, for the
+    bench), its base URL read from its stderr's ready line (what it wrote before that
+    put in `started`); stopped with SIGTERM after, its exit checked and the rest of its
+    stderr put in `logged`."""
     logged = [] if logged is None else logged
+    started = [] if started is None else started
     process = subprocess.Popen(
-        [sys.executable, "-m", "agctl", "serve", "--port", "0", *args],
+        [*command, "serve", "--port", "0", *args],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     assert process.stderr is not None
-    said = b""
+    said, url = b"", None
     with selectors.DefaultSelector() as selector:
         selector.register(process.stderr, selectors.EVENT_READ)
         deadline = time.monotonic() + STARTING
-        while b"\n" not in said and time.monotonic() < deadline:
+        while url is None and time.monotonic() < deadline:
+            if b"\n" in said:
+                first, said = said.split(b"\n", 1)
+                line = first.decode()
+                url = _ready_url(line)
+                if url is None:
+                    started.append(line)
+                continue
             if selector.select(timeout=deadline - time.monotonic()):
                 chunk = os.read(process.stderr.fileno(), 4096)
                 if not chunk:
                     break
                 said += chunk
-    line = said.decode().splitlines()[0] if said else ""
-    if line.startswith("{"):
-        url = json.loads(line)["serving"]
-    elif line.startswith("agctl: serving http://"):
-        url = line.split()[2]
-        assert line.endswith("; Ctrl-C stops)"), line
-    else:
+    if url is None:
         process.kill()
-        raise AssertionError(f"agctl serve did not start: {said!r} {process.communicate()}")
+        raise AssertionError(
+            f"agctl serve did not start: {started!r} {said!r} {process.communicate()}"
+        )
     try:
         yield url, process
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
-            _, errors = process.communicate(timeout=30)
+            _, rest = process.communicate(timeout=30)
+            errors = said + rest
             # Stopped by SIGTERM with no turn in flight: a normal end.
             assert process.returncode == 0, errors
             assert b"Traceback" not in errors, errors
@@ -117,6 +128,17 @@ class Stderr:
                 assert chunk, (needle, self.text)
                 self.text += chunk.decode()
         return self.text
+
+
+def _ready_url(line: str) -> str | None:
+    """The base URL a ready line says (with --json or without), None for any other line."""
+    if line.startswith("{"):
+        url: str | None = json.loads(line).get("serving")
+        return url
+    if line.startswith("agctl: serving http://"):
+        assert line.endswith("; Ctrl-C stops)"), line
+        return line.split()[2]
+    return None
 
 
 def agctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

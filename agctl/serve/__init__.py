@@ -116,6 +116,9 @@ def serve(
 
     setup = ModelSetup.chosen(None, "", choice)
     setup.provider()  # a missing key or cassette is said now, not at the first request
+    # The store opened now (a PostgreSQL server connected to, its schema checked): one
+    # that cannot be reached is said now, and the first turn finds the connection open.
+    store.session_ids()
     flights = Flights(max_concurrent)
     served = Served(
         store,

@@ -9,7 +9,7 @@ import pytest
 from helpers import add, msg
 
 from agctl.base.errors import InvalidInput, NotFound
-from agctl.serve.chat import fingerprint, parse_chat, place, run_chat
+from agctl.serve.chat import divergence, fingerprint, parse_chat, place, run_chat
 from agctl.store import Store
 from agctl.turn.setup import ModelChoice
 
@@ -73,6 +73,24 @@ def test_a_history_is_appended_extended_or_branched(store: Store) -> None:
     # Only the new message: the slot's context is used as it is.
     alone = place(store, parse_chat(body(*said("z"))), session, "default")
     assert (alone.slot, alone.appended) == ("default", 0)
+
+
+def test_histories_part_where_the_json_the_model_sees_differs() -> None:
+    """Compared as sent: a field the wire passes on that is 1 in one and true (or 1.0)
+    in the other parts them, though Python finds the two equal; metadata does not."""
+    first = {"role": "user", "content": "c", "n": 1}
+    stored = parse_chat(body(*said("a", "b"), first, *said("next"))).history
+    for other, shared in (
+        ({"role": "user", "content": "c", "n": 1}, 3),
+        ({"content": "c", "n": 1, "role": "user", "created_at": "2026-01-01T00:00:00Z"}, 3),
+        ({"role": "user", "content": "c", "n": True}, 2),
+        ({"role": "user", "content": "c", "n": 1.0}, 2),
+        ({"role": "user", "content": [{"type": "text", "text": "c"}], "n": 1}, 2),
+    ):
+        given = parse_chat(body(*said("a", "b"), other, *said("next"))).history
+        assert divergence(stored, given) == shared, other
+    assert divergence(stored[:1], stored) == divergence(stored, stored[:1]) == 1
+    assert divergence([], stored) == 0
 
 
 def test_a_named_session_must_exist_and_a_turn_goes_where_it_was_placed(store: Store) -> None:
