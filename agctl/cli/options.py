@@ -420,18 +420,23 @@ def provider_options(fn: F) -> F:
     )(chosen)
 
 
-def source_options(fn: F) -> F:
-    """--script, --cassette and --record: where replies come from, and where they go."""
+def recording_options(fn: F) -> F:
+    """--cassette and --record: replies from a cassette, and every request recorded."""
     fn = click.option(
         "--record",
         type=PathType(dir_okay=False),
         help="Append every request and its full reply to this cassette.",
     )(fn)
-    fn = click.option(
+    return click.option(
         "--cassette",
         type=PathType(dir_okay=False),
         help="Replay provider: answer from this recorded cassette; a miss fails (no network).",
     )(fn)
+
+
+def source_options(fn: F) -> F:
+    """--script, --cassette and --record: where replies come from, and where they go."""
+    fn = recording_options(fn)
     return click.option(
         "--script",
         type=PathType(dir_okay=False),

@@ -7,10 +7,13 @@ from typing import TYPE_CHECKING
 import click
 
 from agctl.cli.app import App, Count, pass_app
-from agctl.cli.options import json_option, provider_options
+from agctl.cli.options import json_option, provider_options, recording_options
 from agctl.cli.output import echo, json_text
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from agctl.serve import Stopped
     from agctl.turn.setup import ModelChoice
 
 SERVE_HELP = """Serve OpenAI's chat completions and Responses APIs over agctl sessions.
@@ -43,13 +46,19 @@ so far) is kept as the slot's draft ('agctl draft show --all'). SIGINT or SIGTER
 stop accepting, give the turns in flight --grace seconds to finish, then draft those
 still running (each stops at its provider's next piece, or at the profile's
 read_timeout; a second signal drafts them at once), and exit 0 saying how many
-finished and how many were drafted. Needs the serve extra: pip install 'agctl[serve]'.
+finished and how many were drafted.
+
+For CI: --record appends every request and reply to a cassette, and --cassette answers
+from one with no network, so a client's conversation recorded once replays through
+the same server (a request the cassette lacks gets 502, exit 6 in the body). Needs
+the serve extra: pip install 'agctl[serve]'.
 
 \b
 Examples:
   agctl serve
   agctl serve --profile claude --port 8080
   agctl serve --check --json
+  agctl serve --record ci.cassette --profile openai     # then: --cassette ci.cassette
   OPENAI_BASE_URL=http://127.0.0.1:8765/v1 OPENAI_API_KEY=unused some-openai-client
 """
 
@@ -92,6 +101,7 @@ Examples:
     is_flag=True,
     help="Check the setup (the extra, the model's settings and key, the port) and exit.",
 )
+@recording_options
 @provider_options
 @json_option
 @pass_app
@@ -105,6 +115,7 @@ def command(
     grace: float,
     check: bool,
     choice: ModelChoice,
+    record: Path | None,
 ) -> None:
     """Start the server, say where, and how it stopped."""
     from agctl.serve import serve
@@ -126,21 +137,27 @@ def command(
         max_body=max_body_bytes,
         on_ready=ready,
         check=check,
-        log=(lambda record: echo(json_text(record), err=True)) if app.json else None,
+        log=(lambda line: echo(json_text(line), err=True)) if app.json else None,
         max_concurrent=max_concurrent,
         grace=grace,
+        record=record,
     )
     if stopped is not None:
-        from dataclasses import asdict
+        said_stopped(app, stopped)
 
-        from agctl.base.errors import signal_name
 
-        name = signal_name(stopped.signum)
-        counts = {**asdict(stopped.tally), "abandoned": stopped.abandoned}
-        if app.json:
-            echo(json_text({"stopped": name, **counts}), err=True)
-        else:
-            shown = ", ".join(
-                f"{n} {what}" for what, n in counts.items() if n or what in ("finished", "drafted")
-            )
-            echo(f"agctl: stopped by {name}; turns in flight: {shown}", err=True)
+def said_stopped(app: App, stopped: Stopped) -> None:
+    """The last line: the signal, and what became of the turns then in flight."""
+    from dataclasses import asdict
+
+    from agctl.base.errors import signal_name
+
+    name = signal_name(stopped.signum)
+    counts = {**asdict(stopped.tally), "abandoned": stopped.abandoned}
+    if app.json:
+        echo(json_text({"stopped": name, **counts}), err=True)
+    else:
+        shown = ", ".join(
+            f"{n} {what}" for what, n in counts.items() if n or what in ("finished", "drafted")
+        )
+        echo(f"agctl: stopped by {name}; turns in flight: {shown}", err=True)

@@ -21,6 +21,8 @@ from agctl.base.errors import AgctlError, UsageError, interrupt_signal
 from agctl.serve.flights import GRACE_SECONDS, MAX_CONCURRENT, Flights, Tally
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from agctl.store import Store
     from agctl.turn.setup import ModelChoice
 
@@ -90,6 +92,7 @@ def serve(
     log: Callable[[dict[str, Any]], None] | None = None,
     max_concurrent: int = MAX_CONCURRENT,
     grace: float = GRACE_SECONDS,
+    record: Path | None = None,
 ) -> Stopped | None:
     """Serve `store`'s sessions with the model `choice` resolves to, until stopped;
     `on_ready` hears the base URL clients use and the model once the socket listens.
@@ -97,7 +100,8 @@ def serve(
     `log` hears one record per request once it is answered (default: the agctl.serve
     logger's INFO lines, which -v shows). At most `max_concurrent` turns run at once (a
     request beyond gets 429). Returns how a signal (SIGINT, SIGTERM) stopped it, once the
-    turns in flight finished, or were drafted after `grace` seconds."""
+    turns in flight finished, or were drafted after `grace` seconds. With `record`, every
+    request and its reply are appended to that cassette."""
     check_exposure(host, token)
     # The command line stubs anyio and trio out for httpcore's sake (agctl.cli.main);
     # Starlette runs on anyio.
@@ -128,6 +132,7 @@ def serve(
         max_body or MAX_BODY_BYTES,
         log or log_line,
         flights,
+        record,
     )
     sock = listening_socket(host, port)
     bound = sock.getsockname()[1]

@@ -23,6 +23,8 @@ import orjson
 from agctl.serve.flights import RETRY_AFTER_SECONDS, Flight, Flights
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
@@ -59,6 +61,8 @@ class Served:
     log: Callable[[dict[str, Any]], None] | None = None
     # The turns in flight (agctl.serve.flights).
     flights: Flights = field(default_factory=Flights)
+    # The cassette every request and reply is appended to (None: none).
+    record: Path | None = None
 
 
 def error(
@@ -243,7 +247,14 @@ async def _chat(served: Served, request: Request, body: Any) -> Response:
 
     def turn() -> Awaitable[tuple[Placed, TurnResult]]:
         return run_in_threadpool(
-            flight.run, run_chat, served.store, chat, served.choice, session=session, slot=slot
+            flight.run,
+            run_chat,
+            served.store,
+            chat,
+            served.choice,
+            session=session,
+            slot=slot,
+            record=served.record,
         )
 
     try:
@@ -297,7 +308,9 @@ async def _respond(served: Served, request: Request, body: Any) -> Response:
         )
 
     def turn() -> Awaitable[TurnResult]:
-        return run_in_threadpool(flight.run, answer, placement, ask, served.choice)
+        return run_in_threadpool(
+            flight.run, answer, placement, ask, served.choice, record=served.record
+        )
 
     try:
         result = await watched(flight, request.receive, turn)
@@ -328,7 +341,10 @@ def _response_events(
     """The server-sent events of a streamed response (agctl.serve.responses.Events)."""
     from agctl.serve.responses import Events, answer
 
-    turn = StreamedTurn(flight, lambda heard: answer(placement, ask, served.choice, on_event=heard))
+    turn = StreamedTurn(
+        flight,
+        lambda heard: answer(placement, ask, served.choice, on_event=heard, record=served.record),
+    )
     events = Events(placement.id, ask, created, served.model)
     for kind, data in events.started():
         yield _named_event(kind, data)
@@ -452,7 +468,13 @@ def _streamed(
     turn = StreamedTurn(
         flight,
         lambda heard: run_chat(
-            served.store, chat, served.choice, session=session, slot=slot, on_event=heard
+            served.store,
+            chat,
+            served.choice,
+            session=session,
+            slot=slot,
+            on_event=heard,
+            record=served.record,
         ),
         deltas.delta,
     )

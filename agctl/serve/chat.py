@@ -33,6 +33,8 @@ import orjson
 from agctl.base.errors import InvalidInput, NotFound
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from agctl.context.models import Message, Slot
     from agctl.providers.base import Event
     from agctl.serve.tools import ClientTools
@@ -255,9 +257,11 @@ def run_chat(
     session: str | None = None,
     slot: str | None = None,
     on_event: Callable[[Event], None] | None = None,
+    record: Path | None = None,
 ) -> tuple[Placed, TurnResult]:
     """Place `chat` and send its turn (the one way a request becomes a turn), streamed
-    upstream when the client asked for a stream; `on_event` hears its events either way."""
+    upstream when the client asked for a stream; `on_event` hears its events either way;
+    `record` appends the request and its reply to that cassette."""
     from agctl.serve.warm import warm_slots
     from agctl.turn.send import send_turn
     from agctl.turn.setup import TurnChoice, plan_turn
@@ -267,7 +271,7 @@ def run_chat(
     plan = plan_turn(
         store,
         placed.session,
-        TurnChoice(choice),
+        TurnChoice(choice, record=record),
         slot=placed.slot,
         stream=chat.stream,
         temperature=chat.temperature,

@@ -42,6 +42,8 @@ from agctl.base.ids import BASE32_ALPHABET
 from agctl.serve.chat import Placed, _option
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from agctl.context.models import Message, Slot
     from agctl.providers.base import Event, Usage
     from agctl.store import Store
@@ -316,6 +318,7 @@ def answer(
     ask: Ask,
     choice: ModelChoice,
     on_event: Callable[[Event], None] | None = None,
+    record: Path | None = None,
 ) -> TurnResult:
     """Send the placed turn; a stored one is checkpointed, the checkpoint labelled with
     the response's id (the one way a response id finds its state again)."""
@@ -326,7 +329,7 @@ def answer(
     plan = plan_turn(
         store,
         placed.session,
-        TurnChoice(choice),
+        TurnChoice(choice, record=record),
         slot=placed.slot,
         stream=ask.stream,
         temperature=ask.temperature,

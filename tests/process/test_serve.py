@@ -14,6 +14,8 @@ from fake_openai import FakeOpenAI
 from helpers import served_env
 from serving import HELLO, SYSTEM, agctl, base_env, serving, sessions
 
+ONWARD = {"role": "user", "content": "and then?"}
+
 
 def test_a_client_resending_its_history_stays_in_one_session_and_a_regenerated_reply_branches(
     tmp_path: Path,
@@ -259,3 +261,48 @@ def test_the_upstream_key_never_reaches_a_client_or_the_log(tmp_path: Path) -> N
     served = [line for line in logged if "agctl.serve:" in line]
     assert [line.split("status=")[1].split()[0] for line in served] == ["502", "200"], logged
     assert [text for text in said if key in text] == [], said
+
+
+def test_a_conversation_recorded_through_serve_replays_from_its_cassette_offline(
+    tmp_path: Path,
+) -> None:
+    """--record keeps every request and reply; --cassette answers the same client with no
+    upstream at all (CI), and a request the cassette lacks is a 502 naming the miss."""
+    cassette = tmp_path / "ci.cassette"
+    asked = [SYSTEM, HELLO]
+    with FakeOpenAI() as upstream:
+        env = {**served_env(upstream.base_url), **base_env(tmp_path / "recorded")}
+        env.update(AGCTL_PROVIDER="openai", AGCTL_BASE_URL=upstream.base_url, AGCTL_API_KEY="k")
+        env["AGCTL_MODEL"] = "fake-model"
+        with serving(env, "--record", str(cassette)) as (url, _):
+            client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+            first = client.chat.completions.create(model="m", messages=asked)
+            said = first.choices[0].message.content
+            streamed = client.chat.completions.create(
+                model="m",
+                messages=[*asked, {"role": "assistant", "content": said}, ONWARD],
+                stream=True,
+            )
+            then = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+        assert len(upstream.requests) == 2
+    assert (said, then) == ("echo: hello there", "echo: and then?")
+
+    # Replayed: a new data dir, the upstream gone.
+    env["AGCTL_BASE_URL"] = "http://127.0.0.1:9/v1"
+    env["AGCTL_DATA_DIR"] = str(tmp_path / "replayed")
+    with serving(env, "--cassette", str(cassette)) as (url, _):
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+        again = client.chat.completions.create(model="m", messages=asked)
+        assert again.choices[0].message.content == said
+        streamed = client.chat.completions.create(
+            model="m",
+            messages=[*asked, {"role": "assistant", "content": said}, ONWARD],
+            stream=True,
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == then
+        with pytest.raises(openai.APIStatusError) as missed:
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "never recorded"}]
+            )
+    assert missed.value.status_code == 502
+    assert missed.value.body["code"] == 6  # type: ignore[index]
