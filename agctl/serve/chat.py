@@ -3,7 +3,11 @@
 Which conversation: the session and slot a request names (by path or header), else the
 session a fingerprint of its first messages names, so a client that resends the whole
 history lands in the same session every time (made when new, with the request's system
-prompt). Which slot: the one named, else the session's current one.
+prompt). Which slot: the one named, else the session's current one, or, when the
+request's history does not simply go on from that one, whichever of the session's slots
+it goes on from furthest (a client back on a branch an earlier regenerated message
+made); in a fingerprint's session the slot a request lands on becomes the current one.
+A system prompt the request sends is its turn's (else the session's).
 
 What the request's history says, against the slot's messages (compared as the model
 sees them: role, text, tool calls):
@@ -15,6 +19,10 @@ sees them: role, text, tool calls):
 - different from message k on (an edited or regenerated message): a new slot is derived
   with the slot's first k messages, then the request's from k on, so the old branch is
   kept (`session graph` shows both); the turn goes there.
+A compressed slot holds its summary and the messages it kept: those are looked for in
+the request's history where they are (the history still holds what was folded), so a
+client resending everything goes on from the summary, not from a copy of it all. All of
+this is decided and written under the session's lock, in one transaction.
 The last message is the new input (a user message), or the last messages are: tool
 results answering the calls of the assistant message before them (the client ran the
 tools it offered, agctl.serve.tools), appended to the slot like the messages it lacks,
@@ -152,10 +160,15 @@ def divergence(stored: Sequence[Message], given: Sequence[Message]) -> int:
     count = min(len(stored), len(given))
     mine = messages_to_openai(stored[:count], reasoning=False)
     theirs = messages_to_openai(given[:count], reasoning=False)
-    for shared, (ours, others) in enumerate(zip(mine, theirs, strict=True)):
+    return _run(mine, theirs)
+
+
+def _run(mine: Sequence[dict[str, Any]], theirs: Sequence[dict[str, Any]]) -> int:
+    """How many leading request forms the two share."""
+    for shared, (ours, others) in enumerate(zip(mine, theirs, strict=False)):
         if not _same(ours, others):
             return shared
-    return count
+    return min(len(mine), len(theirs))
 
 
 def _same(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
@@ -199,42 +212,125 @@ def place(store: Store, chat: Chat, session: str | None, slot: str | None) -> Pl
     whole = session is None
     if session is None:
         session = fingerprint(chat)
-        if session not in store.session_ids():
-            if chat.results:  # refused before anything is made
-                check_results(chat.history, chat.results)
-            store.create_session(session, system_prompt=chat.system, title="agctl serve")
+        if chat.results and session not in store.session_ids():
+            check_results(chat.history, chat.results)  # refused before anything is made
+        _open_session(store, session, chat.system)
     else:
         validate_id(session, "session")
         if session not in store.session_ids():
             raise NotFound(f"no session {session!r}")
-    with store.work(session):
+    # One transaction, the session's lock held from the read to the last write: two
+    # requests at once never both append what the slot lacks, nor name a branch alike.
+    with store.work(session) as work, work.locked():
+        named = slot
         slot = store.resolve_slot(session, slot)
         target = store.load_slot(session, slot, reuse=warm_slots(store).take(session, slot))
         placed = Placed(session, target.id, read=target)
-        stored = target.messages
-        # Without a history, the request goes on from the slot (tool results follow its
-        # calls), but for a client its fingerprint found: that one starts again.
-        history = chat.history if chat.history or whole else stored
+        if not chat.history and not whole:
+            # Only the new input: it goes on from the slot (tool results after its calls).
+            if chat.results:
+                check_results(target.messages, chat.results)
+            return _extend(store, placed, chat.results)
         if chat.results:
-            check_results(history, chat.results)
-        given = [*history, *chat.results]
-        shared = len(stored) if history is stored else divergence(stored, given)
-        if shared == len(stored) == len(given):
-            return placed
+            check_results(chat.history, chat.results)
+        given = [*chat.history, *chat.results]
+        match = Match.of(target, given)
+        if not match.extends and named is None:
+            # Another of the session's slots may be where this history goes on (a branch
+            # an earlier regenerated message made): the one that goes furthest.
+            match = _best(store, session, match, given)
+        if match.slot.id != target.id:
+            placed = Placed(session, match.slot.id)
+        if not match.extends:
+            placed.branched_from, placed.branched_at = match.slot.id, match.stored
+            placed.slot = _branch(store, session, match.slot, match.stored, match.found)
+            placed.read = None
+        if whole and placed.slot != slot:
+            store.use_slot(session, placed.slot)  # where its next request looks first
+        return _extend(store, placed, given[match.given :])
+
+
+def _open_session(store: Store, session: str, system: str | None) -> None:
+    """Make the session a fingerprint names unless it exists (two first requests at once:
+    the second finds the one the first made)."""
+    import contextlib
+
+    from agctl.base.errors import AlreadyExists
+
+    if session not in store.session_ids():
+        with contextlib.suppress(AlreadyExists):
+            store.create_session(session, system_prompt=system, title="agctl serve")
+
+
+def _extend(store: Store, placed: Placed, missing: Sequence[Message]) -> Placed:
+    """`placed`, the messages its slot lacks appended to it."""
+    if missing:
+        store.update_slot(placed.session, placed.slot, lambda s: s.messages.extend(missing))
+        placed.appended = len(missing)
         placed.read = None
-        if shared < len(stored):
-            placed.branched_from, placed.branched_at = target.id, shared
-            placed.slot = _branch(store, session, target, shared)
-        missing = given[shared:]
-        if missing:
-            store.update_slot(session, placed.slot, lambda s: s.messages.extend(missing))
-            placed.appended = len(missing)
     return placed
 
 
-def _branch(store: Store, session: str, target: Slot, shared: int) -> str:
-    """A slot derived from `target` holding its first `shared` messages: its name is
-    the target's and the next free number (`default-2`)."""
+def _best(store: Store, session: str, match: Match, given: list[Message]) -> Match:
+    """The best of `match` and the matches of the session's other slots."""
+    best = match
+    for other in store.slot_ids(session):
+        if other != match.slot.id:
+            found = Match.of(store.load_slot(session, other), given)
+            if found.rank() > best.rank():
+                best = found
+    return best
+
+
+@dataclass
+class Match:
+    """How a client's history meets a slot: the slot's first `stored` messages are the
+    history's up to `given` (what follows in the history, the slot lacks); it `extends`
+    the slot when all of the slot's messages are there. A compressed slot holds only the
+    messages it kept after its summary: they are looked for in the history where they
+    are, not from its first message (`found`: False when none is there)."""
+
+    slot: Slot
+    stored: int
+    given: int
+    found: bool = True
+
+    @property
+    def extends(self) -> bool:
+        return self.found and self.stored == len(self.slot.messages)
+
+    def rank(self) -> tuple[bool, int]:
+        """Better: a pure extension, then the most of the history matched."""
+        return (self.extends, self.given if self.found else -1)
+
+    @classmethod
+    def of(cls, slot: Slot, given: Sequence[Message]) -> Match:
+        from agctl.context.models import messages_to_openai
+
+        stored = slot.messages
+        if not slot.compressed:
+            shared = divergence(stored, given)
+            return cls(slot, shared, shared)
+        # Pinned messages may come first, out of their order; the kept ones follow one
+        # another in the history as in the slot. The start that goes furthest wins.
+        mine = messages_to_openai(list(stored), reasoning=False)
+        theirs = messages_to_openai(list(given), reasoning=False)
+        best = cls(slot, 0, 0, found=False)
+        for start, first in enumerate(mine):
+            for at in range(len(theirs) - 1, -1, -1):
+                if _same(first, theirs[at]):
+                    shared = _run(mine[start:], theirs[at:])
+                    if not best.found or start + shared > best.stored:
+                        best = cls(slot, start + shared, at + shared)
+                    if best.extends:
+                        return best
+        return best
+
+
+def _branch(store: Store, session: str, target: Slot, shared: int, summarised: bool = True) -> str:
+    """A slot derived from `target` holding its first `shared` messages (and its summary
+    of earlier ones, unless not `summarised`): its name is the target's and the next free
+    number (`default-2`)."""
     taken = set(store.slot_ids(session))
     number = 2
     while f"{target.id}-{number}" in taken:
@@ -244,6 +340,8 @@ def _branch(store: Store, session: str, target: Slot, shared: int) -> str:
 
     def keep(slot: Slot) -> None:
         del slot.messages[shared:]
+        if not summarised:
+            slot.compressed.clear()
 
     store.update_slot(session, name, keep)
     return name
@@ -276,6 +374,8 @@ def run_chat(
         stream=chat.stream,
         temperature=chat.temperature,
         max_tokens=chat.max_tokens,
+        # The client's system prompt, when it sends one (else the session's).
+        system=chat.system,
         **offered,
     )
     result = send_turn(

@@ -53,17 +53,38 @@ def test_a_client_resending_its_history_stays_in_one_session_and_a_regenerated_r
         streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         assert streamed.startswith('Offline reply to turn 3 in slot "default-2": you said "third"')
 
+        # The client goes on on its branch: found there, no new branch each turn; and its
+        # old branch is found again when it goes back to it.
+        branch = [
+            *edited,
+            {"role": "user", "content": "third"},
+            {"role": "assistant", "content": streamed},
+        ]
+        onward = client.chat.completions.create(
+            model="any", messages=[*branch, {"role": "user", "content": "fourth"}]
+        )
+        assert 'turn 4 in slot "default-2"' in (onward.choices[0].message.content or "")
+        back = client.chat.completions.create(
+            model="any",
+            messages=[
+                *history,
+                {"role": "user", "content": "and then?"},
+                {"role": "assistant", "content": second.choices[0].message.content},
+                {"role": "user", "content": "fifth"},
+            ],
+        )
+        assert 'turn 5 in slot "default"' in (back.choices[0].message.content or "")
+
     assert [s["id"] for s in sessions(env)] == [session]
     slots = json.loads(agctl(env, "-s", session, "slot", "list", "--json").stdout)
-    assert {s["id"]: s["message_count"] for s in slots} == {"default": 4, "default-2": 4}
+    assert {s["id"]: s["message_count"] for s in slots} == {"default": 6, "default-2": 6}
     kept = json.loads(
         agctl(env, "-s", session, "msg", "list", "--slot", "default-2", "--json").stdout
     )
     assert [m["content"] for m in kept][:3] == ["hello there", "EDITED", "third"]
     assert kept[3]["content"] == streamed
-    assert (
-        json.loads(agctl(env, "-s", session, "msg", "list", "--json").stdout)[1]["content"] == said
-    )
+    listed = agctl(env, "-s", session, "msg", "list", "--slot", "default", "--json").stdout
+    assert json.loads(listed)[1]["content"] == said
 
 
 def test_a_session_named_by_path_or_header_gets_only_the_new_message(tmp_path: Path) -> None:

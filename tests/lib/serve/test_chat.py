@@ -3,6 +3,7 @@ slot: appended, extended, or branched where its history parts from the slot's.""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -130,3 +131,94 @@ def test_a_first_reply_regenerated_by_a_whole_history_client_is_a_branch(store: 
         "assistant",
     ]
     assert result.slot_id == "default-2"
+
+
+OFFLINE = ModelChoice(provider="offline")
+
+
+def turns(store: Store, history: list[dict[str, Any]], *prompts: str) -> list[dict[str, Any]]:
+    """A whole-history client's turns: each prompt sent with the history, the reply kept."""
+    for prompt in prompts:
+        history = [*history, {"role": "user", "content": prompt}]
+        _, result = run_chat(store, parse_chat(body(*history)), OFFLINE)
+        history = [*history, {"role": "assistant", "content": result.reply.text()}]
+    return history
+
+
+def test_a_client_going_on_after_a_regenerated_reply_stays_on_its_branch(store: Store) -> None:
+    """Its branch is found among the session's slots (no new branch each turn); going back
+    to the old history finds the old slot."""
+    history = turns(store, [SYSTEM], "a", "b")
+    regenerated = turns(store, history[:3], "b")  # "b" answered again
+    session = fingerprint(parse_chat(body(*history[:2])))
+    onward = turns(store, regenerated, "c", "d")
+    back = turns(store, history, "e")
+
+    assert sorted(store.slot_ids(session)) == ["default", "default-2"]
+    branch = [m.text() for m in store.load_slot(session, "default-2").messages]
+    assert branch == [m["content"] for m in onward[1:]]
+    old = [m.text() for m in store.load_slot(session, "default").messages]
+    assert old == [m["content"] for m in back[1:]]
+
+
+def test_a_whole_history_client_goes_on_from_a_compressed_slot(store: Store) -> None:
+    """The slot holds a summary and the messages it kept: the client's history, which
+    still has all the folded messages, extends it (nothing appended twice, no branch); a
+    reply regenerated among the kept messages branches there, the summary kept."""
+    from agctl.providers.offline import OfflineProvider
+    from agctl.turn.compress import compress
+
+    history = turns(store, [SYSTEM], "q0", "q1", "q2", "q3")
+    session = fingerprint(parse_chat(body(*history[:2])))
+    compress(store, session, None, strategy="extractive", keep_recent=2, provider=OfflineProvider())
+    onward = turns(store, history, "q4")
+
+    slot = store.load_slot(session, "default")
+    assert store.slot_ids(session) == ["default"]
+    assert len(slot.compressed) == 1
+    assert [m.text() for m in slot.messages] == [m["content"] for m in onward[-4:]]
+
+    again = parse_chat(body(*onward[:-2], {"role": "user", "content": "q4"}))
+    placed = place(store, again, None, None)
+    assert (placed.slot, placed.branched_from, placed.branched_at) == ("default-2", "default", 2)
+    branch = store.load_slot(session, "default-2")
+    assert branch.compressed == slot.compressed
+    assert [m.text() for m in branch.messages] == [m["content"] for m in onward[-4:-2]]
+
+
+def test_whole_history_clients_at_once_append_what_the_slot_lacks_once(store: Store) -> None:
+    """Placement holds the session's lock from its read to its last write: 6 requests at
+    once with the same history the slot lacks append it once, 20 times over."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    history = said("a", "b", "c", "d")
+    chat = parse_chat(body(*history, {"role": "user", "content": "next"}))
+    with ThreadPoolExecutor(6) as pool:
+        for round in range(20):
+            session = f"s{round}"
+            store.create_session(session)
+            placed = list(pool.map(place, *zip(*[(store, chat, session, None)] * 6, strict=True)))
+            assert sum(p.appended for p in placed) == 4
+            assert {p.slot for p in placed} == {"default"}
+            kept = store.load_slot(session, "default").messages
+            assert [m.text() for m in kept] == ["a", "b", "c", "d"]
+
+
+def test_the_client_system_prompt_is_the_turn_s_in_a_named_session(
+    store: Store, tmp_path: Path
+) -> None:
+    """A named session's own system prompt is replaced for the turn by the client's (the
+    request recorded in a cassette is what the model got); without one, the session's."""
+    import json
+
+    store.create_session("s", system_prompt="Be terse.")
+    cassette = tmp_path / "sent.cassette"
+    asked = body({"role": "system", "content": "Talk like a pirate."}, *said("hi"))
+    run_chat(store, parse_chat(asked), OFFLINE, session="s", record=cassette)
+    run_chat(store, parse_chat(body(*said("more"))), OFFLINE, session="s", record=cassette)
+
+    sent = [json.loads(line)["request"]["messages"] for line in cassette.read_text().splitlines()]
+    assert [m[0] for m in sent] == [
+        {"role": "system", "content": "Talk like a pirate."},
+        {"role": "system", "content": "Be terse."},
+    ]
