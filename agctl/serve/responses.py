@@ -440,7 +440,8 @@ class Events:
         self.ask = ask
         self.created = created
         self.model = model
-        self.item = output_message(response, "", "in_progress")
+        # No part yet: response.content_part.added adds the one the deltas go to.
+        self.item = {**output_message(response, "", "in_progress"), "content": []}
         self.number = 0
 
     def _event(self, kind: str, **fields: Any) -> tuple[str, dict[str, Any]]:

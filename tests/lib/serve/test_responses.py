@@ -279,3 +279,27 @@ def test_the_stream_events_are_numbered_and_name_one_item() -> None:
     assert failed[0][1]["code"] == "6"
     assert failed[1][1]["response"]["status"] == "failed"
     assert {data["response"]["id"] for _, data in sent if "response" in data} == {str(response)}
+
+
+def test_the_sdk_puts_the_streamed_text_in_the_one_part_announced() -> None:
+    """The openai SDK's own accumulation of the events: one part, the deltas in it."""
+    from openai.lib.streaming.responses import ResponseStreamState
+    from openai.types.responses import ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    parts: list[list[list[str]]] = []
+
+    class Watched(ResponseStreamState[str]):
+        """The SDK's state, its snapshot's text parts noted after each event."""
+
+        def accumulate_event(self, event: Any) -> Any:
+            snapshot: Any = super().accumulate_event(event)
+            parts.append([[p.text for p in item.content] for item in snapshot.output])
+            return snapshot
+
+    events = Events(ResponseId.drawn("s", "default"), parse_response({"input": "hi"}), 0.0, "m")
+    state = Watched(input_tools=[], text_format=str)
+    parsed: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
+    for _, data in [*events.started(), events.delta("hel"), events.delta("lo")]:
+        state.handle_event(parsed.validate_python(data))
+    assert parts == [[], [], [[]], [[""]], [["hel"]], [["hello"]]]
