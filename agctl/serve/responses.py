@@ -13,8 +13,9 @@ Which conversation:
   left, the turn appends there; when the slot has moved on (an older response named),
   a new slot is derived holding the slot as that response left it, named as a
   regenerated chat message's branch is (`default-2`), so the old branch is kept and
-  `session graph` shows both. A path or header naming another session or slot is
-  refused.
+  `session graph` shows both. A path or header naming another session is refused; a
+  slot named beside it is not checked, the response's own slot (or its fork) follows
+  from the id.
 - else the session (and slot) a path or header names gets the input after its context;
 - else a new session. Not a fingerprint of the input, as chat completions do: a
   Responses client sends only its new input and chains with previous_response_id, so a
@@ -22,11 +23,13 @@ Which conversation:
   conversations that both open with "hello" must not share a slot.
 
 The input's messages go after the slot's messages and the last one, a user message, is
-the turn's prompt; `instructions` is the turn's system prompt (`turn send --system`),
-and a new session's. Text only: images, files, audio, tools and function call items are
-refused with a 400 naming the field. `store: false` runs the turn on an in-memory copy
-of the session with the slot (agctl.storage.memory): nothing is written to the store,
-and its id, labelling no checkpoint, is unknown to a later request (404).
+the turn's prompt. `instructions` are that request's system prompt only (`turn send
+--system`), never the session's: a later request without them sends none, as OpenAI's
+do not carry over, and a chain whose requests all carry the same instructions sends the
+same first bytes every time. Text only: images, files, audio, tools and function call
+items are refused with a 400 naming the field. `store: false` runs the turn on an
+in-memory copy of the session with the slot (agctl.storage.memory): nothing is written
+to the store, and its id, labelling no checkpoint, is unknown to a later request (404).
 """
 
 from __future__ import annotations
@@ -199,7 +202,11 @@ def place(store: Store, ask: Ask, session: str | None, slot: str | None) -> Plac
     from agctl.base.ids import validate_id
 
     if ask.previous is not None:
-        _check_named(ask.previous, session, slot)
+        if session is not None and session != ask.previous.session:
+            raise InvalidInput(
+                f"previous_response_id: {ask.previous} is of session "
+                f"{ask.previous.session!r}, but the request names session {session!r}"
+            )
         session, slot = ask.previous.session, ask.previous.slot
         if session not in store.session_ids():
             raise _unknown(ask.previous)
@@ -210,25 +217,11 @@ def place(store: Store, ask: Ask, session: str | None, slot: str | None) -> Plac
     if not ask.store:
         return _unstored(store, ask, session, slot)
     if session is None:
-        made = store.create_session(system_prompt=ask.instructions, title="agctl serve")
-        session = made.id
+        session = store.create_session(title="agctl serve").id
     with store.work(session):
         placed = _follow(store, ask, session, slot)
         _append(store, placed, ask.messages)
     return Placement(store, placed, ResponseId.drawn(placed.session, placed.slot))
-
-
-def _check_named(previous: ResponseId, session: str | None, slot: str | None) -> None:
-    """A path or header naming another conversation than the previous response's is refused."""
-    for kind, named, known in (
-        ("session", session, previous.session),
-        ("slot", slot, previous.slot),
-    ):
-        if named is not None and named != known:
-            raise InvalidInput(
-                f"previous_response_id: {previous} is of {kind} {known!r}, "
-                f"but the request names {kind} {named!r}"
-            )
 
 
 def _follow(store: Store, ask: Ask, session: str, slot: str | None) -> Placed:
@@ -295,7 +288,7 @@ def _unstored(store: Store, ask: Ask, session: str | None, slot: str | None) -> 
 
     scratch = Store(backend=MemoryBackend())
     if session is None:
-        made = scratch.create_session(system_prompt=ask.instructions, title="agctl serve")
+        made = scratch.create_session(title="agctl serve")
         placed = Placed(made.id, made.current_slot)
     else:
         with store.work(session):

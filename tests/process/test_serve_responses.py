@@ -1,7 +1,8 @@
 """`agctl serve`'s Responses API as a real process, its client the real `openai` SDK: a
 conversation chained with previous_response_id (the bytes sent upstream checked on a real
 HTTP server), an older response forking into a derived slot, `store: false` leaving the
-store as it was, streams through the SDK's helpers, and what it refuses."""
+store as it was, streams through the SDK's helpers, instructions that hold for their own
+request only, and what it refuses."""
 
 from __future__ import annotations
 
@@ -137,6 +138,32 @@ def test_naming_an_older_response_forks_a_derived_slot_and_keeps_the_old_branch(
         c["label"] for c in json.loads(agctl(env, "-s", session, "ckpt", "list", "--json").stdout)
     }
     assert {first.id, second.id, forked.id, on_fork.id, on_old.id} <= labels
+
+
+def test_instructions_are_their_own_requests_system_prompt_only(tmp_path: Path) -> None:
+    with FakeOpenAI() as upstream:
+        env = upstream_env(tmp_path, upstream)
+        with serving(env) as (url, _):
+            client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+            one = client.responses.create(model="m", input="hi", instructions="Be terse.")
+            two = client.responses.create(
+                model="m", input="more", instructions="Be terse.", previous_response_id=one.id
+            )
+            client.responses.create(model="m", input="again", previous_response_id=two.id)
+    first, second, third = upstream.requests
+    assert first.body["messages"] == [
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": "hi"},
+    ]
+    # The same instructions again: the first request's messages are the second's first
+    # bytes (a provider's prefix cache reads them).
+    opened = first.raw.index(b'"messages":[')
+    shared = first.raw[opened : first.raw.index(b"}]", opened) + 1]
+    assert second.raw[opened : opened + len(shared)] == shared
+    # None given: none sent, as OpenAI's instructions do not carry over.
+    assert [m["role"] for m in third.body["messages"]] == ["user", "assistant"] * 2 + ["user"]
+    shown = json.loads(agctl(env, "-s", session_of(one.id), "session", "show", "--json").stdout)
+    assert shown["system_prompt"] is None
 
 
 def test_store_false_leaves_the_store_as_it_was_and_its_id_is_unknown_after(

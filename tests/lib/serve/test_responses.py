@@ -143,7 +143,8 @@ def test_without_a_previous_response_each_request_is_a_new_conversation(store: S
     second, _ = respond(store, input="hello", instructions="Be brief.")
     assert first.placed.session != second.placed.session
     session = first.placed.session
-    assert store.load_session(session).system_prompt == "Be brief."
+    # The instructions were that request's system prompt only, not the session's.
+    assert store.load_session(session).system_prompt is None
     assert texts(store, session, "default") == ["hello", said.reply.text()]
     # The turn's checkpoint carries the response's id.
     (after,) = [s for s in Checkpointer(store).summaries(session) if s.id == said.checkpoint]
@@ -247,8 +248,13 @@ def test_a_named_session_gets_the_input_after_its_context_and_must_agree_with_th
     assert "(2 messages in context)" in result.reply.text()
     with pytest.raises(InvalidInput, match="is of session 'notes', but the request names"):
         respond(store, "other", input="x", previous_response_id=str(placement.id))
-    with pytest.raises(InvalidInput, match="is of slot 'default', but the request names"):
-        respond(store, "notes", "side", input="x", previous_response_id=str(placement.id))
+    # The slot follows from the response: a client naming the slot it began on (a header
+    # it sends with every request) goes on in the fork its older response made.
+    respond(store, "notes", "default", input="y", previous_response_id=str(placement.id))
+    fork, _ = respond(store, "notes", "default", input="z", previous_response_id=str(placement.id))
+    after, _ = respond(store, "notes", "default", input="w", previous_response_id=str(fork.id))
+    assert (fork.placed.slot, after.placed.slot) == ("default-2", "default-2")
+    assert texts(store, "notes", "default-2")[-4::2] == ["z", "w"]
     unknown = ResponseId.drawn("notes", "default")
     with pytest.raises(NotFound, match="no response"):
         respond(store, input="x", previous_response_id=str(unknown))
