@@ -27,10 +27,11 @@ Two requests naming one response: the fork is decided before the turn, while the
 session's lock is held, from the turns this process has in flight on the slot
 (agctl.serve.flights; a turn's mark lasts until its flight has landed), so neither
 pays for a request sent twice and neither reply is written after one it never saw.
-Another writer (`agctl turn send`, a chat completion on the same slot) is fenced by the
-turn's `if_unchanged`: when it wrote the slot while the model answered, the turn is
-refused (409, exit 4), its reply kept in the slot's draft, rather than written after a
-message it never saw.
+Another writer (`agctl turn send`, a chat completion on the same slot, another server
+on the same store) is fenced by the turn's `if_unchanged`: when it wrote the slot while
+the model answered, the turn is refused (409, exit 4), its reply kept in the slot's
+draft, rather than written after a message it never saw (a retry forks: paid again, but
+only then).
 
 The input's messages go after the slot's messages and the last one, a user message, is
 the turn's prompt. A turn commits only its prompt and reply, so the input's earlier
