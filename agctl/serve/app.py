@@ -271,8 +271,8 @@ async def _chat(served: Served, request: Request, body: Any) -> Response:
 
 async def _respond(served: Served, request: Request, body: Any) -> Response:
     """A Responses API request, whole or streamed (agctl.serve.responses), admitted as a
-    flight before it is placed (a refused request forks nothing); a failure before
-    anything is sent is an error document."""
+    flight before it is placed (a refused request forks nothing), the flight marked on
+    its slot until it lands; a failure before anything is sent is an error document."""
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import Response
 
@@ -293,7 +293,7 @@ async def _respond(served: Served, request: Request, body: Any) -> Response:
     if flight is None:
         return _unadmitted(served.flights)
     try:
-        placement = await run_in_threadpool(place, served.store, ask, session, slot)
+        placement = await run_in_threadpool(place, served.store, ask, session, slot, flight)
     except AgctlError as exc:
         flight.forgo()
         return _agctl_error(exc)

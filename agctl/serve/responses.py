@@ -10,34 +10,54 @@ checkpoints, keeps it.
 
 Which conversation:
 - `previous_response_id` names one: when its slot still holds exactly what the response
-  left, the turn appends there; when the slot has moved on (an older response named),
-  a new slot is derived holding the slot as that response left it, named as a
-  regenerated chat message's branch is (`default-2`), so the old branch is kept and
-  `session graph` shows both. A path or header naming another session or slot is
-  refused.
+  left and no other turn of this server is running on it, the turn appends there; when
+  the slot has moved on (an older response named), or another turn will append to it
+  (two requests at once naming the same response: OpenAI's two branches), a new slot is
+  derived holding the slot as that response left it, named as a regenerated chat
+  message's branch is (`default-2`), so the old branch is kept and `session graph`
+  shows both. A path or header naming another session is refused; a slot named beside
+  it is not checked, the response's own slot (or its fork) follows from the id.
 - else the session (and slot) a path or header names gets the input after its context;
 - else a new session. Not a fingerprint of the input, as chat completions do: a
   Responses client sends only its new input and chains with previous_response_id, so a
   request without one starts a conversation by the API's meaning, and two
   conversations that both open with "hello" must not share a slot.
 
+Two requests naming one response: the fork is decided before the turn, while the
+session's lock is held, from the turns this process has in flight on the slot
+(agctl.serve.flights; a turn's mark lasts until its flight has landed), so neither
+pays for a request sent twice and neither reply is written after one it never saw.
+Another writer (`agctl turn send`, a chat completion on the same slot, another server
+on the same store) is fenced by the turn's `if_unchanged`: when it wrote the slot while
+the model answered, the turn is refused (409, exit 4), its reply kept in the slot's
+draft, rather than written after a message it never saw (a retry forks: paid again, but
+only then).
+
 The input's messages go after the slot's messages and the last one, a user message, is
-the turn's prompt; `instructions` is the turn's system prompt (`turn send --system`),
-and a new session's. Text only: images, files, audio, tools and function call items are
-refused with a 400 naming the field. `store: false` runs the turn on an in-memory copy
-of the session with the slot (agctl.storage.memory): nothing is written to the store,
-and its id, labelling no checkpoint, is unknown to a later request (404).
+the turn's prompt. A turn commits only its prompt and reply, so the input's earlier
+messages are written by place() before it; when the turn fails they are taken out
+again, if the slot is still as place() left it (a fork made for the turn stays: it
+holds the turn's draft). `instructions` are that request's system prompt only (`turn
+send --system`), never the session's: a later request without them sends none, as
+OpenAI's do not carry over, and a chain whose requests all carry the same instructions
+sends the same first bytes every time. Text only: images, files, audio, tools and
+function call items are refused with a 400 naming the field. `store: false` runs the
+turn on an in-memory copy of the session with the slot (agctl.storage.memory): nothing
+is written to the store, and its id, labelling no checkpoint, is unknown to a later
+request (404).
 """
 
 from __future__ import annotations
 
 import secrets
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agctl.base.errors import InvalidInput, NotFound
+from agctl.base.errors import AgctlError, InvalidInput, NotFound
 from agctl.base.ids import BASE32_ALPHABET
 from agctl.serve.chat import Placed, _option
 
@@ -46,6 +66,7 @@ if TYPE_CHECKING:
 
     from agctl.context.models import Message, Slot
     from agctl.providers.base import Event, Usage
+    from agctl.serve.flights import Flight
     from agctl.store import Store
     from agctl.turn.send import TurnResult
     from agctl.turn.setup import ModelChoice
@@ -188,20 +209,94 @@ def _input_message(item: Any, where: str) -> Message:
 @dataclass
 class Placement:
     """Where a response's turn goes: the store it is written to (an in-memory copy for
-    `store: false`), the session and slot there, and the id drawn for it."""
+    `store: false`), the session and slot there, the id drawn for it, and the slot's
+    revision once place() wrote the input's earlier messages (None: it wrote none)."""
 
     store: Store
     placed: Placed
     id: ResponseId
+    written: int | None = None
+
+    def withdraw(self, failed: AgctlError) -> None:
+        """Take the input's earlier messages out of the slot again (its turn `failed`), if
+        the slot is still as place() left them: nobody wrote it since."""
+        placed, count = self.placed, self.placed.appended
+        if self.written is None or not count:
+            return
+
+        def take_back(slot: Slot) -> None:
+            del slot.messages[-count:]
+
+        try:
+            with self.store.work(placed.session) as work, work.locked() as tx:
+                if tx.slot_rev(placed.session, placed.slot) != self.written:
+                    failed.add_note(
+                        f"the input's {count} earlier messages stay in slot {placed.slot!r}: "
+                        "it was written since they were"
+                    )
+                    return
+                self.store.update_slot(placed.session, placed.slot, take_back)
+        except AgctlError as exc:
+            failed.add_note(
+                f"the input's {count} earlier messages stay in slot {placed.slot!r}: {exc}"
+            )
+            return
+        placed.appended = 0
 
 
-def place(store: Store, ask: Ask, session: str | None, slot: str | None) -> Placement:
+class Running:
+    """The stored turns this process has in flight, by session and slot: each placed
+    turn's flight, marked as it is placed and done with once the flight has landed."""
+
+    def __init__(self) -> None:
+        self._flights: dict[tuple[str, str], list[Flight]] = {}
+        self._lock = threading.Lock()
+
+    def mark(self, session: str, slot: str, flight: Flight, *, alone: bool = False) -> bool:
+        """Mark `flight` as running on the slot (with `alone`, only when no other flight
+        is): whether it was marked."""
+        with self._lock:
+            self._flights = {
+                key: alive
+                for key, flights in self._flights.items()
+                if (alive := [f for f in flights if not f.ended.is_set()])
+            }
+            others = self._flights.get((session, slot), [])
+            if alone and others:
+                return False
+            self._flights[(session, slot)] = [*others, flight]
+            return True
+
+
+_running: weakref.WeakKeyDictionary[Store, Running] = weakref.WeakKeyDictionary()
+_running_lock = threading.Lock()
+
+
+def running(store: Store) -> Running:
+    """The turns in flight on `store`'s slots, for as long as it is open in this process."""
+    with _running_lock:
+        return _running.setdefault(store, Running())
+
+
+def place(
+    store: Store,
+    ask: Ask,
+    session: str | None,
+    slot: str | None,
+    flight: Flight | None = None,
+) -> Placement:
     """Find (or make) the session and slot of `ask` (see the module), the input's earlier
-    messages appended; with `store: false` all of it on an in-memory copy."""
+    messages appended; with `store: false` all of it on an in-memory copy. The turn's
+    `flight` is marked on its slot, so a request naming the same response while it runs
+    forks rather than append to a slot this turn will write."""
     from agctl.base.ids import validate_id
 
     if ask.previous is not None:
-        _check_named(ask.previous, session, slot)
+        if session is not None and session != ask.previous.session:
+            raise InvalidInput(
+                f"previous_response_id: {ask.previous} is of session "
+                f"{ask.previous.session!r}, but the request names session {session!r}"
+            )
         session, slot = ask.previous.session, ask.previous.slot
         if session not in store.session_ids():
             raise _unknown(ask.previous)
@@ -212,40 +307,36 @@ def place(store: Store, ask: Ask, session: str | None, slot: str | None) -> Plac
     if not ask.store:
         return _unstored(store, ask, session, slot)
     if session is None:
-        made = store.create_session(system_prompt=ask.instructions, title="agctl serve")
-        session = made.id
-    with store.work(session):
-        placed = _follow(store, ask, session, slot)
+        session = store.create_session(title="agctl serve").id
+    with store.work(session) as work, work.locked() as tx:
+        placed = _follow(store, ask, session, slot, flight)
         _append(store, placed, ask.messages)
-    return Placement(store, placed, ResponseId.drawn(placed.session, placed.slot))
+        written = tx.slot_rev(session, placed.slot) if placed.appended else None
+    return Placement(store, placed, ResponseId.drawn(placed.session, placed.slot), written)
 
 
-def _check_named(previous: ResponseId, session: str | None, slot: str | None) -> None:
-    """A path or header naming another conversation than the previous response's is refused."""
-    for kind, named, known in (
-        ("session", session, previous.session),
-        ("slot", slot, previous.slot),
-    ):
-        if named is not None and named != known:
-            raise InvalidInput(
-                f"previous_response_id: {previous} is of {kind} {known!r}, "
-                f"but the request names {kind} {named!r}"
-            )
-
-
-def _follow(store: Store, ask: Ask, session: str, slot: str | None) -> Placed:
+def _follow(
+    store: Store, ask: Ask, session: str, slot: str | None, flight: Flight | None
+) -> Placed:
     """The slot the turn goes to: the one named, or for a previous response its slot
-    when it is as the response left it, else a slot derived holding that."""
+    when it is as the response left it and no other turn runs on it, else a slot
+    derived holding that (the turn's `flight` marked on the slot it goes to)."""
     from agctl.serve.chat import _branch
 
+    def marked(placed: Placed) -> Placed:
+        if flight is not None:
+            running(store).mark(placed.session, placed.slot, flight)
+        return placed
+
     if ask.previous is None:
-        return Placed(session, store.load_slot(session, slot).id)
+        return marked(Placed(session, store.load_slot(session, slot).id))
     left = _left(store, ask.previous)
     if ask.previous.slot not in store.slot_ids(session):
         raise NotFound(f"{ask.previous}: slot {ask.previous.slot!r} was deleted since")
     live = store.load_slot(session, ask.previous.slot)
     zones = live.compressed == left.compressed and live.immutable == left.immutable
-    if zones and live.messages == left.messages:
+    head = zones and live.messages == left.messages
+    if head and (flight is None or running(store).mark(session, live.id, flight, alone=True)):
         return Placed(session, live.id)
     shared = 0
     while zones and shared < min(len(live.messages), len(left.messages)):
@@ -260,7 +351,7 @@ def _follow(store: Store, ask: Ask, session: str, slot: str | None) -> Placed:
             derived.messages = list(left.messages)
 
         store.update_slot(session, branch, restore)
-    return Placed(session, branch, branched_from=live.id, branched_at=shared)
+    return marked(Placed(session, branch, branched_from=live.id, branched_at=shared))
 
 
 def _left(store: Store, response: ResponseId) -> Slot:
@@ -297,7 +388,7 @@ def _unstored(store: Store, ask: Ask, session: str | None, slot: str | None) -> 
 
     scratch = Store(backend=MemoryBackend())
     if session is None:
-        made = scratch.create_session(system_prompt=ask.instructions, title="agctl serve")
+        made = scratch.create_session(title="agctl serve")
         placed = Placed(made.id, made.current_slot)
     else:
         with store.work(session):
@@ -321,26 +412,33 @@ def answer(
     record: Path | None = None,
 ) -> TurnResult:
     """Send the placed turn; a stored one is checkpointed, the checkpoint labelled with
-    the response's id (the one way a response id finds its state again)."""
+    the response's id (the one way a response id finds its state again). One that
+    follows a previous response is refused (SlotMoved) if anything else wrote its slot
+    meanwhile; a failed one takes the input's earlier messages out again."""
     from agctl.turn.send import send_turn
     from agctl.turn.setup import TurnChoice, plan_turn
 
     store, placed = placement.store, placement.placed
-    plan = plan_turn(
-        store,
-        placed.session,
-        TurnChoice(choice, record=record),
-        slot=placed.slot,
-        stream=ask.stream,
-        temperature=ask.temperature,
-        max_tokens=ask.max_output_tokens,
-        system=ask.instructions,
-        checkpoint=ask.store,
-        checkpoint_label=str(placement.id) if ask.store else None,
-    )
-    return send_turn(
-        store, placed.session, ask.prompt, plan.provider(), plan.options, on_event=on_event
-    )
+    try:
+        plan = plan_turn(
+            store,
+            placed.session,
+            TurnChoice(choice, record=record),
+            slot=placed.slot,
+            stream=ask.stream,
+            temperature=ask.temperature,
+            max_tokens=ask.max_output_tokens,
+            system=ask.instructions,
+            checkpoint=ask.store,
+            checkpoint_label=str(placement.id) if ask.store else None,
+            if_unchanged=ask.previous is not None,
+        )
+        return send_turn(
+            store, placed.session, ask.prompt, plan.provider(), plan.options, on_event=on_event
+        )
+    except AgctlError as failed:
+        placement.withdraw(failed)
+        raise
 
 
 # ---- documents -------------------------------------------------------------------------
@@ -443,7 +541,8 @@ class Events:
         self.ask = ask
         self.created = created
         self.model = model
-        self.item = output_message(response, "", "in_progress")
+        # No part yet: response.content_part.added adds the one the deltas go to.
+        self.item = {**output_message(response, "", "in_progress"), "content": []}
         self.number = 0
 
     def _event(self, kind: str, **fields: Any) -> tuple[str, dict[str, Any]]:

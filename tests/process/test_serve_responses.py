@@ -1,13 +1,17 @@
 """`agctl serve`'s Responses API as a real process, its client the real `openai` SDK: a
 conversation chained with previous_response_id (the bytes sent upstream checked on a real
-HTTP server), an older response forking into a derived slot, `store: false` leaving the
-store as it was, streams through the SDK's helpers, and what it refuses."""
+HTTP server), an older response forking into a derived slot, two requests at once naming
+one response becoming two branches, a failed turn leaving nothing of its input,
+instructions that hold for their own request only, `store: false` leaving the store as
+it was, streams through the SDK's helpers, and what it refuses."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -137,6 +141,124 @@ def test_naming_an_older_response_forks_a_derived_slot_and_keeps_the_old_branch(
         c["label"] for c in json.loads(agctl(env, "-s", session, "ckpt", "list", "--json").stdout)
     }
     assert {first.id, second.id, forked.id, on_fork.id, on_old.id} <= labels
+
+
+def test_two_requests_at_once_naming_one_response_are_two_branches(tmp_path: Path) -> None:
+    with FakeOpenAI() as upstream:
+        env = upstream_env(tmp_path, upstream)
+        with serving(env) as (url, _):
+            client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+            first = client.responses.create(model="m", input="start")
+            replies: dict[str, Any] = {}
+
+            def request(name: str) -> None:
+                replies[name] = client.responses.with_raw_response.create(
+                    model="m", input=f"branch {name}", previous_response_id=first.id
+                )
+
+            other = threading.Thread(target=request, args=("B",))
+            arrived = threading.Event()
+
+            def hold_a() -> None:
+                """A's request waits upstream until B's has come too: B is placed while
+                A's turn runs, and B's reply is written first."""
+                other.start()
+                assert arrived.wait(60)
+
+            upstream.before_reply(hold_a)
+            upstream.before_reply(arrived.set)
+            request("A")
+            other.join(60)
+            a, b = (replies[name].parse() for name in "AB")
+            client.responses.create(model="m", input="after", previous_response_id=b.id)
+        assert upstream.errors == []
+    assert [replies[name].headers["x-agctl-slot"] for name in "AB"] == ["default", "default-2"]
+    assert (a.output_text, b.output_text) == ("echo: branch A", "echo: branch B")
+    sent = {r.body["messages"][-1]["content"]: r.body["messages"] for r in upstream.requests}
+    assert [m["content"] for m in sent["after"]] == [
+        "start",
+        "echo: start",
+        "branch B",
+        "echo: branch B",
+        "after",
+    ]
+    session = session_of(first.id)
+    for slot, said in (("default", "branch A"), ("default-2", "branch B")):
+        listed = json.loads(
+            agctl(env, "-s", session, "msg", "list", "--slot", slot, "--json").stdout
+        )
+        # Each branch holds its own turn only, as its request was sent.
+        assert [m["content"] for m in listed][:4] == ["start", "echo: start", said, f"echo: {said}"]
+        assert [m["content"] for m in sent[said]] == ["start", "echo: start", said]
+
+
+def test_a_failed_turn_leaves_nothing_of_its_input_and_its_retry_goes_on_in_the_slot(
+    tmp_path: Path,
+) -> None:
+    given = [
+        {"role": "developer", "content": "Use short words."},
+        {"role": "user", "content": "next"},
+    ]
+    with FakeOpenAI() as upstream:
+        env = upstream_env(tmp_path, upstream)
+        with serving(env) as (url, _):
+            client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+            first = client.responses.create(model="m", input="start")
+            session = session_of(first.id)
+            upstream.fail("status", status=400, message="bad thing")
+            with pytest.raises(openai.APIStatusError) as whole:
+                client.responses.create(model="m", input=given, previous_response_id=first.id)  # type: ignore[arg-type]
+            left = json.loads(agctl(env, "-s", session, "msg", "list", "--json").stdout)
+            upstream.fail("status", status=400, message="bad thing")
+            with client.responses.stream(
+                model="m",
+                input=given,  # type: ignore[arg-type]
+                previous_response_id=first.id,
+            ) as failing:
+                failed = [event.type for event in failing]
+            retried = client.responses.with_raw_response.create(
+                model="m",
+                input=given,  # type: ignore[arg-type]
+                previous_response_id=first.id,
+            )
+    assert whole.value.status_code == 502 and failed[-2:] == ["error", "response.failed"]
+    assert [m["content"] for m in left] == ["start", "echo: start"]
+    # The retry goes on from the response in its own slot, as the first try would have.
+    assert retried.headers["x-agctl-slot"] == "default"
+    assert upstream.requests[-1].body["messages"] == [
+        {"role": "user", "content": "start"},
+        {"role": "assistant", "content": "echo: start"},
+        {"role": "system", "content": "Use short words."},
+        {"role": "user", "content": "next"},
+    ]
+    slots = json.loads(agctl(env, "-s", session, "slot", "list", "--json").stdout)
+    assert [(s["id"], s["message_count"]) for s in slots] == [("default", 5)]
+
+
+def test_instructions_are_their_own_requests_system_prompt_only(tmp_path: Path) -> None:
+    with FakeOpenAI() as upstream:
+        env = upstream_env(tmp_path, upstream)
+        with serving(env) as (url, _):
+            client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+            one = client.responses.create(model="m", input="hi", instructions="Be terse.")
+            two = client.responses.create(
+                model="m", input="more", instructions="Be terse.", previous_response_id=one.id
+            )
+            client.responses.create(model="m", input="again", previous_response_id=two.id)
+    first, second, third = upstream.requests
+    assert first.body["messages"] == [
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": "hi"},
+    ]
+    # The same instructions again: the first request's messages are the second's first
+    # bytes (a provider's prefix cache reads them).
+    opened = first.raw.index(b'"messages":[')
+    shared = first.raw[opened : first.raw.index(b"}]", opened) + 1]
+    assert second.raw[opened : opened + len(shared)] == shared
+    # None given: none sent, as OpenAI's instructions do not carry over.
+    assert [m["role"] for m in third.body["messages"]] == ["user", "assistant"] * 2 + ["user"]
+    shown = json.loads(agctl(env, "-s", session_of(one.id), "session", "show", "--json").stdout)
+    assert shown["system_prompt"] is None
 
 
 def test_store_false_leaves_the_store_as_it_was_and_its_id_is_unknown_after(

@@ -1,6 +1,7 @@
 """agctl.serve.responses: a Responses API request checked, its id spelled and read back,
 and its turn placed: a new session, appended to the previous response's slot, forked
-where an older response left it, or run on an in-memory copy that the store never sees."""
+where an older response left it or where another turn is running, or run on an
+in-memory copy that the store never sees; a failed turn leaves nothing of its input."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from typing import Any
 
 import pytest
 
-from agctl.base.errors import InvalidInput, NotFound
+from agctl.base.errors import InvalidInput, NotFound, SlotMoved, TurnInterrupted
+from agctl.context.models import Message
+from agctl.providers.base import Event
+from agctl.serve.flights import Flights
 from agctl.serve.responses import (
     Events,
     Placement,
@@ -143,7 +147,8 @@ def test_without_a_previous_response_each_request_is_a_new_conversation(store: S
     second, _ = respond(store, input="hello", instructions="Be brief.")
     assert first.placed.session != second.placed.session
     session = first.placed.session
-    assert store.load_session(session).system_prompt == "Be brief."
+    # The instructions were that request's system prompt only, not the session's.
+    assert store.load_session(session).system_prompt is None
     assert texts(store, session, "default") == ["hello", said.reply.text()]
     # The turn's checkpoint carries the response's id.
     (after,) = [s for s in Checkpointer(store).summaries(session) if s.id == said.checkpoint]
@@ -247,8 +252,13 @@ def test_a_named_session_gets_the_input_after_its_context_and_must_agree_with_th
     assert "(2 messages in context)" in result.reply.text()
     with pytest.raises(InvalidInput, match="is of session 'notes', but the request names"):
         respond(store, "other", input="x", previous_response_id=str(placement.id))
-    with pytest.raises(InvalidInput, match="is of slot 'default', but the request names"):
-        respond(store, "notes", "side", input="x", previous_response_id=str(placement.id))
+    # The slot follows from the response: a client naming the slot it began on (a header
+    # it sends with every request) goes on in the fork its older response made.
+    respond(store, "notes", "default", input="y", previous_response_id=str(placement.id))
+    fork, _ = respond(store, "notes", "default", input="z", previous_response_id=str(placement.id))
+    after, _ = respond(store, "notes", "default", input="w", previous_response_id=str(fork.id))
+    assert (fork.placed.slot, after.placed.slot) == ("default-2", "default-2")
+    assert texts(store, "notes", "default-2")[-4::2] == ["z", "w"]
     unknown = ResponseId.drawn("notes", "default")
     with pytest.raises(NotFound, match="no response"):
         respond(store, input="x", previous_response_id=str(unknown))
@@ -279,3 +289,121 @@ def test_the_stream_events_are_numbered_and_name_one_item() -> None:
     assert failed[0][1]["code"] == "6"
     assert failed[1][1]["response"]["status"] == "failed"
     assert {data["response"]["id"] for _, data in sent if "response" in data} == {str(response)}
+
+
+def test_a_response_named_while_a_turn_runs_on_its_slot_forks_before_either_is_sent(
+    store: Store,
+) -> None:
+    first, one = respond(store, input="a")
+    session = first.placed.session
+    flights = Flights()
+    ask_b = parse_response({"input": "b", "previous_response_id": str(first.id)})
+    ask_c = parse_response({"input": "c", "previous_response_id": str(first.id)})
+    # Both placed before either turn is sent, as two requests at once are: the second
+    # forks at the response rather than append to the slot the first will write.
+    flight_b, flight_c = flights.admit(), flights.admit()
+    assert flight_b is not None and flight_c is not None
+    b = place(store, ask_b, None, None, flight_b)
+    c = place(store, ask_c, None, None, flight_c)
+    assert (b.placed.slot, c.placed.slot) == ("default", "default-2")
+    with flight_c:  # the fork's turn ends first
+        said_c = answer(c, ask_c, OFFLINE).reply.text()
+    with flight_b:
+        said_b = answer(b, ask_b, OFFLINE).reply.text()
+    assert texts(store, session, "default") == ["a", one.reply.text(), "b", said_b]
+    assert texts(store, session, "default-2") == ["a", one.reply.text(), "c", said_c]
+
+    # Once its turn has landed, a response's slot is free again: the next turn appends.
+    after = parse_response({"input": "d", "previous_response_id": str(b.id)})
+    assert place(store, after, None, None, flights.admit()).placed.slot == "default"
+
+
+def test_a_turn_following_a_response_is_refused_when_another_writer_wrote_its_slot(
+    store: Store,
+) -> None:
+    first, one = respond(store, input="a")
+    session = first.placed.session
+    ask = parse_response({"input": "b", "previous_response_id": str(first.id)})
+    placement = place(store, ask, None, None)
+    heard: list[Event] = []
+
+    def another_writer(event: Event) -> None:
+        """Another writer appends to the slot while the model answers this turn."""
+        if not heard:
+            heard.append(event)
+            store.update_slot(
+                session, "default", lambda s: s.messages.append(Message(role="user", content="x"))
+            )
+
+    with pytest.raises(SlotMoved, match="1 messages were appended"):
+        answer(placement, ask, OFFLINE, on_event=another_writer)
+    # Not written after a message its reply never saw: kept in the slot's draft.
+    assert texts(store, session, "default") == ["a", one.reply.text(), "x"]
+    draft = store.load_draft(session, "default")
+    assert draft.prompt == "b" and draft.reply is not None and "you said" in draft.reply.text()
+
+
+def test_a_failed_turn_takes_its_earlier_input_out_and_a_retry_appends_again(
+    store: Store,
+) -> None:
+    first, one = respond(store, input="a")
+    session = first.placed.session
+    body: dict[str, Any] = {
+        "input": [
+            {"role": "developer", "content": "Use short words."},
+            {"role": "user", "content": "next"},
+        ],
+        "previous_response_id": str(first.id),
+    }
+    ask = parse_response(body)
+
+    def failed(placement: Placement) -> None:
+        """The turn stopped by its client leaving (the server cancels its flight)."""
+        flight = Flights().admit()
+        assert flight is not None
+        flight.cancel("the client disconnected")
+        with pytest.raises(TurnInterrupted):
+            answer(placement, ask, OFFLINE, on_event=flight.watching(None))
+
+    failed(place(store, ask, None, None))
+    assert texts(store, session, "default") == ["a", one.reply.text()]
+    assert store.load_draft(session, "default").prompt == "next"
+    retried, reply = respond(store, **body)
+    assert retried.placed.slot == "default" and store.slot_ids(session) == ["default"]
+    assert texts(store, session, "default") == [
+        "a",
+        one.reply.text(),
+        "Use short words.",
+        "next",
+        reply.reply.text(),
+    ]
+    # A fork made for a failed turn stays, holding its draft and what the response left.
+    forked = place(store, ask, None, None)
+    failed(forked)
+    assert forked.placed.slot == "default-2"
+    assert texts(store, session, "default-2") == ["a", one.reply.text()]
+    assert store.load_draft(session, "default-2").prompt == "next"
+
+
+def test_the_sdk_puts_the_streamed_text_in_the_one_part_announced() -> None:
+    """The openai SDK's own accumulation of the events: one part, the deltas in it."""
+    from openai.lib.streaming.responses import ResponseStreamState
+    from openai.types.responses import ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    parts: list[list[list[str]]] = []
+
+    class Watched(ResponseStreamState[str]):
+        """The SDK's state, its snapshot's text parts noted after each event."""
+
+        def accumulate_event(self, event: Any) -> Any:
+            snapshot: Any = super().accumulate_event(event)
+            parts.append([[p.text for p in item.content] for item in snapshot.output])
+            return snapshot
+
+    events = Events(ResponseId.drawn("s", "default"), parse_response({"input": "hi"}), 0.0, "m")
+    state = Watched(input_tools=[], text_format=str)
+    parsed: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
+    for _, data in [*events.started(), events.delta("hel"), events.delta("lo")]:
+        state.handle_event(parsed.validate_python(data))
+    assert parts == [[], [], [[]], [[""]], [["hel"]], [["hello"]]]
