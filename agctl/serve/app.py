@@ -6,12 +6,14 @@ also under `/s/SESSION/v1/...` and
 `/s/SESSION/SLOT/v1/...`; the `X-Agctl-Session` and `X-Agctl-Slot` headers name them too
 (agctl.serve.chat says how a request finds its conversation). One store is opened for
 the process and kept warm. A token, when set, is required as `Authorization: Bearer`.
-Errors are OpenAI's error document, with agctl's exit code in it.
+Errors are OpenAI's error document, with agctl's exit code in it (1 for a failure that
+is not agctl's own, whose traceback only the server's log sees).
 """
 
 from __future__ import annotations
 
 import queue
+import secrets
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agctl.serve.flights import RETRY_AFTER_SECONDS, Flight, Flights
+from agctl.serve.flights import RETRY_AFTER_SECONDS, Flight, Flights, log
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -46,6 +48,8 @@ ERROR_TYPES = {
     409: "conflict_error",
     429: "requests",
 }
+# What a client is told of a failure that is not agctl's own error (its log has the rest).
+UNEXPECTED = "agctl serve failed on this request: the server's log says why"
 
 
 @dataclass
@@ -74,17 +78,25 @@ def error(
     """OpenAI's error document, with agctl's exit code when it comes from agctl."""
     from starlette.responses import Response
 
-    body = {
-        "error": {
-            "message": message,
-            "type": ERROR_TYPES.get(
-                status, "api_error" if status >= 500 else "invalid_request_error"
-            ),
-            "code": code,
-            "param": None,
-        }
-    }
+    body = {"error": {"message": message, "type": error_type(status), "code": code, "param": None}}
     return Response(orjson.dumps(body), status, headers, media_type="application/json")
+
+
+def error_type(status: int) -> str:
+    """The `type` of OpenAI's error document for an HTTP status."""
+    return ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+
+
+def failure(exc: BaseException) -> tuple[int, str, int]:
+    """The HTTP status, message and exit code a client is told of `exc`: agctl's own
+    error as it says; anything else as the server's failure, its traceback logged
+    (agctl.serve, ERROR) and never sent."""
+    from agctl.base.errors import AgctlError
+
+    if isinstance(exc, AgctlError):
+        return STATUS.get(exc.exit_code, 500), str(exc), exc.exit_code
+    log.error("a request failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
+    return 500, UNEXPECTED, 1
 
 
 def build_app(served: Served) -> Starlette:
@@ -104,7 +116,9 @@ def build_app(served: Served) -> Starlette:
     def posted(
         handle: Callable[[Served, Request, Any], Awaitable[Response]],
     ) -> Callable[[Request], Awaitable[Response]]:
-        """The endpoint taking a JSON body to `handle`, once the token and body pass."""
+        """The endpoint taking a JSON body to `handle`, once the token and body pass: any
+        failure is an error document (`failure`), and the request's flight (`_admitted`)
+        is freed whatever happens, unless a stream took it to run its turn."""
 
         async def endpoint(request: Request) -> Response:
             refused = _refused(served, request)
@@ -112,10 +126,23 @@ def build_app(served: Served) -> Starlette:
                 return refused
             from starlette.responses import Response
 
+            from agctl.serve.watch import WatchedStream
+
             body = await _body(request, served.max_body)
             if isinstance(body, Response):
                 return body
-            return await handle(served, request, body)
+            response = None
+            try:
+                response = await handle(served, request, body)
+            except Exception as exc:
+                response = _agctl_error(exc)
+            finally:
+                flight = getattr(request.state, "agctl_flight", None)
+                if flight is not None and not (
+                    isinstance(response, WatchedStream) and response.flight is flight
+                ):
+                    flight.forgo()
+            return response
 
         return endpoint
 
@@ -126,12 +153,11 @@ def build_app(served: Served) -> Starlette:
         from starlette.concurrency import run_in_threadpool
         from starlette.responses import Response
 
-        from agctl.base.errors import AgctlError
         from agctl.serve.responses import stored
 
         try:
             found = await run_in_threadpool(stored, served.store, request.path_params["ident"])
-        except AgctlError as exc:
+        except Exception as exc:
             return _agctl_error(exc)
         return Response(orjson.dumps(found), media_type="application/json")
 
@@ -215,54 +241,78 @@ async def _body(request: Request, limit: int) -> Any:
         return error(400, f"the request body is not valid JSON: {exc}")
 
 
+def _named(request: Request) -> tuple[str | None, str | None]:
+    """The session and slot a request names, by its path or else its headers."""
+    session = request.path_params.get("session") or request.headers.get("x-agctl-session")
+    slot = request.path_params.get("slot") or request.headers.get("x-agctl-slot")
+    return session, slot
+
+
+def _admitted(served: Served, request: Request) -> Flight | None:
+    """A flight for the request's turn, None when the server cannot take it now; the
+    request holds it, so that it is freed however the request ends (see `posted`)."""
+    flight = served.flights.admit()
+    request.state.agctl_flight = flight
+    return flight
+
+
+def refuse_unserved(body: dict[str, Any]) -> None:
+    """Refuse (InvalidInput naming the field) what a chat request asks that the server
+    cannot give, rather than answer as if it had not been asked: several choices,
+    log probabilities, a JSON reply format."""
+    from agctl.base.errors import InvalidInput
+
+    n = body.get("n")
+    if n is not None and (type(n) is not int or n != 1):
+        raise InvalidInput(f"n: only 1 choice is served, not {n!r}")
+    for name in ("logprobs", "top_logprobs"):
+        if body.get(name) not in (None, False):
+            raise InvalidInput(f"{name}: log probabilities are not served")
+    shape = body.get("response_format")
+    kind = shape.get("type") if isinstance(shape, dict) else shape
+    if shape is not None and kind != "text":
+        raise InvalidInput(
+            f"response_format: only type 'text' is served, not {kind!r} "
+            "(JSON modes and schemas are not served yet)"
+        )
+
+
 async def _chat(served: Served, request: Request, body: Any) -> Response:
-    """A chat completion, whole or streamed; a failure before anything is sent is an
-    error document."""
+    """A chat completion, whole or streamed, placed first: a request that cannot be
+    placed (an unknown session or slot, a bad id, a session busy while its history is
+    written) is an error document, never a stream."""
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import Response
 
-    from agctl.base.errors import AgctlError
-    from agctl.serve.chat import completion, parse_chat, run_chat
+    from agctl.serve.chat import completion, parse_chat, place, send_chat
     from agctl.serve.watch import WatchedStream, watched
 
-    session = request.path_params.get("session") or request.headers.get("x-agctl-session")
-    slot = request.path_params.get("slot") or request.headers.get("x-agctl-slot")
-    try:
-        chat = parse_chat(body)
-    except AgctlError as exc:
-        return _agctl_error(exc)
-    flight = served.flights.admit()
+    session, slot = _named(request)
+    chat = parse_chat(body)
+    refuse_unserved(body)
+    flight = _admitted(served, request)
     if flight is None:
         return _unadmitted(served.flights)
     created = int(time.time())
     record: dict[str, Any] = {}
     request.state.agctl_turn = record  # what the access log says of the turn
+    placed = await run_in_threadpool(place, served.store, chat, session, slot)
+    headers = {"x-agctl-session": placed.session, "x-agctl-slot": placed.slot}
     if chat.stream:
         return WatchedStream(
             flight,
-            _streamed(served, flight, chat, session, slot, created, record),
+            _streamed(served, flight, chat, placed, created, record),
             media_type="text/event-stream",
-            headers={"cache-control": "no-store"},
+            headers={"cache-control": "no-store", **headers},
         )
 
-    def turn() -> Awaitable[tuple[Placed, TurnResult]]:
+    def turn() -> Awaitable[TurnResult]:
         return run_in_threadpool(
-            flight.run,
-            run_chat,
-            served.store,
-            chat,
-            served.choice,
-            session=session,
-            slot=slot,
-            record=served.record,
+            flight.run, send_chat, served.store, chat, placed, served.choice, record=served.record
         )
 
-    try:
-        placed, result = await watched(flight, request.receive, turn)
-    except AgctlError as exc:
-        return _agctl_error(exc)
+    result = await watched(flight, request.receive, turn)
     record.update(turn_record(placed, result))
-    headers = {"x-agctl-session": placed.session, "x-agctl-slot": placed.slot}
     if result.checkpoint:
         headers["x-agctl-checkpoint"] = result.checkpoint
     document = completion(placed, result, created)
@@ -280,8 +330,7 @@ async def _respond(served: Served, request: Request, body: Any) -> Response:
     from agctl.serve.responses import answer, document, parse_response, place
     from agctl.serve.watch import WatchedStream, watched
 
-    session = request.path_params.get("session") or request.headers.get("x-agctl-session")
-    slot = request.path_params.get("slot") or request.headers.get("x-agctl-slot")
+    session, slot = _named(request)
     created = time.time()
     record: dict[str, Any] = {}
     request.state.agctl_turn = record  # what the access log says of the turn
@@ -289,13 +338,12 @@ async def _respond(served: Served, request: Request, body: Any) -> Response:
         ask = parse_response(body)
     except AgctlError as exc:
         return _agctl_error(exc)
-    flight = served.flights.admit()
+    flight = _admitted(served, request)
     if flight is None:
         return _unadmitted(served.flights)
     try:
         placement = await run_in_threadpool(place, served.store, ask, session, slot, flight)
     except AgctlError as exc:
-        flight.forgo()
         return _agctl_error(exc)
     placed = placement.placed
     headers = {"x-agctl-session": placed.session, "x-agctl-slot": placed.slot}
@@ -351,19 +399,13 @@ def _response_events(
     for piece in turn.pieces():
         yield _named_event(*events.delta(piece))
     if turn.error is not None:
-        for kind, data in events.failed(str(turn.error), exit_code(turn.error)):
+        _, message, code = failure(turn.error)
+        for kind, data in events.failed(message, code):
             yield _named_event(kind, data)
         return
     record.update(turn_record(placement.placed, turn.result))
     for kind, data in events.completed(turn.result):
         yield _named_event(kind, data)
-
-
-def exit_code(exc: BaseException) -> int:
-    """agctl's exit code for `exc` (1 for what is not agctl's own error)."""
-    from agctl.base.errors import AgctlError
-
-    return exc.exit_code if isinstance(exc, AgctlError) else 1
 
 
 def _unadmitted(flights: Flights) -> Response:
@@ -381,8 +423,8 @@ def _unadmitted(flights: Flights) -> Response:
 
 
 def _agctl_error(exc: Exception) -> Response:
-    code = exit_code(exc)
-    return error(STATUS.get(code, 500), str(exc), code)
+    """The error document of `exc` (see `failure`)."""
+    return error(*failure(exc))
 
 
 # What ends a stream's queue.
@@ -454,40 +496,34 @@ def _streamed(
     served: Served,
     flight: Flight,
     chat: Any,
-    session: str | None,
-    slot: str | None,
+    placed: Placed,
     created: int,
     record: dict[str, Any],
 ) -> Iterator[bytes]:
-    """Server-sent events of a turn: its text and tool calls as they come, then the last
-    chunk (finish reason and usage) and [DONE]; an error mid-way as an error event."""
-    from agctl.serve.chat import chunk, run_chat, usage_document
+    """Server-sent events of a placed turn: its text and tool calls as they come, then
+    the last chunk (finish reason and usage) and [DONE]; an error mid-way as an error
+    event. Its chunks' id is new for each stream (`stream_id`)."""
+    from agctl.serve.chat import chunk, send_chat, usage_document
     from agctl.serve.tools import StreamedCalls
 
     deltas = StreamedCalls()
     turn = StreamedTurn(
         flight,
-        lambda heard: run_chat(
-            served.store,
-            chat,
-            served.choice,
-            session=session,
-            slot=slot,
-            on_event=heard,
-            record=served.record,
+        lambda heard: send_chat(
+            served.store, chat, placed, served.choice, on_event=heard, record=served.record
         ),
         deltas.delta,
     )
-    ident = f"chatcmpl-stream-{created}"
+    ident = stream_id()
     # No content yet: a reply of tool calls has none (null, as the SDK puts it together).
     yield _event(chunk(ident, served.model, created, {"role": "assistant"}, None))
     for piece in turn.pieces():
         yield _event(chunk(ident, served.model, created, piece, None))
     if turn.error is not None:
-        exc = turn.error
-        yield _event({"error": {"message": str(exc), "type": "api_error", "code": exit_code(exc)}})
+        status, message, code = failure(turn.error)
+        yield _event({"error": {"message": message, "type": error_type(status), "code": code}})
         return
-    placed, result = turn.result
+    result = turn.result
     record.update(turn_record(placed, result))
     last = chunk(ident, result.model, created, {}, result.finish_reason or "stop")
     last["usage"] = usage_document(result.usage)
@@ -498,6 +534,13 @@ def _streamed(
     }
     yield _event(last)
     yield b"data: [DONE]\n\n"
+
+
+def stream_id() -> str:
+    """A streamed completion's id, new for each: its checkpoint is not known when its first
+    chunk goes out (a whole reply's id names its session, slot and checkpoint instead:
+    agctl.serve.chat.completion_id)."""
+    return "chatcmpl-" + secrets.token_hex(12)
 
 
 def _event(data: dict[str, Any]) -> bytes:

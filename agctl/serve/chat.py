@@ -357,14 +357,28 @@ def run_chat(
     on_event: Callable[[Event], None] | None = None,
     record: Path | None = None,
 ) -> tuple[Placed, TurnResult]:
-    """Place `chat` and send its turn (the one way a request becomes a turn), streamed
-    upstream when the client asked for a stream; `on_event` hears its events either way;
-    `record` appends the request and its reply to that cassette."""
+    """Place `chat` and send its turn (the one way a request becomes a turn); `record`
+    appends the request and its reply to that cassette."""
+    placed = place(store, chat, session, slot)
+    return placed, send_chat(store, chat, placed, choice, on_event=on_event, record=record)
+
+
+def send_chat(
+    store: Store,
+    chat: Chat,
+    placed: Placed,
+    choice: ModelChoice,
+    *,
+    on_event: Callable[[Event], None] | None = None,
+    record: Path | None = None,
+) -> TurnResult:
+    """Send the turn of `chat`, placed (so that the server refuses a request it cannot
+    place before it answers), streamed upstream when the client asked for a stream;
+    `on_event` hears its events either way."""
     from agctl.serve.warm import warm_slots
     from agctl.turn.send import send_turn
     from agctl.turn.setup import TurnChoice, plan_turn
 
-    placed = place(store, chat, session, slot)
     offered = chat.tools.turn_fields() if chat.tools is not None else {}
     plan = plan_turn(
         store,
@@ -389,7 +403,7 @@ def run_chat(
     )
     if result.slot is not None:
         warm_slots(store).keep(placed.session, result.slot)
-    return placed, result
+    return result
 
 
 def completion(placed: Placed, result: TurnResult, created: int) -> dict[str, Any]:

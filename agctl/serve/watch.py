@@ -34,33 +34,51 @@ def cancelling(receive: Receive, flight: Flight) -> Receive:
     return receiving
 
 
+async def until_gone(receive: Receive, flight: Flight) -> None:
+    """Wait for the client to disconnect, cancelling `flight` then."""
+    heard = cancelling(receive, flight)
+    while (await heard())["type"] != "http.disconnect":
+        pass
+
+
 class WatchedStream(StreamingResponse):
-    """A streamed reply whose turn is cancelled as soon as its client disconnects, not at
-    the next piece it fails to send (Starlette listens for the disconnect meanwhile)."""
+    """A streamed reply whose turn is cancelled, and its stream ended, as soon as its
+    client disconnects, not at the next piece it fails to send. It listens itself:
+    Starlette's StreamingResponse listens only under an ASGI spec_version below 2.4
+    (Uvicorn 0.55 says 2.3); from 2.4 on it waits for a send to fail, and Uvicorn's
+    sends to a gone client do not."""
 
     def __init__(self, flight: Flight, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.flight = flight
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        failed: list[Exception] = []
         try:
-            await super().__call__(scope, cancelling(receive, self.flight), send)
+            async with anyio.create_task_group() as group:
+
+                async def listen() -> None:
+                    await until_gone(receive, self.flight)
+                    group.cancel_scope.cancel()
+
+                group.start_soon(listen)
+                try:
+                    await self.stream_response(send)
+                except Exception as exc:  # raised below, out of the task group's grouping
+                    failed.append(exc)
+                group.cancel_scope.cancel()
         finally:
             self.flight.forgo()
+        if failed:
+            raise failed[0]
 
 
 async def watched(flight: Flight, receive: Receive, work: Callable[[], Awaitable[T]]) -> T:
     """`work()`, its flight cancelled if the client disconnects before it is done."""
-    heard = cancelling(receive, flight)
-
-    async def listen() -> None:
-        while (await heard())["type"] != "http.disconnect":
-            pass
-
     outcome: dict[str, Any] = {}
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(listen)
+            group.start_soon(until_gone, receive, flight)
             try:
                 outcome["done"] = await work()
             except Exception as exc:  # raised below, out of the task group's grouping
