@@ -285,7 +285,7 @@ async def _chat(served: Served, request: Request, body: Any) -> Response:
     from starlette.responses import Response
 
     from agctl.serve.chat import completion, parse_chat, place, send_chat
-    from agctl.serve.watch import WatchedStream, watched
+    from agctl.serve.watch import watched
 
     session, slot = _named(request)
     chat = parse_chat(body)
@@ -297,13 +297,10 @@ async def _chat(served: Served, request: Request, body: Any) -> Response:
     record: dict[str, Any] = {}
     request.state.agctl_turn = record  # what the access log says of the turn
     placed = await run_in_threadpool(place, served.store, chat, session, slot)
-    headers = {"x-agctl-session": placed.session, "x-agctl-slot": placed.slot}
+    headers = _where(placed)
     if chat.stream:
-        return WatchedStream(
-            flight,
-            _streamed(served, flight, chat, placed, created, record),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-store", **headers},
+        return _event_stream(
+            flight, _streamed(served, flight, chat, placed, created, record), headers
         )
 
     def turn() -> Awaitable[TurnResult]:
@@ -319,6 +316,23 @@ async def _chat(served: Served, request: Request, body: Any) -> Response:
     return Response(orjson.dumps(document), media_type="application/json", headers=headers)
 
 
+def _where(placed: Placed) -> dict[str, str]:
+    """The headers that say where a request's turn went."""
+    return {"x-agctl-session": placed.session, "x-agctl-slot": placed.slot}
+
+
+def _event_stream(flight: Flight, events: Iterator[bytes], headers: dict[str, str]) -> Response:
+    """Server-sent `events`, the flight cancelled when the client leaves."""
+    from agctl.serve.watch import WatchedStream
+
+    return WatchedStream(
+        flight,
+        events,
+        media_type="text/event-stream",
+        headers={"cache-control": "no-store", **headers},
+    )
+
+
 async def _respond(served: Served, request: Request, body: Any) -> Response:
     """A Responses API request, whole or streamed (agctl.serve.responses), admitted as a
     flight before it is placed (a refused request forks nothing), the flight marked on
@@ -326,44 +340,30 @@ async def _respond(served: Served, request: Request, body: Any) -> Response:
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import Response
 
-    from agctl.base.errors import AgctlError
     from agctl.serve.responses import answer, document, parse_response, place
-    from agctl.serve.watch import WatchedStream, watched
+    from agctl.serve.watch import watched
 
     session, slot = _named(request)
     created = time.time()
     record: dict[str, Any] = {}
     request.state.agctl_turn = record  # what the access log says of the turn
-    try:
-        ask = parse_response(body)
-    except AgctlError as exc:
-        return _agctl_error(exc)
+    ask = parse_response(body)
     flight = _admitted(served, request)
     if flight is None:
         return _unadmitted(served.flights)
-    try:
-        placement = await run_in_threadpool(place, served.store, ask, session, slot, flight)
-    except AgctlError as exc:
-        return _agctl_error(exc)
+    placement = await run_in_threadpool(place, served.store, ask, session, slot, flight)
     placed = placement.placed
-    headers = {"x-agctl-session": placed.session, "x-agctl-slot": placed.slot}
+    headers = _where(placed)
     if ask.stream:
-        return WatchedStream(
-            flight,
-            _response_events(served, flight, ask, placement, created, record),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-store", **headers},
-        )
+        events = _response_events(served, flight, ask, placement, created, record)
+        return _event_stream(flight, events, headers)
 
     def turn() -> Awaitable[TurnResult]:
         return run_in_threadpool(
             flight.run, answer, placement, ask, served.choice, record=served.record
         )
 
-    try:
-        result = await watched(flight, request.receive, turn)
-    except AgctlError as exc:
-        return _agctl_error(exc)
+    result = await watched(flight, request.receive, turn)
     record.update(turn_record(placed, result))
     if result.checkpoint:
         headers["x-agctl-checkpoint"] = result.checkpoint
