@@ -75,7 +75,7 @@ def parse_chat(body: Any) -> Chat:
     from pydantic import ValidationError
 
     from agctl.base.validation import validation_summary
-    from agctl.context.models import Message
+    from agctl.context.models import Message, plain_request_message
     from agctl.serve.tools import parse_tools, sent_back
 
     if not isinstance(body, dict):
@@ -86,7 +86,7 @@ def parse_chat(body: Any) -> Chat:
     parsed = []
     for index, item in enumerate(messages):
         try:
-            parsed.append(Message.from_openai(sent_back(item)))
+            parsed.append(plain_request_message(item) or Message.from_openai(sent_back(item)))
         except ValidationError as exc:
             raise InvalidInput(f"messages[{index}]: {validation_summary(exc)}") from None
     results = _trailing_results(parsed)
@@ -307,14 +307,14 @@ class Match:
     def of(cls, slot: Slot, given: Sequence[Message]) -> Match:
         from agctl.context.models import messages_to_openai
 
-        stored = slot.messages
+        # The slot's request forms as its memo keeps them (made once for a warm slot).
+        mine = slot.memo("messages").requests()
+        theirs = messages_to_openai(list(given), reasoning=False)
         if not slot.compressed:
-            shared = divergence(stored, given)
+            shared = _run(mine, theirs)
             return cls(slot, shared, shared)
         # Pinned messages may come first, out of their order; the kept ones follow one
         # another in the history as in the slot. The start that goes furthest wins.
-        mine = messages_to_openai(list(stored), reasoning=False)
-        theirs = messages_to_openai(list(given), reasoning=False)
         best = cls(slot, 0, 0, found=False)
         for start, first in enumerate(mine):
             for at in range(len(theirs) - 1, -1, -1):
