@@ -296,7 +296,7 @@ async def _chat(served: Served, request: Request, body: Any) -> Response:
     created = int(time.time())
     record: dict[str, Any] = {}
     request.state.agctl_turn = record  # what the access log says of the turn
-    placed = await run_in_threadpool(place, served.store, chat, session, slot)
+    placed = await run_in_threadpool(place, served.store, chat, session, slot, flight)
     headers = _where(placed)
     if chat.stream:
         return _event_stream(

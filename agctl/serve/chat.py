@@ -22,7 +22,10 @@ sees them: role, text, tool calls):
 A compressed slot holds its summary and the messages it kept: those are looked for in
 the request's history where they are (the history still holds what was folded), so a
 client resending everything goes on from the summary, not from a copy of it all. All of
-this is decided and written under the session's lock, in one transaction.
+this is decided and written under the session's lock, in one transaction. A request with
+a history that goes on from a slot another request's turn is going on from at that
+moment gets a branch there (two continuations, two branches: never one slot holding
+both); a request that sends only its new message appends, as `agctl turn send` does.
 The last message is the new input (a user message), or the last messages are: tool
 results answering the calls of the assistant message before them (the client ran the
 tools it offered, agctl.serve.tools), appended to the slot like the messages it lacks,
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
 
     from agctl.context.models import Message, Slot
     from agctl.providers.base import Event
+    from agctl.serve.flights import Flight
     from agctl.serve.tools import ClientTools
     from agctl.store import Store
     from agctl.turn.send import TurnResult
@@ -52,6 +56,8 @@ if TYPE_CHECKING:
 
 # A session a fingerprint names: this prefix and 16 hex digits.
 FINGERPRINT_PREFIX = "srv-"
+# How many places in a client's history are tried for a compressed slot's kept messages.
+ANCHORS = 8
 
 
 @dataclass(frozen=True)
@@ -199,10 +205,19 @@ class Placed:
     read: Slot | None = None
 
 
-def place(store: Store, chat: Chat, session: str | None, slot: str | None) -> Placed:
+def place(
+    store: Store,
+    chat: Chat,
+    session: str | None,
+    slot: str | None,
+    flight: Flight | None = None,
+) -> Placed:
     """Find (or make) the session and slot of `chat`, and bring the slot to the request's
-    history (see the module): append what it lacks, or branch where they differ."""
+    history (see the module): append what it lacks, or branch where they differ. A request
+    with a history whose slot another request's turn (`flight`s) is going on from at the
+    same moment branches there: two continuations are two branches, never interleaved."""
     from agctl.base.ids import validate_id
+    from agctl.serve.flights import running
     from agctl.serve.warm import warm_slots
     from agctl.turn.steps import check_results
 
@@ -227,9 +242,11 @@ def place(store: Store, chat: Chat, session: str | None, slot: str | None) -> Pl
         target = store.load_slot(session, slot, reuse=warm_slots(store).take(session, slot))
         placed = Placed(session, target.id, read=target)
         if not chat.history and not whole:
-            # Only the new input: it goes on from the slot (tool results after its calls).
-            if chat.results:
-                check_results(target.messages, chat.results)
+            # Only the new input: it goes on from the slot (tool results after its calls;
+            # the same results again, after a turn that failed, are already there).
+            if _ends_with(target.messages, chat.results):
+                return placed
+            check_results(target.messages, chat.results)
             return _extend(store, placed, chat.results)
         if chat.results:
             check_results(chat.history, chat.results)
@@ -241,13 +258,28 @@ def place(store: Store, chat: Chat, session: str | None, slot: str | None) -> Pl
             match = _best(store, session, match, given)
         if match.slot.id != target.id:
             placed = Placed(session, match.slot.id)
-        if not match.extends:
+        busy = flight is not None and not running(store).mark(
+            session, match.slot.id, flight, alone=True
+        )
+        if not match.extends or busy:
             placed.branched_from, placed.branched_at = match.slot.id, match.stored
             placed.slot = _branch(store, session, match.slot, match.stored, match.found)
             placed.read = None
-        if whole and placed.slot != slot:
+            if flight is not None:
+                running(store).mark(session, placed.slot, flight)
+        if named is None and placed.slot != slot:
             store.use_slot(session, placed.slot)  # where its next request looks first
         return _extend(store, placed, given[match.given :])
+
+
+def _ends_with(stored: Sequence[Message], results: Sequence[Message]) -> bool:
+    """Whether `results` (tool messages) are the last of `stored` already."""
+    from agctl.context.models import messages_to_openai
+
+    if not results or len(results) > len(stored):
+        return False
+    tail = messages_to_openai(stored[-len(results) :], reasoning=False)
+    return _run(tail, messages_to_openai(results, reasoning=False)) == len(results)
 
 
 def _open_session(store: Store, session: str, system: str | None) -> None:
@@ -313,29 +345,46 @@ class Match:
         if not slot.compressed:
             shared = _run(mine, theirs)
             return cls(slot, shared, shared)
-        # Pinned messages may come first, out of their order; the kept ones follow one
-        # another in the history as in the slot. The start that goes furthest wins.
+        # The messages kept: those pinned from before the summary first (in the history,
+        # in their order), then the recent run, found where it is in the history; at
+        # most ANCHORS places are tried for it, the latest first.
+        start = 0
+        while start < len(mine) and slot.messages[start].pinned:
+            start += 1
         best = cls(slot, 0, 0, found=False)
-        for start, first in enumerate(mine):
-            for at in range(len(theirs) - 1, -1, -1):
-                if _same(first, theirs[at]):
-                    shared = _run(mine[start:], theirs[at:])
-                    if not best.found or start + shared > best.stored:
-                        best = cls(slot, start + shared, at + shared)
-                    if best.extends:
-                        return best
+        if start == len(mine):
+            return best
+        places = [at for at in range(len(theirs) - 1, -1, -1) if _same(mine[start], theirs[at])]
+        for at in places[:ANCHORS]:
+            if not _in_order(mine[:start], theirs[:at]):
+                continue
+            shared = _run(mine[start:], theirs[at:])
+            if not best.found or start + shared > best.stored:
+                best = cls(slot, start + shared, at + shared)
+            if best.extends:
+                break
         return best
+
+
+def _in_order(some: Sequence[dict[str, Any]], within: Sequence[dict[str, Any]]) -> bool:
+    """Whether `some` are all in `within`, in their order."""
+    rest = iter(within)
+    return all(any(_same(one, other) for other in rest) for one in some)
 
 
 def _branch(store: Store, session: str, target: Slot, shared: int, summarised: bool = True) -> str:
     """A slot derived from `target` holding its first `shared` messages (and its summary
-    of earlier ones, unless not `summarised`): its name is the target's and the next free
-    number (`default-2`)."""
+    of earlier ones, unless not `summarised`): its name is the target's without the
+    numbers branches add, and the next free number (`default-2`, then `default-3` from
+    either), so names never grow."""
+    import re
+
     taken = set(store.slot_ids(session))
+    root = re.sub(r"(-[0-9]+)+$", "", target.id) or target.id
     number = 2
-    while f"{target.id}-{number}" in taken:
+    while f"{root}-{number}" in taken:
         number += 1
-    name = f"{target.id}-{number}"
+    name = f"{root}-{number}"
     store.derive_slot(session, name, source=target.id)
 
     def keep(slot: Slot) -> None:

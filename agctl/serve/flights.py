@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from agctl.providers.base import Event
+    from agctl.store import Store
 
 T = TypeVar("T")
 
@@ -180,3 +182,39 @@ class Flights:
                 "s" * (len(flying) != 1),
             )
         return sum(not f.ended.wait(max(0.0, deadline - time.monotonic())) for f in flying)
+
+
+class Running:
+    """The turns this process has in flight, by session and slot: each placed turn's
+    flight, marked as it is placed and done with once the flight has landed (a request
+    going on from a slot another turn is going on from forks: agctl.serve.chat and
+    agctl.serve.responses)."""
+
+    def __init__(self) -> None:
+        self._flights: dict[tuple[str, str], list[Flight]] = {}
+        self._lock = threading.Lock()
+
+    def mark(self, session: str, slot: str, flight: Flight, *, alone: bool = False) -> bool:
+        """Mark `flight` as running on the slot (with `alone`, only when no other flight
+        is): whether it was marked."""
+        with self._lock:
+            self._flights = {
+                key: alive
+                for key, flights in self._flights.items()
+                if (alive := [f for f in flights if not f.ended.is_set()])
+            }
+            others = self._flights.get((session, slot), [])
+            if alone and others:
+                return False
+            self._flights[(session, slot)] = [*others, flight]
+            return True
+
+
+_running: weakref.WeakKeyDictionary[Store, Running] = weakref.WeakKeyDictionary()
+_running_lock = threading.Lock()
+
+
+def running(store: Store) -> Running:
+    """The turns in flight on `store`'s slots, for as long as it is open in this process."""
+    with _running_lock:
+        return _running.setdefault(store, Running())

@@ -50,9 +50,7 @@ request (404).
 from __future__ import annotations
 
 import secrets
-import threading
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -60,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 from agctl.base.errors import AgctlError, InvalidInput, NotFound
 from agctl.base.ids import BASE32_ALPHABET
 from agctl.serve.chat import Placed, _option
+from agctl.serve.flights import running
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -217,7 +216,7 @@ class Placement:
     id: ResponseId
     written: int | None = None
 
-    def withdraw(self, failed: AgctlError) -> None:
+    def withdraw(self, failed: Exception) -> None:
         """Take the input's earlier messages out of the slot again (its turn `failed`), if
         the slot is still as place() left them: nobody wrote it since."""
         placed, count = self.placed, self.placed.appended
@@ -242,40 +241,6 @@ class Placement:
             )
             return
         placed.appended = 0
-
-
-class Running:
-    """The stored turns this process has in flight, by session and slot: each placed
-    turn's flight, marked as it is placed and done with once the flight has landed."""
-
-    def __init__(self) -> None:
-        self._flights: dict[tuple[str, str], list[Flight]] = {}
-        self._lock = threading.Lock()
-
-    def mark(self, session: str, slot: str, flight: Flight, *, alone: bool = False) -> bool:
-        """Mark `flight` as running on the slot (with `alone`, only when no other flight
-        is): whether it was marked."""
-        with self._lock:
-            self._flights = {
-                key: alive
-                for key, flights in self._flights.items()
-                if (alive := [f for f in flights if not f.ended.is_set()])
-            }
-            others = self._flights.get((session, slot), [])
-            if alone and others:
-                return False
-            self._flights[(session, slot)] = [*others, flight]
-            return True
-
-
-_running: weakref.WeakKeyDictionary[Store, Running] = weakref.WeakKeyDictionary()
-_running_lock = threading.Lock()
-
-
-def running(store: Store) -> Running:
-    """The turns in flight on `store`'s slots, for as long as it is open in this process."""
-    with _running_lock:
-        return _running.setdefault(store, Running())
 
 
 def place(
@@ -436,7 +401,7 @@ def answer(
         return send_turn(
             store, placed.session, ask.prompt, plan.provider(), plan.options, on_event=on_event
         )
-    except AgctlError as failed:
+    except Exception as failed:
         placement.withdraw(failed)
         raise
 

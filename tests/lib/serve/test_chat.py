@@ -222,3 +222,104 @@ def test_the_client_system_prompt_is_the_turn_s_in_a_named_session(
         {"role": "system", "content": "Talk like a pirate."},
         {"role": "system", "content": "Be terse."},
     ]
+
+
+def compressed_session(store: Store) -> tuple[str, list[dict[str, Any]]]:
+    """A whole-history client's session of 4 turns, its slot compressed to the last 2
+    messages kept, and the client's history."""
+    from agctl.providers.offline import OfflineProvider
+    from agctl.turn.compress import compress
+
+    history = turns(store, [SYSTEM], "q0", "q1", "q2", "q3")
+    session = fingerprint(parse_chat(body(*history[:2])))
+    compress(store, session, None, strategy="extractive", keep_recent=4, provider=OfflineProvider())
+    return session, history
+
+
+def test_a_compressed_slot_is_extended_only_by_a_history_holding_its_kept_messages_whole(
+    store: Store,
+) -> None:
+    """An edit among the kept messages branches where it is; a history holding only the
+    slot's last message somewhere does not extend it; the other slots are not taken for a
+    history that merely shares a message with them."""
+    session, history = compressed_session(store)
+    kept = [m.text() for m in store.load_slot(session, "default").messages]
+    assert kept == [m["content"] for m in history[-4:]]
+
+    edited = [*history[:-4], {"role": "user", "content": "q2 EDITED"}, *history[-3:]]
+    placed = place(store, parse_chat(body(*edited, {"role": "user", "content": "q4"})), None, None)
+    assert (placed.slot, placed.branched_from, placed.branched_at) == ("default-2", "default", 0)
+    assert store.load_slot(session, "default-2").compressed == []  # the summary not kept
+
+    unrelated = [SYSTEM, {"role": "user", "content": "q0"}, history[-1]]
+    placed = place(
+        store, parse_chat(body(*unrelated, {"role": "user", "content": "x"})), None, None
+    )
+    assert placed.slot == "default-3"  # from the edited branch, which shares "q0"
+    assert [m.text() for m in store.load_slot(session, "default").messages] == kept
+
+
+def test_branch_names_do_not_grow_with_each_regeneration(store: Store) -> None:
+    """The same first reply regenerated six times: default-2 to default-7."""
+    history = [SYSTEM, {"role": "user", "content": "hello"}]
+    for _ in range(7):
+        placed, _ = run_chat(store, parse_chat(body(*history)), OFFLINE)
+    session = placed.session
+    assert sorted(store.slot_ids(session)) == ["default", *(f"default-{n}" for n in range(2, 8))]
+    assert store.load_session(session).current_slot == "default-7"
+
+
+def test_tool_results_sent_again_after_a_failed_turn_go_on(store: Store) -> None:
+    """Results given alone are written before the turn: the same results again (the
+    turn failed) are found there, not refused as answering no call."""
+    from agctl.context.models import Message, ToolCall
+
+    store.create_session("s")
+    call = ToolCall.model_validate(
+        {"id": "w1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+    )
+    add(store, "s", None, msg("user", "weather?"))
+    store.update_slot(
+        "s", None, lambda s: s.messages.append(Message(role="assistant", tool_calls=[call]))
+    )
+    result = {"role": "tool", "tool_call_id": "w1", "content": "sunny"}
+    first = place(store, parse_chat(body(result)), "s", None)
+    again = place(store, parse_chat(body(result)), "s", None)
+    assert (first.appended, again.appended) == (1, 0)
+    roles = [m.role for m in store.load_slot("s", None).messages]
+    assert roles == ["user", "assistant", "tool"]
+
+
+def test_a_history_going_on_from_a_slot_a_turn_is_going_on_from_branches(store: Store) -> None:
+    """Two whole-history requests at once with different new messages: the second, placed
+    while the first's turn is in flight, goes to a branch; once it lands, appends again."""
+    from agctl.serve.flights import Flights
+
+    flights = Flights()
+    history = turns(store, [SYSTEM], "a")
+    one, two, three = (flights.admit() for _ in range(3))
+    assert one is not None and two is not None and three is not None
+    first = place(
+        store, parse_chat(body(*history, {"role": "user", "content": "ONE"})), None, None, one
+    )
+    second = place(
+        store, parse_chat(body(*history, {"role": "user", "content": "TWO"})), None, None, two
+    )
+    assert (first.slot, second.slot, second.branched_at) == ("default", "default-2", 2)
+    for flight in (one, two):
+        with flight:
+            pass
+    third = place(
+        store, parse_chat(body(*history, {"role": "user", "content": "3"})), None, None, three
+    )
+    assert third.slot == "default-2"  # the current slot since the branch, free again
+
+
+def test_a_branch_in_a_named_session_becomes_its_current_slot(store: Store) -> None:
+    """With no slot named, the branch a diverging history makes is where the session's
+    next request looks first (no scan of every slot each turn)."""
+    store.create_session("s")
+    add(store, "s", None, msg("user", "kept"), msg("assistant", "yes"))
+    placed = place(store, parse_chat(body(*said("kept", "no", "next"))), "s", None)
+    assert placed.slot == "default-2"
+    assert store.load_session("s").current_slot == "default-2"
