@@ -65,6 +65,23 @@ def log_line(record: dict[str, Any]) -> None:
     logging.getLogger("agctl.serve").info("%s", shown)
 
 
+# Allocations between the garbage collector's youngest passes: a 1,000-message request
+# makes some 30,000 objects, which at Python's default (700) is dozens of passes and a
+# few full ones, each walking the server's whole heap.
+COLLECT_EVERY = 20_000
+
+
+def settle_collector() -> None:
+    """Ready the collector for a long-running server: what start-up made (imports, the
+    store, the app) frozen out of its passes, and passes less often. bench/proxy.py, the
+    1,000-message whole-history turn: 12.9 ms added, 15.5 ms without, in one run."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(COLLECT_EVERY, 20, 20)
+
+
 def listening_socket(host: str, port: int) -> socket.socket:
     """A socket bound to `host:port` and listening, or an error naming why not."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -145,6 +162,7 @@ def serve(
         if on_ready is not None:
             on_ready(f"http://{shown}:{bound}/v1", served.model)
         if not check:
+            settle_collector()
             server.run(sockets=[sock])
     except KeyboardInterrupt as stop:
         # Uvicorn raises again the signal it stopped on once it has shut down; the
