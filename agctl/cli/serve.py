@@ -36,10 +36,11 @@ request answered is logged on stderr: a JSON line with --json (method, path, sta
 latency_ms, and of its turn the session, slot, turn, checkpoint, tokens and the share
 of the prompt read from the provider's cache), a line with -v.
 
-Limits: request bodies over --max-body-bytes get 413; beyond --max-concurrent turns
-at once a request gets 429 with Retry-After; a reply from the provider is bounded by
-the profile's max_reply_bytes (and its timeouts). Turns on one session take its lock in
-turn: one that waits longer than AGCTL_LOCK_TIMEOUT seconds (or the config's
+Limits: request bodies over --max-body-bytes get 413, and requests of more than
+100,000 messages (or input items) 400; beyond --max-concurrent turns at once a request
+gets 429 with Retry-After, before its body is read; a reply from the provider is
+bounded by the profile's max_reply_bytes (and its timeouts). Turns on one session take
+its lock in turn: one that waits longer than AGCTL_LOCK_TIMEOUT seconds (or the config's
 lock_timeout, default 30) gets 409 and writes nothing. A client that disconnects
 mid-turn cancels it: nothing is written to the slot and the prompt (with any reply
 so far) is kept as the slot's draft ('agctl draft show --all'). SIGINT or SIGTERM

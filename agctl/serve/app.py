@@ -31,13 +31,17 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
-    from agctl.serve.chat import Placed
+    from agctl.serve.chat import Chat, Placed
+    from agctl.serve.responses import Ask
     from agctl.store import Store
     from agctl.turn.send import TurnResult
     from agctl.turn.setup import ModelChoice
 
 # What a request body may hold, unless the server is told otherwise.
 MAX_BODY_BYTES = 8 * 1024 * 1024
+# How many messages (or input items) one request may hold: each becomes a Message, about
+# 1 KiB in memory however short, so 8 MiB of tiny ones would be ~260,000 (~240 MiB).
+MAX_MESSAGES = 100_000
 # HTTP statuses by agctl's exit code: a client error, a missing thing, a conflict, an
 # upstream failure, a context that cannot fit; a turn cut short by the server stopping
 # (SIGINT, SIGTERM: kept as a draft).
@@ -114,10 +118,11 @@ def build_app(served: Served) -> Starlette:
         return Response(orjson.dumps(listed), media_type="application/json")
 
     def posted(
-        handle: Callable[[Served, Request, Any], Awaitable[Response]],
+        handle: Callable[[Served, Request, Any, Flight], Awaitable[Response]],
     ) -> Callable[[Request], Awaitable[Response]]:
-        """The endpoint taking a JSON body to `handle`, once the token and body pass: any
-        failure is an error document (`failure`), and the request's flight (`_admitted`)
+        """The endpoint taking a JSON body to `handle` as a turn's flight, admitted once
+        the token passes and before the body is read (a refused request costs nothing
+        but its headers): any failure is an error document (`failure`), and the flight
         is freed whatever happens, unless a stream took it to run its turn."""
 
         async def endpoint(request: Request) -> Response:
@@ -128,19 +133,20 @@ def build_app(served: Served) -> Starlette:
 
             from agctl.serve.watch import WatchedStream
 
-            body = await _body(request, served.max_body)
-            if isinstance(body, Response):
-                return body
+            flight = served.flights.admit()
+            if flight is None:
+                return _unadmitted(served.flights)
             response = None
             try:
-                response = await handle(served, request, body)
+                body = await _body(request, served.max_body)
+                if isinstance(body, Response):
+                    response = body
+                else:
+                    response = await handle(served, request, body, flight)
             except Exception as exc:
                 response = _agctl_error(exc)
             finally:
-                flight = getattr(request.state, "agctl_flight", None)
-                if flight is not None and not (
-                    isinstance(response, WatchedStream) and response.flight is flight
-                ):
+                if not (isinstance(response, WatchedStream) and response.flight is flight):
                     flight.forgo()
             return response
 
@@ -226,7 +232,10 @@ def _refused(served: Served, request: Request) -> Response | None:
 
 
 async def _body(request: Request, limit: int) -> Any:
-    """The request's JSON body, or the error response that refuses it."""
+    """The request's JSON body, or the error response that refuses it; decoded off the
+    event loop (8 MiB take ~100 ms)."""
+    from starlette.concurrency import run_in_threadpool
+
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         return error(413, f"the request body is over {limit} bytes")
@@ -236,7 +245,7 @@ async def _body(request: Request, limit: int) -> Any:
         if len(data) > limit:
             return error(413, f"the request body is over {limit} bytes")
     try:
-        return orjson.loads(data)
+        return await run_in_threadpool(orjson.loads, data)
     except orjson.JSONDecodeError as exc:
         return error(400, f"the request body is not valid JSON: {exc}")
 
@@ -248,12 +257,15 @@ def _named(request: Request) -> tuple[str | None, str | None]:
     return session, slot
 
 
-def _admitted(served: Served, request: Request) -> Flight | None:
-    """A flight for the request's turn, None when the server cannot take it now; the
-    request holds it, so that it is freed however the request ends (see `posted`)."""
-    flight = served.flights.admit()
-    request.state.agctl_flight = flight
-    return flight
+def bounded(items: Any, name: str) -> None:
+    """Refuse (InvalidInput naming `name`) a list of more than MAX_MESSAGES items, before
+    any becomes a Message."""
+    from agctl.base.errors import InvalidInput
+
+    if isinstance(items, list) and len(items) > MAX_MESSAGES:
+        raise InvalidInput(
+            f"{name}: {len(items)} items, more than the {MAX_MESSAGES} a request may hold"
+        )
 
 
 def refuse_unserved(body: dict[str, Any]) -> None:
@@ -277,22 +289,18 @@ def refuse_unserved(body: dict[str, Any]) -> None:
         )
 
 
-async def _chat(served: Served, request: Request, body: Any) -> Response:
+async def _chat(served: Served, request: Request, body: Any, flight: Flight) -> Response:
     """A chat completion, whole or streamed, placed first: a request that cannot be
     placed (an unknown session or slot, a bad id, a session busy while its history is
     written) is an error document, never a stream."""
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import Response
 
-    from agctl.serve.chat import completion, parse_chat, place, send_chat
+    from agctl.serve.chat import completion, place, send_chat
     from agctl.serve.watch import watched
 
     session, slot = _named(request)
-    chat = parse_chat(body)
-    refuse_unserved(body)
-    flight = _admitted(served, request)
-    if flight is None:
-        return _unadmitted(served.flights)
+    chat = await run_in_threadpool(_parsed_chat, body)
     created = int(time.time())
     record: dict[str, Any] = {}
     request.state.agctl_turn = record  # what the access log says of the turn
@@ -316,6 +324,27 @@ async def _chat(served: Served, request: Request, body: Any) -> Response:
     return Response(orjson.dumps(document), media_type="application/json", headers=headers)
 
 
+def _parsed_chat(body: Any) -> Chat:
+    """A chat request's body checked (`parse_chat`, `refuse_unserved`), its messages
+    bounded first."""
+    from agctl.serve.chat import parse_chat
+
+    if isinstance(body, dict):
+        bounded(body.get("messages"), "messages")
+    chat = parse_chat(body)
+    refuse_unserved(body)
+    return chat
+
+
+def _parsed_response(body: Any) -> Ask:
+    """A Responses API request's body checked (`parse_response`), its input bounded first."""
+    from agctl.serve.responses import parse_response
+
+    if isinstance(body, dict):
+        bounded(body.get("input"), "input")
+    return parse_response(body)
+
+
 def _where(placed: Placed) -> dict[str, str]:
     """The headers that say where a request's turn went."""
     return {"x-agctl-session": placed.session, "x-agctl-slot": placed.slot}
@@ -333,24 +362,21 @@ def _event_stream(flight: Flight, events: Iterator[bytes], headers: dict[str, st
     )
 
 
-async def _respond(served: Served, request: Request, body: Any) -> Response:
-    """A Responses API request, whole or streamed (agctl.serve.responses), admitted as a
-    flight before it is placed (a refused request forks nothing), the flight marked on
+async def _respond(served: Served, request: Request, body: Any, flight: Flight) -> Response:
+    """A Responses API request, whole or streamed (agctl.serve.responses), run as `flight`
+    (admitted before it is placed: a refused request forks nothing), the flight marked on
     its slot until it lands; a failure before anything is sent is an error document."""
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import Response
 
-    from agctl.serve.responses import answer, document, parse_response, place
+    from agctl.serve.responses import answer, document, place
     from agctl.serve.watch import watched
 
     session, slot = _named(request)
     created = time.time()
     record: dict[str, Any] = {}
     request.state.agctl_turn = record  # what the access log says of the turn
-    ask = parse_response(body)
-    flight = _admitted(served, request)
-    if flight is None:
-        return _unadmitted(served.flights)
+    ask = await run_in_threadpool(_parsed_response, body)
     placement = await run_in_threadpool(place, served.store, ask, session, slot, flight)
     placed = placement.placed
     headers = _where(placed)

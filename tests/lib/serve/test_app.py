@@ -5,6 +5,8 @@ streaming client that leaves is heard whatever ASGI version the server speaks.""
 
 from __future__ import annotations
 
+import http.client
+import importlib
 import logging
 import socket
 import threading
@@ -22,7 +24,8 @@ from fake_openai import FakeOpenAI
 
 import agctl.turn.send
 from agctl.base.errors import Conflict
-from agctl.serve.app import UNEXPECTED, Served, build_app
+from agctl.cli.serve import SERVE_HELP
+from agctl.serve.app import MAX_MESSAGES, UNEXPECTED, Served, bounded, build_app
 from agctl.serve.flights import Flights
 from agctl.store import Store
 from agctl.turn.setup import ModelChoice
@@ -308,3 +311,109 @@ def test_a_streaming_client_leaving_cancels_its_turn_whatever_asgi_version_the_s
     assert store.load_slot("talk").messages == []
     draft = store.load_draft("talk", "default")
     assert draft is not None and draft.prompt == "hello"
+
+
+def test_a_turn_refused_for_the_limit_gets_429_before_its_body_is_read(store: Store) -> None:
+    """With the only place taken, each POST route answers 429 to a request whose body never
+    comes (it would wait for it forever if it read it first); a body refused (413, not
+    JSON) frees its place like any failure."""
+    store.create_session("s")
+    served = Served(store, OFFLINE, "offline", max_body=1024, flights=Flights(limit=1))
+    taken = served.flights.admit()
+    assert taken is not None
+    with serving(served) as root:
+        port = int(root.rsplit(":", 1)[1])
+        for path in post_routes(served):
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            try:
+                connection.putrequest("POST", path)
+                connection.putheader("content-type", "application/json")
+                connection.putheader("content-length", "1000")  # and nothing sent
+                connection.endheaders()
+                refused = connection.getresponse()
+                assert refused.status == 429, (path, refused.status)
+                assert refused.getheader("retry-after") == "1"
+                told = orjson.loads(refused.read())["error"]
+                assert "(--max-concurrent)" in told["message"]
+                assert told["code"] == "rate_limit_exceeded"
+            finally:
+                connection.close()
+        taken.forgo()
+        with httpx.Client(base_url=root, headers={"x-agctl-session": "s"}, timeout=60) as client:
+            for path in post_routes(served):
+                not_json = client.post(path, content=b"{")
+                assert not_json.status_code == 400, (path, not_json.text)
+                over = client.post(path, content=b" " * 1025)
+                assert over.status_code == 413, (path, over.text)
+                answered = client.post(path, json=BODIES[path[path.index("/v1/") :]])
+                assert answered.status_code == 200, (path, answered.text)
+    assert served.flights.flying == set()
+
+
+@pytest.mark.parametrize(
+    ("path", "parser"),
+    [("/v1/chat/completions", "chat.parse_chat"), ("/v1/responses", "responses.parse_response")],
+)
+def test_a_request_being_parsed_leaves_the_server_answering_others(
+    store: Store, monkeypatch: pytest.MonkeyPatch, path: str, parser: str
+) -> None:
+    """A body is checked off the event loop: while a long history's request is held in
+    its parsing, another client's GET /v1/models is answered; the held one then is."""
+    module, name = parser.split(".")
+    parsers = importlib.import_module(f"agctl.serve.{module}")
+    real = getattr(parsers, name)
+    parsing, release = threading.Event(), threading.Event()
+
+    def held(body: Any) -> Any:
+        parsing.set()
+        assert release.wait(60)
+        return real(body)
+
+    monkeypatch.setattr(parsers, name, held)
+    history = [{"role": ("user", "assistant")[i % 2], "content": f"m{i}"} for i in range(2000)]
+    field = "messages" if module == "chat" else "input"
+    body = {"model": "m", field: [*history, HELLO]}
+    answered: list[httpx.Response] = []
+    with serving(Served(store, OFFLINE, "offline")) as root:
+        poster = threading.Thread(
+            target=lambda: answered.append(httpx.post(root + path, json=body, timeout=120))
+        )
+        poster.start()
+        try:
+            assert parsing.wait(60)
+            listed = httpx.get(f"{root}/v1/models", timeout=30)
+        finally:
+            release.set()
+            poster.join(120)
+    assert listed.status_code == 200 and listed.json()["data"][0]["id"] == "offline"
+    (posted,) = answered
+    assert posted.status_code == 200, posted.text
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "parser"),
+    [
+        ("/v1/chat/completions", "messages", "chat.parse_chat"),
+        ("/v1/responses", "input", "responses.parse_response"),
+    ],
+)
+def test_a_request_of_more_than_max_messages_is_refused_naming_the_bound_before_parsing(
+    store: Store, monkeypatch: pytest.MonkeyPatch, path: str, field: str, parser: str
+) -> None:
+    """Refused on the JSON list's length, before any item becomes a Message; the bound is
+    what `agctl serve --help` says, and a request at the bound is not refused for it."""
+    module, name = parser.split(".")
+    parsers = importlib.import_module(f"agctl.serve.{module}")
+    parsed: list[Any] = []
+    monkeypatch.setattr(parsers, name, parsed.append)
+    body = {"model": "m", field: [HELLO] * (MAX_MESSAGES + 1)}
+    with serving(Served(store, OFFLINE, "offline")) as root:
+        refused = httpx.post(root + path, json=body, timeout=60)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["message"] == (
+        f"{field}: {MAX_MESSAGES + 1} items, more than the {MAX_MESSAGES} a request may hold"
+    )
+    assert refused.json()["error"]["code"] == 5  # InvalidInput
+    assert parsed == [] and store.session_ids() == []
+    bounded([HELLO] * MAX_MESSAGES, field)  # at the bound: not refused
+    assert f"more than {MAX_MESSAGES:,} messages" in " ".join(SERVE_HELP.split())
