@@ -126,6 +126,19 @@ class App:
         self.store.load_session(current)
         return current
 
+    def session_or_new(self) -> str:
+        """The session `session_id` finds, or with none named nor selected, a new one made
+        the current session and said on stderr (unless --quiet): what a first `turn send`
+        on a fresh machine expects, as `llm "hello"` just answers. A session named that
+        does not exist is still not found (exit 3)."""
+        if self.session_arg or self.store.current_session_id() is not None:
+            return self.session_id()
+        session = self.store.create_session(None)
+        self.store.set_current_session(session.id)
+        if not self.quiet:
+            echo(f"agctl: no session was selected: started {session.id}, now current", err=True)
+        return session.id
+
     # ---- output --------------------------------------------------------------------
 
     def emit(self, payload: Any, text: str | None = None) -> None:

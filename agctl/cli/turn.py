@@ -152,7 +152,9 @@ def call_printer(
 SEND_HELP = """Send PROMPT (or stdin) with the slot's view; commit the reply, or nothing on failure.
 
 With both PROMPT and piped stdin, the prompt is PROMPT, a blank line, then stdin (as
-llm does); each --file follows under a line naming it.
+llm does); each --file follows under a line naming it. With no session named or
+selected, a new session is started, made current and said on stderr (a session named
+that does not exist is exit 3; --dry-run and --resume-draft need one).
 
 The request is: session system prompt, the slot's zones through its mode, the
 --scratch messages, then PROMPT. On success the prompt and the reply are written to
@@ -296,7 +298,9 @@ def send(
     from agctl.turn.send import send_turn
     from agctl.turn.setup import TurnChoice, plan_turn
 
-    store, sid = app.store, app.session_id()
+    # A dry run or a resumed draft needs the session it is about; a turn starts one.
+    starts = not dry_run and not resuming.get("resume_draft")
+    store, sid = app.store, app.session_or_new() if starts else app.session_id()
     prompt, slot, resume, answers = turn_input(app, sid, prompt, slot, files, **resuming)
     streaming = sys.stdout.isatty() if stream is None else stream
     plan = plan_turn(
