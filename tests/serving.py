@@ -30,6 +30,20 @@ def base_env(tmp_path: Path) -> dict[str, str]:
     return environ
 
 
+def upstream_env(tmp_path: Path, base_url: str, key: str = "k") -> dict[str, str]:
+    """base_env with a fake OpenAI upstream at `base_url` as agctl's profile (model
+    fake-model, API key `key`)."""
+    env = base_env(tmp_path)
+    env.update(
+        AGCTL_PROVIDER="openai",
+        AGCTL_BASE_URL=base_url,
+        AGCTL_MODEL="fake-model",
+        AGCTL_API_KEY=key,
+        PYTHONIOENCODING="utf-8",
+    )
+    return env
+
+
 @contextmanager
 def serving(
     env: dict[str, str],

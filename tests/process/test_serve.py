@@ -11,8 +11,7 @@ import httpx
 import openai
 import pytest
 from fake_openai import FakeOpenAI
-from helpers import served_env
-from serving import HELLO, SYSTEM, agctl, base_env, serving, sessions
+from serving import HELLO, SYSTEM, agctl, base_env, serving, sessions, upstream_env
 
 ONWARD = {"role": "user", "content": "and then?"}
 
@@ -125,9 +124,7 @@ def test_a_session_named_by_path_or_header_gets_only_the_new_message(tmp_path: P
 
 def test_upstream_is_any_profile_here_a_real_http_server(tmp_path: Path) -> None:
     with FakeOpenAI() as upstream:
-        env = {**served_env(upstream.base_url), **base_env(tmp_path)}
-        env.update(AGCTL_PROVIDER="openai", AGCTL_BASE_URL=upstream.base_url, AGCTL_API_KEY="k")
-        env["AGCTL_MODEL"] = "fake-model"
+        env = upstream_env(tmp_path, upstream.base_url)
         with serving(env) as (url, _):
             client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
             reply = client.chat.completions.create(model="whatever", messages=[SYSTEM, HELLO])
@@ -261,9 +258,7 @@ def test_the_upstream_key_never_reaches_a_client_or_the_log(tmp_path: Path) -> N
     streamed error event and the -v log hold no copy of it."""
     key = "sk-agctl-serve-secret-0123456789"
     with FakeOpenAI() as upstream:
-        env = {**served_env(upstream.base_url), **base_env(tmp_path)}
-        env.update(AGCTL_PROVIDER="openai", AGCTL_BASE_URL=upstream.base_url, AGCTL_API_KEY=key)
-        env["AGCTL_MODEL"] = "fake-model"
+        env = upstream_env(tmp_path, upstream.base_url, key)
         logged: list[str] = []
         for _ in range(2):
             upstream.fail("status", status=401, message=f"Incorrect API key provided: {key}")
@@ -292,9 +287,7 @@ def test_a_conversation_recorded_through_serve_replays_from_its_cassette_offline
     cassette = tmp_path / "ci.cassette"
     asked = [SYSTEM, HELLO]
     with FakeOpenAI() as upstream:
-        env = {**served_env(upstream.base_url), **base_env(tmp_path / "recorded")}
-        env.update(AGCTL_PROVIDER="openai", AGCTL_BASE_URL=upstream.base_url, AGCTL_API_KEY="k")
-        env["AGCTL_MODEL"] = "fake-model"
+        env = upstream_env(tmp_path / "recorded", upstream.base_url)
         with serving(env, "--record", str(cassette)) as (url, _):
             client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
             first = client.chat.completions.create(model="m", messages=asked)

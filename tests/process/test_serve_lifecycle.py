@@ -19,16 +19,14 @@ from typing import Any
 import httpx
 import openai
 from fake_openai import FakeOpenAI
-from helpers import served_env
-from serving import HELLO, Stderr, agctl, base_env, serving, stop_line
+from serving import HELLO, Stderr, agctl, serving, stop_line, upstream_env
 
 REPLY = "one two three four five six seven eight"
 
 
-def upstream_env(upstream: FakeOpenAI, tmp_path: Path, *sessions: str) -> dict[str, str]:
+def with_sessions(upstream: FakeOpenAI, tmp_path: Path, *sessions: str) -> dict[str, str]:
     """agctl's environment with the fake as its profile, and `sessions` made, empty."""
-    env = {**served_env(upstream.base_url), **base_env(tmp_path)}
-    env.update(AGCTL_PROVIDER="openai", AGCTL_BASE_URL=upstream.base_url, AGCTL_API_KEY="k")
+    env = upstream_env(tmp_path, upstream.base_url)
     for session in sessions:
         assert agctl(env, "session", "new", session).returncode == 0
     return env
@@ -56,7 +54,7 @@ def drafts(env: dict[str, str], session: str) -> list[dict[str, Any]]:
 
 def test_a_client_leaving_mid_stream_cancels_its_turn_into_a_draft(tmp_path: Path) -> None:
     with FakeOpenAI() as upstream:
-        env = upstream_env(upstream, tmp_path, "talk")
+        env = with_sessions(upstream, tmp_path, "talk")
         upstream.reply(REPLY)
         gate = upstream.pause_stream(after=3)
         with serving(env, "-v") as (url, process):
@@ -84,7 +82,7 @@ def test_a_client_leaving_before_a_whole_reply_cancels_its_turn_into_a_draft(
     tmp_path: Path,
 ) -> None:
     with FakeOpenAI() as upstream:
-        env = upstream_env(upstream, tmp_path, "talk")
+        env = with_sessions(upstream, tmp_path, "talk")
         arrived, held = threading.Event(), threading.Event()
         upstream.before_reply(lambda: (arrived.set(), held.wait(60)))
         with serving(env, "-v") as (url, process):
@@ -108,7 +106,7 @@ def test_a_client_leaving_before_a_whole_reply_cancels_its_turn_into_a_draft(
 
 def test_sigterm_finishes_or_drafts_each_turn_in_flight_then_exits_zero(tmp_path: Path) -> None:
     with FakeOpenAI() as upstream:
-        env = upstream_env(upstream, tmp_path, "streamed", "whole")
+        env = with_sessions(upstream, tmp_path, "streamed", "whole")
         upstream.reply(REPLY)
         held_stream = upstream.pause_stream(after=3)
         with serving(env, "--grace", "2") as (url, process):
@@ -215,7 +213,7 @@ def test_a_session_held_busy_past_the_lock_wait_is_a_409_with_agctl_exit_code(
     tmp_path: Path,
 ) -> None:
     with FakeOpenAI() as upstream:
-        env = upstream_env(upstream, tmp_path, "busy")
+        env = with_sessions(upstream, tmp_path, "busy")
         env["AGCTL_LOCK_TIMEOUT"] = "0.5"
         with serving(env) as (url, _), lock_held(env, "busy"):
             response = httpx.post(
@@ -233,7 +231,7 @@ def test_a_session_held_busy_past_the_lock_wait_is_a_409_with_agctl_exit_code(
 
 def test_turns_beyond_max_concurrent_get_429_at_once(tmp_path: Path) -> None:
     with FakeOpenAI() as upstream:
-        env = upstream_env(upstream, tmp_path, "first", "second")
+        env = with_sessions(upstream, tmp_path, "first", "second")
         arrived, held = threading.Event(), threading.Event()
         upstream.before_reply(lambda: (arrived.set(), held.wait(60)))
         with serving(env, "--max-concurrent", "1") as (url, _):
@@ -275,7 +273,7 @@ def test_responses_api_turns_share_the_limit_and_are_drafted_when_their_client_l
     """A Responses API turn is a flight like a chat turn: refused with 429 while the only
     place is taken, and cancelled into a draft when its streaming client leaves."""
     with FakeOpenAI() as upstream:
-        env = upstream_env(upstream, tmp_path, "talk")
+        env = with_sessions(upstream, tmp_path, "talk")
         upstream.reply(REPLY)
         gate = upstream.pause_stream(after=3)
         with serving(env, "-v", "--max-concurrent", "1") as (url, process):

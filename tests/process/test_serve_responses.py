@@ -17,14 +17,7 @@ import httpx
 import openai
 import pytest
 from fake_openai import FakeOpenAI
-from helpers import served_env
-from serving import agctl, base_env, serving, sessions
-
-
-def upstream_env(tmp_path: Path, upstream: FakeOpenAI) -> dict[str, str]:
-    env = {**served_env(upstream.base_url), **base_env(tmp_path)}
-    env.update(AGCTL_PROVIDER="openai", AGCTL_BASE_URL=upstream.base_url, AGCTL_API_KEY="k")
-    return env
+from serving import agctl, base_env, serving, sessions, upstream_env
 
 
 def session_of(response_id: str) -> str:
@@ -45,7 +38,7 @@ def test_a_conversation_chained_by_previous_response_id_sends_the_whole_turn_bef
     tmp_path: Path,
 ) -> None:
     with FakeOpenAI() as upstream:
-        env = upstream_env(tmp_path, upstream)
+        env = upstream_env(tmp_path, upstream.base_url)
         with serving(env) as (url, _):
             client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
             raw = client.responses.with_raw_response.create(
@@ -145,7 +138,7 @@ def test_naming_an_older_response_forks_a_derived_slot_and_keeps_the_old_branch(
 
 def test_two_requests_at_once_naming_one_response_are_two_branches(tmp_path: Path) -> None:
     with FakeOpenAI() as upstream:
-        env = upstream_env(tmp_path, upstream)
+        env = upstream_env(tmp_path, upstream.base_url)
         with serving(env) as (url, _):
             client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
             first = client.responses.create(model="m", input="start")
@@ -200,7 +193,7 @@ def test_a_failed_turn_leaves_nothing_of_its_input_and_its_retry_goes_on_in_the_
         {"role": "user", "content": "next"},
     ]
     with FakeOpenAI() as upstream:
-        env = upstream_env(tmp_path, upstream)
+        env = upstream_env(tmp_path, upstream.base_url)
         with serving(env) as (url, _):
             client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
             first = client.responses.create(model="m", input="start")
@@ -237,7 +230,7 @@ def test_a_failed_turn_leaves_nothing_of_its_input_and_its_retry_goes_on_in_the_
 
 def test_instructions_are_their_own_requests_system_prompt_only(tmp_path: Path) -> None:
     with FakeOpenAI() as upstream:
-        env = upstream_env(tmp_path, upstream)
+        env = upstream_env(tmp_path, upstream.base_url)
         with serving(env) as (url, _):
             client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
             one = client.responses.create(model="m", input="hi", instructions="Be terse.")
@@ -297,7 +290,7 @@ def test_a_streamed_response_through_the_sdk_helpers_and_a_failure_mid_way(
     tmp_path: Path,
 ) -> None:
     with FakeOpenAI() as upstream:
-        env = upstream_env(tmp_path, upstream)
+        env = upstream_env(tmp_path, upstream.base_url)
         with serving(env) as (url, _):
             client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
             with client.responses.stream(model="m", input="stream me") as stream:

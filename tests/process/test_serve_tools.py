@@ -12,8 +12,7 @@ from typing import Any
 import openai
 import pytest
 from fake_openai import FakeOpenAI
-from helpers import served_env
-from serving import SYSTEM, agctl, base_env, serving, sessions
+from serving import SYSTEM, agctl, serving, sessions, upstream_env
 
 WEATHER: Any = {
     "type": "function",
@@ -30,13 +29,6 @@ ASKED = [
     {"id": "call_t", "name": "time", "arguments": {}},
 ]
 ANSWER = "Rain, and it is nine."
-
-
-def upstream_env(tmp_path: Path, upstream: FakeOpenAI) -> dict[str, str]:
-    env = {**served_env(upstream.base_url), **base_env(tmp_path)}
-    env.update(AGCTL_PROVIDER="openai", AGCTL_BASE_URL=upstream.base_url, AGCTL_API_KEY="k")
-    env["AGCTL_MODEL"] = "fake-model"
-    return env
 
 
 def results(calls: list[Any]) -> list[dict[str, Any]]:
@@ -71,7 +63,7 @@ def test_two_parallel_calls_go_back_to_the_client_and_its_results_continue_the_t
     with FakeOpenAI() as upstream:
         upstream.reply(tool_calls=ASKED)
         upstream.reply(text=ANSWER)
-        env = upstream_env(tmp_path, upstream)
+        env = upstream_env(tmp_path, upstream.base_url)
         with serving(env) as (url, _):
             client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
             message, finish = ask(client, [SYSTEM, USER], stream)
@@ -138,7 +130,7 @@ def test_two_parallel_calls_go_back_to_the_client_and_its_results_continue_the_t
 def test_a_tool_result_answering_no_call_is_refused_and_nothing_sent(tmp_path: Path) -> None:
     with FakeOpenAI() as upstream:
         upstream.reply(tool_calls=ASKED)
-        env = upstream_env(tmp_path, upstream)
+        env = upstream_env(tmp_path, upstream.base_url)
         with serving(env) as (url, _):
             client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
             message, _ = ask(client, [SYSTEM, USER], False)
