@@ -63,6 +63,9 @@ class GraphEdge(_Part):
     kind: Literal["derived", "forked", "parent", "merged", "rolled_back"]
     strategy: str | None
     dashed: bool
+    at: str | None = Field(
+        default=None, description="when the derive, merge, fork or rollback happened"
+    )
 
 
 class GraphDocument(_Part):

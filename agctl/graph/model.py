@@ -55,6 +55,7 @@ class Edge:
     kind: str
     strategy: str | None = None
     dashed: bool = False
+    at: str | None = None  # when what the edge records happened (the HTML page's time axis)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,6 +64,7 @@ class Edge:
             "kind": self.kind,
             "strategy": self.strategy,
             "dashed": self.dashed,
+            "at": self.at,
         }
 
 
@@ -217,7 +219,10 @@ class _SessionGraph:
             created_at=isoformat(session.created_at),
         )
         if ghost is not None:
-            graph.edges.append(Edge(ghost.id, self.node.id, "parent", dashed=True))
+            edge = Edge(
+                ghost.id, self.node.id, "parent", dashed=True, at=self.node.fields["created_at"]
+            )
+            graph.edges.append(edge)
         slots = (
             self.store.list_slots(session.id) if self.turns else _headers(self.store, session.id)
         )
@@ -299,7 +304,8 @@ class _SessionGraph:
             parent = self.slot_nodes.get(source.parent_id or "")
             if source.kind == "derived" and parent is not None:
                 node = self.slot_nodes[slot.id]
-                edges.append(Edge(parent.id, node.id, "derived", source.strategy))
+                at = isoformat(slot.meta.created_at)
+                edges.append(Edge(parent.id, node.id, "derived", source.strategy, at=at))
         for slot in self.slots:
             seen: set[tuple[str, str]] = set()
             for record in slot.meta.merges:
@@ -308,14 +314,17 @@ class _SessionGraph:
                     continue
                 seen.add((record.source, record.strategy))
                 target = self.slot_nodes[slot.id]
-                edges.append(Edge(merged_from.id, target.id, "merged", record.strategy))
+                at = isoformat(record.at)
+                edges.append(Edge(merged_from.id, target.id, "merged", record.strategy, at=at))
         for replaced, restored in self.rollbacks:
+            before = self.checkpoint_nodes[replaced]
             edges.append(
                 Edge(
-                    self.checkpoint_nodes[replaced].id,
+                    before.id,
                     self.checkpoint_nodes[restored].id,
                     "rolled_back",
                     dashed=True,
+                    at=before.fields["created_at"],
                 )
             )
 
@@ -326,11 +335,12 @@ class _SessionGraph:
         if parent is None or parent.node is None or self.node is None:
             return
         origin = parent.find_fork_origin(self.session)
+        at = isoformat(self.session.created_at)
         if origin is not None:
             start = parent.checkpoint_nodes[origin].id
-            self.graph.edges.append(Edge(start, self.node.id, "forked"))
+            self.graph.edges.append(Edge(start, self.node.id, "forked", at=at))
         else:
-            self.graph.edges.append(Edge(parent.node.id, self.node.id, "parent"))
+            self.graph.edges.append(Edge(parent.node.id, self.node.id, "parent", at=at))
 
 
 def _rollback_target(history: Any, offset: int) -> str | None:

@@ -16,6 +16,18 @@
   };
   var ZONES = ["immutable", "compressed", "messages"];
 
+  // Python guessed each name's and label's width; the font is known only here: shorten,
+  // with an ellipsis, what is wider than the room its layout gave it.
+  svg.querySelectorAll("text[data-room]").forEach(function (label) {
+    var room = Number(label.getAttribute("data-room"));
+    if (label.getComputedTextLength() <= room) return;
+    var chars = Array.from(label.textContent.replace(/\u2026$/, ""));
+    while (chars.length && label.getComputedTextLength() > room) {
+      chars.pop();
+      label.textContent = chars.join("") + "\u2026";
+    }
+  });
+
   function el(tag, className, text) {
     var element = document.createElement(tag);
     if (className) element.className = className;
@@ -222,6 +234,9 @@
     drawn.forEach(function (g, id) { g.classList.toggle("collapsed", hidden(id)); });
     svg.querySelectorAll("path.edge").forEach(function (path) {
       path.classList.toggle("collapsed", hidden(path.dataset.from) || hidden(path.dataset.to));
+    });
+    svg.querySelectorAll(".lane").forEach(function (lane) {
+      lane.classList.toggle("collapsed", collapsed.has(lane.dataset.band));
     });
   }
   function toggle(id) {

@@ -32,6 +32,9 @@ def normalised(graph: dict[str, Any]) -> dict[str, Any]:
             node[key] = fix(value)
         if node.get("created_at"):
             node["created_at"] = "2025-01-01T00:00:00Z"
+    for edge in graph["edges"]:
+        if edge.get("at"):
+            edge["at"] = "2025-01-01T00:00:00Z"
     return graph
 
 

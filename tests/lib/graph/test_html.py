@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pagesparse import parse_page
 
-from agctl.graph.html import details, render
+from agctl.graph.html import EDGE_ORDER, details, render
 from agctl.graph.model import build_graph
 from agctl.store import Store
 
@@ -87,7 +87,8 @@ def test_hostile_names_stay_data(names: list[str]) -> None:
     assert parsed.data()["graph"] == graph
     assert parsed.tags.count("script") == 2
     assert parsed.tags.count("g") == 4
-    assert parsed.tags.count("path") == 2  # the arrowhead and the one edge
+    # an arrowhead for each kind of edge, the one edge, its sample in the legend
+    assert parsed.tags.count("path") == len(EDGE_ORDER) + 2
     assert len(parsed.texts["node-slot"]) == 2
 
 
