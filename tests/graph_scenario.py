@@ -56,3 +56,34 @@ def build_scenario(store: Store) -> dict[str, str]:
         "before_rollback": before_rollback.id,
         "labelled_checkpoint": labelled.id,
     }
+
+
+PLAN = "plan"
+
+
+def build_five_slots(store: Store) -> dict[str, str]:
+    """A session of five slots (`default`, `ideas` and `risks` derived from it, `costs`
+    from `risks`, `summary` from `default`), a rollback, turns on each as the current
+    slot, a merge and a manual checkpoint with a long label: the session the graph page must
+    show whole in a 1400x800 window. The ids it made, by role."""
+    keeper = Checkpointer(store)
+    store.create_session(PLAN, title="Migration plan", system_prompt="You plan migrations.")
+    first = _turn(store, PLAN, "List the services to move.")
+    _turn(store, PLAN, "Which one first?")
+    keeper.rollback(PLAN, first)
+    _turn(store, PLAN, "Which one is the riskiest?")
+    for name, source in (("ideas", "default"), ("risks", "default"), ("costs", "risks")):
+        store.derive_slot(PLAN, name, source=source, strategy="full")
+        store.use_slot(PLAN, name)
+        _turn(store, PLAN, f"Go on with the {name}.")
+    store.use_slot(PLAN, "risks")
+    _turn(store, PLAN, "And the worst case?")
+    merge_slots(store, PLAN, "costs", "risks", strategy="append")
+    store.use_slot(PLAN, "default")
+    _turn(store, PLAN, "Summarise so far.")
+    store.derive_slot(PLAN, "summary", source="default", strategy="full")
+    store.use_slot(PLAN, "summary")
+    _turn(store, PLAN, "One paragraph for the board.")
+    labelled = keeper.create(PLAN, label="board draft, agreed with finance and the on-call team")
+    store.set_current_session(PLAN)
+    return {"plan": PLAN, "first_checkpoint": first, "labelled_checkpoint": labelled.id}

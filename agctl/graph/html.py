@@ -29,17 +29,17 @@ if TYPE_CHECKING:
     from agctl.store.checkpoints.pack import Log
 
 SESSION_WIDTH, SESSION_HEIGHT = 150, 34
-SLOT_WIDTH, SLOT_HEIGHT = 140, 30
+SLOT_WIDTH, SLOT_HEIGHT = 150, 30
 INDENT = 18  # a slot's box under its session's
-HEADER = INDENT + SLOT_WIDTH + 22  # a block's left edge to its first event
+HEADER = INDENT + SLOT_WIDTH + 14  # a block's left edge to its first event
 SESSION_ROW = 46  # the session's box, above its lanes
 LANE_STEP = 54  # a lane, with a row of labels above and below it
 BLOCK_GAP = 12
 MARK_RADIUS = 10
-STEP = 30  # the least room between two events of a session
+STEP = 26  # the least room between two events of a session
 LABEL_ABOVE, LABEL_BELOW = -15, 24  # a label's baseline from its lane
 LABEL_SIZE, NAME_SIZE = 10, 12  # font sizes (graph.css)
-LABEL_ROOM = 118  # the widest a checkpoint's label is drawn
+LABEL_ROOM = 108  # the widest a checkpoint's label is drawn
 GAP = 6
 MARGIN = 12
 EDGE_ORDER = ("derived", "merged", "forked", "rolled_back", "parent")
@@ -190,6 +190,7 @@ class _Layout:
             events.append((str(node.get("created_at") or ""), 1, order, node))
         events.sort(key=lambda event: event[:3])
         forks = {edge["from"] for edge in self.origin.values()}
+        arcs = self._arcs(block, [item["id"] for *_, item in events if "id" in item])
         lanes = list(block.lanes)
         place = {lane: index for index, lane in enumerate(lanes)}
         rows: dict[tuple[str | None, int], float] = {}  # (lane, side) -> where its labels end
@@ -210,6 +211,10 @@ class _Layout:
                 crossed = _crossed(lanes, place[lane], len(lanes))
                 x = max([x, *(rows.get(row, 0.0) + GAP for row in crossed)])
                 sides = [LABEL_ABOVE]
+            if item["id"] in arcs:  # a rollback's arc runs under the lane here
+                sides = [LABEL_ABOVE]
+                if arcs[item["id"]]:  # where it starts, clear of the labels under the lane
+                    x = max(x, rows.get((lane, LABEL_BELOW), 0.0) + GAP + MARK_RADIUS)
             ends = {side: rows.get((lane, side), 0.0) for side in sides}
             # above where it has room, else below where it has, else where room comes first
             busy = {side: end + GAP > x - MARK_RADIUS for side, end in ends.items()}
@@ -220,6 +225,25 @@ class _Layout:
             self.at[item["id"]] = (x, block.lanes[lane])
             self.band_of[item["id"]] = session_id
         block.end = max([x + STEP, *rows.values(), block.left + HEADER + STEP])
+
+    def _arcs(self, block: _Block, order: list[str]) -> dict[str, bool]:
+        """The checkpoints a rollback's arc passes under, from the one restored (True: the
+        arc starts there) to the one it replaced, on one lane."""
+        place = {node_id: index for index, node_id in enumerate(order)}
+        lane_of = {node["id"]: node["slot"] for node in block.checkpoints}
+        under: dict[str, bool] = {}
+        for edge in self.edges:
+            replaced, restored = edge["from"], edge["to"]
+            if edge["kind"] != "rolled_back" or replaced not in place or restored not in place:
+                continue
+            if lane_of[replaced] != lane_of[restored]:
+                continue
+            first, last = sorted((place[restored], place[replaced]))
+            for node_id in order[first : last + 1]:
+                if lane_of[node_id] == lane_of[restored]:
+                    under.setdefault(node_id, False)
+            under[order[first]] = True
+        return under
 
 
 def _crossed(lanes: list[str | None], upper: int, lower: int) -> list[tuple[str | None, int]]:
