@@ -1,6 +1,7 @@
 """Make docs/graph.png, the README's picture of the HTML graph page: the issue-15 scenario
 (tests/graph_scenario.py) in a throwaway store, drawn by agctl.graph.html, opened in headless
-Chromium (tests/chromium.py's flags) with the `draft` slot clicked, and screenshotted.
+Chromium (tests/chromium.py's flags) in a 1400x800 viewport with the `draft` slot clicked,
+and screenshotted.
 
     python scripts/graph_screenshot.py [OUT.png]
 """
@@ -36,9 +37,13 @@ def main() -> None:
         options = webdriver.ChromeOptions()
         options.binary_location = CHROMIUM
         for flag in [*FLAGS, f"--user-data-dir={Path(scratch) / 'profile'}"]:
-            options.add_argument(flag.replace("1280,900", "1400,900"))
+            options.add_argument(flag)
         driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
         try:
+            driver.execute_cdp_cmd(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": 1400, "height": 800, "deviceScaleFactor": 1, "mobile": False},
+            )
             driver.get(page.as_uri())
             draft = next(n["id"] for n in graph["nodes"] if n.get("slot") == "draft")
             driver.find_element(By.CSS_SELECTOR, f'g[data-node="{draft}"]').click()
