@@ -50,6 +50,18 @@ document.querySelectorAll("line.lane[data-lane]").forEach(function (line) {
   found.lanes.push({band: line.dataset.band, lane: line.dataset.lane, rect: rect(line)});
 });
 document.querySelectorAll("text.lane-name").forEach(function (t) { found.ghosts.push(rect(t)); });
+// each edge of the picture as points every 3 px along it, in client coordinates
+var origin = document.getElementById("graph").getBoundingClientRect();
+found.edges = [];
+document.querySelectorAll("#graph path.edge").forEach(function (path) {
+  var points = [], length = path.getTotalLength();
+  for (var at = 0; at <= length; at += 3) {
+    var point = path.getPointAtLength(at);
+    points.push([origin.left + point.x, origin.top + point.y]);
+  }
+  found.edges.push({from: path.dataset.from, to: path.dataset.to, kind: path.dataset.kind,
+                    points: points});
+});
 var legend = document.getElementById("legend");
 found.legend = legend ? legend.textContent : "";
 var canvas = document.getElementById("canvas"), page = document.documentElement;
@@ -117,6 +129,17 @@ def check_layout(graph: dict[str, Any], found: dict[str, Any]) -> None:
         x, y = (mark["mark"][0] + mark["mark"][2]) / 2, (mark["mark"][1] + mark["mark"][3]) / 2
         assert abs(y - lane[1]) <= 1 and lane[0] <= x <= lane[2], (node["label"], lane)
     assert len(found["marks"]) == sum(n["kind"] == "checkpoint" for n in graph["nodes"])
+    # no edge runs through a box, a mark or a label, but for the two it joins
+    for edge in found["edges"]:
+        own = {edge["from"], edge["to"]}
+        hits = {
+            (what, node)
+            for what, node, rect in drawn
+            if not (node in own and what != "label")
+            for x, y in edge["points"]
+            if rect[0] + 1 < x < rect[2] - 1 and rect[1] + 1 < y < rect[3] - 1
+        }
+        assert hits == set(), (edge["kind"], edge["from"], edge["to"])
     for kind in {edge["kind"] for edge in graph["edges"]}:
         assert kind.replace("_", " ") in found["legend"]
 
@@ -180,11 +203,18 @@ def test_a_larger_graph_is_laid_out_without_overlaps(
     keeper.create("late", label="長いラベルは幅が広いのでもっと早く切られます")
     keeper.create("late", label="</text><script>window.pwned=1</script>")
     keeper.fork("late", keeper.create("late", label="x" * 300).id, "later")
+    # a slot deleted after its checkpoints were taken: its lane stays, named as gone
+    store.derive_slot("late", "aside", source="default", strategy="full")
+    store.use_slot("late", "aside")
+    keeper.create("late", label="on the aside")
+    store.use_slot("late", "default")
+    store.delete_slot("late", "aside")
     store.create_session("scratch", parent_id="early", title="t" * 200)
     graph = build_graph(store, None, all_sessions=True, checkpoints=True).to_json()
     page = tmp_path / "all.html"
     page.write_text(render(graph, redact=False, details=details(store, graph, redact=False)))
     found = open_at(chromium, page)
     assert len(found["marks"]) > 20
+    assert len(found["ghosts"]) == 1
     check_layout(graph, found)
     assert chromium.execute_script("return window.pwned === undefined")
