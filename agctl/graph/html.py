@@ -69,8 +69,9 @@ def _fit(label: str, room: float, size: float) -> str:
 
 @dataclass
 class _Block:
-    """One session drawn: its box at (left, top), its lanes' heights by slot name, and the
-    x of each of its events."""
+    """One session drawn: its box at (left, top), each lane's y by slot name (a slot gone
+    since its checkpoints were taken is a ghost lane), and where a derived slot's lane
+    starts and every lane ends."""
 
     node: dict[str, Any]
     left: float = 0.0
@@ -412,7 +413,7 @@ def _checkpoint_svg(node: dict[str, Any], x: float, y: float, side: int, attribu
     return (
         f"<g {attributes}><title>{text(tip)}</title>"
         f'<circle class="{shape}" cx="{x:.0f}" cy="{y:.0f}" r="{MARK_RADIUS}"/>'
-        f'<text class="turn" x="{x:.0f}" y="{y + 3.5:.1f}">{text(_fit(turn, 18, 9))}</text>'
+        f'<text class="turn" x="{x:.0f}" y="{y + 3.5:.1f}">{text(turn)}</text>'
         f'<text class="checkpoint-label {shape}" x="{x - MARK_RADIUS:.0f}" y="{y + side:.0f}" '
         f'data-room="{LABEL_ROOM}">{text(_fit(_label(node), LABEL_ROOM, LABEL_SIZE))}</text></g>'
     )
