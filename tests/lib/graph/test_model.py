@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from agctl.base.errors import NotFound, UsageError
+from agctl.context.models import isoformat
 from agctl.graph.model import build_graph
 from agctl.providers.offline import OfflineProvider
 from agctl.storage.memory import MemoryBackend
@@ -53,6 +54,25 @@ def test_the_scenario_gives_every_kind_of_edge(store: Store) -> None:
     }
     assert graph["version"] == 1
     assert graph["current"] == {"session": "consult", "slot": "default"}
+
+
+def test_every_edge_says_when_it_happened(store: Store) -> None:
+    """The HTML page's time axis: a derive when its slot was made, a merge when it was
+    merged, a fork or a child when its session was made, a rollback at its checkpoint."""
+    build_scenario(store)
+    graph = build_graph(store, all_sessions=True, checkpoints=True).to_json()
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    at = {edge["kind"]: edge["at"] for edge in graph["edges"]}
+    for edge in graph["edges"]:
+        if edge["kind"] in ("derived", "forked", "parent"):
+            assert edge["at"] == nodes[edge["to"]]["created_at"]
+        if edge["kind"] == "rolled_back":
+            assert edge["at"] == nodes[edge["from"]]["created_at"]
+    merge = store.load_slot("consult", "default").meta.merges[0]
+    assert at["merged"] == isoformat(merge.at)
+    draft = next(n for n in graph["nodes"] if n.get("slot") == "draft")
+    later = [n for n in graph["nodes"] if n["kind"] == "checkpoint" and n["session"] == "consult"]
+    assert draft["created_at"] < at["merged"] <= later[-1]["created_at"]
 
 
 def test_node_ids_are_synthetic_and_every_edge_joins_two_nodes(store: Store) -> None:
