@@ -15,6 +15,7 @@ from agctl.cli.options import (
     file_option,
     gathered,
     provider_options,
+    schema_options,
     select_option,
     slot_option,
     source_options,
@@ -193,6 +194,14 @@ then its exit, the bytes it printed and its time, or that it was denied, refused
 (unknown tool, invalid arguments) or answered from the cassette; not with --json,
 --jsonl or -q, whose JSON has the calls in its steps.
 
+With --schema (or --schema-multi for a list), the reply is asked for as JSON that
+follows the schema where the wire can say so (OpenAI's response_format json_schema,
+strict when the schema allows it; Anthropic by forcing one tool, so no other tool may
+be offered; Gemini's responseJsonSchema; the offline model answers with a small
+instance of the schema), then checked: a reply that is not JSON or not valid against
+it is exit 11, nothing written, the prompt and the reply kept in the draft, and the
+error names the first failing path. --json adds the parsed reply as "parsed".
+
 \b
 Examples:
   agctl turn send "What are my options?"
@@ -208,10 +217,20 @@ Examples:
   agctl turn send "Tidy the notes" --tools all --max-steps 4 --record run.cassette
   agctl turn send --resume-draft -T deploy --approve-call call_1   # approved later
   agctl turn send --resume-draft -T deploy --deny-call call_2 --approve-call all
+  agctl turn send "Invent a dog" --schema 'name, age int, bio: a short bio'
+  agctl turn send "Three dogs" --schema-multi dog.schema.json --json
 """
 
 # The options of `turn send` that are TurnOptions fields as they are.
-TURN_FIELDS = ("temperature", "max_tokens", "system", "scratch", "checkpoint", "if_unchanged")
+TURN_FIELDS = (
+    "temperature",
+    "max_tokens",
+    "system",
+    "scratch",
+    "checkpoint",
+    "if_unchanged",
+    "schema",
+)
 
 
 @command.command("send", help=SEND_HELP)
@@ -275,6 +294,7 @@ TURN_FIELDS = ("temperature", "max_tokens", "system", "scratch", "checkpoint", "
     "at all since the view was built, even by another turn's append (allowed by default).",
 )
 @tool_options
+@schema_options
 @gathered("fields", *TURN_FIELDS)
 @gathered("resuming", "resume_draft", "force", "approve_calls", "deny_calls")
 @command_options
