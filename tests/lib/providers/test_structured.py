@@ -183,3 +183,24 @@ def test_the_schema_is_part_of_the_fingerprint_and_no_schema_leaves_it_as_it_was
         asked.fingerprint()
         == request._replace(response_schema=load_schema("name, age int")).fingerprint()
     )
+
+
+def test_the_cache_outlook_counts_the_schema_before_the_messages_as_the_tools() -> None:
+    """A reply's schema goes before the messages (a tool on Anthropic, before the system
+    message on OpenAI): a changed schema caches nothing of the last request; none at all
+    hashes as it did before schemas existed."""
+    import zlib
+
+    from agctl.context.cache import cached_prefix, prefix_hashes, sent_marks
+
+    messages = [{"role": "user", "content": f"message {n}"} for n in range(5)]
+    plain = ChatRequest("m", messages)
+    assert prefix_hashes(plain, [0]) == {
+        0: f"{zlib.crc32(orjson.dumps({'model': 'm', 'tools': None})):08x}"
+    }
+    asked = plain._replace(response_schema=SCHEMA)
+    longer = asked._replace(messages=[*messages, {"role": "user", "content": "more"}])
+    assert cached_prefix(sent_marks(asked), longer) == 5
+    assert cached_prefix(sent_marks(asked), longer._replace(response_schema=None)) is None
+    changed = longer._replace(response_schema=load_schema("name, age float"))
+    assert cached_prefix(sent_marks(asked), changed) is None
