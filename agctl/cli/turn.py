@@ -455,7 +455,10 @@ TRANSCRIPT is JSON lines, one turn a line: {"input": ..., "expect": ..., "slot":
 and whose assistant messages the expected replies. With --check, each reply that
 differs from the expected one is reported with a diff (the first --max-diffs of
 them), then the summary, and the command exits 8 after the last turn; an error stops
-the replay at once, naming the turn.
+the replay at once, naming the turn. --check-mode schema checks instead that each
+reply is JSON valid against its line's "expect_schema" (a JSON Schema object, or the
+concise form 'name, age int'), naming the turn and its line when it is not; a check
+only, the request is the same.
 
 With --new-session the replay goes into a new session, made current unless --no-use
 (as 'session new' does), so the same replay can run again and again; it is printed
@@ -480,6 +483,7 @@ Examples:
   agctl turn replay chat.jsonl --cassette chat.cassette --new-session ci-42
   agctl turn replay chat.jsonl --cassette chat.cassette --if-unchanged
   agctl msg export --slot good | agctl turn replay - --check-mode contains --check
+  agctl turn replay dogs.jsonl --cassette dogs.cassette --check --check-mode schema
 """
 
 
@@ -494,6 +498,8 @@ Examples:
     type=click.Choice(CHECK_MODES),
     default="exact",
     show_default=True,
+    help="How --check compares: the reply equals, contains or matches (a regex) the "
+    "line's expect; schema: it is JSON valid against the line's expect_schema.",
 )
 @click.option(
     "--max-diffs",
