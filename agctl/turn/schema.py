@@ -38,13 +38,21 @@ SHOWN_CHARS = 200
 
 def load_schema(given: str, *, multi: bool = False) -> dict[str, Any]:
     """The JSON Schema `given` names: inline JSON (it starts with `{` or `[`), the path of a
-    file holding one, else the concise form; with `multi`, a schema for a list of them
-    ({"items": [...]}). Anything that is not a usable schema is a UsageError (exit 2)."""
+    file holding one, else the concise form (never text with a `/` or ending in .json: a
+    file that is not there); with `multi`, a schema for a list of them ({"items": [...]}).
+    Anything that is not a usable schema is a UsageError (exit 2)."""
     text = given.strip()
     if text.startswith(("{", "[")):
         schema = _json(text.encode(), "the inline schema")
     elif text and os.path.isfile(given):
         schema = _json(_read(given), given)
+    elif text.endswith(".json") or os.sep in text:
+        # Meant as a file: a typo must not become a schema of one field named after it.
+        found = "is not a regular file" if os.path.exists(given) else "no such file"
+        raise UsageError(
+            f"schema {given!r}: {found} (a schema is a file, inline JSON, or fields such as "
+            "'name, age int')"
+        )
     else:
         schema = concise_schema(given)
     check_schema(schema, "the schema")

@@ -114,6 +114,17 @@ def test_json_that_is_not_a_schema_is_a_usage_error_naming_where(given: str, sai
     assert said in str(raised.value)
 
 
+def test_a_path_that_is_not_a_file_never_becomes_a_field_named_after_it(tmp_path: Path) -> None:
+    for given, said in (
+        (str(tmp_path / "dgo.json"), "no such file"),
+        ("dgo.json", "no such file"),
+        (str(tmp_path), "is not a regular file"),
+        ("/dev/null", "is not a regular file"),
+    ):
+        with pytest.raises(UsageError, match=said):
+            load_schema(given)
+
+
 def test_a_file_that_is_not_json_too_big_or_nested_too_deep_is_refused(tmp_path: Path) -> None:
     broken, big, deep = tmp_path / "broken.json", tmp_path / "big.json", tmp_path / "deep.json"
     broken.write_text("type: object")
