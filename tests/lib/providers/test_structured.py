@@ -204,3 +204,27 @@ def test_the_cache_outlook_counts_the_schema_before_the_messages_as_the_tools() 
     assert cached_prefix(sent_marks(asked), longer._replace(response_schema=None)) is None
     changed = longer._replace(response_schema=load_schema("name, age float"))
     assert cached_prefix(sent_marks(asked), changed) is None
+
+
+def test_an_anthropic_schema_turn_recorded_replays_as_the_same_text(
+    store: Store, connect: Callable[..., HttpProvider], tmp_path: Any
+) -> None:
+    """The cassette keeps the wire's events (the forced tool's call); its replay makes the
+    same reply text of them, and a changed schema is a miss."""
+    from agctl.base.errors import ReplayMiss
+    from agctl.providers.cassette import RecordingProvider, ReplayProvider
+
+    model, cassette = "claude-sonnet-4-5", tmp_path / "dog.cassette"
+    options = TurnOptions(model=model, schema=SCHEMA, stream=True, checkpoint=False)
+    with FakeAnthropic(api_key=KEY) as fake:
+        fake.reply(tool_uses=[{"name": SCHEMA_TOOL, "input": REX}])
+        recording = RecordingProvider(connect("anthropic", fake.base_url, model), cassette)
+        recorded = send_turn(store, store.create_session().id, "A dog.", recording, options)
+    replayed = send_turn(
+        store, store.create_session().id, "A dog.", ReplayProvider(cassette), options
+    )
+    assert replayed.reply.text() == recorded.reply.text()
+    assert replayed.parsed == recorded.parsed == REX
+    changed = TurnOptions(model=model, schema=load_schema("name, age float"), checkpoint=False)
+    with pytest.raises(ReplayMiss):
+        send_turn(store, store.create_session().id, "A dog.", ReplayProvider(cassette), changed)
