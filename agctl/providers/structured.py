@@ -3,18 +3,17 @@
 The request carries the schema (ChatRequest.response_schema); each wire says it its own way:
 OpenAI's `response_format` of type json_schema (built here, so that it is part of the
 request's parameters, and so of its fingerprint), Anthropic's one forced tool whose input
-is the reply (SCHEMA_TOOL: `reply_text` turns its call back into the reply's text), Gemini's
-`responseMimeType` with `responseJsonSchema`. The offline provider answers with an instance
-built from the schema (`example_instance`), so a schema turn works with no model at all.
-Nothing here imports a JSON Schema library: validating the reply is agctl.turn.schema's.
+is the reply (SCHEMA_TOOL: agctl.turn.schema.reply_text turns its call back into the
+reply's text), Gemini's `responseMimeType` with `responseJsonSchema`. The offline
+provider answers with an instance built from the schema (`example_instance`), so a schema
+turn works with no model at all.
+Nothing here imports a JSON Schema library, nor the request model (which imports this
+module to build its response_format): validating the reply is agctl.turn.schema's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
-
-from agctl.providers.base import Event, Finish, TextDelta, ToolCallDelta
 
 # The name of the schema's reply in OpenAI's json_schema, and of the tool that carries it
 # on the anthropic wire (both: letters, digits, _ and -, at most 64).
@@ -64,25 +63,6 @@ def _closed(schema: Any, depth: int) -> bool:
         ):
             return False
     return True
-
-
-def reply_text(events: Iterator[Event]) -> Iterator[Event]:
-    """`events` with a call of SCHEMA_TOOL (the anthropic wire's forced tool) as the reply's
-    text: its input is the JSON the schema asked for, not a call for the loop to run; the
-    stop it caused is an ordinary one."""
-    indexes: set[int] = set()
-    for event in events:
-        if isinstance(event, ToolCallDelta):
-            if event.name == SCHEMA_TOOL:
-                indexes.add(event.index)
-            if event.index in indexes:
-                if event.arguments:
-                    yield TextDelta(event.arguments)
-                continue
-        elif isinstance(event, Finish) and indexes and event.reason == "tool_calls":
-            yield Finish("stop")
-            continue
-        yield event
 
 
 def example_instance(schema: Any, depth: int = 0, name: str = "") -> Any:

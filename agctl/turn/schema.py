@@ -13,11 +13,14 @@ them: {"items": [...]}, since every wire's structured output wants an object at 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from agctl.base.errors import ReplyInvalid, UsageError
+from agctl.providers.base import Event, Finish, TextDelta, ToolCallDelta
+from agctl.providers.structured import SCHEMA_TOOL
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -193,3 +196,22 @@ def checked_reply(text: str, schema: dict[str, Any]) -> Any:
             "give --schema again with --resume-draft",
         )
     return value
+
+
+def reply_text(events: Iterator[Event]) -> Iterator[Event]:
+    """`events` with a call of SCHEMA_TOOL (the anthropic wire's forced tool) as the reply's
+    text: its input is the JSON the schema asked for, not a call for the loop to run; the
+    stop it caused is an ordinary one."""
+    indexes: set[int] = set()
+    for event in events:
+        if isinstance(event, ToolCallDelta):
+            if event.name == SCHEMA_TOOL:
+                indexes.add(event.index)
+            if event.index in indexes:
+                if event.arguments:
+                    yield TextDelta(event.arguments)
+                continue
+        elif isinstance(event, Finish) and indexes and event.reason == "tool_calls":
+            yield Finish("stop")
+            continue
+        yield event

@@ -547,7 +547,7 @@ class _Loop:
         self.last_request = request
         events = provider.stream(request)
         if request.response_schema is not None:
-            from agctl.providers.structured import reply_text
+            from agctl.turn.schema import reply_text
 
             events = reply_text(events)
         for event in events:

@@ -14,11 +14,16 @@ from agctl.providers.base import Finish, TextDelta, ToolCallDelta, Usage
 from agctl.providers.structured import (
     SCHEMA_TOOL,
     example_instance,
-    reply_text,
     response_format,
     strict_ready,
 )
-from agctl.turn.schema import checked_reply, concise_schema, load_schema, reply_problem
+from agctl.turn.schema import (
+    checked_reply,
+    concise_schema,
+    load_schema,
+    reply_problem,
+    reply_text,
+)
 
 DOG = {
     "type": "object",
