@@ -21,6 +21,7 @@ EXIT_CONTEXT_FULL = 7
 EXIT_CHECK_FAILED = 8
 EXIT_BLOCKED = 9
 EXIT_STEP_LIMIT = 10
+EXIT_REPLY_INVALID = 11
 EXIT_INTERRUPTED = 130
 
 
@@ -362,3 +363,10 @@ class StepLimit(AgctlError):
     """A turn's tool loop reached its step limit and the model still asked for tools."""
 
     exit_code = EXIT_STEP_LIMIT
+
+
+class ReplyInvalid(AgctlError):
+    """A reply asked to follow a JSON Schema (turn send --schema) that is not JSON or does
+    not validate: nothing is written, the prompt and the reply are kept in the draft."""
+
+    exit_code = EXIT_REPLY_INVALID

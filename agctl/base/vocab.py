@@ -53,7 +53,7 @@ BASE_URL_VARIABLES: dict[str, str] = {
 CacheTtl = Literal["5m", "1h"]
 CACHE_TTLS: tuple[CacheTtl, ...] = get_args(CacheTtl)
 # How `turn replay --check` compares a reply with the recorded one.
-CheckMode = Literal["exact", "contains", "regex"]
+CheckMode = Literal["exact", "contains", "regex", "schema"]
 CHECK_MODES: tuple[CheckMode, ...] = get_args(CheckMode)
 # How `eval compaction` checks a probe's answer: the whole answer, the answer holding the
 # expected text, or a judge model's verdict.

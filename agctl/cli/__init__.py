@@ -103,6 +103,8 @@ Exit codes:
        --resume-draft --approve-call/--deny-call; or a hook blocked it)
    10  step limit (tools still asked for after --max-steps requests, or more calls
        than --max-calls-per-reply or --max-calls-per-turn allow)
+   11  reply not valid (turn send --schema: not JSON, or not valid against the
+       schema); nothing was written, the draft is kept
   130  interrupted (Ctrl-C); nothing was written (a turn keeps its draft)
   143  terminated (SIGTERM: timeout, docker stop, a CI cancel), as Ctrl-C
   129  hung up (SIGHUP: the terminal closed), as Ctrl-C

@@ -434,6 +434,40 @@ def recording_options(fn: F) -> F:
     )(fn)
 
 
+def schema_options(fn: F) -> F:
+    """--schema and --schema-multi: the JSON Schema the reply must follow. The command gets
+    `schema`, the schema read (agctl.turn.schema.load_schema), or None."""
+
+    @functools.wraps(fn)
+    def with_schema(
+        *args: Any, schema_text: str | None, schema_multi: str | None, **kw: Any
+    ) -> Any:
+        if schema_text is not None and schema_multi is not None:
+            raise click.UsageError("give either --schema or --schema-multi, not both")
+        given = schema_text if schema_multi is None else schema_multi
+        schema = None
+        if given is not None:
+            from agctl.turn.schema import load_schema
+
+            schema = load_schema(given, multi=schema_multi is not None)
+        return fn(*args, schema=schema, **kw)
+
+    chosen = click.option(
+        "--schema-multi",
+        metavar="SCHEMA",
+        help='As --schema, for a list of such objects: the reply is {"items": [...]} '
+        "(an object, as every wire's structured output wants one at the root).",
+    )(cast(F, with_schema))
+    return click.option(
+        "--schema",
+        "schema_text",
+        metavar="SCHEMA",
+        help="The reply must be JSON valid against SCHEMA: a JSON Schema file, inline "
+        "JSON, or fields such as 'name, age int, bio: a short bio' (types str, int, float, "
+        "bool); else exit 11, nothing written, the draft kept.",
+    )(chosen)
+
+
 def source_options(fn: F) -> F:
     """--script, --cassette and --record: where replies come from, and where they go."""
     fn = recording_options(fn)

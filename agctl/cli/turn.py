@@ -15,6 +15,7 @@ from agctl.cli.options import (
     file_option,
     gathered,
     provider_options,
+    schema_options,
     select_option,
     slot_option,
     source_options,
@@ -193,6 +194,14 @@ then its exit, the bytes it printed and its time, or that it was denied, refused
 (unknown tool, invalid arguments) or answered from the cassette; not with --json,
 --jsonl or -q, whose JSON has the calls in its steps.
 
+With --schema (or --schema-multi for a list), the reply is asked for as JSON that
+follows the schema where the wire can say so (OpenAI's response_format json_schema,
+strict when the schema allows it; Anthropic by forcing one tool, so no other tool may
+be offered; Gemini's responseJsonSchema; the offline model answers with a small
+instance of the schema), then checked: a reply that is not JSON or not valid against
+it is exit 11, nothing written, the prompt and the reply kept in the draft, and the
+error names the first failing path. --json adds the parsed reply as "parsed".
+
 \b
 Examples:
   agctl turn send "What are my options?"
@@ -208,10 +217,20 @@ Examples:
   agctl turn send "Tidy the notes" --tools all --max-steps 4 --record run.cassette
   agctl turn send --resume-draft -T deploy --approve-call call_1   # approved later
   agctl turn send --resume-draft -T deploy --deny-call call_2 --approve-call all
+  agctl turn send "Invent a dog" --schema 'name, age int, bio: a short bio'
+  agctl turn send "Three dogs" --schema-multi dog.schema.json --json
 """
 
 # The options of `turn send` that are TurnOptions fields as they are.
-TURN_FIELDS = ("temperature", "max_tokens", "system", "scratch", "checkpoint", "if_unchanged")
+TURN_FIELDS = (
+    "temperature",
+    "max_tokens",
+    "system",
+    "scratch",
+    "checkpoint",
+    "if_unchanged",
+    "schema",
+)
 
 
 @command.command("send", help=SEND_HELP)
@@ -275,6 +294,7 @@ TURN_FIELDS = ("temperature", "max_tokens", "system", "scratch", "checkpoint", "
     "at all since the view was built, even by another turn's append (allowed by default).",
 )
 @tool_options
+@schema_options
 @gathered("fields", *TURN_FIELDS)
 @gathered("resuming", "resume_draft", "force", "approve_calls", "deny_calls")
 @command_options
@@ -435,7 +455,10 @@ TRANSCRIPT is JSON lines, one turn a line: {"input": ..., "expect": ..., "slot":
 and whose assistant messages the expected replies. With --check, each reply that
 differs from the expected one is reported with a diff (the first --max-diffs of
 them), then the summary, and the command exits 8 after the last turn; an error stops
-the replay at once, naming the turn.
+the replay at once, naming the turn. --check-mode schema checks instead that each
+reply is JSON valid against its line's "expect_schema" (a JSON Schema object, or the
+concise form 'name, age int'), naming the turn and its line when it is not; a check
+only, the request is the same.
 
 With --new-session the replay goes into a new session, made current unless --no-use
 (as 'session new' does), so the same replay can run again and again; it is printed
@@ -460,6 +483,7 @@ Examples:
   agctl turn replay chat.jsonl --cassette chat.cassette --new-session ci-42
   agctl turn replay chat.jsonl --cassette chat.cassette --if-unchanged
   agctl msg export --slot good | agctl turn replay - --check-mode contains --check
+  agctl turn replay dogs.jsonl --cassette dogs.cassette --check --check-mode schema
 """
 
 
@@ -474,6 +498,8 @@ Examples:
     type=click.Choice(CHECK_MODES),
     default="exact",
     show_default=True,
+    help="How --check compares: the reply equals, contains or matches (a regex) the "
+    "line's expect; schema: it is JSON valid against the line's expect_schema.",
 )
 @click.option(
     "--max-diffs",

@@ -55,14 +55,19 @@ def cache_key(session: Session, slot: Slot) -> str:
 
 
 def prefix_hashes(request: ChatRequest, positions: Iterable[int]) -> dict[int, str]:
-    """The checksum of the request up to each of `positions`: 0 covers the model and the
-    tools (what precedes the messages in a prompt), i those and the body's bytes through
+    """The checksum of the request up to each of `positions`: 0 covers the model, the
+    tools and a reply's schema, if any (what precedes the messages in a prompt: Anthropic
+    sends the schema as a tool, OpenAI puts it before the system message), i those and the
+    body's bytes through
     its i-th message. One pass over the bytes the wire sends (agctl.providers.body.encode:
     the body a turn just sent is not serialised again). A CRC-32, resumed from one mark to
     the next: a turn's request is read once at a few instructions a byte, and a changed
     prefix passes for the one sent once in 2^32 (a wrong estimate, nothing worse)."""
     wanted = sorted({at for at in positions if 0 <= at <= len(request.messages)})
-    value = zlib.crc32(orjson.dumps({"model": request.model, "tools": request.tools}))
+    head: dict[str, Any] = {"model": request.model, "tools": request.tools}
+    if request.response_schema is not None:  # else as before schemas existed
+        head["response_schema"] = request.response_schema
+    value = zlib.crc32(orjson.dumps(head))
     if not wanted or wanted[-1] == 0:
         return {0: f"{value:08x}"} if wanted else {}
     from agctl.providers.body import encoded
@@ -90,8 +95,9 @@ def sent_marks(request: ChatRequest) -> dict[str, Any]:
 
 def cached_prefix(sent: dict[str, Any] | None, request: ChatRequest) -> int | None:
     """How many leading messages of `request` the last request sent (`sent`, from
-    sent_marks) began with too: None when nothing was sent or the model or the tools
-    differ (nothing cached), else the longest remembered prefix that matches."""
+    sent_marks) began with too: None when nothing was sent or the model, the tools or
+    the reply's schema differ (nothing cached), else the longest remembered prefix that
+    matches."""
     if not sent:
         return None
     marks = {at: mark for at, mark in sent.get("marks", ())}

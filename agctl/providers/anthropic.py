@@ -162,6 +162,8 @@ class AnthropicWire:
                 for name in sorted(encoded.tool_names)
             ]
             tail["tool_choice"] = {"type": "none"}
+        if request.response_schema is not None:
+            self._schema_tool(request, tail)
         if request.temperature is not None:
             if self.thinking_budget is None:
                 tail["temperature"] = request.temperature
@@ -191,6 +193,30 @@ class AnthropicWire:
         messages[0] = opening + messages[0]
         messages[-1] += closing
         return b",".join(messages)
+
+    def _schema_tool(self, request: ChatRequest, tail: dict[str, Any]) -> None:
+        """Ask for a reply that follows the request's schema as Anthropic's docs do: one
+        tool whose input_schema is the schema, forced (the reply's tool_use input is the
+        reply: agctl.providers.structured.reply_text). Forcing leaves no other tool callable
+        and is refused with thinking: both said here, before the request."""
+        from agctl.providers.structured import SCHEMA_TOOL, SCHEMA_TOOL_DESCRIPTION
+
+        schema = request.response_schema
+        problem = None
+        if request.tools:
+            problem = "offers tools, and the reply would have to be a call of none of them"
+        elif self.thinking_budget is not None:
+            problem = f"has a thinking_budget ({self.thinking_budget}), which refuses that"
+        elif not isinstance(schema, dict) or schema.get("type") != "object":
+            problem = "has a schema whose root is not an object (--schema-multi wraps a list)"
+        if problem is not None:
+            raise UsageError(
+                "the anthropic wire asks for a schema's reply by forcing a tool call, and "
+                f"this turn {problem}"
+            )
+        tool = {"name": SCHEMA_TOOL, "description": SCHEMA_TOOL_DESCRIPTION}
+        tail["tools"] = [*tail.get("tools", ()), {**tool, "input_schema": schema}]
+        tail["tool_choice"] = {"type": "tool", "name": SCHEMA_TOOL}
 
     def _max_tokens(self, request: ChatRequest) -> int:
         budget = self.thinking_budget

@@ -242,6 +242,10 @@ class ChatRequest(NamedTuple):
     # zone, of the history), ascending: where a wire that caches at marks the client places
     # (Anthropic's cache_control) puts them. Delivery, not model input.
     breakpoints: tuple[int, ...] = ()
+    # The JSON Schema the reply must follow (turn send --schema), which each wire asks for
+    # its own way (agctl.providers.structured); model input: its response_format is a
+    # parameter, and so part of the fingerprint.
+    response_schema: dict[str, Any] | None = None
 
     def params(self) -> dict[str, Any]:
         """The request's parameters, each only when set (so a request without tools has
@@ -257,6 +261,10 @@ class ChatRequest(NamedTuple):
                 params["tool_choice"] = self.tool_choice
             if self.parallel_tool_calls is not None:
                 params["parallel_tool_calls"] = self.parallel_tool_calls
+        if self.response_schema is not None:
+            from agctl.providers.structured import response_format
+
+            params["response_format"] = response_format(self.response_schema)
         return params
 
     def model_input(self) -> dict[str, Any]:

@@ -162,6 +162,11 @@ class GeminiWire:
                 "thinkingBudget": self.thinking_budget,
                 "includeThoughts": self.thinking_budget != 0,
             }
+        if request.response_schema is not None:
+            # responseJsonSchema takes JSON Schema as it is (additionalProperties, type
+            # lists), where responseSchema takes only an OpenAPI subset that refuses them.
+            config["responseMimeType"] = "application/json"
+            config["responseJsonSchema"] = request.response_schema
         if config:
             payload["generationConfig"] = config
         return payload

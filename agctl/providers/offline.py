@@ -162,7 +162,8 @@ def offline_judgement(messages: list[dict[str, Any]]) -> str:
 
 
 class OfflineProvider:
-    """Replies that name the slot, the turn and the last user message; or a script's replies.
+    """Replies that name the slot, the turn and the last user message (a turn asking for a
+    schema's reply: a small instance of the schema); or a script's replies.
 
     A script is read from its first entry by each provider made for it, so by each
     command (`turn send --script`, `turn replay --script`): the first turn the command
@@ -212,6 +213,11 @@ class OfflineProvider:
                     f"step {context.step} has none"
                 )
             return replies[context.step - 1]
+        if request.response_schema is not None:
+            from agctl.providers.structured import example_instance
+
+            instance = example_instance(request.response_schema)
+            return ScriptedReply(content=orjson.dumps(instance).decode())
         said = _shorten(_last_user_text(request.messages))
         text = (
             f'Offline reply to turn {context.turn} in slot "{context.slot_id}": '

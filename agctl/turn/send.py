@@ -113,6 +113,10 @@ class TurnOptions:
     # Told of each tool call as it is answered (ran, denied, refused, replayed): what
     # the command shows of the loop while it runs.
     on_call: Callable[[CallRecord], None] | None = None
+    # The JSON Schema the reply must follow (agctl.turn.schema): asked of the provider
+    # (agctl.providers.structured), then checked; a reply that does not follow it is
+    # ReplyInvalid (exit 11), nothing written, the prompt and the reply in the draft.
+    schema: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         """The library refuses what the CLI's option types refuse, for scripts too."""
@@ -187,9 +191,14 @@ class TurnResult:
     summarized: bool = False
     # Answered where no one bills (offline, a cassette): the cost is 0, known.
     free: bool = False
+    # Asked for a schema's reply: the reply parsed (valid against the schema).
+    structured: bool = False
+    parsed: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._fields()
+        if self.structured:
+            data["parsed"] = self.parsed
         if self.tools_offered:
             data["steps"] = [step.to_dict() for step in self.steps]
         if self.hooks:
@@ -271,6 +280,7 @@ def prepare_turn(
         cache_key=cache_key(session, slot),
         wire_parts=view.wire_parts,
         breakpoints=view.breakpoints,
+        response_schema=options.schema,
     )
     return PreparedTurn(
         session,
@@ -356,6 +366,7 @@ def _send(
     started = time.perf_counter()
     with _kept_on_failure(store, session_id, prepared, loop=loop):
         loop.run(store, session_id, provider, on_event)
+        parsed = loop.checked(options.schema)
     latency = time.perf_counter() - started
     usage = loop.usage
     model = prepared.request.model
@@ -405,6 +416,8 @@ def _send(
         steps=loop.steps,
         tools_offered=prepared.request.tools is not None,
         free=free,
+        structured=options.schema is not None,
+        parsed=parsed,
     )
     _auto_summary(store, session_id, provider, options, result)
     return result
@@ -532,7 +545,12 @@ class _Loop:
             )
         builder = ReplyBuilder()
         self.last_request = request
-        for event in provider.stream(request):
+        events = provider.stream(request)
+        if request.response_schema is not None:
+            from agctl.turn.schema import reply_text
+
+            events = reply_text(events)
+        for event in events:
             builder.feed(event)
             if on_event is not None:
                 on_event(event)
@@ -546,6 +564,17 @@ class _Loop:
         self.finish_reason = builder.finish_reason
         self.usages.append(builder.usage)
         return reply
+
+    def checked(self, schema: dict[str, Any] | None) -> Any:
+        """The answer parsed, when the turn asked for a `schema`'s reply (None when not);
+        ReplyInvalid (exit 11) when it is not JSON valid against it. A reply that asks for
+        its caller's tools is not the answer yet: it is not checked."""
+        reply = self.messages[-1] if self.messages else None
+        if schema is None or reply is None or reply.tool_calls:
+            return None
+        from agctl.turn.schema import checked_reply
+
+        return checked_reply(reply.text(), schema)
 
     @property
     def usage(self) -> Usage | None:

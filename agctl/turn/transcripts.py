@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from agctl.base.errors import AgctlError, InvalidInput, ReplayMiss, TurnInterrupted, UsageError
 from agctl.base.interrupts import take_held
@@ -45,12 +45,29 @@ class TranscriptTurn(BaseModel):
     expect: str | None = None
     # The tool calls the turn makes, in order, over all its steps ([] : none).
     expect_tools: list[ExpectedCall] | None = None
+    # The JSON Schema the reply must follow (--check-mode schema): a schema object, or
+    # the concise form ('name, age int'); a schema object once parsed.
+    expect_schema: dict[str, Any] | str | None = None
     slot: str | None = None
     model: str | None = None
     system: str | None = None
     scratch: list[str] = Field(default_factory=list)
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, ge=1)
+    # The transcript line it came from (None: an exported slot's message).
+    _line: int | None = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        """The same turn, whichever line it was read from."""
+        if not isinstance(other, TranscriptTurn):
+            return NotImplemented
+        return self.model_dump() == other.model_dump()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def where(self, number: int) -> str:
+        """The turn, by its number and its line when it has one."""
+        return f"turn {number}" + (f" (line {self._line})" if self._line is not None else "")
 
 
 def _from_messages(
@@ -87,6 +104,20 @@ def _check_regex(pattern: str, where: str) -> None:
         raise InvalidInput(f"{where}: the expected reply is not a valid regex: {exc}") from None
 
 
+def _expected_schema(given: dict[str, Any] | str, source: str, number: int) -> dict[str, Any]:
+    """A line's expect_schema as a schema object: the concise form read, a schema object
+    checked; InvalidInput naming the line when it is not a usable schema."""
+    from agctl.turn.schema import check_schema, concise_schema
+
+    where = f"{source}: line {number}: expect_schema"
+    try:
+        schema = concise_schema(given) if isinstance(given, str) else given
+        check_schema(schema, "it")
+    except UsageError as exc:
+        raise InvalidInput(f"{where}: {exc}") from None
+    return schema
+
+
 def parse_transcript(
     data: bytes, source: str = "transcript", *, regex: bool = False
 ) -> list[TranscriptTurn]:
@@ -116,8 +147,11 @@ def parse_transcript(
         except ValidationError as exc:
             summary = validation_summary(exc, "line")
             raise InvalidInput(f"{source}: line {number}: {summary}") from None
+        turns[-1]._line = number
         if regex and turns[-1].expect is not None:
             _check_regex(turns[-1].expect, f"{source}: line {number}")
+        if turns[-1].expect_schema is not None:
+            turns[-1].expect_schema = _expected_schema(turns[-1].expect_schema, source, number)
     if not turns:
         raise InvalidInput(f"{source}: no turns")
     return turns
@@ -183,6 +217,9 @@ class TurnOutcome:
     expected: str | None = None
     matched: bool | None = None
     error: str | None = None
+    # --check-mode schema: the schema the reply was checked against, and what was wrong.
+    expected_schema: dict[str, Any] | None = None
+    problem: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"turn": self.number, "input": self.input}
@@ -200,6 +237,10 @@ class TurnOutcome:
         if self.expected is not None:
             data["expected"] = self.expected
             data["matched"] = self.matched
+        if self.expected_schema is not None:
+            data["expected_schema"] = self.expected_schema
+            data["matched"] = self.matched
+            data["problem"] = self.problem
         if self.error is not None:
             data["error"] = self.error
         return data
@@ -213,12 +254,18 @@ class Mismatch:
     input: str
     expected: str
     received: str
+    # Why it does not match, when a diff cannot say (--check-mode schema), and the turn
+    # as that names it (with its line).
+    problem: str | None = None
+    where: str | None = None
 
     def report(self) -> str:
-        """The turn, its prompt's head, and the diff of expected against received."""
-        return f"turn {self.number}: {prompt_head(self.input)}\n" + mismatch_diff(
-            self.expected, self.received
-        )
+        """The turn, its prompt's head, and the diff of expected against received (or
+        what is wrong with the reply, and the reply)."""
+        head = f"{self.where or f'turn {self.number}'}: {prompt_head(self.input)}\n"
+        if self.problem is not None:
+            return f"{head}{self.problem}\nreceived:\n{self.received}"
+        return head + mismatch_diff(self.expected, self.received)
 
 
 @dataclass
@@ -453,7 +500,8 @@ def _replay(
                     raise
                 raise error from None
             summary.sent += 1
-            if check is not None and (turn.expect is not None or turn.expect_tools is not None):
+            expects = turn.expect_schema if check == "schema" else turn.expect
+            if check is not None and (expects is not None or turn.expect_tools is not None):
                 _check(summary, outcome, turn, check)
             groups.done(outcome)
         groups.close()
@@ -466,14 +514,23 @@ def _replay(
 def _check(
     summary: ReplaySummary, outcome: TurnOutcome, turn: TranscriptTurn, check: CheckMode
 ) -> None:
-    """Compare a turn with what its line expects: the reply, and the tool calls; a
-    mismatch's diff shows both."""
+    """Compare a turn with what its line expects: the reply (with --check-mode schema,
+    that it follows expect_schema), and the tool calls; a mismatch's diff shows both."""
     assert outcome.result is not None
     summary.checked += 1
     received = outcome.result.reply.text()
     matched = True
     expected_text, received_text = received, received
-    if turn.expect is not None:
+    if check == "schema":
+        if isinstance(turn.expect_schema, dict):
+            from agctl.turn.schema import reply_problem
+
+            outcome.expected_schema = turn.expect_schema
+            problem = reply_problem(received, turn.expect_schema)[1]
+            if problem is not None:
+                matched = False
+                outcome.problem = f"the reply does not follow expect_schema: {problem}"
+    elif turn.expect is not None:
         outcome.expected = turn.expect
         matched = matches(received, turn.expect, check)
         expected_text = turn.expect
@@ -488,7 +545,14 @@ def _check(
     if not matched:
         summary.mismatched.append(outcome.number)
         summary.mismatches.append(
-            Mismatch(outcome.number, turn.input, expected_text, received_text)
+            Mismatch(
+                outcome.number,
+                turn.input,
+                expected_text,
+                received_text,
+                problem=outcome.problem,
+                where=turn.where(outcome.number) if outcome.problem is not None else None,
+            )
         )
 
 

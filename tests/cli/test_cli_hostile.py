@@ -27,7 +27,7 @@ from test_json_everywhere import INVOCATIONS, leaf_commands
 
 from agctl.cli import cli
 
-DOCUMENTED_EXIT_CODES = {*range(11), 130}
+DOCUMENTED_EXIT_CODES = {*range(12), 130}
 # Commands whose exit 1 is an answer, said by the status alone (grep's "no match").
 QUIET_EXIT_1 = {"search"}
 NOT_UTF8 = os.fsdecode(b"caf\xe9")  # what Python makes of the bytes on a command line
