@@ -434,6 +434,30 @@ def recording_options(fn: F) -> F:
     )(fn)
 
 
+def model_options(fn: F) -> F:
+    """`-o/--option KEY VALUE` (repeatable): model options beyond --temperature and
+    --max-tokens, passed through in the request body. The command gets `model_options`,
+    KEY to VALUE (JSON when it parses, else text; agctl.providers.options.typed_options);
+    they are checked against the wire when the turn is planned."""
+
+    @functools.wraps(fn)
+    def with_options(*args: Any, option_pairs: tuple[tuple[str, str], ...], **kw: Any) -> Any:
+        from agctl.providers.options import typed_options
+
+        return fn(*args, model_options=typed_options(option_pairs), **kw)
+
+    return click.option(
+        "-o",
+        "--option",
+        "option_pairs",
+        nargs=2,
+        multiple=True,
+        metavar="KEY VALUE",
+        help="A model option the wire accepts, sent in the request (top_p 0.9, seed 42, "
+        "stop '[\"END\"]'; VALUE is JSON when it parses, else text). Repeatable.",
+    )(cast(F, with_options))
+
+
 def source_options(fn: F) -> F:
     """--script, --cassette and --record: where replies come from, and where they go."""
     fn = recording_options(fn)

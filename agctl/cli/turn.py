@@ -14,6 +14,7 @@ from agctl.cli.options import (
     command_options,
     file_option,
     gathered,
+    model_options,
     provider_options,
     select_option,
     slot_option,
@@ -211,7 +212,15 @@ Examples:
 """
 
 # The options of `turn send` that are TurnOptions fields as they are.
-TURN_FIELDS = ("temperature", "max_tokens", "system", "scratch", "checkpoint", "if_unchanged")
+TURN_FIELDS = (
+    "temperature",
+    "max_tokens",
+    "model_options",
+    "system",
+    "scratch",
+    "checkpoint",
+    "if_unchanged",
+)
 
 
 @command.command("send", help=SEND_HELP)
@@ -220,6 +229,7 @@ TURN_FIELDS = ("temperature", "max_tokens", "system", "scratch", "checkpoint", "
 @provider_options
 @click.option("--temperature", type=TEMPERATURE, help="Sampling temperature.")
 @click.option("--max-tokens", type=Count(min=1), metavar="N", help="Reply length cap.")
+@model_options
 @click.option("--system", metavar="TEXT", help="System prompt for this turn only.")
 @click.option(
     "--scratch",

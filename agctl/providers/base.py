@@ -242,10 +242,14 @@ class ChatRequest(NamedTuple):
     # zone, of the history), ascending: where a wire that caches at marks the client places
     # (Anthropic's cache_control) puts them. Delivery, not model input.
     breakpoints: tuple[int, ...] = ()
+    # Model options beyond temperature and max tokens (`-o KEY VALUE`), sorted by key and
+    # checked against the wire (agctl.providers.options): sent after agctl's own
+    # parameters, and part of the model input (a changed option is a cassette miss).
+    options: tuple[tuple[str, Any], ...] = ()
 
     def params(self) -> dict[str, Any]:
-        """The request's parameters, each only when set (so a request without tools has
-        the same input, and fingerprint, as before tools existed)."""
+        """The request's parameters, each only when set (so a request without tools, or
+        without options, has the same input, and fingerprint, as before they existed)."""
         params: dict[str, Any] = {}
         if self.temperature is not None:
             params["temperature"] = self.temperature
@@ -257,6 +261,7 @@ class ChatRequest(NamedTuple):
                 params["tool_choice"] = self.tool_choice
             if self.parallel_tool_calls is not None:
                 params["parallel_tool_calls"] = self.parallel_tool_calls
+        params.update(self.options)
         return params
 
     def model_input(self) -> dict[str, Any]:
