@@ -151,6 +151,29 @@ def json_type(value: Any) -> str:
     return OBJECT
 
 
+def plain_json(value: Any, depth: int = 0) -> bool:
+    """Whether `value` is plain JSON the body can carry as it is: null, booleans, strings,
+    whole numbers of 64 bits, finite numbers, and lists and string-keyed objects of them,
+    not nested deeper than 64 (a template's YAML may hold dates, sets, 2**70 or .inf)."""
+    import math
+
+    if value is None or isinstance(value, (bool, str)):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**64
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if depth >= 64:
+        return False
+    if isinstance(value, list):
+        return all(plain_json(item, depth + 1) for item in value)
+    if isinstance(value, dict):
+        return all(
+            isinstance(key, str) and plain_json(item, depth + 1) for key, item in value.items()
+        )
+    return False
+
+
 def _fits(value: Any, kind: str) -> bool:
     found = json_type(value)
     if kind == NUMBER:
@@ -173,6 +196,11 @@ def checked_options(options: Mapping[str, Any], provider: str) -> tuple[tuple[st
             raise UsageError(
                 f"{who} accepts no model option {key!r}",
                 hint="it accepts: " + ", ".join(sorted(accepted)),
+            )
+        if not plain_json(value):
+            raise UsageError(
+                f"model option {key!r} is not plain JSON (a number out of range, not finite, "
+                "nested too deep, or a value JSON has no type for)"
             )
         kinds = accepted[key]
         if not any(_fits(value, kind) for kind in kinds):

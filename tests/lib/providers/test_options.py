@@ -116,3 +116,23 @@ def test_each_wire_puts_the_options_where_it_keeps_such_fields() -> None:
     assert claude.endswith(b',"top_k":5,"thinking":{"type":"enabled","budget_tokens":2048}}')
     gemini = GeminiWire().body(request(max_tokens=9, options=options))
     assert gemini.endswith(b'"generationConfig":{"maxOutputTokens":9,"seed":1}}')
+
+
+@pytest.mark.parametrize(
+    "value",
+    [2**64, -(2**63) - 1, float("inf"), float("nan"), {1: "x"}, {"a": {1, 2}}, [b"x"]],
+    ids=["2**64", "below-int64", "inf", "nan", "int-key", "set", "bytes"],
+)
+def test_a_value_the_body_cannot_carry_is_refused_before_it_is_sent(value: Any) -> None:
+    """A template's YAML can hold values no command line parses to: each is refused here,
+    where serialising the body would have raised."""
+    key = "metadata" if isinstance(value, dict) else "stop" if isinstance(value, list) else "seed"
+    with pytest.raises(UsageError, match=f"model option '{key}' is not plain JSON"):
+        checked_options({key: value}, "openai")
+
+
+def test_the_largest_whole_numbers_pass_and_are_sent() -> None:
+    for number in (2**64 - 1, -(2**63)):
+        (option,) = checked_options({"seed": number}, "openai")
+        body = OpenAIWire().body(request(options=(option,)))
+        assert body.endswith(f',"seed":{number}}}'.encode())
