@@ -458,6 +458,44 @@ def model_options(fn: F) -> F:
     )(cast(F, with_options))
 
 
+def template_options(fn: F) -> F:
+    """`-t/--template NAME` and `-p/--param KEY VALUE` (repeatable): a template and its
+    parameters' values. The command gets `template`, an agctl.config.templates
+    TemplateChoice (loaded: an unknown one is exit 3 before the command does anything),
+    or None without -t (then -p is a usage error)."""
+    from agctl.cli.complete import complete_templates
+
+    @functools.wraps(fn)
+    def with_template(
+        *args: Any, template_name: str | None, param_pairs: tuple[tuple[str, str], ...], **kw: Any
+    ) -> Any:
+        if template_name is None:
+            if param_pairs:
+                raise click.UsageError("-p/--param gives a template's parameters: name one with -t")
+            return fn(*args, template=None, **kw)
+        from agctl.config.templates import TemplateChoice
+
+        return fn(*args, template=TemplateChoice.load(template_name, dict(param_pairs)), **kw)
+
+    chosen = click.option(
+        "-p",
+        "--param",
+        "param_pairs",
+        nargs=2,
+        multiple=True,
+        metavar="KEY VALUE",
+        help="A value for the template's {{ KEY }} (text, as typed). Repeatable.",
+    )(cast(F, with_template))
+    return click.option(
+        "-t",
+        "--template",
+        "template_name",
+        metavar="NAME",
+        shell_complete=complete_templates,
+        help="Use template NAME ('agctl template list').",
+    )(chosen)
+
+
 def source_options(fn: F) -> F:
     """--script, --cassette and --record: where replies come from, and where they go."""
     fn = recording_options(fn)
