@@ -117,7 +117,7 @@ def _template_model() -> type[BaseModel]:
 
             # The wire is known when the template is used; here, any wire's keys.
             try:
-                checked_options(options, "offline")
+                checked_options(options, None)
             except UsageError as exc:
                 raise ValueError(f"{exc}; {exc.hint}" if exc.hint else str(exc)) from None
             return dict(sorted(options.items()))

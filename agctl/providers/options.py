@@ -112,19 +112,24 @@ def option_value(text: str) -> Any:
 
 
 def typed_options(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
-    """The KEY VALUE pairs of a command line as options (see option_value); a key given
-    twice is a UsageError (which value was meant cannot be known)."""
+    """The KEY VALUE pairs of a command line as options (see option_value), each checked
+    against every wire's (the wire of the turn is known only once it is planned, and
+    checks again then): a key no wire takes, a value no wire takes for it, a key agctl
+    sets or a key given twice (which value was meant cannot be known) is a UsageError
+    before the command does anything."""
     options: dict[str, Any] = {}
     for key, text in pairs:
         if key in options:
             raise UsageError(f"model option {key!r} is given twice: give it once")
         options[key] = option_value(text)
+    checked_options(options, None)
     return options
 
 
-def accepted_options(provider: str) -> dict[str, tuple[str, ...]]:
+def accepted_options(provider: str | None) -> dict[str, tuple[str, ...]]:
     """The keys a provider's requests may carry, each with the JSON types it may take: its
-    wire's; for the offline and replay providers (no wire), every wire's."""
+    wire's; for the offline and replay providers (no wire) and for None (any wire), every
+    wire's."""
     tables = [WIRE_OPTIONS[provider]] if provider in WIRE_OPTIONS else WIRE_OPTIONS.values()
     accepted: dict[str, tuple[str, ...]] = {}
     for table in tables:
@@ -183,19 +188,25 @@ def _fits(value: Any, kind: str) -> bool:
     return found == kind
 
 
-def checked_options(options: Mapping[str, Any], provider: str) -> tuple[tuple[str, Any], ...]:
+def checked_options(
+    options: Mapping[str, Any], provider: str | None
+) -> tuple[tuple[str, Any], ...]:
     """`options` as a request carries them, sorted by key, each checked against what the
-    provider's wire accepts: a key agctl sets, an unknown key or a value of the wrong
-    type is a UsageError naming the key and what the wire accepts."""
+    provider's wire accepts (None: any wire): a key agctl sets, an unknown key or a value
+    of the wrong type is a UsageError naming the key and what the wire accepts."""
     accepted = accepted_options(provider)
-    who = f"the {provider} wire" if provider in WIRE_OPTIONS else f"the {provider} provider"
+    if provider is None:
+        who = "no wire"
+    else:
+        who = f"the {provider} wire" if provider in WIRE_OPTIONS else f"the {provider} provider"
     for key, value in options.items():
         if key in SET_BY_AGCTL:
             raise UsageError(f"model option {key!r} is set by agctl: use {SET_BY_AGCTL[key]}")
         if key not in accepted:
             raise UsageError(
-                f"{who} accepts no model option {key!r}",
-                hint="it accepts: " + ", ".join(sorted(accepted)),
+                f"{who} accepts {'a' if provider is None else 'no'} model option {key!r}",
+                hint=("the wires accept: " if provider is None else "it accepts: ")
+                + ", ".join(sorted(accepted)),
             )
         if not plain_json(value):
             raise UsageError(

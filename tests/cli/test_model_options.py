@@ -17,6 +17,8 @@ from fake_gemini import FakeGemini
 from fake_openai import FakeOpenAI
 from helpers import as_json, fails, ok
 
+from agctl.store import Store
+
 Run = Callable[..., Result]
 Fake = FakeAnthropic | FakeGemini | FakeOpenAI
 
@@ -107,7 +109,8 @@ def test_a_recorded_turn_with_options_replays_and_a_changed_option_misses(
 @pytest.mark.parametrize(
     ("kind", "option", "says"),
     [
-        ("openai", ("top_q", "1"), ["accepts no model option 'top_q'", "top_p", "seed"]),
+        ("openai", ("top_q", "1"), ["no wire accepts a model option 'top_q'", "top_p", "topK"]),
+        ("openai", ("stop_sequences", '["x"]'), ["the openai wire accepts no", "top_p", "stop"]),
         ("gemini", ("top_k", "5"), ["the gemini wire accepts no model option 'top_k'", "topK"]),
         ("anthropic", ("seed", "1"), ["accepts no model option 'seed'", "stop_sequences"]),
         ("openai", ("seed", "x"), ["'seed' takes an integer, not a string", '"x"']),
@@ -133,10 +136,10 @@ def test_a_key_given_twice_is_exit_2(run: Run) -> None:
     fails(run("turn", "send", "hi", "-o", "seed", "1", "--option", "seed", "2"), 2, "twice")
 
 
-def test_the_offline_provider_takes_any_wires_options_and_says_which(run: Run) -> None:
+def test_the_offline_provider_takes_any_wires_options(run: Run) -> None:
     ok(run("session", "new", "s"))
     ok(run("turn", "send", "hi", "-o", "topK", "3", "-o", "top_k", "3", "-o", "logprobs", "2"))
-    fails(run("turn", "send", "hi", "-o", "nope", "1"), 2, "the offline provider", "top_p")
+    fails(run("turn", "send", "hi", "-o", "nope", "1"), 2, "no wire accepts", "top_p")
 
 
 def test_a_dry_run_shows_the_options_in_the_wires_body(run: Run, fakes: dict[str, Fake]) -> None:
@@ -144,3 +147,14 @@ def test_a_dry_run_shows_the_options_in_the_wires_body(run: Run, fakes: dict[str
     shown: dict[str, Any] = as_json(run("--json", "turn", "send", "hi", "--dry-run", "--profile",
                                         "gem", "-o", "seed", "7"))  # fmt: skip
     assert shown["request"]["generationConfig"] == {"seed": 7}
+
+
+def test_a_key_no_wire_takes_is_refused_before_a_first_turn_starts_a_session(
+    run: Run, store: Store
+) -> None:
+    """Checked against every wire as the command line is read; before, the first turn of a
+    fresh machine started (and selected) a session and then refused the option."""
+    fails(run("turn", "send", "hello", "-o", "top_q", "1"), 2, "no wire accepts a model option")
+    fails(run("turn", "send", "hello", "-o", "temperature", "1"), 2, "use --temperature")
+    fails(run("turn", "send", "hello", "-o", "seed", "x"), 2, "takes an integer")
+    assert store.list_sessions() == []

@@ -90,7 +90,7 @@ def test_the_prompt_fills_input_or_follows_the_templates_prompt() -> None:
         ({"prompt": "x", "defaults": {"q": "1"}}, "a default for 'q'"),
         ({"prompt": 1}, "prompt: Input should be a valid string"),
         ({"prompt": "x", "options": {"temperature": 1}}, "use --temperature"),
-        ({"prompt": "x", "options": {"top_q": 1}}, "accepts no model option 'top_q'"),
+        ({"prompt": "x", "options": {"top_q": 1}}, "no wire accepts a model option 'top_q'"),
         ({"prompt": "x", "tools": ["../etc"]}, "must not contain '..'"),
         ({"prompt": "x", "slot_mode": "readonly"}, "slot_mode"),
         ({"prompt": "x", "script": "import os"}, "Extra inputs are not permitted"),
