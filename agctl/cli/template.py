@@ -115,7 +115,8 @@ def add(
 @json_option
 @pass_app
 def list_(app: App) -> None:
-    """List the templates: name, model and parameters.
+    """List the templates: name, model and parameters (a damaged one is left out, with a
+    warning saying why).
 
     \b
     Examples:
@@ -124,8 +125,10 @@ def list_(app: App) -> None:
     """
     from agctl.config.templates import Templates
 
-    templates = Templates()
-    rows = [_document(name, templates.load(name)) for name in templates.names()]
+    loaded, problems = Templates().load_all()
+    for problem in problems.values():
+        app.warn(problem)
+    rows = [_document(name, template) for name, template in loaded.items()]
     display = [
         {**row, "model": row.get("model", ""), "parameters": ", ".join(row["parameters"])}
         for row in rows

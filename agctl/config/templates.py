@@ -399,6 +399,18 @@ class Templates:
         except InvalidInput as exc:
             raise CorruptDocument(self.path(name), str(exc).partition(": ")[2]) from None
 
+    def load_all(self) -> tuple[dict[str, Template], dict[str, str]]:
+        """Every template that reads, by name, and why each other one does not (a damaged
+        file leaves the others listed)."""
+        loaded: dict[str, Template] = {}
+        problems: dict[str, str] = {}
+        for name in self.names():
+            try:
+                loaded[name] = self.load(name)
+            except (CorruptDocument, NotFound) as exc:  # NotFound: removed meanwhile
+                problems[name] = str(exc)
+        return loaded, problems
+
     def add(self, name: str, template: Template, *, replace: bool = False) -> Path:
         """Write `template` as `name` (Conflict if it exists, unless `replace`)."""
         from agctl.base.fsio import make_dirs, write_atomic

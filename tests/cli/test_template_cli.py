@@ -173,3 +173,14 @@ def test_session_new_takes_the_templates_system_model_and_slot_mode(run: Run, st
     fails(run("session", "new", "x", "-t", "tutor"), 2, "needs a value for subject")
     fails(run("session", "new", "y", "-t", "nope"), 3, "no template named")
     assert sorted(info.session.id for info in store.list_sessions()) == ["o", "s"]
+
+
+def test_a_damaged_template_is_left_out_of_the_list_with_a_warning(
+    run: Run, review: None, isolated_env: Path
+) -> None:
+    (templates_dir(isolated_env) / "broken.yaml").write_text("prompt: [")
+    result = ok(run("template", "list", "--json"))
+    assert [row["name"] for row in as_json(result)] == ["review"]
+    assert "broken.yaml: not YAML" in result.stderr
+    fails(run("template", "show", "broken"), 5, "broken.yaml: not YAML")
+    fails(run("turn", "send", "-t", "broken", "hi"), 5, "broken.yaml: not YAML")
