@@ -56,6 +56,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "agctl.cli.tool",
         "Tools a model may call: argv commands given their arguments as JSON.",
     ),
+    "template": (
+        "agctl.cli.template",
+        "Templates: a system prompt, a prompt with {{ parameters }}, a model, options, tools.",
+    ),
     "store": (
         "agctl.cli.store",
         "The store itself: its status and schema, and copying sessions between stores.",

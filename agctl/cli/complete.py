@@ -393,3 +393,23 @@ def complete_tools(
         if isinstance(profile, dict):
             names |= set(profile.get("tools") or {})
     return [CompletionItem(name) for name in sorted(names) if name.startswith(incomplete)]
+
+
+def complete_templates(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """The templates' names: their files in the config dir's templates/."""
+    from click.shell_completion import CompletionItem
+
+    from agctl.base.paths import default_config_path
+
+    try:
+        entries = os.listdir(default_config_path().parent / "templates")
+    except OSError:
+        return []
+    names = (entry.removesuffix(".yaml") for entry in entries if entry.endswith(".yaml"))
+    return [
+        CompletionItem(name)
+        for name in sorted(names)
+        if name.startswith(incomplete) and not name.startswith(".")
+    ]

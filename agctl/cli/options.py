@@ -468,6 +468,68 @@ def schema_options(fn: F) -> F:
     )(chosen)
 
 
+def model_options(fn: F) -> F:
+    """`-o/--option KEY VALUE` (repeatable): model options beyond --temperature and
+    --max-tokens, passed through in the request body. The command gets `model_options`,
+    KEY to VALUE (JSON when it parses, else text; agctl.providers.options.typed_options);
+    they are checked against the wire when the turn is planned."""
+
+    @functools.wraps(fn)
+    def with_options(*args: Any, option_pairs: tuple[tuple[str, str], ...], **kw: Any) -> Any:
+        from agctl.providers.options import typed_options
+
+        return fn(*args, model_options=typed_options(option_pairs), **kw)
+
+    return click.option(
+        "-o",
+        "--option",
+        "option_pairs",
+        nargs=2,
+        multiple=True,
+        metavar="KEY VALUE",
+        help="A model option the wire accepts, sent in the request (top_p 0.9, seed 42, "
+        "stop '[\"END\"]'; VALUE is JSON when it parses, else text). Repeatable.",
+    )(cast(F, with_options))
+
+
+def template_options(fn: F) -> F:
+    """`-t/--template NAME` and `-p/--param KEY VALUE` (repeatable): a template and its
+    parameters' values. The command gets `template`, an agctl.config.templates
+    TemplateChoice (loaded: an unknown one is exit 3 before the command does anything),
+    or None without -t (then -p is a usage error)."""
+    from agctl.cli.complete import complete_templates
+
+    @functools.wraps(fn)
+    def with_template(
+        *args: Any, template_name: str | None, param_pairs: tuple[tuple[str, str], ...], **kw: Any
+    ) -> Any:
+        if template_name is None:
+            if param_pairs:
+                raise click.UsageError("-p/--param gives a template's parameters: name one with -t")
+            return fn(*args, template=None, **kw)
+        from agctl.config.templates import TemplateChoice
+
+        return fn(*args, template=TemplateChoice.load(template_name, dict(param_pairs)), **kw)
+
+    chosen = click.option(
+        "-p",
+        "--param",
+        "param_pairs",
+        nargs=2,
+        multiple=True,
+        metavar="KEY VALUE",
+        help="A value for the template's {{ KEY }} (text, as typed). Repeatable.",
+    )(cast(F, with_template))
+    return click.option(
+        "-t",
+        "--template",
+        "template_name",
+        metavar="NAME",
+        shell_complete=complete_templates,
+        help="Use template NAME ('agctl template list').",
+    )(chosen)
+
+
 def source_options(fn: F) -> F:
     """--script, --cassette and --record: where replies come from, and where they go."""
     fn = recording_options(fn)

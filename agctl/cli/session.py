@@ -14,10 +14,17 @@ from agctl.cli.complete import (
     complete_sessions,
     complete_slots,
 )
-from agctl.cli.options import json_option, limit_option, select_option, session_option
+from agctl.cli.options import (
+    json_option,
+    limit_option,
+    select_option,
+    session_option,
+    template_options,
+)
 from agctl.cli.output import echo, plain
 
 if TYPE_CHECKING:
+    from agctl.config.templates import TemplateChoice
     from agctl.context.models import Session
     from agctl.context.pricing import Prices
     from agctl.graph.render import Drawing
@@ -93,6 +100,7 @@ def command() -> None:
     help="Model the session's turns use by default.",
     shell_complete=complete_models,
 )
+@template_options
 @select_option()
 @click.option(
     "--replace", is_flag=True, help="Replace an existing session ID (with its checkpoints)."
@@ -111,6 +119,7 @@ def new(
     parent_id: str | None,
     profile: str | None,
     model: str | None,
+    template: TemplateChoice | None,
     make_current: bool,
     replace: bool,
     recursive: bool,
@@ -135,9 +144,10 @@ def new(
         raise click.UsageError("--replace needs the ID of the session to replace")
     if system_prompt == "-":
         system_prompt = text_argument("-", "the system prompt")
-    settings = dict(
+    settings: dict[str, Any] = dict(
         system_prompt=system_prompt, parent_id=parent_id, title=title, profile=profile, model=model
     )
+    settings.update(template.session_settings(system_prompt, model) if template else {})
     if replace and session_id is not None:
         outcome = app.store.replace_session(
             session_id, recursive=recursive, orphan=orphan, **settings

@@ -14,11 +14,13 @@ from agctl.cli.options import (
     command_options,
     file_option,
     gathered,
+    model_options,
     provider_options,
     schema_options,
     select_option,
     slot_option,
     source_options,
+    template_options,
     tool_options,
 )
 from agctl.cli.output import echo, secho
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from agctl.base.vocab import CheckMode, SyncMode
+    from agctl.config.templates import TemplateChoice
     from agctl.providers.base import Event
     from agctl.turn.send import TurnResult
     from agctl.turn.setup import ModelChoice, ToolsChoice
@@ -202,9 +205,20 @@ instance of the schema), then checked: a reply that is not JSON or not valid aga
 it is exit 11, nothing written, the prompt and the reply kept in the draft, and the
 error names the first failing path. --json adds the parsed reply as "parsed".
 
+Model options beyond --temperature and --max-tokens go with -o KEY VALUE (repeatable;
+VALUE is JSON when it parses, else text): each is checked against the wire (a key it
+does not take, a value of the wrong type or a key agctl sets is exit 2, naming what it
+takes) and sent in the body, sorted by key. With -t NAME (see 'agctl template'), the
+template's prompt is sent with its {{ parameters }} filled from -p KEY VALUE and its
+defaults, PROMPT filling {{ input }} (or following its prompt after a blank line), and
+its system prompt, model, options and tools apply where --system, --model, -o of the
+same key do not; a parameter left without a value is exit 2 naming every one.
+
 \b
 Examples:
   agctl turn send "What are my options?"
+  agctl turn send "Name three colours" -o top_p 0.9 -o seed 42
+  agctl turn send -t review -p lang Python -f main.py
   agctl turn send - --slot option-a < question.txt
   agctl turn send "Summarise this" < notes.txt
   agctl turn send "Review:" -f main.py -f test_main.py
@@ -225,6 +239,7 @@ Examples:
 TURN_FIELDS = (
     "temperature",
     "max_tokens",
+    "model_options",
     "system",
     "scratch",
     "checkpoint",
@@ -239,6 +254,7 @@ TURN_FIELDS = (
 @provider_options
 @click.option("--temperature", type=TEMPERATURE, help="Sampling temperature.")
 @click.option("--max-tokens", type=Count(min=1), metavar="N", help="Reply length cap.")
+@model_options
 @click.option("--system", metavar="TEXT", help="System prompt for this turn only.")
 @click.option(
     "--scratch",
@@ -295,6 +311,7 @@ TURN_FIELDS = (
 )
 @tool_options
 @schema_options
+@template_options
 @gathered("fields", *TURN_FIELDS)
 @gathered("resuming", "resume_draft", "force", "approve_calls", "deny_calls")
 @command_options
@@ -311,6 +328,7 @@ def send(
     files: tuple[str, ...],
     tools: ToolsChoice,
     loop: dict[str, Any],
+    template: TemplateChoice | None,
     fields: dict[str, Any],
     resuming: dict[str, Any],
 ) -> None:
@@ -318,10 +336,14 @@ def send(
     from agctl.turn.send import send_turn
     from agctl.turn.setup import TurnChoice, plan_turn
 
+    if template is not None and resuming["resume_draft"]:
+        raise click.UsageError("--resume-draft sends the draft's prompt as it was: no -t")
     # A dry run or a resumed draft needs the session it is about; a turn starts one.
     starts = not dry_run and not resuming.get("resume_draft")
     store, sid = app.store, app.session_or_new() if starts else app.session_id()
     prompt, slot, resume, answers = turn_input(app, sid, prompt, slot, files, **resuming)
+    if template is not None:
+        prompt, choice, tools, fields = template.turn(prompt, choice, tools, fields)
     streaming = sys.stdout.isatty() if stream is None else stream
     plan = plan_turn(
         store,

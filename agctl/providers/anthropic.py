@@ -43,6 +43,7 @@ from agctl.providers.fields import (
     a_whole_number,
     an_object,
 )
+from agctl.providers.options import ANTHROPIC_OPTIONS
 
 log = logging.getLogger("agctl.provider")
 
@@ -109,6 +110,7 @@ class AnthropicWire:
 
     name = WIRE
     stream_end: str | None = "message_stop"
+    options = ANTHROPIC_OPTIONS
 
     def __init__(
         self,
@@ -139,7 +141,8 @@ class AnthropicWire:
 
     def body(self, request: ChatRequest) -> bytes:
         """The Messages body: model, max_tokens, system, messages, tools, tool_choice,
-        temperature, thinking, stream, in that order, each only when it has a value."""
+        temperature, the model options by key, thinking, stream, in that order, each only
+        when it has a value."""
         encoded = _Encoding(request)
         tail: dict[str, Any] = {}
         if request.tools:
@@ -172,6 +175,7 @@ class AnthropicWire:
                     "temperature %g left out: the anthropic wire refuses it with thinking",
                     request.temperature,
                 )
+        tail.update(request.options)
         if self.thinking_budget is not None:
             tail["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
         if request.stream:

@@ -246,10 +246,14 @@ class ChatRequest(NamedTuple):
     # its own way (agctl.providers.structured); model input: its response_format is a
     # parameter, and so part of the fingerprint.
     response_schema: dict[str, Any] | None = None
+    # Model options beyond temperature and max tokens (`-o KEY VALUE`), sorted by key and
+    # checked against the wire (agctl.providers.options): sent after agctl's own
+    # parameters, and part of the model input (a changed option is a cassette miss).
+    options: tuple[tuple[str, Any], ...] = ()
 
     def params(self) -> dict[str, Any]:
-        """The request's parameters, each only when set (so a request without tools has
-        the same input, and fingerprint, as before tools existed)."""
+        """The request's parameters, each only when set (so a request without tools, or
+        without options, has the same input, and fingerprint, as before they existed)."""
         params: dict[str, Any] = {}
         if self.temperature is not None:
             params["temperature"] = self.temperature
@@ -265,6 +269,7 @@ class ChatRequest(NamedTuple):
             from agctl.providers.structured import response_format
 
             params["response_format"] = response_format(self.response_schema)
+        params.update(self.options)
         return params
 
     def model_input(self) -> dict[str, Any]:

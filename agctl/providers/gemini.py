@@ -59,6 +59,7 @@ from agctl.providers.fields import (
     an_object,
     kind_of,
 )
+from agctl.providers.options import GEMINI_OPTIONS
 
 WIRE = "gemini"
 DEFAULT_VERSION = "v1beta"
@@ -110,6 +111,7 @@ class GeminiWire:
 
     name = WIRE
     stream_end: str | None = None
+    options = GEMINI_OPTIONS
 
     def __init__(self, *, thinking_budget: int | None = None) -> None:
         if thinking_budget is not None and (
@@ -157,6 +159,7 @@ class GeminiWire:
             config["temperature"] = request.temperature
         if request.max_tokens is not None:
             config["maxOutputTokens"] = request.max_tokens
+        config.update(request.options)  # generationConfig's own fields
         if self.thinking_budget is not None:
             config["thinkingConfig"] = {
                 "thinkingBudget": self.thinking_budget,

@@ -33,6 +33,7 @@ from agctl.providers.fields import (
     kind_of,
 )
 from agctl.providers.http import HttpProvider, HttpSettings
+from agctl.providers.options import OPENAI_OPTIONS
 
 __all__ = ["HttpSettings", "OpenAIProvider", "OpenAIWire", "ReplyParser"]
 
@@ -195,6 +196,7 @@ class OpenAIWire:
 
     name = "openai"
     stream_end: str | None = "[DONE]"
+    options = OPENAI_OPTIONS
 
     def __init__(self, *, cache_key: bool = False) -> None:
         self.cache_key = cache_key

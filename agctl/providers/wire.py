@@ -40,6 +40,9 @@ class Wire(Protocol):
     # What ends a stream: "[DONE]" (a data line), the name of a last event the parser
     # marks `done` ("message_stop"), or None when the stream ends with its connection.
     stream_end: str | None
+    # The model options (`-o KEY VALUE`) its requests may carry, with their JSON types
+    # (agctl.providers.options), sent where the wire keeps such fields.
+    options: dict[str, str]
 
     def url(self, base_url: str, request: ChatRequest) -> str:
         """The endpoint `request` is posted to, under `base_url`."""

@@ -29,7 +29,7 @@ from agctl.store import drafts, slots
 from agctl.store.work import Work, reader, settle, snapshot, work_on
 
 if TYPE_CHECKING:
-    from agctl.base.vocab import DeriveStrategy
+    from agctl.base.vocab import DeriveStrategy, SlotMode
     from agctl.context.models import Draft, Message, Session, Slot
     from agctl.storage.base import Backend, Reader, Tx
     from agctl.store.sessions import Destroyed, Replaced, SessionInfo
@@ -315,8 +315,10 @@ class Store:
         title: str | None = None,
         profile: str | None = None,
         model: str | None = None,
+        slot_mode: SlotMode | None = None,
     ) -> Session:
-        """Create a session with its `default` slot, all or nothing."""
+        """Create a session with its `default` slot (in `slot_mode` if given), all or
+        nothing."""
         from agctl.store import sessions
 
         return sessions.create_session(
@@ -327,6 +329,7 @@ class Store:
             title=title,
             profile=profile,
             model=model,
+            slot_mode=slot_mode,
         )
 
     def replace_session(
@@ -340,6 +343,7 @@ class Store:
         title: str | None = None,
         profile: str | None = None,
         model: str | None = None,
+        slot_mode: SlotMode | None = None,
     ) -> Replaced:
         """A new session `session_id`, in place of the one of that id if there is one."""
         from agctl.store import sessions
@@ -354,6 +358,7 @@ class Store:
             title=title,
             profile=profile,
             model=model,
+            slot_mode=slot_mode,
         )
 
     def update_session(self, session_id: str, change: Callable[[Session], T]) -> T:

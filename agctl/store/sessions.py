@@ -31,7 +31,7 @@ from agctl.base.ids import new_session_id, resolve_prefix, validate_id
 from agctl.base.validation import validation_summary
 from agctl.base.vocab import SESSION_SETTINGS
 from agctl.config.settings import session_setting_from_text
-from agctl.context.models import Session, Slot
+from agctl.context.models import Session, Slot, SlotConfig
 from agctl.store.slots import DEFAULT_SLOT, new_slot, update_session
 from agctl.store.work import snapshot, work_on
 
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Unpack
 
+    from agctl.base.vocab import SlotMode
     from agctl.storage.base import Backend, Reader
     from agctl.store.work import Work
 
@@ -203,13 +204,24 @@ def children(backend: Backend, session_id: str) -> list[str]:
 
 
 def create_session(
-    backend: Backend, session_id: str | None = None, **settings: Unpack[NewSession]
+    backend: Backend,
+    session_id: str | None = None,
+    *,
+    slot_mode: SlotMode | None = None,
+    **settings: Unpack[NewSession],
 ) -> Session:
-    """A new session (its id drawn when None) with its `default` slot, written whole."""
+    """A new session (its id drawn when None) with its `default` slot (in `slot_mode` if
+    given), written whole."""
     session = _new_session(backend, session_id, settings)
-    session = materialize(backend, session, [new_slot(DEFAULT_SLOT)], drawn_id=session_id is None)
+    first = _default_slot(slot_mode)
+    session = materialize(backend, session, [first], drawn_id=session_id is None)
     log.info("session created: %s (parent %s)", session.id, session.parent_id or "-")
     return session
+
+
+def _default_slot(mode: SlotMode | None) -> Slot:
+    """A new session's `default` slot, in `mode` if given (`session new -t`'s template)."""
+    return new_slot(DEFAULT_SLOT, None if mode is None else SlotConfig(mode=mode))
 
 
 def _new_session(backend: Backend, session_id: str | None, settings: NewSession) -> Session:
@@ -226,6 +238,7 @@ def replace_session(
     *,
     recursive: bool = False,
     orphan: bool = False,
+    slot_mode: SlotMode | None = None,
     **settings: Unpack[NewSession],
 ) -> Replaced:
     """A new session `session_id`, in place of the one of that id if there is one.
@@ -238,14 +251,14 @@ def replace_session(
     session = _new_session(backend, session_id, settings)
     sid = session.id
     if sid not in backend.session_ids():
-        materialize(backend, session, [new_slot(DEFAULT_SLOT)])
+        materialize(backend, session, [_default_slot(slot_mode)])
         log.info("session created: %s (parent %s)", sid, session.parent_id or "-")
         return Replaced(session, replaced=False)
     kids = children(backend, sid)
     if kids and not (recursive or orphan):
         raise HasChildren(sid, kids)
     check_parent(backend, sid, session.parent_id)
-    backend.replace_session(session, [new_slot(DEFAULT_SLOT)])
+    backend.replace_session(session, [_default_slot(slot_mode)])
     log.info("session replaced: %s (parent %s)", sid, session.parent_id or "-")
     result = Replaced(session, replaced=True)
     for child in kids:

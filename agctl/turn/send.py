@@ -68,6 +68,9 @@ class TurnOptions:
     slot: str | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    # Model options beyond those (`-o KEY VALUE`), sorted by key and checked against the
+    # wire (agctl.providers.options.checked_options; ModelSetup.turn_options does it).
+    model_options: tuple[tuple[str, Any], ...] = ()
     system: str | None = None
     scratch: Sequence[str] = ()
     stream: bool = False
@@ -281,6 +284,7 @@ def prepare_turn(
         wire_parts=view.wire_parts,
         breakpoints=view.breakpoints,
         response_schema=options.schema,
+        options=options.model_options,
     )
     return PreparedTurn(
         session,

@@ -208,13 +208,20 @@ class ModelSetup(NamedTuple):
     def turn_options(self, *, checkpoint: bool | None = None, **fields: Any) -> TurnOptions:
         """Turn options from the config (prices, checkpoints, window, compression, the
         limits of tool calls a field leaves None) and `fields` (slot, temperature,
-        max_tokens, system, scratch, stream, ...)."""
+        max_tokens, system, scratch, stream, ...); `model_options` (a mapping of KEY to
+        VALUE) checked against the wire of the provider in use."""
         from agctl.turn.send import TurnOptions
 
         config = self.config
         for limit in ("max_calls_per_reply", "max_calls_per_turn"):
             if fields.get(limit) is None:
                 fields[limit] = getattr(config, limit)
+        if "model_options" in fields:
+            from agctl.providers.options import checked_options
+
+            fields["model_options"] = checked_options(
+                dict(fields["model_options"]), self.settings.provider
+            )
         return TurnOptions(
             model=self.settings.model,
             prices=config.price_overrides(),

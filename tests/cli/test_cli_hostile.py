@@ -90,6 +90,8 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _invoke(runner, env, "memory", "set", "k", "v")
     _invoke(runner, env, "profile", "add", "p", "--preset", "ollama")
     _invoke(runner, env, "tool", "add", "echo", "--description", "d", "--", "cat")
+    _invoke(runner, env, "template", "add", "t", "--system", "S {{ a }}", "--prompt",
+            "{{ input }}", "--default", "a", "1")  # fmt: skip
     _invoke(runner, env, "hook", "add", "TurnEnd", "seen", "--", "true")
     hooks_file = root / "project" / ".agctl" / "hooks.json"
     hooks_file.parent.mkdir(parents=True)

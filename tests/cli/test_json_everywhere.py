@@ -49,6 +49,8 @@ def world(run: Run, store: Store, tmp_path: Path) -> dict[str, str]:
     assert run("memory", "set", "k", "v").exit_code == 0
     assert run("profile", "add", "p", "--preset", "ollama").exit_code == 0
     assert run("tool", "add", "echo", "--description", "d", "--", "cat").exit_code == 0
+    assert run("template", "add", "t", "--system", "S {{ a }}", "--prompt", "{{ input }}",
+               "--default", "a", "1").exit_code == 0  # fmt: skip
     store.save_draft("s", Draft(prompt="kept", slot="default"))
     ids = Checkpointer(store).ids("s")
     messages = tmp_path / "messages.json"
@@ -160,6 +162,11 @@ INVOCATIONS: dict[str, list[str]] = {
     "slot summarize": ["slot", "summarize"],
     "slot use": ["slot", "use", "b"],
     # No "--": the --json the test appends must stay an option, not a word of the command.
+    "template add": ["template", "add", "new", "--prompt", "p", "-o", "seed", "1"],
+    "template edit": ["template", "edit", "t", "--editor", "true"],
+    "template list": ["template", "list"],
+    "template rm": ["template", "rm", "t"],
+    "template show": ["template", "show", "t"],
     "tool add": ["tool", "add", "now", "--description", "d", "date"],
     "tool list": ["tool", "list"],
     "tool rm": ["tool", "rm", "echo"],

@@ -38,7 +38,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT_FILES = {"bash": "agctl.bash", "zsh": "_agctl", "fish": "agctl.fish"}
 BASH_COMPLETION = Path("/usr/share/bash-completion/bash_completion")
-HEAVY = ("httpx", "pydantic", "pydantic_core", "regex")
+HEAVY = ("httpx", "pydantic", "pydantic_core", "regex", "yaml")
 PRESETS = [
     "openai",
     "deepseek",
@@ -134,6 +134,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     world.agctl("session", "new", "other", "--no-use", "--system", "You review Python code.")
     world.agctl("slot", "new", "gamma", "-s", "other")
     world.agctl("profile", "add", "local", "--preset", "ollama", "--model", "qwen2.5:7b")
+    world.agctl("template", "add", "review", "--prompt", "Review {{ input }}")
+    world.agctl("template", "add", "rust-review", "--system", "You review Rust.")
 
     def ids(*args: str) -> list[str]:
         return [str(item["id"]) for item in json.loads(world.agctl(*args, "--json"))]
@@ -218,6 +220,9 @@ def test_bash_session_option_selects_the_other_sessions_slots(world: World, line
         ("agctl session use ", ["main", "other"]),
         ("agctl turn send --model ", ["qwen2.5:7b"]),
         ("agctl turn send --profile ", ["local", *PRESETS]),
+        ("agctl turn send -t ", ["review", "rust-review"]),
+        ("agctl session new --template ru", ["rust-review"]),
+        ("agctl template show r", ["review", "rust-review"]),
     ],
 )
 def test_bash_other_live_values(world: World, line: str, expected: list[str]) -> None:
@@ -544,6 +549,7 @@ def test_fish_ckpt_rollback_gives_the_real_checkpoint_ids(world: World) -> None:
         "agctl -s other slot use ",
         "agctl turn send --profile ",
         "agctl turn send --model ",
+        "agctl turn send -t ",
     ],
 )
 def test_completion_imports_neither_pydantic_nor_httpx(world: World, line: str) -> None:
