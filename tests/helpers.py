@@ -519,6 +519,11 @@ class Adder:
     def begin_turn(self) -> None:
         pass
 
+
+    def end_turn(self) -> None:
+
+        pass
+
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:
         started = time.monotonic()
         done = subprocess.run(

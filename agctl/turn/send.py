@@ -495,8 +495,22 @@ class _Loop:
         provider: Provider,
         on_event: Callable[[Event], None] | None,
     ) -> None:
-        if self.toolbox is not None:
-            self.toolbox.begin_turn()
+        if self.toolbox is None:
+            self._run(store, session_id, provider, on_event)
+            return
+        self.toolbox.begin_turn()
+        try:
+            self._run(store, session_id, provider, on_event)
+        finally:
+            self.toolbox.end_turn()
+
+    def _run(
+        self,
+        store: Store,
+        session_id: str,
+        provider: Provider,
+        on_event: Callable[[Event], None] | None,
+    ) -> None:
         self._answer(store, session_id, unanswered(self.messages))
         while True:
             final = self.toolbox is not None and self.requests >= self.options.max_steps

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,6 +50,8 @@ def world(run: Run, store: Store, tmp_path: Path) -> dict[str, str]:
     assert run("memory", "set", "k", "v").exit_code == 0
     assert run("profile", "add", "p", "--preset", "ollama").exit_code == 0
     assert run("tool", "add", "echo", "--description", "d", "--", "cat").exit_code == 0
+    mcp_server = str(Path(__file__).parents[1] / "mcp_server.py")
+    assert run("mcp", "add", "m", "--", sys.executable, mcp_server).exit_code == 0
     store.save_draft("s", Draft(prompt="kept", slot="default"))
     ids = Checkpointer(store).ids("s")
     messages = tmp_path / "messages.json"
@@ -160,6 +163,10 @@ INVOCATIONS: dict[str, list[str]] = {
     "slot summarize": ["slot", "summarize"],
     "slot use": ["slot", "use", "b"],
     # No "--": the --json the test appends must stay an option, not a word of the command.
+    "mcp add": ["mcp", "add", "web", "--url", "http://127.0.0.1:9/mcp"],
+    "mcp list": ["mcp", "list"],
+    "mcp rm": ["mcp", "rm", "m"],
+    "mcp tools": ["mcp", "tools", "m"],
     "tool add": ["tool", "add", "now", "--description", "d", "date"],
     "tool list": ["tool", "list"],
     "tool rm": ["tool", "rm", "echo"],

@@ -102,6 +102,19 @@ FILES = {
         }
     )
     + "\n",
+    # Tools from MCP servers: the offline model calls notes__count_words, then answers.
+    "count.json": json.dumps(
+        [
+            [
+                {
+                    "tool_calls": [
+                        {"name": "notes__count_words", "arguments": {"path": "notes.txt"}}
+                    ]
+                },
+                "notes.txt has 5 words.",
+            ]
+        ]
+    ),
     **file_blocks(),
 }
 
