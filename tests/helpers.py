@@ -519,9 +519,7 @@ class Adder:
     def begin_turn(self) -> None:
         pass
 
-
     def end_turn(self) -> None:
-
         pass
 
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:

@@ -185,9 +185,7 @@ class Echo:
     def begin_turn(self) -> None:
         pass
 
-
     def end_turn(self) -> None:
-
         pass
 
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:

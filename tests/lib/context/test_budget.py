@@ -289,9 +289,7 @@ class Unrunnable:
     def begin_turn(self) -> None:
         pass
 
-
     def end_turn(self) -> None:
-
         pass
 
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:

@@ -403,9 +403,7 @@ class Echo:
     def begin_turn(self) -> None:
         pass
 
-
     def end_turn(self) -> None:
-
         pass
 
     def run(self, call: ToolCall) -> tuple[str, Any]:

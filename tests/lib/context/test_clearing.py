@@ -55,9 +55,7 @@ class Big:
     def begin_turn(self) -> None:
         pass
 
-
     def end_turn(self) -> None:
-
         pass
 
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:
