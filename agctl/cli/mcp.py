@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from agctl.base.vocab import TOOL_APPROVALS
-from agctl.cli.app import App, pass_app
+from agctl.cli.app import App, PathType, pass_app
 from agctl.cli.options import json_option
 
 
@@ -128,7 +130,8 @@ def add(
 @json_option
 @pass_app
 def list_(app: App) -> None:
-    """List the MCP servers (header values masked, unless they name a ${VAR}).
+    """List the MCP servers: the config's, and the project's (./.agctl/mcp.json) with its
+    trust; header values are masked, unless they name a ${VAR}.
 
     \b
     Examples:
@@ -139,20 +142,23 @@ def list_(app: App) -> None:
     from agctl.config.file import ConfigFile
     from agctl.turn.mcp import server_rows
 
-    rows = server_rows(ConfigFile().load().mcp_servers)
+    rows = server_rows(ConfigFile().load())
     display = [
-        {**row, "target": shell_words(row["command"]) if row["command"] else row["url"]}
+        {
+            **row,
+            "source": row["source"] + (f" ({row['trust']})" if row["trust"] else ""),
+            "target": shell_words(row["command"]) if row["command"] else row["url"],
+        }
         for row in rows
     ]
     columns = [
         ("name", "SERVER"),
-        ("transport", "TRANSPORT"),
+        ("source", "SOURCE"),
         ("approve", "APPROVE"),
         ("target", "COMMAND OR URL"),
     ]
-    app.emit_rows(
-        rows, columns, empty="no MCP servers (add one with 'agctl mcp add')", display=display
-    )
+    empty = "no MCP servers (add one with 'agctl mcp add')"
+    app.emit_rows(rows, columns, empty=empty, display=display)
 
 
 @command.command("rm")
@@ -187,13 +193,77 @@ def tools(app: App, names: tuple[str, ...]) -> None:
       agctl mcp tools suite --json | jq '.[].parameters'
     """
     from agctl.config.file import ConfigFile
-    from agctl.turn.mcp import list_server_tools, parameter_summary
+    from agctl.turn.mcp import list_server_tools, parameter_summary, servers_in_use
 
-    servers = ConfigFile().load().mcp_servers
-    rows = list_server_tools(servers, names or sorted(servers))
+    in_use = servers_in_use(ConfigFile().load())
+    rows = list_server_tools(in_use, names or sorted(in_use.servers))
     display = [
         {**row, "name": row["name"] or "-", "parameters": parameter_summary(row["parameters"])}
         for row in rows
     ]
     columns = [("name", "TOOL"), ("parameters", "PARAMETERS"), ("description", "DESCRIPTION")]
     app.emit_rows(rows, columns, empty="no tools", display=display)
+
+
+@command.command("trust")
+@click.argument("file", required=False, type=PathType(dir_okay=False, path_type=Path))
+@json_option
+@pass_app
+def trust(app: App, file: Path | None) -> None:
+    """Trust a project's MCP servers file, as it is now: its servers may then be used.
+
+    FILE defaults to ./.agctl/mcp.json (a JSON object of servers by name, each as 'mcp
+    add' keeps one). It is pinned by its sha256 as a project's hooks file is ('agctl hook
+    trust'): a change drops the trust. Read it ('agctl mcp list') first: a stdio server
+    runs with your rights, in the project's directory. The config's server of the same
+    name wins.
+
+    \b
+    Examples:
+      agctl mcp trust
+      agctl mcp trust ../other-project/.agctl/mcp.json
+    """
+    from agctl.base.quoting import shell_word
+    from agctl.config.file import PROJECT_MCP_FILE, ConfigFile
+    from agctl.turn.mcp import trust_servers_file
+
+    project, digest, servers = trust_servers_file(
+        ConfigFile(), file or Path.cwd() / PROJECT_MCP_FILE
+    )
+    path = project / PROJECT_MCP_FILE
+    lines = [
+        f"trusted the MCP servers file of project {shell_word(str(project))}",
+        f"  file    {shell_word(str(path))}",
+        f"  sha256  {digest}",
+        f"  servers {', '.join(servers) or 'none'}",
+    ]
+    report = {
+        "project": str(project),
+        "file": str(path),
+        "sha256": digest,
+        "servers": list(servers),
+    }
+    app.done(report, text="\n".join(lines))
+
+
+@command.command("untrust")
+@click.argument("file", required=False, type=PathType(dir_okay=False, path_type=Path))
+@json_option
+@pass_app
+def untrust(app: App, file: Path | None) -> None:
+    """Drop the trust of a project's MCP servers file: its servers are no longer used.
+
+    FILE defaults to ./.agctl/mcp.json; it need not exist any more.
+
+    \b
+    Examples:
+      agctl mcp untrust
+    """
+    from agctl.base.quoting import shell_word
+    from agctl.config.file import PROJECT_MCP_FILE, ConfigFile
+    from agctl.turn.mcp import untrust_servers_file
+
+    project, digest = untrust_servers_file(ConfigFile(), file or Path.cwd() / PROJECT_MCP_FILE)
+    path = project / PROJECT_MCP_FILE
+    report = {"project": str(project), "file": str(path), "sha256": digest}
+    app.done(report, text=f"untrusted {shell_word(str(path))}")

@@ -86,6 +86,8 @@ def _is_empty(value: object) -> bool:
 
 # The project's hooks file, relative to the directory agctl runs in.
 PROJECT_HOOKS_FILE = Path(".agctl") / "hooks.json"
+# The project's MCP servers file (a JSON object of servers by name), likewise.
+PROJECT_MCP_FILE = Path(".agctl") / "mcp.json"
 
 
 def _tool_table() -> Any:
@@ -276,7 +278,8 @@ class Config(Document):
     hooks: LazyHookList = shared_field(default_factory=_empty_list, exclude_if=_is_empty)
     # Project hooks files (PROJECT/.agctl/hooks.json, the project directory with links
     # resolved, the rest as the project holds it -> the sha256 `agctl hook trust` pinned):
-    # a file runs only while its content has that hash.
+    # a file runs only while its content has that hash. A project's MCP servers file
+    # (PROJECT/.agctl/mcp.json, `agctl mcp trust`) is pinned here alike.
     trusted_hook_files: dict[str, str] = shared_field(
         default_factory=_empty_dict, exclude_if=_is_empty
     )

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from agctl.base.errors import Interrupted, McpServerError, NotFound, UsageError
+from agctl.base.errors import Interrupted, InvalidInput, McpServerError, NotFound, UsageError
 from agctl.base.interrupts import interrupt_count, interrupted_since
 from agctl.base.procs import WATCH_S
 from agctl.config.specs import KEPT_OUTPUT, McpServerSpec, ToolSpec
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     import concurrent.futures
     import threading
 
+    from agctl.config.file import Config, ConfigFile
+    from agctl.turn.hooks import PinnedFile
     from agctl.turn.tools import ToolRun
 
 log = logging.getLogger("agctl.mcp")
@@ -115,6 +117,107 @@ def new_server(
         raise UsageError(f"invalid MCP server: {validation_summary(exc, 'server')}") from None
 
 
+def parse_servers_file(data: bytes) -> dict[str, McpServerSpec]:
+    """The servers of a project's `.agctl/mcp.json` (a JSON object of servers by name, each
+    as `mcp add` keeps one), or InvalidInput."""
+    import orjson
+    from pydantic import TypeAdapter, ValidationError
+
+    from agctl.base.validation import validation_summary
+    from agctl.config.specs import McpTable
+
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"not JSON ({exc})") from None
+    if not isinstance(parsed, dict):
+        raise InvalidInput("not a JSON object of MCP servers by name")
+    try:
+        servers: dict[str, McpServerSpec] = TypeAdapter(McpTable).validate_python(parsed)
+    except (ValidationError, ValueError) as exc:
+        reason = validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
+        raise InvalidInput(reason) from None
+    return servers
+
+
+def project_servers(config: Config, cwd: Path) -> PinnedFile:
+    """The project's MCP servers file in `cwd`, parsed, with its trust (the project hooks'
+    pin, agctl.turn.hooks.read_pinned_file)."""
+    from agctl.config.file import PROJECT_MCP_FILE
+    from agctl.turn.hooks import read_pinned_file
+
+    return read_pinned_file(config, cwd, PROJECT_MCP_FILE, parse_servers_file)
+
+
+class ServersInUse(NamedTuple):
+    """The servers a turn may use: the config's, and a trusted project file's (its
+    servers start in the project's directory); a name in both is the config's."""
+
+    servers: dict[str, McpServerSpec]
+    cwds: dict[str, Path]
+    project: PinnedFile | None
+
+
+def servers_in_use(config: Config, cwd: Path | None = None) -> ServersInUse:
+    """The servers of the config and of the project in `cwd` (default: where agctl runs);
+    a project file not trusted as it is now is warned about, once, and left out."""
+    from agctl.config.file import PROJECT_MCP_FILE
+
+    where = Path.cwd() if cwd is None else cwd
+    if not os.path.lexists(where / PROJECT_MCP_FILE):  # cheap: one stat
+        return ServersInUse(dict(config.mcp_servers), {}, None)
+    found = project_servers(config, where)
+    if found.state != "trusted":
+        _warn_untrusted(found)
+        return ServersInUse(dict(config.mcp_servers), {}, found)
+    project = dict(found.parsed or {})
+    cwds = {name: found.project for name in project if name not in config.mcp_servers}
+    return ServersInUse({**project, **config.mcp_servers}, cwds, found)
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_untrusted(found: PinnedFile) -> None:
+    from agctl.base.quoting import shell_word
+    from agctl.config.file import PROJECT_MCP_FILE
+
+    path = shell_word(str(found.project / PROJECT_MCP_FILE))
+    if (path, found.state) in _warned:
+        return
+    _warned.add((path, found.state))
+    if found.state == "untrusted":
+        log.warning(
+            "%s is ignored: its servers are used once you trust it ('agctl mcp trust')", path
+        )
+    elif found.state == "changed":
+        log.warning(
+            "%s changed since 'agctl mcp trust' pinned it: its servers are ignored until you "
+            "trust it again",
+            path,
+        )
+    else:
+        log.warning("%s is ignored: %s", path, found.problem)
+
+
+def trust_servers_file(store: ConfigFile, path: Path) -> tuple[Path, str, dict[str, McpServerSpec]]:
+    """Pin the project MCP servers file at `path` (PROJECT/.agctl/mcp.json) as project
+    hooks files are pinned: the project, the sha256 and its servers."""
+    from agctl.config.file import PROJECT_MCP_FILE
+    from agctl.turn.hooks import pin_project_file
+
+    project, digest, servers = pin_project_file(store, path, PROJECT_MCP_FILE, parse_servers_file)
+    return project, digest, servers
+
+
+def untrust_servers_file(store: ConfigFile, path: Path) -> tuple[Path, str]:
+    """Drop the pin of the project MCP servers file at `path`: the project and its sha256."""
+    from agctl.config.file import PROJECT_MCP_FILE
+    from agctl.turn.hooks import unpin_project_file
+
+    return unpin_project_file(store, path, PROJECT_MCP_FILE)
+
+
 def require_sdk() -> None:
     """Refuse (UsageError) to talk to an MCP server without the SDK installed."""
     import sys
@@ -188,18 +291,29 @@ class McpTools(Protocol):
         ...
 
 
-def server_rows(servers: Mapping[str, McpServerSpec]) -> list[dict[str, Any]]:
-    """The configured servers as `mcp list` shows them, header values masked."""
-    from agctl.config.file import mask
+def server_rows(config: Config, cwd: Path | None = None) -> list[dict[str, Any]]:
+    """Every server as `mcp list` shows it, used or not: the config's, then the project's
+    in `cwd` with its file's trust (listed untrusted too, to be read before `mcp trust`);
+    header values masked, but for a `${VAR}` they name."""
+    from agctl.config.file import PROJECT_MCP_FILE, mask
 
+    where = Path.cwd() if cwd is None else cwd
+    listed: list[tuple[McpServerSpec, str, str | None]] = [
+        (spec, "config", None) for spec in config.mcp_servers.values()
+    ]
+    if os.path.lexists(where / PROJECT_MCP_FILE):
+        found = project_servers(config, where)
+        listed += [(spec, "project", found.state) for spec in (found.parsed or {}).values()]
     return [
         {
-            "name": name,
+            "name": spec.name,
+            "source": source,
+            "trust": trust,
             "transport": "stdio" if spec.command is not None else "http",
             "command": spec.command,
             "url": spec.url,
             "headers": {
-                header: mask(value) if "${" not in value else value
+                header: value if "${" in value else mask(value)
                 for header, value in spec.headers.items()
             },
             "approve": spec.approve,
@@ -208,7 +322,7 @@ def server_rows(servers: Mapping[str, McpServerSpec]) -> list[dict[str, Any]]:
             "max_output": spec.max_output,
             "env_allow": spec.env_allow,
         }
-        for name, spec in sorted(servers.items())
+        for spec, source, trust in sorted(listed, key=lambda row: (row[1] != "config", row[0].name))
     ]
 
 
@@ -294,11 +408,11 @@ class McpClient:
         servers: Mapping[str, McpServerSpec],
         *,
         environ: Mapping[str, str] | None = None,
-        cwd: Path | None = None,
+        cwds: Mapping[str, Path] | None = None,
     ) -> None:
         self.servers = dict(servers)
         self.environ = dict(os.environ if environ is None else environ)
-        self.cwd = cwd
+        self.cwds = dict(cwds or {})  # where a stdio server starts (default: here)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._connections: dict[str, _Connection] = {}
@@ -507,7 +621,7 @@ class McpClient:
                 command=spec.command[0],
                 args=spec.command[1:],
                 env=scrubbed_environment(spec.env_allow, self.environ),
-                cwd=self.cwd,
+                cwd=self.cwds.get(spec.name),
             )
             return stdio_client(parameters, errlog=connection.errlog)
         import httpx2
@@ -669,20 +783,17 @@ class RecordedMcpTools:
         return tool.spec(server)
 
 
-def mcp_tools(
-    servers: Mapping[str, McpServerSpec], *, cassette: Path | None, cwd: Path | None = None
-) -> McpTools:
+def mcp_tools(in_use: ServersInUse, *, cassette: Path | None) -> McpTools:
     """Where a turn's MCP tools come from: the cassette it replays, else the servers."""
     if cassette is not None:
-        return RecordedMcpTools(servers, cassette)
-    return McpClient(servers, cwd=cwd)
+        return RecordedMcpTools(in_use.servers, cassette)
+    return McpClient(in_use.servers, cwds=in_use.cwds)
 
 
-def list_server_tools(
-    servers: Mapping[str, McpServerSpec], names: Iterable[str]
-) -> list[dict[str, Any]]:
+def list_server_tools(in_use: ServersInUse, names: Iterable[str]) -> list[dict[str, Any]]:
     """`mcp tools`: each named server's tools, connecting to each and closing it after."""
-    client = McpClient(servers)
+    servers = in_use.servers
+    client = McpClient(servers, cwds=in_use.cwds)
     try:
         rows: list[dict[str, Any]] = []
         for name in names:

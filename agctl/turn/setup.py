@@ -237,12 +237,12 @@ class ModelSetup(NamedTuple):
 
     def _mcp_tools(self, chosen: ToolsChoice, replaying: bool) -> McpTools | None:
         """Where the MCP tools `chosen` names come from (None: no server is configured)."""
-        servers = self.config.mcp_servers
-        if not servers:
-            return None
-        from agctl.turn.mcp import mcp_tools
+        from agctl.turn.mcp import mcp_tools, servers_in_use
 
-        return mcp_tools(servers, cassette=self.cassette if replaying else None)
+        in_use = servers_in_use(self.config)
+        if not in_use.servers:
+            return None
+        return mcp_tools(in_use, cassette=self.cassette if replaying else None)
 
     def hooks(self, cwd: Path | None = None, *, no_hooks: bool = False) -> Hooks | None:
         """The hooks of this setup's config and profile and of the project in `cwd`

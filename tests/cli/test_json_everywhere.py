@@ -65,6 +65,9 @@ def world(run: Run, store: Store, tmp_path: Path) -> dict[str, str]:
     hooks_file.parent.mkdir(parents=True)
     hooks_file.write_text(json.dumps([{"name": "p", "event": "PostFork", "command": ["true"]}]))
     assert run("hook", "trust", str(hooks_file)).exit_code == 0
+    mcp_file = hooks_file.parent / "mcp.json"
+    mcp_file.write_text(json.dumps({"web": {"url": "http://127.0.0.1:9/mcp"}}))
+    assert run("mcp", "trust", str(mcp_file)).exit_code == 0
     hook_payload = tmp_path / "payload.json"
     hook_payload.write_text("{}")
     return {
@@ -74,6 +77,7 @@ def world(run: Run, store: Store, tmp_path: Path) -> dict[str, str]:
         "transcript": str(transcript),
         "export": str(export),
         "hooks_file": str(hooks_file),
+        "mcp_file": str(mcp_file),
         "hook_payload": str(hook_payload),
         "store": store.shown,
         "copy_target": str(tmp_path / "copied"),
@@ -167,6 +171,8 @@ INVOCATIONS: dict[str, list[str]] = {
     "mcp list": ["mcp", "list"],
     "mcp rm": ["mcp", "rm", "m"],
     "mcp tools": ["mcp", "tools", "m"],
+    "mcp trust": ["mcp", "trust", "{mcp_file}"],
+    "mcp untrust": ["mcp", "untrust", "{mcp_file}"],
     "tool add": ["tool", "add", "now", "--description", "d", "date"],
     "tool list": ["tool", "list"],
     "tool rm": ["tool", "rm", "echo"],

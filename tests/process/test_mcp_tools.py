@@ -280,3 +280,41 @@ def test_without_the_sdk_an_mcp_tool_names_the_extra(env: dict[str, str]) -> Non
     )  # fmt: skip
     assert blocked.returncode == 2, blocked.stderr
     assert "pip install 'agctl[mcp]'" in blocked.stderr and "Traceback" not in blocked.stderr
+
+
+def test_a_projects_servers_are_used_only_once_trusted_as_they_are(
+    env: dict[str, str], server: FakeOpenAI, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    (project / ".agctl").mkdir(parents=True)
+    (project / "mcp_server.py").write_text(Path(SERVER).read_text())
+    servers = {"suite": {"command": [sys.executable, "mcp_server.py"], "approve": "auto"}}
+    servers_file = project / ".agctl" / "mcp.json"
+    servers_file.write_text(json.dumps(servers))
+
+    def here(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "agctl", "-s", SID, *args], cwd=project, env=env,
+            input="", capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    listed = json.loads(ok(here("--json", "mcp", "list")).stdout)
+    assert [(s["name"], s["source"], s["trust"]) for s in listed] == [
+        ("suite", "project", "untrusted")
+    ]
+    refused = here("turn", "send", "-T", "suite__add", "add")
+    assert refused.returncode == 3 and "is ignored" in refused.stderr, refused.stderr
+    assert server.requests == []
+
+    trusted = json.loads(ok(here("--json", "mcp", "trust")).stdout)
+    assert trusted["servers"] == ["suite"] and trusted["file"] == str(servers_file.resolve())
+    server.reply(tool_calls=[call("suite__add", {"a": 1, "b": 2})])
+    server.reply("3.")
+    ok(here("turn", "send", "-T", "suite__add", "add"))  # started in the project: a relative path
+    assert tool_results(server) == ["3"]
+
+    servers_file.write_text(json.dumps({**servers, "other": {"url": "http://127.0.0.1:9/mcp"}}))
+    changed = here("turn", "send", "-T", "suite__add", "add")
+    assert changed.returncode == 3 and "changed since 'agctl mcp trust'" in changed.stderr
+    ok(here("mcp", "untrust"))
+    assert here("mcp", "untrust").returncode == 3

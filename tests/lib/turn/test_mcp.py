@@ -164,3 +164,20 @@ def test_a_replay_takes_the_definitions_from_the_cassette(tmp_path: Path) -> Non
     assert list(recorded.every_spec()) == ["suite__echo"]
     with pytest.raises(NotFound, match="no recorded request offers MCP tool 'suite__add'"):
         recorded.spec("suite__add")
+
+
+def test_a_projects_servers_file_is_checked_whole() -> None:
+    from agctl.base.errors import InvalidInput
+    from agctl.turn.mcp import parse_servers_file
+
+    parsed = parse_servers_file(b'{"web": {"url": "http://127.0.0.1:9/mcp"}}')
+    assert parsed["web"].name == "web" and parsed["web"].approve == "ask"
+    for bad, why in (
+        (b"[]", "not a JSON object"),
+        (b"{", "not JSON"),
+        (b'{"web": {"url": "ftp://x"}}', "not http"),
+        (b'{"a_b": {"command": ["x"]}}', "no '_'"),
+        (b'{"web": {"name": "other", "url": "http://h/mcp"}}', "its key"),
+    ):
+        with pytest.raises(InvalidInput, match=why):
+            parse_servers_file(bad)
