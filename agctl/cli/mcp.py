@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from agctl.base.vocab import TOOL_APPROVALS
 from agctl.cli.app import App, PathType, pass_app
 from agctl.cli.options import json_option
+from agctl.cli.tool import approve_option, env_allow_option, max_output_option
 
 
 @click.group("mcp")
@@ -43,13 +43,7 @@ def command() -> None:
     help="An HTTP header (repeatable); ${VAR} in VALUE is read from the environment when "
     "it connects, so a token need not be kept in the config.",
 )
-@click.option(
-    "--approve",
-    type=click.Choice(TOOL_APPROVALS),
-    default="ask",
-    show_default=True,
-    help="Run a model's call of its tools without asking, after asking, or never.",
-)
+@approve_option("Run a model's call of its tools without asking, after asking, or never.")
 @click.option(
     "--connect-timeout",
     "connect_timeout_s",
@@ -64,19 +58,9 @@ def command() -> None:
     metavar="S",
     help="Seconds a call may take; then the model gets a timeout error. [default: 30]",
 )
-@click.option(
-    "--max-output",
-    type=int,
-    metavar="BYTES",
-    help="At most this much of a result reaches the model, head and tail kept. [default: 32768]",
-)
-@click.option(
-    "--env-allow",
-    "env_allow",
-    multiple=True,
-    metavar="GLOB",
-    help="Also pass a stdio server the variables this glob matches (repeatable); secrets "
-    "never pass.",
+@max_output_option
+@env_allow_option(
+    "Also pass a stdio server the variables this glob matches (repeatable); secrets never pass."
 )
 @click.option("--force", is_flag=True, help="Replace a server of that name.")
 @json_option

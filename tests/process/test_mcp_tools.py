@@ -10,13 +10,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fake_openai import FakeOpenAI
-from helpers import agctl_in, process_dead, served_env
+from helpers import agctl_in, process_dead, served_env, wait_for
 
 from agctl.store import Store
 
@@ -46,13 +45,6 @@ def tool_results(server: FakeOpenAI) -> list[str]:
     """What the model was given back for its calls, in the last request."""
     messages = server.requests[-1].body["messages"]
     return [m["content"] for m in messages if m["role"] == "tool"]
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -137,19 +129,7 @@ def test_a_call_denied_or_waiting_for_approval_runs_nothing(
 ) -> None:
     note = tmp_path / "slept"
     env["MCP_SLEEP_FILE"] = str(note)
-    ok(
-        agctl(
-            env,
-            "mcp",
-            "add",
-            "suite",
-            "--env-allow",
-            "MCP_SLEEP_FILE",
-            "--",
-            sys.executable,
-            SERVER,
-        )
-    )
+    ok(agctl(env, *ADD_SLEEPER))
     server.reply(tool_calls=[call("suite__sleep", {"seconds": 0})])
     server.reply("Fine.")
     ok(agctl(env, "turn", "send", "-T", "suite__sleep", "--approve", "never", "nap"))
@@ -234,19 +214,7 @@ def test_ctrl_c_during_a_call_stops_the_server_and_keeps_the_draft(
 ) -> None:
     note = tmp_path / "slept"
     env["MCP_SLEEP_FILE"] = str(note)
-    ok(
-        agctl(
-            env,
-            "mcp",
-            "add",
-            "suite",
-            "--env-allow",
-            "MCP_SLEEP_FILE",
-            "--",
-            sys.executable,
-            SERVER,
-        )
-    )
+    ok(agctl(env, *ADD_SLEEPER))
     server.reply(tool_calls=[call("suite__sleep", {"seconds": 600})])
     turn = subprocess.Popen(
         [sys.executable, "-m", "agctl", "-s", SID, "turn", "send", "-T", "suite__sleep",
@@ -318,3 +286,22 @@ def test_a_projects_servers_are_used_only_once_trusted_as_they_are(
     assert changed.returncode == 3 and "changed since 'agctl mcp trust'" in changed.stderr
     ok(here("mcp", "untrust"))
     assert here("mcp", "untrust").returncode == 3
+
+
+def test_hooks_see_and_redact_an_mcp_call_as_an_argv_tools(
+    env: dict[str, str], server: FakeOpenAI, tmp_path: Path
+) -> None:
+    seen = tmp_path / "seen.jsonl"
+    ok(agctl(env, *ADD_SUITE))
+    redact = (
+        "import json, sys; event = json.load(sys.stdin); "
+        f"open({str(seen)!r}, 'a').write(json.dumps(event) + '\\n'); "
+        "print(json.dumps({'output': event['output'].replace('secret', '[redacted]')}))"
+    )
+    ok(agctl(env, "hook", "add", "PostToolUse", "redact", "--", sys.executable, "-c", redact))
+    server.reply(tool_calls=[call("suite__echo", {"text": "the secret is out"})])
+    server.reply("Redacted.")
+    ok(agctl(env, "turn", "send", "-T", "suite__echo", "--approve", "auto", "echo"))
+    assert tool_results(server) == ["the [redacted] is out"]
+    [event] = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert (event["tool"], event["arguments"]) == ("suite__echo", {"text": "the secret is out"})
