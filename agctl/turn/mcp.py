@@ -410,6 +410,8 @@ class McpClient:
         environ: Mapping[str, str] | None = None,
         cwds: Mapping[str, Path] | None = None,
     ) -> None:
+        import threading
+
         self.servers = dict(servers)
         self.environ = dict(os.environ if environ is None else environ)
         self.cwds = dict(cwds or {})  # where a stdio server starts (default: here)
@@ -417,6 +419,8 @@ class McpClient:
         self._thread: threading.Thread | None = None
         self._connections: dict[str, _Connection] = {}
         self._listed: dict[str, list[McpTool]] = {}  # kept across turns: definitions stay
+        # Calls run at once (--tool-jobs) share one connection per server, made once.
+        self._lock = threading.RLock()
 
     # ---- McpTools -----------------------------------------------------------------------
 
@@ -446,14 +450,15 @@ class McpClient:
 
     def tools(self, server: str) -> list[McpTool]:
         """What `server` lists (every page), asked once per client."""
-        if server not in self._listed:
-            connection = self._connection(server)
-            spec = self.servers[server]
-            listed = self._wait(
-                self._listing(connection), spec.connect_timeout_s, server, "list its tools"
-            )
-            self._listed[server] = [_listed(server, tool) for tool in listed]
-        return self._listed[server]
+        with self._lock:
+            if server not in self._listed:
+                connection = self._connection(server)
+                spec = self.servers[server]
+                listed = self._wait(
+                    self._listing(connection), spec.connect_timeout_s, server, "list its tools"
+                )
+                self._listed[server] = [_listed(server, tool) for tool in listed]
+            return self._listed[server]
 
     def call(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> ToolRun:
         """Run one call of the offered tool `spec` (SERVER__TOOL) with checked `arguments`;
@@ -530,11 +535,13 @@ class McpClient:
         """End every connection (a stdio server's process with it) and the loop, each wait
         bounded; a client closed is opened again by its next call."""
         atexit.unregister(self.close)
-        loop, thread = self._loop, self._thread
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+            connections = list(self._connections.values())
+            self._connections.clear()
         if loop is None or thread is None:
             return
-        connections = list(self._connections.values())
-        self._connections.clear()
         deadline = time.monotonic() + CLOSE_WAIT_S
         for connection in connections:
             stop = connection.stop
@@ -550,7 +557,6 @@ class McpClient:
         thread.join(max(deadline - time.monotonic(), 0.1))
         if not thread.is_alive():
             loop.close()
-        self._loop = self._thread = None
 
     # ---- the loop -----------------------------------------------------------------------
 
@@ -569,14 +575,15 @@ class McpClient:
 
     def _connection(self, server: str) -> _Connection:
         """The open session to `server`, connecting (within its connect timeout) first."""
-        connection = self._connections.get(server)
-        if connection is None:
-            import asyncio
+        with self._lock:
+            connection = self._connections.get(server)
+            if connection is None:
+                import asyncio
 
-            loop = self._start()
-            connection = _Connection(self.servers[server])
-            self._connections[server] = connection
-            connection.served = asyncio.run_coroutine_threadsafe(self._serve(connection), loop)
+                loop = self._start()
+                connection = _Connection(self.servers[server])
+                self._connections[server] = connection
+                connection.served = asyncio.run_coroutine_threadsafe(self._serve(connection), loop)
         spec = connection.spec
         self._wait_future(connection.ready, spec.connect_timeout_s, server, "connect")
         return connection
@@ -651,8 +658,11 @@ class McpClient:
     def _wait(self, coroutine: Any, timeout_s: float, server: str, doing: str) -> Any:
         import asyncio
 
-        assert self._loop is not None
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        loop = self._loop
+        if loop is None:  # closed meanwhile: an interrupt, in another thread
+            coroutine.close()
+            raise McpServerError(f"MCP server {server!r} was closed")
+        future = asyncio.run_coroutine_threadsafe(coroutine, loop)
         return self._wait_future(future, timeout_s, server, doing)
 
     def _wait_future(
@@ -704,7 +714,8 @@ class McpClient:
 
     def _drop(self, server: str) -> None:
         """Forget a connection that failed, ending its task (and its process)."""
-        connection = self._connections.pop(server, None)
+        with self._lock:
+            connection = self._connections.pop(server, None)
         if connection is None:
             return
         if connection.served is not None:

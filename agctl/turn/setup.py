@@ -181,6 +181,16 @@ class ModelSetup(NamedTuple):
             for name in dict.fromkeys(chosen.names)
         }
 
+    def offered_specs_now(self, chosen: ToolsChoice) -> dict[str, ToolSpec]:
+        """`offered_specs` with the MCP servers' tools as they list them now (or as the
+        cassette recorded them), every server closed after: what a turn would offer."""
+        mcp = self._mcp_tools(chosen, replaying=self.cassette is not None and not chosen.live)
+        try:
+            return self.offered_specs(chosen, mcp)
+        finally:
+            if mcp is not None:
+                mcp.close()
+
     @staticmethod
     def _served(mcp: McpTools | None, name: str) -> ToolSpec:
         assert mcp is not None

@@ -305,3 +305,20 @@ def test_hooks_see_and_redact_an_mcp_call_as_an_argv_tools(
     assert tool_results(server) == ["the [redacted] is out"]
     [event] = [json.loads(line) for line in seen.read_text().splitlines()]
     assert (event["tool"], event["arguments"]) == ("suite__echo", {"text": "the secret is out"})
+
+
+def test_ctx_show_counts_an_mcp_tools_definition(env: dict[str, str]) -> None:
+    ok(agctl(env, *ADD_SUITE))
+    shown = json.loads(ok(agctl(env, "--json", "ctx", "show", "-T", "suite__echo")).stdout)
+    [zone] = [z for z in shown["zones"] if z["zone"] == "tool definitions"]
+    assert zone["tokens"] > 0
+
+
+def test_calls_run_at_once_share_one_server(env: dict[str, str], server: FakeOpenAI) -> None:
+    ok(agctl(env, *ADD_SUITE))
+    calls = [call("suite__add", {"a": n, "b": n}, f"call_{n}") for n in range(1, 5)]
+    server.reply(tool_calls=calls)
+    server.reply("Done.")
+    tools = ("-T", "suite__add", "--approve", "auto", "--tool-jobs", "4")
+    ok(agctl(env, "turn", "send", *tools, "add them"))
+    assert tool_results(server) == ["2", "4", "6", "8"]
