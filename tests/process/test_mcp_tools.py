@@ -209,8 +209,16 @@ def test_a_cassette_replays_mcp_calls_with_the_server_gone(
     assert len(server.requests) == 2, "the replay reached the model"
 
 
+@pytest.mark.parametrize(
+    ("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]
+)
 def test_ctrl_c_during_a_call_stops_the_server_and_keeps_the_draft(
-    env: dict[str, str], server: FakeOpenAI, tmp_path: Path, isolated_env: Path
+    env: dict[str, str],
+    server: FakeOpenAI,
+    tmp_path: Path,
+    isolated_env: Path,
+    signum: signal.Signals,
+    status: int,
 ) -> None:
     note = tmp_path / "slept"
     env["MCP_SLEEP_FILE"] = str(note)
@@ -225,15 +233,15 @@ def test_ctrl_c_during_a_call_stops_the_server_and_keeps_the_draft(
     try:
         wait_for(lambda: note.exists() and note.read_text().endswith("\n"), "the call to start")
         server_pid = int(note.read_text().split()[1])
-        turn.send_signal(signal.SIGINT)
+        turn.send_signal(signum)
         _, stderr = turn.communicate(timeout=WAIT_S)
     finally:
         if turn.poll() is None:
             turn.kill()
             turn.wait()
-    assert turn.returncode == 130, stderr
+    assert turn.returncode == status, stderr
     assert "--resume-draft" in stderr and "Traceback" not in stderr, stderr
-    wait_for(lambda: process_dead(server_pid), "the server to end")
+    assert process_dead(server_pid), "the server outlived agctl"
     steps = Store(isolated_env).load_draft(SID, "default").steps
     assert [m.role for m in steps] == ["assistant"]
 
