@@ -381,9 +381,9 @@ class _Connection:
         self.finished = threading.Event()
         self.stop: asyncio.Event | None = None
         self.errlog: Any = None  # a stdio server's stderr, a temporary file
-        self.tools: list[McpTool] | None = None
 
     def stderr_tail(self) -> str:
+        """The end of what a stdio server wrote on stderr: why it failed, often."""
         if self.errlog is None:
             return ""
         try:
@@ -463,7 +463,6 @@ class McpClient:
     def call(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> ToolRun:
         """Run one call of the offered tool `spec` (SERVER__TOOL) with checked `arguments`;
         a server that cannot be reached, a failed or timed-out call is an error result."""
-
         split = split_name(spec.name)
         assert split is not None
         server, tool = split[0], self._tool_name(split[0], spec.name)
