@@ -360,6 +360,14 @@ def searched_sessions(store: Store) -> Store:
     return store
 
 
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+    """Wait (boundedly) for `condition`, a handshake a real process gives: a file, a line."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
 def process_dead(pid: int) -> bool:
     """Whether process `pid` is gone, or a zombie no one has reaped yet (it runs nothing
     any more; a container's PID 1 may never reap it)."""
@@ -517,6 +525,9 @@ class Adder:
         return [{"type": "function", "function": {"name": "add", "parameters": schema}}]
 
     def begin_turn(self) -> None:
+        pass
+
+    def end_turn(self) -> None:
         pass
 
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:

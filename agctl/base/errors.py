@@ -214,6 +214,11 @@ class ProviderError(AgctlError):
         self.retryable = retryable
 
 
+class McpServerError(AgctlError):
+    """An MCP server whose tools a turn offers could not be started, reached or listed in
+    time (agctl.turn.mcp); a failure during a call is the call's error result instead."""
+
+
 class ReplayMiss(ProviderError):
     """A cassette holds no response for this request."""
 

@@ -60,6 +60,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "agctl.cli.template",
         "Templates: a system prompt, a prompt with {{ parameters }}, a model, options, tools.",
     ),
+    "mcp": (
+        "agctl.cli.mcp",
+        "MCP servers: their tools offered to a model as SERVER__TOOL, like argv tools.",
+    ),
     "store": (
         "agctl.cli.store",
         "The store itself: its status and schema, and copying sessions between stores.",
@@ -93,7 +97,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 EXIT_CODES = """\b
 Exit codes:
     0  success
-    1  error (file system, unexpected failure); search: no hit (as grep)
+    1  error (file system, an MCP server that cannot be reached, unexpected
+       failure); search: no hit (as grep)
     2  usage error (bad option, bad id, ambiguous prefix, no session selected,
        a regular expression invalid or out of time)
     3  not found (session, slot, message index, memory key, profile)

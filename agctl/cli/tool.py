@@ -47,6 +47,29 @@ def _profile_option(help_text: str) -> Callable[[F], F]:
     )
 
 
+# What an argv tool and an MCP server's tools (agctl.cli.mcp) are both set with.
+max_output_option = click.option(
+    "--max-output",
+    type=int,
+    metavar="BYTES",
+    help="At most this much of its result reaches the model, head and tail kept. [default: 32768]",
+)
+
+
+def approve_option(help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--approve",
+        type=click.Choice(TOOL_APPROVALS),
+        default="ask",
+        show_default=True,
+        help=help_text,
+    )
+
+
+def env_allow_option(help_text: str) -> Callable[[F], F]:
+    return click.option("--env-allow", "env_allow", multiple=True, metavar="GLOB", help=help_text)
+
+
 _tools_file_option = click.option(
     "--tools-file",
     metavar="FILE",
@@ -109,32 +132,15 @@ def _found(profile: str | None, tools_file: str | None, name: str) -> tuple[Tool
     metavar="S",
     help="Seconds before it is stopped (SIGTERM, then SIGKILL 2 s later). [default: 30]",
 )
-@click.option(
-    "--max-output",
-    type=int,
-    metavar="BYTES",
-    help="At most this much of its result reaches the model, head and tail kept. [default: 32768]",
-)
+@max_output_option
 @click.option(
     "--cwd",
     metavar="DIR",
     help="Where it runs, relative to where agctl is started (default: there); never "
     "inside the data dir.",
 )
-@click.option(
-    "--approve",
-    type=click.Choice(TOOL_APPROVALS),
-    default="ask",
-    show_default=True,
-    help="Run a model's call without asking, after asking on the terminal, or never.",
-)
-@click.option(
-    "--env-allow",
-    "env_allow",
-    multiple=True,
-    metavar="GLOB",
-    help="Also pass the variables this glob matches (repeatable); secrets never pass.",
-)
+@approve_option("Run a model's call without asking, after asking on the terminal, or never.")
+@env_allow_option("Also pass the variables this glob matches (repeatable); secrets never pass.")
 @_profile_option("Keep it in this profile's tools, not the config's.")
 @click.option("--force", is_flag=True, help="Replace a tool of that name.")
 @json_option

@@ -68,7 +68,7 @@ from agctl.storage.urls import (
 )
 
 if TYPE_CHECKING:
-    from agctl.config.specs import ToolSpec
+    from agctl.config.specs import McpServerSpec, ToolSpec
 
 OFFLINE_MODEL = "offline"
 
@@ -86,12 +86,20 @@ def _is_empty(value: object) -> bool:
 
 # The project's hooks file, relative to the directory agctl runs in.
 PROJECT_HOOKS_FILE = Path(".agctl") / "hooks.json"
+# The project's MCP servers file (a JSON object of servers by name), likewise.
+PROJECT_MCP_FILE = Path(".agctl") / "mcp.json"
 
 
 def _tool_table() -> Any:
     from agctl.config.specs import ToolTable
 
     return ToolTable
+
+
+def _mcp_table() -> Any:
+    from agctl.config.specs import McpTable
+
+    return McpTable
 
 
 def _hook_list() -> Any:
@@ -104,6 +112,7 @@ def _hook_list() -> Any:
 # Validated by agctl.config.specs's models, imported only when the config holds some.
 LazyToolTable = Annotated[dict[str, Any], Deferred(_tool_table)]
 LazyHookList = Annotated[list[Any], Deferred(_hook_list)]
+LazyMcpTable = Annotated[dict[str, Any], Deferred(_mcp_table)]
 
 
 class Profile(Model):
@@ -263,11 +272,14 @@ class Config(Document):
     profiles: dict[str, Profile] = shared_field(default_factory=_empty_dict)
     # Tools by name (agctl.turn.tools): left out of the file while there are none.
     tools: LazyToolTable = shared_field(default_factory=_empty_dict, exclude_if=_is_empty)
+    # MCP servers by name, whose tools a turn offers as SERVER__TOOL (agctl.turn.mcp).
+    mcp_servers: LazyMcpTable = shared_field(default_factory=_empty_dict, exclude_if=_is_empty)
     # Hooks, run in this order at their events (agctl.turn.hooks).
     hooks: LazyHookList = shared_field(default_factory=_empty_list, exclude_if=_is_empty)
     # Project hooks files (PROJECT/.agctl/hooks.json, the project directory with links
     # resolved, the rest as the project holds it -> the sha256 `agctl hook trust` pinned):
-    # a file runs only while its content has that hash.
+    # a file runs only while its content has that hash. A project's MCP servers file
+    # (PROJECT/.agctl/mcp.json, `agctl mcp trust`) is pinned here alike.
     trusted_hook_files: dict[str, str] = shared_field(
         default_factory=_empty_dict, exclude_if=_is_empty
     )
@@ -415,6 +427,30 @@ class ConfigFile:
         del tools[name]
         self.save(config)
         return config
+
+    def add_mcp_server(self, spec: McpServerSpec, *, replace: bool = False) -> bool:
+        """Keep the MCP server `spec` in the config; whether it replaced one."""
+        config = self.load()
+        if spec.name in config.mcp_servers and not replace:
+            from agctl.base.errors import AlreadyExists
+
+            raise AlreadyExists(
+                f"MCP server {spec.name!r} already exists", hint="replace it with --force"
+            )
+        replaced = spec.name in config.mcp_servers
+        config.mcp_servers[spec.name] = spec
+        self.save(config)
+        return replaced
+
+    def remove_mcp_server(self, name: str) -> McpServerSpec:
+        """Forget the MCP server `name`; the spec it had."""
+        config = self.load()
+        if name not in config.mcp_servers:
+            known = ", ".join(sorted(config.mcp_servers)) or "none"
+            raise NotFound(f"MCP server {name!r} not found (servers: {known})")
+        spec: McpServerSpec = config.mcp_servers.pop(name)
+        self.save(config)
+        return spec
 
     @staticmethod
     def _tool_table(config: Config, profile: str | None) -> dict[str, ToolSpec]:

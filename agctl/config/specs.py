@@ -105,6 +105,63 @@ def _names_from_keys(value: Any) -> Any:
 ToolTable = Annotated[dict[str, ToolSpec], BeforeValidator(_names_from_keys)]
 
 
+# An MCP server's name: no '_', so the first '__' of SERVER__TOOL ends it (agctl.turn.mcp).
+_SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,29}")
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+
+
+class McpServerSpec(Model):
+    """One MCP server as the user added it: a command run over stdio, or a streamable HTTP
+    URL (with headers, whose `${VAR}` are read from the environment when it connects);
+    its tools' approval, timeouts and output cap are the server's."""
+
+    name: str
+    command: list[str] | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    approve: ToolApproval = "ask"
+    connect_timeout_s: float = Field(
+        default=DEFAULT_CONNECT_TIMEOUT_S, gt=0, le=3600, allow_inf_nan=False
+    )
+    timeout_s: float = Field(default=30.0, gt=0, le=24 * 3600, allow_inf_nan=False)
+    max_output: int = Field(default=DEFAULT_MAX_OUTPUT, ge=MIN_MAX_OUTPUT, le=KEPT_OUTPUT)
+    env_allow: list[str] = Field(default_factory=_empty_list)
+
+    @field_validator("name")
+    @classmethod
+    def _name_fits_a_function_name(cls, name: str) -> str:
+        if not _SERVER_NAME.fullmatch(name):
+            raise ValueError(
+                f"MCP server name {name!r}: 1 to 30 letters, digits and '-' (no '_': a "
+                "tool is offered as SERVER__TOOL), starting with a letter or digit"
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSpec:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server has either a command (stdio) or a URL (HTTP)")
+        if self.command is not None:
+            if not self.command or not self.command[0]:
+                raise ValueError("the command's first element (the program) must not be empty")
+            if any("\x00" in part for part in self.command):
+                raise ValueError("the command must not contain a NUL character")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"the URL {self.url!r} is not http:// or https://")
+        if self.headers and self.url is None:
+            raise ValueError("headers are for an HTTP server (--url)")
+        for header, value in self.headers.items():
+            if not header.isascii() or not value.isascii() or "\n" in value or "\r" in value:
+                raise ValueError(f"header {header!r} must be ASCII on one line")
+        if any(not glob for glob in self.env_allow):
+            raise ValueError("an env_allow glob must not be empty")
+        return self
+
+
+# `Config.mcp_servers`: MCP servers by name.
+McpTable = Annotated[dict[str, McpServerSpec], BeforeValidator(_names_from_keys)]
+
+
 class HookSpec(BaseModel):
     """One configured hook. Unknown fields are refused: `timeout` for `timeout_s` must
     not quietly mean the default."""

@@ -284,6 +284,9 @@ class CassetteTools:
     def begin_turn(self) -> None:
         pass  # nothing is approved: nothing runs
 
+    def end_turn(self) -> None:
+        pass  # nothing was opened
+
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:
         name, arguments = call.function.name, call.function.arguments
         key = call_key(name, arguments)
@@ -320,6 +323,9 @@ class RecordingTools:
 
     def begin_turn(self) -> None:
         self.inner.begin_turn()
+
+    def end_turn(self) -> None:
+        self.inner.end_turn()
 
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:
         text, record = self.inner.run(call)

@@ -24,7 +24,7 @@ import re
 import signal
 import stat
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -204,14 +204,15 @@ def project_directory(cwd: Path) -> Path:
     return Path(os.path.realpath(cwd))
 
 
-def project_of(path: Path) -> Path:
-    """The project whose hooks file `path` names (PROJECT/.agctl/hooks.json); no other
-    file is ever read for hooks, so no other can be trusted (UsageError)."""
+def project_of(path: Path, relative: Path = PROJECT_HOOKS_FILE) -> Path:
+    """The project whose file `path` names (PROJECT/.agctl/hooks.json, or the `relative`
+    path of another project file); no other file is ever read for what it holds, so no
+    other can be trusted (UsageError)."""
     named = Path.cwd() / path  # `..` kept: it is resolved on disk, not by its spelling
-    if named.name != PROJECT_HOOKS_FILE.name or named.parent.name != PROJECT_HOOKS_FILE.parent.name:
+    if named.name != relative.name or named.parent.name != relative.parent.name:
         raise UsageError(
-            f"{shell_word(str(path))} is not a project's hooks file: agctl reads hooks from "
-            f"PROJECT/{PROJECT_HOOKS_FILE} only"
+            f"{shell_word(str(path))} is not a project's {relative.stem} file: agctl reads "
+            f"its {relative.stem} from PROJECT/{relative} only"
         )
     return project_directory(named.parent.parent)
 
@@ -243,26 +244,27 @@ _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def _read_project_file(project: Path) -> bytes:
-    """The bytes of the project's hooks file as the project holds them: `.agctl` a real
-    directory in it and `hooks.json` a regular file in that, neither a symbolic link (whose
-    target may be a file trusted in another project). Each step is opened from the one
-    before, so nothing can become a link between a check and the read. NotFound when the
-    project has no hooks file, InvalidInput when something else is in its place."""
+def _read_project_file(project: Path, relative: Path = PROJECT_HOOKS_FILE) -> bytes:
+    """The bytes of the project's hooks file (or of its file at `relative`, in `.agctl`
+    too) as the project holds them: `.agctl` a real directory in it and `hooks.json` a
+    regular file in that, neither a symbolic link (whose target may be a file trusted in
+    another project). Each step is opened from the one before, so nothing can become a
+    link between a check and the read. NotFound when the project has no such file,
+    InvalidInput when something else is in its place."""
     from agctl.base.fsio import not_regular
 
-    path = project / PROJECT_HOOKS_FILE
+    path = project / relative
     opened: list[int] = []
     try:
         try:
             opened.append(os.open(project, _DIRECTORY_FLAGS))
-            folder = PROJECT_HOOKS_FILE.parent.name
+            folder = relative.parent.name
             opened.append(os.open(folder, _DIRECTORY_FLAGS | os.O_NOFOLLOW, dir_fd=opened[-1]))
-            opened.append(os.open(PROJECT_HOOKS_FILE.name, _FILE_FLAGS, dir_fd=opened[-1]))
+            opened.append(os.open(relative.name, _FILE_FLAGS, dir_fd=opened[-1]))
         except FileNotFoundError:
-            raise NotFound(f"no hooks file: {shell_word(str(path))}") from None
+            raise NotFound(f"no {relative.stem} file: {shell_word(str(path))}") from None
         except OSError as exc:
-            raise _unreadable(project, exc) from None
+            raise _unreadable(project, exc, relative) from None
         info = os.fstat(opened[-1])
         if not stat.S_ISREG(info.st_mode):
             reason = not_regular(path, info.st_mode).reason
@@ -278,17 +280,17 @@ def _read_project_file(project: Path) -> bytes:
     data = b"".join(chunks)
     if len(data) > MAX_PROJECT_FILE_BYTES:
         raise InvalidInput(
-            f"{shell_word(str(path))}: more than the {MAX_PROJECT_FILE_BYTES} bytes a hooks "
-            "file can be"
+            f"{shell_word(str(path))}: more than the {MAX_PROJECT_FILE_BYTES} bytes a "
+            f"{relative.stem} file can be"
         )
     return data
 
 
-def _unreadable(project: Path, exc: OSError) -> InvalidInput:
-    """Why the hooks file of `project` could not be opened: the first step on its way that
-    is a link (naming the target), else the system's reason."""
+def _unreadable(project: Path, exc: OSError, relative: Path) -> InvalidInput:
+    """Why the file `relative` of `project` could not be opened: the first step on its way
+    that is a link (naming the target), else the system's reason."""
     where = project
-    for part in PROJECT_HOOKS_FILE.parts:
+    for part in relative.parts:
         where = where / part
         try:
             target = os.readlink(where)
@@ -296,36 +298,60 @@ def _unreadable(project: Path, exc: OSError) -> InvalidInput:
             continue
         return InvalidInput(
             f"{shell_word(str(where))} is a symbolic link (to {shell_word(target)}): a project's "
-            "hooks are read only from the file the project itself holds, never through a link, "
-            "whose target may be a file trusted in another project",
-            hint=f"put a copy of the file itself at {PROJECT_HOOKS_FILE}, read it, then trust it",
+            f"{relative.stem} are read only from the file the project itself holds, never "
+            "through a link, whose target may be a file trusted in another project",
+            hint=f"put a copy of the file itself at {relative}, read it, then trust it",
         )
-    return InvalidInput(f"{shell_word(str(project / PROJECT_HOOKS_FILE))}: {exc.strerror}")
+    return InvalidInput(f"{shell_word(str(project / relative))}: {exc.strerror}")
+
+
+class PinnedFile(NamedTuple):
+    """A project file as found (PROJECT/.agctl/NAME), and whether the config's pin trusts it
+    as it is now: what it holds is used only when `state` is "trusted"."""
+
+    project: Path
+    state: HookFileState
+    sha256: str | None = None
+    parsed: Any = None  # what `parse` made of it, even when not trusted
+    problem: str | None = None  # why an "invalid" file cannot be read
+
+
+def read_pinned_file(
+    config: Config, cwd: Path, relative: Path, parse: Callable[[bytes], Any]
+) -> PinnedFile:
+    """The project file `relative` of the project in `cwd`, parsed (InvalidInput: an
+    invalid file) but not used, and whether the config trusts it as it is now (its pin
+    is keyed by the file's place in the project): the project hooks' mechanism, shared by
+    every project file that could run code (agctl.turn.mcp's servers)."""
+    project = project_directory(cwd)
+    key = str(project / relative)
+    pinned = config.trusted_hook_files.get(key)
+    try:
+        data = _read_project_file(project, relative)
+    except NotFound:
+        return PinnedFile(project, "absent")
+    except InvalidInput as exc:
+        return PinnedFile(project, "invalid", problem=str(exc))
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        parsed = parse(data)
+    except InvalidInput as exc:
+        if pinned == digest:  # trusted as it is, yet unreadable (written by a newer agctl)
+            raise InvalidInput(f"trusted {relative.stem} file {shell_word(key)}: {exc}") from None
+        return PinnedFile(project, "invalid", digest, problem=str(exc))
+    state: HookFileState = (
+        "untrusted" if pinned is None else "trusted" if pinned == digest else "changed"
+    )
+    return PinnedFile(project, state, digest, parsed)
 
 
 def read_project_hooks(config: Config, cwd: Path) -> ProjectHooks:
     """The hooks file of the project in `cwd`, parsed but not run, and whether the config
     trusts it as it is now (its pin is keyed by the file's place in the project)."""
-    project = project_directory(cwd)
-    key = str(project / PROJECT_HOOKS_FILE)
-    pinned = config.trusted_hook_files.get(key)
-    try:
-        data = _read_project_file(project)
-    except NotFound:
-        return ProjectHooks(project, "absent")
-    except InvalidInput as exc:
-        return ProjectHooks(project, "invalid", problem=str(exc))
-    digest = hashlib.sha256(data).hexdigest()
-    try:
-        hooks = _parse_hooks_file(data)
-    except InvalidInput as exc:
-        if pinned == digest:  # trusted as it is, yet unreadable (written by a newer agctl)
-            raise InvalidInput(f"trusted hooks file {shell_word(key)}: {exc}") from None
-        return ProjectHooks(project, "invalid", digest, problem=str(exc))
-    state: HookFileState = (
-        "untrusted" if pinned is None else "trusted" if pinned == digest else "changed"
+    found = read_pinned_file(config, cwd, PROJECT_HOOKS_FILE, _parse_hooks_file)
+    return ProjectHooks(
+        found.project, found.state, found.sha256, tuple(found.parsed or ()), found.problem
     )
-    return ProjectHooks(project, state, digest, tuple(hooks))
 
 
 def _warn_unused(project: ProjectHooks) -> None:
@@ -520,31 +546,48 @@ def trust_hooks_file(store: ConfigFile, path: Path) -> ProjectHooks:
     by its place in the project, after checking that the project holds it itself (no link
     on its way) and that it is valid: its hooks run in that project from now on, until the
     file changes."""
-    project = project_of(path)
-    found = project / PROJECT_HOOKS_FILE
-    config = store.load()
-    data = _read_project_file(project)
-    try:
-        hooks = _parse_hooks_file(data)
-    except InvalidInput as exc:
-        raise InvalidInput(f"{shell_word(str(found))}: {exc}") from None
-    digest = hashlib.sha256(data).hexdigest()
-    config.trusted_hook_files[str(found)] = digest
-    store.save(config)
+    project, digest, hooks = pin_project_file(store, path, PROJECT_HOOKS_FILE, _parse_hooks_file)
     return ProjectHooks(project, "trusted", digest, tuple(hooks))
 
 
 def untrust_hooks_file(store: ConfigFile, path: Path) -> ProjectHooks:
     """Drop the pin of the project hooks file at `path` (which need not exist any more):
     the project and the sha256 it pinned."""
-    project = project_of(path)
-    found = project / PROJECT_HOOKS_FILE
+    project, digest = unpin_project_file(store, path, PROJECT_HOOKS_FILE)
+    return ProjectHooks(project, "untrusted", digest)
+
+
+def pin_project_file(
+    store: ConfigFile, path: Path, relative: Path, parse: Callable[[bytes], Any]
+) -> tuple[Path, str, Any]:
+    """Pin the sha256 of the project file at `path` (PROJECT/`relative`), keyed by its
+    place in the project, once the project holds it itself (no link on its way) and
+    `parse` takes it: the project, the sha256 and what `parse` made of it."""
+    project = project_of(path, relative)
+    found = project / relative
+    config = store.load()
+    data = _read_project_file(project, relative)
+    try:
+        parsed = parse(data)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{shell_word(str(found))}: {exc}") from None
+    digest = hashlib.sha256(data).hexdigest()
+    config.trusted_hook_files[str(found)] = digest
+    store.save(config)
+    return project, digest, parsed
+
+
+def unpin_project_file(store: ConfigFile, path: Path, relative: Path) -> tuple[Path, str]:
+    """Drop the pin of the project file at `path` (PROJECT/`relative`, which need not exist
+    any more): the project and the sha256 it pinned."""
+    project = project_of(path, relative)
+    found = project / relative
     config = store.load()
     if str(found) not in config.trusted_hook_files:
         raise NotFound(f"{shell_word(str(found))} is not trusted")
     digest = config.trusted_hook_files.pop(str(found))
     store.save(config)
-    return ProjectHooks(project, "untrusted", digest)
+    return project, digest
 
 
 # ---- running hooks -----------------------------------------------------------------------

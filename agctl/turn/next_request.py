@@ -49,7 +49,7 @@ def next_request(
     from agctl.turn.tools import definitions
 
     setup = ModelSetup.chosen(store, session_id, choice)
-    offered = definitions(setup.offered_specs(tools).values()) if tools.chosen else None
+    offered = definitions(setup.offered_specs_now(tools).values()) if tools.chosen else None
     session = store.load_session(session_id)
     slot = store.load_slot(session_id, slot_id)
     model = setup.settings.model

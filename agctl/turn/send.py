@@ -512,24 +512,36 @@ class _Loop:
         provider: Provider,
         on_event: Callable[[Event], None] | None,
     ) -> None:
-        if self.toolbox is not None:
-            self.toolbox.begin_turn()
-        self._answer(store, session_id, unanswered(self.messages))
-        while True:
-            final = self.toolbox is not None and self.requests >= self.options.max_steps
-            request = self._request(final)
-            reply = self._send(provider, request, on_event)
-            calls = reply.tool_calls or []
-            if not calls or self.toolbox is None:
-                return
-            if final:
-                raise StepLimit(
-                    f"the model still asks for tools after {self.requests} requests "
-                    f"(--max-steps {self.options.max_steps})",
-                    hint="raise --max-steps, or resume the draft, offering the same tools, "
-                    "with 'agctl turn send --resume-draft --max-steps N -T ...'",
-                )
-            self._answer(store, session_id, calls)
+        with self._toolbox_turn():
+            self._answer(store, session_id, unanswered(self.messages))
+            while True:
+                final = self.toolbox is not None and self.requests >= self.options.max_steps
+                request = self._request(final)
+                reply = self._send(provider, request, on_event)
+                calls = reply.tool_calls or []
+                if not calls or self.toolbox is None:
+                    return
+                if final:
+                    raise StepLimit(
+                        f"the model still asks for tools after {self.requests} requests "
+                        f"(--max-steps {self.options.max_steps})",
+                        hint="raise --max-steps, or resume the draft, offering the same tools, "
+                        "with 'agctl turn send --resume-draft --max-steps N -T ...'",
+                    )
+                self._answer(store, session_id, calls)
+
+    @contextmanager
+    def _toolbox_turn(self) -> Iterator[None]:
+        """The toolbox's turn: begun, and ended however the loop ends (what it opened, an
+        MCP server's process, closes with it)."""
+        if self.toolbox is None:
+            yield
+            return
+        self.toolbox.begin_turn()
+        try:
+            yield
+        finally:
+            self.toolbox.end_turn()
 
     def _send(
         self,

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from agctl.providers.base import Provider
     from agctl.store import Store
     from agctl.turn.hooks import Hooks
+    from agctl.turn.mcp import McpTools
     from agctl.turn.send import TurnOptions
     from agctl.turn.steps import ToolBox
     from agctl.turn.tools import Answer, AskFn
@@ -153,20 +154,47 @@ class ModelSetup(NamedTuple):
             self.settings, script=self.script, cassette=self.cassette, record=record
         )
 
-    def offered_specs(self, chosen: ToolsChoice) -> dict[str, ToolSpec]:
+    def offered_specs(
+        self, chosen: ToolsChoice, mcp: McpTools | None = None
+    ) -> dict[str, ToolSpec]:
         """The tools `chosen` offers, by name in the order named (every one defined for
-        `every`); a name the registry lacks is NotFound, naming those it has."""
+        `every`, an MCP server's after the argv tools); a name SERVER__TOOL of a configured
+        MCP server is that server's tool, from `mcp`; a name found nowhere is NotFound,
+        naming the tools there are."""
         from agctl.base.errors import NotFound
         from agctl.turn.tools import tool_registry
 
         registry = tool_registry(self.config, self.settings.profile, chosen.tools_file)
         if chosen.every:
-            return registry
-        missing = [name for name in chosen.names if name not in registry]
+            return {**registry, **(mcp.every_spec() if mcp is not None else {})}
+        served = [
+            n for n in chosen.names if n not in registry and mcp is not None and mcp.serves(n)
+        ]
+        missing = [name for name in chosen.names if name not in registry and name not in served]
         if missing:
             known = ", ".join(sorted(registry)) or "none is defined ('agctl tool add')"
-            raise NotFound(f"no tool named {', '.join(missing)} (tools: {known})")
-        return {name: registry[name] for name in dict.fromkeys(chosen.names)}
+            servers = ", ".join(sorted(self.config.mcp_servers))
+            hint = f"an MCP server's tool is SERVER__TOOL (servers: {servers})" if servers else None
+            raise NotFound(f"no tool named {', '.join(missing)} (tools: {known})", hint=hint)
+        return {
+            name: registry[name] if name in registry else self._served(mcp, name)
+            for name in dict.fromkeys(chosen.names)
+        }
+
+    def offered_specs_now(self, chosen: ToolsChoice) -> dict[str, ToolSpec]:
+        """`offered_specs` with the MCP servers' tools as they list them now (or as the
+        cassette recorded them), every server closed after: what a turn would offer."""
+        mcp = self._mcp_tools(chosen, replaying=self.cassette is not None and not chosen.live)
+        try:
+            return self.offered_specs(chosen, mcp)
+        finally:
+            if mcp is not None:
+                mcp.close()
+
+    @staticmethod
+    def _served(mcp: McpTools | None, name: str) -> ToolSpec:
+        assert mcp is not None
+        return mcp.spec(name)
 
     def toolbox(
         self,
@@ -179,9 +207,10 @@ class ModelSetup(NamedTuple):
         answers: Mapping[str, Answer] | None = None,
     ) -> ToolBox | None:
         """What answers a turn's tool calls: None when no tool is offered; the cassette's
-        recordings when replies come from one (unless `chosen.live`); else the tools
-        themselves (`answers`: by call id, given in advance), each answer also appended
-        to `record` when recording."""
+        recordings when replies come from one (unless `chosen.live`), an MCP server's tools
+        defined as the cassette's requests offered them; else the tools themselves
+        (`answers`: by call id, given in advance), an MCP server's on a connection that
+        ends with the turn, each answer also appended to `record` when recording."""
         if not chosen.chosen:
             if chosen.live or chosen.approve is not None or answers:
                 from agctl.base.errors import UsageError
@@ -191,13 +220,39 @@ class ModelSetup(NamedTuple):
         from agctl.providers.cassette import CassetteTools, RecordingTools
         from agctl.turn.tools import LiveTools, definitions
 
-        specs = self.offered_specs(chosen)
-        if self.cassette is not None and not chosen.live:
+        replaying = self.cassette is not None and not chosen.live
+        mcp = self._mcp_tools(chosen, replaying)
+        try:
+            specs = self.offered_specs(chosen, mcp)
+        except BaseException:
+            if mcp is not None:
+                mcp.close()  # what a toolbox never made had opened
+            raise
+        if replaying:
+            assert self.cassette is not None
             return CassetteTools(self.cassette, definitions(specs.values()))
+        from agctl.turn.mcp import McpClient
+
+        client = mcp if isinstance(mcp, McpClient) else None
         live = LiveTools(
-            specs, approve=chosen.approve, ask=ask, data_dir=data_dir, hooks=hooks, answers=answers
+            specs,
+            approve=chosen.approve,
+            ask=ask,
+            data_dir=data_dir,
+            hooks=hooks,
+            answers=answers,
+            mcp=client,
         )
         return RecordingTools(live, record) if record is not None else live
+
+    def _mcp_tools(self, chosen: ToolsChoice, replaying: bool) -> McpTools | None:
+        """Where the MCP tools `chosen` names come from (None: no server is configured)."""
+        from agctl.turn.mcp import mcp_tools, servers_in_use
+
+        in_use = servers_in_use(self.config)
+        if not in_use.servers:
+            return None
+        return mcp_tools(in_use, cassette=self.cassette if replaying else None)
 
     def hooks(self, cwd: Path | None = None, *, no_hooks: bool = False) -> Hooks | None:
         """The hooks of this setup's config and profile and of the project in `cwd`

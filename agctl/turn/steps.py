@@ -67,6 +67,10 @@ class ToolBox(Protocol):
         """A turn starts: what was approved for the rest of the last one ("always") ends."""
         ...
 
+    def end_turn(self) -> None:
+        """A turn ended, however it ended: what it opened (an MCP server's process) closes."""
+        ...
+
 
 @dataclass
 class Step:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import ValidationError
 
@@ -298,7 +298,12 @@ def _never_passed(name: str) -> bool:
 def scrubbed_env(spec: ToolSpec, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment a tool runs with: the core set and what its env_allow globs match
     (case-sensitive, as POSIX names are), less every name that could hold a credential."""
-    globs = (*CORE_ENV, *spec.env_allow)
+    return scrubbed_environment(spec.env_allow, environ)
+
+
+def scrubbed_environment(env_allow: Iterable[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """`scrubbed_env` for the globs `env_allow` (an MCP server's process gets it too)."""
+    globs = (*CORE_ENV, *env_allow)
     return {
         name: value
         for name, value in environ.items()
@@ -508,7 +513,8 @@ def _cut(head: bytes, tail: bytes, total: int, limit: int) -> tuple[str, bool]:
     return text, True
 
 
-def _cut_text(text: str, limit: int) -> tuple[str, bool]:
+def cut_text(text: str, limit: int) -> tuple[str, bool]:
+    """`text` in at most `limit` bytes (its head and tail around the cut), and whether cut."""
     data = text.encode("utf-8", "replace")
     return _cut(data, data, len(data), limit)
 
@@ -702,7 +708,7 @@ def run_tool(
         else:
             outcome = f"error: exit {status}"
         tail = stderr_tail.rstrip("\n")
-        result_text, truncated = _cut_text(outcome + (f"\n{tail}" if tail else ""), spec.max_output)
+        result_text, truncated = cut_text(outcome + (f"\n{tail}" if tail else ""), spec.max_output)
     return ToolRun(
         name=spec.name,
         arguments=dict(arguments),
@@ -778,6 +784,17 @@ def _given(answer: Answer) -> AskFn:
     return lambda spec, arguments, argv: answer
 
 
+class ServedTools(Protocol):
+    """Tools a server runs (agctl.turn.mcp.McpClient): the calls of those it serves go to
+    it, and what it opened closes when the turn ends."""
+
+    def serves(self, name: str) -> bool: ...
+
+    def call(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> ToolRun: ...
+
+    def close(self) -> None: ...
+
+
 class LiveTools:
     """A ToolBox that runs the offered tools (agctl.turn.steps): each call checked against its
     tool's schema, put to the approval rules (`approve`: the --approve mode; `ask`: the
@@ -791,7 +808,11 @@ class LiveTools:
     auto would, never over a tool set to deny or --approve never), deny it (the model is
     told why), ask about it (even a tool set to auto), or rewrite its arguments, which
     are checked again; PostToolUse hooks may rewrite (redact) the result the model gets.
-    A hook that blocks (exit 2) stops the turn, exit 9."""
+    A hook that blocks (exit 2) stops the turn, exit 9.
+
+    With `mcp`, the specs named SERVER__TOOL are an MCP server's tools (agctl.turn.mcp):
+    their calls go to the server, through the same checks; its connections end with the
+    turn (`end_turn`)."""
 
     def __init__(
         self,
@@ -803,10 +824,12 @@ class LiveTools:
         cwd: Path | None = None,
         hooks: Hooks | None = None,
         answers: Mapping[str, Answer] | None = None,
+        mcp: ServedTools | None = None,
     ) -> None:
         import threading
 
         self.specs = dict(specs)
+        self.mcp = mcp
         self.approve = approve
         self.ask = ask
         self.data_dir = data_dir
@@ -819,6 +842,10 @@ class LiveTools:
 
     def begin_turn(self) -> None:
         self._always.clear()
+
+    def end_turn(self) -> None:
+        if self.mcp is not None:
+            self.mcp.close()
 
     def _ask(self, spec: ToolSpec, arguments: dict[str, Any], argv: list[str]) -> Answer:
         assert self.ask is not None
@@ -874,7 +901,10 @@ class LiveTools:
             decision = approval(spec, mode, ask, checked)
         if decision != "run":
             return DENIED, CallRecord(call.id, name, arguments, outcome="denied")
-        run = run_tool(spec, checked, data_dir=self.data_dir, cwd=self.cwd)
+        if self.mcp is not None and self.mcp.serves(spec.name):
+            run = self.mcp.call(spec, checked)
+        else:
+            run = run_tool(spec, checked, data_dir=self.data_dir, cwd=self.cwd)
         record = CallRecord(
             call.id,
             name,

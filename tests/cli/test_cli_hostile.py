@@ -97,6 +97,9 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     hooks_file.parent.mkdir(parents=True)
     hooks_file.write_text(json.dumps([{"name": "p", "event": "PostFork", "command": ["true"]}]))
     _invoke(runner, env, "hook", "trust", str(hooks_file))
+    mcp_file = hooks_file.parent / "mcp.json"
+    mcp_file.write_text(json.dumps({"web": {"url": "http://127.0.0.1:9/mcp"}}))
+    _invoke(runner, env, "mcp", "trust", str(mcp_file))
     (root / "payload.json").write_text("{}")
     _invoke(runner, env, "session", "export", "-o", str(root / "export.json"))
     (root / "messages.json").write_text(json.dumps([{"role": "user", "content": "imported"}]))
@@ -139,6 +142,7 @@ def world(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Wo
         suffix = "jsonl" if name == "transcript" else "json"
         names[name] = str(root / f"{name}.{suffix}")
     names["hooks_file"] = str(root / "project" / ".agctl" / "hooks.json")
+    names["mcp_file"] = str(root / "project" / ".agctl" / "mcp.json")
     names["hook_payload"] = str(root / "payload.json")
     names["store"] = str(root / "data")
     names["copy_target"] = str(root / "copied")

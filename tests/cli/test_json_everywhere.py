@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,6 +52,8 @@ def world(run: Run, store: Store, tmp_path: Path) -> dict[str, str]:
     assert run("tool", "add", "echo", "--description", "d", "--", "cat").exit_code == 0
     assert run("template", "add", "t", "--system", "S {{ a }}", "--prompt", "{{ input }}",
                "--default", "a", "1").exit_code == 0  # fmt: skip
+    mcp_server = str(Path(__file__).parents[1] / "mcp_server.py")
+    assert run("mcp", "add", "m", "--", sys.executable, mcp_server).exit_code == 0
     store.save_draft("s", Draft(prompt="kept", slot="default"))
     ids = Checkpointer(store).ids("s")
     messages = tmp_path / "messages.json"
@@ -64,6 +67,9 @@ def world(run: Run, store: Store, tmp_path: Path) -> dict[str, str]:
     hooks_file.parent.mkdir(parents=True)
     hooks_file.write_text(json.dumps([{"name": "p", "event": "PostFork", "command": ["true"]}]))
     assert run("hook", "trust", str(hooks_file)).exit_code == 0
+    mcp_file = hooks_file.parent / "mcp.json"
+    mcp_file.write_text(json.dumps({"web": {"url": "http://127.0.0.1:9/mcp"}}))
+    assert run("mcp", "trust", str(mcp_file)).exit_code == 0
     hook_payload = tmp_path / "payload.json"
     hook_payload.write_text("{}")
     return {
@@ -73,6 +79,7 @@ def world(run: Run, store: Store, tmp_path: Path) -> dict[str, str]:
         "transcript": str(transcript),
         "export": str(export),
         "hooks_file": str(hooks_file),
+        "mcp_file": str(mcp_file),
         "hook_payload": str(hook_payload),
         "store": store.shown,
         "copy_target": str(tmp_path / "copied"),
@@ -167,6 +174,12 @@ INVOCATIONS: dict[str, list[str]] = {
     "template list": ["template", "list"],
     "template rm": ["template", "rm", "t"],
     "template show": ["template", "show", "t"],
+    "mcp add": ["mcp", "add", "web", "--url", "http://127.0.0.1:9/mcp"],
+    "mcp list": ["mcp", "list"],
+    "mcp rm": ["mcp", "rm", "m"],
+    "mcp tools": ["mcp", "tools", "m"],
+    "mcp trust": ["mcp", "trust", "{mcp_file}"],
+    "mcp untrust": ["mcp", "untrust", "{mcp_file}"],
     "tool add": ["tool", "add", "now", "--description", "d", "date"],
     "tool list": ["tool", "list"],
     "tool rm": ["tool", "rm", "echo"],

@@ -102,6 +102,19 @@ FILES = {
         }
     )
     + "\n",
+    # Tools from MCP servers: the offline model calls notes__count_words, then answers.
+    "count.json": json.dumps(
+        [
+            [
+                {
+                    "tool_calls": [
+                        {"name": "notes__count_words", "arguments": {"path": "notes.txt"}}
+                    ]
+                },
+                "notes.txt has 5 words.",
+            ]
+        ]
+    ),
     **file_blocks(),
 }
 
@@ -257,6 +270,23 @@ def test_the_tools_example_runs_wc_on_the_file(workdir: tuple[Path, dict[str, st
     assert [m["role"] for m in listed] == ["user", "assistant", "tool", "assistant"]
     assert listed[2]["content"].strip() == str(len(FILES["notes.txt"].split()))
     assert listed[3]["content"] == "notes.txt has 5 words."
+
+
+def test_the_mcp_example_runs_the_servers_tool_on_the_file(
+    workdir: tuple[Path, dict[str, str]],
+) -> None:
+    """The MCP server printed in the README serves its tool as printed: the loop's tool
+    message is its count of notes.txt (a broken server would still exit 0, with an error
+    result)."""
+    work, env = workdir
+    assert sh("agctl session new -q", work, env).returncode == 0
+    (block,) = [block for block in BLOCKS if "agctl mcp add notes" in block.text]
+    add, _tools, send = sh_commands(block.text)[:3]
+    assert sh(add, work, env).returncode == 0
+    assert sh(send, work, env).returncode == 0
+    listed = json.loads(sh("agctl msg list --json", work, env).stdout)
+    assert [m["role"] for m in listed] == ["user", "assistant", "tool", "assistant"]
+    assert listed[2]["content"] == str(len(FILES["notes.txt"].split()))
 
 
 def test_the_exit_code_table_lists_every_exit_code_the_errors_define() -> None:

@@ -10,14 +10,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import Result
 from fake_openai import FakeOpenAI
-from helpers import agctl_in, ok, process_dead, served_env
+from helpers import agctl_in, ok, process_dead, served_env, wait_for
 
 from agctl.store import Store
 
@@ -38,13 +37,6 @@ WAIT_S = 60
 
 def call(name: str) -> dict[str, str]:
     return {"id": f"call_{name}", "name": "t", "arguments": json.dumps({"name": name})}
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.fixture

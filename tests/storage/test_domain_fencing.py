@@ -185,6 +185,9 @@ class Echo:
     def begin_turn(self) -> None:
         pass
 
+    def end_turn(self) -> None:
+        pass
+
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:
         record = CallRecord(call.id, call.function.name, call.function.arguments, exit=0)
         return call.function.arguments, record

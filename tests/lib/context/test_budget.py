@@ -289,6 +289,9 @@ class Unrunnable:
     def begin_turn(self) -> None:
         pass
 
+    def end_turn(self) -> None:
+        pass
+
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:
         raise AssertionError(f"no call was expected, got {call.function.name}")
 

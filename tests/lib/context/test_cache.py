@@ -403,6 +403,9 @@ class Echo:
     def begin_turn(self) -> None:
         pass
 
+    def end_turn(self) -> None:
+        pass
+
     def run(self, call: ToolCall) -> tuple[str, Any]:
         from agctl.turn.steps import CallRecord
 

@@ -55,6 +55,9 @@ class Big:
     def begin_turn(self) -> None:
         pass
 
+    def end_turn(self) -> None:
+        pass
+
     def run(self, call: ToolCall) -> tuple[str, CallRecord]:
         size = json.loads(call.function.arguments)["size"]
         line = f"{call.function.name} {call.id}: " + "lorem ipsum dolor sit amet " * 4
