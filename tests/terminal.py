@@ -133,3 +133,61 @@ class ControllingTerminal:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode, out.decode(), err.decode()
+
+
+class ChatTerminal(ControllingTerminal):
+    """agctl with all three standard streams on a pseudo-terminal that is its controlling
+    terminal, as in a terminal emulator (`agctl chat`): the test reads what it shows and
+    types keys (Enter is CR, as a keyboard sends it). prompt_toolkit is told not to ask
+    the terminal where its cursor is (a terminal emulator answers; this test terminal
+    does not)."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        import fcntl
+        import termios
+
+        self.master, self.slave = pty.openpty()
+        slave = self.slave
+
+        def take_terminal() -> None:
+            fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+        environment = {**env, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "agctl", *args],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=environment,
+            start_new_session=True,
+            preexec_fn=take_terminal,
+        )
+        self.received = b""
+        self._seen = 0
+
+    def keys(self, data: str) -> None:
+        """Type `data` as it is (control keys included: \\x03 is Ctrl-C, \\x04 Ctrl-D)."""
+        os.write(self.master, data.encode())
+
+    def type(self, line: str) -> None:
+        self.keys(line + "\r")
+
+    def finish(self) -> tuple[int, str, str]:
+        """The exit status once the process ends (everything it showed is in `received`)."""
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while self.process.poll() is None and time.monotonic() < deadline:
+                ready, _, _ = select.select([self.master], [], [], 0.2)
+                if ready:
+                    try:
+                        self.received += os.read(self.master, 65536)
+                    except OSError:
+                        break
+            self.process.wait(timeout=TIMEOUT)
+        finally:
+            os.close(self.master)
+            os.close(self.slave)
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode, "", ""
