@@ -63,12 +63,8 @@ class Chat:
         saw each error), else that of the last failure, so a script can tell."""
         armed = False
         while True:
-            self.reader.use_history(
-                history_path(self.store.local_dir, self.session)
-                if self.reader.interactive
-                else None
-            )
-            try:
+            try:  # a Ctrl-C between two prompts counts as one at the prompt
+                self.reader.use_history(self.history())
                 line = self.reader.read(self.prompt(), "")
             except EOFError:
                 break

@@ -1,0 +1,217 @@
+"""`agctl chat` for real: a process whose three standard streams are a pseudo-terminal
+that is its controlling terminal (tests/terminal.py's ChatTerminal), keys typed there,
+the offline provider or the fake OpenAI upstream on loopback (held mid-stream for
+Ctrl-C), and the store read afterwards to see what was written. Every wait is for what
+the terminal shows, bounded (terminal.TIMEOUT)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+from fake_openai import FakeOpenAI
+from helpers import ok
+from terminal import ChatTerminal
+
+from agctl.store import Store
+
+Run = Callable[..., Result]
+CTRL_C, CTRL_D, ESC, UP = "\x03", "\x04", "\x1b", "\x1b[A"
+
+
+@pytest.fixture
+def offline(env: dict[str, str]) -> dict[str, str]:
+    return {**env, "AGCTL_PROVIDER": "offline"}
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+    assert server.errors == []
+
+
+def upstream(env: dict[str, str], server: FakeOpenAI) -> dict[str, str]:
+    return {**env, "AGCTL_PROVIDER": "openai", "AGCTL_BASE_URL": server.base_url,
+            "AGCTL_MODEL": "m", "AGCTL_API_KEY": "k"}  # fmt: skip
+
+
+def texts(store: Store, session: str, slot: str | None = None) -> list[str]:
+    return [m.text() for m in store.load_slot(session, slot).messages]
+
+
+# What prompt_toolkit writes as a prompt starts, once it reads the keyboard (bracketed
+# paste on): typing before it would reach the terminal's line discipline instead.
+PROMPT_STARTS = b"\x1b[?2004h"
+
+
+def ask(chat: ChatTerminal, line: str, *shows: bytes) -> bytes:
+    """Type `line` at the prompt; what the terminal shows until each of `shows` came, in
+    order, and the next prompt started."""
+    chat.type(line)
+    shown = b"".join(chat.wait_for(text) for text in shows)
+    return shown + chat.wait_for(PROMPT_STARTS)
+
+
+def leave(chat: ChatTerminal) -> int:
+    """Ctrl-D at an empty prompt; the exit status."""
+    chat.keys(CTRL_D)
+    status, _, _ = chat.finish()
+    return status
+
+
+def test_every_slash_command_runs_its_agctl_command(
+    offline: dict[str, str], run: Run, store: Store
+) -> None:
+    ok(run("session", "new", "s"))
+    chat = ChatTerminal(offline, "chat")
+    chat.wait_for(b"default>")
+    ask(chat, "hello", b'you said "hello"')
+    ask(chat, "/retry", b"on new slot default-retry-1 (from default, kept as it was)",
+        b'you said "hello"')  # fmt: skip
+    shown = ask(chat, "/diff", b'+#1 assistant: Offline reply to turn 2 in slot "default-retry-1"')
+    assert b"--- default\r\n+++ default-retry-1\r\n" in shown
+    assert b'-#1 assistant: Offline reply to turn 1 in slot "default"' in shown
+    ask(chat, "/slots", b"*  default-retry-1  full  derived  default")
+    ask(chat, "/ctx", b"slot default-retry-1 \xc2\xb7 offline model offline", b"room left")
+    ask(chat, "/ckpt good one", b"\r\n")
+    ask(chat, "/ckpts", b"  good one")
+    ask(chat, "/pin 0", b"pinned message 0 in slot default-retry-1")
+    ask(chat, "/memory set colour blue", b"colour set")
+    ask(chat, "/memory", b"colour  blue")
+    ask(chat, "/model", b"model: offline (provider offline)")
+    ask(chat, "/model small-one", b"model: small-one (provider offline)")
+    ask(chat, "/tools", b"offered in this chat: none")
+    ask(chat, "/nope", b"agctl: error: no command /nope in the chat: /help lists them")
+    ask(chat, "/rollback zzzz", b"agctl: error: no checkpoint matches 'zzzz'")
+    ask(chat, "/slot nowhere", b"agctl: error: slot 'nowhere' not found")
+    ask(chat, "/edit 0 hi instead", b"on new slot default-edit-1", b'you said "hi instead"')
+    ask(chat, "/undo", b"back at turn 2")
+    ask(chat, "/slot default", b"current slot: default")
+    ask(chat, "/compress", b"nothing to compress in slot default")
+    ask(chat, "/help", b"/rollback ID")
+    forked = ask(chat, "/fork", b"\r\n").decode()
+    assert leave(chat) == 0
+
+    assert texts(store, "s", "default")[0] == "hello"
+    assert texts(store, "s", "default-retry-1")[0] == "hello"  # the old reply kept
+    assert store.load_session("s").memory == {"colour": "blue"}
+    assert store.load_session("s").model == "small-one"
+    [child] = store.children("s")
+    assert child in forked and store.current_session_id() == child
+
+
+def test_a_pipe_drives_the_chat_line_by_line(offline: dict[str, str], run: Run) -> None:
+    ok(run("session", "new", "s"))
+    lines = 'hello\n"""\nline one\nline two\n"""\n/retry\n/slots\n/nope\n'
+    done = subprocess.run([sys.executable, "-m", "agctl", "chat"], input=lines,
+                          capture_output=True, text=True, env=offline, timeout=60)  # fmt: skip
+    assert done.returncode == 2, done.stderr  # the last failure: a usage error
+    assert 'you said "line one\nline two"' in done.stdout or "line one" in done.stdout
+    assert "*  default-retry-1" in done.stdout
+    assert "agctl: error: no command /nope in the chat" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_multi_line_input_and_history_across_two_chats(
+    offline: dict[str, str], run: Run, store: Store, isolated_env: Path
+) -> None:
+    ok(run("session", "new", "s"))
+    chat = ChatTerminal(offline, "chat")
+    chat.wait_for(b"default>")
+    ask(chat, f"first{ESC}\rsecond", b"Offline reply to turn 1")  # Esc-Enter: a new line
+    chat.type('"""')
+    chat.type("one")
+    ask(chat, 'two"""', b"Offline reply to turn 2")
+    ask(chat, "remember me", b"Offline reply to turn 3")
+    assert leave(chat) == 0
+    assert texts(store, "s")[::2] == ["first\nsecond", "one\ntwo", "remember me"]
+    history = isolated_env / "chat-history" / "s.history"
+    assert stat.S_IMODE(history.stat().st_mode) == 0o600
+    assert stat.S_IMODE(history.parent.stat().st_mode) == 0o700
+
+    again = ChatTerminal(offline, "chat")
+    again.wait_for(b"default>")
+    again.keys(UP)
+    again.wait_for(b"remember me")
+    ask(again, "", b"Offline reply to turn 4")
+    assert leave(again) == 0
+    assert texts(store, "s")[-2] == "remember me"
+
+
+def test_ctrl_c_twice_or_ctrl_d_leaves_and_ctrl_c_clears_a_line(
+    offline: dict[str, str], run: Run, store: Store
+) -> None:
+    ok(run("session", "new", "s"))
+    chat = ChatTerminal(offline, "chat")
+    chat.wait_for(b"default>")
+    chat.keys("never sent" + CTRL_C)  # clears the line: nothing to leave yet
+    chat.keys(CTRL_C)
+    chat.wait_for(b"(Ctrl-C again or Ctrl-D to leave)")
+    chat.wait_for(PROMPT_STARTS)
+    ask(chat, "still here", b"Offline reply to turn 1")  # then Ctrl-C asks again
+    chat.keys(CTRL_C)
+    chat.wait_for(b"(Ctrl-C again or Ctrl-D to leave)")
+    chat.wait_for(PROMPT_STARTS)
+    chat.keys(CTRL_C)
+    status, _, _ = chat.finish()
+    assert status == 0
+    assert texts(store, "s")[0] == "still here"
+
+
+def test_ctrl_c_mid_reply_keeps_the_draft_and_writes_nothing(
+    env: dict[str, str], run: Run, store: Store, fake: FakeOpenAI
+) -> None:
+    ok(run("session", "new", "s"))
+    fake.reply("the whole reply is long and never arrives in full", chunk_size=4)
+    gate = fake.pause_stream(after=3)
+    chat = ChatTerminal(upstream(env, fake), "chat")
+    chat.wait_for(b"default>")
+    chat.type("tell me")
+    chat.wait_for(b"the ")  # the reply has begun streaming, and is held
+    chat.keys(CTRL_C)
+    chat.wait_for(b"agctl: error: interrupted")
+    chat.wait_for(b"--resume-draft")
+    chat.wait_for(PROMPT_STARTS)  # still in the chat
+    gate.set()
+    assert leave(chat) == 0
+    assert texts(store, "s") == []
+    assert store.load_draft("s", "default").prompt == "tell me"
+
+
+def test_a_tool_call_is_approved_inline(
+    env: dict[str, str], run: Run, store: Store, fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    program = tmp_path / "mark.py"
+    program.write_text("import json, sys\nprint('marked ' + json.load(sys.stdin)['name'])\n")
+    schema = json.dumps({"type": "object", "properties": {"name": {"type": "string"}}})
+    ok(run("tool", "add", "mark", "--description", "Mark", "--parameters", schema,
+           "--", sys.executable, str(program)))  # fmt: skip
+    ok(run("session", "new", "s"))
+    fake.reply(tool_calls=[{"id": "call_1", "name": "mark", "arguments": {"name": "x"}}])
+    fake.reply("done marking")
+    chat = ChatTerminal(upstream(env, fake), "chat", "-T", "mark")
+    chat.wait_for(b"default>")
+    chat.type("mark x")
+    chat.wait_for(b"[y/n/always] ")
+    ask(chat, "y", b"tool mark(", b"done marking")
+    assert leave(chat) == 0
+    messages = store.load_slot("s").messages
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert messages[2].text().strip() == "marked x"
+
+
+def test_no_session_starts_one(offline: dict[str, str], store: Store) -> None:
+    chat = ChatTerminal(offline, "chat")
+    chat.wait_for(b"no session was selected: started ")
+    chat.wait_for(b"default>")
+    assert leave(chat) == 0
+    assert store.current_session_id() is not None
+    assert os.environ.get("AGCTL_SESSION") is None
