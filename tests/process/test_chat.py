@@ -215,3 +215,46 @@ def test_no_session_starts_one(offline: dict[str, str], store: Store) -> None:
     assert leave(chat) == 0
     assert store.current_session_id() is not None
     assert os.environ.get("AGCTL_SESSION") is None
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+TRANSCRIPT_MARKER = "<!-- chat transcript: tests/process/test_chat.py types it on a terminal -->"
+
+
+def readme_transcript() -> list[str]:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    start = lines.index(TRANSCRIPT_MARKER) + 2
+    return lines[start : lines.index("```", start)]
+
+
+def test_the_readme_chat_is_what_a_terminal_shows(env: dict[str, str]) -> None:
+    """The README's chat, typed on a terminal with the offline provider: every command and
+    line typed as printed there, every line it shows after one seen, in order."""
+    import re
+
+    lines = readme_transcript()
+    assert lines[0] == "$ agctl session new tour" and lines[2].startswith("$ agctl chat")
+    created = subprocess.run([sys.executable, "-m", "agctl", "session", "new", "tour"],
+                             env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert created.stdout.splitlines() == [lines[1]]
+    chat = ChatTerminal(env, *lines[2].split()[2:])
+    chat.wait_for(b"default>")
+    typed = re.compile(r"^[\w.-]+> (?P<line>.*)$")
+    expected: list[str] = []
+    for line in lines[3:]:
+        match = typed.match(line)
+        if match is None:
+            expected.append(line)
+            continue
+        if expected:
+            shown = chat.wait_for(expected[-1].encode()) + chat.wait_for(PROMPT_STARTS)
+            plain = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", shown).decode().replace("\r", "")
+            position = 0
+            for want in expected:  # each line, whole, in order
+                position = plain.index(want + "\n", position) + len(want)
+            expected = []
+        if match["line"] == "^D":
+            assert leave(chat) == 0
+            return
+        chat.type(match["line"])
+    raise AssertionError("the README's chat does not end with ^D")
