@@ -1,0 +1,66 @@
+"""Turns sent again on a branch of their own (agctl.turn.branches): the slot they came
+from is never changed, the new slot holds the messages before the prompt, and a failed
+send leaves the new slot with its draft."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import OPTIONS
+
+from agctl.base.errors import UsageError
+from agctl.providers.offline import OfflineProvider
+from agctl.store import Store
+from agctl.turn.branches import branch_name, compare_slots, edit_turn, retry_turn
+from agctl.turn.send import send_turn
+
+
+@pytest.fixture
+def talked(store: Store) -> str:
+    sid = store.create_session("s").id
+    for prompt in ("one", "two"):
+        send_turn(store, sid, prompt, OfflineProvider(), OPTIONS)
+    return sid
+
+
+def texts(store: Store, sid: str, slot: str) -> list[str]:
+    return [m.text() for m in store.load_slot(sid, slot).messages]
+
+
+def test_a_retry_sends_the_last_prompt_again_on_a_new_current_slot(
+    store: Store, talked: str
+) -> None:
+    before = texts(store, talked, "default")
+    result = retry_turn(store, talked, OfflineProvider(), OPTIONS)
+    assert result.slot_id == "default-retry-1"
+    assert store.load_session(talked).current_slot == "default-retry-1"
+    assert texts(store, talked, "default") == before  # the old reply kept
+    again = texts(store, talked, "default-retry-1")
+    assert again[:3] == before[:3] and again[3] != before[3]
+    assert retry_turn(store, talked, OfflineProvider(), OPTIONS).slot_id == "default-retry-2"
+
+
+def test_an_edit_replaces_a_prompt_and_drops_what_followed_it(store: Store, talked: str) -> None:
+    result = edit_turn(store, talked, 0, "uno", OfflineProvider(), OPTIONS)
+    assert result.slot_id == "default-edit-1"
+    assert texts(store, talked, "default-edit-1")[0] == "uno"
+    assert len(texts(store, talked, "default-edit-1")) == 2
+    with pytest.raises(UsageError, match="not a prompt but the assistant's"):
+        edit_turn(store, talked, 1, "x", OfflineProvider(), OPTIONS)
+    assert "default-edit-2" not in store.slot_ids(talked)  # refused before any slot
+
+
+def test_compare_slots_shows_the_replies_that_differ(store: Store, talked: str) -> None:
+    retry_turn(store, talked, OfflineProvider(), OPTIONS)
+    diff = compare_slots(store, talked)
+    assert (diff.a, diff.b, diff.shared) == ("default", "default-retry-1", 3)
+    assert [line[0] for line in diff.lines if line[:1] in "+-" and line[:3] not in "---+++"] == [
+        "-",
+        "+",
+    ]
+    with pytest.raises(UsageError, match="was not derived"):
+        compare_slots(store, talked, None, "default")
+
+
+def test_a_branch_name_is_counted_from_its_root() -> None:
+    assert branch_name({"a-retry-1"}, "a-retry-1", "retry") == "a-retry-2"
+    assert branch_name(set(), "a-edit-3", "retry") == "a-retry-1"
