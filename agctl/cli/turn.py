@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -31,6 +31,8 @@ from agctl.cli.options import (
     tool_options,
 )
 from agctl.cli.output import echo, secho
+
+F = TypeVar("F", bound="Callable[..., Any]")
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -424,6 +426,26 @@ def branch_notice(app: App) -> Callable[[Branch], None]:
     return tell
 
 
+def resend_options(fn: F) -> F:
+    """The options of `turn retry` and `turn edit`: those of `turn send` that a turn sent
+    again takes (the slot, model, sampling, streaming, sources and tools)."""
+    for decorate in reversed(
+        (
+            slot_option,
+            provider_options,
+            sampling_options,
+            stream_options,
+            source_options,
+            tool_options,
+            gathered("fields", *SAMPLING_FIELDS),
+            command_options,
+            pass_app,
+        )
+    ):
+        fn = decorate(fn)
+    return fn
+
+
 # The help of `turn retry`.
 RETRY_HELP = """Regenerate the slot's last reply on a new slot; the old one is kept as it was.
 
@@ -441,15 +463,7 @@ Examples:
 
 
 @command.command("retry", help=RETRY_HELP)
-@slot_option
-@provider_options
-@sampling_options
-@stream_options
-@source_options
-@tool_options
-@gathered("fields", *SAMPLING_FIELDS)
-@command_options
-@pass_app
+@resend_options
 def retry(
     app: App,
     slot: str | None,
@@ -500,15 +514,7 @@ Examples:
 @command.command("edit", help=EDIT_HELP, context_settings=NEGATIVE_INDEX)
 @click.argument("index", type=int)
 @click.argument("text", required=False)
-@slot_option
-@provider_options
-@sampling_options
-@stream_options
-@source_options
-@tool_options
-@gathered("fields", *SAMPLING_FIELDS)
-@command_options
-@pass_app
+@resend_options
 def edit(
     app: App,
     index: int,
