@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from agctl.base.errors import AgctlError
     from agctl.turn.setup import ModelChoice, ToolsChoice, TurnChoice
+    from agctl.turn.tools import AskFn
 
 CHAT_HELP = """Talk with a model on the session's slot, line by line; /help lists the commands.
 
@@ -103,6 +104,16 @@ class CommandLine:
         self.app = app
         self.chosen = chosen
         self.fields = fields
+        self.asking: list[AskFn | None] = []  # the question, once made
+
+    def ask(self) -> AskFn | None:
+        """The approval question on the terminal, opened once for the whole chat (each
+        `turn send` opens it for its one turn)."""
+        if not self.asking:
+            from agctl.cli.turn import terminal_ask
+
+            self.asking.append(terminal_ask())
+        return self.asking[0]
 
     def send(self, session: str, slot: str | None, prompt: str) -> str:
         from agctl.turn.send import send_turn
@@ -147,7 +158,15 @@ class CommandLine:
         from agctl.cli.turn import run_turn
 
         result = run_turn(
-            self.app, session, self.chosen, send, stream=None, jsonl=False, slot=slot, **self.fields
+            self.app,
+            session,
+            self.chosen,
+            send,
+            stream=None,
+            jsonl=False,
+            ask=self.ask,
+            slot=slot,
+            **self.fields,
         )
         return result.slot_id
 

@@ -391,11 +391,12 @@ def run_turn(
     *,
     stream: bool | None,
     jsonl: bool,
+    ask: Callable[[], AskFn | None] = terminal_ask,
     **fields: Any,
 ) -> TurnResult:
     """A turn `send` sends with what was `chosen` (as `turn send` plans it, its reply
-    streamed on a terminal, its tool calls shown and asked about there), then shown: what
-    `turn retry`, `turn edit` and the chat share."""
+    streamed on a terminal, its tool calls shown and asked about there by `ask`'s
+    question), then shown: what `turn retry`, `turn edit` and the chat share."""
     from agctl.turn.setup import plan_turn
 
     streaming = sys.stdout.isatty() if stream is None else stream
@@ -404,7 +405,7 @@ def run_turn(
         app.store,
         sid,
         chosen,
-        ask=terminal_ask,
+        ask=ask,
         stream=streaming or jsonl,
         on_call=call_printer(app, not jsonl, printer.ends_line),
         **fields,

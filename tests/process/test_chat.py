@@ -21,6 +21,7 @@ from helpers import ok
 from terminal import ChatTerminal
 
 from agctl.store import Store
+from agctl.turn.tools import DENIED
 
 Run = Callable[..., Result]
 CTRL_C, CTRL_D, ESC, UP = "\x03", "\x04", "\x1b", "\x1b[A"
@@ -202,10 +203,20 @@ def test_a_tool_call_is_approved_inline(
     chat.type("mark x")
     chat.wait_for(b"[y/n/always] ")
     ask(chat, "y", b"tool mark(", b"done marking")
+    fake.reply(tool_calls=[{"id": "call_2", "name": "mark", "arguments": {"name": "z"}}])
+    fake.reply("not marked")
+    chat.type("mark z")
+    chat.wait_for(b"[y/n/always] ")
+    ask(chat, "n", b"denied, not run", b"not marked")
+    # The terminal is opened once for the chat's questions, not once a turn.
+    opened = [os.readlink(f"/proc/{chat.process.pid}/fd/{fd}")
+              for fd in os.listdir(f"/proc/{chat.process.pid}/fd")]  # fmt: skip
+    assert opened.count("/dev/tty") == 1, opened
     assert leave(chat) == 0
     messages = store.load_slot("s").messages
-    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert [m.role for m in messages][:4] == ["user", "assistant", "tool", "assistant"]
     assert messages[2].text().strip() == "marked x"
+    assert messages[6].text() == DENIED
 
 
 def test_no_session_starts_one(offline: dict[str, str], store: Store) -> None:
