@@ -68,7 +68,7 @@ class ControllingTerminal:
     standard streams are not on it (stdin /dev/null, stdout and stderr pipes), so that
     what it asks there is asked on /dev/tty itself; the test reads the terminal and types."""
 
-    def __init__(self, env: dict[str, str], *args: str) -> None:
+    def __init__(self, env: dict[str, str], *args: str, streams_on_it: bool = False) -> None:
         import fcntl
         import termios
 
@@ -79,11 +79,14 @@ class ControllingTerminal:
         def take_terminal() -> None:  # in the child, a session leader already
             fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
 
+        streams: dict[str, int] = (
+            {"stdin": slave, "stdout": slave, "stderr": slave}
+            if streams_on_it
+            else {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        )
         self.process = subprocess.Popen(
             [sys.executable, "-m", "agctl", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            **streams,  # type: ignore[arg-type]
             env=env,
             start_new_session=True,
             preexec_fn=take_terminal,
@@ -143,27 +146,8 @@ class ChatTerminal(ControllingTerminal):
     does not)."""
 
     def __init__(self, env: dict[str, str], *args: str) -> None:
-        import fcntl
-        import termios
-
-        self.master, self.slave = pty.openpty()
-        slave = self.slave
-
-        def take_terminal() -> None:
-            fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
-
         environment = {**env, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "agctl", *args],
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            env=environment,
-            start_new_session=True,
-            preexec_fn=take_terminal,
-        )
-        self.received = b""
-        self._seen = 0
+        super().__init__(environment, *args, streams_on_it=True)
 
     def keys(self, data: str) -> None:
         """Type `data` as it is (control keys included: \\x03 is Ctrl-C, \\x04 Ctrl-D)."""

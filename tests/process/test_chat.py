@@ -269,3 +269,20 @@ def test_the_readme_chat_is_what_a_terminal_shows(env: dict[str, str]) -> None:
             return
         chat.type(match["line"])
     raise AssertionError("the README's chat does not end with ^D")
+
+
+def test_edit_without_text_edits_the_prompt_at_the_prompt(
+    offline: dict[str, str], run: Run, store: Store
+) -> None:
+    ok(run("session", "new", "s"))
+    chat = ChatTerminal(offline, "chat", "--slot", "default")
+    chat.wait_for(b"default>")
+    ask(chat, "hello", b'you said "hello"')
+    chat.type("/edit 0")
+    chat.wait_for(b"edit 0>")
+    chat.wait_for(b"hello")  # the old prompt, to edit
+    ask(chat, " world", b"on new slot default-edit-1", b'you said "hello world"')
+    chat.wait_for(b"default-edit-1>")  # --slot follows the turn to its new slot
+    assert leave(chat) == 0
+    assert texts(store, "s", "default-edit-1")[0] == "hello world"
+    assert texts(store, "s", "default")[0] == "hello"
