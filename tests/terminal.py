@@ -66,7 +66,8 @@ def raw_controls(data: bytes) -> list[str]:
 class ControllingTerminal:
     """agctl run with a pseudo-terminal as its controlling terminal (/dev/tty) while its
     standard streams are not on it (stdin /dev/null, stdout and stderr pipes), so that
-    what it asks there is asked on /dev/tty itself; the test reads the terminal and types."""
+    what it asks there is asked on /dev/tty itself; the test reads the terminal and types.
+    With `streams_on_it`, the standard streams are on the terminal too."""
 
     def __init__(self, env: dict[str, str], *args: str, streams_on_it: bool = False) -> None:
         import fcntl
@@ -79,14 +80,12 @@ class ControllingTerminal:
         def take_terminal() -> None:  # in the child, a session leader already
             fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
 
-        streams: dict[str, int] = (
-            {"stdin": slave, "stdout": slave, "stderr": slave}
-            if streams_on_it
-            else {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-        )
+        stdin, output = (slave, slave) if streams_on_it else (subprocess.DEVNULL, subprocess.PIPE)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "agctl", *args],
-            **streams,  # type: ignore[arg-type]
+            stdin=stdin,
+            stdout=output,
+            stderr=output,
             env=env,
             start_new_session=True,
             preexec_fn=take_terminal,
