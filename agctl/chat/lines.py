@@ -4,7 +4,7 @@ only), or a pipe, line by line. Both join a `\"\"\"` block into one prompt."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Protocol, TextIO
+from typing import TYPE_CHECKING, BinaryIO, Protocol, TextIO
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -24,6 +24,16 @@ class Reader(Protocol):
     def read(self, prompt: str, default: str = "") -> str: ...
 
     def use_history(self, path: Path | None) -> None: ...
+
+
+def encodable(text: str) -> bool:
+    """Whether `text` is UTF-8: bytes that were not (a pipe's, a terminal's) are decoded
+    as lone surrogates, which no store, wire or terminal can take."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def block_open(text: str) -> bool:
@@ -64,12 +74,14 @@ def history_path(data_dir: Path, session_id: str) -> Path:
 
 class PipeReader:
     """Lines from a pipe, for scripts: no prompt shown, no history; a block is gathered
-    until its closing line."""
+    until its closing line. A line that is not UTF-8 is InvalidInput (no prompt is sent
+    with bytes the model would get garbled)."""
 
     interactive = False
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: BinaryIO) -> None:
         self.stream = stream
+        self.number = 0
 
     def use_history(self, path: Path | None) -> None:
         pass
@@ -81,13 +93,23 @@ class PipeReader:
         return text
 
     def _line(self, inside: bool = False) -> str:
-        line = self.stream.readline()
-        if not line:
+        data = self.stream.readline()
+        if not data:
             if inside:
                 from agctl.base.errors import UsageError
 
                 raise UsageError(f"the input ended inside a {BLOCK} block")
             raise EOFError
+        self.number += 1
+        try:
+            line = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            from agctl.base.errors import InvalidInput
+
+            raise InvalidInput(
+                f"line {self.number} of standard input is not valid UTF-8 (byte {exc.start}: "
+                f"{exc.reason})"
+            ) from None
         return line.removesuffix("\n")
 
 
@@ -141,7 +163,15 @@ class TerminalReader:
             else:
                 event.app.exit(exception=KeyboardInterrupt, style="class:aborting")  # type: ignore[attr-defined]
 
-        history = FileHistory(str(self.history)) if self.history else InMemoryHistory()
+        class UTF8History(FileHistory):
+            """Keeps a line that is not UTF-8 out of the file (prompt_toolkit would fail
+            writing it, in the middle of the prompt; the chat refuses the line)."""
+
+            def store_string(self, string: str) -> None:
+                if encodable(string):
+                    super().store_string(string)
+
+        history = UTF8History(str(self.history)) if self.history else InMemoryHistory()
         return PromptSession(
             history=history,
             key_bindings=keys,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from agctl.base.errors import AgctlError, UsageError
+from agctl.base.errors import AgctlError, InvalidInput, UsageError
 from agctl.chat.commands import Line, agctl_argv, help_text, parse
-from agctl.chat.lines import history_path, unblocked
+from agctl.chat.lines import encodable, history_path, unblocked
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -96,6 +96,8 @@ class Chat:
     def handle(self, text: str) -> None:
         """Do what one line (or block) asks, reporting an error as agctl does."""
         try:
+            if not encodable(text):
+                raise InvalidInput("the line is not valid UTF-8")
             line = parse(unblocked(text))
             if line.name is None:
                 if line.text.strip():

@@ -48,7 +48,8 @@ prompt, then again, or Ctrl-D, leaves (exit 0).
 
 Not on a terminal (standard input a pipe), the chat reads its lines from standard
 input, with no prompt and no history, so a script can drive it; it ends with the
-input, its exit status that of the last command or turn that failed (0 if none did).
+input, its exit status that of the last command or turn that failed (0 if none did);
+a line that is not UTF-8 ends it (exit 5), as does the input ending inside a block.
 
 \b
 Examples:
@@ -85,12 +86,12 @@ def command(
 
     sid = app.session_or_new()
     if slot is not None:
-        app.store.resolve_slot(sid, slot)  # a slot that does not exist: exit 3 now
+        app.store.load_slot(sid, slot)  # a slot that does not exist: exit 3 now
     on_terminal = sys.stdin.isatty() and sys.stdout.isatty()
     reader = TerminalReader(getattr(sys.stdout, "stream", sys.stdout)) if on_terminal else None
     chosen = TurnChoice(choice, tools, loop, record, app.no_hooks)
     actions = CommandLine(ctx, app, chosen, fields)
-    chat = Chat(app.store, actions, reader or PipeReader(sys.stdin), sid, slot)
+    chat = Chat(app.store, actions, reader or PipeReader(sys.stdin.buffer), sid, slot)
     ctx.exit(chat.run())
 
 

@@ -286,3 +286,40 @@ def test_edit_without_text_edits_the_prompt_at_the_prompt(
     assert leave(chat) == 0
     assert texts(store, "s", "default-edit-1")[0] == "hello world"
     assert texts(store, "s", "default")[0] == "hello"
+
+
+def test_bytes_that_are_not_utf8_are_refused_not_a_traceback(
+    offline: dict[str, str], run: Run, store: Store
+) -> None:
+    ok(run("session", "new", "s"))
+    chat = ChatTerminal(offline, "chat")
+    chat.wait_for(b"default>")
+    os.write(chat.master, b"bad \xff\xfe\r")
+    chat.wait_for(b"agctl: error: the line is not valid UTF-8")
+    chat.wait_for(PROMPT_STARTS)
+    ask(chat, "good", b'you said "good"')
+    assert leave(chat) == 0
+    for failure in (b"Traceback", b"Unhandled exception", b"Press ENTER"):
+        assert failure not in chat.received
+    assert texts(store, "s")[0] == "good"
+
+    piped = subprocess.run([sys.executable, "-m", "agctl", "chat"], input=b"ok\n\xff\n/slots\n",
+                           capture_output=True, env=offline, timeout=60)  # fmt: skip
+    assert piped.returncode == 5
+    assert piped.stderr.decode() == (
+        "agctl: error: line 2 of standard input is not valid UTF-8 (byte 0: invalid start byte)\n"
+    )
+    assert texts(store, "s")[2] == "ok"  # the line before it was sent; none after
+
+
+def test_a_chat_on_a_slot_or_session_that_does_not_exist_is_exit_3(
+    offline: dict[str, str], run: Run
+) -> None:
+    ok(run("session", "new", "s"))
+    for args, error in (
+        (["--slot", "nope"], "agctl: error: slot 'nope' not found in session 's'\n"),
+        (["-s", "nope"], "agctl: error: no session matches 'nope'\n"),
+    ):
+        done = subprocess.run([sys.executable, "-m", "agctl", "chat", *args], input="hi\n",
+                              capture_output=True, text=True, env=offline, timeout=60)  # fmt: skip
+        assert (done.returncode, done.stdout, done.stderr) == (3, "", error)
