@@ -117,17 +117,28 @@ def agctl_argv(line: Line, slot: str | None) -> list[str]:
     return argv
 
 
+# The widest line /help prints.
+HELP_WIDTH = 100
+
+
 def help_text() -> str:
     """/help: each command's usage and what it does, then how to type."""
+    import textwrap
+
     width = max(len(slash.usage) for slash in SLASH.values())
-    rows = [f"  {slash.usage.ljust(width)}  {slash.help}" for slash in SLASH.values()]
-    return "\n".join(
-        [
-            "Commands (each is agctl's own command; see 'agctl COMMAND --help'):",
-            *rows,
-            'Several lines: start with """ and end with """, or Esc then Enter for a new '
-            "line. //text sends /text.",
-            "Ctrl-C stops a reply (its prompt kept as a draft); at an empty prompt, Ctrl-C "
-            "twice or Ctrl-D leaves.",
-        ]
+    rows = [
+        textwrap.fill(
+            slash.help,
+            HELP_WIDTH,
+            initial_indent=f"  {slash.usage.ljust(width)}  ",
+            subsequent_indent=" " * (width + 4),
+        )
+        for slash in SLASH.values()
+    ]
+    notes = (
+        'Several lines: start with """ and end with """, or Esc then Enter (Alt-Enter) '
+        "starts a new line. //text sends /text. Ctrl-C stops a reply (its prompt kept as "
+        "the slot's draft); at an empty prompt, Ctrl-C twice or Ctrl-D leaves."
     )
+    heading = "Commands (each is agctl's own command; see 'agctl COMMAND --help'):"
+    return "\n".join([heading, *rows, textwrap.fill(notes, HELP_WIDTH)])

@@ -42,9 +42,9 @@ is a command, each one of agctl's own, printing what that command prints: /undo,
 
 On a terminal (prompt_toolkit): Up and Down recall the lines typed in this session's
 chats before (kept 0600 in the data dir's chat-history); several lines go between two
-\"\"\" lines, or Esc then Enter starts a new line; Ctrl-C while a reply streams stops
-it (nothing is written, its prompt is kept as the slot's draft); Ctrl-C at an empty
-prompt, then again, or Ctrl-D, leaves (exit 0).
+\"\"\" lines, or Esc then Enter (Alt-Enter) starts a new line; Ctrl-C while a reply
+streams stops it (nothing is written, its prompt is kept as the slot's draft); Ctrl-C
+at an empty prompt, then again, or Ctrl-D, leaves (exit 0).
 
 Not on a terminal (standard input a pipe), the chat reads its lines from standard
 input, with no prompt and no history, so a script can drive it; it ends with the
