@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from agctl.base.errors import AgctlError, InvalidInput, UsageError
+from agctl.base.errors import SIGINT, AgctlError, InvalidInput, UsageError, interrupt_signal
+from agctl.base.interrupts import interrupt_count, interrupted_since
 from agctl.chat.commands import Line, agctl_argv, help_text, parse
 from agctl.chat.lines import encodable, history_path, unblocked
 
@@ -60,7 +61,8 @@ class Chat:
 
     def run(self) -> int:
         """Read and act until the chat is left; the exit status: 0 on a terminal (people
-        saw each error), else that of the last failure, so a script can tell."""
+        saw each error), else that of the last failure, so a script can tell. SIGTERM and
+        SIGHUP end the chat (128 + the signal), a reply in flight kept as a draft first."""
         armed = False
         while True:
             try:  # a Ctrl-C between two prompts counts as one at the prompt
@@ -68,7 +70,10 @@ class Chat:
                 line = self.reader.read(self.prompt(), "")
             except EOFError:
                 break
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as interrupt:
+                signum = interrupt_signal(interrupt)
+                if signum != SIGINT:
+                    return 128 + signum
                 if armed:
                     break
                 self.actions.say(LEAVE_HINT)
@@ -78,7 +83,11 @@ class Chat:
                 self.status = self.actions.report(error)
                 break
             armed = False
+            count = interrupt_count()
             self.handle(line)
+            stopped = interrupted_since(count)
+            if stopped is not None and stopped != SIGINT:
+                return 128 + stopped
         return 0 if self.reader.interactive else self.status
 
     def history(self) -> Path | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -323,3 +324,34 @@ def test_a_chat_on_a_slot_or_session_that_does_not_exist_is_exit_3(
         done = subprocess.run([sys.executable, "-m", "agctl", "chat", *args], input="hi\n",
                               capture_output=True, text=True, env=offline, timeout=60)  # fmt: skip
         assert (done.returncode, done.stdout, done.stderr) == (3, "", error)
+
+
+def test_sigterm_ends_the_chat_mid_reply_with_the_draft_kept(
+    env: dict[str, str], run: Run, store: Store, fake: FakeOpenAI
+) -> None:
+    """As `turn send` stops on SIGTERM (a CI cancel, `timeout`): where Ctrl-C only stops
+    the reply, SIGTERM ends the chat too, exit 143, its prompt kept as the draft."""
+    ok(run("session", "new", "s"))
+    fake.reply("the whole reply is long and never arrives in full", chunk_size=4)
+    gate = fake.pause_stream(after=3)
+    chat = ChatTerminal(upstream(env, fake), "chat")
+    chat.wait_for(b"default>")
+    chat.type("tell me")
+    chat.wait_for(b"the ")
+    chat.process.send_signal(signal.SIGTERM)
+    chat.wait_for(b"agctl: error: interrupted")
+    status, _, _ = chat.finish()
+    gate.set()
+    assert status == 143
+    assert texts(store, "s") == []
+    assert store.load_draft("s", "default").prompt == "tell me"
+
+
+def test_sigterm_at_the_prompt_ends_the_chat(offline: dict[str, str], run: Run) -> None:
+    ok(run("session", "new", "s"))
+    chat = ChatTerminal(offline, "chat")
+    chat.wait_for(b"default>")
+    chat.process.send_signal(signal.SIGTERM)
+    status, _, _ = chat.finish()
+    assert status == 143
+    assert b"Ctrl-C again" not in chat.received
