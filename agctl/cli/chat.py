@@ -44,7 +44,8 @@ On a terminal (prompt_toolkit): Up and Down recall the lines typed in this sessi
 chats before (kept 0600 in the data dir's chat-history); several lines go between two
 \"\"\" lines, or Esc then Enter (Alt-Enter) starts a new line; Ctrl-C while a reply
 streams stops it (nothing is written, its prompt is kept as the slot's draft); Ctrl-C
-at an empty prompt, then again, or Ctrl-D, leaves (exit 0).
+at an empty prompt, then again, or Ctrl-D, leaves (exit 0). SIGTERM or SIGHUP ends the
+chat (exit 143, 129), a reply in flight kept as the draft first.
 
 Not on a terminal (standard input a pipe), the chat reads its lines from standard
 input, with no prompt and no history, so a script can drive it; it ends with the
