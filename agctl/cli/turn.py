@@ -465,8 +465,23 @@ Examples:
 
 @command.command("retry", help=RETRY_HELP)
 @resend_options
-def retry(
+def retry(app: App, **given: Any) -> None:
+    """Plan the turn as `turn send` does, regenerate the reply (agctl.turn.branches)."""
+    from agctl.turn.branches import retry_turn
+
+    resend(
+        app,
+        lambda sid, plan, printer, tell: retry_turn(
+            app.store, sid, plan.provider(), plan.options, on_event=printer, on_branch=tell
+        ),
+        **given,
+    )
+
+
+def resend(
     app: App,
+    send: Callable[[str, TurnPlan, StreamPrinter, Callable[[Branch], None]], TurnResult],
+    *,
     slot: str | None,
     choice: ModelChoice,
     stream: bool | None,
@@ -476,8 +491,8 @@ def retry(
     loop: dict[str, Any],
     fields: dict[str, Any],
 ) -> None:
-    """Plan the turn as `turn send` does, regenerate the reply (agctl.turn.branches)."""
-    from agctl.turn.branches import retry_turn
+    """`turn retry` and `turn edit`: the turn `send` sends again on a new slot (told on
+    stderr), planned, streamed and shown as `turn send` does (run_turn)."""
     from agctl.turn.setup import TurnChoice
 
     sid = app.session_id()
@@ -486,9 +501,7 @@ def retry(
         app,
         sid,
         TurnChoice(choice, tools, loop, record, app.no_hooks),
-        lambda plan, printer: retry_turn(
-            app.store, sid, plan.provider(), plan.options, on_event=printer, on_branch=tell
-        ),
+        lambda plan, printer: send(sid, plan, printer, tell),
         stream=stream,
         jsonl=jsonl,
         slot=slot,
@@ -516,37 +529,17 @@ Examples:
 @click.argument("index", type=int)
 @click.argument("text", required=False)
 @resend_options
-def edit(
-    app: App,
-    index: int,
-    text: str | None,
-    slot: str | None,
-    choice: ModelChoice,
-    stream: bool | None,
-    jsonl: bool,
-    record: Path | None,
-    tools: ToolsChoice,
-    loop: dict[str, Any],
-    fields: dict[str, Any],
-) -> None:
+def edit(app: App, index: int, text: str | None, **given: Any) -> None:
     """Plan the turn as `turn send` does, send the edited prompt (agctl.turn.branches)."""
     from agctl.turn.branches import edit_turn
-    from agctl.turn.setup import TurnChoice
 
-    sid = app.session_id()
     prompt = text_argument(text, "TEXT")
-    tell = branch_notice(app)
-    run_turn(
+    resend(
         app,
-        sid,
-        TurnChoice(choice, tools, loop, record, app.no_hooks),
-        lambda plan, printer: edit_turn(
+        lambda sid, plan, printer, tell: edit_turn(
             app.store, sid, index, prompt, plan.provider(), plan.options, printer, tell
         ),
-        stream=stream,
-        jsonl=jsonl,
-        slot=slot,
-        **fields,
+        **given,
     )
 
 
