@@ -38,6 +38,9 @@ SLASH: dict[str, Slash] = {
     ),
     "slot": Slash("/slot NAME", "Go on on slot NAME (agctl slot use).", ("slot", "use")),
     "slots": Slash("/slots", "List the slots (agctl slot list).", ("slot", "list")),
+    "msgs": Slash(
+        "/msgs", "List the slot's messages, N each (agctl msg list).", ("msg", "list"), slotted=True
+    ),
     "diff": Slash(
         "/diff [A] [B]",
         "Compare slot A (default: the parent of B) with B (default: this one) (agctl slot diff).",

@@ -80,7 +80,7 @@ class Chat:
                 armed = True
                 continue
             except AgctlError as error:
-                self.status = self.actions.report(error)
+                self._failed(self.actions.report(error))
                 break
             armed = False
             count = interrupt_count()
@@ -114,7 +114,7 @@ class Chat:
             else:
                 self.command(line)
         except (AgctlError, KeyboardInterrupt) as error:
-            self.status = self.actions.report(error)
+            self._failed(self.actions.report(error))
 
     def command(self, line: Line) -> None:
         """A slash command: the chat's own, or agctl's command line run for it."""
@@ -135,13 +135,17 @@ class Chat:
         elif name == "tools":
             _no_words(line)
             self.actions.tools(self.session)
-        else:
-            self._run(agctl_argv(line, self.slot))
-            if name == "slot" and self.status == 0 and len(words) == 1:
-                self.slot = words[0]
+        elif self._run(agctl_argv(line, self.slot)) == 0 and name == "slot":
+            self.slot = words[0]
 
-    def _run(self, argv: list[str]) -> None:
-        self.status = self.actions.command(self.session, argv)
+    def _run(self, argv: list[str]) -> int:
+        """agctl ARGV's exit status, kept if it failed."""
+        return self._failed(self.actions.command(self.session, argv))
+
+    def _failed(self, status: int) -> int:
+        if status:
+            self.status = status
+        return status
 
     def _follow(self, slot: str) -> None:
         """A turn went to `slot` (a new branch, made current): the chat goes on there."""
@@ -150,7 +154,7 @@ class Chat:
 
     def _edit(self, words: list[str]) -> None:
         if not words:
-            raise UsageError("/edit needs N, the index of the prompt to edit (see /ctx)")
+            raise UsageError("/edit needs N, the index of the prompt to edit (see /msgs)")
         try:
             index = int(words[0])
         except ValueError:
@@ -171,13 +175,13 @@ class Chat:
             raise UsageError("/fork takes one checkpoint ID at most")
         checkpoint = words[0] if words else self._live_checkpoint()
         if checkpoint is None:
-            self._run(["ckpt", "create", "--label", "fork"])
-            checkpoint = self._live_checkpoint()
-            if self.status or checkpoint is None:
+            if self._run(["ckpt", "create", "--label", "fork"]):
                 return
-        self._run(["ckpt", "fork", checkpoint])
+            checkpoint = self._live_checkpoint()
+        if checkpoint is None or self._run(["ckpt", "fork", checkpoint]):
+            return
         current = self.store.current_session_id()
-        if self.status == 0 and current is not None:
+        if current is not None:
             self.session, self.slot = current, None
 
     def _live_checkpoint(self) -> str | None:

@@ -36,7 +36,7 @@ send' does). Each line is sent as a turn on the slot (--slot, else the current o
 streamed with its reasoning and tool calls, a call set to ask asked about there; the
 options are those of 'turn send', for every turn of the chat. A line starting with /
 is a command, each one of agctl's own, printing what that command prints: /undo,
-/retry (turn retry), /edit N, /fork, /slot NAME, /slots, /diff (slot diff), /ckpt,
+/retry (turn retry), /edit N, /fork, /slot NAME, /slots, /msgs, /diff (slot diff), /ckpt,
 /ckpts, /rollback ID, /compress, /ctx (ctx show), /pin N, /memory, /model [NAME],
 /tools, /help. An error is printed and the chat goes on.
 

@@ -82,6 +82,7 @@ def test_every_slash_command_runs_its_agctl_command(
     assert b"--- default\r\n+++ default-retry-1\r\n" in shown
     assert b'-#1 assistant: Offline reply to turn 1 in slot "default"' in shown
     ask(chat, "/slots", b"*  default-retry-1  full  derived  default")
+    ask(chat, "/msgs", b"1  assistant")
     ask(chat, "/ctx", b"slot default-retry-1 \xc2\xb7 offline model offline", b"room left")
     ask(chat, "/ckpt good one", b"\r\n")
     ask(chat, "/ckpts", b"  good one")
@@ -110,13 +111,16 @@ def test_every_slash_command_runs_its_agctl_command(
     assert child in forked and store.current_session_id() == child
 
 
-def test_a_pipe_drives_the_chat_line_by_line(offline: dict[str, str], run: Run) -> None:
+def test_a_pipe_drives_the_chat_line_by_line(
+    offline: dict[str, str], run: Run, store: Store
+) -> None:
     ok(run("session", "new", "s"))
-    lines = 'hello\n"""\nline one\nline two\n"""\n/retry\n/slots\n/nope\n'
+    lines = 'hello\n"""\nline one\nline two\n"""\n/retry\n/nope\n/slots\n'
     done = subprocess.run([sys.executable, "-m", "agctl", "chat"], input=lines,
                           capture_output=True, text=True, env=offline, timeout=60)  # fmt: skip
-    assert done.returncode == 2, done.stderr  # the last failure: a usage error
-    assert 'you said "line one\nline two"' in done.stdout or "line one" in done.stdout
+    assert done.returncode == 2, done.stderr  # the last failure, though /slots came after
+    assert texts(store, "s", "default")[::2] == ["hello", "line one\nline two"]
+    assert texts(store, "s", "default-retry-1")[2] == "line one\nline two"
     assert "*  default-retry-1" in done.stdout
     assert "agctl: error: no command /nope in the chat" in done.stderr
     assert "Traceback" not in done.stderr

@@ -27,6 +27,7 @@ def test_a_line_is_a_prompt_unless_it_starts_with_a_slash() -> None:
     ("line", "slot", "argv"),
     [
         ("/slots", None, ["slot", "list"]),
+        ("/msgs", "a", ["msg", "list", "--slot", "a"]),
         ("/slot b", "a", ["slot", "use", "b"]),
         ("/undo 2", None, ["turn", "undo", "2"]),
         ("/diff", None, ["slot", "diff"]),
