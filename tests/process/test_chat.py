@@ -22,6 +22,7 @@ from helpers import ok
 from terminal import ChatTerminal
 
 from agctl.store import Store
+from agctl.store.checkpointer import Checkpointer
 from agctl.turn.tools import DENIED
 
 Run = Callable[..., Result]
@@ -87,10 +88,16 @@ def test_every_slash_command_runs_its_agctl_command(
     ask(chat, "/ckpt good one", b"\r\n")
     ask(chat, "/ckpts", b"  good one")
     ask(chat, "/pin 0", b"pinned message 0 in slot default-retry-1")
+    assert store.load_slot("s", "default-retry-1").pinned() == [0]
+    [good] = [c.id for c in Checkpointer(store).summaries("s") if c.label == "good one"]
+    ask(chat, f"/rollback {good}", f"rolled back to {good} (turn 2)".encode())
+    assert store.load_slot("s", "default-retry-1").pinned() == []  # pinned after it
     ask(chat, "/memory set colour blue", b"colour set")
     ask(chat, "/memory", b"colour  blue")
+    assert store.load_session("s").memory == {"colour": "blue"}
     ask(chat, "/model", b"model: offline (provider offline)")
     ask(chat, "/model small-one", b"model: small-one (provider offline)")
+    assert store.load_session("s").model == "small-one"
     ask(chat, "/tools", b"offered in this chat: none")
     ask(chat, "/nope", b"agctl: error: no command /nope in the chat: /help lists them")
     ask(chat, "/rollback zzzz", b"agctl: error: no checkpoint matches 'zzzz'")
@@ -105,8 +112,6 @@ def test_every_slash_command_runs_its_agctl_command(
 
     assert texts(store, "s", "default")[0] == "hello"
     assert texts(store, "s", "default-retry-1")[0] == "hello"  # the old reply kept
-    assert store.load_session("s").memory == {"colour": "blue"}
-    assert store.load_session("s").model == "small-one"
     [child] = store.children("s")
     assert child in forked and store.current_session_id() == child
 
