@@ -47,10 +47,11 @@ streams stops it (nothing is written, its prompt is kept as the slot's draft); C
 at an empty prompt, then again, or Ctrl-D, leaves (exit 0). SIGTERM or SIGHUP ends the
 chat (exit 143, 129), a reply in flight kept as the draft first.
 
-Not on a terminal (standard input a pipe), the chat reads its lines from standard
-input, with no prompt and no history, so a script can drive it; it ends with the
-input, its exit status that of the last command or turn that failed (0 if none did);
-a line that is not UTF-8 ends it (exit 5), as does the input ending inside a block.
+Unless standard input and output are both a terminal (one is a pipe or a file), the
+chat reads its lines from standard input, with no prompt and no history, so a script
+can drive it; it ends with the input, its exit status that of the last command or turn
+that failed (0 if none did); a line that is not UTF-8 ends it (exit 5), as does the
+input ending inside a block.
 
 \b
 Examples:
