@@ -206,11 +206,15 @@ def test_a_tool_call_is_approved_inline(
     ok(run("tool", "add", "mark", "--description", "Mark", "--parameters", schema,
            "--", sys.executable, str(program)))  # fmt: skip
     ok(run("session", "new", "s"))
-    fake.reply(tool_calls=[{"id": "call_1", "name": "mark", "arguments": {"name": "x"}}])
+    fake.reply(
+        reasoning="mark it first",
+        tool_calls=[{"id": "call_1", "name": "mark", "arguments": {"name": "x"}}],
+    )
     fake.reply("done marking")
     chat = ChatTerminal(upstream(env, fake), "chat", "-T", "mark")
     chat.wait_for(b"default>")
     chat.type("mark x")
+    chat.wait_for(b"mark it first")  # the reasoning, streamed
     chat.wait_for(b"[y/n/always] ")
     ask(chat, "y", b"tool mark(", b"done marking")
     fake.reply(tool_calls=[{"id": "call_2", "name": "mark", "arguments": {"name": "z"}}])
