@@ -63,6 +63,14 @@ def ask(chat: ChatTerminal, line: str, *shows: bytes) -> bytes:
     return shown + chat.wait_for(PROMPT_STARTS)
 
 
+def chatting(run: Run, env: dict[str, str], *args: str) -> ChatTerminal:
+    """`agctl chat ARGS` on a new session s, at its first prompt."""
+    ok(run("session", "new", "s"))
+    chat = ChatTerminal(env, "chat", *args)
+    chat.wait_for(b"default>")
+    return chat
+
+
 def leave(chat: ChatTerminal) -> int:
     """Ctrl-D at an empty prompt; the exit status."""
     chat.keys(CTRL_D)
@@ -73,9 +81,7 @@ def leave(chat: ChatTerminal) -> int:
 def test_every_slash_command_runs_its_agctl_command(
     offline: dict[str, str], run: Run, store: Store
 ) -> None:
-    ok(run("session", "new", "s"))
-    chat = ChatTerminal(offline, "chat")
-    chat.wait_for(b"default>")
+    chat = chatting(run, offline)
     ask(chat, "hello", b'you said "hello"')
     ask(chat, "/retry", b"on new slot default-retry-1 (from default, kept as it was)",
         b'you said "hello"')  # fmt: skip
@@ -134,9 +140,7 @@ def test_a_pipe_drives_the_chat_line_by_line(
 def test_multi_line_input_and_history_across_two_chats(
     offline: dict[str, str], run: Run, store: Store, isolated_env: Path
 ) -> None:
-    ok(run("session", "new", "s"))
-    chat = ChatTerminal(offline, "chat")
-    chat.wait_for(b"default>")
+    chat = chatting(run, offline)
     ask(chat, f"first{ESC}\rsecond", b"Offline reply to turn 1")  # Esc-Enter: a new line
     chat.type('"""')
     chat.type("one")
@@ -160,9 +164,7 @@ def test_multi_line_input_and_history_across_two_chats(
 def test_ctrl_c_twice_or_ctrl_d_leaves_and_ctrl_c_clears_a_line(
     offline: dict[str, str], run: Run, store: Store
 ) -> None:
-    ok(run("session", "new", "s"))
-    chat = ChatTerminal(offline, "chat")
-    chat.wait_for(b"default>")
+    chat = chatting(run, offline)
     chat.keys("never sent" + CTRL_C)  # clears the line: nothing to leave yet
     chat.keys(CTRL_C)
     chat.wait_for(b"(Ctrl-C again or Ctrl-D to leave)")
@@ -180,11 +182,9 @@ def test_ctrl_c_twice_or_ctrl_d_leaves_and_ctrl_c_clears_a_line(
 def test_ctrl_c_mid_reply_keeps_the_draft_and_writes_nothing(
     env: dict[str, str], run: Run, store: Store, fake: FakeOpenAI
 ) -> None:
-    ok(run("session", "new", "s"))
     fake.reply("the whole reply is long and never arrives in full", chunk_size=4)
     gate = fake.pause_stream(after=3)
-    chat = ChatTerminal(upstream(env, fake), "chat")
-    chat.wait_for(b"default>")
+    chat = chatting(run, upstream(env, fake))
     chat.type("tell me")
     chat.wait_for(b"the ")  # the reply has begun streaming, and is held
     chat.keys(CTRL_C)
@@ -205,14 +205,12 @@ def test_a_tool_call_is_approved_inline(
     schema = json.dumps({"type": "object", "properties": {"name": {"type": "string"}}})
     ok(run("tool", "add", "mark", "--description", "Mark", "--parameters", schema,
            "--", sys.executable, str(program)))  # fmt: skip
-    ok(run("session", "new", "s"))
     fake.reply(
         reasoning="mark it first",
         tool_calls=[{"id": "call_1", "name": "mark", "arguments": {"name": "x"}}],
     )
     fake.reply("done marking")
-    chat = ChatTerminal(upstream(env, fake), "chat", "-T", "mark")
-    chat.wait_for(b"default>")
+    chat = chatting(run, upstream(env, fake), "-T", "mark")
     chat.type("mark x")
     chat.wait_for(b"mark it first")  # the reasoning, streamed
     chat.wait_for(b"[y/n/always] ")
@@ -288,9 +286,7 @@ def test_the_readme_chat_is_what_a_terminal_shows(env: dict[str, str]) -> None:
 def test_edit_without_text_edits_the_prompt_at_the_prompt(
     offline: dict[str, str], run: Run, store: Store
 ) -> None:
-    ok(run("session", "new", "s"))
-    chat = ChatTerminal(offline, "chat", "--slot", "default")
-    chat.wait_for(b"default>")
+    chat = chatting(run, offline, "--slot", "default")
     ask(chat, "hello", b'you said "hello"')
     chat.type("/edit 0")
     chat.wait_for(b"edit 0>")
@@ -305,9 +301,7 @@ def test_edit_without_text_edits_the_prompt_at_the_prompt(
 def test_bytes_that_are_not_utf8_are_refused_not_a_traceback(
     offline: dict[str, str], run: Run, store: Store
 ) -> None:
-    ok(run("session", "new", "s"))
-    chat = ChatTerminal(offline, "chat")
-    chat.wait_for(b"default>")
+    chat = chatting(run, offline)
     os.write(chat.master, b"bad \xff\xfe\r")
     chat.wait_for(b"agctl: error: the line is not valid UTF-8")
     chat.wait_for(PROMPT_STARTS)
@@ -344,11 +338,9 @@ def test_sigterm_ends_the_chat_mid_reply_with_the_draft_kept(
 ) -> None:
     """As `turn send` stops on SIGTERM (a CI cancel, `timeout`): where Ctrl-C only stops
     the reply, SIGTERM ends the chat too, exit 143, its prompt kept as the draft."""
-    ok(run("session", "new", "s"))
     fake.reply("the whole reply is long and never arrives in full", chunk_size=4)
     gate = fake.pause_stream(after=3)
-    chat = ChatTerminal(upstream(env, fake), "chat")
-    chat.wait_for(b"default>")
+    chat = chatting(run, upstream(env, fake))
     chat.type("tell me")
     chat.wait_for(b"the ")
     chat.process.send_signal(signal.SIGTERM)
@@ -361,9 +353,7 @@ def test_sigterm_ends_the_chat_mid_reply_with_the_draft_kept(
 
 
 def test_sigterm_at_the_prompt_ends_the_chat(offline: dict[str, str], run: Run) -> None:
-    ok(run("session", "new", "s"))
-    chat = ChatTerminal(offline, "chat")
-    chat.wait_for(b"default>")
+    chat = chatting(run, offline)
     chat.process.send_signal(signal.SIGTERM)
     status, _, _ = chat.finish()
     assert status == 143
