@@ -64,3 +64,21 @@ def test_compare_slots_shows_the_replies_that_differ(store: Store, talked: str) 
 def test_a_branch_name_is_counted_from_its_root() -> None:
     assert branch_name({"a-retry-1"}, "a-retry-1", "retry") == "a-retry-2"
     assert branch_name(set(), "a-edit-3", "retry") == "a-retry-1"
+
+
+def test_a_branch_is_derived_with_the_messages_before_its_prompt(store: Store, talked: str) -> None:
+    """What the new slot records it was derived with (slot merge counts the rest as
+    added) is its parent's first messages before the prompt, not the whole parent."""
+    from agctl.base.hashing import message_hashes
+
+    retry_turn(store, talked, OfflineProvider(), OPTIONS)
+    parent = store.load_slot(talked, "default")
+    branch = store.load_slot(talked, "default-retry-1")
+    assert branch.meta.branch == message_hashes(parent.messages[:2])
+    assert branch.meta.parent_id == "default"
+
+
+def test_only_a_full_copy_keeps_the_first_messages(store: Store, talked: str) -> None:
+    with pytest.raises(UsageError, match="only a full copy"):
+        store.derive_slot(talked, "x", strategy="focused", upto=1)
+    assert "x" not in store.slot_ids(talked)
