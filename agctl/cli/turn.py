@@ -451,9 +451,10 @@ def resend_options(fn: F) -> F:
 RETRY_HELP = """Regenerate the slot's last reply on a new slot; the old one is kept as it was.
 
 A new slot NAME-retry-N, derived from the slot (default: the current one) with its
-messages before its last prompt, is made current, and that prompt is sent there as a
-turn ('turn send' on it): committed whole, or nothing and a draft kept on the new slot
-for 'turn send --resume-draft'. Compare the two with 'slot diff'.
+messages before its last prompt, gets that prompt as a turn ('turn send' on it) and,
+once it is committed, becomes the current slot. On failure nothing else changes: the
+current slot stays, and the new one keeps the draft ('turn send --resume-draft --slot
+NAME-retry-N'). Compare the two with 'slot diff'.
 
 \b
 Examples:
@@ -514,8 +515,9 @@ EDIT_HELP = """Send TEXT in place of the prompt at INDEX, on a new slot; the old
 
 INDEX is a user message of the slot (default: the current one), counted as 'msg list'
 shows them (negative from the end). A new slot NAME-edit-N, derived from the slot
-with its messages before INDEX, is made current, and TEXT (or stdin) is sent there as
-a turn ('turn send' on it); what followed the old prompt stays on the old slot.
+with its messages before INDEX, gets TEXT (or stdin) as a turn ('turn send' on it)
+and, once it is committed, becomes the current slot (on failure, the new slot keeps
+TEXT as its draft); what followed the old prompt stays on the old slot.
 'msg edit' changes a message in place instead, sending nothing.
 
 \b

@@ -2,10 +2,12 @@
 prompt edited (`edit_turn`), the slot they came from kept as it was.
 
 Each makes a new slot, derived from the slot the turn was on with its messages before
-the prompt (agctl.store.slots.derive_slot's `upto`), makes it current and sends the
-prompt there as an ordinary turn (agctl.turn.send.send_turn): committed whole or not at
-all, a draft kept on the new slot on failure. What `turn retry`, `turn edit` and the
-chat's /retry and /edit do.
+the prompt (agctl.store.slots.derive_slot's `upto`), sends the prompt there as an
+ordinary turn (agctl.turn.send.send_turn), committed whole or not at all, and once it
+is committed makes the new slot current. On failure the current slot stays what it was
+(a retry again retries the same reply) and the new slot keeps the draft, for
+'turn send --resume-draft --slot NEW'. What `turn retry`, `turn edit` and the chat's
+/retry and /edit do.
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ def last_prompt(slot: Slot) -> int:
 
 
 def retry_branch(store: Store, session_id: str, slot: str | None = None) -> Branch:
-    """A new slot, made current, with `slot`'s (default: the current one's) messages
-    before its last prompt; the prompt, to be sent there again."""
+    """A new slot with `slot`'s (default: the current one's) messages before its last
+    prompt; the prompt, to be sent there again."""
     source = store.load_slot(session_id, slot)
     index = last_prompt(source)
     return _branch(store, session_id, source, index, source.messages[index].text(), "retry")
@@ -67,8 +69,8 @@ def retry_branch(store: Store, session_id: str, slot: str | None = None) -> Bran
 def edit_branch(
     store: Store, session_id: str, index: int, text: str, slot: str | None = None
 ) -> Branch:
-    """A new slot, made current, with `slot`'s messages before message `index` (a user
-    message; negative counts from the end, as 'msg' does), to send `text` there instead."""
+    """A new slot with `slot`'s messages before message `index` (a user message;
+    negative counts from the end, as 'msg' does), to send `text` there instead."""
     source = store.load_slot(session_id, slot)
     position = source.position(index)
     role = source.messages[position].role
@@ -86,7 +88,7 @@ def _branch(
     store: Store, session_id: str, source: Slot, index: int, prompt: str, kind: str
 ) -> Branch:
     name = branch_name(set(store.slot_ids(session_id)), source.id, kind)
-    store.derive_slot(session_id, name, source=source.id, make_current=True, upto=index)
+    store.derive_slot(session_id, name, source=source.id, upto=index)
     return Branch(name, source.id, prompt, index)
 
 
@@ -98,11 +100,13 @@ def send_on_branch(
     options: TurnOptions,
     on_event: Callable[[Event], None] | None = None,
 ) -> TurnResult:
-    """Send the branch's prompt as a turn on the branch."""
+    """Send the branch's prompt as a turn on the branch; once committed, make it current."""
     from agctl.turn.send import send_turn
 
     options = replace(options, slot=branch.slot)
-    return send_turn(store, session_id, branch.prompt, provider, options, on_event=on_event)
+    result = send_turn(store, session_id, branch.prompt, provider, options, on_event=on_event)
+    store.use_slot(session_id, branch.slot)
+    return result
 
 
 def retry_turn(

@@ -4,10 +4,13 @@ send leaves the new slot with its draft."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from helpers import OPTIONS
 
-from agctl.base.errors import UsageError
+from agctl.base.errors import ProviderError, UsageError
+from agctl.providers.base import ChatRequest, Event
 from agctl.providers.offline import OfflineProvider
 from agctl.store import Store
 from agctl.turn.branches import branch_name, compare_slots, edit_turn, retry_turn
@@ -82,3 +85,27 @@ def test_only_a_full_copy_keeps_the_first_messages(store: Store, talked: str) ->
     with pytest.raises(UsageError, match="only a full copy"):
         store.derive_slot(talked, "x", strategy="focused", upto=1)
     assert "x" not in store.slot_ids(talked)
+
+
+class Down:
+    """A provider whose every request fails."""
+
+    name = "down"
+
+    def stream(self, request: ChatRequest) -> Iterator[Event]:
+        raise ProviderError("the model is down")
+        yield  # a generator, as a provider's stream is
+
+
+def test_a_failed_retry_changes_nothing_but_its_new_slot(store: Store, talked: str) -> None:
+    """The current slot stays (so a retry again retries the same reply), and the new
+    slot keeps the prompt as its draft, said in the error."""
+    before = texts(store, talked, "default")
+    with pytest.raises(ProviderError) as failed:
+        retry_turn(store, talked, Down(), OPTIONS)  # type: ignore[arg-type]
+    assert "--resume-draft --slot default-retry-1" in "\n".join(failed.value.__notes__)
+    assert store.load_session(talked).current_slot == "default"
+    assert texts(store, talked, "default") == before
+    assert store.load_draft(talked, "default-retry-1").prompt == "two"
+    again = retry_turn(store, talked, OfflineProvider(), OPTIONS)
+    assert (again.slot_id, texts(store, talked, "default-retry-2")[2]) == ("default-retry-2", "two")
