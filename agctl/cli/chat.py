@@ -84,14 +84,15 @@ def command(
     """Start or find the session, read lines from the terminal or a pipe, run the chat."""
     from agctl.chat.lines import PipeReader, TerminalReader
     from agctl.chat.loop import Chat
-    from agctl.turn.setup import TurnChoice
+    from agctl.turn.setup import TurnChoice, plan_turn
 
     sid = app.session_or_new()
     if slot is not None:
         app.store.load_slot(sid, slot)  # a slot that does not exist: exit 3 now
+    chosen = TurnChoice(choice, tools, loop, record, app.no_hooks)
+    plan_turn(app.store, sid, chosen, dry_run=True)  # a tool not defined: exit 3 now
     on_terminal = sys.stdin.isatty() and sys.stdout.isatty()
     reader = TerminalReader(getattr(sys.stdout, "stream", sys.stdout)) if on_terminal else None
-    chosen = TurnChoice(choice, tools, loop, record, app.no_hooks)
     actions = CommandLine(ctx, app, chosen, fields)
     chat = Chat(app.store, actions, reader or PipeReader(sys.stdin.buffer), sid, slot)
     ctx.exit(chat.run())

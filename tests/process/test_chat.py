@@ -320,15 +320,20 @@ def test_bytes_that_are_not_utf8_are_refused_not_a_traceback(
     assert texts(store, "s")[2] == "ok"  # the line before it was sent; none after
 
 
-def test_a_chat_on_a_slot_or_session_that_does_not_exist_is_exit_3(
+def test_a_chat_on_a_slot_session_or_tool_that_does_not_exist_is_exit_3(
     offline: dict[str, str], run: Run
 ) -> None:
     ok(run("session", "new", "s"))
     for args, error in (
         (["--slot", "nope"], "agctl: error: slot 'nope' not found in session 's'\n"),
         (["-s", "nope"], "agctl: error: no session matches 'nope'\n"),
+        (
+            ["-T", "nope"],
+            "agctl: error: no tool named nope (tools: none is defined ('agctl tool add'))\n",
+        ),
     ):
-        done = subprocess.run([sys.executable, "-m", "agctl", "chat", *args], input="hi\n",
+        # Refused before reading a line: /slots would print, "hi" would fail again.
+        done = subprocess.run([sys.executable, "-m", "agctl", "chat", *args], input="/slots\nhi\n",
                               capture_output=True, text=True, env=offline, timeout=60)  # fmt: skip
         assert (done.returncode, done.stdout, done.stderr) == (3, "", error)
 
