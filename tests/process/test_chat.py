@@ -234,10 +234,11 @@ def test_a_tool_call_is_approved_inline(
 def test_no_session_starts_one(offline: dict[str, str], store: Store) -> None:
     chat = ChatTerminal(offline, "chat")
     chat.wait_for(b"no session was selected: started ")
-    chat.wait_for(b"default>")
+    started = chat.wait_for(b", now current").removesuffix(b", now current").decode()
+    ask(chat, "hello", b'you said "hello"')
     assert leave(chat) == 0
-    assert store.current_session_id() is not None
-    assert os.environ.get("AGCTL_SESSION") is None
+    assert store.current_session_id() == started
+    assert texts(store, started)[0] == "hello"
 
 
 README = Path(__file__).resolve().parents[2] / "README.md"
