@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from prompt_toolkit import PromptSession
+    from prompt_toolkit.key_binding import KeyPressEvent
 
 # Opens and closes a block of several lines, as in Python.
 BLOCK = '"""'
@@ -144,24 +145,24 @@ class TerminalReader:
         keys = KeyBindings()
 
         @keys.add("enter")
-        def _send(event: object) -> None:
-            buffer = event.current_buffer  # type: ignore[attr-defined]
+        def _send(event: KeyPressEvent) -> None:
+            buffer = event.current_buffer
             if block_open(buffer.text):
                 buffer.insert_text("\n")
             else:
                 buffer.validate_and_handle()
 
         @keys.add("escape", "enter")
-        def _new_line(event: object) -> None:
-            event.current_buffer.insert_text("\n")  # type: ignore[attr-defined]
+        def _new_line(event: KeyPressEvent) -> None:
+            event.current_buffer.insert_text("\n")
 
         @keys.add("c-c")
-        def _interrupt(event: object) -> None:
-            buffer = event.current_buffer  # type: ignore[attr-defined]
+        def _interrupt(event: KeyPressEvent) -> None:
+            buffer = event.current_buffer
             if buffer.text:
                 buffer.reset()
             else:
-                event.app.exit(exception=KeyboardInterrupt, style="class:aborting")  # type: ignore[attr-defined]
+                event.app.exit(exception=KeyboardInterrupt, style="class:aborting")
 
         class UTF8History(FileHistory):
             """Keeps a line that is not UTF-8 out of the file (prompt_toolkit would fail
