@@ -66,9 +66,10 @@ def raw_controls(data: bytes) -> list[str]:
 class ControllingTerminal:
     """agctl run with a pseudo-terminal as its controlling terminal (/dev/tty) while its
     standard streams are not on it (stdin /dev/null, stdout and stderr pipes), so that
-    what it asks there is asked on /dev/tty itself; the test reads the terminal and types."""
+    what it asks there is asked on /dev/tty itself; the test reads the terminal and types.
+    With `streams_on_it`, the standard streams are on the terminal too."""
 
-    def __init__(self, env: dict[str, str], *args: str) -> None:
+    def __init__(self, env: dict[str, str], *args: str, streams_on_it: bool = False) -> None:
         import fcntl
         import termios
 
@@ -79,11 +80,12 @@ class ControllingTerminal:
         def take_terminal() -> None:  # in the child, a session leader already
             fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
 
+        stdin, output = (slave, slave) if streams_on_it else (subprocess.DEVNULL, subprocess.PIPE)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "agctl", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdin=stdin,
+            stdout=output,
+            stderr=output,
             env=env,
             start_new_session=True,
             preexec_fn=take_terminal,
@@ -133,3 +135,42 @@ class ControllingTerminal:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode, out.decode(), err.decode()
+
+
+class ChatTerminal(ControllingTerminal):
+    """agctl with all three standard streams on a pseudo-terminal that is its controlling
+    terminal, as in a terminal emulator (`agctl chat`): the test reads what it shows and
+    types keys (Enter is CR, as a keyboard sends it). prompt_toolkit is told not to ask
+    the terminal where its cursor is (a terminal emulator answers; this test terminal
+    does not)."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        environment = {**env, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
+        super().__init__(environment, *args, streams_on_it=True)
+
+    def keys(self, data: str) -> None:
+        """Type `data` as it is (control keys included: \\x03 is Ctrl-C, \\x04 Ctrl-D)."""
+        os.write(self.master, data.encode())
+
+    def type(self, line: str) -> None:
+        self.keys(line + "\r")
+
+    def finish(self) -> tuple[int, str, str]:
+        """The exit status once the process ends (everything it showed is in `received`)."""
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while self.process.poll() is None and time.monotonic() < deadline:
+                ready, _, _ = select.select([self.master], [], [], 0.2)
+                if ready:
+                    try:
+                        self.received += os.read(self.master, 65536)
+                    except OSError:
+                        break
+            self.process.wait(timeout=TIMEOUT)
+        finally:
+            os.close(self.master)
+            os.close(self.slave)
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode, "", ""

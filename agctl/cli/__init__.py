@@ -41,6 +41,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "memory": ("agctl.cli.memory", "Session memory: small key/value pairs."),
     "turn": ("agctl.cli.turn", "Send the current slot's context to a model."),
     "ckpt": ("agctl.cli.ckpt", "Checkpoints: snapshots of a whole session."),
+    "chat": (
+        "agctl.cli.chat",
+        "Talk with a model on the session's slot, line by line; /help lists the commands.",
+    ),
     "draft": (
         "agctl.cli.draft",
         "The prompts of failed turns, one per slot, kept so that nothing typed is lost.",

@@ -420,6 +420,49 @@ def provider_options(fn: F) -> F:
     )(chosen)
 
 
+class FiniteFloatRange(click.FloatRange):
+    """A FloatRange that refuses nan (which passes every comparison) and infinities."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+TEMPERATURE = FiniteFloatRange(0, 2)
+
+# The options of `sampling_options`: TurnOptions fields as they are.
+SAMPLING_FIELDS = ("temperature", "max_tokens", "model_options", "system", "scratch")
+
+
+def sampling_options(fn: F) -> F:
+    """--temperature, --max-tokens, -o, --system and --scratch: what the commands that send
+    a turn (turn send, retry, edit; chat) change of its request (SAMPLING_FIELDS)."""
+    fn = click.option(
+        "--scratch",
+        metavar="TEXT",
+        multiple=True,
+        help="Extra context for this request only, after the view; never stored. Repeatable.",
+    )(fn)
+    fn = click.option("--system", metavar="TEXT", help="System prompt for this turn only.")(fn)
+    fn = model_options(fn)
+    fn = click.option("--max-tokens", type=Count(min=1), metavar="N", help="Reply length cap.")(fn)
+    return click.option("--temperature", type=TEMPERATURE, help="Sampling temperature.")(fn)
+
+
+def stream_options(fn: F) -> F:
+    """--stream/--no-stream and --jsonl: how a sent turn's reply is shown as it comes."""
+    fn = click.option(
+        "--jsonl", is_flag=True, help="Print every stream event as a JSON line, then the result."
+    )(fn)
+    return click.option(
+        "--stream/--no-stream", default=None, help="Stream the reply (default: on a terminal)."
+    )(fn)
+
+
 def recording_options(fn: F) -> F:
     """--cassette and --record: replies from a cassette, and every request recorded."""
     fn = click.option(

@@ -233,6 +233,31 @@ def use(app: App, slot_id: str) -> None:
     app.done(payload, text=f"current slot: {session.current_slot}")
 
 
+@command.command("diff")
+@click.argument("first", metavar="[A]", required=False, shell_complete=complete_slots)
+@click.argument("second", metavar="[B]", required=False, shell_complete=complete_slots)
+@command_options
+@pass_app
+def diff(app: App, first: str | None, second: str | None) -> None:
+    """Compare the messages of slot A with slot B's, as a unified diff.
+
+    B defaults to the current slot, A to the slot B was derived from: after 'turn
+    retry' or 'turn edit', what the new reply or prompt changed. Each message starts a
+    line '#INDEX ROLE: ', its further lines indented. JSON: {"a", "b", "shared" (how many
+    first messages the two have alike), "diff": [lines]}.
+
+    \b
+    Examples:
+      agctl slot diff
+      agctl slot diff default default-retry-1
+    """
+    from agctl.turn.branches import compare_slots
+
+    result = compare_slots(app.store, app.session_id(), first, second)
+    same = f"slots {result.a} and {result.b} hold the same messages"
+    app.emit(result.to_dict(), text="\n".join(result.lines) or same)
+
+
 @command.command("list")
 @command_options
 @pass_app

@@ -4,26 +4,37 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from agctl.base.vocab import CHECK_MODES, SYNC_MODES
-from agctl.cli.app import App, Count, pass_app, read_input_file, text_argument
+from agctl.cli.app import (
+    NEGATIVE_INDEX,
+    App,
+    Count,
+    pass_app,
+    read_input_file,
+    text_argument,
+)
 from agctl.cli.options import (
+    SAMPLING_FIELDS,
     command_options,
     file_option,
     gathered,
-    model_options,
     provider_options,
+    sampling_options,
     schema_options,
     select_option,
     slot_option,
     source_options,
+    stream_options,
     template_options,
     tool_options,
 )
 from agctl.cli.output import echo, secho
+
+F = TypeVar("F", bound="Callable[..., Any]")
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -33,26 +44,12 @@ if TYPE_CHECKING:
     from agctl.base.vocab import CheckMode, SyncMode
     from agctl.config.templates import TemplateChoice
     from agctl.providers.base import Event
+    from agctl.turn.branches import Branch
     from agctl.turn.send import TurnResult
-    from agctl.turn.setup import ModelChoice, ToolsChoice
+    from agctl.turn.setup import ModelChoice, ToolsChoice, TurnChoice, TurnPlan
     from agctl.turn.steps import CallRecord
     from agctl.turn.tools import Answer, AskFn
     from agctl.turn.transcripts import ReplaySummary
-
-
-class FiniteFloatRange(click.FloatRange):
-    """A FloatRange that refuses nan (which passes every comparison) and infinities."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        import math
-
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return number
-
-
-TEMPERATURE = FiniteFloatRange(0, 2)
 
 
 @click.group("turn")
@@ -236,38 +233,15 @@ Examples:
 """
 
 # The options of `turn send` that are TurnOptions fields as they are.
-TURN_FIELDS = (
-    "temperature",
-    "max_tokens",
-    "model_options",
-    "system",
-    "scratch",
-    "checkpoint",
-    "if_unchanged",
-    "schema",
-)
+TURN_FIELDS = (*SAMPLING_FIELDS, "checkpoint", "if_unchanged", "schema")
 
 
 @command.command("send", help=SEND_HELP)
 @click.argument("prompt", required=False)
 @slot_option
 @provider_options
-@click.option("--temperature", type=TEMPERATURE, help="Sampling temperature.")
-@click.option("--max-tokens", type=Count(min=1), metavar="N", help="Reply length cap.")
-@model_options
-@click.option("--system", metavar="TEXT", help="System prompt for this turn only.")
-@click.option(
-    "--scratch",
-    metavar="TEXT",
-    multiple=True,
-    help="Extra context for this request only, after the view; never stored. Repeatable.",
-)
-@click.option(
-    "--stream/--no-stream", default=None, help="Stream the reply (default: on a terminal)."
-)
-@click.option(
-    "--jsonl", is_flag=True, help="Print every stream event as a JSON line, then the result."
-)
+@sampling_options
+@stream_options
 @click.option("--dry-run", is_flag=True, help="Print the exact request; send and write nothing.")
 @source_options
 @file_option
@@ -438,6 +412,168 @@ def terminal_ask() -> AskFn | None:
     from agctl.cli.ask import terminal_ask as ask_on_terminal
 
     return ask_on_terminal()
+
+
+def run_turn(
+    app: App,
+    sid: str,
+    chosen: TurnChoice,
+    send: Callable[[TurnPlan, StreamPrinter], TurnResult],
+    *,
+    stream: bool | None,
+    jsonl: bool,
+    ask: Callable[[], AskFn | None] = terminal_ask,
+    **fields: Any,
+) -> TurnResult:
+    """A turn `send` sends with what was `chosen` (as `turn send` plans it, its reply
+    streamed on a terminal, its tool calls shown and asked about there by `ask`'s
+    question), then shown: what `turn retry`, `turn edit` and the chat share."""
+    from agctl.turn.setup import plan_turn
+
+    streaming = sys.stdout.isatty() if stream is None else stream
+    printer = StreamPrinter(app, jsonl=jsonl, show_text=streaming and not app.json)
+    plan = plan_turn(
+        app.store,
+        sid,
+        chosen,
+        ask=ask,
+        stream=streaming or jsonl,
+        on_call=call_printer(app, not jsonl, printer.ends_line),
+        **fields,
+    )
+    result = send(plan, printer)
+    show_turn(app, result, jsonl, printer)
+    return result
+
+
+def branch_notice(app: App) -> Callable[[Branch], None]:
+    """Says on stderr (not with --json or -q) which slot a retried or edited turn goes to."""
+
+    def tell(branch: Branch) -> None:
+        if not app.json and not app.quiet:
+            echo(
+                f"agctl: on new slot {branch.slot} (from {branch.parent}, kept as it was)", err=True
+            )
+
+    return tell
+
+
+def resend_options(fn: F) -> F:
+    """The options of `turn retry` and `turn edit`: those of `turn send` that a turn sent
+    again takes (the slot, model, sampling, streaming, sources and tools)."""
+    for decorate in reversed(
+        (
+            slot_option,
+            provider_options,
+            sampling_options,
+            stream_options,
+            source_options,
+            tool_options,
+            gathered("fields", *SAMPLING_FIELDS),
+            command_options,
+            pass_app,
+        )
+    ):
+        fn = decorate(fn)
+    return fn
+
+
+# The help of `turn retry`.
+RETRY_HELP = """Regenerate the slot's last reply on a new slot; the old one is kept as it was.
+
+A new slot NAME-retry-N, derived from the slot (default: the current one) with its
+messages before its last prompt, gets that prompt as a turn ('turn send' on it) and,
+once it is committed, becomes the current slot. On failure nothing else changes: the
+current slot stays, and the new one keeps the draft ('turn send --resume-draft --slot
+NAME-retry-N'). Compare the two with 'slot diff'.
+
+\b
+Examples:
+  agctl turn retry
+  agctl turn retry --temperature 1.2
+  agctl turn retry --slot option-a --model gpt-4o
+"""
+
+
+@command.command("retry", help=RETRY_HELP)
+@resend_options
+def retry(app: App, **given: Any) -> None:
+    """Plan the turn as `turn send` does, regenerate the reply (agctl.turn.branches)."""
+    from agctl.turn.branches import retry_turn
+
+    resend(
+        app,
+        lambda sid, plan, printer, tell: retry_turn(
+            app.store, sid, plan.provider(), plan.options, on_event=printer, on_branch=tell
+        ),
+        **given,
+    )
+
+
+def resend(
+    app: App,
+    send: Callable[[str, TurnPlan, StreamPrinter, Callable[[Branch], None]], TurnResult],
+    *,
+    slot: str | None,
+    choice: ModelChoice,
+    stream: bool | None,
+    jsonl: bool,
+    record: Path | None,
+    tools: ToolsChoice,
+    loop: dict[str, Any],
+    fields: dict[str, Any],
+) -> None:
+    """`turn retry` and `turn edit`: the turn `send` sends again on a new slot (told on
+    stderr), planned, streamed and shown as `turn send` does (run_turn)."""
+    from agctl.turn.setup import TurnChoice
+
+    sid = app.session_id()
+    tell = branch_notice(app)
+    run_turn(
+        app,
+        sid,
+        TurnChoice(choice, tools, loop, record, app.no_hooks),
+        lambda plan, printer: send(sid, plan, printer, tell),
+        stream=stream,
+        jsonl=jsonl,
+        slot=slot,
+        **fields,
+    )
+
+
+# The help of `turn edit`.
+EDIT_HELP = """Send TEXT in place of the prompt at INDEX, on a new slot; the old one is kept.
+
+INDEX is a user message of the slot (default: the current one), counted as 'msg list'
+shows them (negative from the end). A new slot NAME-edit-N, derived from the slot
+with its messages before INDEX, gets TEXT (or stdin) as a turn ('turn send' on it)
+and, once it is committed, becomes the current slot (on failure, the new slot keeps
+TEXT as its draft); what followed the old prompt stays on the old slot.
+'msg edit' changes a message in place instead, sending nothing.
+
+\b
+Examples:
+  agctl turn edit 2 "What about the second option?"
+  agctl turn edit -2 - < better-question.txt
+"""
+
+
+@command.command("edit", help=EDIT_HELP, context_settings=NEGATIVE_INDEX)
+@click.argument("index", type=int)
+@click.argument("text", required=False)
+@resend_options
+def edit(app: App, index: int, text: str | None, **given: Any) -> None:
+    """Plan the turn as `turn send` does, send the edited prompt (agctl.turn.branches)."""
+    from agctl.turn.branches import edit_turn
+
+    prompt = text_argument(text, "TEXT")
+    resend(
+        app,
+        lambda sid, plan, printer, tell: edit_turn(
+            app.store, sid, index, prompt, plan.provider(), plan.options, printer, tell
+        ),
+        **given,
+    )
 
 
 @command.command("undo")

@@ -465,8 +465,10 @@ class Store:
         strategy: DeriveStrategy = "full",
         focus: Mapping[str, Any] | None = None,
         make_current: bool = False,
+        upto: int | None = None,
     ) -> Slot:
-        """A new slot from `source` (default: current): a full copy, or its focused view."""
+        """A new slot from `source` (default: current): a full copy (of its first `upto`
+        messages only, when given), or its focused view."""
         with self.work(session_id) as work:
             return slots.derive_slot(
                 work,
@@ -475,6 +477,7 @@ class Store:
                 strategy=strategy,
                 focus=focus,
                 make_current=make_current,
+                upto=upto,
             )
 
     def use_slot(self, session_id: str, slot_id: str) -> Session:

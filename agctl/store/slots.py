@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         strategy: DeriveStrategy
         focus: Mapping[str, Any] | None
         make_current: bool
+        upto: int | None
 
 
 log = logging.getLogger("agctl.store")
@@ -144,7 +145,9 @@ def derive_slot(work: Work, slot_id: str, **given: Unpack[DerivedSlot]) -> Slot:
     """A slot derived from `source` (None: the current slot): its full copy, or only what
     its focused view shows.
 
-    `focus` changes the parent's focused-mode settings for the new slot.
+    `focus` changes the parent's focused-mode settings for the new slot; `upto` keeps only
+    the parent's first `upto` messages (a full copy only: a reply regenerated, a prompt
+    edited, on a branch of their own).
     """
     validate_id(slot_id, "slot")
     strategy = given.get("strategy", "full")
@@ -153,8 +156,11 @@ def derive_slot(work: Work, slot_id: str, **given: Unpack[DerivedSlot]) -> Slot:
         raise UsageError(f"unknown derive strategy {strategy!r}; choose from {choices}")
     parent = work.load_slot(given.get("source"))
     focused = _focus(parent.config.focused, given.get("focus"))
+    upto = given.get("upto")
+    if upto is not None and strategy != "full":
+        raise UsageError("only a full copy can keep the first messages of its parent")
     if strategy == "full":
-        messages = list(parent.messages)
+        messages = list(parent.messages[:upto])
         mode = "focused" if parent.config.mode == "focused" else "full"
     else:
         messages = focused_messages(parent.messages, focused, with_summary=False)

@@ -88,6 +88,7 @@ def world(run: Run, store: Store, tmp_path: Path) -> dict[str, str]:
 
 
 INVOCATIONS: dict[str, list[str]] = {
+    "chat": ["chat"],
     "ckpt create": ["ckpt", "create", "--label", "x"],
     "ckpt diff": ["ckpt", "diff", "{older}"],
     "ckpt fork": ["ckpt", "fork", "{older}", "--id", "forked"],
@@ -159,6 +160,7 @@ INVOCATIONS: dict[str, list[str]] = {
     "session tree": ["session", "tree"],
     "session use": ["session", "use", "s"],
     "slot derive": ["slot", "derive", "c"],
+    "slot diff": ["slot", "diff", "default", "b"],
     "slot list": ["slot", "list"],
     "slot merge": ["slot", "merge", "b"],
     "slot mode": ["slot", "mode", "focused"],
@@ -186,6 +188,8 @@ INVOCATIONS: dict[str, list[str]] = {
     "tool show": ["tool", "show", "echo"],
     "tool test": ["tool", "test", "echo"],
     "turn replay": ["turn", "replay", "{transcript}"],
+    "turn edit": ["turn", "edit", "0", "again"],
+    "turn retry": ["turn", "retry"],
     "turn send": ["turn", "send", "hi"],
     "turn undo": ["turn", "undo"],
     "usage": ["usage", "--since", "2000-01-01"],
@@ -199,6 +203,16 @@ def test_every_command_has_an_invocation_here() -> None:
 @pytest.mark.parametrize("name", sorted(INVOCATIONS))
 def test_json_output_is_one_valid_document(name: str, run: Run, world: dict[str, str]) -> None:
     args = [arg.format(**world) for arg in INVOCATIONS[name]]
+    if name == "chat":  # a document for each turn and command, one after the other
+        result = run(*args, "--json", input="hi\n/slots\n/nope\n")
+        decoder, text, documents = json.JSONDecoder(), result.stdout.strip(), []
+        while text:
+            document, end = decoder.raw_decode(text)
+            documents.append(document)
+            text = text[end:].strip()
+        assert [type(d) for d in documents] == [dict, list], result.stdout
+        assert json.loads(result.stderr)["error"]["type"] == "UsageError"
+        return
     result = run(*args, "--json")
     assert result.exit_code == 0, result.stdout + result.stderr
     if name == "turn replay":

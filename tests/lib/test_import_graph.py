@@ -237,10 +237,11 @@ def test_a_type_only_import_ties_two_modules(tmp_path: Path) -> None:
 
 
 # Above the store's facade: the modules that may take a Store (a turn and its loop,
-# interchange, reports, evaluations, the server, the graph and pages, the CLI, and the
-# facade itself).
+# interchange, reports, evaluations, the server, the graph and pages, the chat, the CLI,
+# and the facade itself).
 ABOVE_THE_FACADE = (
     "agctl.turn",
+    "agctl.chat",
     "agctl.evals",
     "agctl.serve",
     "agctl.interchange",

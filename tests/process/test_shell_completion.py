@@ -38,7 +38,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT_FILES = {"bash": "agctl.bash", "zsh": "_agctl", "fish": "agctl.fish"}
 BASH_COMPLETION = Path("/usr/share/bash-completion/bash_completion")
-HEAVY = ("httpx", "pydantic", "pydantic_core", "regex", "yaml")
+HEAVY = ("httpx", "pydantic", "pydantic_core", "regex", "yaml", "prompt_toolkit")
 PRESETS = [
     "openai",
     "deepseek",
@@ -550,6 +550,7 @@ def test_fish_ckpt_rollback_gives_the_real_checkpoint_ids(world: World) -> None:
         "agctl turn send --profile ",
         "agctl turn send --model ",
         "agctl turn send -t ",
+        "agctl chat --slot ",
     ],
 )
 def test_completion_imports_neither_pydantic_nor_httpx(world: World, line: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-HEAVY = ("httpx", "pydantic", "pydantic_core", "orjson", "platformdirs", "regex")
+HEAVY = ("httpx", "pydantic", "pydantic_core", "orjson", "platformdirs", "regex", "prompt_toolkit")
 
 
 @pytest.fixture
@@ -96,7 +96,9 @@ def test_pipeline_out_of_export(env: dict[str, str], session: str) -> None:
     assert json.loads(exported.stdout) == [{"role": "user", "content": "grüße 你好"}]
 
 
-@pytest.mark.parametrize("args", [["msg", "append", "user", "-"], ["msg", "append", "user"]])
+@pytest.mark.parametrize(
+    "args", [["msg", "append", "user", "-"], ["msg", "append", "user"], ["chat"]]
+)
 def test_invalid_utf8_on_stdin_is_refused_and_nothing_written(
     env: dict[str, str], session: str, isolated_env: Path, args: list[str]
 ) -> None:
@@ -133,7 +135,13 @@ print(json.dumps(heavy), file=sys.stderr)
 
 
 def test_import_and_help_do_not_load_the_core(env: dict[str, str]) -> None:
-    argvs = [["--help"], ["--version"], ["msg", "--help"], ["msg", "append", "--help"]]
+    argvs = [
+        ["--help"],
+        ["--version"],
+        ["msg", "--help"],
+        ["msg", "append", "--help"],
+        ["chat", "--help"],
+    ]
     code = CHILD.format(argvs=argvs, heavy=HEAVY)
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, env=env, timeout=60, check=False

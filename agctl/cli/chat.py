@@ -1,0 +1,221 @@
+"""`agctl chat`: the chat loop (agctl.chat) with what the command line does for it: turns
+sent and shown as `turn send`, `turn retry` and `turn edit` send and show them, and every
+other slash command run as the agctl command it is, in this process."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from agctl.cli.app import App, pass_app
+from agctl.cli.options import (
+    SAMPLING_FIELDS,
+    command_options,
+    gathered,
+    provider_options,
+    sampling_options,
+    slot_option,
+    source_options,
+    tool_options,
+)
+from agctl.cli.output import echo
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from agctl.base.errors import AgctlError
+    from agctl.turn.setup import ModelChoice, ToolsChoice, TurnChoice
+    from agctl.turn.tools import AskFn
+
+CHAT_HELP = """Talk with a model on the session's slot, line by line; /help lists the commands.
+
+With no session named or selected, a new one is started and made current (as 'turn
+send' does). Each line is sent as a turn on the slot (--slot, else the current one),
+streamed with its reasoning and tool calls, a call set to ask asked about there; the
+options are those of 'turn send', for every turn of the chat. A line starting with /
+is a command, each one of agctl's own, printing what that command prints: /undo,
+/retry (turn retry), /edit N, /fork, /slot NAME, /slots, /msgs, /diff (slot diff), /ckpt,
+/ckpts, /rollback ID, /compress, /ctx (ctx show), /pin N, /memory, /model [NAME],
+/tools, /help. An error is printed and the chat goes on.
+
+On a terminal (prompt_toolkit): Up and Down recall the lines typed in this session's
+chats before (kept 0600 in the data dir's chat-history); several lines go between two
+\"\"\" lines, or Esc then Enter (Alt-Enter) starts a new line; Ctrl-C while a reply
+streams stops it (nothing is written, its prompt is kept as the slot's draft); Ctrl-C
+at an empty prompt, then again, or Ctrl-D, leaves (exit 0). SIGTERM or SIGHUP ends the
+chat (exit 143, 129), a reply in flight kept as the draft first.
+
+Unless standard input and output are both a terminal (one is a pipe or a file), the
+chat reads its lines from standard input, with no prompt and no history, so a script
+can drive it; it ends with the input, its exit status that of the last command or turn
+that failed (0 if none did); a line that is not UTF-8 ends it (exit 5), as does the
+input ending inside a block.
+
+\b
+Examples:
+  agctl chat
+  agctl chat -s design --slot option-a --model gpt-4o -T calc
+  printf 'hello\\n/retry\\n/diff\\n' | agctl chat --provider offline
+"""
+
+
+@click.command("chat", help=CHAT_HELP)
+@slot_option
+@provider_options
+@sampling_options
+@source_options
+@tool_options
+@gathered("fields", *SAMPLING_FIELDS)
+@command_options
+@pass_app
+@click.pass_context
+def command(
+    ctx: click.Context,
+    app: App,
+    slot: str | None,
+    choice: ModelChoice,
+    record: Path | None,
+    tools: ToolsChoice,
+    loop: dict[str, Any],
+    fields: dict[str, Any],
+) -> None:
+    """Start or find the session, read lines from the terminal or a pipe, run the chat."""
+    from agctl.chat.lines import PipeReader, TerminalReader
+    from agctl.chat.loop import Chat
+    from agctl.turn.setup import TurnChoice, plan_turn
+
+    sid = app.session_or_new()
+    if slot is not None:
+        app.store.load_slot(sid, slot)  # a slot that does not exist: exit 3 now
+    chosen = TurnChoice(choice, tools, loop, record, app.no_hooks)
+    plan_turn(app.store, sid, chosen, dry_run=True)  # a tool not defined: exit 3 now
+    on_terminal = sys.stdin.isatty() and sys.stdout.isatty()
+    reader = TerminalReader(getattr(sys.stdout, "stream", sys.stdout)) if on_terminal else None
+    actions = CommandLine(ctx, app, chosen, fields)
+    chat = Chat(app.store, actions, reader or PipeReader(sys.stdin.buffer), sid, slot)
+    ctx.exit(chat.run())
+
+
+class CommandLine:
+    """agctl.chat.loop.Actions as the command line does them."""
+
+    def __init__(
+        self, ctx: click.Context, app: App, chosen: TurnChoice, fields: dict[str, Any]
+    ) -> None:
+        self.ctx = ctx
+        self.app = app
+        self.chosen = chosen
+        self.fields = fields
+        self.asking: list[AskFn | None] = []  # the question, once made
+
+    def ask(self) -> AskFn | None:
+        """The approval question on the terminal, opened once for the whole chat (each
+        `turn send` opens it for its one turn)."""
+        if not self.asking:
+            from agctl.cli.turn import terminal_ask
+
+            self.asking.append(terminal_ask())
+        return self.asking[0]
+
+    def send(self, session: str, slot: str | None, prompt: str) -> str:
+        from agctl.turn.send import send_turn
+
+        store = self.app.store
+        return self._turn(
+            session,
+            slot,
+            lambda plan, printer: send_turn(
+                store, session, prompt, plan.provider(), plan.options, on_event=printer
+            ),
+        )
+
+    def retry(self, session: str, slot: str | None) -> str:
+        from agctl.cli.turn import branch_notice
+        from agctl.turn.branches import retry_turn
+
+        tell, store = branch_notice(self.app), self.app.store
+        return self._turn(
+            session,
+            slot,
+            lambda plan, printer: retry_turn(
+                store, session, plan.provider(), plan.options, printer, tell
+            ),
+        )
+
+    def edit(self, session: str, slot: str | None, index: int, text: str) -> str:
+        from agctl.cli.turn import branch_notice
+        from agctl.turn.branches import edit_turn
+
+        tell, store = branch_notice(self.app), self.app.store
+        return self._turn(
+            session,
+            slot,
+            lambda plan, printer: edit_turn(
+                store, session, index, text, plan.provider(), plan.options, printer, tell
+            ),
+        )
+
+    def _turn(self, session: str, slot: str | None, send: Any) -> str:
+        """A turn as `turn send` plans, streams and shows it; the slot it committed to."""
+        from agctl.cli.turn import run_turn
+
+        result = run_turn(
+            self.app,
+            session,
+            self.chosen,
+            send,
+            stream=None,
+            jsonl=False,
+            ask=self.ask,
+            slot=slot,
+            **self.fields,
+        )
+        return result.slot_id
+
+    def command(self, session: str, argv: list[str]) -> int:
+        """agctl ARGV on the chat's session, with the chat's global options, in this
+        process: its exit status (its error printed as the command line prints it)."""
+        from agctl.cli import cli
+
+        app = self.app
+        options = ["-s", session]
+        if app.data_dir is not None:
+            options += ["--data-dir", str(app.data_dir)]
+        if app.store_arg is not None:
+            options += ["--store", app.store_arg]
+        options += [flag for flag, on in (("--json", app.json), ("-q", app.quiet)) if on]
+        options += ["--no-hooks"] if app.no_hooks else []
+        status = cli.main(args=[*options, *argv], prog_name="agctl", standalone_mode=False)
+        return status if isinstance(status, int) else 0
+
+    def model(self, session: str, name: str | None) -> None:
+        """/model NAME: `session set model NAME`, which the chat's turns then use (a
+        --model given to the chat no longer overrides it); then, as /model alone, the
+        model, provider and profile the next turn uses."""
+        from agctl.turn.setup import ModelSetup
+
+        if name is not None:
+            if self.command(session, ["session", "set", "model", name]):
+                return
+            self.chosen.model = self.chosen.model._replace(model=None)
+        settings = ModelSetup.chosen(self.app.store, session, self.chosen.model).settings
+        profile = f", profile {settings.profile}" if settings.profile else ""
+        self.say(f"model: {settings.model} (provider {settings.provider}{profile})")
+
+    def tools(self, session: str) -> None:
+        """/tools: `tool list`, then the tools this chat's turns offer."""
+        self.command(session, ["tool", "list"])
+        offered = self.chosen.tools
+        names = "all" if offered.every else ", ".join(offered.names)
+        self.say(f"offered in this chat: {names or 'none (start the chat with -T NAME)'}")
+
+    def say(self, text: str, err: bool = True) -> None:
+        if not self.app.json:
+            echo(text, err=err)
+
+    def report(self, error: AgctlError | KeyboardInterrupt) -> int:
+        """`error` as every agctl command reports it (RootGroup.report)."""
+        root = self.ctx.find_root()
+        return int(root.command.report(error, root))  # type: ignore[attr-defined]
