@@ -28,3 +28,9 @@ def default_config_path() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_config_dir("agctl")) / "config.json"
+
+
+def templates_dir() -> Path:
+    """`templates/` beside the config file: one YAML file a template (agctl.config.templates;
+    TAB completion lists it without loading that)."""
+    return default_config_path().parent / "templates"

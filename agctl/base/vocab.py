@@ -152,6 +152,7 @@ CONFIG_KEYS: tuple[str, ...] = (
     "prices.MODEL",
     "profiles.NAME",
     "tools.NAME",
+    "mcp_servers.NAME",
     "hooks",
     "trusted_hook_files",
 )

@@ -401,10 +401,10 @@ def complete_templates(
     """The templates' names: their files in the config dir's templates/."""
     from click.shell_completion import CompletionItem
 
-    from agctl.base.paths import default_config_path
+    from agctl.base.paths import templates_dir
 
     try:
-        entries = os.listdir(default_config_path().parent / "templates")
+        entries = os.listdir(templates_dir())
     except OSError:
         return []
     names = (entry.removesuffix(".yaml") for entry in entries if entry.endswith(".yaml"))

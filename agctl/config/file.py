@@ -464,9 +464,12 @@ class ConfigFile:
 
 def _check_key(key: str, parts: list[str]) -> None:
     """Refuse a key the config does not have, so a typo is not silently kept."""
-    from agctl.config.specs import ToolSpec
+    from agctl.config.specs import McpServerSpec, ToolSpec
 
-    nested = {"profiles": Profile, "prices": Price, "context_windows": None, "tools": ToolSpec}
+    nested = {
+        **{"profiles": Profile, "prices": Price, "context_windows": None},
+        **{"tools": ToolSpec, "mcp_servers": McpServerSpec},
+    }
     top = parts[0]
     if top not in Config.model_fields or top in ("schema_version",):
         raise UsageError(f"unknown config key {key!r}; known: {', '.join(sorted(CONFIG_KEYS))}")

@@ -31,6 +31,7 @@ from agctl.base.errors import (
     NotFound,
     UsageError,
 )
+from agctl.base.paths import templates_dir
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -47,14 +48,6 @@ REJECTED_SUFFIX = ".yaml.rejected"
 MAX_TEMPLATE_BYTES = 1024 * 1024
 # The order of a template's fields in its file, and in `template show`.
 FIELDS = ("system", "prompt", "model", "options", "tools", "defaults", "slot_mode")
-
-
-def templates_dir() -> Path:
-    """`templates/` beside the config file (AGCTL_CONFIG's directory, else the platform's
-    user config dir for agctl)."""
-    from agctl.base.paths import default_config_path
-
-    return default_config_path().parent / "templates"
 
 
 def parameters_of(*texts: str | None) -> list[str]:

@@ -376,6 +376,7 @@ def test_the_transcript_schema_describes_a_real_line(run: Run) -> None:
         "temperature": 0.5,
         "max_tokens": 64,
         "expect_tools": [{"name": "search", "arguments": {"q": "x"}}],
+        "expect_schema": "summary, words int",
     }
     parse_transcript(json.dumps(line).encode())  # a line the replay accepts
     schema = json.loads(ok(run("schema", "transcript")).stdout)

@@ -74,7 +74,7 @@ MODES = ("full", "focused", "readonly")
 Role = Literal["system", "user", "assistant", "tool"]
 SETTINGS = frozenset({"auto_compress", "budget", "summary_template", "clear_tool_results"})
 TABLE = {"llama.cpp": 1, "lm-studio": 2, "glm": 3, "claude": 4, "google": 5}
-choice = click.Choice(["exact", "contains", "regex"])
+choice = click.Choice(["exact", "contains", "regex", "schema"])
 partial = ("system", "user")
 """
     assert [name for _, name in copies_in(source)] == [

@@ -14,10 +14,10 @@ PACKAGE = Path(__file__).resolve().parents[3] / "agctl"
 LAYOUT = PACKAGE / "storage" / "file" / "layout.py"
 # Paths that are not in the data dir: the user's config file, the demo's own config, the
 # demo's scratch files (in a temp dir of their own), a project's hooks file, a probe set's
-# files (`eval probes --out DIR`).
+# files (`eval probes --out DIR`), a project's MCP servers, the templates beside the config.
 NOT_THE_DATA_DIR = {
     *("config.json", "demo-config.json", "script.json", "runs.log", "hooks.json"),
-    *("transcript.jsonl", "probes.jsonl"),
+    *("transcript.jsonl", "probes.jsonl", "mcp.json", "templates"),
 }
 FILE_NAMES = {
     layout.SESSION,
