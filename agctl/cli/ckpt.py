@@ -34,6 +34,7 @@ def summary_row(summary: CheckpointSummary) -> dict[str, Any]:
         "auto": summary.auto,
         "created_at": isoformat(summary.created_at),
         "current_slot": summary.current_slot,
+        "slot": summary.slot,
         "slots": summary.slot_count,
         "messages": summary.message_count,
     }
@@ -85,7 +86,9 @@ def list_(app: App, limit: int | None) -> None:
     """List checkpoints, newest first; * marks those that hold the live state.
 
     A checkpoint holds the live state when rolling back to it would change nothing
-    (JSON: "live": true); --limit N lists the N newest.
+    (JSON: "live": true); --limit N lists the N newest. SLOT is the slot written by
+    the turn a checkpoint was taken for (JSON: "slot", null for other checkpoints),
+    else the session's current slot then (JSON: "current_slot").
 
     \b
     Examples:
@@ -104,6 +107,8 @@ def list_(app: App, limit: int | None) -> None:
             **r,
             "mark": "*" if r["live"] else "",
             "created_at": r["created_at"][:19].replace("T", " "),
+            # The slot its turn wrote, else the session's current slot then.
+            "slot": r["slot"] or r["current_slot"],
         }
         for r in rows
     ]
@@ -114,7 +119,7 @@ def list_(app: App, limit: int | None) -> None:
         ("created_at", "CREATED"),
         ("slots", "SLOTS"),
         ("messages", "MSGS"),
-        ("current_slot", "SLOT"),
+        ("slot", "SLOT"),
         ("label", "LABEL"),
     ]
     app.emit_rows(rows, columns, empty="no checkpoints", display=display)
@@ -179,6 +184,7 @@ def _show_text(checkpoint: Checkpoint, session: Session, payload: dict[str, Any]
         "turn": checkpoint.turn_index,
         "created": payload["created_at"],
         "current slot": session.current_slot,
+        **({"turn's slot": checkpoint.slot} if checkpoint.slot is not None else {}),
         "memory keys": ", ".join(sorted(session.memory)) or None,
         "cost": cost_text(session.cost.cost, free=all_free(session)),
     }

@@ -573,7 +573,8 @@ def _checkpoint_chains(
                 _add_chain(history, tip, count, nodes, table)
         found[node["id"]] = {
             "turn": node.get("turn"),
-            "current_slot": node["slot"],
+            "slot": node["slot"],
+            "current_slot": node.get("current_slot"),
             "log": session_node,
             "changed": changed,
             "deleted": sorted(previous.keys() - zones.keys()),

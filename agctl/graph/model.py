@@ -266,12 +266,14 @@ class _SessionGraph:
                 self.checkpoint_nodes[summary.id] = self.graph.add(
                     "checkpoint",
                     self.session.id,
-                    summary.current_slot or None,
+                    # The slot its turn wrote, else the session's current slot then.
+                    summary.slot or summary.current_slot or None,
                     summary.label or summary.id,
                     checkpoint=summary.id,
                     turn=summary.turn_index,
                     checkpoint_label=summary.label,
                     auto=summary.auto,
+                    current_slot=summary.current_slot or None,
                     created_at=isoformat(summary.created_at),
                 )
 

@@ -103,7 +103,7 @@
       record.changed.forEach(function (pair) {
         slots.set(pair[0], pair[1].map(function (zone) { return chain(log, zone[0], zone[1]); }));
       });
-      states.set(each, { slots: slots, turn: record.turn, current_slot: record.current_slot });
+      states.set(each, { slots: slots, turn: record.turn, slot: record.slot, current_slot: record.current_slot });
     });
     return states.get(id);
   }
@@ -215,7 +215,7 @@
         drawn.get(marked).classList.remove("marked");
         marked = null;
       }
-      var slot = state.current_slot;
+      var slot = state.slot;
       if (state.slots.has(slot)) showMessages("slot " + slot + " at this checkpoint", [].concat.apply([], state.slots.get(slot)));
     } else {
       toggle(id);

@@ -163,6 +163,13 @@ def test_the_scenario_is_laid_out_without_overlaps(
     found = open_at(chromium, tmp_path / "graph.html")
     check_layout(graph, found)
     assert fits(found)
+    # the turn sent to draft while default was current: its checkpoint on draft's lane
+    elsewhere = [
+        (n["session"], n["checkpoint_label"], n["slot"])
+        for n in graph["nodes"]
+        if n["kind"] == "checkpoint" and n["slot"] != n["current_slot"]
+    ]
+    assert elsewhere == [("consult", "after turn 2", "draft")]
     # the fork starts under the checkpoint it came from, right of it
     fork = next(e for e in graph["edges"] if e["kind"] == "forked")
     mark = next(m for m in found["marks"] if m["node"] == fork["from"])

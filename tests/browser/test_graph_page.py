@@ -56,6 +56,16 @@ def test_the_graph_page_in_chromium(chromium: Any, store: Store, tmp_path: Path)
     assert f"diff from {first['checkpoint']} to {last['checkpoint']}" in panel.text
     assert "slot created: draft" in panel.text
     assert "+ [2] user: Draft the migration plan." in panel.text
+    # The checkpoint after the turn sent to draft (default current) shows draft's messages,
+    # and its diff with one on default's lane changes no current slot.
+    on_draft = next(n for n in checkpoints if n["slot"] == "draft")
+    before = next(n for n in checkpoints if n["checkpoint_label"] == "after turn 1")
+    chromium.find_element(By.CSS_SELECTOR, f'g[data-node="{on_draft["id"]}"] circle').click()
+    assert "slot draft at this checkpoint" in panel.text
+    assert "Draft the migration plan." in panel.text
+    chromium.find_element(By.CSS_SELECTOR, f'g[data-node="{before["id"]}"] circle').click()
+    assert f"diff from {on_draft['checkpoint']} to {before['checkpoint']}" in panel.text
+    assert "current slot:" not in panel.text
 
     chromium.find_element(By.ID, "search").send_keys("migration plan")
     matched = {

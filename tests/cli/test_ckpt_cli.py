@@ -99,6 +99,31 @@ def test_create_with_a_label_and_show_it(run: Run, session: str, isolated_env: P
     assert "SLOT     MODE  IMMUTABLE  COMPRESSED  MESSAGES  TOKENS" in text
 
 
+def test_a_turn_on_another_slot_is_listed_and_shown_with_its_slot(
+    run: Run, session: str
+) -> None:
+    ok(run("slot", "derive", "draft", "--from", "default"))
+    ok(run("turn", "send", "--slot", "draft", "Draft the plan."))
+    ok(run("ckpt", "create", "--label", "manual"))
+    rows = as_json(run("ckpt", "list", "--json"))
+    assert [(r["label"], r["slot"], r["current_slot"]) for r in rows] == [
+        ("manual", None, "default"),
+        ("after turn 1", "draft", "default"),
+        ("before turn 1", "draft", "default"),
+    ]
+    lines = ok(run("ckpt", "list")).stdout.splitlines()
+    column = lines[0].index(" SLOT ") + 1
+    assert [line[column:].split()[0] for line in lines[1:]] == [
+        "default",
+        "draft",
+        "draft",
+    ]
+    after = rows[1]["id"]
+    assert as_json(run("ckpt", "show", after, "--json"))["slot"] == "draft"
+    assert "turn's slot   draft" in ok(run("ckpt", "show", after)).stdout
+    assert "turn's slot" not in ok(run("ckpt", "show", rows[0]["id"])).stdout
+
+
 def test_list_without_checkpoints(run: Run, session: str) -> None:
     result = ok(run("ckpt", "list"))
     assert result.stdout == "" and result.stderr.strip() == "no checkpoints"

@@ -153,9 +153,10 @@ def create(
 ) -> Checkpoint:
     """Snapshot the session as it is now; only what is not stored yet is written.
 
-    `hint` tells which messages a turn just appended, so that they alone are hashed;
-    `edit` names the command about to change the session (an undoable edit); `loss` is
-    the loss report of the compression the checkpoint is taken after. Written
+    `hint` tells which messages a turn just appended, so that they alone are hashed,
+    and which slot it wrote, which the record keeps (Checkpoint.slot); `edit` names the
+    command about to change the session (an undoable edit); `loss` is the loss report
+    of the compression the checkpoint is taken after. Written
     through the work's transaction but not as a change of the session (work.changing):
     a checkpoint is what precedes the change an undo returns from, never one itself.
     """
@@ -198,6 +199,7 @@ def create(
             "label": label,
             "auto": auto,
             "parent": parent,
+            **({"slot": hint.slot.id} if hint is not None else {}),
             **({"edit": edit} if edit is not None else {}),
             **({"loss": loss} if loss is not None else {}),
             "session_static": _place(static_ref, offsets),

@@ -94,6 +94,10 @@ class Checkpoint(Document):
     # The command a checkpoint was written before ("msg clear"): it undoes that edit, and
     # `turn undo`, which returns to the state after a turn, passes over it.
     edit: str | None = None
+    # The slot the turn this checkpoint was taken for (before or after it) wrote, which
+    # need not be the session's current slot (`turn send --slot`); left out of the
+    # record while None: a checkpoint not taken for a turn has none.
+    slot: str | None = _optional()
     # The loss report of the compression this checkpoint was taken after (agctl.turn.loss):
     # the facts folded and lost, by kind; left out of the record while None.
     # (Deferred: built when a record has one, not for every checkpoint a turn takes.)
@@ -116,6 +120,7 @@ class Checkpoint(Document):
             label=self.label,
             auto=self.auto,
             edit=self.edit,
+            slot=self.slot,
             current_slot=str(self.session_volatile.get("current_slot", "")),
             slot_count=len(self.slots),
             message_count=sum(count for entry in self.slots.values() for _, count in entry.zones),
@@ -165,6 +170,8 @@ class CheckpointSummary(Model):
     label: str | None = None
     auto: bool = False
     edit: str | None = None
+    # Checkpoint.slot: left out of the index line while None, as of the record.
+    slot: str | None = _optional()
     current_slot: str = ""
     slot_count: int = 0
     message_count: int = 0

@@ -15,6 +15,7 @@ from agctl.storage.memory import MemoryBackend
 from agctl.store import Store
 from agctl.store.checkpointer import Checkpointer
 from agctl.turn.merge import merge_slots
+from agctl.turn.send import TurnOptions, send_turn
 from tests.graph_scenario import build_scenario
 from tests.helpers import append
 
@@ -175,6 +176,28 @@ def test_a_fork_is_found_again_after_gc_renumbers_the_checkpoints(store: Store) 
     assert renumbered != kept.id
     graph = build_graph(store, "s").to_json()
     assert ("forked", f"s@{renumbered}", "child", None, False) in edges(graph)
+
+
+def test_a_turn_on_another_slot_puts_its_checkpoints_on_that_slots_lane(store: Store) -> None:
+    """`turn send --slot draft` while `default` is current: its checkpoints, before and
+    after it, belong to draft; a checkpoint not taken for a turn, to the current slot."""
+    store.create_session("s")
+    store.derive_slot("s", "draft", source="default", strategy="full")
+    options = TurnOptions(model="offline", slot="draft")
+    send_turn(store, "s", "Draft the plan.", OfflineProvider(), options)
+    Checkpointer(store).create("s", label="manual")
+    assert store.load_session("s").current_slot == "default"
+    graph = build_graph(store, "s", checkpoints=True).to_json()
+    lanes = {
+        n["checkpoint_label"]: (n["slot"], n["current_slot"])
+        for n in graph["nodes"]
+        if n["kind"] == "checkpoint"
+    }
+    assert lanes == {
+        "before turn 1": ("draft", "default"),
+        "after turn 1": ("draft", "default"),
+        "manual": ("default", "default"),
+    }
 
 
 def test_a_session_forked_without_a_record_of_it_hangs_from_its_parent(store: Store) -> None:
