@@ -68,6 +68,8 @@ from agctl.storage.urls import (
 )
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from agctl.config.specs import McpServerSpec, ToolSpec
 
 OFFLINE_MODEL = "offline"
@@ -466,7 +468,7 @@ def _check_key(key: str, parts: list[str]) -> None:
     """Refuse a key the config does not have, so a typo is not silently kept."""
     from agctl.config.specs import McpServerSpec, ToolSpec
 
-    nested = {
+    nested: dict[str, type[BaseModel] | None] = {
         **{"profiles": Profile, "prices": Price, "context_windows": None},
         **{"tools": ToolSpec, "mcp_servers": McpServerSpec},
     }
