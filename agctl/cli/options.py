@@ -274,8 +274,15 @@ def add_global_options(command: click.Command) -> click.Command:
             )
     command._agctl_global_options = True  # type: ignore[attr-defined]
     if isinstance(command, click.Group):
-        for sub in command.commands.values():
-            add_global_options(sub)
+        # A subcommand gets them when it is looked up, so that running one builds the
+        # options of that one only (a turn pays for `turn send`'s, not for four others').
+        found = command.get_command
+
+        def get_command(ctx: click.Context, name: str) -> click.Command | None:
+            sub = found(ctx, name)
+            return None if sub is None else add_global_options(sub)
+
+        command.get_command = get_command  # type: ignore[method-assign,assignment]
     return command
 
 
