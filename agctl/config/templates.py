@@ -507,10 +507,12 @@ class Templates:
                 template = template_from_text(edited, "the edit", name)
             except InvalidInput as exc:
                 kept = self.directory / (name + REJECTED_SUFFIX)
-                os.replace(temp, kept)
-                raise InvalidInput(
-                    f"{exc}: {unchanged}", hint=f"your edit is kept in {kept}"
-                ) from None
+                try:
+                    os.replace(temp, kept)
+                    hint = f"your edit is kept in {kept}"
+                except OSError as failed:  # e.g. a directory there
+                    hint = f"your edit could not be kept in {kept}: {failed.strerror}"
+                raise InvalidInput(f"{exc}: {unchanged}", hint=hint) from None
             if edited != data:
                 write_atomic(self.path(name), edited)
             return template

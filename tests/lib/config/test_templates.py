@@ -267,6 +267,18 @@ def test_an_editor_that_removes_or_replaces_the_copy_leaves_the_template(
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == ["t.yaml"]
 
 
+def test_an_invalid_edit_that_cannot_be_kept_says_so(tmp_path: Path) -> None:
+    templates = Templates(tmp_path)
+    templates.add("t", template(prompt="old"))
+    (tmp_path / "t.yaml.rejected").mkdir()
+    (tmp_path / "t.yaml.rejected" / "x").write_text("mine")
+    with pytest.raises(InvalidInput, match=r"not YAML.*'t' is unchanged") as caught:
+        templates.edit("t", lambda path: path.write_text("prompt: ["))
+    assert caught.value.hint is not None and "could not be kept" in caught.value.hint
+    assert (tmp_path / "t.yaml.rejected" / "x").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.yaml", "t.yaml.rejected"]
+
+
 def test_an_edit_replaces_the_file_as_written_or_leaves_it_and_keeps_the_edit(
     tmp_path: Path,
 ) -> None:
