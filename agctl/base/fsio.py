@@ -273,32 +273,37 @@ def append_durably(
     return end + len(seal)
 
 
-def read_bytes(path: Path, what: str = "file", *, follow: bool = False) -> bytes:
+def read_bytes(
+    path: Path, what: str = "file", *, follow: bool = False, limit: int | None = None
+) -> bytes:
     """Read a regular file, refusing symlinks so no document can point outside the data dir
-    (unless `follow`: a file of the user's, like the config)."""
-    return read_versioned(path, what, follow=follow)[0]
+    (unless `follow`: a file of the user's, like the config); with `limit`, at most
+    `limit` + 1 bytes, so a caller tells a file too large without reading all of it."""
+    return read_versioned(path, what, follow=follow, limit=limit)[0]
 
 
 Version = tuple[int, int, int]
 
 
 def read_versioned(
-    path: Path, what: str = "file", *, follow: bool = False
+    path: Path, what: str = "file", *, follow: bool = False, limit: int | None = None
 ) -> tuple[bytes, Version]:
     """The bytes of `path` and a token that changes whenever the file is replaced.
 
     Every write goes through `os.replace`, which gives the file a new inode, so (inode,
-    mtime, size) taken from the same open descriptor identifies the version read.
+    mtime, size) taken from the same open descriptor identifies the version read. With
+    `limit`, reading stops after `limit` + 1 bytes.
     """
     try:
         fd, info = open_with_status(path, follow=follow)
     except NotFound as exc:
         raise NotFound(f"{what} not found: {path}") from exc
     try:
-        chunks = [os.read(fd, info.st_size + 1)]  # one read, unless the file grew
-        while chunks[-1]:
+        most = info.st_size if limit is None else min(info.st_size, limit)
+        chunks = [os.read(fd, most + 1)]  # one read, unless the file grew
+        while chunks[-1] and (limit is None or sum(map(len, chunks)) <= limit):
             chunks.append(os.read(fd, 65536))
-        data = b"".join(chunks)
+        data = b"".join(chunks)[: None if limit is None else limit + 1]
     except OSError as exc:
         raise StoreError(f"cannot read {path}: {_describe(exc)}") from exc
     finally:

@@ -126,13 +126,21 @@ class App:
         self.store.load_session(current)
         return current
 
+    def selected_session(self) -> str | None:
+        """The session `session_id` finds, or None when none is named nor selected (where
+        session_or_new starts one)."""
+        if self.session_arg or self.store.current_session_id() is not None:
+            return self.session_id()
+        return None
+
     def session_or_new(self) -> str:
         """The session `session_id` finds, or with none named nor selected, a new one made
         the current session and said on stderr (unless --quiet): what a first `turn send`
         on a fresh machine expects, as `llm "hello"` just answers. A session named that
         does not exist is still not found (exit 3)."""
-        if self.session_arg or self.store.current_session_id() is not None:
-            return self.session_id()
+        selected = self.selected_session()
+        if selected is not None:
+            return selected
         session = self.store.create_session(None)
         self.store.set_current_session(session.id)
         if not self.quiet:

@@ -20,9 +20,10 @@ def command() -> None:
     'template edit' opens in $VISUAL or $EDITOR. 'turn send -t NAME -p KEY VALUE' sends
     its prompt with {{ KEY }} filled (plain text, in one pass; a template reads no file
     and no variable), the PROMPT filling {{ input }} or, where the template has none,
-    following its prompt after a blank line; its system prompt, model, options and tools
-    apply where the command line does not say otherwise. 'session new -t NAME' makes its
-    system prompt and model the session's, and its slot mode the default slot's.
+    following its prompt after a blank line; its model, options and tools apply where the
+    command line does not say otherwise, its system prompt where neither --system nor the
+    session has one. 'session new -t NAME' makes its system prompt and model the
+    session's, and its slot mode the default slot's. A system prompt has no {{ input }}.
 
     \b
     Examples:

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from agctl.base.vocab import CheckMode, SyncMode
-    from agctl.config.templates import TemplateChoice
+    from agctl.config.templates import TemplateChoice, TemplatedTurn
     from agctl.providers.base import Event
     from agctl.turn.branches import Branch
     from agctl.turn.send import TurnResult
@@ -208,8 +208,10 @@ does not take, a value of the wrong type or a key agctl sets is exit 2, naming w
 takes) and sent in the body, sorted by key. With -t NAME (see 'agctl template'), the
 template's prompt is sent with its {{ parameters }} filled from -p KEY VALUE and its
 defaults, PROMPT filling {{ input }} (or following its prompt after a blank line), and
-its system prompt, model, options and tools apply where --system, --model, -o of the
-same key do not; a parameter left without a value is exit 2 naming every one.
+its model, options and tools apply where --model, -o of the same key do not, its
+system prompt where neither --system nor the session has one (a session keeps its own,
+byte for byte, turn after turn); a parameter left without a value is exit 2 naming
+every one, before anything is sent or a session started.
 
 \b
 Examples:
@@ -312,12 +314,12 @@ def send(
 
     if template is not None and resuming["resume_draft"]:
         raise click.UsageError("--resume-draft sends the draft's prompt as it was: no -t")
+    prompt, slot, resume, answers = turn_input(app, prompt, slot, files, **resuming)
+    if template is not None:  # before a session is started: a bad -p starts none
+        prompt, choice, tools, fields = templated(app, template, prompt, choice, tools, fields)
     # A dry run or a resumed draft needs the session it is about; a turn starts one.
     starts = not dry_run and not resuming.get("resume_draft")
     store, sid = app.store, app.session_or_new() if starts else app.session_id()
-    prompt, slot, resume, answers = turn_input(app, sid, prompt, slot, files, **resuming)
-    if template is not None:
-        prompt, choice, tools, fields = template.turn(prompt, choice, tools, fields)
     streaming = sys.stdout.isatty() if stream is None else stream
     plan = plan_turn(
         store,
@@ -341,9 +343,23 @@ def send(
     show_turn(app, result, jsonl, printer)
 
 
+def templated(
+    app: App,
+    template: TemplateChoice,
+    prompt: str,
+    choice: ModelChoice,
+    tools: ToolsChoice,
+    fields: dict[str, Any],
+) -> TemplatedTurn:
+    """`turn send -t`: the template applied to the turn, over the system prompt of the
+    session the turn goes to, if it has one (see agctl.config.templates.templated_turn)."""
+    sid = app.selected_session()
+    own = app.store.load_session(sid).system_prompt if sid is not None else None
+    return template.turn(prompt, choice, tools, fields, session_system=own)
+
+
 def turn_input(
     app: App,
-    sid: str,
     prompt: str | None,
     slot: str | None,
     files: tuple[str, ...],
@@ -360,7 +376,7 @@ def turn_input(
             raise click.UsageError("give either PROMPT (or --file) or --resume-draft, not both")
         from agctl.store.drafts import given_answers, resumable_draft
 
-        draft = resumable_draft(app.store.backend, sid, slot, force=force)
+        draft = resumable_draft(app.store.backend, app.session_id(), slot, force=force)
         return (
             draft.prompt,
             draft.slot,

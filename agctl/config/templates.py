@@ -5,7 +5,8 @@ options, tools and a slot mode, kept under a name for `turn send -t NAME` and
 Each is a YAML file, `templates/NAME.yaml` beside the config file (0600 in a 0700 dir):
 YAML rather than JSON because a prompt is prose over several lines, which a YAML block
 (`prompt: |`) keeps as typed; it is read with PyYAML's safe loader only (no tags, no
-objects), so a file is data. A JSON file is YAML too, and is read the same.
+objects, no anchors or aliases), so a file is data. A JSON file is YAML too, and is
+read the same.
 
 Parameters are plain text substitution, in one pass: `{{ name }}` (spaces optional, a
 name of ASCII letters, digits and '_') becomes the value given (`-p NAME VALUE`) or the
@@ -124,6 +125,17 @@ def _template_model() -> type[BaseModel]:
                     raise ValueError(str(exc)) from None
             return list(dict.fromkeys(tools))
 
+        @field_validator("system")
+        @classmethod
+        def _system_without_input(cls, system: str | None) -> str | None:
+            if INPUT in parameters_of(system):
+                raise ValueError(
+                    "the system prompt uses {{ input }}, the turn's PROMPT: a system prompt "
+                    "stays the same from turn to turn (the provider's prompt cache keeps it), "
+                    "so {{ input }} goes in the prompt"
+                )
+            return system
+
         @model_validator(mode="after")
         def _defaults_are_parameters(self) -> TemplateDocument:
             known = parameters_of(self.system, self.prompt)
@@ -205,24 +217,29 @@ class Template:
     def _called(self) -> str:
         return f"template {self.name!r}" if self.name else "the template"
 
-    def fill(self, params: Mapping[str, str], input: str = "") -> Filled:
+    def fill(self, params: Mapping[str, str], input: str = "", *, system: bool = True) -> Filled:
         """The prompt and system prompt with `params` (then the defaults) and `input` (the
-        turn's PROMPT, see the module docstring); every parameter left without a value,
-        or a parameter given that the template lacks, is a UsageError naming them all."""
+        turn's PROMPT, see the module docstring). Without `system` (a turn whose system
+        prompt is not the template's) the system prompt is None and its parameters need
+        no value. Every parameter needed left without a value, or a parameter given that
+        the template lacks, is a UsageError naming them all."""
         doc = self.doc
-        values = self._values(self.parameters, params, input)
+        needed = parameters_of(doc.system if system else None, doc.prompt)
+        values = self._values(needed, params, input)
         prompt = substituted(doc.prompt or "", values)
         if input and INPUT not in values:
             prompt = f"{prompt}\n\n{input}" if prompt else input
-        return Filled(prompt, self.filled_system(values))
+        return Filled(prompt, self.filled_system(values) if system else None)
 
     def filled_system(self, values: Mapping[str, str]) -> str | None:
         """The system prompt with `values`, which must hold each of its parameters."""
         system = self.doc.system
         return substituted(system, values) if system is not None else None
 
-    def _values(self, known: list[str], params: Mapping[str, str], input: str) -> dict[str, str]:
-        """The value of each of the `known` parameters (see fill)."""
+    def _values(self, needed: list[str], params: Mapping[str, str], input: str) -> dict[str, str]:
+        """The values of the template's parameters: `params` (any of the system prompt's
+        or the prompt's), the defaults, `input`; each of those `needed` must have one."""
+        known = self.parameters
         unknown = [name for name in params if name not in known]
         if unknown:
             raise UsageError(
@@ -231,11 +248,10 @@ class Template:
             )
         if input and INPUT in params:
             raise UsageError("give the input as PROMPT or as '-p input VALUE', not both")
-        values = {name: value for name, value in self.doc.defaults.items() if name in known}
-        values.update(params)
+        values = {**self.doc.defaults, **params}
         if input and INPUT in known:
             values[INPUT] = input
-        missing = [name for name in known if name not in values]
+        missing = [name for name in needed if name not in values]
         if missing:
             raise UsageError(
                 f"{self._called()} needs a value for " + ", ".join(missing),
@@ -244,10 +260,34 @@ class Template:
             )
         return values
 
-    def system_values(self, params: Mapping[str, str]) -> dict[str, str]:
-        """The values of the system prompt's own parameters (what a session keeps of the
-        template has no prompt, so no PROMPT to fill `input`)."""
-        return self._values(parameters_of(self.doc.system), params, "")
+    def system_values(self, params: Mapping[str, str], *, used: bool = True) -> dict[str, str]:
+        """The values that fill the system prompt (what a session keeps of the template):
+        any of the template's parameters may be given; the system prompt's must be, when
+        it is `used`."""
+        return self._values(parameters_of(self.doc.system) if used else [], params, "")
+
+
+class AliasRefused(Exception):
+    """A YAML anchor or alias in a template (see _no_aliases_loader)."""
+
+
+def _no_aliases_loader() -> type[Any]:
+    """PyYAML's safe loader, refusing anchors and aliases: a template never needs one,
+    and aliases nested 9 deep, 10 wide make a 500-byte file a billion nodes to walk."""
+    import yaml
+
+    class NoAliasesLoader(yaml.SafeLoader):  # type: ignore[misc]
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.peek_event()
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                mark = event.start_mark
+                raise AliasRefused(
+                    f"a YAML anchor or alias (&NAME, *NAME) at line {mark.line + 1}, "
+                    f"column {mark.column + 1}: a template has none; write the text out"
+                )
+            return super().compose_node(parent, index)
+
+    return NoAliasesLoader
 
 
 def template_from_text(data: bytes | str, where: str, name: str = "") -> Template:
@@ -256,7 +296,9 @@ def template_from_text(data: bytes | str, where: str, name: str = "") -> Templat
     import yaml
 
     try:
-        loaded = yaml.safe_load(data)
+        loaded = yaml.load(data, Loader=_no_aliases_loader())  # a SafeLoader
+    except AliasRefused as exc:
+        raise InvalidInput(f"{where}: {exc}") from None
     except yaml.YAMLError as exc:
         problem = " ".join(str(exc).split())
         raise InvalidInput(f"{where}: not YAML: {problem}") from None
@@ -281,13 +323,18 @@ def templated_turn(
     choice: ModelChoice,
     tools: ToolsChoice,
     fields: Mapping[str, Any],
+    session_system: str | None = None,
 ) -> TemplatedTurn:
     """What a turn sends with `template`: its filled prompt (`prompt`, the PROMPT typed,
-    as its input), its system prompt unless --system, its model unless --model, its
-    tools with those named, its options under those typed (which win, key by key)."""
-    filled = template.fill(params, prompt)
+    as its input), its model unless --model, its tools with those named, its options
+    under those typed (which win, key by key), and its system prompt unless --system or
+    the session's own (`session_system`, e.g. this template's from 'session new -t'):
+    a session's system prompt stays byte for byte what it was, turn after turn, as the
+    provider's prompt cache needs, and the parameters only it uses need no value."""
     fields = dict(fields)
-    if fields.get("system") is None:
+    uses_system = fields.get("system") is None and not session_system
+    filled = template.fill(params, prompt, system=uses_system)
+    if uses_system:
         fields["system"] = filled.system
     fields["model_options"] = {**template.options, **(fields.get("model_options") or {})}
     if choice.model is None and template.model is not None:
@@ -308,10 +355,17 @@ class TemplateChoice(NamedTuple):
         return cls(Templates().load(name), dict(params))
 
     def turn(
-        self, prompt: str, choice: ModelChoice, tools: ToolsChoice, fields: Mapping[str, Any]
+        self,
+        prompt: str,
+        choice: ModelChoice,
+        tools: ToolsChoice,
+        fields: Mapping[str, Any],
+        session_system: str | None = None,
     ) -> TemplatedTurn:
         """What a turn sends with it (see templated_turn)."""
-        return templated_turn(self.template, self.params, prompt, choice, tools, fields)
+        return templated_turn(
+            self.template, self.params, prompt, choice, tools, fields, session_system
+        )
 
     def session_settings(self, system: str | None, model: str | None) -> dict[str, Any]:
         """What `session new -t` keeps of it (see session_settings)."""
@@ -322,11 +376,12 @@ def session_settings(
     template: Template, params: Mapping[str, str], system: str | None, model: str | None
 ) -> dict[str, Any]:
     """What `session new -t` keeps of `template`: its system prompt (its parameters
-    filled; the PROMPT's `input` has no value here) unless `system`, its model unless
-    `model`, and its slot mode for the session's `default` slot. Its prompt, options and
-    tools are for turns ('turn send -t')."""
+    filled) unless `system`, its model unless `model`, and its slot mode for the
+    session's `default` slot. Its prompt, options and tools are for turns ('turn send
+    -t', which then keeps this system prompt: see templated_turn)."""
+    values = template.system_values(params, used=system is None)
     if system is None:
-        system = template.filled_system(template.system_values(params))
+        system = template.filled_system(values)
     return {
         "system_prompt": system,
         "model": model if model is not None else template.model,
@@ -371,7 +426,7 @@ class Templates:
 
         path = self.path(name)
         try:
-            data = read_bytes(path, "template")
+            data = read_bytes(path, "template", limit=MAX_TEMPLATE_BYTES)
         except NotFound:
             known = ", ".join(self.names()) or "none ('agctl template add NAME')"
             raise NotFound(f"no template named {name!r} (templates: {known})") from None
@@ -421,33 +476,41 @@ class Templates:
         """Let `editor` change a copy of the template's file; a copy that holds a valid
         template replaces it, as written. Else the file is left as it was and the edit
         kept beside it (NAME.yaml.rejected), and the InvalidInput says why and where."""
+        import contextlib
         import os
         import tempfile
 
-        from agctl.base.fsio import write_atomic
+        from agctl.base.errors import StoreError
+        from agctl.base.fsio import read_bytes, write_atomic
 
         data = self._read(name)
+        unchanged = f"template {name!r} is unchanged"
         fd, temp = tempfile.mkstemp(dir=self.directory, prefix=f".{name}.", suffix=SUFFIX)
         try:
             with os.fdopen(fd, "wb") as file:
                 file.write(data)
             editor(Path(temp))
-            edited = Path(temp).read_bytes()
+            try:  # the editor may have removed it, or left a link or a directory there
+                edited = read_bytes(Path(temp), "the edit", limit=MAX_TEMPLATE_BYTES)
+            except (NotFound, CorruptDocument, StoreError) as exc:
+                raise InvalidInput(f"{exc}: {unchanged}") from None
             try:
-                template = template_from_text(edited[: MAX_TEMPLATE_BYTES + 1], "the edit", name)
                 if len(edited) > MAX_TEMPLATE_BYTES:
                     raise InvalidInput(f"the edit: larger than {MAX_TEMPLATE_BYTES} bytes")
+                template = template_from_text(edited, "the edit", name)
             except InvalidInput as exc:
                 kept = self.directory / (name + REJECTED_SUFFIX)
-                os.replace(temp, kept)
-                raise InvalidInput(
-                    f"{exc}: template {name!r} is unchanged", hint=f"your edit is kept in {kept}"
-                ) from None
+                try:
+                    os.replace(temp, kept)
+                    hint = f"your edit is kept in {kept}"
+                except OSError as failed:  # e.g. a directory there
+                    hint = f"your edit could not be kept in {kept}: {failed.strerror}"
+                raise InvalidInput(f"{exc}: {unchanged}", hint=hint) from None
             if edited != data:
                 write_atomic(self.path(name), edited)
             return template
         finally:
-            if os.path.lexists(temp):
+            with contextlib.suppress(OSError):  # gone, or a directory the editor left
                 os.unlink(temp)
 
 

@@ -153,6 +153,81 @@ def test_missing_parameters_are_exit_2_naming_all_and_nothing_is_sent(
     assert store.load_slot("s", None).messages == []
 
 
+def test_a_bad_parameter_is_refused_before_a_first_turn_starts_a_session(
+    run: Run, store: Store
+) -> None:
+    ok(run("template", "add", "p", "--prompt", "{{ a }}"))
+    fails(run("turn", "send", "-t", "p", "hello"), 2, "template 'p' needs a value for a")
+    fails(run("turn", "send", "-t", "p", "-p", "nope", "1", "x"), 2, "no parameter 'nope'")
+    assert store.list_sessions() == [] and store.current_session_id() is None
+    ok(run("turn", "send", "-t", "p", "-p", "a", "A", "x"))
+    assert len(store.list_sessions()) == 1
+
+
+def test_the_system_prompts_parameters_only_where_the_template_gives_the_system_prompt(
+    run: Run, store: Store
+) -> None:
+    ok(run("template", "add", "t2", "--system", "Sys {{ lang }}", "--prompt", "About {{ topic }}"))
+    ok(run("session", "new", "s", "-t", "t2", "-p", "lang", "Go", "-p", "topic", "cats"))
+    assert store.load_session("s").system_prompt == "Sys Go"
+
+    def sent(*args: str) -> list[dict[str, str]]:
+        shown = as_json(run("turn", "send", "-t", "t2", "--dry-run", "--provider", "openai", *args))
+        messages: list[dict[str, str]] = shown["request"]["messages"]
+        return messages
+
+    # --system wins, so lang is not needed; nor on the session holding the filled system
+    # prompt, which the template's does not replace turn after turn.
+    assert sent("-p", "topic", "dogs", "--system", "override")[0]["content"] == "override"
+    assert sent("-p", "topic", "dogs")[:2] == [
+        {"role": "system", "content": "Sys Go"},
+        {"role": "user", "content": "About dogs"},
+    ]
+    assert sent("-p", "topic", "dogs", "-p", "lang", "Rust")[0]["content"] == "Sys Go"
+    # A session without a system prompt of its own takes the template's, which needs lang.
+    ok(run("session", "new", "bare"))
+    fails(run("turn", "send", "-t", "t2", "-p", "topic", "dogs"), 2, "needs a value for lang")
+    assert sent("-p", "topic", "dogs", "-p", "lang", "C")[0]["content"] == "Sys C"
+
+
+def test_a_system_prompt_with_input_is_refused(run: Run, isolated_env: Path) -> None:
+    fails(run("template", "add", "si", "--system", "Answer about {{ input }}"), 2,
+          "system prompt uses {{ input }}")  # fmt: skip
+    path = templates_dir(isolated_env) / "si.yaml"
+    assert not path.exists()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("system: Answer about {{ input }}\n")
+    fails(run("turn", "send", "-t", "si", "cats"), 5, "si.yaml", "uses {{ input }}")
+
+
+def test_a_billion_laughs_file_is_refused_at_once_naming_it(
+    run: Run, review: None, isolated_env: Path
+) -> None:
+    laughs = "".join(
+        f"    {b}: &{b} [{','.join(['*' + a] * 10)}]\n"
+        for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    text = "prompt: hi\noptions:\n  metadata:\n    a: &a [x,x,x,x,x,x,x,x,x,x]\n" + laughs
+    assert len(text) < 500  # ~10**9 nodes once the aliases are followed
+    (templates_dir(isolated_env) / "bomb.yaml").write_text(text)
+    listed = ok(run("template", "list", "--json"))
+    assert [row["name"] for row in as_json(listed)] == ["review"]
+    assert "bomb.yaml: a YAML anchor or alias" in listed.stderr
+    fails(run("template", "show", "bomb"), 5, "bomb.yaml: a YAML anchor or alias")
+    fails(run("turn", "send", "-t", "bomb", "hi"), 5, "bomb.yaml: a YAML anchor or alias")
+
+
+def test_an_editor_that_removes_the_file_leaves_the_template(
+    run: Run, review: None, isolated_env: Path
+) -> None:
+    path = templates_dir(isolated_env) / "review.yaml"
+    before = path.read_bytes()
+    fails(run("template", "edit", "review", "--editor", "rm"), 5, "the edit not found",
+          "template 'review' is unchanged")  # fmt: skip
+    assert path.read_bytes() == before
+    assert os.listdir(path.parent) == ["review.yaml"]
+
+
 def test_t_and_p_misuse_and_an_unknown_template(run: Run, review: None, store: Store) -> None:
     fails(run("turn", "send", "hi", "-p", "a", "b"), 2, "name one with -t")
     fails(run("turn", "send", "-t", "nope", "hi"), 3, "no template named 'nope'")

@@ -5,6 +5,7 @@ does."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from fake_openai import FakeOpenAI
@@ -52,3 +53,37 @@ def test_a_templated_turn_sends_the_bytes_of_the_turn_typed_by_hand(
     assert b'"seed":42,"stop":["END"],"top_p":0.5' in templated
     assert b"Digest for core:\\nRead these:" in templated
     assert from_template == made_by_hand
+
+
+def test_turns_with_the_same_template_send_the_same_bytes_before_the_new_prompt(
+    env: dict[str, str],
+) -> None:
+    """The provider's prompt cache needs each turn's request to begin with the bytes of the
+    one before: the same system prompt, tools and options, turn after turn."""
+    with FakeOpenAI() as server:
+        environ = {**env, **served_env(server.base_url), "AGCTL_API_KEY": "sk-template-test"}
+        agctl(environ, "template", "add", "review", "--system", "You review {{ lang }} code.",
+              "--prompt", "Review {{ input }}", "--model", "m-1", "--tool", "wc",
+              "-o", "seed", "7", "-o", "top_p", "0.5")  # fmt: skip
+        agctl(environ, "tool", "add", "wc", "--description", "Count bytes", "--", "wc", "-c")
+        agctl(environ, "session", "new", "bare")
+        for code in ("a.py", "b.py"):
+            agctl(environ, "turn", "send", "-t", "review", "-p", "lang", "Go", "--no-stream", code)
+        agctl(environ, "session", "new", "made", "-t", "review", "-p", "lang", "Go")
+        for code in ("a.py", "b.py"):  # the session's own system prompt: lang not needed
+            agctl(environ, "turn", "send", "-t", "review", "--no-stream", code)
+        assert server.errors == []
+    first, second, made_first, made_second = (r.raw for r in server.requests)
+    for one, two in ((first, second), (made_first, made_second)):
+        before, after = json.loads(one), json.loads(two)
+        assert after["messages"][: len(before["messages"])] == before["messages"]
+        assert len(after["messages"]) == len(before["messages"]) + 2
+        rest = {key: value for key, value in before.items() if key != "messages"}
+        assert {key: value for key, value in after.items() if key != "messages"} == rest
+        # Byte for byte: turn 2's messages go on after turn 1's, then the same tools and
+        # options (the messages here hold no '}],"tools":').
+        head, tail = one.split(b'}],"tools":')
+        assert two.startswith(head + b"},") and two.endswith(b'}],"tools":' + tail)
+    assert first == made_first and second == made_second
+    assert b'"role":"system","content":"You review Go code."' in second
+    assert b'"seed":7' in second and b'"top_p":0.5' in second and b'"name":"wc"' in second

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from agctl.base.errors import (
     NotFound,
     UsageError,
 )
+from agctl.base.fsio import read_bytes
 from agctl.config.templates import (
     Template,
     Templates,
@@ -66,6 +68,27 @@ def test_every_missing_parameter_is_named_at_once_and_a_default_fills_one() -> N
     assert tpl.fill({"role": "R", "a": "A", "b": "b!"}) == ("A b!", "You are R.")
 
 
+def test_the_system_prompts_parameters_are_needed_only_where_it_is_used() -> None:
+    tpl = template(system="Sys {{ lang }}", prompt="About {{ topic }}")
+    # A session takes its system prompt: a value for the prompt's parameter is no error.
+    assert tpl.system_values({"lang": "Go", "topic": "cats"})["lang"] == "Go"
+    settings = session_settings(tpl, {"lang": "Go", "topic": "cats"}, None, None)
+    assert settings["system_prompt"] == "Sys Go"
+    assert session_settings(tpl, {}, "own", None)["system_prompt"] == "own"
+    with pytest.raises(UsageError, match="needs a value for lang"):
+        session_settings(tpl, {"topic": "cats"}, None, None)
+    with pytest.raises(UsageError, match=r"no parameter 'x' \(its parameters: lang, topic\)"):
+        session_settings(tpl, {"x": "1"}, "own", None)
+    # A turn whose system prompt is --system, or the session's own, needs no lang.
+    assert tpl.fill({"topic": "dogs"}, system=False) == ("About dogs", None)
+    for fields, own in (({"system": "override"}, None), ({"system": None}, "Sys Go")):
+        turn = templated_turn(tpl, {"topic": "dogs"}, "", ModelChoice(), ToolsChoice(), fields, own)
+        assert turn.prompt == "About dogs" and turn.fields["system"] == fields["system"]
+    # The template's own system prompt, where the session has none, needs it.
+    with pytest.raises(UsageError, match="needs a value for lang"):
+        templated_turn(tpl, {"topic": "dogs"}, "", ModelChoice(), ToolsChoice(), {}, None)
+
+
 def test_a_parameter_the_template_lacks_is_refused_naming_its_own() -> None:
     with pytest.raises(UsageError, match=r"no parameter 'colour' \(its parameters: a\)"):
         template(prompt="{{ a }}").fill({"a": "1", "colour": "red"})
@@ -95,6 +118,7 @@ def test_the_prompt_fills_input_or_follows_the_templates_prompt() -> None:
         ({"prompt": "x", "slot_mode": "readonly"}, "slot_mode"),
         ({"prompt": "x", "script": "import os"}, "Extra inputs are not permitted"),
         ({"model": ""}, "model"),
+        ({"system": "Answer about {{input}}", "prompt": "x"}, "system prompt uses {{ input }}"),
     ],
 )
 def test_an_invalid_template_is_refused_saying_why(fields: dict[str, object], says: str) -> None:
@@ -187,6 +211,72 @@ def test_a_damaged_or_huge_file_is_corrupt_naming_it(tmp_path: Path) -> None:
     os.symlink(templates.path("bad"), templates.path("link"))
     with pytest.raises(CorruptDocument):
         templates.load("link")
+
+
+BILLION_LAUGHS = "prompt: hi\noptions:\n  metadata:\n    a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
+    f"    {b}: &{b} [{','.join(['*' + a] * 10)}]\n"
+    for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        BILLION_LAUGHS,  # 10**9 nodes from 400 bytes: before, a hang
+        "system: &s Be terse.\nprompt: *s\n",
+        "prompt: &p hi\n",
+    ],
+    ids=["billion-laughs", "alias", "anchor"],
+)
+def test_a_file_with_yaml_anchors_or_aliases_is_corrupt_naming_it(
+    tmp_path: Path, text: str
+) -> None:
+    templates = Templates(tmp_path)
+    templates.path("bomb").write_text(text)
+    with pytest.raises(CorruptDocument, match=r"bomb\.yaml: a YAML anchor or alias.* line \d"):
+        templates.load("bomb")
+    assert templates.load_all()[0] == {}
+
+
+def test_a_file_is_read_no_further_than_one_byte_past_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "big"
+    path.write_bytes(b"x" * 200_000)  # more than one read's 64 KiB
+    assert read_bytes(path, limit=10) == b"x" * 11
+    assert read_bytes(path, limit=100_000) == b"x" * 100_001
+    assert read_bytes(path, limit=300_000) == read_bytes(path) == path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("does", "says"),
+    [
+        (os.unlink, "the edit not found"),
+        (lambda path: (os.unlink(path), os.mkdir(path)), "not a regular file"),
+        (lambda path: (os.unlink(path), os.symlink("/dev/zero", path)), "symbolic link"),
+    ],
+    ids=["removed", "directory", "symlink-to-dev-zero"],
+)
+def test_an_editor_that_removes_or_replaces_the_copy_leaves_the_template(
+    tmp_path: Path, does: Callable[[Path], object], says: str
+) -> None:
+    templates = Templates(tmp_path)
+    templates.add("t", template(prompt="old"))
+    before = templates.path("t").read_bytes()
+    with pytest.raises(InvalidInput, match=f"{says}.*: template 't' is unchanged"):
+        templates.edit("t", does)
+    assert templates.path("t").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == ["t.yaml"]
+
+
+def test_an_invalid_edit_that_cannot_be_kept_says_so(tmp_path: Path) -> None:
+    templates = Templates(tmp_path)
+    templates.add("t", template(prompt="old"))
+    (tmp_path / "t.yaml.rejected").mkdir()
+    (tmp_path / "t.yaml.rejected" / "x").write_text("mine")
+    with pytest.raises(InvalidInput, match=r"not YAML.*'t' is unchanged") as caught:
+        templates.edit("t", lambda path: path.write_text("prompt: ["))
+    assert caught.value.hint is not None and "could not be kept" in caught.value.hint
+    assert (tmp_path / "t.yaml.rejected" / "x").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.yaml", "t.yaml.rejected"]
 
 
 def test_an_edit_replaces_the_file_as_written_or_leaves_it_and_keeps_the_edit(
