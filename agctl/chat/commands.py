@@ -39,7 +39,7 @@ SLASH: dict[str, Slash] = {
     "slot": Slash("/slot NAME", "Go on on slot NAME (agctl slot use).", ("slot", "use")),
     "slots": Slash("/slots", "List the slots (agctl slot list).", ("slot", "list")),
     "msgs": Slash(
-        "/msgs", "List the slot's messages, N each (agctl msg list).", ("msg", "list"), slotted=True
+        "/msgs", "List the slot's messages (agctl msg list).", ("msg", "list"), slotted=True
     ),
     "diff": Slash(
         "/diff [A] [B]",
@@ -94,9 +94,10 @@ def parse(line: str) -> Line:
     command or unbalanced quotes, naming /help."""
     if not line.startswith("/") or line.startswith("//"):
         return Line(None, [], line[1:] if line.startswith("//") else line)
+    import re
     import shlex
 
-    name, _, rest = line[1:].partition(" ")
+    name, rest = re.match(r"(\S*)(.*)", line[1:], re.DOTALL).groups()  # type: ignore[union-attr]
     if name not in SLASH:
         raise UsageError(f"no command /{name} in the chat: /help lists them")
     try:

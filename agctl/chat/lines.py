@@ -111,7 +111,7 @@ class PipeReader:
                 f"line {self.number} of standard input is not valid UTF-8 (byte {exc.start}: "
                 f"{exc.reason})"
             ) from None
-        return line.removesuffix("\n")
+        return line.removesuffix("\n").removesuffix("\r")  # a CRLF file's too
 
 
 class TerminalReader:

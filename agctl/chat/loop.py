@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 class Actions(Protocol):
     """What the chat has done for it, as the command line does it (each prints what its
     command prints): a turn on `slot` (None: the current one), a retry, an edit (each the
-    slot it committed to), an agctl command line's exit status, the model shown or set,
-    the tools shown, a text said (on stderr unless not `err`); `report` prints an error as
-    agctl does and gives its exit status."""
+    slot it committed to), an agctl command line's exit status, the model shown (after
+    `session set model` `changed` it), the tools offered shown, a text said (on stderr
+    unless not `err`); `report` prints an error as agctl does and gives its exit status."""
 
     def send(self, session: str, slot: str | None, prompt: str) -> str: ...
 
@@ -32,7 +32,7 @@ class Actions(Protocol):
 
     def command(self, session: str, argv: list[str]) -> int: ...
 
-    def model(self, session: str, name: str | None) -> None: ...
+    def model(self, session: str, changed: bool) -> None: ...
 
     def tools(self, session: str) -> None: ...
 
@@ -115,6 +115,8 @@ class Chat:
                 self.command(line)
         except (AgctlError, KeyboardInterrupt) as error:
             self._failed(self.actions.report(error))
+        except EOFError:  # the end of a question's input: it is cancelled, not the chat
+            self.actions.say("cancelled")
 
     def command(self, line: Line) -> None:
         """A slash command: the chat's own, or agctl's command line run for it."""
@@ -131,10 +133,12 @@ class Chat:
         elif name == "model":
             if len(words) > 1:
                 raise UsageError("/model takes one NAME at most")
-            self.actions.model(self.session, words[0] if words else None)
+            if not words or self._run(["session", "set", "model", "--", words[0]]) == 0:
+                self.actions.model(self.session, bool(words))
         elif name == "tools":
             _no_words(line)
-            self.actions.tools(self.session)
+            if self._run(["tool", "list"]) == 0:
+                self.actions.tools(self.session)
         elif self._run(agctl_argv(line, self.slot)) == 0 and name == "slot":
             self.slot = words[0]
 
@@ -165,7 +169,11 @@ class Chat:
                 raise UsageError("/edit N TEXT: give the new text (no terminal to edit it on)")
             old = self.store.load_slot(self.session, self.slot)
             message = old.messages[old.position(index)]
-            text = unblocked(self.reader.read(f"edit {index}> ", message.text()))
+            try:
+                text = unblocked(self.reader.read(f"edit {index}> ", message.text()))
+            except EOFError:  # Ctrl-D: the edit is cancelled, not the chat
+                self.actions.say(f"/edit {index} cancelled")
+                return
         self._follow(self.actions.edit(self.session, self.slot, index, text))
 
     def _fork(self, words: list[str]) -> None:

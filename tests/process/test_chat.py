@@ -364,3 +364,77 @@ def test_sigterm_at_the_prompt_ends_the_chat(offline: dict[str, str], run: Run) 
     status, _, _ = chat.finish()
     assert status == 143
     assert b"Ctrl-C again" not in chat.received
+
+
+def chat_pipe(
+    env: dict[str, str], lines: str | bytes, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`agctl ARGS` (the chat, with its options) reading `lines` from a pipe."""
+    data = lines.encode() if isinstance(lines, str) else lines
+    done = subprocess.run([sys.executable, "-m", "agctl", *args], input=data,
+                          capture_output=True, env=env, timeout=60)  # fmt: skip
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
+    )
+
+
+def test_a_script_is_read_in_order_across_the_chat_turns(
+    offline: dict[str, str], run: Run, store: Store, tmp_path: Path
+) -> None:
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps(["first reply", "second reply", "third reply"]))
+    ok(run("session", "new", "s"))
+    done = chat_pipe(offline, "a\nb\n/retry\n", "chat", "--script", str(script))
+    assert done.returncode == 0, done.stderr
+    assert texts(store, "s", "default") == ["a", "first reply", "b", "second reply"]
+    assert texts(store, "s", "default-retry-1")[-1] == "third reply"
+
+
+def test_ctrl_d_at_the_edit_prompt_cancels_the_edit_not_the_chat(
+    offline: dict[str, str], run: Run, store: Store
+) -> None:
+    chat = chatting(run, offline)
+    ask(chat, "hello", b'you said "hello"')
+    chat.type("/edit 0")
+    chat.wait_for(b"hello")  # the old prompt, to edit
+    chat.keys(CTRL_C + CTRL_D)  # the line cleared, then Ctrl-D at the empty edit prompt
+    chat.wait_for(b"/edit 0 cancelled")
+    chat.wait_for(PROMPT_STARTS)
+    ask(chat, "still here", b'you said "still here"')
+    assert leave(chat) == 0
+    assert b"Aborted" not in chat.received
+    assert [slot.id for slot in store.list_slots("s")] == ["default"]
+
+
+def test_model_name_is_not_an_option_and_slash_commands_leave_stdin_to_the_chat(
+    offline: dict[str, str], run: Run, store: Store
+) -> None:
+    ok(run("session", "new", "s"))
+    done = chat_pipe(offline, '/model "-x"\n/memory set k -\nhello\nworld\n', "chat")
+    assert done.returncode == 2, done.stderr  # /memory set k - refused, with its reason
+    assert "standard input is the chat's" in done.stderr
+    assert store.load_session("s").model == "-x"
+    assert store.load_session("s").memory == {}
+    assert texts(store, "s")[::2] == ["hello", "world"]
+
+
+def test_crlf_lines_and_json_chat_output(offline: dict[str, str], run: Run, store: Store) -> None:
+    ok(run("session", "new", "s"))
+    done = chat_pipe(offline, "/slots\r\n/memory\tset k v\r\nhello\r\n", "chat")
+    assert done.returncode == 0, done.stderr
+    assert "*  default" in done.stdout
+    assert store.load_session("s").memory == {"k": "v"}
+    assert texts(store, "s")[0] == "hello"
+    shown = chat_pipe(offline, "/model\n/tools\n/help\n", "--json", "chat")
+    assert shown.returncode == 0, shown.stderr
+    decoder, documents, position = json.JSONDecoder(), [], 0
+    while shown.stdout[position:].lstrip().startswith(("{", "[")):
+        position += len(shown.stdout[position:]) - len(shown.stdout[position:].lstrip())
+        document, position = decoder.raw_decode(shown.stdout, position)
+        documents.append(document)
+    assert documents == [
+        {"model": "offline", "provider": "offline", "profile": None},
+        [],
+        {"offered": []},
+    ]
+    assert "/rollback ID" in shown.stdout[position:]  # /help, as text
