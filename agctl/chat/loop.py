@@ -58,6 +58,7 @@ class Chat:
         self.session = session
         self.slot = slot
         self.status = 0
+        self.unkept: set[str] = set()  # the sessions whose history file failed
 
     def run(self) -> int:
         """Read and act until the chat is left; the exit status: 0 on a terminal (people
@@ -91,11 +92,20 @@ class Chat:
         return 0 if self.reader.interactive else self.status
 
     def history(self) -> Path | None:
-        """The session's history file, on a terminal with a data dir on this machine."""
+        """The session's history file, on a terminal with a data dir on this machine; None
+        (the lines kept in memory) when it cannot be opened, said once."""
         local = self.store.local_dir
-        if not self.reader.interactive or local is None:
+        if not self.reader.interactive or local is None or self.session in self.unkept:
             return None
-        return history_path(local, self.session)
+        try:
+            return history_path(local, self.session)
+        except OSError as exc:
+            self.unkept.add(self.session)
+            self.actions.say(
+                f"agctl: warning: the chat history cannot be kept ({exc.filename}: "
+                f"{exc.strerror}); Up recalls only this chat's lines"
+            )
+            return None
 
     def prompt(self) -> str:
         """`SLOT> `: where the next prompt goes."""

@@ -438,3 +438,21 @@ def test_crlf_lines_and_json_chat_output(offline: dict[str, str], run: Run, stor
         {"offered": []},
     ]
     assert "/rollback ID" in shown.stdout[position:]  # /help, as text
+
+
+def test_a_history_file_that_cannot_be_opened_is_a_warning(
+    offline: dict[str, str], run: Run, store: Store, isolated_env: Path
+) -> None:
+    ok(run("session", "new", "s"))
+    folder = isolated_env / "chat-history"
+    folder.mkdir(mode=0o700)
+    (folder / "s.history").symlink_to("/nowhere")
+    chat = ChatTerminal(offline, "chat")
+    chat.wait_for(b"agctl: warning: the chat history cannot be kept")
+    ask(chat, "hello", b'you said "hello"')
+    chat.keys(UP)
+    chat.wait_for(b"hello")  # recalled from this chat's own lines
+    chat.keys(CTRL_C)  # clears the line
+    assert leave(chat) == 0
+    assert b"Traceback" not in chat.received
+    assert texts(store, "s")[0] == "hello"
