@@ -21,8 +21,9 @@ class Actions(Protocol):
     """What the chat has done for it, as the command line does it (each prints what its
     command prints): a turn on `slot` (None: the current one), a retry, an edit (each the
     slot it committed to), an agctl command line's exit status, the model shown (after
-    `session set model` `changed` it), the tools offered shown, a text said (on stderr
-    unless not `err`); `report` prints an error as agctl does and gives its exit status."""
+    `session set model` `changed` it), the tools offered shown, the chat's options as argv
+    by group (agctl.chat.commands.PASSED; all but the slot), a text said (on stderr unless
+    not `err`); `report` prints an error as agctl does and gives its exit status."""
 
     def send(self, session: str, slot: str | None, prompt: str) -> str: ...
 
@@ -35,6 +36,8 @@ class Actions(Protocol):
     def model(self, session: str, changed: bool) -> None: ...
 
     def tools(self, session: str) -> None: ...
+
+    def passed(self) -> dict[str, list[str]]: ...
 
     def say(self, text: str, err: bool = True) -> None: ...
 
@@ -149,8 +152,31 @@ class Chat:
             _no_words(line)
             if self._run(["tool", "list"]) == 0:
                 self.actions.tools(self.session)
-        elif self._run(agctl_argv(line, self.slot)) == 0 and name == "slot":
-            self.slot = words[0]
+        elif name == "diff" and self.slot is not None and len(words) < 2:
+            self._run(["slot", "diff", "--", words[0] if words else self._parent(), self.slot])
+        else:
+            passed = self.actions.passed()
+            passed["slot"] = ["--slot", self.slot] if self.slot is not None else []
+            if self._run(agctl_argv(line, passed)) == 0 and name == "slot":
+                self.slot = words[0]
+            self._slot_kept()
+
+    def _parent(self) -> str:
+        """/diff's A on the chat's slot: the slot it was derived from."""
+        assert self.slot is not None
+        parent = self.store.load_slot(self.session, self.slot).config.source.parent_id
+        if parent is None:
+            raise UsageError(f"slot {self.slot} was not derived from another: /diff A")
+        return parent
+
+    def _slot_kept(self) -> None:
+        """After a command that may remove slots (/undo, /rollback): a chat on a slot gone
+        goes on on the session's current one, and says so."""
+        if self.slot is None or self.slot in self.store.slot_ids(self.session):
+            return
+        current = self.store.load_session(self.session).current_slot
+        self.actions.say(f"agctl: slot {self.slot} is gone; the chat goes on on slot {current}")
+        self.slot = current
 
     def _run(self, argv: list[str]) -> int:
         """agctl ARGV's exit status, kept if it failed."""

@@ -233,6 +233,29 @@ class CommandLine:
         names = "all" if offered.every else ", ".join(offered.names)
         self.say(f"offered in this chat: {names or 'none (start the chat with -T NAME)'}")
 
+    def passed(self) -> dict[str, list[str]]:
+        """The chat's options as argv, by group, for the slash commands that take them
+        (/ctx counts the chat's model, tools and system prompt; /compress summarises with
+        its model)."""
+        model, tools, fields = self.chosen.model, self.chosen.tools, self.fields
+        return {
+            "model": flags(
+                ("--profile", model.profile),
+                ("--model", model.model),
+                ("--provider", model.provider),
+            ),
+            "source": flags(("--script", model.script), ("--cassette", model.cassette)),
+            "tools": [
+                *(flag for name in tools.names for flag in ("-T", name)),
+                *(["--tools", "all"] if tools.every else []),
+                *flags(("--tools-file", tools.tools_file)),
+            ],
+            "context": [
+                *flags(("--system", fields.get("system"))),
+                *(flag for text in fields.get("scratch") or () for flag in ("--scratch", text)),
+            ],
+        }
+
     def say(self, text: str, err: bool = True) -> None:
         """Text for the person at the chat (/help, /model), printed with --json too."""
         echo(text, err=err)
@@ -241,6 +264,11 @@ class CommandLine:
         """`error` as every agctl command reports it (RootGroup.report)."""
         root = self.ctx.find_root()
         return int(root.command.report(error, root))  # type: ignore[attr-defined]
+
+
+def flags(*options: tuple[str, object]) -> list[str]:
+    """Each OPTION VALUE whose value is given, as argv."""
+    return [part for flag, value in options if value is not None for part in (flag, str(value))]
 
 
 class ChatInput(io.RawIOBase):

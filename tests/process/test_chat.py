@@ -456,3 +456,46 @@ def test_a_history_file_that_cannot_be_opened_is_a_warning(
     assert leave(chat) == 0
     assert b"Traceback" not in chat.received
     assert texts(store, "s")[0] == "hello"
+
+
+def test_ctx_counts_the_chat_model_tools_and_system_prompt(
+    offline: dict[str, str], run: Run
+) -> None:
+    ok(run("session", "new", "s"))
+    ok(run("tool", "add", "calc", "--description", "Add", "--", sys.executable, "-c", "0"))
+    done = chat_pipe(offline, "/ctx\n", "chat", "--model", "gpt-4o", "-T", "calc",
+                     "--system", "You are terse and exact.")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "offline model gpt-4o" in done.stdout
+    rows = {line[:17].strip(): line[17:].split() for line in done.stdout.splitlines()}
+    assert rows["system prompt"][0] == "1" and int(rows["system prompt"][1]) > 0
+    assert rows["tool definitions"][0] == "1" and int(rows["tool definitions"][1]) > 0
+
+
+def test_compress_summarises_with_the_chat_provider(
+    env: dict[str, str], run: Run, store: Store, fake: FakeOpenAI
+) -> None:
+    """The environment names an OpenAI upstream; the chat's --provider offline summarises."""
+    ok(run("session", "new", "s"))
+    lines = "a\nb\nc\nd\ne\nf\n/compress --keep-recent 2 --min-tokens 0\n"
+    done = chat_pipe(upstream(env, fake), lines, "chat", "--provider", "offline")
+    assert done.returncode == 0, done.stderr
+    assert fake.requests == []
+    assert store.load_slot("s").compressed
+
+
+def test_diff_is_of_the_chat_slot_and_a_slot_gone_falls_back_to_the_current_one(
+    offline: dict[str, str], run: Run, store: Store
+) -> None:
+    ok(run("session", "new", "s"))
+    ok(run("turn", "send", "hello"))
+    ok(run("turn", "retry"))
+    ok(run("slot", "use", "default"))  # current: default; the chat: default-retry-1
+    done = chat_pipe(offline, "/diff\n/diff default\n", "chat", "--slot", "default-retry-1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("--- default\n+++ default-retry-1\n") == 2
+    [after] = [c.id for c in Checkpointer(store).summaries("s") if c.label == "after turn 1"]
+    done = chat_pipe(offline, f"/rollback {after}\nagain\n", "chat", "--slot", "default-retry-1")
+    assert done.returncode == 0, done.stderr
+    assert "agctl: slot default-retry-1 is gone; the chat goes on on slot default" in done.stderr
+    assert texts(store, "s", "default")[2] == "again"
