@@ -126,13 +126,21 @@ class App:
         self.store.load_session(current)
         return current
 
+    def found_session(self) -> str | None:
+        """The session session_or_new takes, or None when it would start one: what a
+        command checks its input against before anything is made."""
+        if self.session_arg or self.store.current_session_id() is not None:
+            return self.session_id()
+        return None
+
     def session_or_new(self) -> str:
         """The session `session_id` finds, or with none named nor selected, a new one made
         the current session and said on stderr (unless --quiet): what a first `turn send`
         on a fresh machine expects, as `llm "hello"` just answers. A session named that
         does not exist is still not found (exit 3)."""
-        if self.session_arg or self.store.current_session_id() is not None:
-            return self.session_id()
+        found = self.found_session()
+        if found is not None:
+            return found
         session = self.store.create_session(None)
         self.store.set_current_session(session.id)
         if not self.quiet:

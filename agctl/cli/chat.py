@@ -90,18 +90,32 @@ def command(
     """Start or find the session, read lines from the terminal or a pipe, run the chat."""
     from agctl.chat.lines import PipeReader, TerminalReader
     from agctl.chat.loop import Chat
-    from agctl.turn.setup import TurnChoice, plan_turn
+    from agctl.turn.setup import TurnChoice
 
-    sid = app.session_or_new()
-    if slot is not None:
-        app.store.load_slot(sid, slot)  # a slot that does not exist: exit 3 now
     chosen = TurnChoice(choice, tools, loop, record, app.no_hooks)
-    plan_turn(app.store, sid, chosen, dry_run=True)  # a tool not defined: exit 3 now
+    sid = checked_session(app, slot, chosen, fields)
     on_terminal = sys.stdin.isatty() and sys.stdout.isatty()
     reader = TerminalReader(getattr(sys.stdout, "stream", sys.stdout)) if on_terminal else None
     actions = CommandLine(ctx, app, chosen, fields)
     chat = Chat(app.store, actions, reader or PipeReader(sys.stdin.buffer), sid, slot)
     ctx.exit(chat.run())
+
+
+def checked_session(app: App, slot: str | None, chosen: TurnChoice, fields: dict[str, Any]) -> str:
+    """The chat's session, started only once its slot, tools and model options are known
+    good (a slot or tool that does not exist: exit 3; an option the wire refuses: exit 2),
+    so bad input leaves no new session behind."""
+    from agctl.base.errors import NotFound
+    from agctl.store.slots import DEFAULT_SLOT
+    from agctl.turn.setup import plan_turn
+
+    found = app.found_session()
+    if slot is not None and found is not None:
+        app.store.load_slot(found, slot)
+    elif slot is not None and slot != DEFAULT_SLOT:
+        raise NotFound(f"slot {slot!r} not found: a session started now has only {DEFAULT_SLOT!r}")
+    plan_turn(app.store, found, chosen, dry_run=True, **fields)
+    return found if found is not None else app.session_or_new()
 
 
 class CommandLine:

@@ -499,3 +499,22 @@ def test_diff_is_of_the_chat_slot_and_a_slot_gone_falls_back_to_the_current_one(
     assert done.returncode == 0, done.stderr
     assert "agctl: slot default-retry-1 is gone; the chat goes on on slot default" in done.stderr
     assert texts(store, "s", "default")[2] == "again"
+
+
+def test_bad_input_is_refused_before_a_session_is_started(
+    offline: dict[str, str], store: Store
+) -> None:
+    with_key = {**offline, "ANTHROPIC_API_KEY": "x"}
+    for env, args, status, error in (
+        (offline, ["-T", "nosuch"], 3, "agctl: error: no tool named nosuch"),
+        (offline, ["--slot", "nosuch"], 3, "agctl: error: slot 'nosuch' not found"),
+        (with_key, ["--provider", "anthropic", "-o", "seed", "1"], 2,
+         "agctl: error: the anthropic wire accepts no model option 'seed'"),
+    ):  # fmt: skip
+        done = chat_pipe(env, "a\nb\n", "chat", *args)
+        assert (done.returncode, done.stdout) == (status, ""), done.stderr
+        assert done.stderr.startswith(error)
+        assert store.list_sessions() == [] and store.current_session_id() is None
+    done = chat_pipe(offline, "hi\n", "chat", "--slot", "default")  # a new session has it
+    assert done.returncode == 0, done.stderr
+    assert store.current_session_id() is not None
