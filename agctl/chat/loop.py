@@ -66,7 +66,8 @@ class Chat:
     def run(self) -> int:
         """Read and act until the chat is left; the exit status: 0 on a terminal (people
         saw each error), else that of the last failure, so a script can tell. SIGTERM and
-        SIGHUP end the chat (128 + the signal), a reply in flight kept as a draft first."""
+        SIGHUP end the chat (128 + the signal), a reply in flight kept as a draft first;
+        so does SIGINT unless on a terminal, as it ends any other command."""
         armed = False
         while True:
             try:  # a Ctrl-C between two prompts counts as one at the prompt
@@ -76,7 +77,7 @@ class Chat:
                 break
             except KeyboardInterrupt as interrupt:
                 signum = interrupt_signal(interrupt)
-                if signum != SIGINT:
+                if signum != SIGINT or not self.reader.interactive:
                     return 128 + signum
                 if armed:
                     break
@@ -90,8 +91,8 @@ class Chat:
             count = interrupt_count()
             self.handle(line)
             stopped = interrupted_since(count)
-            if stopped is not None and stopped != SIGINT:
-                return 128 + stopped
+            if stopped is not None and (stopped != SIGINT or not self.reader.interactive):
+                return 128 + stopped  # only on a terminal does Ctrl-C stop just the reply
         return 0 if self.reader.interactive else self.status
 
     def history(self) -> Path | None:

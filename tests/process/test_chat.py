@@ -518,3 +518,32 @@ def test_bad_input_is_refused_before_a_session_is_started(
     done = chat_pipe(offline, "hi\n", "chat", "--slot", "default")  # a new session has it
     assert done.returncode == 0, done.stderr
     assert store.current_session_id() is not None
+
+
+def test_sigint_ends_a_piped_chat_with_the_turn_in_flight_drafted(
+    env: dict[str, str], run: Run, store: Store, fake: FakeOpenAI
+) -> None:
+    """Not on a terminal, Ctrl-C (SIGINT) ends the chat as it ends any command: exit 130,
+    the turn in flight kept as the draft, the lines queued after it never sent."""
+    import threading
+
+    arrived, release = threading.Event(), threading.Event()
+    fake.before_reply(lambda: (arrived.set(), release.wait(30)))
+    ok(run("session", "new", "s"))
+    chat = subprocess.Popen([sys.executable, "-m", "agctl", "chat"], env=upstream(env, fake),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)  # fmt: skip
+    assert chat.stdin is not None
+    chat.stdin.write(b"tell me\nsecond\nthird\n")
+    chat.stdin.close()
+    try:
+        assert arrived.wait(60)  # the first turn's request is at the server, unanswered
+        chat.send_signal(signal.SIGINT)
+        assert chat.wait(timeout=60) == 130
+    finally:
+        release.set()
+        chat.kill()  # a no-op once it ended
+        chat.wait()
+    assert len(fake.requests) == 1
+    assert texts(store, "s") == []
+    assert store.load_draft("s", "default").prompt == "tell me"
