@@ -14,20 +14,16 @@ if TYPE_CHECKING:
 class Slash(NamedTuple):
     """A slash command: its usage and help for /help, and the agctl command it runs (the
     words before its arguments, `alone` when it is given none); no `argv` when the chat
-    does it itself. `takes`: the groups of the chat's own options the command takes too
-    (PASSED), so it sees the slot, model and tools the chat's turns use."""
+    does it itself. `takes`: the groups of the chat's own options the command takes too,
+    so it sees the slot, model and tools the chat's turns use: "slot" (--slot), "model"
+    (--provider, --profile, --model), "source" (--script, --cassette), "tools" (-T,
+    --tools all, --tools-file), "context" (--system, --scratch)."""
 
     usage: str
     help: str
     argv: tuple[str, ...] = ()
     alone: tuple[str, ...] = ()
     takes: tuple[str, ...] = ()
-
-
-# The groups of the chat's options a slash command can take: --slot; --provider, --profile
-# and --model; --script and --cassette; -T, --tools all and --tools-file; --system and
-# --scratch.
-PASSED = ("slot", "model", "source", "tools", "context")
 
 
 SLASH: dict[str, Slash] = {
@@ -121,7 +117,7 @@ def parse(line: str) -> Line:
 
 def agctl_argv(line: Line, passed: Mapping[str, list[str]]) -> list[str]:
     """The argv of the agctl command slash command `line` runs: the chat's options it
-    takes (`passed`, by group of PASSED: its slot, model, tools), then its own words, which
+    takes (`passed`, by group of Slash.takes: its slot, model, tools), then its own words, which
     win (/ckpt's words are its label)."""
     assert line.name is not None
     slash = SLASH[line.name]

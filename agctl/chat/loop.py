@@ -22,7 +22,7 @@ class Actions(Protocol):
     command prints): a turn on `slot` (None: the current one), a retry, an edit (each the
     slot it committed to), an agctl command line's exit status, the model shown (after
     `session set model` `changed` it), the tools offered shown, the chat's options as argv
-    by group (agctl.chat.commands.PASSED; all but the slot), a text said (on stderr unless
+    by group (agctl.chat.commands.Slash.takes; all but the slot), a text said (on stderr unless
     not `err`); `report` prints an error as agctl does and gives its exit status."""
 
     def send(self, session: str, slot: str | None, prompt: str) -> str: ...

@@ -39,9 +39,9 @@ With no session named or selected, a new one is started and made current (as 'tu
 send' does). Each line is sent as a turn on the slot (--slot, else the current one),
 streamed with its reasoning and tool calls, a call set to ask asked about there; the
 model, sampling, source and tool options are those of 'turn send', for every turn of
-the chat (a turn's own -t, -f, --schema have no place in it; it always streams on a
-terminal). A line starting with /
-is a command, each one of agctl's own, printing what that command prints: /undo,
+the chat (not a turn's own -t, -f or --schema; it streams on a terminal), and /ctx and
+/compress take them too. A line starting with / is a command, each one of agctl's
+own, printing what that command prints: /undo,
 /retry (turn retry), /edit N, /fork, /slot NAME, /slots, /msgs, /diff (slot diff), /ckpt,
 /ckpts, /rollback ID, /compress, /ctx (ctx show), /pin N, /memory, /model [NAME],
 /tools, /help. An error is printed and the chat goes on.
