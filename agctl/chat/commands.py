@@ -3,21 +3,27 @@ itself with the library call of the command it names (/retry is `turn retry`).""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from agctl.base.errors import UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 class Slash(NamedTuple):
     """A slash command: its usage and help for /help, and the agctl command it runs (the
     words before its arguments, `alone` when it is given none); no `argv` when the chat
-    does it itself. `slotted`: the command takes the chat's slot as --slot."""
+    does it itself. `takes`: the groups of the chat's own options the command takes too,
+    so it sees the slot, model and tools the chat's turns use: "slot" (--slot), "model"
+    (--provider, --profile, --model), "source" (--script, --cassette), "tools" (-T,
+    --tools all, --tools-file), "context" (--system, --scratch)."""
 
     usage: str
     help: str
     argv: tuple[str, ...] = ()
     alone: tuple[str, ...] = ()
-    slotted: bool = False
+    takes: tuple[str, ...] = ()
 
 
 SLASH: dict[str, Slash] = {
@@ -39,7 +45,7 @@ SLASH: dict[str, Slash] = {
     "slot": Slash("/slot NAME", "Go on on slot NAME (agctl slot use).", ("slot", "use")),
     "slots": Slash("/slots", "List the slots (agctl slot list).", ("slot", "list")),
     "msgs": Slash(
-        "/msgs", "List the slot's messages, N each (agctl msg list).", ("msg", "list"), slotted=True
+        "/msgs", "List the slot's messages (agctl msg list).", ("msg", "list"), takes=("slot",)
     ),
     "diff": Slash(
         "/diff [A] [B]",
@@ -57,15 +63,17 @@ SLASH: dict[str, Slash] = {
         "/compress [OPTIONS]",
         "Compress the slot (agctl ctx compress, its options as there).",
         ("ctx", "compress"),
-        slotted=True,
+        takes=("slot", "model", "source"),
     ),
     "ctx": Slash(
         "/ctx",
         "The next request's budget and cache (agctl ctx show).",
         ("ctx", "show"),
-        slotted=True,
+        takes=("slot", "model", "tools", "context"),
     ),
-    "pin": Slash("/pin N...", "Pin messages N... (agctl msg pin).", ("msg", "pin"), slotted=True),
+    "pin": Slash(
+        "/pin N...", "Pin messages N... (agctl msg pin).", ("msg", "pin"), takes=("slot",)
+    ),
     "memory": Slash(
         "/memory [set K V | get K | rm K]",
         "The session's memory (agctl memory; alone: memory list).",
@@ -94,9 +102,10 @@ def parse(line: str) -> Line:
     command or unbalanced quotes, naming /help."""
     if not line.startswith("/") or line.startswith("//"):
         return Line(None, [], line[1:] if line.startswith("//") else line)
+    import re
     import shlex
 
-    name, _, rest = line[1:].partition(" ")
+    name, rest = re.match(r"(\S*)(.*)", line[1:], re.DOTALL).groups()  # type: ignore[union-attr]
     if name not in SLASH:
         raise UsageError(f"no command /{name} in the chat: /help lists them")
     try:
@@ -106,18 +115,17 @@ def parse(line: str) -> Line:
     return Line(name, words, line)
 
 
-def agctl_argv(line: Line, slot: str | None) -> list[str]:
-    """The argv of the agctl command slash command `line` runs (its own words after it;
-    /ckpt's words are its label; --slot the chat's, if it has one, where it applies)."""
+def agctl_argv(line: Line, passed: Mapping[str, list[str]]) -> list[str]:
+    """The argv of the agctl command slash command `line` runs: the chat's options it
+    takes (`passed`, by group of Slash.takes: its slot, model, tools), then its own words, which
+    win (/ckpt's words are its label)."""
     assert line.name is not None
     slash = SLASH[line.name]
     words = line.words
     if line.name == "ckpt" and words:
         words = ["--label", " ".join(words)]
-    argv = [*slash.argv, *(words or slash.alone)]
-    if slash.slotted and slot is not None:
-        argv += ["--slot", slot]
-    return argv
+    chat = [flag for group in slash.takes for flag in passed.get(group, [])]
+    return [*slash.argv, *chat, *(words or slash.alone)]
 
 
 # The widest line /help prints.

@@ -61,10 +61,10 @@ def history_path(data_dir: Path, session_id: str) -> Path:
     """The file of a session's chat history, made 0600 (in a 0700 directory) before
     prompt_toolkit appends to it: what was typed is as private as the conversation."""
     from agctl.base.fsio import PRIVATE_FILE, make_dirs
+    from agctl.store.facade import chat_history_file
 
-    folder = data_dir / "chat-history"
-    make_dirs(folder)
-    path = folder / f"{session_id}.history"
+    path = chat_history_file(data_dir, session_id)
+    make_dirs(path.parent)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, PRIVATE_FILE)
     try:
         os.fchmod(fd, PRIVATE_FILE)
@@ -111,7 +111,7 @@ class PipeReader:
                 f"line {self.number} of standard input is not valid UTF-8 (byte {exc.start}: "
                 f"{exc.reason})"
             ) from None
-        return line.removesuffix("\n")
+        return line.removesuffix("\n").removesuffix("\r")  # a CRLF file's too
 
 
 class TerminalReader:

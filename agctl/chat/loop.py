@@ -20,9 +20,10 @@ if TYPE_CHECKING:
 class Actions(Protocol):
     """What the chat has done for it, as the command line does it (each prints what its
     command prints): a turn on `slot` (None: the current one), a retry, an edit (each the
-    slot it committed to), an agctl command line's exit status, the model shown or set,
-    the tools shown, a text said (on stderr unless not `err`); `report` prints an error as
-    agctl does and gives its exit status."""
+    slot it committed to), an agctl command line's exit status, the model shown (after
+    `session set model` `changed` it), the tools offered shown, the chat's options as argv
+    by group (agctl.chat.commands.Slash.takes; all but the slot), a text said (on stderr unless
+    not `err`); `report` prints an error as agctl does and gives its exit status."""
 
     def send(self, session: str, slot: str | None, prompt: str) -> str: ...
 
@@ -32,9 +33,11 @@ class Actions(Protocol):
 
     def command(self, session: str, argv: list[str]) -> int: ...
 
-    def model(self, session: str, name: str | None) -> None: ...
+    def model(self, session: str, changed: bool) -> None: ...
 
     def tools(self, session: str) -> None: ...
+
+    def passed(self) -> dict[str, list[str]]: ...
 
     def say(self, text: str, err: bool = True) -> None: ...
 
@@ -58,11 +61,13 @@ class Chat:
         self.session = session
         self.slot = slot
         self.status = 0
+        self.unkept: set[str] = set()  # the sessions whose history file failed
 
     def run(self) -> int:
         """Read and act until the chat is left; the exit status: 0 on a terminal (people
         saw each error), else that of the last failure, so a script can tell. SIGTERM and
-        SIGHUP end the chat (128 + the signal), a reply in flight kept as a draft first."""
+        SIGHUP end the chat (128 + the signal), a reply in flight kept as a draft first;
+        so does SIGINT unless on a terminal, as it ends any other command."""
         armed = False
         while True:
             try:  # a Ctrl-C between two prompts counts as one at the prompt
@@ -72,7 +77,7 @@ class Chat:
                 break
             except KeyboardInterrupt as interrupt:
                 signum = interrupt_signal(interrupt)
-                if signum != SIGINT:
+                if signum != SIGINT or not self.reader.interactive:
                     return 128 + signum
                 if armed:
                     break
@@ -86,16 +91,25 @@ class Chat:
             count = interrupt_count()
             self.handle(line)
             stopped = interrupted_since(count)
-            if stopped is not None and stopped != SIGINT:
-                return 128 + stopped
+            if stopped is not None and (stopped != SIGINT or not self.reader.interactive):
+                return 128 + stopped  # only on a terminal does Ctrl-C stop just the reply
         return 0 if self.reader.interactive else self.status
 
     def history(self) -> Path | None:
-        """The session's history file, on a terminal with a data dir on this machine."""
+        """The session's history file, on a terminal with a data dir on this machine; None
+        (the lines kept in memory) when it cannot be opened, said once."""
         local = self.store.local_dir
-        if not self.reader.interactive or local is None:
+        if not self.reader.interactive or local is None or self.session in self.unkept:
             return None
-        return history_path(local, self.session)
+        try:
+            return history_path(local, self.session)
+        except OSError as exc:
+            self.unkept.add(self.session)
+            self.actions.say(
+                f"agctl: warning: the chat history cannot be kept ({exc.filename}: "
+                f"{exc.strerror}); Up recalls only this chat's lines"
+            )
+            return None
 
     def prompt(self) -> str:
         """`SLOT> `: where the next prompt goes."""
@@ -115,6 +129,8 @@ class Chat:
                 self.command(line)
         except (AgctlError, KeyboardInterrupt) as error:
             self._failed(self.actions.report(error))
+        except EOFError:  # the end of a question's input: it is cancelled, not the chat
+            self.actions.say("cancelled")
 
     def command(self, line: Line) -> None:
         """A slash command: the chat's own, or agctl's command line run for it."""
@@ -131,12 +147,37 @@ class Chat:
         elif name == "model":
             if len(words) > 1:
                 raise UsageError("/model takes one NAME at most")
-            self.actions.model(self.session, words[0] if words else None)
+            if not words or self._run(["session", "set", "model", "--", words[0]]) == 0:
+                self.actions.model(self.session, bool(words))
         elif name == "tools":
             _no_words(line)
-            self.actions.tools(self.session)
-        elif self._run(agctl_argv(line, self.slot)) == 0 and name == "slot":
-            self.slot = words[0]
+            if self._run(["tool", "list"]) == 0:
+                self.actions.tools(self.session)
+        elif name == "diff" and self.slot is not None and len(words) < 2:
+            self._run(["slot", "diff", "--", words[0] if words else self._parent(), self.slot])
+        else:
+            passed = self.actions.passed()
+            passed["slot"] = ["--slot", self.slot] if self.slot is not None else []
+            if self._run(agctl_argv(line, passed)) == 0 and name == "slot":
+                self.slot = words[0]
+            self._slot_kept()
+
+    def _parent(self) -> str:
+        """/diff's A on the chat's slot: the slot it was derived from."""
+        assert self.slot is not None
+        parent = self.store.load_slot(self.session, self.slot).config.source.parent_id
+        if parent is None:
+            raise UsageError(f"slot {self.slot} was not derived from another: /diff A")
+        return parent
+
+    def _slot_kept(self) -> None:
+        """After a command that may remove slots (/undo, /rollback): a chat on a slot gone
+        goes on on the session's current one, and says so."""
+        if self.slot is None or self.slot in self.store.slot_ids(self.session):
+            return
+        current = self.store.load_session(self.session).current_slot
+        self.actions.say(f"agctl: slot {self.slot} is gone; the chat goes on on slot {current}")
+        self.slot = current
 
     def _run(self, argv: list[str]) -> int:
         """agctl ARGV's exit status, kept if it failed."""
@@ -165,7 +206,11 @@ class Chat:
                 raise UsageError("/edit N TEXT: give the new text (no terminal to edit it on)")
             old = self.store.load_slot(self.session, self.slot)
             message = old.messages[old.position(index)]
-            text = unblocked(self.reader.read(f"edit {index}> ", message.text()))
+            try:
+                text = unblocked(self.reader.read(f"edit {index}> ", message.text()))
+            except EOFError:  # Ctrl-D: the edit is cancelled, not the chat
+                self.actions.say(f"/edit {index} cancelled")
+                return
         self._follow(self.actions.edit(self.session, self.slot, index, text))
 
     def _fork(self, words: list[str]) -> None:

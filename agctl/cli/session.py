@@ -335,9 +335,7 @@ def rm(app: App, session_ids: tuple[str, ...], recursive: bool, orphan: bool) ->
       agctl session rm --recursive experiment-root
       agctl session rm --orphan old-parent
     """
-    from agctl.store.sessions import remove_sessions
-
-    removal = remove_sessions(app.store.backend, session_ids, recursive=recursive, orphan=orphan)
+    removal = app.store.remove_sessions(session_ids, recursive=recursive, orphan=orphan)
     lines = [f"destroyed {s}" for s in removal.destroyed]
     lines += [f"orphaned {s}" for s in removal.orphaned]
     app.done(removal.to_dict(), text="\n".join(lines))

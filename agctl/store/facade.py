@@ -32,9 +32,15 @@ if TYPE_CHECKING:
     from agctl.base.vocab import DeriveStrategy, SlotMode
     from agctl.context.models import Draft, Message, Session, Slot
     from agctl.storage.base import Backend, Reader, Tx
-    from agctl.store.sessions import Destroyed, Replaced, SessionInfo
+    from agctl.store.sessions import Destroyed, Removal, Replaced, SessionInfo
 
 log = logging.getLogger("agctl.store")
+
+
+def chat_history_file(local_dir: Path, session_id: str) -> Path:
+    """Where `agctl chat` keeps the lines typed on a session, in this machine's data dir."""
+    return local_dir / "chat-history" / f"{session_id}.history"
+
 
 # Data dirs already warned about in this process; the note that says so across processes.
 WARNED_NOTE = ".loose-modes-warned"
@@ -321,16 +327,17 @@ class Store:
         nothing."""
         from agctl.store import sessions
 
-        return sessions.create_session(
-            self.backend,
-            session_id,
-            system_prompt=system_prompt,
-            parent_id=parent_id,
-            title=title,
-            profile=profile,
-            model=model,
-            slot_mode=slot_mode,
-        )
+        with self._chats_forgotten(*([session_id] if session_id else [])):  # left over
+            return sessions.create_session(
+                self.backend,
+                session_id,
+                system_prompt=system_prompt,
+                parent_id=parent_id,
+                title=title,
+                profile=profile,
+                model=model,
+                slot_mode=slot_mode,
+            )
 
     def replace_session(
         self,
@@ -348,18 +355,19 @@ class Store:
         """A new session `session_id`, in place of the one of that id if there is one."""
         from agctl.store import sessions
 
-        return sessions.replace_session(
-            self.backend,
-            session_id,
-            recursive=recursive,
-            orphan=orphan,
-            system_prompt=system_prompt,
-            parent_id=parent_id,
-            title=title,
-            profile=profile,
-            model=model,
-            slot_mode=slot_mode,
-        )
+        with self._chats_forgotten(session_id):
+            return sessions.replace_session(
+                self.backend,
+                session_id,
+                recursive=recursive,
+                orphan=orphan,
+                system_prompt=system_prompt,
+                parent_id=parent_id,
+                title=title,
+                profile=profile,
+                model=model,
+                slot_mode=slot_mode,
+            )
 
     def update_session(self, session_id: str, change: Callable[[Session], T]) -> T:
         """Apply `change` to the session document in a transaction and write it back."""
@@ -385,9 +393,45 @@ class Store:
         """Remove a session, and with `recursive` its descendants."""
         from agctl.store import sessions
 
-        return sessions.destroy_session(
-            self.backend, session_id, recursive=recursive, orphan=orphan
-        )
+        with self._chats_forgotten():
+            return sessions.destroy_session(
+                self.backend, session_id, recursive=recursive, orphan=orphan
+            )
+
+    def remove_sessions(
+        self, prefixes: Sequence[str], *, recursive: bool = False, orphan: bool = False
+    ) -> Removal:
+        """Destroy the sessions `prefixes` name (agctl.store.sessions.remove_sessions)."""
+        from agctl.store import sessions
+
+        with self._chats_forgotten():
+            return sessions.remove_sessions(
+                self.backend, prefixes, recursive=recursive, orphan=orphan
+            )
+
+    @contextlib.contextmanager
+    def _chats_forgotten(self, *session_ids: str) -> Iterator[None]:
+        """The chat histories of the sessions the block destroys (those destroyed before
+        it failed too) and, once it succeeded, of `session_ids` (replaced or new)."""
+        before = set(self.session_ids()) if self.local_dir is not None else set()
+        try:
+            yield
+            self.forget_chats(session_ids)
+        finally:
+            if before:
+                self.forget_chats(sorted(before - set(self.session_ids())))
+
+    def forget_chats(self, session_ids: Sequence[str]) -> None:
+        """Remove the chat histories of sessions destroyed or replaced: a new session of
+        the same id must not recall what was typed on the old one (a password)."""
+        if self.local_dir is None:
+            return
+        for session_id in session_ids:
+            path = chat_history_file(self.local_dir, session_id)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                log.warning("could not remove the chat history %s: %s", path, exc.strerror)
 
     def memory_set(self, session_id: str, key: str, value: str) -> None:
         """Set a memory key of the session."""

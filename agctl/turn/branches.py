@@ -45,9 +45,18 @@ def branch_name(taken: set[str], parent: str, kind: str) -> str:
     this kind (a retry of default-retry-1 is default-retry-2, not default-retry-1-retry-1)."""
     root = _BRANCH_SUFFIX.sub("", parent)
     number = 1
-    while f"{root}-{kind}-{number}" in taken:
+    while _numbered(root, kind, number) in taken:
         number += 1
-    return f"{root}-{kind}-{number}"
+    return _numbered(root, kind, number)
+
+
+def _numbered(root: str, kind: str, number: int) -> str:
+    """`<root>-<kind>-<n>`, the root cut to fit an id (a parent near MAX_ID_LENGTH long
+    would give a name the user never typed and the store refuses)."""
+    from agctl.base.ids import MAX_ID_LENGTH
+
+    suffix = f"-{kind}-{number}"
+    return root[: MAX_ID_LENGTH - len(suffix)] + suffix
 
 
 def last_prompt(slot: Slot) -> int:

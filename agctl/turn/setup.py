@@ -334,7 +334,7 @@ class TurnPlan:
 
 def plan_turn(
     store: Store,
-    session_id: str,
+    session_id: str | None,
     chosen: TurnChoice,
     *,
     dry_run: bool = False,
@@ -345,8 +345,12 @@ def plan_turn(
     """The one place a turn is assembled: the session's settings with what was chosen,
     the hooks (none for a `dry_run`, which fires nothing), the tools (`ask` makes the
     question a tool set to ask puts, when a tool is offered; `answers`: by call id,
-    given in advance) and the options (`fields`: slot, temperature, on_call, ...)."""
-    setup = ModelSetup.chosen(store, session_id, chosen.model)
+    given in advance) and the options (`fields`: slot, temperature, on_call, ...). No
+    `session_id`: as for a session yet to start, with no settings of its own."""
+    if session_id is None:
+        setup = ModelSetup.chosen(None, "", chosen.model)
+    else:
+        setup = ModelSetup.chosen(store, session_id, chosen.model)
     hooks = None if dry_run else setup.hooks(no_hooks=chosen.no_hooks)
     asks = ask() if ask is not None and chosen.tools.chosen and not dry_run else None
     toolbox = setup.toolbox(

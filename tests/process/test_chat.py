@@ -364,3 +364,186 @@ def test_sigterm_at_the_prompt_ends_the_chat(offline: dict[str, str], run: Run) 
     status, _, _ = chat.finish()
     assert status == 143
     assert b"Ctrl-C again" not in chat.received
+
+
+def chat_pipe(
+    env: dict[str, str], lines: str | bytes, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`agctl ARGS` (the chat, with its options) reading `lines` from a pipe."""
+    data = lines.encode() if isinstance(lines, str) else lines
+    done = subprocess.run([sys.executable, "-m", "agctl", *args], input=data,
+                          capture_output=True, env=env, timeout=60)  # fmt: skip
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
+    )
+
+
+def test_a_script_is_read_in_order_across_the_chat_turns(
+    offline: dict[str, str], run: Run, store: Store, tmp_path: Path
+) -> None:
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps(["first reply", "second reply", "third reply"]))
+    ok(run("session", "new", "s"))
+    done = chat_pipe(offline, "a\nb\n/retry\n", "chat", "--script", str(script))
+    assert done.returncode == 0, done.stderr
+    assert texts(store, "s", "default") == ["a", "first reply", "b", "second reply"]
+    assert texts(store, "s", "default-retry-1")[-1] == "third reply"
+
+
+def test_ctrl_d_at_the_edit_prompt_cancels_the_edit_not_the_chat(
+    offline: dict[str, str], run: Run, store: Store
+) -> None:
+    chat = chatting(run, offline)
+    ask(chat, "hello", b'you said "hello"')
+    chat.type("/edit 0")
+    chat.wait_for(b"hello")  # the old prompt, to edit
+    chat.keys(CTRL_C + CTRL_D)  # the line cleared, then Ctrl-D at the empty edit prompt
+    chat.wait_for(b"/edit 0 cancelled")
+    chat.wait_for(PROMPT_STARTS)
+    ask(chat, "still here", b'you said "still here"')
+    assert leave(chat) == 0
+    assert b"Aborted" not in chat.received
+    assert [slot.id for slot in store.list_slots("s")] == ["default"]
+
+
+def test_model_name_is_not_an_option_and_slash_commands_leave_stdin_to_the_chat(
+    offline: dict[str, str], run: Run, store: Store
+) -> None:
+    ok(run("session", "new", "s"))
+    done = chat_pipe(offline, '/model "-x"\n/memory set k -\nhello\nworld\n', "chat")
+    assert done.returncode == 2, done.stderr  # /memory set k - refused, with its reason
+    assert "standard input is the chat's" in done.stderr
+    assert store.load_session("s").model == "-x"
+    assert store.load_session("s").memory == {}
+    assert texts(store, "s")[::2] == ["hello", "world"]
+
+
+def test_crlf_lines_and_json_chat_output(offline: dict[str, str], run: Run, store: Store) -> None:
+    ok(run("session", "new", "s"))
+    done = chat_pipe(offline, "/slots\r\n/memory\tset k v\r\nhello\r\n", "chat")
+    assert done.returncode == 0, done.stderr
+    assert "*  default" in done.stdout
+    assert store.load_session("s").memory == {"k": "v"}
+    assert texts(store, "s")[0] == "hello"
+    shown = chat_pipe(offline, "/model\n/tools\n/help\n", "--json", "chat")
+    assert shown.returncode == 0, shown.stderr
+    decoder, documents, position = json.JSONDecoder(), [], 0
+    while shown.stdout[position:].lstrip().startswith(("{", "[")):
+        position += len(shown.stdout[position:]) - len(shown.stdout[position:].lstrip())
+        document, position = decoder.raw_decode(shown.stdout, position)
+        documents.append(document)
+    assert documents == [
+        {"model": "offline", "provider": "offline", "profile": None},
+        [],
+        {"offered": []},
+    ]
+    assert "/rollback ID" in shown.stdout[position:]  # /help, as text
+
+
+def test_a_history_file_that_cannot_be_opened_is_a_warning(
+    offline: dict[str, str], run: Run, store: Store, isolated_env: Path
+) -> None:
+    ok(run("session", "new", "s"))
+    folder = isolated_env / "chat-history"
+    folder.mkdir(mode=0o700)
+    (folder / "s.history").symlink_to("/nowhere")
+    chat = ChatTerminal(offline, "chat")
+    chat.wait_for(b"agctl: warning: the chat history cannot be kept")
+    ask(chat, "hello", b'you said "hello"')
+    chat.keys(UP)
+    chat.wait_for(b"hello")  # recalled from this chat's own lines
+    chat.keys(CTRL_C)  # clears the line
+    assert leave(chat) == 0
+    assert b"Traceback" not in chat.received
+    assert texts(store, "s")[0] == "hello"
+
+
+def test_ctx_counts_the_chat_model_tools_and_system_prompt(
+    offline: dict[str, str], run: Run
+) -> None:
+    ok(run("session", "new", "s"))
+    ok(run("tool", "add", "calc", "--description", "Add", "--", sys.executable, "-c", "0"))
+    done = chat_pipe(offline, "/ctx\n", "chat", "--model", "gpt-4o", "-T", "calc",
+                     "--system", "You are terse and exact.")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "offline model gpt-4o" in done.stdout
+    rows = {line[:17].strip(): line[17:].split() for line in done.stdout.splitlines()}
+    assert rows["system prompt"][0] == "1" and int(rows["system prompt"][1]) > 0
+    assert rows["tool definitions"][0] == "1" and int(rows["tool definitions"][1]) > 0
+
+
+def test_compress_summarises_with_the_chat_provider(
+    env: dict[str, str], run: Run, store: Store, fake: FakeOpenAI
+) -> None:
+    """The environment names an OpenAI upstream; the chat's --provider offline summarises."""
+    ok(run("session", "new", "s"))
+    lines = "a\nb\nc\nd\ne\nf\n/compress --keep-recent 2 --min-tokens 0\n"
+    done = chat_pipe(upstream(env, fake), lines, "chat", "--provider", "offline")
+    assert done.returncode == 0, done.stderr
+    assert fake.requests == []
+    assert store.load_slot("s").compressed
+
+
+def test_diff_is_of_the_chat_slot_and_a_slot_gone_falls_back_to_the_current_one(
+    offline: dict[str, str], run: Run, store: Store
+) -> None:
+    ok(run("session", "new", "s"))
+    ok(run("turn", "send", "hello"))
+    ok(run("turn", "retry"))
+    ok(run("slot", "use", "default"))  # current: default; the chat: default-retry-1
+    done = chat_pipe(offline, "/diff\n/diff default\n", "chat", "--slot", "default-retry-1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("--- default\n+++ default-retry-1\n") == 2
+    [after] = [c.id for c in Checkpointer(store).summaries("s") if c.label == "after turn 1"]
+    done = chat_pipe(offline, f"/rollback {after}\nagain\n", "chat", "--slot", "default-retry-1")
+    assert done.returncode == 0, done.stderr
+    assert "agctl: slot default-retry-1 is gone; the chat goes on on slot default" in done.stderr
+    assert texts(store, "s", "default")[2] == "again"
+
+
+def test_bad_input_is_refused_before_a_session_is_started(
+    offline: dict[str, str], store: Store
+) -> None:
+    with_key = {**offline, "ANTHROPIC_API_KEY": "x"}
+    for env, args, status, error in (
+        (offline, ["-T", "nosuch"], 3, "agctl: error: no tool named nosuch"),
+        (offline, ["--slot", "nosuch"], 3, "agctl: error: slot 'nosuch' not found"),
+        (with_key, ["--provider", "anthropic", "-o", "seed", "1"], 2,
+         "agctl: error: the anthropic wire accepts no model option 'seed'"),
+    ):  # fmt: skip
+        done = chat_pipe(env, "a\nb\n", "chat", *args)
+        assert (done.returncode, done.stdout) == (status, ""), done.stderr
+        assert done.stderr.startswith(error)
+        assert store.list_sessions() == [] and store.current_session_id() is None
+    done = chat_pipe(offline, "hi\n", "chat", "--slot", "default")  # a new session has it
+    assert done.returncode == 0, done.stderr
+    assert store.current_session_id() is not None
+
+
+def test_sigint_ends_a_piped_chat_with_the_turn_in_flight_drafted(
+    env: dict[str, str], run: Run, store: Store, fake: FakeOpenAI
+) -> None:
+    """Not on a terminal, Ctrl-C (SIGINT) ends the chat as it ends any command: exit 130,
+    the turn in flight kept as the draft, the lines queued after it never sent."""
+    import threading
+
+    arrived, release = threading.Event(), threading.Event()
+    fake.before_reply(lambda: (arrived.set(), release.wait(30)))
+    ok(run("session", "new", "s"))
+    chat = subprocess.Popen([sys.executable, "-m", "agctl", "chat"], env=upstream(env, fake),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)  # fmt: skip
+    assert chat.stdin is not None
+    chat.stdin.write(b"tell me\nsecond\nthird\n")
+    chat.stdin.close()
+    try:
+        assert arrived.wait(60)  # the first turn's request is at the server, unanswered
+        chat.send_signal(signal.SIGINT)
+        assert chat.wait(timeout=60) == 130
+    finally:
+        release.set()
+        chat.kill()  # a no-op once it ended
+        chat.wait()
+    assert len(fake.requests) == 1
+    assert texts(store, "s") == []
+    assert store.load_draft("s", "default").prompt == "tell me"

@@ -36,13 +36,13 @@ def test_a_line_is_a_prompt_unless_it_starts_with_a_slash() -> None:
         ("/rollback k3x9", None, ["ckpt", "rollback", "k3x9"]),
         ("/ctx", "a", ["ctx", "show", "--slot", "a"]),
         ("/compress --keep-recent 2", None, ["ctx", "compress", "--keep-recent", "2"]),
-        ("/pin 0 -1", "a", ["msg", "pin", "0", "-1", "--slot", "a"]),
+        ("/pin 0 -1", "a", ["msg", "pin", "--slot", "a", "0", "-1"]),
         ("/memory", None, ["memory", "list"]),
         ("/memory rm k", None, ["memory", "rm", "k"]),
     ],
 )
 def test_a_slash_command_is_its_agctl_command(line: str, slot: str | None, argv: list[str]) -> None:
-    assert agctl_argv(parse(line), slot) == argv
+    assert agctl_argv(parse(line), {"slot": ["--slot", slot]} if slot else {}) == argv
 
 
 def test_unknown_commands_and_bad_quotes_are_usage_errors() -> None:
@@ -109,3 +109,20 @@ def test_a_history_file_left_readable_is_made_private_again(tmp_path: Path) -> N
     loose.chmod(0o644)
     assert stat.S_IMODE(history_path(tmp_path, "s").stat().st_mode) == 0o600
     assert loose.read_text() == "+old line\n"  # kept, not truncated
+
+
+def test_the_chat_options_go_to_the_commands_that_take_them_before_their_own_words() -> None:
+    passed = {
+        "slot": ["--slot", "a"],
+        "model": ["--model", "m"],
+        "source": ["--script", "s.json"],
+        "tools": ["-T", "calc"],
+        "context": ["--system", "X"],
+    }
+    assert agctl_argv(parse("/compress --model own"), passed) == [
+        "ctx", "compress", "--slot", "a", "--model", "m", "--script", "s.json", "--model", "own"
+    ]  # fmt: skip
+    assert agctl_argv(parse("/ctx"), passed) == [
+        "ctx", "show", "--slot", "a", "--model", "m", "-T", "calc", "--system", "X"
+    ]  # fmt: skip
+    assert agctl_argv(parse("/slots"), passed) == ["slot", "list"]

@@ -109,3 +109,19 @@ def test_a_failed_retry_changes_nothing_but_its_new_slot(store: Store, talked: s
     assert store.load_draft(talked, "default-retry-1").prompt == "two"
     again = retry_turn(store, talked, OfflineProvider(), OPTIONS)
     assert (again.slot_id, texts(store, talked, "default-retry-2")[2]) == ("default-retry-2", "two")
+
+
+def test_a_branch_of_a_slot_with_a_long_name_is_a_valid_id(store: Store, talked: str) -> None:
+    """The root is cut to fit: `turn retry` on a 125-character slot is not refused for an
+    id the user never typed."""
+    from agctl.base.ids import MAX_ID_LENGTH, validate_id
+
+    long = "x" * (MAX_ID_LENGTH - 3)
+    store.create_slot(talked, long, make_current=True)
+    send_turn(store, talked, "hi", OfflineProvider(), OPTIONS)
+    first = retry_turn(store, talked, OfflineProvider(), OPTIONS).slot_id
+    second = retry_turn(store, talked, OfflineProvider(), OPTIONS).slot_id
+    assert first.endswith("-retry-1") and second.endswith("-retry-2")
+    for name in (first, second):
+        assert len(name) == MAX_ID_LENGTH and validate_id(name) == name
+    assert branch_name({first}, long, "retry") == second
