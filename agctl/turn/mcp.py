@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from agctl.base.errors import Interrupted, InvalidInput, McpServerError, NotFound, UsageError
 from agctl.base.interrupts import interrupt_count, interrupted_since
-from agctl.base.procs import WATCH_S
+from agctl.base.procs import WATCH_S, Process, child_writing_to, kill_group
 from agctl.config.specs import KEPT_OUTPUT, McpServerSpec, ToolSpec
 
 if TYPE_CHECKING:
@@ -49,6 +49,8 @@ INSTALL = "pip install 'agctl[mcp]'"
 # How long closing a server may take: the SDK closes its stdin, waits 2 s, sends SIGTERM
 # to its process group, SIGKILL 2 s later, and waits 2 s more for it to be reaped.
 CLOSE_WAIT_S = 10.0
+# How long closing waits before it says it is waiting (a server that ends well is quicker).
+_QUIET_CLOSE_S = 1.0
 # What is kept of a stdio server's stderr (its end), for the error of a failed call.
 STDERR_TAIL = 4 * 1024
 _FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -381,6 +383,29 @@ class _Connection:
         self.finished = threading.Event()
         self.stop: asyncio.Event | None = None
         self.errlog: Any = None  # a stdio server's stderr, a temporary file
+        self.process: Process | None = None  # a stdio server's, once started (Linux)
+
+    def end(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Tell the task to close the session: stop it when it is open, else cancel it
+        (it may be waiting for the server to answer `initialize`)."""
+        ready = self.ready.done() and not self.ready.cancelled() and self.ready.exception() is None
+        if ready and self.stop is not None:
+            loop.call_soon_threadsafe(self.stop.set)
+        elif self.served is not None:
+            self.served.cancel()
+
+    def wait_ended(self, deadline: float) -> None:
+        """Wait for the task to close the session, until `deadline` (announced when it is
+        not at once); a stdio server still running then is killed with its group."""
+        if not self.finished.wait(_QUIET_CLOSE_S):
+            left = max(deadline - time.monotonic(), 0.0)
+            log.warning("waiting up to %.0fs for MCP server %r to stop", left, self.spec.name)
+            if not self.finished.wait(left) and self.process is not None:
+                log.warning("MCP server %r did not stop: killing it", self.spec.name)
+                kill_group(self.process)
+                self.finished.wait(_QUIET_CLOSE_S)
+        if self.errlog is not None:
+            self.errlog.close()
 
     def stderr_tail(self) -> str:
         """The end of what a stdio server wrote on stderr: why it failed, often."""
@@ -543,15 +568,9 @@ class McpClient:
             return
         deadline = time.monotonic() + CLOSE_WAIT_S
         for connection in connections:
-            stop = connection.stop
-            if stop is not None:
-                loop.call_soon_threadsafe(stop.set)
-            elif connection.served is not None:
-                connection.served.cancel()
+            connection.end(loop)
         for connection in connections:
-            connection.finished.wait(max(deadline - time.monotonic(), 0.0))
-            if connection.errlog is not None:
-                connection.errlog.close()
+            connection.wait_ended(deadline)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(max(deadline - time.monotonic(), 0.1))
         if not thread.is_alive():
@@ -598,6 +617,8 @@ class McpClient:
 
             async with AsyncExitStack() as stack:
                 streams = await stack.enter_async_context(self._transport(connection))
+                if connection.errlog is not None:
+                    connection.process = child_writing_to(connection.errlog)
                 session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
                 await session.initialize()
                 connection.ready.set_result(session)
@@ -719,9 +740,7 @@ class McpClient:
             return
         if connection.served is not None:
             connection.served.cancel()
-            connection.finished.wait(CLOSE_WAIT_S)
-        if connection.errlog is not None:
-            connection.errlog.close()
+        connection.wait_ended(time.monotonic() + CLOSE_WAIT_S)
 
 
 def _http(client: Any, url: str) -> Any:

@@ -330,3 +330,41 @@ def test_calls_run_at_once_share_one_server(env: dict[str, str], server: FakeOpe
     tools = ("-T", "suite__add", "--approve", "auto", "--tool-jobs", "4")
     ok(agctl(env, "turn", "send", *tools, "add them"))
     assert tool_results(server) == ["2", "4", "6", "8"]
+
+
+@pytest.mark.parametrize(
+    ("command", "signum", "status"),
+    [
+        (("mcp", "tools", "mute"), signal.SIGINT, 130),
+        (("turn", "send", "-T", "mute__x", "hi"), signal.SIGTERM, 143),
+    ],
+)
+def test_an_interrupt_while_a_server_connects_ends_it(
+    env: dict[str, str],
+    server: FakeOpenAI,
+    tmp_path: Path,
+    command: tuple[str, ...],
+    signum: signal.Signals,
+    status: int,
+) -> None:
+    pid_file = tmp_path / "pid"
+    mute = f"echo $$ > {pid_file}.new; mv {pid_file}.new {pid_file}; exec sleep 600"
+    ok(agctl(env, "mcp", "add", "mute", "--connect-timeout", "600", "--", "sh", "-c", mute))
+    running = subprocess.Popen(
+        [sys.executable, "-m", "agctl", "-s", SID, *command],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+    )  # fmt: skip
+    try:
+        wait_for(pid_file.exists, "the server to start")
+        server_pid = int(pid_file.read_text())
+        running.send_signal(signum)
+        _, stderr = running.communicate(timeout=WAIT_S)
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.wait()
+    assert running.returncode == status, stderr
+    assert "Traceback" not in stderr, stderr
+    assert process_dead(server_pid), "the connecting server outlived agctl"
+    assert server.requests == []
