@@ -368,3 +368,26 @@ def test_an_interrupt_while_a_server_connects_ends_it(
     assert "Traceback" not in stderr, stderr
     assert process_dead(server_pid), "the connecting server outlived agctl"
     assert server.requests == []
+
+
+def test_a_server__tool_name_is_the_servers_and_a_call_runs_the_tool_offered(
+    env: dict[str, str], server: FakeOpenAI, tmp_path: Path
+) -> None:
+    ok(agctl(env, *ADD_SUITE))
+    local = ("--description", "local", "--", "sh", "-c", "echo LOCAL-ARGV")
+    refused = agctl(env, "tool", "add", "suite__echo", *local)
+    assert refused.returncode == 4 and "MCP server 'suite'" in refused.stderr, refused.stderr
+    ok(agctl(env, "tool", "add", "other__echo", *local))
+    clash = agctl(env, "mcp", "add", "other", "--", sys.executable, SERVER)
+    assert clash.returncode == 4 and "other__echo" in clash.stderr, clash.stderr
+
+    # A tools file may still define one: the argv tool is offered, and it is what runs.
+    tools_file = tmp_path / "tools.json"
+    argv_tool = {"name": "suite__echo", "command": ["sh", "-c", "echo LOCAL-ARGV"]}
+    tools_file.write_text(json.dumps([{**argv_tool, "approve": "auto"}]))
+    server.reply(tool_calls=[call("suite__echo", {"text": "from the server"})])
+    server.reply("Done.")
+    ok(agctl(env, "turn", "send", "--tools-file", str(tools_file), "-T", "suite__echo", "go"))
+    offered = server.requests[0].body["tools"][0]["function"]
+    assert offered["parameters"] == {"type": "object", "properties": {}}  # the argv tool's
+    assert tool_results(server) == ["LOCAL-ARGV\n"]
