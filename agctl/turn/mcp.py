@@ -767,7 +767,8 @@ def _reason(exc: BaseException) -> str:
 
 class RecordedMcpTools:
     """MCP tools as a cassette's requests offered them, for a replay with no server: each
-    definition the first recorded request offering it gave."""
+    definition the first recorded request offering it gave; a server need not even be
+    configured (a CI job replays with none): its settings are the defaults then."""
 
     def __init__(self, servers: Mapping[str, McpServerSpec], cassette: Path) -> None:
         from agctl.providers.cassette import load_cassette
@@ -779,12 +780,12 @@ class RecordedMcpTools:
             for offered in recording.request.get("params", {}).get("tools") or []:
                 function = offered.get("function", {}) if isinstance(offered, dict) else {}
                 name = function.get("name")
-                if isinstance(name, str) and self.serves(name):
+                if isinstance(name, str) and split_name(name) is not None:
                     self.recorded.setdefault(name, function)
 
     def serves(self, name: str) -> bool:
         split = split_name(name)
-        return split is not None and split[0] in self.servers
+        return name in self.recorded or (split is not None and split[0] in self.servers)
 
     def spec(self, name: str) -> ToolSpec:
         function = self.recorded.get(name)
@@ -805,11 +806,12 @@ class RecordedMcpTools:
     def _spec(self, name: str, function: Mapping[str, Any]) -> ToolSpec:
         split = split_name(name)
         assert split is not None
-        server = self.servers[split[0]]
-        tool = McpTool(
-            split[0], split[1], name, function.get("description", ""), function["parameters"]
-        )
-        return tool.spec(server)
+        description, parameters = function.get("description", ""), function["parameters"]
+        server = self.servers.get(split[0])
+        if server is None:  # an MCP tool's settings are its server's: the defaults
+            argv = [f"MCP server {split[0]}"]
+            return ToolSpec(name=name, description=description, parameters=parameters, command=argv)
+        return McpTool(split[0], split[1], name, description, parameters).spec(server)
 
 
 def mcp_tools(in_use: ServersInUse, *, cassette: Path | None) -> McpTools:

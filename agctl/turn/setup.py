@@ -258,11 +258,12 @@ class ModelSetup(NamedTuple):
         return RecordingTools(live, record) if record is not None else live
 
     def _mcp_tools(self, chosen: ToolsChoice, replaying: bool) -> McpTools | None:
-        """Where the MCP tools `chosen` names come from (None: no server is configured)."""
+        """Where the MCP tools `chosen` names come from (None: no server is configured,
+        and no cassette is replayed, which may offer those of servers configured nowhere)."""
         from agctl.turn.mcp import mcp_tools, servers_in_use
 
         in_use = servers_in_use(self.config)
-        if not in_use.servers:
+        if not in_use.servers and not replaying:
             return None
         return mcp_tools(in_use, cassette=self.cassette if replaying else None)
 

@@ -164,6 +164,10 @@ def test_a_replay_takes_the_definitions_from_the_cassette(tmp_path: Path) -> Non
     assert list(recorded.every_spec()) == ["suite__echo"]
     with pytest.raises(NotFound, match="no recorded request offers MCP tool 'suite__add'"):
         recorded.spec("suite__add")
+    unconfigured = RecordedMcpTools({}, cassette)  # a CI job's replay: no server at all
+    assert unconfigured.serves("suite__echo") and not unconfigured.serves("suite__add")
+    assert unconfigured.spec("suite__echo").parameters == offered["function"]["parameters"]
+    assert unconfigured.spec("suite__echo").approve == "ask"  # a server's default
 
 
 def test_a_projects_servers_file_is_checked_whole() -> None:
