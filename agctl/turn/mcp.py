@@ -372,11 +372,12 @@ def _result_text(result: Any) -> tuple[str, bool]:
 class _Connection:
     """One server's session, served by a task of the client's loop until `stop` is set."""
 
-    def __init__(self, spec: McpServerSpec) -> None:
+    def __init__(self, spec: McpServerSpec, headers: dict[str, str]) -> None:
         import concurrent.futures
         import threading
 
         self.spec = spec
+        self.headers = headers  # an HTTP server's, each `${VAR}` read
         self.ready: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self.served: concurrent.futures.Future[None] | None = None
         # Set once its task is over, its process ended: cancelling the future does not wait.
@@ -598,8 +599,10 @@ class McpClient:
             if connection is None:
                 import asyncio
 
+                # A header's unset variable is the user's to fix: a UsageError, as it is.
+                headers = expanded_headers(self.servers[server], self.environ)
                 loop = self._start()
-                connection = _Connection(self.servers[server])
+                connection = _Connection(self.servers[server], headers)
                 self._connections[server] = connection
                 connection.served = asyncio.run_coroutine_threadsafe(self._serve(connection), loop)
         spec = connection.spec
@@ -654,7 +657,7 @@ class McpClient:
         import httpx2
 
         client = httpx2.AsyncClient(
-            headers=expanded_headers(spec, self.environ),
+            headers=connection.headers,
             timeout=httpx2.Timeout(spec.connect_timeout_s, read=max(spec.timeout_s, 30.0)),
         )
         return _http(client, str(spec.url))
@@ -708,9 +711,10 @@ class McpClient:
                         f"timed out after {timeout_s:g}s: MCP server {server!r} did not "
                         f"{doing} in time ({what})"
                     )
-                    log.warning("%s", message)
                     if doing in _CONNECTING:
-                        self._drop(server)
+                        self._drop(server)  # the error that stops the command says it
+                    else:
+                        log.warning("%s", message)  # the model gets it; the user sees it
                     raise McpTimeout(message)
                 try:
                     return future.result(timeout=min(left, WATCH_S))

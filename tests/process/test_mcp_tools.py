@@ -170,6 +170,7 @@ def test_a_server_that_does_not_connect_in_time_fails_the_turn(
     ok(agctl(env, "mcp", "add", "mute", "--connect-timeout", "1", "--", "sh", "-c", mute))
     sent = agctl(env, "turn", "send", "-T", "mute__x", "hi")
     assert sent.returncode == 1 and "its connect timeout" in sent.stderr, sent.stderr
+    assert sent.stderr.count("timed out after") == 1, sent.stderr  # said once
     assert "Traceback" not in sent.stderr
     assert process_dead(int(pid_file.read_text()))
     assert server.requests == []

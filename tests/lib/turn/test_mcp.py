@@ -71,6 +71,17 @@ def test_header_variables_are_read_when_it_connects_never_kept() -> None:
         expanded_headers(spec, {})
 
 
+def test_an_unset_header_variable_is_the_users_error_as_it_is() -> None:
+    web = new_server("web", [], "http://127.0.0.1:9/mcp", ("Authorization: Bearer ${MYTOK}",))
+    client = McpClient({"web": web}, environ={})
+    try:
+        with pytest.raises(UsageError, match=r"needs \$\{MYTOK\}") as raised:
+            client.tools("web")
+        assert raised.value.hint is None  # not 'check it with agctl mcp tools web'
+    finally:
+        client.close()
+
+
 def test_servers_are_kept_in_the_config(tmp_path: Path) -> None:
     store = ConfigFile(tmp_path / "config.json")
     assert store.add_mcp_server(suite()) is False
