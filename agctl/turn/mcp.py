@@ -465,12 +465,22 @@ class McpClient:
         raise NotFound(f"MCP server {server!r} has no tool {split[1]!r} (its tools: {offered})")
 
     def every_spec(self) -> dict[str, ToolSpec]:
-        return {
-            tool.function: tool.spec(self.servers[server])
-            for server in self.servers
-            for tool in self.tools(server)
-            if tool.function is not None
-        }
+        """Every tool of every server that answers: one that cannot be reached is left out
+        with a warning naming it (`--tools all` is not stopped by a broken server; a tool
+        of it named with -T is, through `spec`)."""
+        specs: dict[str, ToolSpec] = {}
+        for server in self.servers:
+            try:
+                listed = self.tools(server)
+            except (McpServerError, UsageError) as exc:
+                log.warning("MCP server %r is left out: %s", server, str(exc).splitlines()[0])
+                continue
+            specs.update(
+                (tool.function, tool.spec(self.servers[server]))
+                for tool in listed
+                if tool.function is not None
+            )
+        return specs
 
     # ---- talking to servers -------------------------------------------------------------
 

@@ -392,3 +392,19 @@ def test_a_server__tool_name_is_the_servers_and_a_call_runs_the_tool_offered(
     offered = server.requests[0].body["tools"][0]["function"]
     assert offered["parameters"] == {"type": "object", "properties": {}}  # the argv tool's
     assert tool_results(server) == ["LOCAL-ARGV\n"]
+
+
+def test_tools_all_leaves_out_a_broken_server_unless_its_tool_is_named(
+    env: dict[str, str], server: FakeOpenAI
+) -> None:
+    ok(agctl(env, *ADD_SUITE))
+    ok(agctl(env, "mcp", "add", "broken", "--", "/nonexistent/mcp-server"))
+    server.reply(tool_calls=[call("suite__add", {"a": 1, "b": 1})])
+    server.reply("2.")
+    sent = ok(agctl(env, "turn", "send", "--tools", "all", "--approve", "auto", "add"))
+    assert "MCP server 'broken' is left out" in sent.stderr, sent.stderr
+    offered = {tool["function"]["name"] for tool in server.requests[0].body["tools"]}
+    assert "suite__add" in offered and not any(n.startswith("broken__") for n in offered)
+    assert tool_results(server) == ["2"]
+    named = agctl(env, "turn", "send", "-T", "broken__x", "hi")
+    assert named.returncode == 1 and "could not connect" in named.stderr, named.stderr
