@@ -123,10 +123,13 @@ def list_(app: App) -> None:
       agctl mcp list --json
     """
     from agctl.base.quoting import shell_words
+    from agctl.cli.hook import warn_ignored
     from agctl.config.file import ConfigFile
     from agctl.turn.mcp import server_rows
 
-    rows = server_rows(ConfigFile().load())
+    rows, invalid = server_rows(ConfigFile().load())
+    if invalid is not None:
+        warn_ignored(app, *invalid)
     display = [
         {
             **row,

@@ -293,39 +293,54 @@ class McpTools(Protocol):
         ...
 
 
-def server_rows(config: Config, cwd: Path | None = None) -> list[dict[str, Any]]:
+class ServerRows(NamedTuple):
+    """What `mcp list` shows: every server's row, and the project's servers file that
+    cannot be read (its path and why), whose servers are left out."""
+
+    rows: list[dict[str, Any]]
+    invalid: tuple[Path, str] | None
+
+
+def server_rows(config: Config, cwd: Path | None = None) -> ServerRows:
     """Every server as `mcp list` shows it, used or not: the config's, then the project's
     in `cwd` with its file's trust (listed untrusted too, to be read before `mcp trust`);
     header values masked, but for a `${VAR}` they name."""
-    from agctl.config.file import PROJECT_MCP_FILE, mask
+    from agctl.config.file import PROJECT_MCP_FILE
 
     where = Path.cwd() if cwd is None else cwd
     listed: list[tuple[McpServerSpec, str, str | None]] = [
         (spec, "config", None) for spec in config.mcp_servers.values()
     ]
+    invalid = None
     if os.path.lexists(where / PROJECT_MCP_FILE):
         found = project_servers(config, where)
         listed += [(spec, "project", found.state) for spec in (found.parsed or {}).values()]
-    return [
-        {
-            "name": spec.name,
-            "source": source,
-            "trust": trust,
-            "transport": "stdio" if spec.command is not None else "http",
-            "command": spec.command,
-            "url": spec.url,
-            "headers": {
-                header: value if "${" in value else mask(value)
-                for header, value in spec.headers.items()
-            },
-            "approve": spec.approve,
-            "connect_timeout_s": spec.connect_timeout_s,
-            "timeout_s": spec.timeout_s,
-            "max_output": spec.max_output,
-            "env_allow": spec.env_allow,
-        }
-        for spec, source, trust in sorted(listed, key=lambda row: (row[1] != "config", row[0].name))
-    ]
+        if found.state == "invalid":
+            invalid = (found.project / PROJECT_MCP_FILE, found.problem or "it cannot be read")
+    rows = sorted(listed, key=lambda row: (row[1] != "config", row[0].name))
+    return ServerRows([_server_row(*row) for row in rows], invalid)
+
+
+def _server_row(spec: McpServerSpec, source: str, trust: str | None) -> dict[str, Any]:
+    from agctl.config.file import mask
+
+    return {
+        "name": spec.name,
+        "source": source,
+        "trust": trust,
+        "transport": "stdio" if spec.command is not None else "http",
+        "command": spec.command,
+        "url": spec.url,
+        "headers": {
+            header: value if "${" in value else mask(value)
+            for header, value in spec.headers.items()
+        },
+        "approve": spec.approve,
+        "connect_timeout_s": spec.connect_timeout_s,
+        "timeout_s": spec.timeout_s,
+        "max_output": spec.max_output,
+        "env_allow": spec.env_allow,
+    }
 
 
 def parameter_summary(parameters: Mapping[str, Any]) -> str:

@@ -408,3 +408,29 @@ def test_tools_all_leaves_out_a_broken_server_unless_its_tool_is_named(
     assert tool_results(server) == ["2"]
     named = agctl(env, "turn", "send", "-T", "broken__x", "hi")
     assert named.returncode == 1 and "could not connect" in named.stderr, named.stderr
+
+
+def test_mcp_list_warns_of_a_projects_servers_file_it_cannot_read(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    (project / ".agctl").mkdir(parents=True)
+    servers_file = project / ".agctl" / "mcp.json"
+
+    def listed() -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "agctl", "mcp", "list"], cwd=project, env=env,
+            input="", capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        return ok(result)
+
+    servers_file.write_text("{not json")
+    bad = listed()
+    assert f"warning: {servers_file} is ignored: not JSON" in bad.stderr, bad.stderr
+    real = tmp_path / "elsewhere.json"
+    real.write_text(json.dumps({"suite": {"command": [sys.executable, SERVER]}}))
+    servers_file.unlink()
+    servers_file.symlink_to(real)
+    linked = listed()
+    assert f"warning: {servers_file} is ignored:" in linked.stderr, linked.stderr
+    assert "suite" not in linked.stdout
