@@ -80,18 +80,34 @@ def server_argv(server: McpServerSpec) -> list[str]:
     return list(server.command) if server.command is not None else [str(server.url)]
 
 
-def expanded_headers(server: McpServerSpec, environ: Mapping[str, str]) -> dict[str, str]:
+def expanded_headers(
+    server: McpServerSpec, environ: Mapping[str, str], *, project: bool = False
+) -> dict[str, str]:
     """The server's headers with each `${VAR}` read from the environment (a secret need not
-    be kept in the config); an unset variable is a UsageError naming it."""
+    be kept in the config); an unset variable is a UsageError naming it. A project file's
+    server reads only what a stdio server of it would get (the scrubbed environment and
+    its env_allow): a project cannot send your OPENAI_API_KEY to its server."""
+    from agctl.turn.tools import scrubbed_environment
+
+    readable = scrubbed_environment(server.env_allow, environ) if project else environ
     headers = {}
     for header, value in server.headers.items():
-        missing = [name for name in _VARIABLE.findall(value) if name not in environ]
+        names = _VARIABLE.findall(value)
+        refused = [name for name in names if name in environ and name not in readable]
+        if refused:
+            raise UsageError(
+                f"MCP server {server.name!r} of a project's file: header {header} may not "
+                f"read ${{{refused[0]}}}: a project's server reads only what a tool's "
+                "environment would get (its env_allow, never a name like a secret's)",
+                hint="to give a server a secret, add it yourself with 'agctl mcp add'",
+            )
+        missing = [name for name in names if name not in readable]
         if missing:
             raise UsageError(
                 f"MCP server {server.name!r}: header {header} needs ${{{missing[0]}}}, "
                 "which is not set"
             )
-        headers[header] = _VARIABLE.sub(lambda match: environ[match.group(1)], value)
+        headers[header] = _VARIABLE.sub(lambda match: readable[match.group(1)], value)
     return headers
 
 
@@ -321,9 +337,17 @@ def server_rows(config: Config, cwd: Path | None = None) -> ServerRows:
     return ServerRows([_server_row(*row) for row in rows], invalid)
 
 
-def _server_row(spec: McpServerSpec, source: str, trust: str | None) -> dict[str, Any]:
+def shown_headers(spec: McpServerSpec) -> dict[str, str]:
+    """A server's headers as they may be shown: each value masked, but for a `${VAR}`."""
     from agctl.config.file import mask
 
+    return {
+        header: value if "${" in value else mask(value) or ""
+        for header, value in spec.headers.items()
+    }
+
+
+def _server_row(spec: McpServerSpec, source: str, trust: str | None) -> dict[str, Any]:
     return {
         "name": spec.name,
         "source": source,
@@ -331,10 +355,7 @@ def _server_row(spec: McpServerSpec, source: str, trust: str | None) -> dict[str
         "transport": "stdio" if spec.command is not None else "http",
         "command": spec.command,
         "url": spec.url,
-        "headers": {
-            header: value if "${" in value else mask(value)
-            for header, value in spec.headers.items()
-        },
+        "headers": shown_headers(spec),
         "approve": spec.approve,
         "connect_timeout_s": spec.connect_timeout_s,
         "timeout_s": spec.timeout_s,
@@ -455,7 +476,8 @@ class McpClient:
 
         self.servers = dict(servers)
         self.environ = dict(os.environ if environ is None else environ)
-        self.cwds = dict(cwds or {})  # where a stdio server starts (default: here)
+        # Where a project file's servers start (default: here); their headers are scrubbed.
+        self.cwds = dict(cwds or {})
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._connections: dict[str, _Connection] = {}
@@ -625,7 +647,8 @@ class McpClient:
                 import asyncio
 
                 # A header's unset variable is the user's to fix: a UsageError, as it is.
-                headers = expanded_headers(self.servers[server], self.environ)
+                project = server in self.cwds  # a project file's servers start there
+                headers = expanded_headers(self.servers[server], self.environ, project=project)
                 loop = self._start()
                 connection = _Connection(self.servers[server], headers)
                 self._connections[server] = connection

@@ -434,3 +434,26 @@ def test_mcp_list_warns_of_a_projects_servers_file_it_cannot_read(
     linked = listed()
     assert f"warning: {servers_file} is ignored:" in linked.stderr, linked.stderr
     assert "suite" not in linked.stdout
+
+
+def test_mcp_trust_shows_the_headers_a_projects_server_sends(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    (project / ".agctl").mkdir(parents=True)
+    headers = {"Authorization": "Bearer ${OPENAI_API_KEY}", "X-Team": "sekrit-team-id"}
+    servers = {"web": {"url": "http://127.0.0.1:9/mcp", "headers": headers}}
+    (project / ".agctl" / "mcp.json").write_text(json.dumps(servers))
+    trusted = subprocess.run(
+        [sys.executable, "-m", "agctl", "mcp", "trust"], cwd=project, env=env,
+        input="", capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    ok(trusted)
+    assert "header  web: Authorization: Bearer ${OPENAI_API_KEY}" in trusted.stdout
+    assert "X-Team" in trusted.stdout and "sekrit-team-id" not in trusted.stdout
+    env["OPENAI_API_KEY"] = "sk-not-for-the-project"
+    refused = subprocess.run(
+        [sys.executable, "-m", "agctl", "mcp", "tools", "web"], cwd=project, env=env,
+        input="", capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "may not read ${OPENAI_API_KEY}" in refused.stderr

@@ -82,6 +82,23 @@ def test_an_unset_header_variable_is_the_users_error_as_it_is() -> None:
         client.close()
 
 
+def test_a_projects_server_reads_no_secret_into_its_headers() -> None:
+    header = ("Authorization: Bearer ${OPENAI_API_KEY}",)
+    spec = new_server("web", [], "http://h/mcp", header, env_allow=["OPENAI_*"])
+    environ = {"OPENAI_API_KEY": "sk-real", "LANG": "C"}
+    assert expanded_headers(spec, environ) == {"Authorization": "Bearer sk-real"}  # the user's
+    with pytest.raises(UsageError, match=r"may not read \$\{OPENAI_API_KEY\}"):
+        expanded_headers(spec, environ, project=True)
+    lang = new_server("web", [], "http://h/mcp", ("Accept-Language: ${LANG}",))
+    assert expanded_headers(lang, environ, project=True) == {"Accept-Language": "C"}
+    client = McpClient({"web": spec}, environ=environ, cwds={"web": Path.cwd()})
+    try:
+        with pytest.raises(UsageError, match="may not read"):
+            client.tools("web")
+    finally:
+        client.close()
+
+
 def test_servers_are_kept_in_the_config(tmp_path: Path) -> None:
     store = ConfigFile(tmp_path / "config.json")
     assert store.add_mcp_server(suite()) is False
