@@ -10,7 +10,7 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -45,6 +45,26 @@ def tool_results(server: FakeOpenAI) -> list[str]:
     """What the model was given back for its calls, in the last request."""
     messages = server.requests[-1].body["messages"]
     return [m["content"] for m in messages if m["role"] == "tool"]
+
+
+def interrupted(
+    env: dict[str, str], command: tuple[str, ...], signum: int, ready: Callable[[], bool]
+) -> tuple[int, str]:
+    """Run agctl `command`, send it `signum` once `ready` says so: its status and stderr."""
+    running = subprocess.Popen(
+        [sys.executable, "-m", "agctl", "-s", SID, *command],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+    )  # fmt: skip
+    try:
+        wait_for(ready, "the server to start")
+        running.send_signal(signum)
+        _, stderr = running.communicate(timeout=WAIT_S)
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.wait()
+    return running.returncode, stderr
 
 
 @pytest.fixture
@@ -225,22 +245,14 @@ def test_ctrl_c_during_a_call_stops_the_server_and_keeps_the_draft(
     env["MCP_SLEEP_FILE"] = str(note)
     ok(agctl(env, *ADD_SLEEPER))
     server.reply(tool_calls=[call("suite__sleep", {"seconds": 600})])
-    turn = subprocess.Popen(
-        [sys.executable, "-m", "agctl", "-s", SID, "turn", "send", "-T", "suite__sleep",
-         "--approve", "auto", "--no-stream", "nap"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=env,
-    )  # fmt: skip
-    try:
-        wait_for(lambda: note.exists() and note.read_text().endswith("\n"), "the call to start")
-        server_pid = int(note.read_text().split()[1])
-        turn.send_signal(signum)
-        _, stderr = turn.communicate(timeout=WAIT_S)
-    finally:
-        if turn.poll() is None:
-            turn.kill()
-            turn.wait()
-    assert turn.returncode == status, stderr
+    command = ("turn", "send", "-T", "suite__sleep", "--approve", "auto", "--no-stream", "nap")
+
+    def started() -> bool:
+        return note.exists() and note.read_text().endswith("\n")
+
+    returncode, stderr = interrupted(env, command, signum, started)
+    server_pid = int(note.read_text().split()[1])
+    assert returncode == status, stderr
     assert "--resume-draft" in stderr and "Traceback" not in stderr, stderr
     assert process_dead(server_pid), "the server outlived agctl"
     steps = Store(isolated_env).load_draft(SID, "default").steps
@@ -351,21 +363,9 @@ def test_an_interrupt_while_a_server_connects_ends_it(
     pid_file = tmp_path / "pid"
     mute = f"echo $$ > {pid_file}.new; mv {pid_file}.new {pid_file}; exec sleep 600"
     ok(agctl(env, "mcp", "add", "mute", "--connect-timeout", "600", "--", "sh", "-c", mute))
-    running = subprocess.Popen(
-        [sys.executable, "-m", "agctl", "-s", SID, *command],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=env,
-    )  # fmt: skip
-    try:
-        wait_for(pid_file.exists, "the server to start")
-        server_pid = int(pid_file.read_text())
-        running.send_signal(signum)
-        _, stderr = running.communicate(timeout=WAIT_S)
-    finally:
-        if running.poll() is None:
-            running.kill()
-            running.wait()
-    assert running.returncode == status, stderr
+    returncode, stderr = interrupted(env, command, signum, pid_file.exists)
+    server_pid = int(pid_file.read_text())
+    assert returncode == status, stderr
     assert "Traceback" not in stderr, stderr
     assert process_dead(server_pid), "the connecting server outlived agctl"
     assert server.requests == []
