@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple, Protocol, TypeVar
+from typing import IO, Any, NamedTuple, Protocol, TypeVar
 
 from agctl.base.interrupts import adopting
 
@@ -317,3 +317,29 @@ def _reap(process: Process) -> None:
     if stat.state in ("Z", "X"):
         with contextlib.suppress(ChildProcessError):
             os.waitpid(process.pid, os.WNOHANG)
+
+
+def child_writing_to(file: IO[Any]) -> Process | None:
+    """agctl's child whose stderr is `file`: a server a library started for agctl, found by
+    the file it was given for its errors (Linux, through /proc; None elsewhere)."""
+    try:
+        target = os.fstat(file.fileno())
+    except (OSError, ValueError):
+        return None
+    for child in _children(os.getpid()):
+        try:
+            stderr = os.stat(f"{_PROC}/{child}/fd/2")
+        except OSError:
+            continue
+        stat = _stat(child)
+        if stat is not None and (stderr.st_dev, stderr.st_ino) == (target.st_dev, target.st_ino):
+            return Process(child, stat.start)
+    return None
+
+
+def kill_group(process: Process) -> None:
+    """SIGKILL the process group `process` leads (a session of its own), while it runs."""
+    if _running(process) is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)

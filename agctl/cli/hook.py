@@ -121,14 +121,14 @@ def list_(app: App) -> None:
       agctl hook list
       agctl hook list --json | jq -r '.[] | select(.trust != "trusted") | .name'
     """
-    from agctl.base.quoting import shell_word, shell_words
+    from agctl.base.quoting import shell_words
     from agctl.config.file import ConfigFile
     from agctl.turn.hooks import all_hooks
 
     warnings_to_stderr(json=app.json)
     listed, project = all_hooks(ConfigFile().load(), Path.cwd())
     if project.state == "invalid":
-        app.warn(f"{shell_word(str(project.path))} is ignored: {project.problem}")
+        warn_ignored(app, project.path, project.problem or "it cannot be read")
     rows = [hook.public() for hook in listed]
     display = [
         {
@@ -322,3 +322,10 @@ def untrust(app: App, file: Path | None) -> None:
     dropped = untrust_hooks_file(ConfigFile(), file or Path.cwd() / PROJECT_FILE)
     report = {"project": str(dropped.project), "file": str(dropped.path), "sha256": dropped.sha256}
     app.done(report, text=f"untrusted {shell_word(str(dropped.path))}")
+
+
+def warn_ignored(app: App, path: Path, problem: str) -> None:
+    """Say that a project's file (hooks, MCP servers) that cannot be read is left out."""
+    from agctl.base.quoting import shell_word
+
+    app.warn(f"{shell_word(str(path))} is ignored: {problem}")

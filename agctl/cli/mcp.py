@@ -123,10 +123,13 @@ def list_(app: App) -> None:
       agctl mcp list --json
     """
     from agctl.base.quoting import shell_words
+    from agctl.cli.hook import warn_ignored
     from agctl.config.file import ConfigFile
     from agctl.turn.mcp import server_rows
 
-    rows = server_rows(ConfigFile().load())
+    rows, invalid = server_rows(ConfigFile().load())
+    if invalid is not None:
+        warn_ignored(app, *invalid)
     display = [
         {
             **row,
@@ -199,8 +202,10 @@ def trust(app: App, file: Path | None) -> None:
     FILE defaults to ./.agctl/mcp.json (a JSON object of servers by name, each as 'mcp
     add' keeps one). It is pinned by its sha256 as a project's hooks file is ('agctl hook
     trust'): a change drops the trust. Read it ('agctl mcp list') first: a stdio server
-    runs with your rights, in the project's directory. The config's server of the same
-    name wins.
+    runs with your rights, in the project's directory; an HTTP server's headers are shown
+    (masked, but for the ${VAR} they read; such a variable is read only if a tool's
+    environment would get it, never one named like a secret). The config's server of the
+    same name wins.
 
     \b
     Examples:
@@ -209,23 +214,26 @@ def trust(app: App, file: Path | None) -> None:
     """
     from agctl.base.quoting import shell_word
     from agctl.config.file import PROJECT_MCP_FILE, ConfigFile
-    from agctl.turn.mcp import trust_servers_file
+    from agctl.turn.mcp import shown_headers, trust_servers_file
 
     project, digest, servers = trust_servers_file(
         ConfigFile(), file or Path.cwd() / PROJECT_MCP_FILE
     )
     path = project / PROJECT_MCP_FILE
+    headers = {name: shown_headers(spec) for name, spec in servers.items() if spec.headers}
     lines = [
         f"trusted the MCP servers file of project {shell_word(str(project))}",
         f"  file    {shell_word(str(path))}",
         f"  sha256  {digest}",
         f"  servers {', '.join(servers) or 'none'}",
+        *(f"  header  {name}: {h}: {v}" for name, sent in headers.items() for h, v in sent.items()),
     ]
     report = {
         "project": str(project),
         "file": str(path),
         "sha256": digest,
         "servers": list(servers),
+        "headers": headers,
     }
     app.done(report, text="\n".join(lines))
 

@@ -614,7 +614,8 @@ _TOOL_LOOP_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
         {
             "type": click.Choice(TOOLS_MODES),
             "multiple": True,
-            "help": "all: offer every tool defined; live: with --cassette, run the real tools "
+            "help": "all: offer every tool defined (an MCP server that cannot be reached is "
+            "left out, with a warning naming it); live: with --cassette, run the real tools "
             "instead of answering from the cassette. Repeatable.",
         },
     ),

@@ -408,6 +408,15 @@ class ConfigFile:
         """Keep `spec` in the config, or in `profile`'s tools; whether it replaced one."""
         config = self.load()
         tools = self._tool_table(config, profile)
+        server = spec.name.partition("__")[0]
+        if "__" in spec.name and server in config.mcp_servers:
+            from agctl.base.errors import AlreadyExists
+
+            raise AlreadyExists(
+                f"tool {spec.name!r} would be MCP server {server!r}'s: a name SERVER__TOOL of "
+                "a configured MCP server is that server's tool",
+                hint="give the tool another name",
+            )
         if spec.name in tools and not replace:
             from agctl.base.errors import AlreadyExists
 
@@ -433,6 +442,18 @@ class ConfigFile:
     def add_mcp_server(self, spec: McpServerSpec, *, replace: bool = False) -> bool:
         """Keep the MCP server `spec` in the config; whether it replaced one."""
         config = self.load()
+        prefix = f"{spec.name}__"
+        tables = [config.tools, *(profile.tools for profile in config.profiles.values())]
+        taken = sorted({name for table in tables for name in table if name.startswith(prefix)})
+        if taken:
+            from agctl.base.errors import AlreadyExists
+
+            raise AlreadyExists(
+                f"MCP server {spec.name!r} would serve the names of tools already defined "
+                f"({', '.join(taken)}): a name SERVER__TOOL of a configured MCP server is that "
+                "server's tool",
+                hint="give the server another name, or rename those tools",
+            )
         if spec.name in config.mcp_servers and not replace:
             from agctl.base.errors import AlreadyExists
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from agctl.base.errors import Interrupted, InvalidInput, McpServerError, NotFound, UsageError
 from agctl.base.interrupts import interrupt_count, interrupted_since
-from agctl.base.procs import WATCH_S
+from agctl.base.procs import WATCH_S, Process, child_writing_to, kill_group
 from agctl.config.specs import KEPT_OUTPUT, McpServerSpec, ToolSpec
 
 if TYPE_CHECKING:
@@ -49,6 +49,8 @@ INSTALL = "pip install 'agctl[mcp]'"
 # How long closing a server may take: the SDK closes its stdin, waits 2 s, sends SIGTERM
 # to its process group, SIGKILL 2 s later, and waits 2 s more for it to be reaped.
 CLOSE_WAIT_S = 10.0
+# How long closing waits before it says it is waiting (a server that ends well is quicker).
+_QUIET_CLOSE_S = 1.0
 # What is kept of a stdio server's stderr (its end), for the error of a failed call.
 STDERR_TAIL = 4 * 1024
 _FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -78,18 +80,34 @@ def server_argv(server: McpServerSpec) -> list[str]:
     return list(server.command) if server.command is not None else [str(server.url)]
 
 
-def expanded_headers(server: McpServerSpec, environ: Mapping[str, str]) -> dict[str, str]:
+def expanded_headers(
+    server: McpServerSpec, environ: Mapping[str, str], *, project: bool = False
+) -> dict[str, str]:
     """The server's headers with each `${VAR}` read from the environment (a secret need not
-    be kept in the config); an unset variable is a UsageError naming it."""
+    be kept in the config); an unset variable is a UsageError naming it. A project file's
+    server reads only what a stdio server of it would get (the scrubbed environment and
+    its env_allow): a project cannot send your OPENAI_API_KEY to its server."""
+    from agctl.turn.tools import scrubbed_environment
+
+    readable = scrubbed_environment(server.env_allow, environ) if project else environ
     headers = {}
     for header, value in server.headers.items():
-        missing = [name for name in _VARIABLE.findall(value) if name not in environ]
+        names = _VARIABLE.findall(value)
+        refused = [name for name in names if name in environ and name not in readable]
+        if refused:
+            raise UsageError(
+                f"MCP server {server.name!r} of a project's file: header {header} may not "
+                f"read ${{{refused[0]}}}: a project's server reads only what a tool's "
+                "environment would get (its env_allow, never a name like a secret's)",
+                hint="to give a server a secret, add it yourself with 'agctl mcp add'",
+            )
+        missing = [name for name in names if name not in readable]
         if missing:
             raise UsageError(
                 f"MCP server {server.name!r}: header {header} needs ${{{missing[0]}}}, "
                 "which is not set"
             )
-        headers[header] = _VARIABLE.sub(lambda match: environ[match.group(1)], value)
+        headers[header] = _VARIABLE.sub(lambda match: readable[match.group(1)], value)
     return headers
 
 
@@ -291,39 +309,59 @@ class McpTools(Protocol):
         ...
 
 
-def server_rows(config: Config, cwd: Path | None = None) -> list[dict[str, Any]]:
+class ServerRows(NamedTuple):
+    """What `mcp list` shows: every server's row, and the project's servers file that
+    cannot be read (its path and why), whose servers are left out."""
+
+    rows: list[dict[str, Any]]
+    invalid: tuple[Path, str] | None
+
+
+def server_rows(config: Config, cwd: Path | None = None) -> ServerRows:
     """Every server as `mcp list` shows it, used or not: the config's, then the project's
     in `cwd` with its file's trust (listed untrusted too, to be read before `mcp trust`);
     header values masked, but for a `${VAR}` they name."""
-    from agctl.config.file import PROJECT_MCP_FILE, mask
+    from agctl.config.file import PROJECT_MCP_FILE
 
     where = Path.cwd() if cwd is None else cwd
     listed: list[tuple[McpServerSpec, str, str | None]] = [
         (spec, "config", None) for spec in config.mcp_servers.values()
     ]
+    invalid = None
     if os.path.lexists(where / PROJECT_MCP_FILE):
         found = project_servers(config, where)
         listed += [(spec, "project", found.state) for spec in (found.parsed or {}).values()]
-    return [
-        {
-            "name": spec.name,
-            "source": source,
-            "trust": trust,
-            "transport": "stdio" if spec.command is not None else "http",
-            "command": spec.command,
-            "url": spec.url,
-            "headers": {
-                header: value if "${" in value else mask(value)
-                for header, value in spec.headers.items()
-            },
-            "approve": spec.approve,
-            "connect_timeout_s": spec.connect_timeout_s,
-            "timeout_s": spec.timeout_s,
-            "max_output": spec.max_output,
-            "env_allow": spec.env_allow,
-        }
-        for spec, source, trust in sorted(listed, key=lambda row: (row[1] != "config", row[0].name))
-    ]
+        if found.state == "invalid":
+            invalid = (found.project / PROJECT_MCP_FILE, found.problem or "it cannot be read")
+    rows = sorted(listed, key=lambda row: (row[1] != "config", row[0].name))
+    return ServerRows([_server_row(*row) for row in rows], invalid)
+
+
+def shown_headers(spec: McpServerSpec) -> dict[str, str]:
+    """A server's headers as they may be shown: each value masked, but for a `${VAR}`."""
+    from agctl.config.file import mask
+
+    return {
+        header: value if "${" in value else mask(value) or ""
+        for header, value in spec.headers.items()
+    }
+
+
+def _server_row(spec: McpServerSpec, source: str, trust: str | None) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "source": source,
+        "trust": trust,
+        "transport": "stdio" if spec.command is not None else "http",
+        "command": spec.command,
+        "url": spec.url,
+        "headers": shown_headers(spec),
+        "approve": spec.approve,
+        "connect_timeout_s": spec.connect_timeout_s,
+        "timeout_s": spec.timeout_s,
+        "max_output": spec.max_output,
+        "env_allow": spec.env_allow,
+    }
 
 
 def parameter_summary(parameters: Mapping[str, Any]) -> str:
@@ -370,17 +408,41 @@ def _result_text(result: Any) -> tuple[str, bool]:
 class _Connection:
     """One server's session, served by a task of the client's loop until `stop` is set."""
 
-    def __init__(self, spec: McpServerSpec) -> None:
+    def __init__(self, spec: McpServerSpec, headers: dict[str, str]) -> None:
         import concurrent.futures
         import threading
 
         self.spec = spec
+        self.headers = headers  # an HTTP server's, each `${VAR}` read
         self.ready: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self.served: concurrent.futures.Future[None] | None = None
         # Set once its task is over, its process ended: cancelling the future does not wait.
         self.finished = threading.Event()
         self.stop: asyncio.Event | None = None
         self.errlog: Any = None  # a stdio server's stderr, a temporary file
+        self.process: Process | None = None  # a stdio server's, once started (Linux)
+
+    def end(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Tell the task to close the session: stop it when it is open, else cancel it
+        (it may be waiting for the server to answer `initialize`)."""
+        ready = self.ready.done() and not self.ready.cancelled() and self.ready.exception() is None
+        if ready and self.stop is not None:
+            loop.call_soon_threadsafe(self.stop.set)
+        elif self.served is not None:
+            self.served.cancel()
+
+    def wait_ended(self, deadline: float) -> None:
+        """Wait for the task to close the session, until `deadline` (announced when it is
+        not at once); a stdio server still running then is killed with its group."""
+        if not self.finished.wait(_QUIET_CLOSE_S):
+            left = max(deadline - time.monotonic(), 0.0)
+            log.warning("waiting up to %.0fs for MCP server %r to stop", left, self.spec.name)
+            if not self.finished.wait(left) and self.process is not None:
+                log.warning("MCP server %r did not stop: killing it", self.spec.name)
+                kill_group(self.process)
+                self.finished.wait(_QUIET_CLOSE_S)
+        if self.errlog is not None:
+            self.errlog.close()
 
     def stderr_tail(self) -> str:
         """The end of what a stdio server wrote on stderr: why it failed, often."""
@@ -414,7 +476,8 @@ class McpClient:
 
         self.servers = dict(servers)
         self.environ = dict(os.environ if environ is None else environ)
-        self.cwds = dict(cwds or {})  # where a stdio server starts (default: here)
+        # Where a project file's servers start (default: here); their headers are scrubbed.
+        self.cwds = dict(cwds or {})
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._connections: dict[str, _Connection] = {}
@@ -439,12 +502,22 @@ class McpClient:
         raise NotFound(f"MCP server {server!r} has no tool {split[1]!r} (its tools: {offered})")
 
     def every_spec(self) -> dict[str, ToolSpec]:
-        return {
-            tool.function: tool.spec(self.servers[server])
-            for server in self.servers
-            for tool in self.tools(server)
-            if tool.function is not None
-        }
+        """Every tool of every server that answers: one that cannot be reached is left out
+        with a warning naming it (`--tools all` is not stopped by a broken server; a tool
+        of it named with -T is, through `spec`)."""
+        specs: dict[str, ToolSpec] = {}
+        for server in self.servers:
+            try:
+                listed = self.tools(server)
+            except (McpServerError, UsageError) as exc:
+                log.warning("MCP server %r is left out: %s", server, str(exc).splitlines()[0])
+                continue
+            specs.update(
+                (tool.function, tool.spec(self.servers[server]))
+                for tool in listed
+                if tool.function is not None
+            )
+        return specs
 
     # ---- talking to servers -------------------------------------------------------------
 
@@ -543,15 +616,9 @@ class McpClient:
             return
         deadline = time.monotonic() + CLOSE_WAIT_S
         for connection in connections:
-            stop = connection.stop
-            if stop is not None:
-                loop.call_soon_threadsafe(stop.set)
-            elif connection.served is not None:
-                connection.served.cancel()
+            connection.end(loop)
         for connection in connections:
-            connection.finished.wait(max(deadline - time.monotonic(), 0.0))
-            if connection.errlog is not None:
-                connection.errlog.close()
+            connection.wait_ended(deadline)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(max(deadline - time.monotonic(), 0.1))
         if not thread.is_alive():
@@ -579,8 +646,11 @@ class McpClient:
             if connection is None:
                 import asyncio
 
+                # A header's unset variable is the user's to fix: a UsageError, as it is.
+                project = server in self.cwds  # a project file's servers start there
+                headers = expanded_headers(self.servers[server], self.environ, project=project)
                 loop = self._start()
-                connection = _Connection(self.servers[server])
+                connection = _Connection(self.servers[server], headers)
                 self._connections[server] = connection
                 connection.served = asyncio.run_coroutine_threadsafe(self._serve(connection), loop)
         spec = connection.spec
@@ -598,6 +668,8 @@ class McpClient:
 
             async with AsyncExitStack() as stack:
                 streams = await stack.enter_async_context(self._transport(connection))
+                if connection.errlog is not None:
+                    connection.process = child_writing_to(connection.errlog)
                 session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
                 await session.initialize()
                 connection.ready.set_result(session)
@@ -633,7 +705,7 @@ class McpClient:
         import httpx2
 
         client = httpx2.AsyncClient(
-            headers=expanded_headers(spec, self.environ),
+            headers=connection.headers,
             timeout=httpx2.Timeout(spec.connect_timeout_s, read=max(spec.timeout_s, 30.0)),
         )
         return _http(client, str(spec.url))
@@ -687,9 +759,10 @@ class McpClient:
                         f"timed out after {timeout_s:g}s: MCP server {server!r} did not "
                         f"{doing} in time ({what})"
                     )
-                    log.warning("%s", message)
                     if doing in _CONNECTING:
-                        self._drop(server)
+                        self._drop(server)  # the error that stops the command says it
+                    else:
+                        log.warning("%s", message)  # the model gets it; the user sees it
                     raise McpTimeout(message)
                 try:
                     return future.result(timeout=min(left, WATCH_S))
@@ -719,9 +792,7 @@ class McpClient:
             return
         if connection.served is not None:
             connection.served.cancel()
-            connection.finished.wait(CLOSE_WAIT_S)
-        if connection.errlog is not None:
-            connection.errlog.close()
+        connection.wait_ended(time.monotonic() + CLOSE_WAIT_S)
 
 
 def _http(client: Any, url: str) -> Any:
@@ -748,7 +819,8 @@ def _reason(exc: BaseException) -> str:
 
 class RecordedMcpTools:
     """MCP tools as a cassette's requests offered them, for a replay with no server: each
-    definition the first recorded request offering it gave."""
+    definition the first recorded request offering it gave; a server need not even be
+    configured (a CI job replays with none): its settings are the defaults then."""
 
     def __init__(self, servers: Mapping[str, McpServerSpec], cassette: Path) -> None:
         from agctl.providers.cassette import load_cassette
@@ -760,12 +832,12 @@ class RecordedMcpTools:
             for offered in recording.request.get("params", {}).get("tools") or []:
                 function = offered.get("function", {}) if isinstance(offered, dict) else {}
                 name = function.get("name")
-                if isinstance(name, str) and self.serves(name):
+                if isinstance(name, str) and split_name(name) is not None:
                     self.recorded.setdefault(name, function)
 
     def serves(self, name: str) -> bool:
         split = split_name(name)
-        return split is not None and split[0] in self.servers
+        return name in self.recorded or (split is not None and split[0] in self.servers)
 
     def spec(self, name: str) -> ToolSpec:
         function = self.recorded.get(name)
@@ -786,11 +858,12 @@ class RecordedMcpTools:
     def _spec(self, name: str, function: Mapping[str, Any]) -> ToolSpec:
         split = split_name(name)
         assert split is not None
-        server = self.servers[split[0]]
-        tool = McpTool(
-            split[0], split[1], name, function.get("description", ""), function["parameters"]
-        )
-        return tool.spec(server)
+        description, parameters = function.get("description", ""), function["parameters"]
+        server = self.servers.get(split[0])
+        if server is None:  # an MCP tool's settings are its server's: the defaults
+            argv = [f"MCP server {split[0]}"]
+            return ToolSpec(name=name, description=description, parameters=parameters, command=argv)
+        return McpTool(split[0], split[1], name, description, parameters).spec(server)
 
 
 def mcp_tools(in_use: ServersInUse, *, cassette: Path | None) -> McpTools:

@@ -161,12 +161,22 @@ class ModelSetup(NamedTuple):
         `every`, an MCP server's after the argv tools); a name SERVER__TOOL of a configured
         MCP server is that server's tool, from `mcp`; a name found nowhere is NotFound,
         naming the tools there are."""
+        return self._offered(chosen, mcp)[0]
+
+    def _offered(
+        self, chosen: ToolsChoice, mcp: McpTools | None
+    ) -> tuple[dict[str, ToolSpec], set[str]]:
+        """`offered_specs`, and the names of those an MCP server runs: a name defined as
+        an argv tool too (`tool add` refuses one, a tools file may not) is the argv tool,
+        offered and run alike."""
         from agctl.base.errors import NotFound
         from agctl.turn.tools import tool_registry
 
         registry = tool_registry(self.config, self.settings.profile, chosen.tools_file)
         if chosen.every:
-            return {**registry, **(mcp.every_spec() if mcp is not None else {})}
+            every = mcp.every_spec() if mcp is not None else {}
+            served_specs = {name: spec for name, spec in every.items() if name not in registry}
+            return {**registry, **served_specs}, set(served_specs)
         served = [
             n for n in chosen.names if n not in registry and mcp is not None and mcp.serves(n)
         ]
@@ -176,10 +186,11 @@ class ModelSetup(NamedTuple):
             servers = ", ".join(sorted(self.config.mcp_servers))
             hint = f"an MCP server's tool is SERVER__TOOL (servers: {servers})" if servers else None
             raise NotFound(f"no tool named {', '.join(missing)} (tools: {known})", hint=hint)
-        return {
+        specs = {
             name: registry[name] if name in registry else self._served(mcp, name)
             for name in dict.fromkeys(chosen.names)
         }
+        return specs, set(served)
 
     def offered_specs_now(self, chosen: ToolsChoice) -> dict[str, ToolSpec]:
         """`offered_specs` with the MCP servers' tools as they list them now (or as the
@@ -223,7 +234,7 @@ class ModelSetup(NamedTuple):
         replaying = self.cassette is not None and not chosen.live
         mcp = self._mcp_tools(chosen, replaying)
         try:
-            specs = self.offered_specs(chosen, mcp)
+            specs, served = self._offered(chosen, mcp)
         except BaseException:
             if mcp is not None:
                 mcp.close()  # what a toolbox never made had opened
@@ -242,15 +253,17 @@ class ModelSetup(NamedTuple):
             hooks=hooks,
             answers=answers,
             mcp=client,
+            served=served,
         )
         return RecordingTools(live, record) if record is not None else live
 
     def _mcp_tools(self, chosen: ToolsChoice, replaying: bool) -> McpTools | None:
-        """Where the MCP tools `chosen` names come from (None: no server is configured)."""
+        """Where the MCP tools `chosen` names come from (None: no server is configured,
+        and no cassette is replayed, which may offer those of servers configured nowhere)."""
         from agctl.turn.mcp import mcp_tools, servers_in_use
 
         in_use = servers_in_use(self.config)
-        if not in_use.servers:
+        if not in_use.servers and not replaying:
             return None
         return mcp_tools(in_use, cassette=self.cassette if replaying else None)
 

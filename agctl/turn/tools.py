@@ -18,7 +18,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -788,8 +788,6 @@ class ServedTools(Protocol):
     """Tools a server runs (agctl.turn.mcp.McpClient): the calls of those it serves go to
     it, and what it opened closes when the turn ends."""
 
-    def serves(self, name: str) -> bool: ...
-
     def call(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> ToolRun: ...
 
     def close(self) -> None: ...
@@ -810,9 +808,9 @@ class LiveTools:
     are checked again; PostToolUse hooks may rewrite (redact) the result the model gets.
     A hook that blocks (exit 2) stops the turn, exit 9.
 
-    With `mcp`, the specs named SERVER__TOOL are an MCP server's tools (agctl.turn.mcp):
+    With `mcp`, the specs named in `served` are an MCP server's tools (agctl.turn.mcp):
     their calls go to the server, through the same checks; its connections end with the
-    turn (`end_turn`)."""
+    turn (`end_turn`). Where a spec came from decides, never its name's shape."""
 
     def __init__(
         self,
@@ -825,11 +823,13 @@ class LiveTools:
         hooks: Hooks | None = None,
         answers: Mapping[str, Answer] | None = None,
         mcp: ServedTools | None = None,
+        served: Collection[str] = (),
     ) -> None:
         import threading
 
         self.specs = dict(specs)
         self.mcp = mcp
+        self.served = frozenset(served)
         self.approve = approve
         self.ask = ask
         self.data_dir = data_dir
@@ -901,7 +901,7 @@ class LiveTools:
             decision = approval(spec, mode, ask, checked)
         if decision != "run":
             return DENIED, CallRecord(call.id, name, arguments, outcome="denied")
-        if self.mcp is not None and self.mcp.serves(spec.name):
+        if self.mcp is not None and spec.name in self.served:
             run = self.mcp.call(spec, checked)
         else:
             run = run_tool(spec, checked, data_dir=self.data_dir, cwd=self.cwd)

@@ -10,7 +10,7 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -45,6 +45,26 @@ def tool_results(server: FakeOpenAI) -> list[str]:
     """What the model was given back for its calls, in the last request."""
     messages = server.requests[-1].body["messages"]
     return [m["content"] for m in messages if m["role"] == "tool"]
+
+
+def interrupted(
+    env: dict[str, str], command: tuple[str, ...], signum: int, ready: Callable[[], bool]
+) -> tuple[int, str]:
+    """Run agctl `command`, send it `signum` once `ready` says so: its status and stderr."""
+    running = subprocess.Popen(
+        [sys.executable, "-m", "agctl", "-s", SID, *command],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+    )  # fmt: skip
+    try:
+        wait_for(ready, "the server to start")
+        running.send_signal(signum)
+        _, stderr = running.communicate(timeout=WAIT_S)
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.wait()
+    return running.returncode, stderr
 
 
 @pytest.fixture
@@ -170,6 +190,7 @@ def test_a_server_that_does_not_connect_in_time_fails_the_turn(
     ok(agctl(env, "mcp", "add", "mute", "--connect-timeout", "1", "--", "sh", "-c", mute))
     sent = agctl(env, "turn", "send", "-T", "mute__x", "hi")
     assert sent.returncode == 1 and "its connect timeout" in sent.stderr, sent.stderr
+    assert sent.stderr.count("timed out after") == 1, sent.stderr  # said once
     assert "Traceback" not in sent.stderr
     assert process_dead(int(pid_file.read_text()))
     assert server.requests == []
@@ -199,7 +220,7 @@ def test_a_cassette_replays_mcp_calls_with_the_server_gone(
     kinds = [json.loads(line).get("kind") for line in cassette.read_text().splitlines()]
     assert kinds == [None, "tool", None]
 
-    ok(agctl(env, "mcp", "add", "suite", "--force", "--", "/nonexistent/mcp-server"))
+    ok(agctl(env, "mcp", "rm", "suite"))  # a CI job's replay: no server configured
     ok(agctl(env, "session", "new", "replayed"))
     replayed = agctl_in(
         env, "turn", "send", *args[2:], "--cassette", str(cassette), session="replayed"
@@ -224,22 +245,14 @@ def test_ctrl_c_during_a_call_stops_the_server_and_keeps_the_draft(
     env["MCP_SLEEP_FILE"] = str(note)
     ok(agctl(env, *ADD_SLEEPER))
     server.reply(tool_calls=[call("suite__sleep", {"seconds": 600})])
-    turn = subprocess.Popen(
-        [sys.executable, "-m", "agctl", "-s", SID, "turn", "send", "-T", "suite__sleep",
-         "--approve", "auto", "--no-stream", "nap"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=env,
-    )  # fmt: skip
-    try:
-        wait_for(lambda: note.exists() and note.read_text().endswith("\n"), "the call to start")
-        server_pid = int(note.read_text().split()[1])
-        turn.send_signal(signum)
-        _, stderr = turn.communicate(timeout=WAIT_S)
-    finally:
-        if turn.poll() is None:
-            turn.kill()
-            turn.wait()
-    assert turn.returncode == status, stderr
+    command = ("turn", "send", "-T", "suite__sleep", "--approve", "auto", "--no-stream", "nap")
+
+    def started() -> bool:
+        return note.exists() and note.read_text().endswith("\n")
+
+    returncode, stderr = interrupted(env, command, signum, started)
+    server_pid = int(note.read_text().split()[1])
+    assert returncode == status, stderr
     assert "--resume-draft" in stderr and "Traceback" not in stderr, stderr
     assert process_dead(server_pid), "the server outlived agctl"
     steps = Store(isolated_env).load_draft(SID, "default").steps
@@ -330,3 +343,117 @@ def test_calls_run_at_once_share_one_server(env: dict[str, str], server: FakeOpe
     tools = ("-T", "suite__add", "--approve", "auto", "--tool-jobs", "4")
     ok(agctl(env, "turn", "send", *tools, "add them"))
     assert tool_results(server) == ["2", "4", "6", "8"]
+
+
+@pytest.mark.parametrize(
+    ("command", "signum", "status"),
+    [
+        (("mcp", "tools", "mute"), signal.SIGINT, 130),
+        (("turn", "send", "-T", "mute__x", "hi"), signal.SIGTERM, 143),
+    ],
+)
+def test_an_interrupt_while_a_server_connects_ends_it(
+    env: dict[str, str],
+    server: FakeOpenAI,
+    tmp_path: Path,
+    command: tuple[str, ...],
+    signum: signal.Signals,
+    status: int,
+) -> None:
+    pid_file = tmp_path / "pid"
+    mute = f"echo $$ > {pid_file}.new; mv {pid_file}.new {pid_file}; exec sleep 600"
+    ok(agctl(env, "mcp", "add", "mute", "--connect-timeout", "600", "--", "sh", "-c", mute))
+    returncode, stderr = interrupted(env, command, signum, pid_file.exists)
+    server_pid = int(pid_file.read_text())
+    assert returncode == status, stderr
+    assert "Traceback" not in stderr, stderr
+    assert process_dead(server_pid), "the connecting server outlived agctl"
+    assert server.requests == []
+
+
+def test_a_server__tool_name_is_the_servers_and_a_call_runs_the_tool_offered(
+    env: dict[str, str], server: FakeOpenAI, tmp_path: Path
+) -> None:
+    ok(agctl(env, *ADD_SUITE))
+    local = ("--description", "local", "--", "sh", "-c", "echo LOCAL-ARGV")
+    refused = agctl(env, "tool", "add", "suite__echo", *local)
+    assert refused.returncode == 4 and "MCP server 'suite'" in refused.stderr, refused.stderr
+    ok(agctl(env, "tool", "add", "other__echo", *local))
+    clash = agctl(env, "mcp", "add", "other", "--", sys.executable, SERVER)
+    assert clash.returncode == 4 and "other__echo" in clash.stderr, clash.stderr
+
+    # A tools file may still define one: the argv tool is offered, and it is what runs.
+    tools_file = tmp_path / "tools.json"
+    argv_tool = {"name": "suite__echo", "command": ["sh", "-c", "echo LOCAL-ARGV"]}
+    tools_file.write_text(json.dumps([{**argv_tool, "approve": "auto"}]))
+    server.reply(tool_calls=[call("suite__echo", {"text": "from the server"})])
+    server.reply("Done.")
+    ok(agctl(env, "turn", "send", "--tools-file", str(tools_file), "-T", "suite__echo", "go"))
+    offered = server.requests[0].body["tools"][0]["function"]
+    assert offered["parameters"] == {"type": "object", "properties": {}}  # the argv tool's
+    assert tool_results(server) == ["LOCAL-ARGV\n"]
+
+
+def test_tools_all_leaves_out_a_broken_server_unless_its_tool_is_named(
+    env: dict[str, str], server: FakeOpenAI
+) -> None:
+    ok(agctl(env, *ADD_SUITE))
+    ok(agctl(env, "mcp", "add", "broken", "--", "/nonexistent/mcp-server"))
+    server.reply(tool_calls=[call("suite__add", {"a": 1, "b": 1})])
+    server.reply("2.")
+    sent = ok(agctl(env, "turn", "send", "--tools", "all", "--approve", "auto", "add"))
+    assert "MCP server 'broken' is left out" in sent.stderr, sent.stderr
+    offered = {tool["function"]["name"] for tool in server.requests[0].body["tools"]}
+    assert "suite__add" in offered and not any(n.startswith("broken__") for n in offered)
+    assert tool_results(server) == ["2"]
+    named = agctl(env, "turn", "send", "-T", "broken__x", "hi")
+    assert named.returncode == 1 and "could not connect" in named.stderr, named.stderr
+
+
+def test_mcp_list_warns_of_a_projects_servers_file_it_cannot_read(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    (project / ".agctl").mkdir(parents=True)
+    servers_file = project / ".agctl" / "mcp.json"
+
+    def listed() -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "agctl", "mcp", "list"], cwd=project, env=env,
+            input="", capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        return ok(result)
+
+    servers_file.write_text("{not json")
+    bad = listed()
+    assert f"warning: {servers_file} is ignored: not JSON" in bad.stderr, bad.stderr
+    real = tmp_path / "elsewhere.json"
+    real.write_text(json.dumps({"suite": {"command": [sys.executable, SERVER]}}))
+    servers_file.unlink()
+    servers_file.symlink_to(real)
+    linked = listed()
+    assert f"warning: {servers_file} is ignored:" in linked.stderr, linked.stderr
+    assert "suite" not in linked.stdout
+
+
+def test_mcp_trust_shows_the_headers_a_projects_server_sends(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    (project / ".agctl").mkdir(parents=True)
+    headers = {"Authorization": "Bearer ${OPENAI_API_KEY}", "X-Team": "sekrit-team-id"}
+    servers = {"web": {"url": "http://127.0.0.1:9/mcp", "headers": headers}}
+    (project / ".agctl" / "mcp.json").write_text(json.dumps(servers))
+    trusted = subprocess.run(
+        [sys.executable, "-m", "agctl", "mcp", "trust"], cwd=project, env=env,
+        input="", capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    ok(trusted)
+    assert "header  web: Authorization: Bearer ${OPENAI_API_KEY}" in trusted.stdout
+    assert "X-Team" in trusted.stdout and "sekrit-team-id" not in trusted.stdout
+    env["OPENAI_API_KEY"] = "sk-not-for-the-project"
+    refused = subprocess.run(
+        [sys.executable, "-m", "agctl", "mcp", "tools", "web"], cwd=project, env=env,
+        input="", capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "may not read ${OPENAI_API_KEY}" in refused.stderr

@@ -71,6 +71,34 @@ def test_header_variables_are_read_when_it_connects_never_kept() -> None:
         expanded_headers(spec, {})
 
 
+def test_an_unset_header_variable_is_the_users_error_as_it_is() -> None:
+    web = new_server("web", [], "http://127.0.0.1:9/mcp", ("Authorization: Bearer ${MYTOK}",))
+    client = McpClient({"web": web}, environ={})
+    try:
+        with pytest.raises(UsageError, match=r"needs \$\{MYTOK\}") as raised:
+            client.tools("web")
+        assert raised.value.hint is None  # not 'check it with agctl mcp tools web'
+    finally:
+        client.close()
+
+
+def test_a_projects_server_reads_no_secret_into_its_headers() -> None:
+    header = ("Authorization: Bearer ${OPENAI_API_KEY}",)
+    spec = new_server("web", [], "http://h/mcp", header, env_allow=["OPENAI_*"])
+    environ = {"OPENAI_API_KEY": "sk-real", "LANG": "C"}
+    assert expanded_headers(spec, environ) == {"Authorization": "Bearer sk-real"}  # the user's
+    with pytest.raises(UsageError, match=r"may not read \$\{OPENAI_API_KEY\}"):
+        expanded_headers(spec, environ, project=True)
+    lang = new_server("web", [], "http://h/mcp", ("Accept-Language: ${LANG}",))
+    assert expanded_headers(lang, environ, project=True) == {"Accept-Language": "C"}
+    client = McpClient({"web": spec}, environ=environ, cwds={"web": Path.cwd()})
+    try:
+        with pytest.raises(UsageError, match="may not read"):
+            client.tools("web")
+    finally:
+        client.close()
+
+
 def test_servers_are_kept_in_the_config(tmp_path: Path) -> None:
     store = ConfigFile(tmp_path / "config.json")
     assert store.add_mcp_server(suite()) is False
@@ -164,6 +192,10 @@ def test_a_replay_takes_the_definitions_from_the_cassette(tmp_path: Path) -> Non
     assert list(recorded.every_spec()) == ["suite__echo"]
     with pytest.raises(NotFound, match="no recorded request offers MCP tool 'suite__add'"):
         recorded.spec("suite__add")
+    unconfigured = RecordedMcpTools({}, cassette)  # a CI job's replay: no server at all
+    assert unconfigured.serves("suite__echo") and not unconfigured.serves("suite__add")
+    assert unconfigured.spec("suite__echo").parameters == offered["function"]["parameters"]
+    assert unconfigured.spec("suite__echo").approve == "ask"  # a server's default
 
 
 def test_a_projects_servers_file_is_checked_whole() -> None:
