@@ -99,9 +99,7 @@ def test_create_with_a_label_and_show_it(run: Run, session: str, isolated_env: P
     assert "SLOT     MODE  IMMUTABLE  COMPRESSED  MESSAGES  TOKENS" in text
 
 
-def test_a_turn_on_another_slot_is_listed_and_shown_with_its_slot(
-    run: Run, session: str
-) -> None:
+def test_a_turn_on_another_slot_is_listed_and_shown_with_its_slot(run: Run, session: str) -> None:
     ok(run("slot", "derive", "draft", "--from", "default"))
     ok(run("turn", "send", "--slot", "draft", "Draft the plan."))
     ok(run("ckpt", "create", "--label", "manual"))

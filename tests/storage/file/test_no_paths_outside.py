@@ -80,8 +80,7 @@ def data_dir_paths(source: str) -> list[tuple[int, str]]:
             # A path has two names at least: "/slots" alone is the chat's command.
             parts = {part for part in node.value.split("/") if part}
             if id(node) not in docstrings and (
-                node.value in FILE_NAMES
-                or (len(parts) > 1 and parts & (FILE_NAMES | FOLDERS))
+                node.value in FILE_NAMES or (len(parts) > 1 and parts & (FILE_NAMES | FOLDERS))
             ):
                 found.append((node.lineno, repr(node.value)))
         elif _joins_a_folder(node) or _names_a_path_function(node) or _imports_the_layout(node):
