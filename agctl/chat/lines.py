@@ -61,9 +61,9 @@ def history_path(data_dir: Path, session_id: str) -> Path:
     """The file of a session's chat history, made 0600 (in a 0700 directory) before
     prompt_toolkit appends to it: what was typed is as private as the conversation."""
     from agctl.base.fsio import PRIVATE_FILE, make_dirs
-    from agctl.store.facade import chat_history_file
+    from agctl.storage.file import layout
 
-    path = chat_history_file(data_dir, session_id)
+    path = layout.chat_history(data_dir, session_id)
     make_dirs(path.parent)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, PRIVATE_FILE)
     try:

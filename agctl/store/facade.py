@@ -24,6 +24,7 @@ from agctl.base.errors import AgctlError, StoreError
 from agctl.base.fsio import read_bytes, write_atomic
 from agctl.storage.base import lock_timeout
 from agctl.storage.factory import StoreChoice, choose_store, file_choice, open_backend
+from agctl.storage.file import layout
 from agctl.storage.file.backend import FileBackend
 from agctl.store import drafts, slots
 from agctl.store.work import Work, reader, settle, snapshot, work_on
@@ -35,11 +36,6 @@ if TYPE_CHECKING:
     from agctl.store.sessions import Destroyed, Removal, Replaced, SessionInfo
 
 log = logging.getLogger("agctl.store")
-
-
-def chat_history_file(local_dir: Path, session_id: str) -> Path:
-    """Where `agctl chat` keeps the lines typed on a session, in this machine's data dir."""
-    return local_dir / "chat-history" / f"{session_id}.history"
 
 
 # Data dirs already warned about in this process; the note that says so across processes.
@@ -427,7 +423,7 @@ class Store:
         if self.local_dir is None:
             return
         for session_id in session_ids:
-            path = chat_history_file(self.local_dir, session_id)
+            path = layout.chat_history(self.local_dir, session_id)
             try:
                 path.unlink(missing_ok=True)
             except OSError as exc:

@@ -19,6 +19,10 @@ LAYOUT_USERS = {
     "agctl.storage.postgres.listing",
     "agctl.storage.local_drafts",
     "agctl.context.price_sheets",
+    # The chat's history of each session, on this machine (the facade removes a
+    # destroyed session's).
+    "agctl.chat.lines",
+    "agctl.store.facade",
 }
 FILE_BACKEND_USERS = {
     "agctl.store.facade",

@@ -30,6 +30,7 @@ STORES = "stores"
 # Caches of this machine, whatever store holds the sessions: prices (agctl.context.price_sheets).
 CACHE = "cache"
 PRICE_SHEETS = "prices.json"
+CHAT_HISTORY = "chat-history"
 CURRENT = "current-session"
 SESSION = "session.json"
 LOCK = ".lock"
@@ -78,6 +79,12 @@ def price_sheets(root: Path) -> Path:
     """The cache of genai-prices' prices of the models priced on this machine
     (agctl.context.price_sheets), in the data dir whatever store holds the sessions."""
     return root / CACHE / PRICE_SHEETS
+
+
+def chat_history(root: Path, session_id: str) -> Path:
+    """The lines `agctl chat` was typed on a session (its Up and Down), kept on this
+    machine in its data dir whatever store holds the session."""
+    return root / CHAT_HISTORY / f"{session_id}.history"
 
 
 def store_draft(folder: Path, slot_id: str) -> Path:
