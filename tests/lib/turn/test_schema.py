@@ -4,10 +4,12 @@ a reply checked against it, and the offline model's instance of it."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_openai import FakeOpenAI
 
 from agctl.base.errors import EXIT_REPLY_INVALID, EXIT_USAGE, ReplyInvalid, UsageError
 from agctl.providers.base import Finish, TextDelta, ToolCallDelta, Usage
@@ -141,6 +143,45 @@ def test_a_file_that_is_not_json_too_big_or_nested_too_deep_is_refused(tmp_path:
         load_schema(str(big))
     with pytest.raises(UsageError, match="nested too deeply"):
         load_schema(str(deep))
+
+
+def test_a_ref_that_does_not_resolve_within_the_schema_is_a_usage_error_naming_it() -> None:
+    def refers(ref: str, **more: Any) -> str:
+        return json.dumps({"type": "object", "properties": {"a": {"$ref": ref}}, **more})
+
+    for ref in ("#/nope", "#/$defs/y", "https://example.com/x.json", "other.json"):
+        with pytest.raises(UsageError, match=re.escape(f"has a $ref {ref!r}")):
+            load_schema(refers(ref, **{"$defs": {"x": {"type": "integer"}}}))
+    # What resolves within it is taken: its own pointers, an embedded $id, a metaschema.
+    load_schema(refers("#/$defs/x", **{"$defs": {"x": {"type": "integer"}}}))
+    load_schema(refers("#"))
+    embedded = {"$id": "https://example.com/root", "$defs": {"x": {"$id": "x.json"}}}
+    load_schema(refers("x.json", **embedded))
+    load_schema(refers("https://json-schema.org/draft/2020-12/schema"))
+    draft7 = {"$schema": "http://json-schema.org/draft-07/schema#", "definitions": {"x": {}}}
+    load_schema(refers("#/definitions/x", **draft7))
+    with pytest.raises(UsageError, match="#/definitions/y"):
+        load_schema(refers("#/definitions/y", **draft7))
+
+
+def test_a_schema_multi_whose_own_pointers_no_longer_resolve_under_items_is_refused() -> None:
+    schema = {"$defs": {"x": {"type": "integer"}}, "properties": {"a": {"$ref": "#/$defs/x"}}}
+    assert load_schema(json.dumps(schema)) == schema
+    with pytest.raises(UsageError, match=r"--schema-multi .* has a \$ref '#/\$defs/x'"):
+        load_schema(json.dumps(schema), multi=True)
+
+
+def test_a_remote_ref_is_never_fetched() -> None:
+    with FakeOpenAI() as server:
+        schema = {"properties": {"a": {"$ref": f"{server.base_url}/dog.json"}}}
+        with pytest.raises(UsageError, match="agctl fetches no schema"):
+            load_schema(json.dumps(schema))
+        # A schema not read by load_schema: the check says so, the network is not asked.
+        assert reply_problem('{"a": 1}', schema) == (
+            {"a": 1},
+            f"the schema's $ref '{server.base_url}/dog.json' does not resolve within it",
+        )
+        assert server.requests == []
 
 
 # ---- the reply checked -------------------------------------------------------------------
