@@ -39,6 +39,9 @@ CONCISE_TYPES = {
 MAX_SCHEMA_BYTES = 1024 * 1024
 # How much of a failing value an error shows.
 SHOWN_CHARS = 200
+# The deepest schema taken: a request's body nests it a few levels down, and its encoder
+# (orjson) stops at 255 levels; a real schema is a dozen levels deep.
+MAX_SCHEMA_DEPTH = 128
 
 
 def load_schema(given: str, *, multi: bool = False) -> dict[str, Any]:
@@ -198,6 +201,8 @@ def check_schema(schema: Any, where: str) -> None:
 
     if not isinstance(schema, dict):
         raise UsageError(f"{where} must be a JSON object (a JSON Schema), not {_kind(schema)}")
+    if _deeper_than(schema, MAX_SCHEMA_DEPTH):
+        raise UsageError(f"{where} is nested too deeply (over {MAX_SCHEMA_DEPTH} levels)")
     try:
         validator_for(schema).check_schema(schema)
     except SchemaError as exc:
@@ -208,6 +213,22 @@ def check_schema(schema: Any, where: str) -> None:
     except RecursionError:
         raise UsageError(f"{where} is nested too deeply to check") from None
     check_refs(schema, where)
+
+
+def _deeper_than(value: Any, most: int) -> bool:
+    """Whether JSON `value` nests more than `most` levels (its values too: a const, an enum)."""
+    level, items = 1, [value]
+    while items := [
+        child
+        for item in items
+        if isinstance(item, dict | list)
+        for child in (item.values() if isinstance(item, dict) else item)
+        if isinstance(child, dict | list)
+    ]:
+        level += 1
+        if level > most:
+            return True
+    return False
 
 
 def _short(text: str) -> str:

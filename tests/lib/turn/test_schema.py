@@ -8,11 +8,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from fake_openai import FakeOpenAI
 
 from agctl.base.errors import EXIT_REPLY_INVALID, EXIT_USAGE, ReplyInvalid, UsageError
-from agctl.providers.base import Finish, TextDelta, ToolCallDelta, Usage
+from agctl.providers.anthropic import AnthropicWire
+from agctl.providers.base import ChatRequest, Finish, TextDelta, ToolCallDelta, Usage
+from agctl.providers.gemini import GeminiWire
+from agctl.providers.openai import OpenAIWire
 from agctl.providers.structured import (
     SCHEMA_TOOL,
     example_instance,
@@ -20,6 +24,7 @@ from agctl.providers.structured import (
     strict_ready,
 )
 from agctl.turn.schema import (
+    MAX_SCHEMA_DEPTH,
     checked_reply,
     concise_schema,
     load_schema,
@@ -182,6 +187,19 @@ def test_a_remote_ref_is_never_fetched() -> None:
             f"the schema's $ref '{server.base_url}/dog.json' does not resolve within it",
         )
         assert server.requests == []
+
+
+def test_a_schema_deeper_than_a_request_body_carries_is_refused_one_just_within_is_sent() -> None:
+    def deep(levels: int) -> str:  # the const's own levels, and the schema's around them
+        return '{"const": ' + "[" * (levels - 1) + "]" * (levels - 1) + "}"
+
+    schema = load_schema(deep(MAX_SCHEMA_DEPTH), multi=True)
+    request = ChatRequest("m", [{"role": "user", "content": "x"}], response_schema=schema)
+    for wire in (OpenAIWire(), AnthropicWire(), GeminiWire()):
+        assert orjson.loads(wire.body(request))  # every wire's encoder carries it
+    assert example_instance(schema)["items"][0] == orjson.loads(deep(MAX_SCHEMA_DEPTH))["const"]
+    with pytest.raises(UsageError, match=f"nested too deeply \\(over {MAX_SCHEMA_DEPTH} levels"):
+        load_schema(deep(MAX_SCHEMA_DEPTH + 1))
 
 
 # ---- the reply checked -------------------------------------------------------------------
