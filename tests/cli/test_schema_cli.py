@@ -196,3 +196,18 @@ def test_a_remote_ref_is_exit_2_never_fetched_in_a_turn_nor_a_replay_check(
         fails(run("turn", "replay", chat, *check), 5, "line 1: expect_schema", said)
         assert server.requests == []
     assert store.load_session("s").turn_count == 0
+
+
+def test_check_mode_given_alone_checks_as_with_check(run: Run, tmp_path: Path) -> None:
+    chat = transcript(
+        tmp_path, {"input": "A dog", "expect_schema": "name, age int", "expect": "woof"}
+    )
+    replies = script(tmp_path, "Sorry, I only do prose now.")
+    for mode, said in (("schema", "the reply is not JSON"), ("contains", "woof")):
+        result = run(
+            "turn", "replay", chat, "--script", replies, "--check-mode", mode, "--new-session"
+        )
+        assert result.exit_code == 8, result.stderr
+        assert said in result.stderr and f"1 of 1 replies differ ({mode})" in result.stderr
+    unchecked = run("turn", "replay", chat, "--script", replies, "--new-session")
+    ok(unchecked)  # no --check, no --check-mode: nothing is checked, as before
