@@ -250,7 +250,7 @@ def reply_problem(text: str, schema: dict[str, Any]) -> tuple[Any, str | None]:
     except RecursionError:
         return value, "the reply is nested too deeply to check"
     except Unresolvable as exc:  # a schema not read by load_schema (check_refs refuses it)
-        return value, f"the schema's $ref {_short(str(exc.ref))!r} does not resolve within it"
+        return value, f"the schema refers to {_short(str(exc.ref))!r}, not within it"
     if error is None:
         return value, None
     return value, f"at {error.json_path}: {_short(error.message)}"
