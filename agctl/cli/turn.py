@@ -632,7 +632,7 @@ them), then the summary, and the command exits 8 after the last turn; an error s
 the replay at once, naming the turn. --check-mode schema checks instead that each
 reply is JSON valid against its line's "expect_schema" (a JSON Schema object, or the
 concise form 'name, age int'), naming the turn and its line when it is not; a check
-only, the request is the same.
+only, the request is the same. --check-mode alone checks too: it implies --check.
 
 With --new-session the replay goes into a new session, made current unless --no-use
 (as 'session new' does), so the same replay can run again and again; it is printed
@@ -656,8 +656,8 @@ Examples:
   agctl turn replay chat.jsonl --record chat.cassette --profile openai
   agctl turn replay chat.jsonl --cassette chat.cassette --new-session ci-42
   agctl turn replay chat.jsonl --cassette chat.cassette --if-unchanged
-  agctl msg export --slot good | agctl turn replay - --check-mode contains --check
-  agctl turn replay dogs.jsonl --cassette dogs.cassette --check --check-mode schema
+  agctl msg export --slot good | agctl turn replay - --check-mode contains
+  agctl turn replay dogs.jsonl --cassette dogs.cassette --check-mode schema
 """
 
 
@@ -670,10 +670,10 @@ Examples:
 @click.option(
     "--check-mode",
     type=click.Choice(CHECK_MODES),
-    default="exact",
-    show_default=True,
-    help="How --check compares: the reply equals, contains or matches (a regex) the "
-    "line's expect; schema: it is JSON valid against the line's expect_schema.",
+    default=None,
+    help="How --check compares (given, it implies --check): the reply equals (exact, the "
+    "default), contains or matches (a regex) the line's expect; schema: it is JSON valid "
+    "against the line's expect_schema.",
 )
 @click.option(
     "--max-diffs",
@@ -723,7 +723,7 @@ def replay(
     choice: ModelChoice,
     record: Path | None,
     check: bool,
-    check_mode: CheckMode,
+    check_mode: CheckMode | None,
     max_diffs: int,
     new_session: str | None,
     make_current: bool,
@@ -738,9 +738,9 @@ def replay(
     from agctl.turn.transcripts import replay as run_replay
 
     data, source = read_input_file(transcript)
-    turns = parse_transcript(data, source, regex=check and check_mode == "regex")
+    checking = (check_mode or "exact") if check or check_mode else None  # a mode asks to check
+    turns = parse_transcript(data, source, regex=checking == "regex")
     bar_shown = sys.stderr.isatty() and not app.json
-    checking = check_mode if check else None
     with replay_session(app, new_session) as sid:
         plan = plan_turn(
             app.store,

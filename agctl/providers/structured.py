@@ -13,6 +13,7 @@ module to build its response_format): validating the reply is agctl.turn.schema'
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 # The name of the schema's reply in OpenAI's json_schema, and of the tool that carries it
@@ -22,6 +23,8 @@ SCHEMA_TOOL = "structured_reply"
 SCHEMA_TOOL_DESCRIPTION = "Give the reply: its input is the whole answer, as the schema says."
 # How deep example_instance follows a schema (a recursive $ref would never end).
 EXAMPLE_DEPTH = 32
+# The integers the request body's encoder (orjson) carries: signed 64-bit.
+LEAST_INT, MOST_INT = -(2**63), 2**63 - 1
 
 
 def response_format(schema: dict[str, Any]) -> dict[str, Any]:
@@ -114,7 +117,11 @@ def _least(schema: dict[str, Any], kind: Any, depth: int, name: str) -> Any:
         if not isinstance(bound, int | float) or isinstance(bound, bool):
             bound = 0
         value = bound + 1 if "exclusiveMinimum" in schema and "minimum" not in schema else bound
-        return int(value) if kind == "integer" else value
+        if kind != "integer":
+            return value
+        least = math.ceil(value)
+        # Past 64 bits, the same integer as a float: JSON Schema counts 1e300 an integer.
+        return least if LEAST_INT <= least <= MOST_INT else float(least)
     if kind == "boolean":
         return False
     return None

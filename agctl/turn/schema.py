@@ -24,6 +24,8 @@ from agctl.providers.structured import SCHEMA_TOOL
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
+    from referencing import Resource
+    from referencing._core import Resolver
 
 # The concise form's types, as JSON Schema types.
 CONCISE_TYPES = {
@@ -37,6 +39,9 @@ CONCISE_TYPES = {
 MAX_SCHEMA_BYTES = 1024 * 1024
 # How much of a failing value an error shows.
 SHOWN_CHARS = 200
+# The deepest schema taken: a request's body nests it a few levels down, and its encoder
+# (orjson) stops at 255 levels; a real schema is a dozen levels deep.
+MAX_SCHEMA_DEPTH = 128
 
 
 def load_schema(given: str, *, multi: bool = False) -> dict[str, Any]:
@@ -59,7 +64,11 @@ def load_schema(given: str, *, multi: bool = False) -> dict[str, Any]:
     else:
         schema = concise_schema(given)
     check_schema(schema, "the schema")
-    return multi_schema(schema) if multi else schema
+    if not multi:
+        return schema
+    # Nested under items, a '#/...' of the schema's own points elsewhere: said now, not late.
+    check_refs(wrapped := multi_schema(schema), "the schema of --schema-multi (under items)")
+    return wrapped
 
 
 def _read(path: str) -> bytes:
@@ -141,17 +150,59 @@ def multi_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _validator(schema: dict[str, Any]) -> Validator:
     from jsonschema.validators import validator_for
+    from referencing import Registry
 
-    return validator_for(schema)(schema)
+    # A registry that retrieves nothing: jsonschema's default one fetches a remote $ref
+    # (any URL a schema names) with urllib.
+    return validator_for(schema)(schema, registry=Registry())
+
+
+def check_refs(schema: dict[str, Any], where: str) -> None:
+    """Refuse (UsageError) a schema with a $ref that does not resolve within it, naming the
+    first: a pointer to nowhere fails every reply, and a remote one is never fetched."""
+    from jsonschema.validators import SPECIFICATIONS, validator_for  # type: ignore[attr-defined]
+    from referencing import Specification
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import specification_with
+
+    # As the validator reads it: the dialect its $schema names, the metaschemas known.
+    meta = validator_for(schema).META_SCHEMA
+    dialect_id = str(meta.get("$id", meta.get("id", "")))
+    root = specification_with(dialect_id, default=Specification.OPAQUE).create_resource(schema)
+    try:
+        for ref, resolver in _refs(SPECIFICATIONS.resolver_with_root(root), root):
+            try:
+                resolver.lookup(ref)
+            except Unresolvable:
+                raise UsageError(
+                    f"{where} has a $ref {ref!r} that does not resolve within it (a $ref "
+                    "must point inside the schema, as '#/$defs/NAME': agctl fetches no schema)"
+                ) from None
+    except RecursionError:
+        raise UsageError(f"{where} is nested too deeply to check") from None
+
+
+def _refs(resolver: Resolver[Any], resource: Resource[Any]) -> Iterator[tuple[str, Resolver[Any]]]:
+    """Every reference in `resource` and its subschemas, with the resolver it is read by."""
+    contents = resource.contents
+    if isinstance(contents, dict):
+        for key in ("$ref", "$dynamicRef", "$recursiveRef"):
+            if isinstance(contents.get(key), str):
+                yield contents[key], resolver
+    for sub in resource.subresources():
+        yield from _refs(resolver.in_subresource(sub), sub)
 
 
 def check_schema(schema: Any, where: str) -> None:
-    """Refuse (UsageError) what is not a valid JSON Schema, naming where it is wrong."""
+    """Refuse (UsageError) what is not a valid JSON Schema, naming where it is wrong, or
+    one whose $ref does not resolve within it."""
     from jsonschema.exceptions import SchemaError
     from jsonschema.validators import validator_for
 
     if not isinstance(schema, dict):
         raise UsageError(f"{where} must be a JSON object (a JSON Schema), not {_kind(schema)}")
+    if _deeper_than(schema, MAX_SCHEMA_DEPTH):
+        raise UsageError(f"{where} is nested too deeply (over {MAX_SCHEMA_DEPTH} levels)")
     try:
         validator_for(schema).check_schema(schema)
     except SchemaError as exc:
@@ -161,6 +212,23 @@ def check_schema(schema: Any, where: str) -> None:
         ) from None
     except RecursionError:
         raise UsageError(f"{where} is nested too deeply to check") from None
+    check_refs(schema, where)
+
+
+def _deeper_than(value: Any, most: int) -> bool:
+    """Whether JSON `value` nests more than `most` levels (its values too: a const, an enum)."""
+    level, items = 1, [value]
+    while items := [
+        child
+        for item in items
+        if isinstance(item, dict | list)
+        for child in (item.values() if isinstance(item, dict) else item)
+        if isinstance(child, dict | list)
+    ]:
+        level += 1
+        if level > most:
+            return True
+    return False
 
 
 def _short(text: str) -> str:
@@ -175,11 +243,14 @@ def reply_problem(text: str, schema: dict[str, Any]) -> tuple[Any, str | None]:
     except orjson.JSONDecodeError as exc:
         return None, f"the reply is not JSON ({exc})"
     from jsonschema.exceptions import best_match
+    from referencing.exceptions import Unresolvable
 
     try:
         error = best_match(_validator(schema).iter_errors(value))
     except RecursionError:
         return value, "the reply is nested too deeply to check"
+    except Unresolvable as exc:  # a schema not read by load_schema (check_refs refuses it)
+        return value, f"the schema refers to {_short(str(exc.ref))!r}, not within it"
     if error is None:
         return value, None
     return value, f"at {error.json_path}: {_short(error.message)}"

@@ -792,7 +792,7 @@ def _keep_draft(
     store: Store,
     session_id: str,
     prepared: PreparedTurn,
-    error: AgctlError,
+    error: Exception,
     reply: Message | None = None,
     steps: Sequence[Message] = (),
     awaiting: Sequence[str] = (),
@@ -815,7 +815,9 @@ def _keep_draft(
         outcome = "nothing was written"
     tools = sum(m.role == "tool" for m in steps)
     try:
-        draft = new_draft(store.backend, session_id, prepared.slot, prompt, str(error), reply)
+        # An unexpected error's message alone may say little ('Integer exceeds 64-bit range').
+        said = str(error) if isinstance(error, AgctlError) else f"{type(error).__name__}: {error}"
+        draft = new_draft(store.backend, session_id, prepared.slot, prompt, said, reply)
         draft.steps = list(steps)
         draft.awaiting_approval = list(awaiting)
         kept_at = store.save_draft(session_id, draft)
@@ -889,17 +891,18 @@ def _kept_on_failure(
 ) -> Iterator[None]:
     """A step of a turn that, if it fails, keeps the prompt as a draft and re-raises (Ctrl-C,
     SIGTERM or SIGHUP as TurnInterrupted(`interrupted`)); with the messages the `loop` got
-    (its steps, and the reply that came), keeps and shows them too, so nothing is lost. A
-    CommitPending passes untouched: the turn is committed."""
+    (its steps, and the reply that came), keeps and shows them too, so nothing is lost. An
+    unexpected error (a bug) keeps them as well, and goes on as it came. A CommitPending
+    passes untouched: the turn is committed."""
     try:
         yield
     except CommitPending:
         raise
-    except (KeyboardInterrupt, AgctlError) as caught:
-        if isinstance(caught, AgctlError):
-            error: AgctlError = caught
+    except (KeyboardInterrupt, Exception) as caught:
+        if isinstance(caught, KeyboardInterrupt):
+            error: Exception = TurnInterrupted(interrupted, signum=interrupt_signal(caught))
         else:
-            error = TurnInterrupted(interrupted, signum=interrupt_signal(caught))
+            error = caught
         messages = loop.messages if loop is not None else []
         last = messages[-1] if messages else None
         reply = (

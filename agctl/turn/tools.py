@@ -249,19 +249,25 @@ def arguments_problem(spec: ToolSpec, arguments: Mapping[str, Any]) -> str | Non
     """How `arguments` break the tool's schema (the first error by place, and how many
     more), or None; also used on arguments a hook rewrote."""
     import jsonschema
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
 
     validator_class = jsonschema.validators.validator_for(
         spec.parameters, default=jsonschema.Draft202012Validator
     )
+    # A registry that retrieves nothing: jsonschema's default one fetches a remote $ref.
+    validator = validator_class(spec.parameters, registry=Registry())
     try:
         errors = sorted(
-            validator_class(spec.parameters).iter_errors(dict(arguments)),
+            validator.iter_errors(dict(arguments)),
             key=lambda error: [str(part) for part in error.absolute_path],
         )
     except jsonschema.SchemaError as exc:
         return (
             f"cannot be checked: the tool's parameters are not a valid JSON Schema ({exc.message})"
         )
+    except Unresolvable as exc:
+        return f"cannot be checked: the tool's parameters refer to {exc.ref!r}, not within them"
     if not errors:
         return None
     first = errors[0]

@@ -96,6 +96,7 @@ def test_a_schema_that_cannot_be_used_is_exit_2_before_anything_is_sent(
         ('{"type": 7}', "is not a valid JSON Schema"),
         (str(broken), "broken.json is not valid JSON"),
         ("", "the schema is empty"),
+        ('{"properties": {"a": {"$ref": "#/nope"}}}', "has a $ref '#/nope' that does not"),
     ):
         fails(run("turn", "send", "hi", "--schema", given), 2, said)
     assert store.load_session("s").turn_count == 0
@@ -179,3 +180,34 @@ def test_an_expect_schema_that_is_not_a_schema_stops_the_replay_before_any_turn(
         run("turn", "replay", chat, "--check", "--check-mode", "schema"), 5, "line 2: expect_schema"
     )
     assert store.load_session("s").turn_count == 0
+
+
+def test_a_remote_ref_is_exit_2_never_fetched_in_a_turn_nor_a_replay_check(
+    run: Run, store: Store, tmp_path: Path
+) -> None:
+    ok(run("session", "new", "s"))
+    with FakeOpenAI() as server:
+        schema = {"type": "object", "properties": {"a": {"$ref": f"{server.base_url}/a.json"}}}
+        said = f"has a $ref '{server.base_url}/a.json' that does not resolve within it"
+        fails(run("turn", "send", "precious", "--schema", json.dumps(schema)), 2, said)
+        fails(run("draft", "show"), 3)  # refused before the turn, so nothing to keep
+        chat = transcript(tmp_path, {"input": "a", "expect_schema": schema})
+        check = ("--check", "--check-mode", "schema")
+        fails(run("turn", "replay", chat, *check), 5, "line 1: expect_schema", said)
+        assert server.requests == []
+    assert store.load_session("s").turn_count == 0
+
+
+def test_check_mode_given_alone_checks_as_with_check(run: Run, tmp_path: Path) -> None:
+    chat = transcript(
+        tmp_path, {"input": "A dog", "expect_schema": "name, age int", "expect": "woof"}
+    )
+    replies = script(tmp_path, "Sorry, I only do prose now.")
+    for mode, said in (("schema", "the reply is not JSON"), ("contains", "woof")):
+        result = run(
+            "turn", "replay", chat, "--script", replies, "--check-mode", mode, "--new-session"
+        )
+        assert result.exit_code == 8, result.stderr
+        assert said in result.stderr and f"1 of 1 replies differ ({mode})" in result.stderr
+    unchecked = run("turn", "replay", chat, "--script", replies, "--new-session")
+    ok(unchecked)  # no --check, no --check-mode: nothing is checked, as before

@@ -28,3 +28,14 @@ def test_exit_11_in_a_real_process_keeps_the_draft(
     assert "Traceback" not in done.stderr and done.stdout == ""
     shown = json.loads(agctl_in(env, "--json", "draft", "show").stdout)
     assert (shown["prompt"], shown["reply"]) == ("A dog", "Sure! Here is your dog: Rex, 3.")
+
+
+def test_a_ref_to_nowhere_is_exit_2_in_a_real_process_before_anything_is_sent(
+    env: dict[str, str], run: Run
+) -> None:
+    ok(run("session", "new", "s"))
+    schema = '{"type":"object","properties":{"a":{"$ref":"#/nope"}},"required":["a"]}'
+    done = agctl_in(env, "turn", "send", "--schema", schema, "precious")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("agctl: error: the schema has a $ref '#/nope' that does not")
+    assert "Traceback" not in done.stderr and done.stdout == ""

@@ -4,6 +4,7 @@ of a turn without a schema unchanged, and the reply read back as the schema's JS
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,15 +13,18 @@ import pytest
 from fake_anthropic import FakeAnthropic
 from fake_gemini import FakeGemini
 from fake_openai import FakeOpenAI
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agctl.base.errors import UsageError
 from agctl.config.file import Resolved
 from agctl.providers import build_provider
-from agctl.providers.base import ChatRequest, Provider
+from agctl.providers.base import ChatRequest, Provider, TextDelta
 from agctl.providers.http import HttpProvider
-from agctl.providers.structured import SCHEMA_TOOL
+from agctl.providers.offline import OfflineProvider
+from agctl.providers.structured import LEAST_INT, MOST_INT, SCHEMA_TOOL, example_instance
 from agctl.store import Store
-from agctl.turn.schema import load_schema
+from agctl.turn.schema import check_schema, load_schema, reply_problem
 from agctl.turn.send import TurnOptions, TurnResult, send_turn
 
 KEY = "sk-structured-test"
@@ -228,3 +232,81 @@ def test_an_anthropic_schema_turn_recorded_replays_as_the_same_text(
     changed = TurnOptions(model=model, schema=load_schema("name, age float"), checkpoint=False)
     with pytest.raises(ReplayMiss):
         send_turn(store, store.create_session().id, "A dog.", ReplayProvider(cassette), changed)
+
+
+# ---- the offline model's reply to a hostile schema ----------------------------------------
+
+# JSON as orjson reads it: integers of 64 bits (a longer one is read as a float), any float.
+NUMBERS = (
+    st.integers(LEAST_INT, MOST_INT)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from([1e300, -1e300, 2.0**64, -(2.0**70), 1.5])
+)
+VALUES = st.recursive(
+    st.none() | st.booleans() | NUMBERS | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=8,
+)
+TYPES = st.sampled_from(["integer", "number", "string", "boolean", "null", "object", "array"])
+LEAVES = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": TYPES | st.lists(TYPES, max_size=3),
+        "minimum": NUMBERS,
+        "exclusiveMinimum": NUMBERS,
+        "maximum": NUMBERS,
+        "minLength": st.integers(-3, 10**6),
+        "maxLength": st.integers(-3, 10**6),
+        "minItems": st.integers(-3, 10**6),
+        "pattern": st.sampled_from(["^[0-9]+$", "x{3}", "["]),
+        "enum": st.lists(VALUES, max_size=4),
+        "const": VALUES,
+        "default": VALUES,
+    },
+)
+BOUNDED = st.fixed_dictionaries(
+    {"type": st.sampled_from(["integer", "number"])},
+    optional={"minimum": NUMBERS, "exclusiveMinimum": NUMBERS},
+)
+SCHEMAS = st.recursive(
+    LEAVES | BOUNDED,
+    lambda inner: (
+        st.fixed_dictionaries({"properties": st.dictionaries(st.text(max_size=4), inner)})
+        | st.fixed_dictionaries({"type": st.just("array"), "items": inner})
+        | st.fixed_dictionaries({"oneOf": st.lists(inner, min_size=1, max_size=3)})
+        | st.fixed_dictionaries({"anyOf": st.lists(inner, min_size=1, max_size=3)})
+    ),
+    max_leaves=12,
+)
+
+
+def offline_reply(schema: dict[str, Any]) -> str:
+    request = ChatRequest(
+        "offline", [{"role": "user", "content": "A dog."}], response_schema=schema
+    )
+    return "".join(e.text for e in OfflineProvider().stream(request) if isinstance(e, TextDelta))
+
+
+@settings(max_examples=200, derandomize=True, database=None, deadline=None)
+@given(SCHEMAS)
+def test_the_offline_model_answers_any_schema_with_json_and_checking_it_never_raises(
+    schema: dict[str, Any],
+) -> None:
+    reply = offline_reply(schema)
+    assert orjson.loads(reply) == orjson.loads(orjson.dumps(example_instance(schema)))
+    with contextlib.suppress(UsageError):  # a schema turn send would refuse is never checked
+        check_schema(schema, "the schema")
+        reply_problem(reply, schema)  # says what is wrong, never raises
+
+
+@pytest.mark.parametrize(
+    ("bound", "least"),
+    [(1e300, 1e300), (-1e300, -1e300), (2.0**63, 2.0**63), (MOST_INT, MOST_INT), (2.5, 3)],
+)
+def test_an_integers_least_value_past_64_bits_is_the_same_integer_as_a_float(
+    bound: float, least: float
+) -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": bound}}}
+    reply = offline_reply(schema)
+    assert orjson.loads(reply) == {"a": least}
+    assert reply_problem(reply, schema) == ({"a": least}, None)

@@ -4,13 +4,19 @@ a reply checked against it, and the offline model's instance of it."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+from fake_openai import FakeOpenAI
 
 from agctl.base.errors import EXIT_REPLY_INVALID, EXIT_USAGE, ReplyInvalid, UsageError
-from agctl.providers.base import Finish, TextDelta, ToolCallDelta, Usage
+from agctl.providers.anthropic import AnthropicWire
+from agctl.providers.base import ChatRequest, Finish, TextDelta, ToolCallDelta, Usage
+from agctl.providers.gemini import GeminiWire
+from agctl.providers.openai import OpenAIWire
 from agctl.providers.structured import (
     SCHEMA_TOOL,
     example_instance,
@@ -18,6 +24,7 @@ from agctl.providers.structured import (
     strict_ready,
 )
 from agctl.turn.schema import (
+    MAX_SCHEMA_DEPTH,
     checked_reply,
     concise_schema,
     load_schema,
@@ -141,6 +148,58 @@ def test_a_file_that_is_not_json_too_big_or_nested_too_deep_is_refused(tmp_path:
         load_schema(str(big))
     with pytest.raises(UsageError, match="nested too deeply"):
         load_schema(str(deep))
+
+
+def test_a_ref_that_does_not_resolve_within_the_schema_is_a_usage_error_naming_it() -> None:
+    def refers(ref: str, **more: Any) -> str:
+        return json.dumps({"type": "object", "properties": {"a": {"$ref": ref}}, **more})
+
+    for ref in ("#/nope", "#/$defs/y", "https://example.com/x.json", "other.json"):
+        with pytest.raises(UsageError, match=re.escape(f"has a $ref {ref!r}")):
+            load_schema(refers(ref, **{"$defs": {"x": {"type": "integer"}}}))
+    # What resolves within it is taken: its own pointers, an embedded $id, a metaschema.
+    load_schema(refers("#/$defs/x", **{"$defs": {"x": {"type": "integer"}}}))
+    load_schema(refers("#"))
+    embedded = {"$id": "https://example.com/root", "$defs": {"x": {"$id": "x.json"}}}
+    load_schema(refers("x.json", **embedded))
+    load_schema(refers("https://json-schema.org/draft/2020-12/schema"))
+    draft7 = {"$schema": "http://json-schema.org/draft-07/schema#", "definitions": {"x": {}}}
+    load_schema(refers("#/definitions/x", **draft7))
+    with pytest.raises(UsageError, match="#/definitions/y"):
+        load_schema(refers("#/definitions/y", **draft7))
+
+
+def test_a_schema_multi_whose_own_pointers_no_longer_resolve_under_items_is_refused() -> None:
+    schema = {"$defs": {"x": {"type": "integer"}}, "properties": {"a": {"$ref": "#/$defs/x"}}}
+    assert load_schema(json.dumps(schema)) == schema
+    with pytest.raises(UsageError, match=r"--schema-multi .* has a \$ref '#/\$defs/x'"):
+        load_schema(json.dumps(schema), multi=True)
+
+
+def test_a_remote_ref_is_never_fetched() -> None:
+    with FakeOpenAI() as server:
+        schema = {"properties": {"a": {"$ref": f"{server.base_url}/dog.json"}}}
+        with pytest.raises(UsageError, match="agctl fetches no schema"):
+            load_schema(json.dumps(schema))
+        # A schema not read by load_schema: the check says so, the network is not asked.
+        assert reply_problem('{"a": 1}', schema) == (
+            {"a": 1},
+            f"the schema refers to '{server.base_url}/dog.json', not within it",
+        )
+        assert server.requests == []
+
+
+def test_a_schema_deeper_than_a_request_body_carries_is_refused_one_just_within_is_sent() -> None:
+    def deep(levels: int) -> str:  # the const's own levels, and the schema's around them
+        return '{"const": ' + "[" * (levels - 1) + "]" * (levels - 1) + "}"
+
+    schema = load_schema(deep(MAX_SCHEMA_DEPTH), multi=True)
+    request = ChatRequest("m", [{"role": "user", "content": "x"}], response_schema=schema)
+    for wire in (OpenAIWire(), AnthropicWire(), GeminiWire()):
+        assert orjson.loads(wire.body(request))  # every wire's encoder carries it
+    assert example_instance(schema)["items"][0] == orjson.loads(deep(MAX_SCHEMA_DEPTH))["const"]
+    with pytest.raises(UsageError, match=f"nested too deeply \\(over {MAX_SCHEMA_DEPTH} levels"):
+        load_schema(deep(MAX_SCHEMA_DEPTH + 1))
 
 
 # ---- the reply checked -------------------------------------------------------------------

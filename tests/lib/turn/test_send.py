@@ -77,6 +77,26 @@ def test_interrupt_mid_stream_writes_nothing_and_keeps_a_draft(store: Store, sid
 
 
 @file_only
+def test_an_unexpected_error_mid_stream_keeps_the_draft_and_goes_on_as_it_came(
+    store: Store, sid: str
+) -> None:
+    before = data_dir_files(store.root)
+    bug = RuntimeError("a bug in a provider")
+    provider = ListProvider([TextDelta("partial ")], fail_after=bug)
+    with pytest.raises(RuntimeError) as caught:
+        send_turn(store, sid, "my precious question", provider, OPTIONS)
+    assert caught.value is bug  # the same error, its traceback intact, not a library error
+    (note,) = caught.value.__notes__
+    assert note.startswith("nothing was written; ") and "--resume-draft" in note
+    assert {k: v for k, v in data_dir_files(store.root).items() if "draft" not in k} == before
+    draft = store.load_draft(sid, "default")
+    assert (draft.prompt, draft.error) == (
+        "my precious question",
+        "RuntimeError: a bug in a provider",
+    )
+
+
+@file_only
 def test_ctrl_c_while_fitting_the_request_keeps_a_draft_and_says_when(
     store: Store, sid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

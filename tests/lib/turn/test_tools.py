@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_openai import FakeOpenAI
 from helpers import tool_spec as spec
 from pydantic import ValidationError
 
@@ -24,6 +25,7 @@ from agctl.turn.tools import (
     _cut,
     approval,
     argument_variables,
+    arguments_problem,
     check_call,
     definitions,
     load_tools_file,
@@ -421,3 +423,13 @@ def test_loading_the_config_with_tools_does_not_import_jsonschema(tmp_path: Path
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_arguments_against_a_ref_not_within_the_parameters_are_refused_never_fetched() -> None:
+    with FakeOpenAI() as server:
+        for ref, to in ((f"{server.base_url}/a.json", f"{server.base_url}/a.json"), ("#/x", "/x")):
+            parameters = {"type": "object", "properties": {"a": {"$ref": ref}}}
+            assert arguments_problem(spec(parameters=parameters), {"a": 1}) == (
+                f"cannot be checked: the tool's parameters refer to {to!r}, not within them"
+            )
+        assert server.requests == []
