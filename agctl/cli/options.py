@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
@@ -253,6 +253,43 @@ def visible(name: str) -> Callable[[F], F]:
         if name in decls:
             return click.option(*decls, expose_value=False, callback=callback, **kwargs)
     raise LookupError(name)
+
+
+class LazyGroup(click.Group):
+    """A group some of whose subcommands live in modules of their own, imported when one of
+    them is looked up (to run, or for its help): running `turn send` builds send's options,
+    not those of replay, retry and edit. `lazy` maps a name to (module, attribute, the
+    one-line help the group's help lists without importing it)."""
+
+    def __init__(self, *args: Any, lazy: Mapping[str, tuple[str, str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            import importlib
+
+            module, attribute, _ = self.lazy[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        found = [(name, self.commands.get(name)) for name in self.list_commands(ctx)]
+        shown = [(name, sub) for name, sub in found if sub is None or not sub.hidden]
+        if not shown:
+            return
+        limit = formatter.width - 6 - max(len(name) for name, _ in shown)
+        rows = [
+            (name, sub.get_short_help_str(limit))
+            if sub is not None
+            else (name, click.Command(name, help=self.lazy[name][2]).get_short_help_str(limit))
+            for name, sub in shown
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 def add_global_options(command: click.Command) -> click.Command:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 from textwrap import indent as indented
 
@@ -12,6 +14,7 @@ import pytest
 
 import agctl.cli as cli_package
 from agctl.cli import SUBCOMMANDS, cli
+from agctl.cli.options import LazyGroup
 
 
 @pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
@@ -27,6 +30,49 @@ def test_root_lists_every_group_and_nothing_else() -> None:
     assert cli.list_commands(ctx) == sorted(SUBCOMMANDS)
     assert cli.get_command(ctx, "nope") is None
     assert all(isinstance(cli.get_command(ctx, n), click.Command) for n in SUBCOMMANDS)
+
+
+def lazy_groups() -> list[tuple[str, str]]:
+    """(group, subcommand) of every subcommand a LazyGroup imports when it is looked up."""
+    found = []
+    for name, (module_name, _) in sorted(SUBCOMMANDS.items()):
+        group = importlib.import_module(module_name).command
+        if isinstance(group, LazyGroup):
+            found.extend((name, sub) for sub in sorted(group.lazy))
+    return found
+
+
+@pytest.mark.parametrize(("group", "name"), lazy_groups())
+def test_a_lazy_subcommands_help_line_is_its_own(group: str, name: str) -> None:
+    """A group lists a subcommand it has not imported by the line kept beside its module's
+    name: that line must be the command's, cut as Click cuts it."""
+    command = importlib.import_module(SUBCOMMANDS[group][0]).command
+    module_name, attribute, short_help = command.lazy[name]
+    sub = getattr(importlib.import_module(module_name), attribute)
+    assert sub.name == name
+    for limit in (45, 60, 200):
+        shown = click.Command(name, help=short_help).get_short_help_str(limit)
+        assert shown == sub.get_short_help_str(limit)
+
+
+def test_the_turn_groups_help_lists_its_lazy_subcommands_without_importing_them() -> None:
+    """`agctl turn --help` lists replay, retry and edit; `turn send` builds none of them."""
+    script = (
+        "import sys\n"
+        "from agctl.cli import cli\n"
+        "cli.main(['turn', '--help'], standalone_mode=False)\n"
+        "print(sorted(m for m in sys.modules if m in LAZY))\n"
+    )
+    lazy = {"agctl.cli.replay", "agctl.cli.resend"}
+    done = subprocess.run(
+        [sys.executable, "-c", f"LAZY = {sorted(lazy)!r}\n{script}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert all(f"  {name} " in done.stdout for name in ("edit", "replay", "retry", "send"))
+    assert done.stdout.rstrip().endswith("[]")
 
 
 # A command parses, makes one library call and renders: none needs more than this.
