@@ -105,17 +105,16 @@ def checked_session(app: App, slot: str | None, chosen: TurnChoice, fields: dict
     """The chat's session, started only once its slot, tools and model options are known
     good (a slot or tool that does not exist: exit 3; an option the wire refuses: exit 2),
     so bad input leaves no new session behind."""
-    from agctl.base.errors import NotFound
-    from agctl.store.slots import DEFAULT_SLOT
+    from agctl.cli.turn import started_session
     from agctl.turn.setup import plan_turn
 
     found = app.selected_session()
-    if slot is not None and found is not None:
+    if found is None:
+        return started_session(app, slot, chosen, fields)
+    if slot is not None:
         app.store.load_slot(found, slot)
-    elif slot is not None and slot != DEFAULT_SLOT:
-        raise NotFound(f"slot {slot!r} not found: a session started now has only {DEFAULT_SLOT!r}")
     plan_turn(app.store, found, chosen, dry_run=True, **fields)
-    return found if found is not None else app.session_or_new()
+    return found
 
 
 class CommandLine:

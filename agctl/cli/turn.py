@@ -323,14 +323,18 @@ def send(
     prompt, slot, resume, answers = turn_input(app, prompt, slot, files, **resuming)
     if template is not None:  # before a session is started: a bad -p starts none
         prompt, choice, tools, fields = templated(app, template, prompt, choice, tools, fields)
+    chosen = TurnChoice(choice, tools, loop, record, app.no_hooks)
     # A dry run or a resumed draft needs the session it is about; a turn starts one.
     starts = not dry_run and not resuming.get("resume_draft")
-    store, sid = app.store, app.session_or_new() if starts else app.session_id()
+    store, sid = (
+        app.store,
+        started_session(app, slot, chosen, fields) if starts else app.session_id(),
+    )
     streaming = sys.stdout.isatty() if stream is None else stream
     plan = plan_turn(
         store,
         sid,
-        TurnChoice(choice, tools, loop, record, app.no_hooks),
+        chosen,
         dry_run=dry_run,
         ask=terminal_ask,
         answers=answers,
@@ -347,6 +351,26 @@ def send(
         store, sid, prompt, plan.provider(), plan.options, on_event=printer, resume=resume
     )
     show_turn(app, result, jsonl, printer)
+
+
+def started_session(
+    app: App, slot: str | None, chosen: TurnChoice, fields: Mapping[str, Any]
+) -> str:
+    """The session a turn goes to: the one named or selected, else a new one, started only
+    once the turn's slot, tools and model options are known good (a slot or tool that does
+    not exist: exit 3; an option the wire refuses: exit 2), so that bad input on a fresh
+    machine leaves no session behind."""
+    from agctl.base.errors import NotFound
+    from agctl.store.slots import DEFAULT_SLOT
+    from agctl.turn.setup import plan_turn
+
+    found = app.selected_session()
+    if found is not None:
+        return found
+    if slot is not None and slot != DEFAULT_SLOT:
+        raise NotFound(f"slot {slot!r} not found: a session started now has only {DEFAULT_SLOT!r}")
+    plan_turn(app.store, None, chosen, dry_run=True, **fields)
+    return app.session_or_new()
 
 
 def templated(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+import pytest
 from click.testing import Result
 
 from agctl.base.errors import EXIT_NOT_FOUND, EXIT_USAGE
@@ -45,3 +46,23 @@ def test_what_still_needs_a_session_says_so(run: Run) -> None:
     resumed = run("turn", "send", "--resume-draft", "--provider", "offline")
     assert resumed.exit_code == EXIT_USAGE and "no session selected" in resumed.stderr
     assert json.loads(run("session", "list", "--json").stdout) == []
+
+
+def test_bad_input_on_a_first_turn_starts_no_session(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slot, the tools and the model options are checked before a session is started:
+    a typo on a fresh machine leaves nothing behind."""
+    refused = [
+        (("-o", "seed", "1", "--provider", "anthropic"), EXIT_USAGE, "accepts no model option"),
+        (("-T", "nosuch", "--provider", "offline"), EXIT_NOT_FOUND, "no tool named nosuch"),
+        (("--slot", "other", "--provider", "offline"), EXIT_NOT_FOUND, "slot 'other' not found"),
+    ]
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+    for args, code, said in refused:
+        result = run("turn", "send", "hello", *args)
+        assert result.exit_code == code, result.output
+        assert said in result.stderr and "now current" not in result.stderr
+        assert json.loads(run("session", "list", "--json").stdout) == []
+    ok = run("turn", "send", "hello", "--slot", "default", "--provider", "offline")
+    assert ok.exit_code == 0 and "started" in ok.stderr
