@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,15 @@ from agctl.store import Store
 
 # The throwaway PostgreSQL server (pg_server, pg_database, pg_store) and headless Chromium.
 pytest_plugins = ["pgserver", "chromium"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give SIGINT its usual handler back when the run was started ignoring it (as a
+    background job of a script: `pytest ... &` ignores it in the job), so the agctl processes
+    the tests start get Ctrl-C as from a terminal's shell; ignored, it passes to every child,
+    and a test that presses Ctrl-C or sends SIGINT waits in vain for what it stops."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

@@ -226,3 +226,19 @@ def test_a_signal_ignored_at_start_stays_ignored(
         release.set()
     stdout, stderr = turn.communicate(timeout=WAIT_S)
     assert (turn.returncode, stdout) == (0, "echo: hello\n"), stderr
+
+
+def test_the_suite_run_as_a_background_job_still_stops_a_chat_with_ctrl_c(
+    tmp_path: Path,
+) -> None:
+    """A run started ignoring SIGINT (`pytest ... &` in a script) gives its agctl processes
+    Ctrl-C back (tests/conftest.py): the chat's Ctrl-C mid-reply test, run so, passes."""
+    test = "tests/process/test_chat.py::test_ctrl_c_mid_reply_keeps_the_draft_and_writes_nothing"
+    tests = Path(__file__).resolve().parents[1]
+    inner = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         f"--basetemp={tmp_path / 'inner'}", test],
+        cwd=tests.parent, capture_output=True, text=True, timeout=300,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    assert inner.returncode == 0, inner.stdout[-3000:]
