@@ -93,10 +93,10 @@ class ControllingTerminal:
         self.received = b""  # everything the terminal showed so far
         self._seen = 0  # how much of it `wait_for` has consumed
 
-    def wait_for(self, text: bytes) -> bytes:
+    def wait_for(self, text: bytes, timeout: float = TIMEOUT) -> bytes:
         """What the terminal shows from the last `wait_for` up to and including `text`,
-        waiting for it at most TIMEOUT seconds (AssertionError if it never comes)."""
-        deadline = time.monotonic() + TIMEOUT
+        waiting for it at most `timeout` seconds (AssertionError if it never comes)."""
+        deadline = time.monotonic() + timeout
         while text not in self.received[self._seen :]:
             left = deadline - time.monotonic()
             assert left > 0, f"{text!r} never came; the terminal showed {self.received!r}"

@@ -188,7 +188,14 @@ def test_ctrl_c_mid_reply_keeps_the_draft_and_writes_nothing(
     chat.type("tell me")
     chat.wait_for(b"the ")  # the reply has begun streaming, and is held
     chat.keys(CTRL_C)
-    chat.wait_for(b"agctl: error: interrupted")
+    try:
+        chat.wait_for(b"agctl: error: interrupted", timeout=5)
+    except AssertionError:
+        # A SIGINT that lands just before the turn blocks reading the held stream is run
+        # by Python once the read returns: at the stream's next piece, as for a real
+        # upstream. Let it go on; the turn must stop there all the same, writing nothing.
+        gate.set()
+        chat.wait_for(b"agctl: error: interrupted")
     chat.wait_for(b"--resume-draft")
     chat.wait_for(PROMPT_STARTS)  # still in the chat
     gate.set()
