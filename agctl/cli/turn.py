@@ -323,13 +323,10 @@ def send(
     prompt, slot, resume, answers = turn_input(app, prompt, slot, files, **resuming)
     if template is not None:  # before a session is started: a bad -p starts none
         prompt, choice, tools, fields = templated(app, template, prompt, choice, tools, fields)
-    chosen = TurnChoice(choice, tools, loop, record, app.no_hooks)
+    chosen, store = TurnChoice(choice, tools, loop, record, app.no_hooks), app.store
     # A dry run or a resumed draft needs the session it is about; a turn starts one.
     starts = not dry_run and not resuming.get("resume_draft")
-    store, sid = (
-        app.store,
-        started_session(app, slot, chosen, fields) if starts else app.session_id(),
-    )
+    sid = started_session(app, slot, chosen, fields) if starts else app.session_id()
     streaming = sys.stdout.isatty() if stream is None else stream
     plan = plan_turn(
         store,
